@@ -1,0 +1,138 @@
+// Argument checks for the Paddle bindings. Every failure throws (PD_THROW),
+// which Paddle surfaces in Python; fd_mtp.ops re-raises it as ValueError.
+// Messages start with "<op>: <argument>" so the user sees what to fix.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paddle/extension.h"
+#include "../kernels/common.h"
+
+namespace fd_mtp {
+namespace check {
+
+inline std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+template <typename... Parts>
+[[noreturn]] inline void fail(const char* op, const char* arg, Parts&&... parts) {
+  std::ostringstream os;
+  os << op << ": " << arg << " ";
+  (os << ... << parts);
+  PD_THROW(os.str());
+}
+
+inline void dtype(const char* op, const char* arg, const paddle::Tensor& t,
+                  paddle::DataType expected) {
+  if (t.dtype() != expected)
+    fail(op, arg, "must be ", expected, ", got ", t.dtype());
+}
+
+inline void dtype_in(const char* op, const char* arg, const paddle::Tensor& t,
+                     std::initializer_list<paddle::DataType> allowed) {
+  for (auto d : allowed)
+    if (t.dtype() == d) return;
+  std::ostringstream os;
+  for (auto d : allowed) os << (os.tellp() ? " or " : "") << d;
+  fail(op, arg, "must be ", os.str(), ", got ", t.dtype());
+}
+
+// Tensors an op reads or writes must live on the same device as `ref`.
+inline void same_place(const char* op, const char* arg, const paddle::Tensor& t,
+                       const paddle::Tensor& ref, const char* ref_arg) {
+  if (t.place() != ref.place())
+    fail(op, arg, "must be on the same device as ", ref_arg, " (",
+         ref.place().DebugString(), "), got ", t.place().DebugString());
+}
+
+// Every tensor in `args` must be on the same device as `ref`.
+inline void same_place(
+    const char* op, const char* ref_arg, const paddle::Tensor& ref,
+    std::initializer_list<std::pair<const char*, const paddle::Tensor*>> args) {
+  for (const auto& a : args) same_place(op, a.first, *a.second, ref, ref_arg);
+}
+
+// The branch taken when a tensor is neither on the CPU nor on a GPU this
+// build supports.
+[[noreturn]] inline void unsupported_place(const char* op, const char* arg,
+                                           const paddle::Tensor& t) {
+  fail(op, arg, "is on a device this build of fd_mtp does not support (",
+       t.place().DebugString(), "); rebuild with a CUDA-enabled paddle");
+}
+
+inline void on_cpu(const char* op, const char* arg, const paddle::Tensor& t) {
+  if (!t.is_cpu())
+    fail(op, arg, "must be a CPU tensor, got one on ", t.place().DebugString());
+}
+
+// A per-request vector: shape [n] or [n, 1] with n >= bsz. Returns n.
+inline int64_t per_request(const char* op, const char* arg,
+                           const paddle::Tensor& t, paddle::DataType dt,
+                           int64_t bsz) {
+  dtype(op, arg, t, dt);
+  const auto& s = t.shape();
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    fail(op, arg, "must have shape [bsz] or [bsz, 1], got ", shape_str(s));
+  if (s[0] < bsz)
+    fail(op, arg, "has ", s[0], " entries but the batch has ", bsz,
+         " requests (bsz is taken from seq_lens_this_time)");
+  return s[0];
+}
+
+// A 2-D per-request matrix [rows >= bsz, cols >= min_cols]. Returns cols.
+inline int64_t matrix(const char* op, const char* arg, const paddle::Tensor& t,
+                      paddle::DataType dt, int64_t bsz, int64_t min_cols = 1) {
+  dtype(op, arg, t, dt);
+  const auto& s = t.shape();
+  if (s.size() != 2) fail(op, arg, "must be 2-D, got shape ", shape_str(s));
+  if (s[0] < bsz)
+    fail(op, arg, "has ", s[0], " rows but the batch has ", bsz, " requests");
+  if (s[1] < min_cols)
+    fail(op, arg, "needs at least ", min_cols, " columns, got shape ",
+         shape_str(s));
+  return s[1];
+}
+
+// A tensor that holds exactly one element (e.g. not_need_stop).
+inline void scalar(const char* op, const char* arg, const paddle::Tensor& t,
+                   paddle::DataType dt) {
+  dtype(op, arg, t, dt);
+  if (t.numel() != 1)
+    fail(op, arg, "must hold exactly one element, got shape ",
+         shape_str(t.shape()));
+}
+
+// Turns a kernel's status record into an exception naming the argument.
+inline void status(const char* op, const KernelStatus& st,
+                   std::initializer_list<StatusInfo> table) {
+  if (st.code == 0) return;
+  for (const auto& info : table) {
+    if (info.code != st.code) continue;
+    std::ostringstream os;
+    if (st.request >= 0) os << "(request " << st.request << ") ";
+    // Expand {value} and {limit} in the description.
+    std::string what = info.what;
+    for (const char* key : {"{value}", "{limit}"}) {
+      size_t pos;
+      const std::string rep =
+          std::to_string(key[1] == 'v' ? st.value : st.limit);
+      while ((pos = what.find(key)) != std::string::npos)
+        what.replace(pos, 7, rep);
+    }
+    fail(op, info.argument, os.str(), what);
+  }
+  fail(op, "input", "is invalid (kernel status ", st.code, ")");
+}
+
+}  // namespace check
+}  // namespace fd_mtp

@@ -1,0 +1,15 @@
+"""fd_mtp's speculative-decoding ops, with FastDeploy release/2.4 signatures.
+
+Every op takes its arguments positionally in FastDeploy's order and writes the
+arguments its docstring marks "written" in place. Bad input raises ValueError
+naming the argument. The compiled library is loaded on the first call.
+"""
+from ._loader import load
+from .draft import (
+    draft_model_postprocess,
+)
+
+__all__ = [
+    "load",
+    "draft_model_postprocess",
+]

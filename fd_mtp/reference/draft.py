@@ -1,0 +1,531 @@
+"""Numpy references of the draft-model (MTP) ops, written from the spec (spec/ops.md §6.1-6.6).
+
+These are executable specs: one plain Python loop per request, in the order the spec describes,
+with no attempt at speed. They mutate their arguments in place exactly as the ops do.
+
+Conventions shared by every function here (spec §1.2):
+
+* Per-request tensors may be ``[B]`` or ``[B, 1]``; the functions work on flat views
+  (``_flat``), so every write lands in the caller's array.
+* ``bsz`` is the length of the tensor the op takes its batch size from (stated per function);
+  other per-request tensors may be longer and are only read/written below ``bsz``.
+* Valid input is assumed (the C++ ops validate shapes and dtypes). In particular every computed
+  column index lies inside its row; numpy would wrap a negative index where the kernel writes
+  outside the row, so such inputs are outside the contract.
+"""
+
+import numpy as np
+
+__all__ = [
+    "draft_model_preprocess",
+    "draft_model_update",
+    "draft_model_postprocess",
+    "eagle_get_hidden_states",
+    "eagle_get_self_hidden_states",
+    "mtp_step_paddle",
+]
+
+
+def _flat(a):
+    """A flat view of ``a``; writes through it land in ``a``."""
+    flat = a.reshape(-1)
+    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    return flat
+
+
+def _write_first_token(input_ids, b, enc, first, truncate_first_token):
+    """Place the target's first token after the draft prompt; return the draft query length (§6.1).
+
+    With truncation the draft prompt is the target prompt shifted left by one, so position
+    ``enc - 1`` (the one left empty by the shift) receives the token; otherwise it is appended.
+    """
+    if truncate_first_token:
+        input_ids[b, enc - 1] = first
+        return enc
+    input_ids[b, enc] = first
+    return enc + 1
+
+
+# --------------------------------------------------------------------------------------------
+# §6.1 draft_model_preprocess
+# --------------------------------------------------------------------------------------------
+def draft_model_preprocess(
+    draft_tokens,
+    input_ids,
+    stop_flags,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    step_idx,
+    not_need_stop,
+    is_block_step,
+    batch_drop,
+    pre_ids,
+    mask_rollback,
+    recompute_token_num,
+    accept_tokens,
+    accept_num,
+    base_model_seq_lens_this_time,
+    base_model_seq_lens_encoder,
+    base_model_seq_lens_decoder,
+    base_model_step_idx,
+    base_model_stop_flags,
+    base_model_is_block_step,
+    base_model_draft_tokens,
+    num_model_step,
+    truncate_first_token,
+    splitwise_prefill,
+    kvcache_scheduler_v1,
+):
+    """Prepare the draft model's inputs from the target's verify result (spec §6.1). Returns None.
+
+    ``bsz = seq_lens_this_time.size``. Draft tensors (written in place): draft_tokens [B, Dd] int64,
+    input_ids [B, Li] int64, stop_flags, seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    (int32), step_idx (int64), not_need_stop ([1] bool), is_block_step, batch_drop (bool),
+    pre_ids [B, Lp] int64, mask_rollback, recompute_token_num (int32).
+    Target tensors (read): accept_tokens [B, Wa] int64, accept_num int32,
+    base_model_seq_lens_this_time, base_model_seq_lens_decoder (int32), base_model_step_idx (int64),
+    base_model_stop_flags, base_model_is_block_step (bool); base_model_seq_lens_encoder is unused.
+    base_model_draft_tokens [B, Db] int64 is written (mode B: columns 1.. reset to -1 for every b).
+
+    Mode A (``splitwise_prefill``, PD prefill node): only prefill requests run.
+    Mode B (normal): target-stopped or dropped requests stop; prefills get the target's first token;
+    decodes rewind by ``recompute_token_num`` (or recover from a draft stop) and take the accepted
+    tokens as input. ``not_need_stop[0]`` = "at least one request runs".
+
+    ``base_model_seq_lens_this_time`` may be the very array passed as ``seq_lens_this_time``:
+    request b's target values are read before request b is written.
+    """
+    stop = _flat(stop_flags)
+    this_time = _flat(seq_lens_this_time)
+    enc = _flat(seq_lens_encoder)
+    dec = _flat(seq_lens_decoder)
+    step = _flat(step_idx)
+    block_step = _flat(is_block_step)
+    drop = _flat(batch_drop)
+    rollback = _flat(mask_rollback)
+    recompute = _flat(recompute_token_num)
+    n_accept = _flat(accept_num)
+    base_this_time = _flat(base_model_seq_lens_this_time)
+    base_dec = _flat(base_model_seq_lens_decoder)
+    base_step = _flat(base_model_step_idx)
+    base_stop = _flat(base_model_stop_flags)
+    base_block_step = _flat(base_model_is_block_step)
+    bsz = this_time.size
+
+    n_running = 0
+    for b in range(bsz):
+        # Target values of request b, read before any write to request b (aliasing, see docstring).
+        b_this_time = int(base_this_time[b])
+        b_dec = int(base_dec[b])
+        b_step = int(base_step[b])
+        b_stop = bool(base_stop[b])
+        b_block_step = bool(base_block_step[b])
+
+        if splitwise_prefill:  # Mode A
+            if enc[b] > 0:
+                n_running += 1
+                stop[b] = False
+                this_time[b] = _write_first_token(
+                    input_ids, b, int(enc[b]), int(accept_tokens[b, 0]), truncate_first_token
+                )
+            else:
+                stop[b] = True
+                this_time[b] = 0
+                dec[b] = 0
+                enc[b] = 0
+            continue
+
+        # Mode B, step 1: the target's draft row keeps only column 0, for every request.
+        base_model_draft_tokens[b, 1:] = -1
+
+        # Step 2: a block-stepped target request stops the draft too.
+        if b_stop and b_block_step:
+            stop[b] = True
+            if kvcache_scheduler_v1:
+                block_step[b] = True
+            else:
+                drop[b] = True
+
+        # Step 3.
+        if b_stop or drop[b]:
+            stop[b] = True
+            this_time[b] = 0
+            dec[b] = 0
+            enc[b] = 0
+            continue
+
+        n_running += 1
+        if enc[b] > 0:  # prefill
+            stop[b] = False
+            first = int(accept_tokens[b, 0])
+            pre_ids[b, 0] = first
+            this_time[b] = _write_first_token(input_ids, b, int(enc[b]), first, truncate_first_token)
+        else:  # decode
+            if kvcache_scheduler_v1 and not b_block_step and block_step[b]:
+                block_step[b] = False
+            if stop[b]:
+                # The draft stopped (e.g. it proposed EOS) while the target went on: resync with
+                # the target, subtracting the target's query length (not accept_num, §14.5).
+                stop[b] = False
+                dec[b] = b_dec - b_this_time
+                step[b] = b_step - b_this_time
+            else:
+                r = int(recompute[b])
+                dec[b] -= r
+                step[b] -= r
+                rollback[b] += r
+                recompute[b] = num_model_step - 1
+            a = int(n_accept[b])
+            for i in range(a):
+                token = int(accept_tokens[b, i])
+                draft_tokens[b, i] = token
+                pre_ids[b, b_step - a + i] = token
+            this_time[b] = a
+
+    _flat(not_need_stop)[0] = n_running > 0
+
+
+# --------------------------------------------------------------------------------------------
+# §6.2 eagle_get_hidden_states
+# --------------------------------------------------------------------------------------------
+def eagle_get_hidden_states(
+    input,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    stop_flags,
+    accept_nums,
+    base_model_seq_lens_this_time,
+    base_model_seq_lens_encoder,
+    actual_draft_token_num,
+):
+    """Gather the target hidden rows the draft consumes this step (spec §6.2). Returns [Tout, H].
+
+    ``input`` [Tin, H] is the target's packed output (any dtype: a pure row gather).
+    Reads (draft, after preprocess) seq_lens_this_time and seq_lens_encoder, (target) accept_nums and
+    base_model_seq_lens_this_time; ``bsz = seq_lens_this_time.size``. seq_lens_decoder, stop_flags,
+    base_model_seq_lens_encoder and actual_draft_token_num are unused. Writes nothing.
+
+    Per request, in order, over the target's rows: a draft prefill takes its ``enc`` rows; a request
+    the target ran but the draft does not skips the target's rows; a decode takes the first
+    ``accept_nums[b]`` rows of the target's ``base_this_time[b]`` and skips the rest.
+    """
+    this_time = _flat(seq_lens_this_time)
+    enc = _flat(seq_lens_encoder)
+    n_accept = _flat(accept_nums)
+    base_this_time = _flat(base_model_seq_lens_this_time)
+    bsz = this_time.size
+
+    src = []  # src[k] = input row copied to output row k
+    row = 0  # next unread input row
+    for b in range(bsz):
+        if enc[b] > 0:
+            src.extend(range(row, row + int(enc[b])))
+            row += int(enc[b])
+        elif base_this_time[b] != 0 and this_time[b] == 0:
+            row += int(base_this_time[b])
+        elif base_this_time[b] == 0 and this_time[b] == 0:
+            pass
+        else:
+            a = int(n_accept[b])
+            src.extend(range(row, row + a))
+            row += int(base_this_time[b])
+    return input[np.asarray(src, dtype=np.intp)]
+
+
+# --------------------------------------------------------------------------------------------
+# §6.3 draft_model_update
+# --------------------------------------------------------------------------------------------
+def draft_model_update(
+    inter_next_tokens,
+    draft_tokens,
+    pre_ids,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    step_idx,
+    output_cum_offsets,
+    stop_flags,
+    not_need_stop,
+    max_dec_len,
+    end_ids,
+    base_model_draft_tokens,
+    max_seq_len,
+    substep,
+    *,
+    prefill_one_step_stop=False,
+):
+    """Record the draft token of one substep and advance the draft state (spec §6.3). Returns None.
+
+    ``bsz = seq_lens_this_time.size``. Reads inter_next_tokens (flat int64, one token per output
+    row), output_cum_offsets int32, max_dec_len int64, end_ids int64 (any shape, flattened).
+    Writes in place: draft_tokens [B, Dd], pre_ids [B, Lp], seq_lens_this_time, seq_lens_encoder,
+    seq_lens_decoder, step_idx, stop_flags, not_need_stop[0], and column ``substep + 1`` of
+    base_model_draft_tokens [B, Db] (the target's draft row).
+
+    Request b's output rows start at ``b * max_seq_len - output_cum_offsets[b]``; a decode takes the
+    token of its last row, a prefill (or enc == dec == 0) the token of its first row.
+    A proposed EOS stays in the draft row and stops the request. On ``step_idx >= max_dec_len`` the
+    request stops and end_ids[0] is written at ``draft_tokens[b, q - 1]`` (q = query length at
+    entry; index q - 1, not 0: upstream behaviour, §14.13) and at the target's draft column.
+    A request stopped at entry gets -1 in both places.
+    ``prefill_one_step_stop`` (upstream env PREFILL_NODE_ONE_STEP_STOP) stops every running request.
+    ``not_need_stop[0]`` = fewer than bsz requests stopped (entry-stopped ones included).
+    """
+    next_tokens = inter_next_tokens.reshape(-1)
+    this_time = _flat(seq_lens_this_time)
+    enc = _flat(seq_lens_encoder)
+    dec = _flat(seq_lens_decoder)
+    step = _flat(step_idx)
+    out_cum = _flat(output_cum_offsets)
+    stop = _flat(stop_flags)
+    max_len = _flat(max_dec_len)
+    eos = [int(t) for t in end_ids.reshape(-1)]
+    column = substep + 1
+    bsz = this_time.size
+
+    n_stopped = 0
+    for b in range(bsz):
+        q = int(this_time[b])
+        e = int(enc[b])
+        d = int(dec[b])
+        start = b * max_seq_len - int(out_cum[b])
+
+        if stop[b]:
+            draft_tokens[b, 0] = -1
+            base_model_draft_tokens[b, column] = -1
+            n_stopped += 1
+        else:
+            if d > 0 and e <= 0:  # decode
+                token = int(next_tokens[start + q - 1])
+                dec[b] = d + q
+                step[b] += q
+                pre_ids[b, int(step[b])] = token
+            else:  # prefill (or the odd dec == enc == 0 case)
+                token = int(next_tokens[start])
+                dec[b] = e + d
+                enc[b] = 0
+                pre_ids[b, 1] = token
+                step[b] += 1
+            draft_tokens[b, 0] = token
+            base_model_draft_tokens[b, column] = token
+
+            if token in eos or prefill_one_step_stop:
+                stop[b] = True
+                n_stopped += 1
+            elif step[b] >= max_len[b]:
+                stop[b] = True
+                draft_tokens[b, q - 1] = eos[0]
+                base_model_draft_tokens[b, column] = eos[0]
+                n_stopped += 1
+
+        if stop[b]:
+            this_time[b] = 0
+            enc[b] = 0
+        else:
+            this_time[b] = 1
+
+    _flat(not_need_stop)[0] = n_stopped < bsz
+
+
+# --------------------------------------------------------------------------------------------
+# §6.4 eagle_get_self_hidden_states
+# --------------------------------------------------------------------------------------------
+def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_time, step_idx):
+    """Pick the draft's own hidden row per running request for the next substep (spec §6.4).
+
+    ``input`` [Tin, H] is the draft hidden of this substep (after rebuild_padding: one row per
+    prefill, q rows per decode). Reads last_seq_lens_this_time (query length before the substep),
+    seq_lens_this_time and step_idx (after draft_model_update); ``bsz = seq_lens_this_time.size``.
+    Returns a new [Tout, H] array (same dtype), one row per request with ``this_time > 0``.
+    Writes nothing.
+
+    ``step_idx == 1`` is taken to mean "came from prefill" (one row); a decode request whose
+    step_idx happens to be 1 is therefore read as one row too (upstream quirk, kept).
+    """
+    last = _flat(last_seq_lens_this_time)
+    this_time = _flat(seq_lens_this_time)
+    step = _flat(step_idx)
+    bsz = this_time.size
+
+    src = []
+    row = 0  # input rows consumed so far
+    for b in range(bsz):
+        q = int(this_time[b])
+        q_last = int(last[b])
+        if step[b] == 1 and q > 0:  # came from prefill: a single row
+            row += 1
+            src.append(row - 1)
+        elif q > 0:  # decode: the request's last row
+            row += q_last
+            src.append(row - 1)
+        elif step[b] == 1:  # stopped, after a prefill
+            row += 1 if q_last > 0 else 0
+        else:  # stopped
+            row += q_last
+    return input[np.asarray(src, dtype=np.intp)]
+
+
+# --------------------------------------------------------------------------------------------
+# §6.5 draft_model_postprocess
+# --------------------------------------------------------------------------------------------
+def draft_model_postprocess(
+    base_model_draft_tokens,
+    base_model_seq_lens_this_time,
+    base_model_seq_lens_encoder,
+    base_model_stop_flags,
+):
+    """Set the target's next query length from its draft row (spec §6.5). Returns None.
+
+    ``bsz = base_model_seq_lens_this_time.size``. Reads base_model_draft_tokens [B, Db],
+    base_model_seq_lens_encoder, base_model_stop_flags; writes base_model_seq_lens_this_time:
+    a running decode gets the number of entries != -1 in its whole draft row (not just a prefix),
+    a stopped request 0, a running prefill keeps its value.
+    """
+    this_time = _flat(base_model_seq_lens_this_time)
+    enc = _flat(base_model_seq_lens_encoder)
+    stop = _flat(base_model_stop_flags)
+    for b in range(this_time.size):
+        if stop[b]:
+            this_time[b] = 0
+        elif enc[b] == 0:
+            this_time[b] = int(np.count_nonzero(base_model_draft_tokens[b] != -1))
+
+
+# --------------------------------------------------------------------------------------------
+# §6.6 mtp_step_paddle
+# --------------------------------------------------------------------------------------------
+def mtp_step_paddle(
+    base_model_stop_flags,
+    stop_flags,
+    batch_drop,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    block_tables,
+    encoder_block_lens,
+    used_list_len,
+    free_list,
+    free_list_len,
+    block_size,
+    max_draft_tokens,
+):
+    """The draft model's v0 decode-block manager (spec §6.6). Returns None.
+
+    ``bsz = seq_lens_this_time.size``. Reads base_model_stop_flags and seq_lens_decoder (for the
+    slot ``(dec + max_draft_tokens + 1) // block_size``); seq_lens_encoder is unused. Writes in place:
+    stop_flags, batch_drop, seq_lens_this_time, seq_lens_decoder, block_tables [bsz, NB] int32,
+    encoder_block_lens, used_list_len, free_list [n] int32, free_list_len [1] int32.
+
+    1. Free: requests stopped by the target or dropped give their decode blocks back.
+    2. Need: running requests whose next slot is still -1 need one block.
+    3. Preempt while short: drop the request holding most decode blocks (ties: lowest b).
+    4. Allocate: pop a block from the end of the free list for each listed, undropped request.
+
+    Deterministic where upstream is not: blocks are appended to the free list request by request
+    (b ascending, a request's blocks in table order) and the need list is in b order.
+    Where upstream misbehaves this raises instead, leaving every argument unchanged:
+    RuntimeError when no request can be preempted while short (upstream spins forever), ValueError
+    when an append would run past the end of free_list.
+    """
+    written = [
+        stop_flags,
+        batch_drop,
+        seq_lens_this_time,
+        seq_lens_decoder,
+        block_tables,
+        encoder_block_lens,
+        used_list_len,
+        free_list,
+        free_list_len,
+    ]
+    # Run on copies and write back only on success, so an error leaves the arguments unchanged.
+    work = [a.copy() for a in written]
+    _mtp_step_phases(_flat(base_model_stop_flags), *work, block_size, max_draft_tokens)
+    for arg, result in zip(written, work):
+        arg[...] = result
+
+
+def _mtp_step_phases(
+    base_stop,
+    stop_flags,
+    batch_drop,
+    seq_lens_this_time,
+    seq_lens_decoder,
+    block_tables,
+    encoder_block_lens,
+    used_list_len,
+    free_list,
+    free_list_len,
+    block_size,
+    max_draft_tokens,
+):
+    stop = _flat(stop_flags)
+    drop = _flat(batch_drop)
+    this_time = _flat(seq_lens_this_time)
+    dec = _flat(seq_lens_decoder)
+    enc_blocks = _flat(encoder_block_lens)
+    used = _flat(used_list_len)
+    free_len = _flat(free_list_len)
+    bsz = this_time.size
+    n_blocks_per_row = block_tables.shape[1]
+
+    def next_slot(b):
+        return (int(dec[b]) + max_draft_tokens + 1) // block_size
+
+    def give_back_decode_blocks(b):
+        first = int(enc_blocks[b])
+        n = int(used[b])
+        top = int(free_len[0])
+        if top + n > free_list.size:
+            raise ValueError(
+                f"mtp_step_paddle: free_list (size {free_list.size}) cannot take back {n} blocks of "
+                f"request {b} at free_list_len {top}"
+            )
+        for i in range(n):
+            free_list[top + i] = block_tables[b, first + i]
+            block_tables[b, first + i] = -1
+        free_len[0] = top + n
+        used[b] = 0
+
+    # Phase 1: free the decode blocks of requests the target stopped or the draft dropped.
+    for b in range(bsz):
+        if (base_stop[b] or drop[b]) and used[b] > 0:
+            give_back_decode_blocks(b)
+            enc_blocks[b] = 0
+
+    # Phase 2: running requests whose next slot has no block yet.
+    need = [
+        b
+        for b in range(bsz)
+        if not base_stop[b]
+        and not drop[b]
+        and next_slot(b) < n_blocks_per_row
+        and block_tables[b, next_slot(b)] == -1
+    ]
+
+    # Phase 3: preempt while short. The need list is not shortened (dropped requests are skipped
+    # in phase 4), so this may drop more requests than strictly necessary, as upstream does.
+    while len(need) > free_len[0]:
+        held = [0 if base_stop[b] else int(used[b]) for b in range(bsz)]
+        victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
+        if held[victim] <= 0:
+            raise RuntimeError(
+                f"mtp_step_paddle: {len(need)} requests need a block, free_list has "
+                f"{int(free_len[0])} and no request holds decode blocks to preempt "
+                "(upstream would loop forever)"
+            )
+        give_back_decode_blocks(victim)
+        stop[victim] = True
+        drop[victim] = True
+        this_time[victim] = 0
+        dec[victim] = 0
+
+    # Phase 4: allocate from the end of the free list.
+    for b in need:
+        if drop[b]:
+            continue
+        used[b] += 1
+        free_len[0] -= 1
+        block_tables[b, next_slot(b)] = free_list[int(free_len[0])]
