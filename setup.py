@@ -10,6 +10,7 @@ package's `_lib` folder. Environment switches (read here, never by a kernel):
     CMAKE_BUILD_PARALLEL_LEVEL    parallel compile jobs (default: CPU count)
 """
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,28 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
+def _cuda_wanted() -> bool:
+    switch = os.environ.get("FD_MTP_WITH_CUDA", "auto").strip().lower()
+    if switch in ("0", "off"):
+        return False
+    return switch in ("1", "on") or shutil.which("nvcc") is not None
+
+
 class CMakeBuild(build_ext):
+    """One CMake run builds every library; setuptools then copies them."""
+
+    _built_into = None
+
+    def get_ext_filename(self, fullname: str) -> str:
+        if fullname == "fd_mtp._lib.fd_mtp_ops":  # a plain shared library, not a module
+            return os.path.join("fd_mtp", "_lib", "libfd_mtp_ops.so")
+        return super().get_ext_filename(fullname)
+
     def build_extension(self, ext: Extension) -> None:
         out_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
+        if self._built_into == out_dir:
+            return
+        self._built_into = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         build_dir = Path(os.environ.get("FD_MTP_BUILD_DIR", ROOT / "build" / "cmake"))
         with_cuda = os.environ.get("FD_MTP_WITH_CUDA", "auto").strip().lower()
@@ -47,7 +67,11 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
 
 
+EXTENSIONS = [CMakeExtension("fd_mtp._lib.fd_mtp_ops")]
+if _cuda_wanted():
+    EXTENSIONS.append(CMakeExtension("fd_mtp._lib.fd_mtp_cuda"))
+
 setup(
-    ext_modules=[CMakeExtension("fd_mtp._lib.fd_mtp_ops")],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": CMakeBuild},
 )

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include <cuda_runtime_api.h>
+
 namespace fd_mtp {
 
 constexpr int kThreads = 256;
@@ -23,6 +25,32 @@ __device__ inline int64_t global_thread() {
 
 __device__ inline int64_t global_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+}  // namespace fd_mtp
+
+#include <cub/block/block_reduce.cuh>
+
+#include "../kernels/common.h"
+
+namespace fd_mtp {
+
+// Adds `local` (one value per thread of a kThreads-wide block) to *total.
+__device__ inline void block_add(int64_t local, int64_t* total) {
+  using Reduce = cub::BlockReduce<int64_t, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const int64_t sum = Reduce(tmp).Sum(local);
+  if (threadIdx.x == 0 && sum != 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(total),
+              static_cast<unsigned long long>(sum));
+}
+
+// Zeroes a status record and a counter before a check/apply launch pair.
+inline cudaError_t reset_status(KernelStatus* status, int64_t* count, cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(status, 0, sizeof(KernelStatus), stream);
+  if (err == cudaSuccess && count != nullptr)
+    err = cudaMemsetAsync(count, 0, sizeof(int64_t), stream);
+  return err;
 }
 
 }  // namespace fd_mtp

@@ -113,8 +113,8 @@ inline void scalar(const char* op, const char* arg, const paddle::Tensor& t,
 }
 
 // Turns a kernel's status record into an exception naming the argument.
-inline void status(const char* op, const KernelStatus& st,
-                   std::initializer_list<StatusInfo> table) {
+template <size_t N>
+inline void status(const char* op, const KernelStatus& st, const StatusInfo (&table)[N]) {
   if (st.code == 0) return;
   for (const auto& info : table) {
     if (info.code != st.code) continue;

@@ -1,0 +1,152 @@
+// mtp_step_paddle (spec §6.6, v0 scheduler only): the proposer's own decode
+// KV-block manager. Frees the decode blocks of stopped/dropped requests,
+// preempts (drops drafting for) the requests holding the most decode blocks
+// while blocks run short, then gives each request that needs one a block.
+//
+// Deterministic: requests are visited in batch order and the free list is
+// appended/popped in that order (upstream's order depends on atomics).
+// Where upstream would loop forever (blocks needed, nothing left to preempt)
+// or append past the free list, this op reports an error before writing
+// anything.
+#pragma once
+
+#include "common.h"
+
+namespace fd_mtp {
+
+enum MtpStepStatus : int32_t {
+  kMtpStepOutOfBlocks = 1,
+  kMtpStepFreeListFull = 2,
+  kMtpStepUsedListLen = 3,
+  kMtpStepFreeListLen = 4,
+};
+
+struct MtpStepParams {
+  const bool* base_model_stop_flags;
+  bool* stop_flags;
+  bool* batch_drop;
+  int32_t* seq_lens_this_time;
+  int32_t* seq_lens_decoder;
+  int32_t* block_tables;  // [bsz, num_blocks_per_seq]
+  int64_t num_blocks_per_seq;
+  int32_t* encoder_block_lens;
+  int32_t* used_list_len;
+  int32_t* free_list;  // [free_list_capacity]
+  int64_t free_list_capacity;
+  int32_t* free_list_len;  // [1]
+  int32_t* need_list;      // workspace [bsz]
+  int64_t bsz;
+  int32_t block_size;
+  int32_t max_draft_tokens;
+};
+
+FD_HOST_DEVICE inline bool mtp_step_releases(const MtpStepParams& p, int64_t b) {
+  return p.base_model_stop_flags[b] || p.batch_drop[b];
+}
+
+// Slot of the block request b needs next, or -1 when it needs none.
+FD_HOST_DEVICE inline int64_t mtp_step_needed_slot(const MtpStepParams& p, int64_t b) {
+  if (mtp_step_releases(p, b)) return -1;
+  const int64_t slot =
+      (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
+  if (slot < 0 || slot >= p.num_blocks_per_seq) return -1;
+  return p.block_tables[b * p.num_blocks_per_seq + slot] == -1 ? slot : -1;
+}
+
+// Appends request b's decode blocks to the free list and clears them.
+FD_HOST_DEVICE inline void mtp_step_release_blocks(const MtpStepParams& p, int64_t b) {
+  int32_t* row = p.block_tables + b * p.num_blocks_per_seq + p.encoder_block_lens[b];
+  const int32_t used = p.used_list_len[b];
+  for (int32_t i = 0; i < used; ++i) {
+    p.free_list[*p.free_list_len + i] = row[i];
+    row[i] = -1;
+  }
+  *p.free_list_len += used;
+  p.used_list_len[b] = 0;
+}
+
+// Validates the whole batch without writing: every append stays inside the
+// free list, and preemption can free enough blocks.
+// `st` must start zeroed.
+FD_HOST_DEVICE inline void mtp_step_check(const MtpStepParams& p, KernelStatus* st) {
+  const int64_t free_len = *p.free_list_len;
+  if (free_len < 0 || free_len > p.free_list_capacity) {
+    report(st, kMtpStepFreeListLen, -1, free_len, p.free_list_capacity);
+    return;
+  }
+  int64_t released = 0, preemptible = 0, need = 0;
+  for (int64_t b = 0; b < p.bsz; ++b) {
+    const int64_t used = p.used_list_len[b];
+    if (used < 0 || p.encoder_block_lens[b] < 0 ||
+        p.encoder_block_lens[b] + used > p.num_blocks_per_seq) {
+      report(st, kMtpStepUsedListLen, b, used,
+             p.num_blocks_per_seq - (p.encoder_block_lens[b] > 0 ? p.encoder_block_lens[b] : 0));
+      return;
+    }
+    if (mtp_step_releases(p, b)) {
+      released += used;
+    } else {
+      preemptible += used;
+      need += mtp_step_needed_slot(p, b) >= 0;
+    }
+  }
+  if (free_len + released + preemptible > p.free_list_capacity) {
+    report(st, kMtpStepFreeListFull, -1, free_len + released + preemptible,
+           p.free_list_capacity);
+  } else if (need > free_len + released + preemptible) {
+    report(st, kMtpStepOutOfBlocks, -1, need, free_len + released + preemptible);
+  }
+}
+
+// The whole op, sequentially. Call after mtp_step_check succeeded.
+FD_HOST_DEVICE inline void mtp_step_apply(const MtpStepParams& p) {
+  // 1. Free the decode blocks of stopped or dropped requests.
+  for (int64_t b = 0; b < p.bsz; ++b) {
+    if (mtp_step_releases(p, b) && p.used_list_len[b] > 0) {
+      mtp_step_release_blocks(p, b);
+      p.encoder_block_lens[b] = 0;
+    }
+  }
+  // 2. Who needs a block for position seq_lens_decoder + K + 1.
+  int64_t need = 0;
+  for (int64_t b = 0; b < p.bsz; ++b)
+    if (mtp_step_needed_slot(p, b) >= 0) p.need_list[need++] = static_cast<int32_t>(b);
+  // 3. While short, drop drafting for the request holding the most decode
+  //    blocks (lowest index on ties). A dropped request stays in the need
+  //    list (upstream quirk) and is skipped in step 4.
+  while (need > *p.free_list_len) {
+    int64_t victim = 0;
+    int32_t most = -1;
+    for (int64_t b = 0; b < p.bsz; ++b) {
+      const int32_t used = p.base_model_stop_flags[b] ? 0 : p.used_list_len[b];
+      if (used > most) {
+        most = used;
+        victim = b;
+      }
+    }
+    mtp_step_release_blocks(p, victim);  // most > 0: guaranteed by mtp_step_check
+    p.stop_flags[victim] = true;
+    p.batch_drop[victim] = true;
+    p.seq_lens_this_time[victim] = 0;
+    p.seq_lens_decoder[victim] = 0;
+  }
+  // 4. Give each remaining needy request one block.
+  for (int64_t i = 0; i < need; ++i) {
+    const int64_t b = p.need_list[i];
+    if (p.batch_drop[b]) continue;
+    const int64_t slot =
+        (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
+    p.used_list_len[b] += 1;
+    *p.free_list_len -= 1;
+    p.block_tables[b * p.num_blocks_per_seq + slot] = p.free_list[*p.free_list_len];
+  }
+}
+
+inline KernelStatus mtp_step_cpu(const MtpStepParams& p) {
+  KernelStatus st{};
+  mtp_step_check(p, &st);
+  if (st.code == 0) mtp_step_apply(p);
+  return st;
+}
+
+}  // namespace fd_mtp
