@@ -10,6 +10,8 @@
 // anything.
 #pragma once
 
+#include <cstdint>
+
 #include "common.h"
 
 namespace fd_mtp {
@@ -90,12 +92,31 @@ FD_HOST_DEVICE inline void mtp_step_check(const MtpStepParams& p, KernelStatus* 
       need += mtp_step_needed_slot(p, b) >= 0;
     }
   }
-  if (free_len + released + preemptible > p.free_list_capacity) {
-    report(st, kMtpStepFreeListFull, -1, free_len + released + preemptible,
-           p.free_list_capacity);
-  } else if (need > free_len + released + preemptible) {
+  if (need > free_len + released + preemptible) {
     report(st, kMtpStepOutOfBlocks, -1, need, free_len + released + preemptible);
+    return;
   }
+  // Replay step 3 on counts only: victims go in order of decode blocks held
+  // (descending, lowest index first) until enough blocks are free.
+  int64_t free_after = free_len + released;
+  int64_t last_used = INT64_MAX, last_b = -1;
+  while (need > free_after) {
+    int64_t victim = -1, most = -1;
+    for (int64_t b = 0; b < p.bsz; ++b) {
+      if (mtp_step_releases(p, b)) continue;
+      const int64_t used = p.used_list_len[b];
+      const bool after_last = used < last_used || (used == last_used && b > last_b);
+      if (after_last && used > most) {
+        most = used;
+        victim = b;
+      }
+    }
+    free_after += most;  // most > 0: guaranteed by the check above
+    last_used = most;
+    last_b = victim;
+  }
+  if (free_after > p.free_list_capacity)
+    report(st, kMtpStepFreeListFull, -1, free_after, p.free_list_capacity);
 }
 
 // The whole op, sequentially. Call after mtp_step_check succeeded.

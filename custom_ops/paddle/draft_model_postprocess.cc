@@ -1,9 +1,7 @@
 // fd_mtp_draft_model_postprocess (spec §6.5)
 #include "check.h"
+#include "gpu_scratch.h"
 #include "../kernels/draft_model_postprocess.h"
-#ifdef PADDLE_WITH_CUDA
-#include "../cuda/launchers.h"
-#endif
 
 namespace {
 constexpr const char* kOp = "draft_model_postprocess";
@@ -45,8 +43,7 @@ void DraftModelPostprocess(const paddle::Tensor& base_model_draft_tokens,
     return;
   }
 #ifdef PADDLE_WITH_CUDA
-  PD_CHECK(draft_model_postprocess_cuda(p, ref.stream()) == cudaSuccess,
-           kOp, ": CUDA launch failed");
+  check::cuda(kOp, draft_model_postprocess_cuda(p, ref.stream()));
 #else
   check::unsupported_place(kOp, "base_model_seq_lens_this_time", ref);
 #endif

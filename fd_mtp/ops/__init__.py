@@ -7,9 +7,19 @@ naming the argument. The compiled library is loaded on the first call.
 from ._loader import load
 from .draft import (
     draft_model_postprocess,
+    draft_model_preprocess,
+    draft_model_update,
+    eagle_get_hidden_states,
+    eagle_get_self_hidden_states,
+    mtp_step_paddle,
 )
 
 __all__ = [
     "load",
     "draft_model_postprocess",
+    "draft_model_preprocess",
+    "draft_model_update",
+    "eagle_get_hidden_states",
+    "eagle_get_self_hidden_states",
+    "mtp_step_paddle",
 ]
