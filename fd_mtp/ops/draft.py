@@ -269,7 +269,7 @@ def eagle_get_hidden_states(
         base_model_seq_lens_this_time,
         base_model_seq_lens_encoder,
         int(actual_draft_token_num),
-    )
+    )[0]
 
 
 def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_time, step_idx):
@@ -291,7 +291,7 @@ def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_t
     """
     return call(
         "eagle_get_self_hidden_states", input, last_seq_lens_this_time, seq_lens_this_time, step_idx
-    )
+    )[0]
 
 
 def mtp_step_paddle(
