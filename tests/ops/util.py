@@ -1,0 +1,81 @@
+"""Helpers for op tests: build batches from lists, run an op and its reference on
+copies of the same arrays, and compare with readable mismatch reports."""
+from __future__ import annotations
+
+import numpy as np
+
+BATCH_GRID = (1, 7, 33, 99, 257, 600)  # odd sizes, and above upstream's 512 cap
+
+
+def i32(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int32)
+
+
+def i64(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def flags(values) -> np.ndarray:
+    return np.asarray(values, dtype=bool)
+
+
+def ragged(rows: list[list[int]], width: int, fill: int = -1, dtype=np.int64) -> np.ndarray:
+    """A [len(rows), width] array from ragged rows, padded with `fill`."""
+    out = np.full((len(rows), width), fill, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def to_paddle(value):
+    """numpy array -> paddle CPU tensor (other values pass through)."""
+    import paddle
+
+    if isinstance(value, np.ndarray):
+        return paddle.to_tensor(value, place=paddle.CPUPlace())
+    return value
+
+
+def to_numpy(value):
+    import paddle
+
+    if isinstance(value, paddle.Tensor):
+        if value.dtype == paddle.bfloat16:
+            return value.view(paddle.uint16).numpy() if hasattr(value, "view") else value.numpy()
+        return value.numpy()
+    return value
+
+
+def run_both(op, ref, args: list, **kwargs):
+    """Run `op` on paddle copies and `ref` on numpy copies of `args`.
+
+    Returns (op_args_after, ref_args_after, op_result, ref_result), all numpy.
+    """
+    ref_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    op_args = [to_paddle(a) for a in args]
+    op_result = op(*op_args, **kwargs)
+    ref_result = ref(*ref_args, **kwargs)
+    return ([to_numpy(a) for a in op_args], ref_args, to_numpy(op_result), ref_result)
+
+
+def assert_same(actual, expected, name: str = "array") -> None:
+    """Exact equality with a report of shape and the first mismatches."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{name}: shape {actual.shape} != expected {expected.shape}")
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"{name}: dtype {actual.dtype} != expected {expected.dtype}")
+    diff = np.argwhere(actual != expected)
+    if diff.size:
+        shown = ", ".join(
+            f"{tuple(int(i) for i in idx)}: {actual[tuple(idx)]!r} != {expected[tuple(idx)]!r}"
+            for idx in diff[:5]
+        )
+        raise AssertionError(f"{name}: {len(diff)} mismatches (got != expected): {shown}")
+
+
+def assert_all_same(op_args, ref_args, names) -> None:
+    for a, e, n in zip(op_args, ref_args, names):
+        if isinstance(e, np.ndarray):
+            assert_same(a, e, n)
