@@ -48,6 +48,9 @@ def _output_layout(this_time: np.ndarray, enc: np.ndarray) -> tuple[np.ndarray, 
 
 
 def main() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="No ccache found")  # paddle's build-tool notice
     import paddle
 
     import fd_mtp.ops as ops

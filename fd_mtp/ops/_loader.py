@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from pathlib import Path
 
 LIB_DIR = Path(__file__).resolve().parent.parent / "_lib"
@@ -21,9 +22,12 @@ def _runner():
         raise ImportError(f"fd_mtp's op library {path} is missing: {BUILD_HINT}")
     try:
         from paddle import _C_ops
-        from paddle.utils.cpp_extension.extension_utils import (
-            load_op_meta_info_and_register_op,
-        )
+
+        with warnings.catch_warnings():  # paddle warns about ccache, which we do not use
+            warnings.simplefilter("ignore")
+            from paddle.utils.cpp_extension.extension_utils import (
+                load_op_meta_info_and_register_op,
+            )
     except ImportError as exc:
         raise ImportError(
             f"fd_mtp.ops needs paddle ({exc}); install paddlepaddle, then {BUILD_HINT}"
