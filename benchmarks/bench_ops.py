@@ -1,0 +1,546 @@
+"""Latency of fd_mtp's draft-model ops against their numpy references (CPU).
+
+For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6) and each batch size, builds a realistic,
+valid batch (mixed decode / prefill / stopped requests, K = 3 draft tokens, max_model_len 2048 for
+input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block manager with free
+blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
+on the same state: warm-up, then per-call wall times; reports p50 / p20 / p80 in microseconds.
+
+State handling. The ops write their arguments in place, so every timed call starts from the same
+state: before each call (OUTSIDE the timed region) the written tensors are restored from
+preallocated pristine copies (paddle.assign for the op, np.copyto for the reference). The large
+row buffers (input_ids, pre_ids: [B, 2048] int64) are not restored: given restored per-request
+state, every call writes the same values at the same positions there, so they are steady. The
+eagle ops write nothing and need no reset. Every timed call is therefore the same valid call; an
+op exception (ValueError on invalid input) aborts the benchmark, and after timing the op's final
+state is checked against its state after a single call.
+
+Usage:
+    python benchmarks/bench_ops.py [--refcheck] [--quick] [--batches 1,16,64] [--ops a,b] [--out DIR]
+
+Writes DIR/bench_ops.csv (columns kernel,provider,metric,unit,x,p50,p20,p80,config,device,
+timestamp,version) and DIR/bench_ops.png (latency vs batch, log-log, one panel per op).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import fd_mtp  # noqa: E402
+import fd_mtp.reference as ref  # noqa: E402
+
+K = 3  # draft tokens per step (num_speculative_tokens)
+L = 2048  # max_model_len: width of input_ids / pre_ids, max_seq_len of the output offsets
+H = 1024  # hidden size of the eagle ops
+NUM_MODEL_STEP = 1
+BLOCK_SIZE = 64
+EOS_IDS = (2, 3)
+VOCAB = (100, 100_000)
+PREFILL_TOKEN_BUDGET = 2048  # chunked-prefill tokens per step, shared by the prefill requests
+
+OPS = (
+    "draft_model_preprocess",
+    "eagle_get_hidden_states",
+    "draft_model_update",
+    "eagle_get_self_hidden_states",
+    "draft_model_postprocess",
+    "mtp_step_paddle",
+)
+DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
+CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
+               "timestamp", "version"]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Batch construction (numpy). Each builder returns a Case.
+# ------------------------------------------------------------------------------------------------
+class Case:
+    """One op call: positional args (numpy arrays and python scalars), kwargs, the names of the
+    written array args (by position), and a config string for the CSV."""
+
+    def __init__(self, args, names, written, config, kwargs=None, returns=False):
+        self.args = args
+        self.names = names
+        self.written = [names.index(n) for n in written]
+        self.config = config
+        self.kwargs = kwargs or {}
+        self.returns = returns
+
+
+def _roles(batch, rng):
+    """Per-request role: 'decode', 'prefill', 'stopped' (empty slot / target stopped), or
+    'resync' (the draft stopped, e.g. on EOS, while the target went on)."""
+    roles = np.array(["decode"] * batch, dtype=object)
+    if batch == 1:
+        return roles
+    idx = rng.permutation(batch)
+    n_pf = max(1, batch // 16)
+    n_stop = max(1, batch // 10)
+    n_resync = batch // 32
+    roles[idx[:n_pf]] = "prefill"
+    roles[idx[n_pf : n_pf + n_stop]] = "stopped"
+    roles[idx[n_pf + n_stop : n_pf + n_stop + n_resync]] = "resync"
+    return roles
+
+
+def _tokens(rng, *shape):
+    return rng.integers(*VOCAB, size=shape, dtype=np.int64)
+
+
+def preprocess_state(batch, seed=0):
+    """Draft + target state right after a target verify step (input of draft_model_preprocess)."""
+    rng = np.random.default_rng(seed)
+    roles = _roles(batch, rng)
+    n_pf = int(np.sum(roles == "prefill"))
+    chunk = min(128, max(8, PREFILL_TOKEN_BUDGET // max(n_pf, 1)))
+
+    s = dict(
+        draft_tokens=np.full((batch, K + 1), -1, np.int64),
+        input_ids=_tokens(rng, batch, L),
+        stop_flags=np.zeros((batch, 1), bool),
+        seq_lens_this_time=np.zeros((batch, 1), np.int32),
+        seq_lens_encoder=np.zeros((batch, 1), np.int32),
+        seq_lens_decoder=np.zeros((batch, 1), np.int32),
+        step_idx=np.zeros((batch, 1), np.int64),
+        not_need_stop=np.zeros(1, bool),
+        is_block_step=np.zeros((batch, 1), bool),
+        batch_drop=np.zeros((batch, 1), bool),
+        pre_ids=np.full((batch, L), -1, np.int64),
+        mask_rollback=np.zeros((batch, 1), np.int32),
+        recompute_token_num=np.full((batch, 1), NUM_MODEL_STEP - 1, np.int32),
+        accept_tokens=_tokens(rng, batch, K + 1),
+        accept_num=np.zeros(batch, np.int32),
+        base_model_seq_lens_this_time=np.zeros((batch, 1), np.int32),
+        base_model_seq_lens_encoder=np.zeros((batch, 1), np.int32),
+        base_model_seq_lens_decoder=np.zeros((batch, 1), np.int32),
+        base_model_step_idx=np.zeros((batch, 1), np.int64),
+        base_model_stop_flags=np.zeros((batch, 1), bool),
+        base_model_is_block_step=np.zeros(batch, bool),
+        base_model_draft_tokens=_tokens(rng, batch, K + 1),
+    )
+    for b, role in enumerate(roles):
+        prompt = int(rng.integers(64, 512))
+        gen = int(rng.integers(K + 2, L - prompt - 4 * (K + 1) - 8))  # tokens generated so far
+        if role == "prefill":
+            enc = int(rng.integers(max(1, chunk // 2), chunk + 1))
+            s["seq_lens_encoder"][b] = enc
+            s["seq_lens_this_time"][b] = enc
+            s["base_model_seq_lens_this_time"][b] = enc
+            s["base_model_seq_lens_decoder"][b] = enc
+            s["base_model_step_idx"][b] = 1
+            s["accept_num"][b] = 1
+        elif role == "stopped":
+            s["stop_flags"][b] = True
+            s["base_model_stop_flags"][b] = True
+        else:  # decode / resync: the target verified K + 1 tokens and accepted a of them
+            a = int(rng.integers(1, K + 2))
+            s["accept_num"][b] = a
+            s["base_model_seq_lens_this_time"][b] = K + 1
+            s["base_model_seq_lens_decoder"][b] = prompt + gen + a
+            s["base_model_step_idx"][b] = gen + a
+            s["seq_lens_decoder"][b] = prompt + gen - 1
+            s["step_idx"][b] = gen - 1
+            s["seq_lens_this_time"][b] = 1
+            s["pre_ids"][b, :gen] = _tokens(rng, gen)
+            if role == "resync":
+                s["stop_flags"][b] = True
+                s["seq_lens_this_time"][b] = 0
+    return s, roles
+
+
+def build_preprocess(batch):
+    s, _ = preprocess_state(batch)
+    names = list(s) + ["num_model_step", "truncate_first_token", "splitwise_prefill",
+                       "kvcache_scheduler_v1"]  # fmt: skip
+    args = list(s.values()) + [NUM_MODEL_STEP, True, False, True]
+    written = ["draft_tokens", "input_ids", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
+               "seq_lens_decoder", "step_idx", "not_need_stop", "is_block_step", "batch_drop",
+               "pre_ids", "mask_rollback", "recompute_token_num", "base_model_draft_tokens"]  # fmt: skip
+    return Case(args, names, written, f"K={K};L={L};num_model_step={NUM_MODEL_STEP};v1=1;mix=dec/pf/stop/resync")
+
+
+def _after_preprocess(batch):
+    s, roles = preprocess_state(batch)
+    c = {k: v.copy() for k, v in s.items()}
+    ref.draft_model_preprocess(*c.values(), NUM_MODEL_STEP, True, False, True)
+    return c, roles
+
+
+def _bf16_bits(rng, rows):
+    """[rows, H] random bfloat16 values as their uint16 bit patterns (finite, |x| < 4)."""
+    f = rng.standard_normal((rows, H), dtype=np.float32)
+    return (f.view(np.uint32) >> 16).astype(np.uint16)
+
+
+def build_eagle_hidden(batch):
+    c, _ = _after_preprocess(batch)
+    this_time, enc = c["seq_lens_this_time"].ravel(), c["seq_lens_encoder"].ravel()
+    base_this_time = c["base_model_seq_lens_this_time"].ravel()
+    t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
+    hidden = _bf16_bits(np.random.default_rng(1), t_in)
+    names = ["input", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags",
+             "accept_nums", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
+             "actual_draft_token_num"]  # fmt: skip
+    args = [hidden, c["seq_lens_this_time"], c["seq_lens_encoder"], c["seq_lens_decoder"],
+            c["stop_flags"], c["accept_num"], c["base_model_seq_lens_this_time"],
+            c["base_model_seq_lens_encoder"], 1]  # fmt: skip
+    return Case(args, names, [], f"K={K};H={H};dtype=bfloat16;Tin={t_in}", returns=True)
+
+
+def _update_args(batch):
+    """draft_model_update's args for substep 0 after preprocess (numpy), and the names."""
+    c, roles = _after_preprocess(batch)
+    rng = np.random.default_rng(2)
+    this_time, enc = c["seq_lens_this_time"].ravel(), c["seq_lens_encoder"].ravel()
+    stop = c["stop_flags"].ravel()
+    # Output rows per request after rebuild_padding: 1 per prefill, q per decode, 0 when stopped.
+    out_lens = [0 if stop[b] else (1 if enc[b] > 0 else int(this_time[b])) for b in range(batch)]
+    offsets = np.concatenate([[0], np.cumsum([L - o for o in out_lens])[:-1]]).astype(np.int32)
+    next_tokens = _tokens(rng, sum(out_lens))
+    max_dec_len = np.full((batch, 1), L - 2 * (K + 1), np.int64)
+    if batch > 1:  # a few requests propose EOS, a few reach max_dec_len this substep
+        # (max_dec_len only on decodes: a prefill chunk would write end_ids[0] at column q - 1.)
+        first_row = np.concatenate([[0], np.cumsum(out_lens)[:-1]])
+        running = np.flatnonzero(~stop)
+        decoding = np.flatnonzero(~stop & (enc == 0))
+        for b in running[: max(1, len(running) // 50)]:
+            next_tokens[first_row[b] + out_lens[b] - 1] = EOS_IDS[1]
+        for b in decoding[-max(1, len(decoding) // 50) :]:
+            max_dec_len[b] = int(c["step_idx"][b, 0]) + 1
+    names = ["inter_next_tokens", "draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder",
+             "seq_lens_decoder", "step_idx", "output_cum_offsets", "stop_flags", "not_need_stop",
+             "max_dec_len", "end_ids", "base_model_draft_tokens", "max_seq_len", "substep"]  # fmt: skip
+    args = [next_tokens, c["draft_tokens"], c["pre_ids"], c["seq_lens_this_time"],
+            c["seq_lens_encoder"], c["seq_lens_decoder"], c["step_idx"], offsets.reshape(-1, 1),
+            c["stop_flags"], c["not_need_stop"], max_dec_len,
+            np.array(EOS_IDS, np.int64).reshape(-1, 1), c["base_model_draft_tokens"], L, 0]  # fmt: skip
+    return args, names
+
+
+def build_update(batch):
+    args, names = _update_args(batch)
+    written = ["draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
+               "step_idx", "stop_flags", "not_need_stop", "base_model_draft_tokens"]  # fmt: skip
+    return Case(args, names, written, f"K={K};L={L};substep=0", kwargs={"prefill_one_step_stop": False})
+
+
+def build_self_hidden(batch):
+    args, names = _update_args(batch)
+    a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in zip(names, args)}
+    last = a["seq_lens_this_time"].copy()
+    ref.draft_model_update(*a.values(), prefill_one_step_stop=False)
+    this_time, step = a["seq_lens_this_time"].ravel(), a["step_idx"].ravel()
+    q_last = last.ravel()
+    t_in = 0  # rows of the substep's output consumed by the walk of spec §6.4
+    for b in range(batch):
+        if step[b] == 1:
+            t_in += 1 if (this_time[b] > 0 or q_last[b] > 0) else 0
+        else:
+            t_in += int(q_last[b])
+    hidden = _bf16_bits(np.random.default_rng(3), t_in)
+    return Case([hidden, last, a["seq_lens_this_time"], a["step_idx"]],
+                ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"], [],
+                f"K={K};H={H};dtype=bfloat16;Tin={t_in}", returns=True)  # fmt: skip
+
+
+def build_postprocess(batch):
+    s, roles = preprocess_state(batch)
+    rng = np.random.default_rng(4)
+    drafts = _tokens(rng, batch, K + 1)
+    # After K substeps: some rows stopped early (trailing -1), a few have an inner -1.
+    for b in range(batch):
+        cut = int(rng.integers(1, K + 2))
+        drafts[b, cut:] = -1
+    enc = np.where(roles == "prefill", s["seq_lens_encoder"].ravel(), 0).astype(np.int32).reshape(-1, 1)
+    stop = (roles == "stopped").reshape(-1, 1)
+    this_time = s["base_model_seq_lens_this_time"].copy()
+    return Case([drafts, this_time, enc, stop],
+                ["base_model_draft_tokens", "base_model_seq_lens_this_time",
+                 "base_model_seq_lens_encoder", "base_model_stop_flags"],
+                ["base_model_seq_lens_this_time"], f"K={K}")  # fmt: skip
+
+
+def build_mtp_step(batch):
+    """v0 block manager: NB = L / BLOCK_SIZE slots per request; each request holds the blocks of
+    its positions (encoder blocks, then decode blocks); ~1/16 cross a block boundary this step;
+    ~5% were just stopped by the target and give their decode blocks back; the free list has
+    room for every block and more free blocks than needed (no preemption)."""
+    rng = np.random.default_rng(5)
+    nb = L // BLOCK_SIZE
+    base_stop = np.zeros((batch, 1), bool)
+    if batch > 1:
+        base_stop[rng.permutation(batch)[: max(1, batch // 20)]] = True
+    dec = np.zeros((batch, 1), np.int32)
+    tables = np.full((batch, nb), -1, np.int32)
+    enc_blocks = np.zeros(batch, np.int32)
+    used = np.zeros(batch, np.int32)
+    next_id = 0
+    for b in range(batch):
+        prompt = int(rng.integers(64, 512))
+        d = int(rng.integers(prompt + 1, L - 2 * BLOCK_SIZE))
+        dec[b] = d
+        e = -(-prompt // BLOCK_SIZE)
+        held = -(-d // BLOCK_SIZE)
+        tables[b, :held] = np.arange(next_id, next_id + held)
+        next_id += held
+        enc_blocks[b] = e
+        used[b] = held - e
+    n_free = 2 * batch + 8
+    free_list = np.zeros(next_id + n_free, np.int32)
+    free_list[:n_free] = np.arange(next_id, next_id + n_free)
+    names = ["base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time",
+             "seq_lens_encoder", "seq_lens_decoder", "block_tables", "encoder_block_lens",
+             "used_list_len", "free_list", "free_list_len", "block_size", "max_draft_tokens"]  # fmt: skip
+    args = [base_stop, base_stop.copy(), np.zeros((batch, 1), bool),
+            np.where(base_stop, 0, K + 1).astype(np.int32), np.zeros((batch, 1), np.int32), dec, tables,
+            enc_blocks, used, free_list, np.array([n_free], np.int32), BLOCK_SIZE, K]  # fmt: skip
+    written = ["stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_decoder", "block_tables",
+               "encoder_block_lens", "used_list_len", "free_list", "free_list_len"]  # fmt: skip
+    return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};free={n_free}")
+
+
+BUILDERS = {
+    "draft_model_preprocess": build_preprocess,
+    "eagle_get_hidden_states": build_eagle_hidden,
+    "draft_model_update": build_update,
+    "eagle_get_self_hidden_states": build_self_hidden,
+    "draft_model_postprocess": build_postprocess,
+    "mtp_step_paddle": build_mtp_step,
+}
+# Row buffers not restored between calls: their writes are the same each call (see module doc).
+STEADY_BUFFERS = {"input_ids", "pre_ids"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Running both providers
+# ------------------------------------------------------------------------------------------------
+def _to_paddle(a, name):
+    import paddle
+
+    if not isinstance(a, np.ndarray):
+        return a
+    if name == "input" and a.dtype == np.uint16:  # bfloat16 bits
+        return paddle.to_tensor(a, place=paddle.CPUPlace()).view(paddle.bfloat16)
+    return paddle.to_tensor(a, place=paddle.CPUPlace())
+
+
+def _to_numpy(t):
+    import paddle
+
+    if isinstance(t, paddle.Tensor):
+        return t.view(paddle.uint16).numpy() if t.dtype == paddle.bfloat16 else t.numpy()
+    return t
+
+
+class Runner:
+    """Holds both providers' argument sets for a case and restores written args between calls."""
+
+    def __init__(self, op_name, case):
+        import paddle
+
+        import fd_mtp.ops as ops
+
+        self.case = case
+        self.op = getattr(ops, op_name)
+        self.ref = getattr(ref, op_name)
+        self.np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
+        self.pd_args = [_to_paddle(a, n) for a, n in zip(case.args, case.names)]
+        reset = [i for i in case.written if case.names[i] not in STEADY_BUFFERS]
+        self.np_reset = [(self.np_args[i], case.args[i]) for i in reset]
+        self.pd_reset = [(self.pd_args[i], _to_paddle(case.args[i], case.names[i])) for i in reset]
+        self._assign = paddle.assign
+
+    def reset_np(self):
+        for dst, src in self.np_reset:
+            np.copyto(dst, src)
+
+    def reset_pd(self):
+        for dst, src in self.pd_reset:
+            self._assign(src, output=dst)
+
+    def call_op(self):
+        return self.op(*self.pd_args, **self.case.kwargs)
+
+    def call_ref(self):
+        return self.ref(*self.np_args, **self.case.kwargs)
+
+    def op_state(self, result):
+        out = {self.case.names[i]: _to_numpy(self.pd_args[i]) for i in self.case.written}
+        if self.case.returns:
+            out["<returned>"] = _to_numpy(result)
+        return out
+
+    def ref_state(self, result):
+        out = {self.case.names[i]: self.np_args[i].copy() for i in self.case.written}
+        if self.case.returns:
+            out["<returned>"] = result
+        return out
+
+
+def compare_states(got, expected, what):
+    for name, e in expected.items():
+        g = got[name]
+        if g.dtype != e.dtype or g.shape != e.shape:
+            raise AssertionError(f"{what}: {name}: got {g.dtype}{g.shape}, expected {e.dtype}{e.shape}")
+        diff = np.argwhere(g != e)
+        if diff.size:
+            shown = "; ".join(
+                f"at {tuple(int(i) for i in d)}: got {g[tuple(d)]!r}, expected {e[tuple(d)]!r}"
+                for d in diff[:5]
+            )
+            raise AssertionError(f"{what}: {name}: {len(diff)} of {g.size} elements differ: {shown}")
+
+
+def refcheck(runner, label):
+    """Op and reference on identical inputs: every written array and the output must match exactly."""
+    runner.reset_np()
+    runner.reset_pd()
+    expected = runner.ref_state(runner.call_ref())
+    got = runner.op_state(runner.call_op())
+    compare_states(got, expected, f"refcheck {label}")
+    return expected
+
+
+def time_calls(call, reset, warmup, iters):
+    """Per-call wall times in microseconds; reset() runs before each call, outside the timing."""
+    clock = time.perf_counter_ns
+    result = None
+    for _ in range(warmup):
+        reset()
+        result = call()
+    times = np.empty(iters)
+    for i in range(iters):
+        reset()
+        t0 = clock()
+        result = call()
+        times[i] = clock() - t0
+    return times / 1e3, result
+
+
+def percentiles(t):
+    p20, p50, p80 = np.percentile(t, [20, 50, 80])
+    return float(p50), float(p20), float(p80)
+
+
+# ------------------------------------------------------------------------------------------------
+# Main
+# ------------------------------------------------------------------------------------------------
+def plot(rows, path, ops):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(ops)
+    cols = min(3, n)
+    nrows = -(-n // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
+    for ax, op in zip(axes.ravel(), ops):
+        for provider, style in (("fd_mtp", "o-"), ("numpy_ref", "s--")):
+            pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows
+                         if r["kernel"] == op and r["provider"] == provider)  # fmt: skip
+            if not pts:
+                continue
+            x, p50, p20, p80 = map(np.array, zip(*pts))
+            ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt=style, capsize=3, label=provider)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(op, fontsize=10)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("latency p50 [us] (p20-p80 bars)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    fig.suptitle(f"fd_mtp {fd_mtp.__version__} draft ops vs numpy reference (CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--refcheck", action="store_true", help="check op == reference exactly before timing")
+    p.add_argument("--quick", action="store_true", help="fewer iterations")
+    p.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)), help="comma-separated")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated op names")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
+    args = p.parse_args(argv)
+
+    batches = [int(b) for b in args.batches.split(",") if b]
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in BUILDERS]
+    if unknown:
+        p.error(f"unknown ops {unknown}; choose from {list(BUILDERS)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    op_warmup, op_iters = (10, 50) if args.quick else (50, 300)
+    ref_budget_s = 0.2 if args.quick else 1.2  # timing budget of the (slow) reference per case
+
+    import fd_mtp.ops
+
+    fd_mtp.ops.load()
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rows = []
+    t_start = time.perf_counter()
+    for op in ops:
+        for batch in batches:
+            label = f"{op} batch={batch}"
+            print(f"[{time.perf_counter() - t_start:6.1f}s] {label} ...", flush=True)
+            case = BUILDERS[op](batch)
+            runner = Runner(op, case)
+            if args.refcheck:
+                refcheck(runner, label)
+            t_op, res = time_calls(runner.call_op, runner.reset_pd, op_warmup, op_iters)
+            # Every timed call is the same call: its end state must equal one call's end state.
+            once = Runner(op, case)
+            once.reset_pd()
+            compare_states(runner.op_state(res), once.op_state(once.call_op()), f"steady {label}")
+            # Reference: size the iteration count from one call.
+            runner.reset_np()
+            t0 = time.perf_counter()
+            runner.call_ref()
+            one = time.perf_counter() - t0
+            ref_iters = int(min(op_iters, max(5 if args.quick else 15, ref_budget_s / max(one, 1e-7))))
+            t_ref, _ = time_calls(runner.call_ref, runner.reset_np, 2, ref_iters)
+            for provider, t in (("fd_mtp", t_op), ("numpy_ref", t_ref)):
+                p50, p20, p80 = percentiles(t)
+                rows.append(dict(kernel=op, provider=provider, metric="latency", unit="us", x=batch,
+                                 p50=p50, p20=p20, p80=p80, config=case.config, device="cpu",
+                                 timestamp=stamp, version=fd_mtp.__version__))  # fmt: skip
+
+    csv_path = out / "bench_ops.csv"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, **{k: f"{r[k]:.3f}" for k in ("p50", "p20", "p80")}})
+    png_path = out / "bench_ops.png"
+    plot(rows, png_path, ops)
+
+    print()
+    print(f"{'op':<30} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}")
+    by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
+    for op in ops:
+        for batch in batches:
+            a, b = by[(op, "fd_mtp", batch)], by[(op, "numpy_ref", batch)]
+            band = f"({a['p20']:.1f}-{a['p80']:.1f})"
+            print(f"{op:<30} {batch:>6} {a['p50']:>10.2f} {band:>17} {b['p50']:>11.1f} "
+                  f"{b['p50'] / a['p50']:>8.1f}x")  # fmt: skip
+    print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
+          f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}")
+
+
+if __name__ == "__main__":
+    main()
