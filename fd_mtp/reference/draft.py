@@ -316,7 +316,8 @@ def draft_model_update(
                 n_stopped += 1
             elif step[b] >= max_len[b]:
                 stop[b] = True
-                draft_tokens[b, q - 1] = eos[0]
+                if q - 1 < draft_tokens.shape[1]:  # upstream writes past the row; we skip it
+                    draft_tokens[b, q - 1] = eos[0]
                 base_model_draft_tokens[b, column] = eos[0]
                 n_stopped += 1
 
@@ -426,7 +427,7 @@ def mtp_step_paddle(
     Deterministic where upstream is not: blocks are appended to the free list request by request
     (b ascending, a request's blocks in table order) and the need list is in b order.
     Where upstream misbehaves this raises instead, leaving every argument unchanged:
-    RuntimeError when no request can be preempted while short (upstream spins forever), ValueError
+    ValueError when no request can be preempted while short (upstream spins forever), ValueError
     when an append would run past the end of free_list.
     """
     written = [
@@ -511,7 +512,7 @@ def _mtp_step_phases(
         held = [0 if base_stop[b] else int(used[b]) for b in range(bsz)]
         victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
         if held[victim] <= 0:
-            raise RuntimeError(
+            raise ValueError(
                 f"mtp_step_paddle: {len(need)} requests need a block, free_list has "
                 f"{int(free_len[0])} and no request holds decode blocks to preempt "
                 "(upstream would loop forever)"

@@ -813,7 +813,7 @@ def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_cha
         free_list_len=[0],
     )
     before = s.snapshot()
-    with pytest.raises(RuntimeError, match="free_list"):
+    with pytest.raises(ValueError, match="free_list"):
         run_mtp_step(s)
     for name, array in before.items():
         assert_exact(getattr(s, name), array, name)

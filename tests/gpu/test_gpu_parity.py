@@ -1,0 +1,542 @@
+"""Parity of the CUDA kernels (fd_mtp.cuda, on CuPy) with the numpy references (fd_mtp.reference).
+
+For each op: random valid batches (seeded; several batch sizes, eagle ops in several dtypes and
+hidden sizes) run through fd_mtp.cuda.<op> on CuPy copies and fd_mtp.reference.<op> on numpy
+copies; every written array and every output must match exactly. Then one bad-input case per
+data-dependent error: fd_mtp.cuda raises ValueError naming the argument and writes nothing.
+
+Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
+otherwise. Needs neither paddle nor hypothesis.
+"""
+import numpy as np
+import pytest
+
+
+
+def gpu_skip_reason():
+    """None when CuPy, a CUDA device and the fd_mtp_cuda module are all usable, else why not."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
+        return f"cupy is not importable ({exc})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as exc:
+        return f"no usable CUDA device ({exc})"
+    try:
+        import fd_mtp.cuda
+
+        fd_mtp.cuda.load()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+_reason = gpu_skip_reason()
+if _reason is not None:
+    pytest.skip(f"GPU parity tests skipped: {_reason}", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+
+import fd_mtp.cuda as fcuda  # noqa: E402
+from fd_mtp import reference as ref  # noqa: E402
+
+BATCHES = [1, 7, 33, 257, 600, 1024]
+SEEDS = [0, 1]
+EOS = (2, 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+def assert_exact(actual, expected, name):
+    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
+    assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
+    diff = np.argwhere(actual != expected)
+    if diff.size:
+        at = [tuple(int(i) for i in d) for d in diff[:5]]
+        details = ", ".join(f"{a}: got {actual[a]!r} expected {expected[a]!r}" for a in at)
+        raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
+
+
+def split(args):
+    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop) stay numpy."""
+    host = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = {}
+    for k, v in args.items():
+        if k == "not_need_stop" or not isinstance(v, np.ndarray):
+            dev[k] = v.copy() if isinstance(v, np.ndarray) else v
+        else:
+            dev[k] = cp.asarray(v)
+    return host, dev
+
+
+def compare_all(dev, host, names):
+    for k in names:
+        v = dev[k]
+        got = cp.asnumpy(v) if isinstance(v, cp.ndarray) else v
+        assert_exact(got, host[k], k)
+
+
+def arrays_of(args):
+    return [k for k, v in args.items() if isinstance(v, np.ndarray)]
+
+
+def call(fn, args, order, **kw):
+    return fn(*[args[k] for k in order], **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# draft_model_preprocess
+# ------------------------------------------------------------------------------------------------
+PRE_ORDER = [
+    "draft_tokens", "input_ids", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
+    "seq_lens_decoder", "step_idx", "not_need_stop", "is_block_step", "batch_drop", "pre_ids",
+    "mask_rollback", "recompute_token_num", "accept_tokens", "accept_num",
+    "base_model_seq_lens_this_time", "base_model_seq_lens_encoder", "base_model_seq_lens_decoder",
+    "base_model_step_idx", "base_model_stop_flags", "base_model_is_block_step",
+    "base_model_draft_tokens", "num_model_step", "truncate_first_token", "splitwise_prefill",
+    "kvcache_scheduler_v1",
+]
+
+
+def preprocess_batch(rng, bsz, *, splitwise=False, truncate=False, v1=False, extra_rows=0):
+    K, L = 3, 48
+    n = bsz + extra_rows  # per-request buffers may be longer than bsz
+    i32 = lambda lo, hi: rng.integers(lo, hi, n).astype(np.int32)  # noqa: E731
+    enc = np.where(rng.random(n) < 0.3, rng.integers(1, L - 1, n), 0).astype(np.int32)
+    accept_num = rng.integers(0, K + 2, n).astype(np.int32)
+    base_step = rng.integers(K + 1, L - 1, n).astype(np.int64)
+    return dict(
+        draft_tokens=rng.integers(-1, 100, (n, K + 1)).astype(np.int64),
+        input_ids=rng.integers(0, 100, (n, L)).astype(np.int64),
+        stop_flags=rng.random(n) < 0.3,
+        seq_lens_this_time=rng.integers(0, K + 2, bsz).astype(np.int32),
+        seq_lens_encoder=enc,
+        seq_lens_decoder=i32(0, L),
+        step_idx=rng.integers(0, L, n).astype(np.int64),
+        not_need_stop=np.array([False]),
+        is_block_step=rng.random(n) < 0.1,
+        batch_drop=rng.random(n) < 0.1,
+        pre_ids=rng.integers(-1, 100, (n, L)).astype(np.int64),
+        mask_rollback=i32(0, 4),
+        recompute_token_num=i32(0, K + 1),
+        accept_tokens=rng.integers(0, 100, (n, K + 1)).astype(np.int64),
+        accept_num=accept_num,
+        base_model_seq_lens_this_time=i32(0, K + 2),
+        base_model_seq_lens_encoder=i32(0, 4),
+        base_model_seq_lens_decoder=i32(0, L),
+        base_model_step_idx=base_step,
+        base_model_stop_flags=rng.random(n) < 0.2,
+        base_model_is_block_step=rng.random(n) < 0.2,
+        base_model_draft_tokens=rng.integers(-1, 100, (n, K + 1)).astype(np.int64),
+        num_model_step=K,
+        truncate_first_token=truncate,
+        splitwise_prefill=splitwise,
+        kvcache_scheduler_v1=v1,
+    )
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", ["normal", "v1", "truncate", "splitwise", "splitwise_truncate"])
+def test_preprocess_parity(bsz, seed, mode):
+    rng = np.random.default_rng([seed, bsz, 1])
+    args = preprocess_batch(
+        rng, bsz, splitwise=mode.startswith("splitwise"), truncate="truncate" in mode,
+        v1=mode == "v1", extra_rows=seed * 3,
+    )
+    host, dev = split(args)
+    call(ref.draft_model_preprocess, host, PRE_ORDER)
+    call(fcuda.draft_model_preprocess, dev, PRE_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize("bsz", [1, 33, 1024])
+def test_preprocess_parity_aliased_this_time(bsz):
+    """base_model_seq_lens_this_time may be the very array passed as seq_lens_this_time."""
+    rng = np.random.default_rng([bsz, 11])
+    args = preprocess_batch(rng, bsz)
+    args["base_model_seq_lens_this_time"] = args["seq_lens_this_time"]
+    host, dev = split(args)
+    host["base_model_seq_lens_this_time"] = host["seq_lens_this_time"]
+    dev["base_model_seq_lens_this_time"] = dev["seq_lens_this_time"]
+    call(ref.draft_model_preprocess, host, PRE_ORDER)
+    call(fcuda.draft_model_preprocess, dev, PRE_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+def _running_decode(args, b):
+    args["seq_lens_encoder"][b] = 0
+    args["base_model_stop_flags"][b] = False
+    args["batch_drop"][b] = False
+
+
+@pytest.mark.parametrize(
+    "case, argument",
+    [("accept_num", "accept_num"), ("input_ids", "input_ids"), ("pre_ids", "pre_ids")],
+)
+def test_preprocess_bad_input_writes_nothing(case, argument):
+    rng = np.random.default_rng(5)
+    bsz = 257
+    args = preprocess_batch(rng, bsz)
+    b = 200
+    if case == "accept_num":
+        _running_decode(args, b)
+        args["accept_num"][b] = args["draft_tokens"].shape[1] + 1
+    elif case == "input_ids":
+        args["base_model_stop_flags"][b] = False
+        args["batch_drop"][b] = False
+        args["seq_lens_encoder"][b] = args["input_ids"].shape[1]  # column L: past the row
+    else:
+        _running_decode(args, b)
+        args["accept_num"][b] = 2
+        args["base_model_step_idx"][b] = 1  # first column 1 - 2 = -1
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=rf"draft_model_preprocess: {argument} \(request {b}\)"):
+        call(fcuda.draft_model_preprocess, dev, PRE_ORDER)
+    compare_all(dev, host, arrays_of(args))  # nothing written
+
+
+# ------------------------------------------------------------------------------------------------
+# draft_model_update
+# ------------------------------------------------------------------------------------------------
+UPD_ORDER = [
+    "inter_next_tokens", "draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder",
+    "seq_lens_decoder", "step_idx", "output_cum_offsets", "stop_flags", "not_need_stop",
+    "max_dec_len", "end_ids", "base_model_draft_tokens", "max_seq_len", "substep",
+]
+
+
+def update_batch(rng, bsz, *, substep=1, extra_rows=0):
+    K, L, MAX_SEQ = 4, 64, 16
+    n = bsz + extra_rows
+    stop = rng.random(n) < 0.25
+    kind = rng.integers(0, 3, n)  # 0 decode, 1 prefill, 2 enc == dec == 0
+    q = rng.integers(1, K + 1, n).astype(np.int32)  # <= Dd: the max_dec_len write stays in the row
+    q[:bsz][stop[:bsz] & (rng.random(bsz) < 0.5)] = 0  # stopped requests may have q == 0
+    enc = np.where(kind == 1, rng.integers(1, 20, n), np.where(kind == 0, -rng.integers(0, 2, n), 0))
+    dec = np.where(kind == 0, rng.integers(1, 30, n), np.where(kind == 1, rng.integers(0, 5, n), 0))
+    step = rng.integers(0, L - K - 2, n).astype(np.int64)
+    max_dec = (step + rng.integers(0, 2 * K, n)).astype(np.int64)
+    # Packed rows: request b's rows start where b - 1's end.
+    starts = np.concatenate([[0], np.cumsum(q[:bsz].astype(np.int64))[:-1]]) if bsz else np.zeros(0)
+    total = int(q[:bsz].sum())
+    cum = np.zeros(n, dtype=np.int32)
+    cum[:bsz] = (np.arange(bsz) * MAX_SEQ - starts).astype(np.int32)
+    tokens = rng.integers(0, 40, max(total, 1)).astype(np.int64)  # 2 and 3 are end ids
+    return dict(
+        inter_next_tokens=tokens.reshape(-1, 1),
+        draft_tokens=rng.integers(-1, 100, (n, K)).astype(np.int64),
+        pre_ids=rng.integers(-1, 100, (n, L)).astype(np.int64),
+        seq_lens_this_time=q[:bsz].copy(),
+        seq_lens_encoder=enc.astype(np.int32),
+        seq_lens_decoder=dec.astype(np.int32),
+        step_idx=step,
+        output_cum_offsets=cum,
+        stop_flags=stop,
+        not_need_stop=np.array([False]),
+        max_dec_len=max_dec,
+        end_ids=np.array(EOS, dtype=np.int64),
+        base_model_draft_tokens=rng.integers(-1, 100, (n, K + 1)).astype(np.int64),
+        max_seq_len=MAX_SEQ,
+        substep=substep,
+    )
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("one_step_stop", [False, True])
+def test_update_parity(bsz, seed, one_step_stop):
+    rng = np.random.default_rng([seed, bsz, 2])
+    args = update_batch(rng, bsz, substep=seed % 3, extra_rows=seed * 2)
+    host, dev = split(args)
+    call(ref.draft_model_update, host, UPD_ORDER, prefill_one_step_stop=one_step_stop)
+    call(fcuda.draft_model_update, dev, UPD_ORDER, prefill_one_step_stop=one_step_stop)
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize(
+    "case, argument",
+    [("empty", "seq_lens_this_time"), ("row", "inter_next_tokens"), ("pre_ids", "pre_ids")],
+)
+def test_update_bad_input_writes_nothing(case, argument):
+    rng = np.random.default_rng(6)
+    bsz = 257
+    args = update_batch(rng, bsz)
+    b = 100
+    args["stop_flags"][b] = False
+    if case == "empty":
+        args["seq_lens_this_time"][b] = 0
+    elif case == "row":
+        args["output_cum_offsets"][b] = -(10 ** 6)  # start far past the last row
+    else:
+        args["seq_lens_encoder"][b] = 0
+        args["seq_lens_decoder"][b] = 5
+        args["step_idx"][b] = args["pre_ids"].shape[1]  # column step + q past the row
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=rf"draft_model_update: {argument} \(request {b}\)"):
+        call(fcuda.draft_model_update, dev, UPD_ORDER, prefill_one_step_stop=False)
+    compare_all(dev, host, arrays_of(args))
+
+
+# ------------------------------------------------------------------------------------------------
+# draft_model_postprocess
+# ------------------------------------------------------------------------------------------------
+POST_ORDER = [
+    "base_model_draft_tokens", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
+    "base_model_stop_flags",
+]
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_postprocess_parity(bsz, seed):
+    rng = np.random.default_rng([seed, bsz, 3])
+    n = bsz + seed * 5
+    draft = rng.integers(0, 50, (n, 5)).astype(np.int64)
+    draft[rng.random(draft.shape) < 0.4] = -1
+    this_time = rng.integers(0, 9, bsz).astype(np.int32)
+    args = dict(
+        base_model_draft_tokens=draft,
+        base_model_seq_lens_this_time=this_time.reshape(-1, 1) if seed else this_time,
+        base_model_seq_lens_encoder=np.where(rng.random(n) < 0.3, rng.integers(1, 9, n), 0).astype(np.int32),
+        base_model_stop_flags=rng.random(n) < 0.3,
+    )
+    host, dev = split(args)
+    call(ref.draft_model_postprocess, host, POST_ORDER)
+    call(fcuda.draft_model_postprocess, dev, POST_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+# ------------------------------------------------------------------------------------------------
+# eagle_get_hidden_states / eagle_get_self_hidden_states
+# ------------------------------------------------------------------------------------------------
+DTYPES = ["float32", "float16", "bfloat16"]
+HIDDENS = [8, 129, 1024]
+EAGLE_BATCHES = [1, 7, 33, 257, 600, 1024]
+
+
+def hidden_input(rng, rows, hidden, dtype):
+    if dtype == "bfloat16":  # bfloat16 as its uint16 bit patterns: a row gather is bit exact
+        return rng.integers(0, 2 ** 16, (rows, hidden), dtype=np.uint16)
+    return rng.standard_normal((rows, hidden)).astype(dtype)
+
+
+EAGLE_ORDER = [
+    "input", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags",
+    "accept_nums", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
+    "actual_draft_token_num",
+]
+
+
+def eagle_batch(rng, bsz, hidden, dtype, slack=2):
+    K = 3
+    kind = rng.integers(0, 4, bsz)  # 0 prefill, 1 skip, 2 nothing, 3 decode
+    enc = np.where(kind == 0, rng.integers(1, 6, bsz), 0).astype(np.int32)
+    base_this = np.where(kind == 2, 0, rng.integers(1, K + 2, bsz)).astype(np.int32)
+    base_this[kind == 0] = rng.integers(0, K + 2, int((kind == 0).sum()))
+    this_time = np.where(kind == 1, 0, np.where(kind == 2, 0, rng.integers(1, K + 2, bsz))).astype(np.int32)
+    acc = (rng.random(bsz) * (base_this + 1)).astype(np.int32)  # in [0, base_this]
+    in_rows = int(np.where(kind == 0, enc, base_this).sum())
+    return dict(
+        input=hidden_input(rng, in_rows + slack, hidden, dtype),
+        seq_lens_this_time=this_time,
+        seq_lens_encoder=enc,
+        seq_lens_decoder=rng.integers(0, 10, bsz).astype(np.int32),
+        stop_flags=rng.random(bsz) < 0.5,
+        accept_nums=acc,
+        base_model_seq_lens_this_time=base_this,
+        base_model_seq_lens_encoder=rng.integers(0, 10, bsz).astype(np.int32),
+        actual_draft_token_num=K,
+    )
+
+
+@pytest.mark.parametrize("bsz", EAGLE_BATCHES)
+@pytest.mark.parametrize("hidden", HIDDENS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eagle_hidden_states_parity(bsz, hidden, dtype):
+    rng = np.random.default_rng([bsz, hidden, DTYPES.index(dtype), 4])
+    args = eagle_batch(rng, bsz, hidden, dtype)
+    host, dev = split(args)
+    expected = call(ref.eagle_get_hidden_states, host, EAGLE_ORDER)
+    got = call(fcuda.eagle_get_hidden_states, dev, EAGLE_ORDER)
+    assert isinstance(got, cp.ndarray)
+    assert_exact(cp.asnumpy(got), expected, "out")
+    compare_all(dev, host, arrays_of(args))  # inputs untouched
+
+
+def test_eagle_hidden_states_empty_batch_and_no_rows():
+    rng = np.random.default_rng(40)
+    args = eagle_batch(rng, 5, 8, "float32", slack=0)
+    args["seq_lens_this_time"][:] = 0
+    args["seq_lens_encoder"][:] = 0
+    args["base_model_seq_lens_this_time"][:] = 0
+    args["input"] = args["input"][:0]
+    host, dev = split(args)
+    got = call(fcuda.eagle_get_hidden_states, dev, EAGLE_ORDER)
+    assert_exact(cp.asnumpy(got), call(ref.eagle_get_hidden_states, host, EAGLE_ORDER), "out")
+
+
+@pytest.mark.parametrize("case, argument", [("accept", "accept_nums"), ("rows", "input")])
+def test_eagle_hidden_states_bad_input(case, argument):
+    rng = np.random.default_rng(41)
+    args = eagle_batch(rng, 600, 8, "float32")
+    if case == "accept":
+        b = 500
+        args["seq_lens_encoder"][b] = 0
+        args["seq_lens_this_time"][b] = 1
+        args["base_model_seq_lens_this_time"][b] = 2
+        args["accept_nums"][b] = 3
+        pattern = rf"eagle_get_hidden_states: {argument} \(request {b}\)"
+    else:
+        args["input"] = args["input"][: max(args["input"].shape[0] - 4, 0)].copy()
+        pattern = rf"eagle_get_hidden_states: {argument} the requests consume"
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=pattern):
+        call(fcuda.eagle_get_hidden_states, dev, EAGLE_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+SELF_ORDER = ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"]
+
+
+def self_batch(rng, bsz, hidden, dtype, slack=2, extra_rows=0):
+    n = bsz + extra_rows
+    q = np.where(rng.random(bsz) < 0.7, 1, 0).astype(np.int32)
+    last = rng.integers(0, 5, n).astype(np.int32)
+    step = np.where(rng.random(n) < 0.3, 1, rng.integers(2, 50, n)).astype(np.int64)
+    run_decode = (q > 0) & (step[:bsz] != 1) & (last[:bsz] == 0)
+    last[:bsz][run_decode] = 1 + rng.integers(0, 4, int(run_decode.sum()))
+    rows = 0
+    for b in range(bsz):
+        rows += (1 if last[b] > 0 or q[b] > 0 else 0) if step[b] == 1 else int(last[b])
+    return dict(
+        input=hidden_input(rng, rows + slack, hidden, dtype),
+        last_seq_lens_this_time=last,
+        seq_lens_this_time=q,
+        step_idx=step,
+    )
+
+
+@pytest.mark.parametrize("bsz", EAGLE_BATCHES)
+@pytest.mark.parametrize("hidden", HIDDENS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eagle_self_hidden_states_parity(bsz, hidden, dtype):
+    rng = np.random.default_rng([bsz, hidden, DTYPES.index(dtype), 5])
+    args = self_batch(rng, bsz, hidden, dtype, extra_rows=bsz % 3)
+    host, dev = split(args)
+    expected = call(ref.eagle_get_self_hidden_states, host, SELF_ORDER)
+    got = call(fcuda.eagle_get_self_hidden_states, dev, SELF_ORDER)
+    assert_exact(cp.asnumpy(got), expected, "out")
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize("case, argument", [("last", "last_seq_lens_this_time"), ("rows", "input")])
+def test_eagle_self_hidden_states_bad_input(case, argument):
+    rng = np.random.default_rng(51)
+    args = self_batch(rng, 257, 8, "float16")
+    if case == "last":
+        b = 7
+        args["seq_lens_this_time"][b] = 1
+        args["step_idx"][b] = 9
+        args["last_seq_lens_this_time"][b] = 0
+        pattern = rf"eagle_get_self_hidden_states: {argument} \(request {b}\)"
+    else:
+        args["input"] = args["input"][: max(args["input"].shape[0] - 5, 0)].copy()
+        pattern = rf"eagle_get_self_hidden_states: {argument} the requests consume"
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=pattern):
+        call(fcuda.eagle_get_self_hidden_states, dev, SELF_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+# ------------------------------------------------------------------------------------------------
+# mtp_step_paddle
+# ------------------------------------------------------------------------------------------------
+MTP_ORDER = [
+    "base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_encoder",
+    "seq_lens_decoder", "block_tables", "encoder_block_lens", "used_list_len", "free_list",
+    "free_list_len", "block_size", "max_draft_tokens",
+]
+
+
+def mtp_batch(rng, bsz, *, free_len=None, extra_rows=0):
+    NB, BS, K = 8, 4, 2
+    n = bsz + extra_rows
+    enc_blocks = rng.integers(0, NB // 2, n).astype(np.int32)
+    used = (rng.random(n) * (NB - enc_blocks)).astype(np.int32)  # enc + used <= NB
+    tables = np.full((n, NB), -1, dtype=np.int32)
+    next_id = 0
+    for b in range(n):
+        k = int(enc_blocks[b] + used[b])
+        tables[b, :k] = np.arange(next_id, next_id + k)
+        next_id += k
+    dec = rng.integers(0, NB * BS, n).astype(np.int32)
+    if free_len is None:
+        free_len = int(rng.integers(0, bsz + 1))
+    capacity = free_len + int(used.sum()) + 4
+    free_list = np.arange(10 ** 5, 10 ** 5 + capacity, dtype=np.int32)
+    return dict(
+        base_model_stop_flags=rng.random(n) < 0.2,
+        stop_flags=rng.random(n) < 0.2,
+        batch_drop=rng.random(n) < 0.1,
+        seq_lens_this_time=rng.integers(0, K + 2, bsz).astype(np.int32),
+        seq_lens_encoder=rng.integers(0, 10, n).astype(np.int32),
+        seq_lens_decoder=dec,
+        block_tables=tables,
+        encoder_block_lens=enc_blocks,
+        used_list_len=used,
+        free_list=free_list,
+        free_list_len=np.array([free_len], dtype=np.int32),
+        block_size=BS,
+        max_draft_tokens=K,
+    )
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("scarce", [False, True])
+def test_mtp_step_parity(bsz, seed, scarce):
+    rng = np.random.default_rng([seed, bsz, int(scarce), 6])
+    # scarce: few free blocks, so requests are preempted; otherwise enough for everyone.
+    free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else bsz
+    args = mtp_batch(rng, bsz, free_len=free_len, extra_rows=seed)
+    host, dev = split(args)
+    try:
+        call(ref.mtp_step_paddle, host, MTP_ORDER)
+    except ValueError:  # out of blocks with nothing to preempt: covered by the bad-input test
+        pytest.skip("random batch has no valid outcome (out of blocks)")
+    call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize("case, argument", [("exhausted", "free_list"), ("full", "free_list"),
+                                            ("used", "used_list_len"), ("free_len", "free_list_len")])
+def test_mtp_step_bad_input_writes_nothing(case, argument):
+    rng = np.random.default_rng(61)
+    bsz = 33
+    args = mtp_batch(rng, bsz, free_len=4)
+    if case == "exhausted":  # everyone needs a block, nothing free, nothing held
+        args["base_model_stop_flags"][:] = False
+        args["batch_drop"][:] = False
+        args["used_list_len"][:] = 0
+        args["encoder_block_lens"][:] = 0
+        args["block_tables"][:] = -1
+        args["seq_lens_decoder"][:] = 0
+        args["free_list_len"][0] = 0
+    elif case == "full":  # a stopped request returns blocks to a free list with no room
+        b = 3
+        args["base_model_stop_flags"][b] = True
+        args["used_list_len"][b] = 2
+        args["encoder_block_lens"][b] = 0
+        args["free_list"] = args["free_list"][: int(args["free_list_len"][0]) + 1].copy()
+    elif case == "used":
+        args["used_list_len"][5] = args["block_tables"].shape[1] + 1
+    else:
+        args["free_list_len"][0] = args["free_list"].size + 1
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=rf"mtp_step_paddle: {argument}"):
+        call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+    compare_all(dev, host, arrays_of(args))

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU check: build the CUDA module fd_mtp_cuda (no paddle) into fd_mtp/_lib and run the
+# GPU parity tests (tests/gpu: fd_mtp.cuda on CuPy vs fd_mtp.reference on numpy).
+#
+# Needs nvcc, cmake, a Python with pybind11, numpy, pytest and cupy; no paddle, no hypothesis,
+# no network. Run from anywhere: tools/gpu_check.sh   (env: PYTHON, CUDA_ARCH (default 90), JOBS)
+#
+# pytest runs with --confcutdir=tests/gpu so tests/conftest.py (which imports hypothesis for the
+# CPU tests) is not loaded; tests/gpu/conftest.py puts the checkout on sys.path.
+# Exit status: 0 when the build and all tests pass, non-zero otherwise.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
+CUDA_ARCH="${CUDA_ARCH:-90}"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
+BUILD_DIR="$ROOT/build/gpu"
+
+echo "== fd_mtp GPU check: $(date -u +%FT%TZ)"
+echo "python: $PYTHON ($("$PYTHON" --version 2>&1))"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: unavailable"
+nvcc --version 2>/dev/null | tail -1 || echo "nvcc: not found"
+"$PYTHON" -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'devices', cupy.cuda.runtime.getDeviceCount())" \
+  || { echo "FAIL: cupy is not usable"; exit 2; }
+
+echo "== build fd_mtp_cuda (sm_$CUDA_ARCH) in $BUILD_DIR"
+start=$SECONDS
+cmake -S "$ROOT" -B "$BUILD_DIR" -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON \
+  -DFD_MTP_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPython3_EXECUTABLE="$PYTHON" \
+  -DFD_MTP_OUTPUT_DIR="$ROOT/fd_mtp/_lib"
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "build: $((SECONDS - start)) s"
+"$PYTHON" -c "import fd_mtp.cuda as c; m = c.load(); print('loaded', m.__file__)"
+
+echo "== pytest tests/gpu"
+set +e
+"$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 0 ]; then
+  echo "== GPU check PASSED"
+else
+  echo "== GPU check FAILED (pytest exit $rc)"
+fi
+exit "$rc"
