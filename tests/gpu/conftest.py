@@ -4,7 +4,7 @@ These tests need neither paddle nor hypothesis. tools/gpu_check.sh runs them wit
 ``--confcutdir=tests/gpu`` so that tests/conftest.py (which imports hypothesis) is not loaded;
 under a plain ``pytest tests`` that conftest loads first, which is fine where hypothesis exists.
 
-test_gpu_parity.py skips its whole module (never fails) when a requirement is missing.
+Each test_gpu_*.py skips its whole module (gpu_util.skip_module_without_gpu) (never fails) when a requirement is missing.
 """
 import pathlib
 import sys
@@ -20,5 +20,5 @@ if str(ROOT) not in sys.path:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "test_gpu_parity" in item.nodeid:
+        if "tests/gpu/" in item.nodeid or item.nodeid.startswith("test_gpu"):
             item.add_marker(pytest.mark.gpu)

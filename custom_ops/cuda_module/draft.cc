@@ -1,96 +1,10 @@
-// fd_mtp_cuda: the CUDA launchers on raw device pointers, for testing the CUDA
-// kernels with CuPy where Paddle-GPU is absent. Framework-free (no paddle).
-//
-// Each op's parameter struct is exposed as a Python class whose pointer fields
-// take integer device addresses (CuPy: `array.data.ptr`) and whose size fields
-// take ints; `fd_mtp.cuda` fills them from arrays. Launchers take the params
-// plus integer device addresses of the scratch they need (a KernelStatus of
-// STATUS_BYTES bytes, an int64 counter, workspaces) and a stream (default 0:
-// the legacy default stream). Every call synchronises the stream and raises
-// RuntimeError on a CUDA error.
-//
-// A launcher of an op that validates its input returns the kernel status read
-// back from `status` as a tuple (code, request, value, limit), code 0 meaning
-// fine (when it is not 0 the launch wrote nothing else); launchers with a
-// counter return (status_tuple, count). `read_status` / `read_int64` read such
-// buffers back on their own.
-#include <pybind11/pybind11.h>
+// fd_mtp_cuda bindings of the draft-model ops (spec §6).
+#include "common.h"
 
-#include <cstdint>
-#include <stdexcept>
-#include <string>
+namespace fd_mtp {
+namespace pybind {
 
-#include "cuda/launchers.h"
-
-namespace py = pybind11;
-using namespace fd_mtp;
-
-namespace {
-
-void throw_if(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
-void sync(uintptr_t stream, const char* op) {
-  throw_if(cudaStreamSynchronize(as_stream(stream)), op);
-}
-
-template <typename T>
-T* as_ptr(uintptr_t v) { return reinterpret_cast<T*>(v); }
-
-// A null device address is always a caller bug here: refuse it before launch.
-void require(uintptr_t v, const char* op, const char* what) {
-  if (v == 0) throw std::invalid_argument(std::string(op) + ": " + what + " is a null address");
-}
-
-py::tuple status_tuple(const KernelStatus& s) {
-  return py::make_tuple(s.code, s.request, s.value, s.limit);
-}
-
-// Copies a KernelStatus from device memory (synchronises the stream first).
-KernelStatus fetch_status(uintptr_t status, uintptr_t stream, const char* op) {
-  sync(stream, op);
-  KernelStatus s{};
-  throw_if(cudaMemcpy(&s, as_ptr<KernelStatus>(status), sizeof(s), cudaMemcpyDeviceToHost), op);
-  return s;
-}
-
-int64_t fetch_int64(uintptr_t ptr, uintptr_t stream, const char* op) {
-  sync(stream, op);
-  int64_t v = 0;
-  throw_if(cudaMemcpy(&v, as_ptr<int64_t>(ptr), sizeof(v), cudaMemcpyDeviceToHost), op);
-  return v;
-}
-
-// Binds `Struct::field` (a pointer) as an integer address property.
-template <typename Struct, typename T>
-void pointer_field(py::class_<Struct>& cls, const char* name, T* Struct::*field) {
-  cls.def_property(
-      name,
-      [field](const Struct& s) { return reinterpret_cast<uintptr_t>(s.*field); },
-      [field](Struct& s, uintptr_t v) { s.*field = reinterpret_cast<T*>(v); });
-}
-
-}  // namespace
-
-PYBIND11_MODULE(fd_mtp_cuda, m) {
-  m.doc() = "fd_mtp CUDA launchers on raw device pointers (see fd_mtp.cuda)";
-  m.attr("STATUS_BYTES") = py::int_(sizeof(KernelStatus));
-  static_assert(sizeof(KernelStatus) == 24, "KernelStatus is {int32, int32, int64, int64}");
-
-  m.def("read_status", [](uintptr_t status, uintptr_t stream) {
-    require(status, "read_status", "status");
-    return status_tuple(fetch_status(status, stream, "read_status"));
-  }, py::arg("status"), py::arg("stream") = 0,
-     "The KernelStatus at device address `status` as (code, request, value, limit).");
-  m.def("read_int64", [](uintptr_t ptr, uintptr_t stream) {
-    require(ptr, "read_int64", "ptr");
-    return fetch_int64(ptr, stream, "read_int64");
-  }, py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
-
+void bind_draft(py::module_& m) {
   // ------------------------------------------------------ preprocess ---
   {
     using P = DraftModelPreprocessParams;
@@ -301,3 +215,6 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
        "params.need_list: [max(bsz, 1)] int32 workspace. Returns (code, request, value, limit).");
   }
 }
+
+}  // namespace pybind
+}  // namespace fd_mtp

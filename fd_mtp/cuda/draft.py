@@ -1,131 +1,25 @@
-"""The CUDA kernels on CuPy arrays, without paddle (for GPU tests and debugging).
-
-``fd_mtp.cuda.<op>`` has the same positional signature as ``fd_mtp.ops.<op>`` and
-``fd_mtp.reference.<op>``, takes CuPy arrays on the current device (``not_need_stop`` is a
-host numpy bool array of one element, as the Paddle op takes a CPU tensor) and behaves like the
-Paddle binding's GPU branch: bsz and row widths are derived the same way, bad shapes/dtypes and
-data-dependent problems raise ValueError naming the argument (nothing written), and CUDA errors
-raise RuntimeError. Every call synchronises the current stream.
-
-The launchers live in the pybind11 module ``fd_mtp_cuda`` (custom_ops/cuda_module.cc), built
-into ``fd_mtp/_lib`` by ``cmake -S . -B build/gpu -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON
-&& cmake --build build/gpu`` (see tools/gpu_check.sh). Set ``FD_MTP_CUDA_MODULE_DIR`` to load it
-from another directory (an out-of-tree build's output dir).
-
-Importing this module needs neither CuPy nor the compiled module; both load on first use.
-"""
+"""fd_mtp.cuda versions of the draft-model ops (spec §6)."""
 from __future__ import annotations
 
-import functools
-import importlib
 import os
-import sys
 
 import numpy as np
 
-__all__ = [
-    "load",
-    "draft_model_preprocess",
-    "draft_model_update",
-    "draft_model_postprocess",
-    "eagle_get_hidden_states",
-    "eagle_get_self_hidden_states",
-    "mtp_step_paddle",
-]
-
-MODULE_DIR_ENV = "FD_MTP_CUDA_MODULE_DIR"
-BUILD_HINT = (
-    "build it with `cmake -S . -B build/gpu -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON "
-    "&& cmake --build build/gpu` from the fd_mtp checkout (output: fd_mtp/_lib), or point "
-    f"{MODULE_DIR_ENV} at the directory holding an fd_mtp_cuda*.so"
+from ._common import (
+    _check_status,
+    _cupy,
+    _device_array,
+    _dtype,
+    _fail,
+    _host_flag,
+    _matrix,
+    _per_request,
+    _ptr,
+    _scratch,
+    _set_flag,
+    _stream,
+    load,
 )
-
-STATUS_WORDS = 3  # KernelStatus {int32 code, int32 request, int64 value, int64 limit} = 24 bytes
-
-
-@functools.cache
-def load():
-    """Import and return the compiled ``fd_mtp_cuda`` module (ImportError with a hint if absent)."""
-    directory = os.environ.get(MODULE_DIR_ENV)
-    try:
-        if directory:
-            if not os.path.isdir(directory):
-                raise ImportError(f"{MODULE_DIR_ENV}={directory!r} is not a directory")
-            sys.path.insert(0, directory)
-            try:
-                return importlib.import_module("fd_mtp_cuda")
-            finally:
-                sys.path.remove(directory)
-        return importlib.import_module("fd_mtp._lib.fd_mtp_cuda")
-    except ImportError as exc:
-        raise ImportError(f"fd_mtp.cuda cannot load the CUDA module fd_mtp_cuda ({exc}); {BUILD_HINT}") from exc
-
-
-def _cupy():
-    try:
-        import cupy
-    except ImportError as exc:
-        raise ImportError(f"fd_mtp.cuda needs CuPy ({exc})") from exc
-    return cupy
-
-
-# ------------------------------------------------------------------------------------------
-# Argument checks (mirror custom_ops/paddle/check.h)
-# ------------------------------------------------------------------------------------------
-def _fail(op, arg, msg):
-    raise ValueError(f"{op}: {arg} {msg}")
-
-
-def _device_array(op, arg, a):
-    cp = _cupy()
-    if not isinstance(a, cp.ndarray):
-        _fail(op, arg, f"must be a cupy.ndarray, got {type(a).__name__}")
-    if not a.flags.c_contiguous:
-        _fail(op, arg, "must be C-contiguous")
-    return a
-
-
-def _dtype(op, arg, a, dt):
-    _device_array(op, arg, a)
-    if a.dtype != np.dtype(dt):
-        _fail(op, arg, f"must be {np.dtype(dt)}, got {a.dtype}")
-
-
-def _per_request(op, arg, a, dt, bsz):
-    _dtype(op, arg, a, dt)
-    s = a.shape
-    if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
-        _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
-    if s[0] < bsz:
-        _fail(op, arg, f"has {s[0]} entries but the batch has {bsz} requests "
-              "(bsz is taken from seq_lens_this_time)")
-    return s[0]
-
-
-def _matrix(op, arg, a, dt, bsz, min_cols=1):
-    _dtype(op, arg, a, dt)
-    s = a.shape
-    if len(s) != 2:
-        _fail(op, arg, f"must be 2-D, got shape {list(s)}")
-    if s[0] < bsz:
-        _fail(op, arg, f"has {s[0]} rows but the batch has {bsz} requests")
-    if s[1] < min_cols:
-        _fail(op, arg, f"needs at least {min_cols} columns, got shape {list(s)}")
-    return s[1]
-
-
-def _host_flag(op, arg, a):
-    if not isinstance(a, np.ndarray) or a.dtype != np.bool_ or a.size != 1:
-        _fail(op, arg, "must be a host numpy bool array holding exactly one element")
-
-
-def _set_flag(a, value):
-    a.reshape(-1)[0] = bool(value)  # a view of a C-contiguous array: writes land in `a`
-
-
-def _ptr(a):
-    return a.data.ptr
-
 
 # Status tables: code -> (argument, description), as in the Paddle bindings' kStatus.
 _PREPROCESS_STATUS = {
@@ -153,25 +47,6 @@ _MTP_STEP_STATUS = {
     4: ("free_list_len", "is {value}; it must be in [0, {limit}]"),
 }
 
-
-def _check_status(op, status, table):
-    code, request, value, limit = status
-    if code == 0:
-        return
-    where = f"(request {request}) " if request >= 0 else ""
-    if code in table:
-        arg, what = table[code]
-        _fail(op, arg, where + what.format(value=value, limit=limit))
-    _fail(op, "input", f"is invalid (kernel status {code})")
-
-
-def _scratch(words=STATUS_WORDS):
-    cp = _cupy()
-    return cp.zeros(words, dtype=cp.int64)
-
-
-def _stream():
-    return _cupy().cuda.get_current_stream().ptr
 
 
 # ------------------------------------------------------------------------------------------

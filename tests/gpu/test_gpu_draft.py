@@ -10,32 +10,9 @@ otherwise. Needs neither paddle nor hypothesis.
 """
 import numpy as np
 import pytest
+from gpu_util import arrays_of, assert_exact, call, compare_all, skip_module_without_gpu, split
 
-
-
-def gpu_skip_reason():
-    """None when CuPy, a CUDA device and the fd_mtp_cuda module are all usable, else why not."""
-    try:
-        import cupy
-    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
-        return f"cupy is not importable ({exc})"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as exc:
-        return f"no usable CUDA device ({exc})"
-    try:
-        import fd_mtp.cuda
-
-        fd_mtp.cuda.load()
-    except ImportError as exc:
-        return str(exc)
-    return None
-
-
-_reason = gpu_skip_reason()
-if _reason is not None:
-    pytest.skip(f"GPU parity tests skipped: {_reason}", allow_module_level=True)
+skip_module_without_gpu()
 
 import cupy as cp  # noqa: E402
 
@@ -45,46 +22,6 @@ from fd_mtp import reference as ref  # noqa: E402
 BATCHES = [1, 7, 33, 257, 600, 1024]
 SEEDS = [0, 1]
 EOS = (2, 3)
-
-
-# ------------------------------------------------------------------------------------------------
-# Helpers
-# ------------------------------------------------------------------------------------------------
-def assert_exact(actual, expected, name):
-    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
-    diff = np.argwhere(actual != expected)
-    if diff.size:
-        at = [tuple(int(i) for i in d) for d in diff[:5]]
-        details = ", ".join(f"{a}: got {actual[a]!r} expected {expected[a]!r}" for a in at)
-        raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
-
-
-def split(args):
-    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop) stay numpy."""
-    host = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
-    dev = {}
-    for k, v in args.items():
-        if k == "not_need_stop" or not isinstance(v, np.ndarray):
-            dev[k] = v.copy() if isinstance(v, np.ndarray) else v
-        else:
-            dev[k] = cp.asarray(v)
-    return host, dev
-
-
-def compare_all(dev, host, names):
-    for k in names:
-        v = dev[k]
-        got = cp.asnumpy(v) if isinstance(v, cp.ndarray) else v
-        assert_exact(got, host[k], k)
-
-
-def arrays_of(args):
-    return [k for k, v in args.items() if isinstance(v, np.ndarray)]
-
-
-def call(fn, args, order, **kw):
-    return fn(*[args[k] for k in order], **kw)
 
 
 # ------------------------------------------------------------------------------------------------

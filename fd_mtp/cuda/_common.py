@@ -1,0 +1,123 @@
+"""Shared helpers of fd_mtp.cuda: loading the compiled module, CuPy, argument checks that
+mirror custom_ops/paddle/check.h, kernel-status decoding and scratch buffers."""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+
+import numpy as np
+
+MODULE_DIR_ENV = "FD_MTP_CUDA_MODULE_DIR"
+BUILD_HINT = (
+    "build it with `cmake -S . -B build/gpu -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON "
+    "&& cmake --build build/gpu` from the fd_mtp checkout (output: fd_mtp/_lib), or point "
+    f"{MODULE_DIR_ENV} at the directory holding an fd_mtp_cuda*.so"
+)
+
+STATUS_WORDS = 3  # KernelStatus {int32 code, int32 request, int64 value, int64 limit} = 24 bytes
+
+
+@functools.cache
+def load():
+    """Import and return the compiled ``fd_mtp_cuda`` module (ImportError with a hint if absent)."""
+    directory = os.environ.get(MODULE_DIR_ENV)
+    try:
+        if directory:
+            if not os.path.isdir(directory):
+                raise ImportError(f"{MODULE_DIR_ENV}={directory!r} is not a directory")
+            sys.path.insert(0, directory)
+            try:
+                return importlib.import_module("fd_mtp_cuda")
+            finally:
+                sys.path.remove(directory)
+        return importlib.import_module("fd_mtp._lib.fd_mtp_cuda")
+    except ImportError as exc:
+        raise ImportError(f"fd_mtp.cuda cannot load the CUDA module fd_mtp_cuda ({exc}); {BUILD_HINT}") from exc
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ImportError(f"fd_mtp.cuda needs CuPy ({exc})") from exc
+    return cupy
+
+
+# ------------------------------------------------------------------------------------------
+# Argument checks (mirror custom_ops/paddle/check.h)
+# ------------------------------------------------------------------------------------------
+def _fail(op, arg, msg):
+    raise ValueError(f"{op}: {arg} {msg}")
+
+
+def _device_array(op, arg, a):
+    cp = _cupy()
+    if not isinstance(a, cp.ndarray):
+        _fail(op, arg, f"must be a cupy.ndarray, got {type(a).__name__}")
+    if not a.flags.c_contiguous:
+        _fail(op, arg, "must be C-contiguous")
+    return a
+
+
+def _dtype(op, arg, a, dt):
+    _device_array(op, arg, a)
+    if a.dtype != np.dtype(dt):
+        _fail(op, arg, f"must be {np.dtype(dt)}, got {a.dtype}")
+
+
+def _per_request(op, arg, a, dt, bsz):
+    _dtype(op, arg, a, dt)
+    s = a.shape
+    if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
+        _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
+    if s[0] < bsz:
+        _fail(op, arg, f"has {s[0]} entries but the batch has {bsz} requests "
+              "(bsz is taken from seq_lens_this_time)")
+    return s[0]
+
+
+def _matrix(op, arg, a, dt, bsz, min_cols=1):
+    _dtype(op, arg, a, dt)
+    s = a.shape
+    if len(s) != 2:
+        _fail(op, arg, f"must be 2-D, got shape {list(s)}")
+    if s[0] < bsz:
+        _fail(op, arg, f"has {s[0]} rows but the batch has {bsz} requests")
+    if s[1] < min_cols:
+        _fail(op, arg, f"needs at least {min_cols} columns, got shape {list(s)}")
+    return s[1]
+
+
+def _host_flag(op, arg, a):
+    if not isinstance(a, np.ndarray) or a.dtype != np.bool_ or a.size != 1:
+        _fail(op, arg, "must be a host numpy bool array holding exactly one element")
+
+
+def _set_flag(a, value):
+    a.reshape(-1)[0] = bool(value)  # a view of a C-contiguous array: writes land in `a`
+
+
+def _ptr(a):
+    return a.data.ptr
+
+
+def _check_status(op, status, table):
+    code, request, value, limit = status
+    if code == 0:
+        return
+    where = f"(request {request}) " if request >= 0 else ""
+    if code in table:
+        arg, what = table[code]
+        _fail(op, arg, where + what.format(value=value, limit=limit))
+    _fail(op, "input", f"is invalid (kernel status {code})")
+
+
+def _scratch(words=STATUS_WORDS):
+    cp = _cupy()
+    return cp.zeros(words, dtype=cp.int64)
+
+
+def _stream():
+    return _cupy().cuda.get_current_stream().ptr

@@ -1,0 +1,77 @@
+"""Helpers of the GPU parity tests: why the GPU tests skip, exact comparison, host/device copies.
+
+Import `skip_module_without_gpu()` at the top of a test module before importing cupy.
+"""
+import numpy as np
+import pytest
+
+
+def gpu_skip_reason():
+    """None when CuPy, a CUDA device and the fd_mtp_cuda module are all usable, else why not."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
+        return f"cupy is not importable ({exc})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as exc:
+        return f"no usable CUDA device ({exc})"
+    try:
+        import fd_mtp.cuda
+
+        fd_mtp.cuda.load()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+
+def skip_module_without_gpu():
+    """Skip the calling test module (never fail it) when CuPy, a GPU or fd_mtp_cuda is missing."""
+    reason = gpu_skip_reason()
+    if reason is not None:
+        pytest.skip(f"GPU parity tests skipped: {reason}", allow_module_level=True)
+
+
+def assert_exact(actual, expected, name):
+    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
+    assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
+    diff = np.argwhere(actual != expected)
+    if diff.size:
+        at = [tuple(int(i) for i in d) for d in diff[:5]]
+        details = ", ".join(f"{a}: got {actual[a]!r} expected {expected[a]!r}" for a in at)
+        raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
+
+
+def split(args):
+    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop) stay numpy."""
+    host = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = {}
+    for k, v in args.items():
+        if k == "not_need_stop" or not isinstance(v, np.ndarray):
+            dev[k] = v.copy() if isinstance(v, np.ndarray) else v
+        else:
+            dev[k] = _cp().asarray(v)
+    return host, dev
+
+
+def compare_all(dev, host, names):
+    for k in names:
+        v = dev[k]
+        got = _cp().asnumpy(v) if isinstance(v, _cp().ndarray) else v
+        assert_exact(got, host[k], k)
+
+
+def arrays_of(args):
+    return [k for k, v in args.items() if isinstance(v, np.ndarray)]
+
+
+def call(fn, args, order, **kw):
+    return fn(*[args[k] for k in order], **kw)
+
+
+def _cp():
+    import cupy
+
+    return cupy
