@@ -13,6 +13,20 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .msgqueue import (
+    MAX_BSZ,
+    MAX_DRAFT_TOKENS,
+    MESSAGE_BYTES,
+    MESSAGE_INTS,
+    mtp_save_first_token,
+    mtp_save_first_token_dynamic,
+    queue_key,
+    remove_queue,
+    speculate_get_output,
+    speculate_get_output_dynamic,
+    speculate_save_output,
+    speculate_save_output_dynamic,
+)
 
 __all__ = [
     "load",
@@ -22,4 +36,16 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "MAX_BSZ",
+    "MAX_DRAFT_TOKENS",
+    "MESSAGE_BYTES",
+    "MESSAGE_INTS",
+    "mtp_save_first_token",
+    "mtp_save_first_token_dynamic",
+    "queue_key",
+    "remove_queue",
+    "speculate_get_output",
+    "speculate_get_output_dynamic",
+    "speculate_save_output",
+    "speculate_save_output_dynamic",
 ]

@@ -8,6 +8,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .msgqueue import mtp_save_first_token, speculate_get_output, speculate_save_output
 
 __all__ = [
     "draft_model_preprocess",
@@ -16,4 +17,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "mtp_save_first_token",
+    "speculate_get_output",
+    "speculate_save_output",
 ]
