@@ -9,7 +9,6 @@ with what a reader received. Layout::
     mtext[2 + i]             count of request i, i < 256 (0 for i >= bs)
     mtext[258 + 6 * i + j]   token j of request i, j < 6 (0 for i >= bs)
 """
-from __future__ import annotations
 
 import numpy as np
 
