@@ -31,6 +31,7 @@ constexpr int64_t kMessageBytes = kMessageInts * 4;                        // 71
 enum : int32_t {
   kBatchTooLarge = 1,  // bs > kMaxBsz
   kBadMsgId = 2,       // msg_id == 2 (reserved for "no output") or negative
+  kBadAcceptNum = 3,   // a sent count outside [0, min(width, kMaxDraftTokens)]
 };
 
 // Header word: the message id, negated when the engine will stop.
@@ -60,6 +61,25 @@ struct SaveOutputParams {
   int32_t msg_id;
 };
 
+inline bool save_output_in_prefill(const SaveOutputParams& p, int64_t i) {
+  return p.skip_prefill &&
+         static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
+}
+
+// Every count that is sent must fit its request's slot and row: at most
+// min(width, 6) tokens. A larger count would make a reader take tokens from
+// the next request's slot (upstream sends it anyway); a negative one is
+// meaningless. Counts of skipped prefill requests are sent as 0 and not
+// checked. Runs before anything is built or sent.
+inline void save_output_check(const SaveOutputParams& p, KernelStatus* status) {
+  const int64_t limit = p.width < kMaxDraftTokens ? p.width : kMaxDraftTokens;
+  for (int64_t i = 0; i < p.bsz; ++i) {
+    if (save_output_in_prefill(p, i)) continue;
+    if (p.accept_num[i] < 0 || p.accept_num[i] > limit)
+      report(status, kBadAcceptNum, static_cast<int32_t>(i), p.accept_num[i], limit);
+  }
+}
+
 // Slot i (i < kMaxBsz) of the save_output message: the accepted count (0 for
 // empty slots and, with skip_prefill, for requests still in their prompt) and
 // the first 6 accepted tokens. A row narrower than 6 columns is padded with 0
@@ -72,10 +92,7 @@ inline void save_output_slot(const SaveOutputParams& p, int64_t i, int32_t* mtex
     for (int64_t j = 0; j < kMaxDraftTokens; ++j) tokens[j] = 0;
     return;
   }
-  const bool in_prefill =
-      p.skip_prefill &&
-      static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
-  mtext[kCountsOffset + i] = in_prefill ? 0 : p.accept_num[i];
+  mtext[kCountsOffset + i] = save_output_in_prefill(p, i) ? 0 : p.accept_num[i];
   const int64_t* row = p.accept_tokens + i * p.width;
   for (int64_t j = 0; j < kMaxDraftTokens; ++j)
     tokens[j] = j < p.width ? static_cast<int32_t>(row[j]) : 0;

@@ -36,18 +36,27 @@ struct Message {
 };
 static_assert(sizeof(int) == 4, "the wire format is built from 4-byte ints");
 
-void check_message(const char* op, int64_t bsz, const char* bsz_arg,
-                   int64_t msg_id) {
+// Turns a msgqueue.h status into an exception naming the argument.
+void report_status(const char* op, const fd_mtp::KernelStatus& st,
+                   const char* bsz_arg) {
   const fd_mtp::StatusInfo table[] = {
       {mq::kBatchTooLarge, bsz_arg,
        "has {value} rows but a message holds at most {limit} requests "
        "(MAX_BSZ of the wire format)"},
       {mq::kBadMsgId, "msg_id",
        "is {value}; 2 and negative ids are reserved (-2 means \"no output\")"},
+      {mq::kBadAcceptNum, "accept_num",
+       "is {value} but must be in [0, {limit}]: a request sends at most "
+       "min(accept_tokens columns, MAX_DRAFT_TOKENS 6) tokens"},
   };
+  fd_mtp::check::status(op, st, table);
+}
+
+void check_message(const char* op, int64_t bsz, const char* bsz_arg,
+                   int64_t msg_id) {
   fd_mtp::KernelStatus st{};
   mq::message_check(bsz, msg_id, &st);
-  fd_mtp::check::status(op, st, table);
+  report_status(op, st, bsz_arg);
 }
 
 // A read-only input on the host: CPU tensors as they are, GPU tensors copied
@@ -160,12 +169,15 @@ void SpeculateSaveOutput(const paddle::Tensor& accept_tokens,
                                        DataType::INT64, bsz);
   const bool go_on = host_flag(kOp, not_need_stop);
   const auto tokens = on_host(kOp, "accept_tokens", accept_tokens);
-  if (!save_each_rank && rank_id > 0) return;
-
   fd_mtp::msgqueue::SaveOutputParams p{tokens.data<int64_t>(), width,
                                        num.data<int32_t>(), dec.data<int32_t>(),
                                        prompt.data<int64_t>(), bsz, go_on,
                                        skip_prefill, msg_id};
+  fd_mtp::KernelStatus st{};
+  fd_mtp::msgqueue::save_output_check(p, &st);
+  report_status(kOp, st, "accept_tokens");
+  if (!save_each_rank && rank_id > 0) return;
+
   Message msg;
   msg.mtype = 1;
   fd_mtp::msgqueue::save_output_message(p, msg.mtext);

@@ -131,7 +131,9 @@ def speculate_save_output(
         accept_tokens: ``[bs <= 256, W]`` int64, read; defines bs. Only the first ``min(W, 6)``
             columns are sent, columns ``W .. 5`` are sent as 0 (upstream read 6 entries from each
             row even when ``W < 6``, running into the next row). Tokens are narrowed to int32.
-        accept_num: ``[>=bs]`` int32, read.
+        accept_num: ``[>=bs]`` int32, read. Every count that is sent must be in
+            ``[0, min(W, 6)]`` (ValueError otherwise: a larger count would make the reader take
+            the next request's tokens; upstream sent it as is).
         not_need_stop: ``[1]`` bool on the CPU, read: the sign of ``mtext[0]``.
         seq_lens_decoder: ``[>=bs]`` int32, read. prompt_lens: ``[>=bs]`` int64, read.
         rank_id (int), save_each_rank (bool), skip_prefill (bool).
@@ -142,7 +144,7 @@ def speculate_save_output(
 
     Returns:
         None; no tensor is written. Raises ValueError naming the argument on bad input (bs > 256,
-        wrong dtype or shape, msg_id 2) with nothing sent, checked on every rank (upstream returned
+        wrong dtype or shape, a count outside ``[0, min(W, 6)]``, msg_id 2) with nothing sent, checked on every rank (upstream returned
         on ranks that do not save before looking at the input); OSError when msgsnd fails.
         GPU tensors (all but not_need_stop) are copied to the host first.
 

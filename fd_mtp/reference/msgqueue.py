@@ -84,13 +84,16 @@ def speculate_save_output(
     dec = _per_request("seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
     prompt = _per_request("prompt_lens", prompt_lens, np.int64, bsz)
     go_on = _flag(not_need_stop)
+    width = min(accept_tokens.shape[1], MAX_DRAFT_TOKENS)  # narrower rows: zeros after W
+    in_prompt = [bool(skip_prefill) and int(dec[i]) < int(prompt[i]) for i in range(bsz)]
+    for i in range(bsz):  # a sent count must fit the slot and the row
+        if not in_prompt[i] and not 0 <= int(num[i]) <= width:
+            raise ValueError(f"accept_num (request {i}) is {int(num[i])} but must be in [0, {width}]")
     if not save_each_rank and rank_id > 0:
         return None
     msg = _header(msg_id, go_on, bsz)
     for i in range(bsz):
-        in_prompt = skip_prefill and int(dec[i]) < int(prompt[i])
-        msg[2 + i] = 0 if in_prompt else num[i]
-        width = min(accept_tokens.shape[1], MAX_DRAFT_TOKENS)  # narrower rows: zeros after W
+        msg[2 + i] = 0 if in_prompt[i] else num[i]
         tokens = accept_tokens[i, :width].astype(np.int64)
         # int64 -> int32 wraps like the C cast
         msg[_TOKENS + MAX_DRAFT_TOKENS * i : _TOKENS + MAX_DRAFT_TOKENS * i + width] = (

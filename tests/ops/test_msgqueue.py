@@ -320,13 +320,15 @@ def test_first_token_rank_rules_and_dynamic_form(queue, reader):
 # ---------------------------------------------------------------------------------------------
 # Random batches vs the reference
 # ---------------------------------------------------------------------------------------------
-def _random_save_args(rng, bs, width):
+def _random_save_args(rng, bs, width, skip):
     tokens = rng.integers(-(2**40), 2**40, size=(bs, width), dtype=np.int64)
     tokens[:, : width // 2] = rng.integers(0, 100_000, size=(bs, width // 2))
     extra = int(rng.integers(0, 3))
-    num = rng.integers(0, 7, size=bs + extra, dtype=np.int32)
+    num = rng.integers(0, min(width, 6) + 1, size=bs + extra, dtype=np.int32)
     dec = rng.integers(0, 20, size=bs + extra, dtype=np.int32)
     prompt = rng.integers(0, 20, size=bs + extra, dtype=np.int64)
+    if skip:  # counts of requests in their prompt are sent as 0, whatever they are
+        num[:bs][dec[:bs] < prompt[:bs]] = 9
     return tokens, num, flags([rng.random() < 0.5]), dec, prompt
 
 
@@ -334,8 +336,8 @@ def _random_save_args(rng, bs, width):
 def test_save_output_random_batches_match_reference(shared_queue, reader, bs):
     rng = np.random.default_rng(bs)
     for width in (1, 2, 6, 9):
-        tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width)
         skip, msg_id = bool(rng.random() < 0.5), int(rng.choice([0, 1, 3, 1000]))
+        tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width, skip)
         ops.speculate_save_output(
             pd(tokens), pd(num), pd(go_on), pd(dec), pd(prompt), 0, False, skip, msg_id=msg_id, **shared_queue.kw
         )
@@ -372,8 +374,8 @@ def test_first_token_random_batches_match_reference(shared_queue, reader, bs):
 )
 def test_save_output_hypothesis(shared_queue, reader, bs, width, seed, rank):
     rng = np.random.default_rng(seed)
-    tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width)
     skip = bool(seed & 1)
+    tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width, skip)
     ops.speculate_save_output(pd(tokens), pd(num), pd(go_on), pd(dec), pd(prompt), *rank, skip, **shared_queue.kw)
     expected = reference.speculate_save_output(tokens, num, go_on, dec, prompt, *rank, skip)
     got = reader.raw(shared_queue)
@@ -485,6 +487,9 @@ BAD_SAVE = [
     ("prompt_lens", dict(prompt=i32([0]))),
     ("not_need_stop", dict(go_on=i32([1]))),
     ("not_need_stop", dict(go_on=flags([True, True]))),
+    ("accept_num", dict(num=i32([3]))),  # 3 > 2 columns
+    ("accept_num", dict(tokens=np.ones((1, 8), np.int64), num=i32([7]))),  # 7 > 6 slots
+    ("accept_num", dict(num=i32([-1]))),
 ]
 
 
@@ -531,9 +536,20 @@ def test_bad_msg_id_sends_nothing(queue, reader, msg_id):
     assert reader.raw(queue) is None
 
 
+def test_counts_of_skipped_prefill_requests_are_not_checked(queue, reader):
+    # request 0 is in its prompt (dec 1 < prompt 3) and skip_prefill: its count is sent as 0
+    save(queue, i64([[1, 2], [3, 4]]), i32([9, 2]), True, i32([1, 5]), i64([3, 3]), skip_prefill=True)
+    assert_same(reader.raw(queue), message(1, 2, counts=[0, 2], tokens=[[1, 2], [3, 4]]), "raw message")
+    with pytest.raises(ValueError, match=r"speculate_save_output: accept_num \(request 0\) is 9"):
+        save(queue, i64([[1, 2], [3, 4]]), i32([9, 2]), True, i32([1, 5]), i64([3, 3]), skip_prefill=False)
+    assert reader.raw(queue) is None
+
+
 def test_bad_input_is_checked_on_ranks_that_send_nothing(queue, reader):
     with pytest.raises(ValueError, match="accept_tokens"):
         save(queue, i32([[1]]), i32([1]), True, i32([0]), i64([0]), rank_id=1)
+    with pytest.raises(ValueError, match="accept_num"):
+        save(queue, i64([[1]]), i32([2]), True, i32([0]), i64([0]), rank_id=1)
     assert reader.raw(queue) is None
 
 
