@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno as _errno
+import operator
 import os
 import re
 
@@ -56,13 +57,21 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+def _as_int(name: str, value) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
 def resolve_msg_queue_id(msg_queue_id=None) -> int:
     """The queue id an op uses: ``msg_queue_id``, else ``$INFERENCE_MSG_QUEUE_ID``, else 1."""
     source = "msg_queue_id"
     if msg_queue_id is None:
         msg_queue_id, source = _env_int("INFERENCE_MSG_QUEUE_ID", 1), "INFERENCE_MSG_QUEUE_ID"
-    if isinstance(msg_queue_id, bool) or not isinstance(msg_queue_id, int):
-        raise ValueError(f"msg_queue_id must be an int, got {type(msg_queue_id).__name__}")
+    msg_queue_id = _as_int("msg_queue_id", msg_queue_id)
     if not -_INT32_MAX - 1 <= msg_queue_id <= _INT32_MAX:
         raise ValueError(f"{source} must fit in int32, got {msg_queue_id}")
     return msg_queue_id
@@ -76,8 +85,7 @@ def resolve_msg_id(msg_id=None) -> int:
     source = "msg_id"
     if msg_id is None:
         msg_id, source = _env_int("INFERENCE_MSG_ID", 1), "msg_id (from INFERENCE_MSG_ID)"
-    if isinstance(msg_id, bool) or not isinstance(msg_id, int):
-        raise ValueError(f"msg_id must be an int, got {type(msg_id).__name__}")
+    msg_id = _as_int("msg_id", msg_id)
     if msg_id == 2:
         raise ValueError(f"{source} cannot be 2: 2 and -2 are reserved for 'no output'")
     if msg_id < 0:
@@ -234,7 +242,7 @@ def speculate_get_output(
 
     Returns:
         None. Raises ValueError naming ``x`` when it is not an int64 CPU tensor of >= 1794
-        elements. Differences from upstream: a failing ``msgrcv`` other than "queue empty" in
+        elements (checked on every rank). Differences from upstream: a failing ``msgrcv`` other than "queue empty" in
         non-blocking mode (EINTR, EIDRM, E2BIG for a foreign oversized message) raises OSError
         instead of reporting -2; a shorter foreign message leaves zeros, not a previous message's
         words, after its end.

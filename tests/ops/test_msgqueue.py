@@ -460,6 +460,25 @@ def test_env_msg_id_invalid(queue, reader, monkeypatch, value):
     assert reader.raw(queue) is None
 
 
+def test_env_queue_id_invalid(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFERENCE_MSG_QUEUE_ID", "one")
+    with pytest.raises(ValueError, match="INFERENCE_MSG_QUEUE_ID"):
+        ops.speculate_get_output(paddle.zeros([N], dtype="int64"), 0, False, False, ftok_path=str(tmp_path))
+
+
+def test_docstring_examples_are_exact(monkeypatch, tmp_path):
+    # the examples key their queues on "./": run them in a fresh directory (a unique inode)
+    import doctest
+
+    import fd_mtp.ops.msgqueue as module
+
+    monkeypatch.chdir(tmp_path)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 20 and result.failed == 0, result
+    for qid in (97, 98, 99):  # the examples remove their queues; make sure
+        assert ops.remove_queue(qid) is False
+
+
 def test_default_ids(monkeypatch):
     monkeypatch.delenv("INFERENCE_MSG_QUEUE_ID", raising=False)
     monkeypatch.delenv("INFERENCE_MSG_ID", raising=False)
@@ -467,6 +486,10 @@ def test_default_ids(monkeypatch):
 
     assert resolve_msg_queue_id() == 1 and resolve_msg_id() == 1
     assert resolve_msg_queue_id(300) == 300 and resolve_msg_id(0) == 0
+    assert resolve_msg_queue_id(np.int64(7)) == 7 and resolve_msg_id(np.int32(3)) == 3
+    for bad in (True, 1.5, "3"):
+        with pytest.raises(ValueError, match="msg_id"):
+            resolve_msg_id(bad)
     with pytest.raises(ValueError, match="msg_queue_id"):
         resolve_msg_queue_id(2**31)
 
