@@ -13,6 +13,13 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .ipc import (
+    set_data_ipc,
+    share_external_data,
+    shared_empty,
+    shared_zeros,
+    unset_data_ipc,
+)
 
 __all__ = [
     "load",
@@ -22,4 +29,9 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "set_data_ipc",
+    "share_external_data",
+    "shared_empty",
+    "shared_zeros",
+    "unset_data_ipc",
 ]
