@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "common.h"
 #include "../kernels/ipc.h"
 

@@ -388,3 +388,25 @@ def test_republishing_replaces_the_record():
     assert view.tolist() == [0.0, 0.0, 8.0]
     ops.unset_data_ipc(view, name, True, True)
     del view, first, second
+
+
+def test_header_fields_read_by_the_cuda_module():
+    """The Paddle binding and the raw CUDA module share one segment layout (kernels/ipc.h)."""
+    try:
+        import fd_mtp.cuda
+
+        mod = fd_mtp.cuda.load()
+    except ImportError as exc:
+        pytest.skip(f"fd_mtp_cuda is not built here ({exc})")
+    name = fresh_name()
+    before = shm_entries()
+    cache = ops.shared_zeros([4, 2, 3], "bfloat16")
+    (backing,) = shm_entries() - before
+    ops.set_data_ipc(cache[1:], name)
+    rec = mod.ipc_read(name)
+    assert rec["extended"] and rec["kind"] == "cpu" and rec["device"] == -1
+    assert rec["offset"] == 2 * 3 * 2 and rec["nbytes"] == 3 * 2 * 3 * 2
+    assert rec["shape"] == [3, 2, 3] and rec["dtype"] == "bfloat16"
+    assert rec["backing"] == "/" + backing
+    ops.unset_data_ipc(cache, name, False, True)
+    del cache
