@@ -231,6 +231,9 @@ void SetDataIpc(paddle::Tensor& tensor, const std::string& shm_name) {
   const auto& shape = tensor.shape();
   if (shape.size() > static_cast<size_t>(ipc::kMaxRank))
     fail(kSet, "tensor", "must have rank <= ", ipc::kMaxRank, ", got shape ", shape_str(shape));
+  if (!tensor.is_contiguous())
+    fail(kSet, "tensor", "must be contiguous (a consumer sees the published bytes in row-major order), "
+         "got a strided view of shape ", shape_str(shape));
   const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * phi::SizeOf(tensor.dtype());
   const int elem = static_cast<int>(phi::SizeOf(tensor.dtype()));
 

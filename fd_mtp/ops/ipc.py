@@ -148,8 +148,9 @@ def set_data_ipc(tensor, shm_name) -> None:
         tensor: any shape (rank <= 8) and dtype, read (declared in place as upstream,
             never modified). GPU: any tensor (its CUDA allocation is exported).
             CPU: a tensor from :func:`shared_empty` / :func:`shared_zeros` or
-            :func:`share_external_data` (or a view into one); any other CPU
-            tensor raises ValueError naming ``tensor``.
+            :func:`share_external_data` (or a contiguous view into one); any
+            other CPU tensor raises ValueError naming ``tensor``. Strided views
+            raise ValueError.
         shm_name: ``"/name"``; the segment is created, or replaced if it exists.
 
     Returns:
@@ -162,6 +163,13 @@ def set_data_ipc(tensor, shm_name) -> None:
         >>> ops.set_data_ipc(cache, "/doc_key_caches_0_rank0.device0")
         >>> ops.unset_data_ipc(cache, "/doc_key_caches_0_rank0.device0", False, True)
     """
+    # Paddle hands a custom op a contiguous copy of a strided view: refuse it here,
+    # before that copy would be (wrongly) reported as memory that is not shared.
+    if hasattr(tensor, "is_contiguous") and not tensor.is_contiguous():
+        raise ValueError(
+            "set_data_ipc: tensor must be contiguous (a consumer sees the published bytes in "
+            f"row-major order), got a strided view of shape {list(tensor.shape)}"
+        )
     call("set_data_ipc", tensor, _name("set_data_ipc", "shm_name", shm_name))
 
 

@@ -336,6 +336,17 @@ def test_invalid_names_raise_naming_shm_name(name, problem):
         ops.shared_empty([2], "float32", name=name)
 
 
+def test_strided_view_is_refused_naming_tensor():
+    cache = ops.shared_zeros([4, 8], "float32")
+    column = cache[:, 1]
+    if column.is_contiguous():
+        pytest.skip("this paddle copies on column slicing")
+    name = fresh_name()
+    with pytest.raises(ValueError, match=r"set_data_ipc: tensor must be contiguous"):
+        ops.set_data_ipc(column, name)
+    assert name[1:] not in shm_entries()
+
+
 def test_reserved_prefix_and_bad_types():
     cache = ops.shared_zeros([2], "float32")
     with pytest.raises(ValueError, match=r"set_data_ipc: shm_name '/fd_mtp\.x' starts with '/fd_mtp\.'"):
