@@ -53,7 +53,9 @@ Deliberate differences from upstream
 * Errors raise ValueError naming the argument (a missing ``shm_name``, an invalid
   name, a ``shape`` that does not fit the published tensor); upstream exits the
   process or prints and continues. Names are validated (leading '/', no other
-  '/', at most 255 characters).
+  '/', at most 255 characters). FastDeploy passes names without the '/'
+  (``key_caches_{layer}_rank{r}.device{d}``; glibc's shm_open adds it): here
+  pass ``"/" + name``, which names the same /dev/shm entry.
 * CPU tensors can be shared (upstream: GPU only).
 * Segments are created with mode 0600 (upstream 0777): same-user processes only.
 * The GPU record also stores the tensor's offset inside its CUDA allocation (a
