@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstring>
+
 #include "../kernels/draft_model_postprocess.h"
 #include "../kernels/draft_model_preprocess.h"
 #include "../kernels/draft_model_update.h"
@@ -43,5 +45,21 @@ cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t*
 
 // p.need_list: [bsz] int32 workspace.
 cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
+
+// ---- KV-cache sharing (custom_ops/cuda/ipc.cu): host-side CUDA IPC helpers.
+// They act on the current device (the caller sets it) and return the CUDA error.
+constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
+
+// The cudaMalloc allocation holding device address `ptr`: its base and size.
+cudaError_t cuda_allocation_range(const void* ptr, void** base, uint64_t* bytes);
+// The IPC handle (kCudaIpcHandleBytes bytes) of the allocation holding `ptr`,
+// ptr's byte offset from the allocation's base and the allocation's size.
+cudaError_t cuda_ipc_export(const void* ptr, unsigned char* handle, uint64_t* offset,
+                            uint64_t* alloc_bytes);
+// Opens `handle` (cudaIpcMemLazyEnablePeerAccess): the allocation's base in
+// this process and its size (0 when the driver cannot tell).
+cudaError_t cuda_ipc_open(const unsigned char* handle, void** base, uint64_t* alloc_bytes);
+// Closes a base returned by cuda_ipc_open.
+cudaError_t cuda_ipc_close(void* base);
 
 }  // namespace fd_mtp

@@ -23,6 +23,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .ipc import set_data_ipc, share_external_data, unset_data_ipc
 
 __all__ = [
     "load",
@@ -32,4 +33,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "set_data_ipc",
+    "share_external_data",
+    "unset_data_ipc",
 ]

@@ -27,6 +27,13 @@ from .msgqueue import (
     speculate_save_output,
     speculate_save_output_dynamic,
 )
+from .ipc import (
+    set_data_ipc,
+    share_external_data,
+    shared_empty,
+    shared_zeros,
+    unset_data_ipc,
+)
 
 __all__ = [
     "load",
@@ -48,4 +55,9 @@ __all__ = [
     "speculate_get_output_dynamic",
     "speculate_save_output",
     "speculate_save_output_dynamic",
+    "set_data_ipc",
+    "share_external_data",
+    "shared_empty",
+    "shared_zeros",
+    "unset_data_ipc",
 ]
