@@ -8,6 +8,12 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 
 __all__ = [
     "draft_model_preprocess",
@@ -16,4 +22,8 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "speculate_set_stop_value_multi_seqs",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "speculate_clear_accept_nums",
 ]
