@@ -7,8 +7,10 @@ on a small batch built from lists. Verify's effect (accept_tokens, accept_num, s
 stop_flags) and the proposer's drafts are produced by a few lines of numpy from a fixed "truth"
 continuation per request. Per step: every op equals its numpy reference on the same state, the
 tokens streamed by save output (accept_tokens[:accept_num] after speculate_update) are recorded,
-and pre_ids holds exactly the tokens emitted so far, in order (target convention: token k at
-column k). A stop sequence fires mid-run.
+and pre_ids holds exactly the tokens emitted so far, in order, at columns 1..step_idx (target
+convention: token k at column k) -- except the tokens of the step in which a request stops, which
+are streamed but never written (set_value only resets a stopped request; upstream behaviour).
+A stop sequence fires mid-run; step_idx is not rewound by the truncation (upstream behaviour).
 
 Slots: 0 drafts right and ends on a drafted EOS; 1 drafts right and hits its stop sequence
 [203, 204] (the token after it becomes EOS); 2 drafts wrong and reaches max_dec_len; 3 is an
