@@ -1,6 +1,8 @@
-"""Latency of fd_mtp's draft-model ops against their numpy references (CPU).
+"""Latency of fd_mtp's ops against their numpy references (CPU).
 
-For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6) and each batch size, builds a realistic,
+For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6), each target-side update op (§5.8, §5.10,
+§5.12, §5.16: the state right after verify, five stop sequences per request with a few planted
+hits) and each batch size, builds a realistic,
 valid batch (mixed decode / prefill / stopped requests, K = 3 draft tokens, max_model_len 2048 for
 input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block manager with free
 blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
@@ -9,7 +11,7 @@ on the same state: warm-up, then per-call wall times; reports p50 / p20 / p80 in
 State handling. The ops write their arguments in place, so every timed call starts from the same
 state: before each call (OUTSIDE the timed region) the written tensors are restored from
 preallocated pristine copies (paddle.assign for the op, np.copyto for the reference). The large
-row buffers (input_ids, pre_ids: [B, 2048] int64) are not restored: given restored per-request
+row buffers (input_ids, pre_ids, pre_ids_all: [B, 2048] int64) are not restored: given restored per-request
 state, every call writes the same values at the same positions there, so they are steady. The
 eagle ops write nothing and need no reset. Every timed call is therefore the same valid call; an
 op exception (ValueError on invalid input) aborts the benchmark, and after timing the op's final
@@ -55,6 +57,10 @@ OPS = (
     "eagle_get_self_hidden_states",
     "draft_model_postprocess",
     "mtp_step_paddle",
+    "speculate_set_stop_value_multi_seqs",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "speculate_clear_accept_nums",
 )
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
@@ -309,6 +315,101 @@ def build_mtp_step(batch):
     return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};free={n_free}")
 
 
+# ------------------------------------------------------------------------------------------------
+# Target-side update ops (spec §5.8, §5.10, §5.12, §5.16): the state right after speculate_verify.
+# ------------------------------------------------------------------------------------------------
+NUM_STOP_SEQS, STOP_SEQ_LEN = 5, 8
+
+
+def target_state(batch, seed=6):
+    """Target share_inputs after verify: decodes verified K + 1 tokens and accepted a of them,
+    prefills got their first token, ~10% of the slots are stopped, ~3% block-stepped."""
+    rng = np.random.default_rng(seed)
+    roles = _roles(batch, rng)
+    s = dict(
+        accept_tokens=_tokens(rng, batch, K + 1),
+        accept_num=np.zeros(batch, np.int32),
+        pre_ids=np.full((batch, L), -1, np.int64),
+        step_idx=np.zeros((batch, 1), np.int64),
+        stop_flags=np.zeros((batch, 1), bool),
+        seq_lens_this_time=np.zeros((batch, 1), np.int32),
+        seq_lens_encoder=np.zeros((batch, 1), np.int32),
+        seq_lens_decoder=np.zeros((batch, 1), np.int32),
+        draft_tokens=_tokens(rng, batch, K + 1),
+        actual_draft_token_nums=np.full(batch, K, np.int32),
+        is_block_step=np.zeros(batch, bool),
+        mask_rollback=np.zeros((batch, 1), np.int32),
+    )
+    for b, role in enumerate(roles):
+        prompt = int(rng.integers(64, 512))
+        gen = int(rng.integers(K + 2, L - prompt - 4 * (K + 1) - 8))
+        if role == "prefill":
+            chunk = int(rng.integers(16, 128))
+            s["seq_lens_encoder"][b] = s["seq_lens_this_time"][b] = chunk
+            s["accept_num"][b], s["step_idx"][b] = 1, 1
+        elif role == "stopped":
+            s["stop_flags"][b] = True
+        else:
+            a = int(rng.integers(1, K + 2))
+            s["accept_num"][b] = a
+            s["seq_lens_this_time"][b] = K + 1
+            s["seq_lens_decoder"][b] = prompt + gen - 1
+            s["step_idx"][b] = gen + a
+            s["pre_ids"][b, 1 : gen + 1] = _tokens(rng, gen)
+            s["is_block_step"][b] = batch > 1 and rng.random() < 0.03
+    return s, roles
+
+
+def build_set_stop_value(batch):
+    """Five stop sequences of length 1..8 per request; ~1/20 of the decodes hit one (planted to end
+    inside this step's accepted tokens, spanning pre_ids)."""
+    s, roles = target_state(batch)
+    rng = np.random.default_rng(7)
+    seqs = _tokens(rng, batch, NUM_STOP_SEQS, STOP_SEQ_LEN)
+    lens = rng.integers(1, STOP_SEQ_LEN + 1, (batch, NUM_STOP_SEQS)).astype(np.int32)
+    for b in np.flatnonzero(roles == "decode")[::20]:
+        a, t = int(s["accept_num"][b]), int(s["step_idx"][b, 0])
+        idx = a - 1  # the sequence ends at accept_tokens[a - 2] or, for a == 1, at pre_ids[t - 1]
+        history = list(s["pre_ids"][b, 1 : t - a + 1]) + list(s["accept_tokens"][b, :idx])
+        n = lens[b, 0] = min(int(lens[b, 0]), len(history))
+        seqs[b, 0, :n] = history[-n:]
+    names = ["accept_tokens", "accept_num", "pre_ids", "step_idx", "stop_flags", "seq_lens", "stop_seqs",
+             "stop_seqs_len", "end_ids"]  # fmt: skip
+    args = [s["accept_tokens"], s["accept_num"], s["pre_ids"], s["step_idx"], s["stop_flags"],
+            s["seq_lens_this_time"], seqs, lens, np.array(EOS_IDS, np.int64)]  # fmt: skip
+    return Case(args, names, ["accept_tokens", "accept_num", "stop_flags"],
+                f"K={K};L={L};S={NUM_STOP_SEQS};Ls={STOP_SEQ_LEN}")  # fmt: skip
+
+
+def build_speculate_update(batch):
+    s, _ = target_state(batch)
+    names = ["seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
+             "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
+             "mask_rollback"]  # fmt: skip
+    s["not_need_stop"] = np.zeros(1, bool)
+    s["stop_nums"] = np.array([batch], np.int64)
+    written = ["seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
+               "mask_rollback"]  # fmt: skip
+    return Case([s[n] for n in names], names, written, f"K={K};real_bsz=max_bsz")
+
+
+def build_set_value(batch):
+    s, _ = target_state(batch)
+    s["seq_lens_decoder"][s["seq_lens_encoder"] > 0] = 0  # after speculate_update: enc moved into dec
+    s["seq_lens_decoder"] += s["seq_lens_encoder"]
+    s["seq_lens_encoder"][:] = 0
+    names = ["pre_ids_all", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
+             "seq_lens_decoder", "step_idx"]  # fmt: skip
+    s["pre_ids_all"] = s["pre_ids"]
+    return Case([s[n] for n in names], names, ["pre_ids_all", "accept_num", "seq_lens_decoder"], f"K={K};L={L}")
+
+
+def build_clear_accept_nums(batch):
+    s, _ = target_state(batch)
+    dec = np.where(s["stop_flags"], 0, s["seq_lens_decoder"]).astype(np.int32)
+    return Case([s["accept_num"], dec], ["accept_num", "seq_lens_decoder"], ["accept_num"], f"K={K}")
+
+
 BUILDERS = {
     "draft_model_preprocess": build_preprocess,
     "eagle_get_hidden_states": build_eagle_hidden,
@@ -316,9 +417,13 @@ BUILDERS = {
     "eagle_get_self_hidden_states": build_self_hidden,
     "draft_model_postprocess": build_postprocess,
     "mtp_step_paddle": build_mtp_step,
+    "speculate_set_stop_value_multi_seqs": build_set_stop_value,
+    "speculate_update": build_speculate_update,
+    "speculate_set_value_by_flags_and_idx": build_set_value,
+    "speculate_clear_accept_nums": build_clear_accept_nums,
 }
 # Row buffers not restored between calls: their writes are the same each call (see module doc).
-STEADY_BUFFERS = {"input_ids", "pre_ids"}
+STEADY_BUFFERS = {"input_ids", "pre_ids", "pre_ids_all"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -462,7 +567,7 @@ def plot(rows, path, ops):
         ax.legend(fontsize=8)
     for ax in axes.ravel()[n:]:
         ax.set_visible(False)
-    fig.suptitle(f"fd_mtp {fd_mtp.__version__} draft ops vs numpy reference (CPU)")
+    fig.suptitle(f"fd_mtp {fd_mtp.__version__} ops vs numpy reference (CPU)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

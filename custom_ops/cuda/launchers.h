@@ -14,6 +14,10 @@
 #include "../kernels/draft_model_update.h"
 #include "../kernels/eagle_hidden_states.h"
 #include "../kernels/mtp_step.h"
+#include "../kernels/speculate_clear_accept_nums.h"
+#include "../kernels/speculate_set_stop_value_multi_seqs.h"
+#include "../kernels/speculate_set_value_by_flags_and_idx.h"
+#include "../kernels/speculate_update.h"
 
 namespace fd_mtp {
 
@@ -61,5 +65,14 @@ cudaError_t cuda_ipc_export(const void* ptr, unsigned char* handle, uint64_t* of
 cudaError_t cuda_ipc_open(const unsigned char* handle, void** base, uint64_t* alloc_bytes);
 // Closes a base returned by cuda_ipc_open.
 cudaError_t cuda_ipc_close(void* base);
+// Target-side update ops (spec §5.8, §5.10, §5.12, §5.16).
+cudaError_t speculate_set_stop_value_multi_seqs_cuda(const SetStopValueParams& p,
+                                                     KernelStatus* status, cudaStream_t stream);
+// *stopped = slots counted as stopped (stopped requests + slots in [real_bsz, max_bsz)).
+cudaError_t speculate_update_cuda(const SpeculateUpdateParams& p, KernelStatus* status,
+                                  int64_t* stopped, cudaStream_t stream);
+cudaError_t speculate_set_value_by_flags_and_idx_cuda(const SetValueByFlagsParams& p,
+                                                      KernelStatus* status, cudaStream_t stream);
+cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p, cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -21,6 +21,7 @@ namespace pybind {
 // One function per group of ops, each in its own file of custom_ops/cuda_module/.
 void bind_draft(py::module_& m);
 void bind_ipc(py::module_& m);
+void bind_update(py::module_& m);
 }  // namespace pybind
 }  // namespace fd_mtp
 
@@ -44,4 +45,5 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
 
   bind_draft(m);
   bind_ipc(m);
+  bind_update(m);
 }

@@ -134,5 +134,27 @@ inline void status(const char* op, const KernelStatus& st, const StatusInfo (&ta
   fail(op, "input", "is invalid (kernel status ", st.code, ")");
 }
 
+// A per-request vector [n] or [n, 1] with n >= bsz, where bsz is taken from
+// `bsz_arg` (for ops whose batch size is not seq_lens_this_time's). Returns n.
+inline int64_t per_request_from(const char* op, const char* arg, const paddle::Tensor& t,
+                                paddle::DataType dt, int64_t bsz, const char* bsz_arg) {
+  dtype(op, arg, t, dt);
+  const auto& s = t.shape();
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    fail(op, arg, "must have shape [bsz] or [bsz, 1], got ", shape_str(s));
+  if (s[0] < bsz)
+    fail(op, arg, "has ", s[0], " entries but the batch has ", bsz, " requests (bsz is taken from ",
+         bsz_arg, ")");
+  return s[0];
+}
+
+// The int64 value of a one-element tensor on any device, read on the host
+// (copies a device tensor to the CPU, which synchronises).
+inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor& t) {
+  scalar(op, arg, t, paddle::DataType::INT64);
+  if (t.is_cpu()) return t.data<int64_t>()[0];
+  return t.copy_to(paddle::CPUPlace(), true).data<int64_t>()[0];
+}
+
 }  // namespace check
 }  // namespace fd_mtp

@@ -24,6 +24,12 @@ from .draft import (
     mtp_step_paddle,
 )
 from .ipc import set_data_ipc, share_external_data, unset_data_ipc
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 
 __all__ = [
     "load",
@@ -36,4 +42,8 @@ __all__ = [
     "set_data_ipc",
     "share_external_data",
     "unset_data_ipc",
+    "speculate_set_stop_value_multi_seqs",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "speculate_clear_accept_nums",
 ]

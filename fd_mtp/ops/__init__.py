@@ -34,6 +34,12 @@ from .ipc import (
     shared_zeros,
     unset_data_ipc,
 )
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 
 __all__ = [
     "load",
@@ -60,4 +66,8 @@ __all__ = [
     "shared_empty",
     "shared_zeros",
     "unset_data_ipc",
+    "speculate_set_stop_value_multi_seqs",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "speculate_clear_accept_nums",
 ]

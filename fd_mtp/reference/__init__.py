@@ -9,6 +9,12 @@ from .draft import (
     mtp_step_paddle,
 )
 from .msgqueue import mtp_save_first_token, speculate_get_output, speculate_save_output
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 
 __all__ = [
     "draft_model_preprocess",
@@ -20,4 +26,8 @@ __all__ = [
     "mtp_save_first_token",
     "speculate_get_output",
     "speculate_save_output",
+    "speculate_set_stop_value_multi_seqs",
+    "speculate_update",
+    "speculate_set_value_by_flags_and_idx",
+    "speculate_clear_accept_nums",
 ]
