@@ -12,6 +12,9 @@
 #include "../kernels/draft_model_update.h"
 #include "../kernels/eagle_hidden_states.h"
 #include "../kernels/mtp_step.h"
+#include "../kernels/recover_decode_task.h"
+#include "../kernels/speculate_schedule_cache.h"
+#include "../kernels/speculate_step.h"
 
 namespace fd_mtp {
 
@@ -43,5 +46,18 @@ cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t*
 
 // p.need_list: [bsz] int32 workspace.
 cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
+
+// --- block managers (spec §5.13-§5.15) ---
+// *stopped = requests b < bsz stopped afterwards (the caller adds the max_bsz - bsz
+// empty slots before comparing with stop_nums).
+cudaError_t speculate_schedule_cache_cuda(const ScheduleCacheParams& p, KernelStatus* status,
+                                          int64_t* stopped, cudaStream_t stream);
+
+cudaError_t recover_decode_task_cuda(const RecoverDecodeParams& p, KernelStatus* status,
+                                     cudaStream_t stream);
+
+// Single-thread launch (sequential algorithm); p.need_block_list is the op's own list.
+cudaError_t speculate_step_cuda(const SpeculateStepParams& p, KernelStatus* status,
+                                cudaStream_t stream);
 
 }  // namespace fd_mtp
