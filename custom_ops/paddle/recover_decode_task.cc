@@ -40,7 +40,7 @@ void RecoverDecodeTask(paddle::Tensor& stop_flags, paddle::Tensor& seq_lens_this
   if (step_draft_tokens.is_initialized() != spec ||
       step_seq_lens_this_time.is_initialized() != spec)
     check::fail(kOp, "draft_tokens",
-                "step_draft_tokens and step_seq_lens_this_time must all be given (speculative "
+                "and step_draft_tokens and step_seq_lens_this_time must all be given (speculative "
                 "variant) or all be None");
   if (block_size < 1) check::fail(kOp, "block_size", "must be >= 1, got ", block_size);
   if (max_draft_tokens < 0)

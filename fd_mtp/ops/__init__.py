@@ -5,6 +5,7 @@ arguments its docstring marks "written" in place. Bad input raises ValueError
 naming the argument. The compiled library is loaded on the first call.
 """
 from ._loader import load
+from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
     draft_model_preprocess,
@@ -22,4 +23,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "recover_decode_task",
+    "speculate_schedule_cache",
+    "speculate_step_paddle",
 ]

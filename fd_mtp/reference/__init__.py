@@ -1,5 +1,6 @@
 """Numpy references of the fd_mtp ops, written from the spec (spec/ops.md); numpy only, no paddle."""
 
+from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
     draft_model_preprocess,
@@ -16,4 +17,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "recover_decode_task",
+    "speculate_schedule_cache",
+    "speculate_step_paddle",
 ]
