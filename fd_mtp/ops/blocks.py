@@ -262,8 +262,12 @@ def speculate_step_paddle(
         in batch order, freed blocks are appended request by request in batch order, allocation
         pops in need-list order. No batch cap (upstream: bsz <= 256). Where upstream loops
         forever (blocks needed and nothing preemptible) this raises ValueError naming
-        ``free_list``; every list position, block-table slot and input_ids column is
-        range-checked first (ValueError naming the argument). On any error nothing is written.
+        ``free_list``. Every list position (free, step, need and recover lists), block-table
+        slot (``encoder_block_lens + used_list_len`` within the row, also for the blocks a
+        recovery grants), pre_ids column and input_ids column of the re-prefill is range-checked
+        first, as are ``seq_lens_decoder >= 0`` for running requests and ``need_block_len ==
+        recover_lens == 0`` on entry (the op always leaves them 0; upstream would replay stale
+        entries). ValueError names the argument; on any error nothing is written.
 
     Example:
         >>> import paddle, fd_mtp.ops as ops
