@@ -377,3 +377,12 @@ def test_bad_dtypes_and_shapes(case):
 def test_bad_attributes():
     raises_and_unchanged(good(), "block_size", bs=0)
     raises_and_unchanged(good(), "max_draft_tokens", k=-1)
+
+
+def test_docstring_examples_of_the_block_managers():
+    import doctest
+
+    import fd_mtp.ops.blocks
+
+    result = doctest.testmod(fd_mtp.ops.blocks)
+    assert result.attempted >= 20 and result.failed == 0, result
