@@ -19,8 +19,12 @@ op). Every KV position a step writes must lie in a block the request owns.
     finish with the unconstrained run's tokens.
 
 Each op call runs the Paddle op and the numpy reference on the same state and asserts equality.
+Both scenarios run for three (block_size, K, pool size) settings. (With fewer free blocks than
+one request's decode blocks, v0 preempts and recovers that request forever, as upstream would.)
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
@@ -195,10 +199,21 @@ def run_v0(n_free):
     return s, log
 
 
-def test_v0_preemption_and_recovery_lose_and_repeat_no_token():
+def configure(monkeypatch, block_size, k):
+    """Runs the scenario with another block size / K (block_size >= K + 1, see BS above)."""
+    assert block_size >= k + 1
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "BS", block_size)
+    monkeypatch.setattr(module, "K", k)
+    monkeypatch.setattr(module, "NB", L // block_size + 1)
+
+
+@pytest.mark.parametrize("block_size, k, n_free", [(4, 2, 8), (2, 1, 14), (8, 3, 3)])
+def test_v0_preemption_and_recovery_lose_and_repeat_no_token(monkeypatch, block_size, k, n_free):
+    configure(monkeypatch, block_size, k)
     ample, ample_log = run_v0(n_free=200)
     assert not ample_log["preempted"] and not ample_log["recovered"]
-    tight, log = run_v0(n_free=8)
+    tight, log = run_v0(n_free=n_free)
     assert len(log["preempted"]) >= 3, log
     assert len(log["recovered"]) >= 3, log
     assert len({r for _, r in log["preempted"]}) >= 2, "more than one request is preempted"
@@ -208,8 +223,8 @@ def test_v0_preemption_and_recovery_lose_and_repeat_no_token():
         assert_same(gen, ample["pre_ids"][q, 1 : MAX_GEN[q] + 1], f"request {q} vs ample run")
         assert tight["step_idx"][q] == MAX_GEN[q]
     # everything finished: every decode block is back in the free list
-    assert int(tight["free_list_len"][0]) == 8
-    assert sorted(tight["free_list"][:8].tolist()) == list(range(8))
+    assert int(tight["free_list_len"][0]) == n_free
+    assert sorted(tight["free_list"][:n_free].tolist()) == list(range(n_free))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -307,10 +322,12 @@ def run_v1(pool_size, grants_per_step, prealloc=False):
     return s, log
 
 
-def test_v1_block_step_and_recovery_lose_and_repeat_no_token():
+@pytest.mark.parametrize("block_size, k, pool", [(4, 2, 36), (2, 1, 40), (8, 3, 16)])
+def test_v1_block_step_and_recovery_lose_and_repeat_no_token(monkeypatch, block_size, k, pool):
+    configure(monkeypatch, block_size, k)
     ample, ample_log = run_v1(pool_size=NREQ * NB, grants_per_step=0, prealloc=True)
     assert not ample_log["block_steps"] and not ample_log["recoveries"]
-    tight, log = run_v1(pool_size=36, grants_per_step=1)
+    tight, log = run_v1(pool_size=pool, grants_per_step=1)
     assert len(log["block_steps"]) >= 5 and len(log["recoveries"]) >= 5, log
     assert max(log["waits"]) >= 2, "some request waits several steps for its block"
     for q in range(NREQ):
