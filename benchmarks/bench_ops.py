@@ -1,8 +1,7 @@
 """Latency of fd_mtp's ops against their numpy references (CPU).
 
-For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6), each target-side update op (§5.8, §5.10,
-§5.12, §5.16: the state right after verify, five stop sequences per request with a few planted
-hits) and each batch size, builds a realistic,
+For each op (draft side: spec ops.md §6.1-6.6; target side: §5.1-§5.16, with vocabulary-dependent
+ops at V = 32000 and 100000) and each batch size, builds a realistic,
 valid batch (mixed decode / prefill / stopped requests, K = 3 draft tokens, max_model_len 2048 for
 input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block manager with free
 blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
@@ -61,6 +60,9 @@ OPS = (
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
+    "speculate_schedule_cache",
+    "recover_decode_task",
+    "speculate_step_paddle",
 )
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
@@ -408,6 +410,124 @@ def build_clear_accept_nums(batch):
     s, _ = target_state(batch)
     dec = np.where(s["stop_flags"], 0, s["seq_lens_decoder"]).astype(np.int32)
     return Case([s["accept_num"], dec], ["accept_num", "seq_lens_decoder"], ["accept_num"], f"K={K}")
+def _decode_rows(batch, rng, nb):
+    """Per request: prompt length, decoder length and a block-table row holding the blocks of
+    its positions (prompt blocks first); block ids are unique across the batch."""
+    prompt = rng.integers(64, 512, batch)
+    dec = np.array([int(rng.integers(p + 1, L - 2 * BLOCK_SIZE)) for p in prompt], np.int32)
+    tables = np.full((batch, nb), -1, np.int32)
+    enc_blocks = (-(-prompt // BLOCK_SIZE)).astype(np.int32)
+    next_id = 0
+    for b in range(batch):
+        held = -(-int(dec[b]) // BLOCK_SIZE)
+        tables[b, :held] = np.arange(next_id, next_id + held)
+        next_id += held
+    return prompt.astype(np.int64), dec, tables, enc_blocks, next_id
+
+
+def build_schedule_cache(batch):
+    """v1, after the proposer: decoding requests hold the blocks of their positions; ~1/16 reach
+    a missing slot (dec + 2K + 2) // block_size and block-step; ~1/20 are stopped; ~1/32 are
+    unfinished chunked prefills (dec < prompt_lens) and are stopped."""
+    rng = np.random.default_rng(6)
+    nb = L // BLOCK_SIZE + 2
+    prompt, dec, tables, _, _ = _decode_rows(batch, rng, nb)
+    for b in range(batch):
+        slot = (int(dec[b]) + 2 * K + 2) // BLOCK_SIZE
+        if rng.random() < 1 / 16:
+            tables[b, slot:] = -1
+        elif slot < nb:
+            tables[b, slot] = 10**6 + b  # granted ahead (the scheduler preallocates)
+    stop = rng.random(batch) < 1 / 20
+    chunk = rng.random(batch) < 1 / 32
+    prompt_lens = np.where(chunk, dec.astype(np.int64) + 64, prompt)
+    names = ["draft_tokens", "block_tables", "stop_flags", "prompt_lens", "seq_lens_this_time",
+             "seq_lens_encoder", "seq_lens_decoder", "step_seq_lens_decoder", "step_draft_tokens",
+             "step_seq_lens_this_time", "accept_num", "accept_tokens", "is_block_step", "not_need_stop",
+             "stop_nums", "block_size", "max_draft_tokens"]  # fmt: skip
+    args = [_tokens(rng, batch, K + 1), tables, stop.reshape(-1, 1), prompt_lens.reshape(-1, 1),
+            np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1), np.zeros((batch, 1), np.int32),
+            dec.reshape(-1, 1), np.zeros((batch, 1), np.int32), np.zeros((batch, K + 1), np.int64),
+            np.zeros((batch, 1), np.int32), rng.integers(1, K + 2, batch).astype(np.int32),
+            _tokens(rng, batch, K + 1), np.zeros(batch, bool), np.zeros(1, bool),
+            np.array([batch], np.int64), BLOCK_SIZE, K]  # fmt: skip
+    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
+               "step_seq_lens_decoder", "step_draft_tokens", "step_seq_lens_this_time", "accept_num",
+               "accept_tokens", "is_block_step", "not_need_stop"]  # fmt: skip
+    return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};v1=1",
+                kwargs={"prefill_one_step_stop": False})
+
+
+def build_recover_decode(batch):
+    """v1, start of a step: ~1/8 of the requests are block-stepped; half of those have been
+    granted their block and resume with their parked lengths and draft row."""
+    rng = np.random.default_rng(7)
+    nb = L // BLOCK_SIZE + 2
+    _, dec, tables, _, _ = _decode_rows(batch, rng, nb)
+    parked = rng.random(batch) < 1 / 8
+    for b in np.flatnonzero(parked):
+        slot = (int(dec[b]) + 2 * K + 1) // BLOCK_SIZE
+        tables[b, slot:] = -1
+        if rng.random() < 0.5 and slot < nb:
+            tables[b, slot] = 10**6 + b
+    names = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
+             "step_seq_lens_decoder", "block_tables", "is_block_step", "draft_tokens", "step_draft_tokens",
+             "step_seq_lens_this_time", "block_size", "max_draft_tokens"]  # fmt: skip
+    args = [parked.reshape(-1, 1), np.where(parked, 0, K + 1).astype(np.int32).reshape(-1, 1),
+            np.zeros((batch, 1), np.int32), np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1),
+            np.where(parked, dec, 0).astype(np.int32).reshape(-1, 1), tables, parked.copy(),
+            np.full((batch, K + 1), -1, np.int64), _tokens(rng, batch, K + 1),
+            np.where(parked, K + 1, 0).astype(np.int32).reshape(-1, 1), BLOCK_SIZE, K]  # fmt: skip
+    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "is_block_step",
+               "draft_tokens"]  # fmt: skip
+    return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};parked=1/8")
+
+
+def build_speculate_step(batch):
+    """v0 target block manager: requests hold the blocks of their positions (prompt blocks, then
+    decode blocks); ~1/16 cross a block boundary and need one; ~5% finished and give their decode
+    blocks back; ~2% are parked on step_block_list (decode blocks already returned) and the last
+    one recovers with a re-prefill (prompt + step_idx generated tokens copied from pre_ids); the
+    free list has more blocks than needed (no preemption)."""
+    rng = np.random.default_rng(8)
+    nb = L // BLOCK_SIZE + 2
+    prompt, dec, tables, enc_blocks, next_id = _decode_rows(batch, rng, nb)
+    used = np.array([int((tables[b] != -1).sum()) - int(enc_blocks[b]) for b in range(batch)], np.int32)
+    finished = np.zeros(batch, bool)
+    parked = np.zeros(batch, bool)
+    if batch > 1:
+        idx = rng.permutation(batch)
+        finished[idx[: max(1, batch // 20)]] = True
+        parked[idx[max(1, batch // 20) : max(1, batch // 20) + max(1, batch // 50)]] = True
+    for b in np.flatnonzero(parked):
+        tables[b, enc_blocks[b] :] = -1  # decode blocks went back when it was preempted
+    step_idx = (dec.astype(np.int64) - prompt + 1).clip(min=0)
+    n_free = 2 * batch + 8 + int(used.max(initial=0)) + 1
+    free_list = np.zeros(next_id + n_free + 8, np.int32)
+    free_list[:n_free] = np.arange(next_id, next_id + n_free)
+    stack = np.full(batch, -1, np.int32)
+    stack[: int(parked.sum())] = np.flatnonzero(parked)
+    stop = finished | parked
+    names = ["stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder",
+             "seq_lens_decoder", "block_tables", "encoder_block_lens", "is_block_step", "step_block_list",
+             "step_lens", "recover_block_list", "recover_lens", "need_block_list", "need_block_len",
+             "used_list_len", "free_list", "free_list_len", "input_ids", "pre_ids", "step_idx",
+             "next_tokens", "first_token_ids", "accept_num", "block_size", "encoder_decoder_block_num",
+             "max_draft_tokens"]  # fmt: skip
+    args = [stop.reshape(-1, 1), np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
+            prompt.astype(np.int32).reshape(-1, 1), np.zeros((batch, 1), np.int32),
+            np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1), tables, enc_blocks, parked.copy(),
+            stack, np.array([int(parked.sum())], np.int32), np.full(batch, -1, np.int32),
+            np.zeros(1, np.int32), np.full(batch, -1, np.int32), np.zeros(1, np.int32), used, free_list,
+            np.array([n_free], np.int32), _tokens(rng, batch, L), _tokens(rng, batch, L),
+            step_idx.reshape(-1, 1), np.full((batch, 1), -1, np.int64), _tokens(rng, batch),
+            rng.integers(1, K + 2, batch).astype(np.int32), BLOCK_SIZE, 2, K]  # fmt: skip
+    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "block_tables",
+               "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
+               "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list",
+               "free_list_len", "input_ids", "first_token_ids", "accept_num"]  # fmt: skip
+    return Case(args, names, written,
+                f"K={K};block_size={BLOCK_SIZE};NB={nb};L={L};free={n_free};recover=1")
 
 
 BUILDERS = {
@@ -421,6 +541,9 @@ BUILDERS = {
     "speculate_update": build_speculate_update,
     "speculate_set_value_by_flags_and_idx": build_set_value,
     "speculate_clear_accept_nums": build_clear_accept_nums,
+    "speculate_schedule_cache": build_schedule_cache,
+    "recover_decode_task": build_recover_decode,
+    "speculate_step_paddle": build_speculate_step,
 }
 # Row buffers not restored between calls: their writes are the same each call (see module doc).
 STEADY_BUFFERS = {"input_ids", "pre_ids", "pre_ids_all"}

@@ -18,6 +18,9 @@
 #include "../kernels/speculate_set_stop_value_multi_seqs.h"
 #include "../kernels/speculate_set_value_by_flags_and_idx.h"
 #include "../kernels/speculate_update.h"
+#include "../kernels/recover_decode_task.h"
+#include "../kernels/speculate_schedule_cache.h"
+#include "../kernels/speculate_step.h"
 
 namespace fd_mtp {
 
@@ -74,5 +77,17 @@ cudaError_t speculate_update_cuda(const SpeculateUpdateParams& p, KernelStatus* 
 cudaError_t speculate_set_value_by_flags_and_idx_cuda(const SetValueByFlagsParams& p,
                                                       KernelStatus* status, cudaStream_t stream);
 cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p, cudaStream_t stream);
+// --- block managers (spec §5.13-§5.15) ---
+// *stopped = requests b < bsz stopped afterwards (the caller adds the max_bsz - bsz
+// empty slots before comparing with stop_nums).
+cudaError_t speculate_schedule_cache_cuda(const ScheduleCacheParams& p, KernelStatus* status,
+                                          int64_t* stopped, cudaStream_t stream);
+
+cudaError_t recover_decode_task_cuda(const RecoverDecodeParams& p, KernelStatus* status,
+                                     cudaStream_t stream);
+
+// Single-thread launch (sequential algorithm); p.need_block_list is the op's own list.
+cudaError_t speculate_step_cuda(const SpeculateStepParams& p, KernelStatus* status,
+                                cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -19,6 +19,7 @@
 namespace fd_mtp {
 namespace pybind {
 // One function per group of ops, each in its own file of custom_ops/cuda_module/.
+void bind_blocks(py::module_& m);
 void bind_draft(py::module_& m);
 void bind_ipc(py::module_& m);
 void bind_update(py::module_& m);
@@ -43,6 +44,7 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
     return fetch_int64(ptr, stream, "read_int64");
   }, py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
 
+  bind_blocks(m);
   bind_draft(m);
   bind_ipc(m);
   bind_update(m);

@@ -15,6 +15,7 @@ from another directory (an out-of-tree build's output dir).
 Importing this module needs neither CuPy nor the compiled module; both load on first use.
 """
 from ._common import BUILD_HINT, MODULE_DIR_ENV, load  # noqa: F401 (public names)
+from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
     draft_model_preprocess,
@@ -46,4 +47,7 @@ __all__ = [
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
+    "recover_decode_task",
+    "speculate_schedule_cache",
+    "speculate_step_paddle",
 ]

@@ -5,6 +5,7 @@ arguments its docstring marks "written" in place. Bad input raises ValueError
 naming the argument. The compiled library is loaded on the first call.
 """
 from ._loader import load
+from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
     draft_model_preprocess,
@@ -70,4 +71,7 @@ __all__ = [
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
+    "recover_decode_task",
+    "speculate_schedule_cache",
+    "speculate_step_paddle",
 ]

@@ -1,5 +1,6 @@
 """Numpy references of the fd_mtp ops, written from the spec (spec/ops.md); numpy only, no paddle."""
 
+from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
     draft_model_preprocess,
@@ -30,4 +31,7 @@ __all__ = [
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
+    "recover_decode_task",
+    "speculate_schedule_cache",
+    "speculate_step_paddle",
 ]

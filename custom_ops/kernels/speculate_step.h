@@ -1,0 +1,377 @@
+// speculate_step_paddle (spec §5.13, v0 scheduler only): the target's decode
+// KV-block manager.
+//   1. Finished requests (stopped, not block-stepped) return their decode
+//      blocks; running requests whose slot (dec + K + 1) // block_size is -1
+//      join the need list (batch order).
+//   2. While the need list is longer than the free list, the request holding
+//      the most decode blocks (ties: lowest index; requests holding the
+//      maximum max_decoder_block_num are spared until nothing else is left)
+//      is preempted: its decode blocks are freed, it is stopped and marked
+//      block-stepped, pushed on step_block_list, and leaves the need list.
+//   3. Each needy request still running pops a block from the free-list top.
+//   4. At most one block-stepped request (the last pushed, LIFO) is recovered
+//      when enough blocks are free: it gets used_list_len + 1 blocks (at most
+//      max_decoder_block_num - encoder_block_lens) and is re-prefilled with
+//      its prompt followed by the tokens generated so far.
+//
+// Deterministic, unlike upstream (atomics decide the order there): the need
+// list is in batch order, freed blocks are appended request by request in
+// batch order, allocations pop in need-list order. `speculate_step_check`
+// replays the whole call on counts before anything is written; where upstream
+// would loop forever (blocks needed, nothing preemptible) or write outside a
+// list, a block-table row or an input_ids row, the op reports an error and
+// writes nothing. No batch cap (upstream: bsz <= 256).
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace fd_mtp {
+
+enum SpeculateStepStatus : int32_t {
+  kStepOutOfBlocks = 1,
+  kStepFreeListFull = 2,
+  kStepUsedListLen = 3,
+  kStepFreeListLen = 4,
+  kStepStepLens = 5,
+  kStepStepListFull = 6,
+  kStepStepListEntry = 7,
+  kStepNeedLen = 8,
+  kStepRecoverLens = 9,
+  kStepNeedListFull = 10,
+  kStepRecoverListFull = 11,
+  kStepDecoder = 12,
+  kStepRecoverBlocks = 13,
+  kStepOriLen = 14,
+  kStepStepIdx = 15,
+  kStepInputIds = 16,
+};
+
+struct SpeculateStepParams {
+  bool* stop_flags;
+  int32_t* seq_lens_this_time;
+  const int32_t* ori_seq_lens_encoder;
+  int32_t* seq_lens_encoder;
+  int32_t* seq_lens_decoder;
+  int32_t* block_tables;  // [>=bsz, num_blocks_per_seq]
+  int64_t num_blocks_per_seq;
+  int32_t* encoder_block_lens;
+  bool* is_block_step;
+  int32_t* step_block_list;  // [step_list_capacity]
+  int64_t step_list_capacity;
+  int32_t* step_lens;  // [1]
+  int32_t* recover_block_list;  // [recover_list_capacity]
+  int64_t recover_list_capacity;
+  int32_t* recover_lens;  // [1]
+  int32_t* need_block_list;  // [need_list_capacity]
+  int64_t need_list_capacity;
+  int32_t* need_block_len;  // [1]
+  int32_t* used_list_len;
+  int32_t* free_list;  // [free_list_capacity]
+  int64_t free_list_capacity;
+  int32_t* free_list_len;  // [1]
+  int64_t* input_ids;  // [>=bsz, input_ids_cols]
+  int64_t input_ids_cols;
+  const int64_t* pre_ids;  // [>=bsz, pre_ids_cols]
+  int64_t pre_ids_cols;
+  const int64_t* step_idx;
+  int64_t* first_token_ids;
+  int32_t* accept_num;
+  int64_t bsz;
+  int32_t block_size;
+  int32_t max_draft_tokens;
+};
+
+FD_HOST_DEVICE inline int64_t step_max_decoder_blocks(const SpeculateStepParams& p) {
+  return p.input_ids_cols / p.block_size;
+}
+
+// Stopped and not block-stepped: the request is done; its decode blocks go back.
+FD_HOST_DEVICE inline bool step_finished(const SpeculateStepParams& p, int64_t b) {
+  return p.stop_flags[b] && !p.is_block_step[b];
+}
+
+FD_HOST_DEVICE inline int64_t step_slot(const SpeculateStepParams& p, int64_t b) {
+  return (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
+}
+
+// Request b joins the need list in phase 1 (evaluated on the input state;
+// seq_lens_decoder >= 0 checked before).
+FD_HOST_DEVICE inline bool step_needs_block(const SpeculateStepParams& p, int64_t b) {
+  if (step_finished(p, b) || p.seq_lens_this_time[b] == 0) return false;
+  const int64_t slot = step_slot(p, b);
+  return slot < p.num_blocks_per_seq && p.block_tables[b * p.num_blocks_per_seq + slot] == -1;
+}
+
+// Appends request b's decode blocks to the free list and clears them in its row.
+FD_HOST_DEVICE inline void step_release_blocks(const SpeculateStepParams& p, int64_t b) {
+  int32_t* row = p.block_tables + b * p.num_blocks_per_seq + p.encoder_block_lens[b];
+  const int32_t used = p.used_list_len[b];
+  for (int32_t i = 0; i < used; ++i) {
+    p.free_list[*p.free_list_len + i] = row[i];
+    row[i] = -1;
+  }
+  *p.free_list_len += used;
+}
+
+// Decode blocks request b holds after phase 1 (finished requests hold none).
+FD_HOST_DEVICE inline int64_t step_used_after_release(const SpeculateStepParams& p, int64_t b) {
+  return step_finished(p, b) ? 0 : p.used_list_len[b];
+}
+
+// Preemption candidate in the pass with `flag` = step_max_block_flag.
+FD_HOST_DEVICE inline bool step_eligible(const SpeculateStepParams& p, int64_t b, bool flag,
+                                         int64_t max_dec_blocks) {
+  if (p.is_block_step[b]) return false;
+  const int64_t used = step_used_after_release(p, b);
+  // With the flag set, the requests preempted before it was set are block-stepped
+  // by then: those are the candidates of the first pass that held blocks.
+  if (flag) return used == max_dec_blocks || used == 0;
+  return used != max_dec_blocks;
+}
+
+// Validates the whole call without writing: replays phases 1-4 and the
+// re-prefill on counts. `st` must start zeroed.
+FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, KernelStatus* st) {
+  const int64_t free_len0 = *p.free_list_len;
+  if (free_len0 < 0 || free_len0 > p.free_list_capacity) {
+    report(st, kStepFreeListLen, -1, free_len0, p.free_list_capacity);
+    return;
+  }
+  const int64_t step_lens0 = *p.step_lens;
+  if (step_lens0 < 0 || step_lens0 > p.step_list_capacity) {
+    report(st, kStepStepLens, -1, step_lens0, p.step_list_capacity);
+    return;
+  }
+  if (*p.need_block_len != 0) {
+    report(st, kStepNeedLen, -1, *p.need_block_len, 0);
+    return;
+  }
+  if (*p.recover_lens != 0) {
+    report(st, kStepRecoverLens, -1, *p.recover_lens, 0);
+    return;
+  }
+  const int64_t nb = p.num_blocks_per_seq;
+  const int64_t mdb = step_max_decoder_blocks(p);
+  int64_t released = 0, need = 0, need_stopped = 0;
+  for (int64_t b = 0; b < p.bsz; ++b) {
+    const int64_t enc = p.encoder_block_lens[b], used = p.used_list_len[b];
+    if (used < 0 || enc < 0 || enc + used > nb) {
+      report(st, kStepUsedListLen, static_cast<int32_t>(b), used, nb - (enc > 0 ? enc : 0));
+      return;
+    }
+    if (step_finished(p, b)) {
+      released += used;
+    } else if (p.seq_lens_this_time[b] != 0) {
+      if (p.seq_lens_decoder[b] < 0) {
+        report(st, kStepDecoder, static_cast<int32_t>(b), p.seq_lens_decoder[b], 0);
+        return;
+      }
+      if (step_needs_block(p, b)) {
+        ++need;
+        need_stopped += p.stop_flags[b];
+      }
+    }
+  }
+  if (need > p.need_list_capacity) {
+    report(st, kStepNeedListFull, -1, need, p.need_list_capacity);
+    return;
+  }
+  int64_t free_len = free_len0 + released;
+  if (free_len > p.free_list_capacity) {
+    report(st, kStepFreeListFull, -1, free_len, p.free_list_capacity);
+    return;
+  }
+  // Phase 2 on counts. Preempting a request changes nobody else's holdings,
+  // so the victims of one pass come in (holdings descending, index ascending)
+  // order: a cursor (last_used, last_b) walks that order.
+  bool flag = false;
+  int64_t removed = 0, pushed = 0, last_victim = -1;
+  int64_t last_used = INT64_MAX, last_b = -1;
+  while (need - removed > free_len) {
+    int64_t victim = -1, most = 0;
+    for (int64_t b = 0; b < p.bsz; ++b) {
+      if (!step_eligible(p, b, flag, mdb)) continue;
+      const int64_t used = step_used_after_release(p, b);
+      const bool after_cursor = used < last_used || (used == last_used && b > last_b);
+      if (after_cursor && used > most) {
+        most = used;
+        victim = b;
+      }
+    }
+    if (victim < 0) {
+      if (flag) {  // upstream spins forever here
+        report(st, kStepOutOfBlocks, -1, need - removed, free_len);
+        return;
+      }
+      flag = true;
+      last_used = INT64_MAX;
+      last_b = -1;
+      continue;
+    }
+    if (step_lens0 + pushed >= p.step_list_capacity) {
+      report(st, kStepStepListFull, static_cast<int32_t>(victim), step_lens0 + pushed + 1,
+             p.step_list_capacity);
+      return;
+    }
+    if (free_len + most > p.free_list_capacity) {
+      report(st, kStepFreeListFull, -1, free_len + most, p.free_list_capacity);
+      return;
+    }
+    free_len += most;
+    ++pushed;
+    removed += step_needs_block(p, victim);
+    last_victim = victim;
+    last_used = most;
+    last_b = victim;
+  }
+  // Phase 3: every remaining entry of the need list that is not stopped pops one.
+  free_len -= need - removed - need_stopped;
+  // Phase 4 and the re-prefill.
+  const int64_t step_lens = step_lens0 + pushed;
+  if (step_lens == 0) return;
+  const int64_t r = pushed > 0 ? last_victim : p.step_block_list[step_lens - 1];
+  if (r < 0 || r >= p.bsz) {
+    report(st, kStepStepListEntry, -1, r, p.bsz);
+    return;
+  }
+  int64_t used_r, enc_r;
+  if (pushed > 0) {  // a victim keeps used_list_len (its blocks are re-granted on recovery)
+    used_r = p.used_list_len[r];
+    enc_r = p.encoder_block_lens[r];
+  } else {
+    const bool released_r = step_finished(p, r) && p.used_list_len[r] > 0;
+    used_r = step_used_after_release(p, r);
+    enc_r = released_r ? 0 : p.encoder_block_lens[r];
+    if (step_needs_block(p, r) && !p.stop_flags[r]) used_r += 1;  // popped in phase 3
+  }
+  const int64_t want = used_r + 1 < mdb - enc_r ? used_r + 1 : mdb - enc_r;
+  if (free_len < want) return;  // not enough blocks yet: stays block-stepped
+  if (p.recover_list_capacity < 1) {
+    report(st, kStepRecoverListFull, static_cast<int32_t>(r), 1, p.recover_list_capacity);
+    return;
+  }
+  if (want < 0 || enc_r + want > nb) {
+    report(st, kStepRecoverBlocks, static_cast<int32_t>(r), enc_r + want, nb);
+    return;
+  }
+  const int64_t ori = p.ori_seq_lens_encoder[r];
+  const int64_t steps = p.step_idx[r];
+  if (ori < 0) {
+    report(st, kStepOriLen, static_cast<int32_t>(r), ori, 0);
+    return;
+  }
+  if (steps < 0 || (steps > 0 && steps + 1 > p.pre_ids_cols)) {
+    report(st, kStepStepIdx, static_cast<int32_t>(r), steps, p.pre_ids_cols - 1);
+    return;
+  }
+  if (p.input_ids_cols < 1 || ori + steps > p.input_ids_cols)
+    report(st, kStepInputIds, static_cast<int32_t>(r), ori + steps, p.input_ids_cols);
+}
+
+// The whole op, sequentially. Call after speculate_step_check succeeded.
+FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
+  const int64_t nb = p.num_blocks_per_seq;
+  const int64_t mdb = step_max_decoder_blocks(p);
+  // 1. Finished requests give their decode blocks back; who needs a block.
+  for (int64_t b = 0; b < p.bsz; ++b) {
+    if (step_finished(p, b)) {
+      p.first_token_ids[b] = -1;
+      if (p.used_list_len[b] > 0) {
+        step_release_blocks(p, b);
+        p.encoder_block_lens[b] = 0;
+        p.used_list_len[b] = 0;
+      }
+    } else if (step_needs_block(p, b)) {
+      p.need_block_list[(*p.need_block_len)++] = static_cast<int32_t>(b);
+    }
+  }
+  // 2. Preempt while short.
+  const int64_t listed = *p.need_block_len;
+  bool flag = false;
+  while (*p.need_block_len > *p.free_list_len) {
+    int64_t victim = -1;
+    int32_t most = 0;
+    for (int64_t b = 0; b < p.bsz; ++b) {
+      if (p.is_block_step[b] || (!flag && p.used_list_len[b] == mdb)) continue;
+      if (p.used_list_len[b] > most) {
+        most = p.used_list_len[b];
+        victim = b;
+      }
+    }
+    if (victim < 0) {
+      if (flag) return;  // unreachable: speculate_step_check reports it
+      flag = true;
+      continue;
+    }
+    step_release_blocks(p, victim);  // used_list_len is kept for the recovery
+    p.step_block_list[(*p.step_lens)++] = static_cast<int32_t>(victim);
+    for (int64_t i = 0; i < listed; ++i) {
+      if (p.need_block_list[i] == victim) {
+        p.need_block_list[i] = -1;
+        *p.need_block_len -= 1;
+        break;
+      }
+    }
+    p.stop_flags[victim] = true;
+    p.is_block_step[victim] = true;
+    p.seq_lens_this_time[victim] = 0;
+    p.seq_lens_decoder[victim] = 0;
+    p.accept_num[victim] = 0;
+  }
+  // 3. Allocate in need-list order from the free-list top.
+  for (int64_t i = 0; i < listed; ++i) {
+    const int32_t b = p.need_block_list[i];
+    if (b != -1 && !p.stop_flags[b]) {
+      p.used_list_len[b] += 1;
+      *p.free_list_len -= 1;
+      p.block_tables[b * nb + step_slot(p, b)] = p.free_list[*p.free_list_len];
+    }
+    p.need_block_list[i] = -1;
+  }
+  // 4. Recover at most one block-stepped request (the last pushed).
+  if (*p.step_lens > 0) {
+    const int32_t r = p.step_block_list[*p.step_lens - 1];
+    const int32_t grow = p.used_list_len[r] + 1;
+    const int32_t room = static_cast<int32_t>(mdb) - p.encoder_block_lens[r];
+    const int32_t want = grow < room ? grow : room;
+    if (*p.free_list_len >= want) {
+      p.recover_block_list[(*p.recover_lens)++] = r;
+      p.is_block_step[r] = false;
+      p.used_list_len[r] = want;
+      p.step_block_list[*p.step_lens - 1] = -1;
+      *p.step_lens -= 1;
+    }
+  }
+  *p.need_block_len = 0;
+  // Re-prefill of each recovered request: prompt + generated tokens, its blocks back.
+  for (int32_t i = 0; i < *p.recover_lens; ++i) {
+    const int64_t r = p.recover_block_list[i];
+    const int32_t ori = p.ori_seq_lens_encoder[r];
+    const int64_t steps = p.step_idx[r];
+    const int32_t seq = ori + static_cast<int32_t>(steps);
+    p.seq_lens_this_time[r] = seq;
+    p.seq_lens_encoder[r] = seq;
+    p.stop_flags[r] = false;
+    int64_t* ids = p.input_ids + r * p.input_ids_cols;
+    ids[0] = p.first_token_ids[r];
+    int32_t* row = p.block_tables + r * nb + p.encoder_block_lens[r];
+    for (int32_t j = 0; j < p.used_list_len[r]; ++j) {
+      *p.free_list_len -= 1;
+      row[j] = p.free_list[*p.free_list_len];
+    }
+    const int64_t* pre = p.pre_ids + r * p.pre_ids_cols;
+    for (int64_t j = 0; j < steps; ++j) ids[ori + j] = pre[j + 1];
+  }
+  *p.recover_lens = 0;
+}
+
+inline KernelStatus speculate_step_cpu(const SpeculateStepParams& p) {
+  KernelStatus st{};
+  speculate_step_check(p, &st);
+  if (st.code == 0) speculate_step_apply(p);
+  return st;
+}
+
+}  // namespace fd_mtp

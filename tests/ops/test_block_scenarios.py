@@ -1,0 +1,336 @@
+"""Scripted multi-step scenarios of the block managers (spec ops.md §4.1 steps 1 and 9, §4.2,
+§5.13-§5.15, §11), driven by a tiny numpy engine.
+
+The "model": request q has a prompt and a fixed continuation; the token at position p of its
+sequence is ``token(q, p)``. A prefill step over ``n`` tokens checks that its input row is exactly
+the first ``n`` tokens of the sequence and emits the token at position n; a decode step at
+``seq_lens_decoder = d`` (its first input token is the last accepted one, at position d) emits
+the tokens of positions d+1 ... d+a, a = 1..K+1 decided by (q, tokens generated so far). The
+engine then does what the target's verify / update / set_value ops would (seq_lens_decoder,
+step_idx, pre_ids, accept_num, accept_tokens, draft_tokens; a few lines of numpy, no other fd_mtp
+op). Every KV position a step writes must lie in a block the request owns.
+
+(a) v0: speculate_step_paddle with a small free list: requests are preempted, recovered one per
+    call with a re-prefill of prompt + generated tokens, and finish with exactly the tokens of a
+    run with ample blocks.
+(b) v1: speculate_schedule_cache + recover_decode_task with the test acting as the Python
+    scheduler (a small block pool, at most one grant per step): requests block-step when their
+    next slot is missing, get a block later, resume with their parked lengths and draft row, and
+    finish with the unconstrained run's tokens.
+
+Each op call runs the Paddle op and the numpy reference on the same state and asserts equality.
+Both scenarios run for three (block_size, K, pool size) settings. (With fewer free blocks than
+one request's decode blocks, v0 preempts and recovers that request forever, as upstream would.)
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from util import assert_same, run_both
+
+import fd_mtp.ops as ops
+import fd_mtp.reference as reference
+
+BS, K = 4, 2  # block_size >= K + 1: a decode step never crosses more than one block boundary
+L = 64  # input_ids / pre_ids width (max_decoder_block_num = 16)
+NB = L // BS + 1
+PROMPT_LENS = (3, 5, 8, 4, 9, 6)
+MAX_GEN = (20, 14, 26, 11, 17, 23)
+NREQ = len(PROMPT_LENS)
+BSZ = NREQ + 1  # one empty slot
+MAX_STEPS = 400
+
+
+def token(q, pos):
+    if pos < PROMPT_LENS[q]:
+        return 100 * (q + 1) + pos
+    return 10_000 * (q + 1) + pos
+
+
+def sequence(q, n):
+    return [token(q, p) for p in range(n)]
+
+
+def expected_generated(q):
+    return np.array([token(q, PROMPT_LENS[q] + k - 1) for k in range(1, MAX_GEN[q] + 1)], np.int64)
+
+
+def n_emit(q, generated):
+    return 1 + (7 * q + 3 * generated) % (K + 1)
+
+
+def call_both(op, ref, names, state, *attrs, **kwargs):
+    """Runs the op and the reference on copies of state[names]; asserts they agree; stores the op's."""
+    op_args, ref_args, _, _ = run_both(
+        lambda *a: op(*a, *attrs, **kwargs), lambda *a: ref(*a, *attrs, **kwargs), [state[n] for n in names]
+    )
+    for n, a, e in zip(names, op_args, ref_args):
+        if e is not None:
+            assert_same(a, e, n)
+            state[n] = a
+
+
+def assert_covered(state, b, first, count, what):
+    for pos in range(first, first + count):
+        assert state["block_tables"][b, pos // BS] != -1, f"{what}: request {b} writes KV position {pos} without a block"
+
+
+def assert_unique_owners(tables, free):
+    live = np.concatenate([tables[tables != -1], np.asarray(free, np.int32)])
+    values, counts = np.unique(live, return_counts=True)
+    assert np.all(counts == 1), f"block ids owned twice: {values[counts > 1].tolist()}"
+
+
+def engine_step(s, v1):
+    """Target forward + verify/update/set_value for every running request (numpy)."""
+    for b in range(NREQ):
+        if s["stop_flags"][b]:
+            if v1:  # a stopped row is clobbered upstream (preprocess/update); recovery must restore it
+                s["draft_tokens"][b, :] = -1
+            continue
+        q = b
+        step = int(s["step_idx"][b])
+        if s["seq_lens_encoder"][b] > 0:  # prefill (first one, or v0 re-prefill after recovery)
+            n = int(s["seq_lens_encoder"][b])
+            assert_covered(s, b, 0, n, "prefill")
+            assert s["input_ids"][b, :n].tolist() == sequence(q, n), f"request {b}: prefill row is not the sequence"
+            tokens = [token(q, n)]
+            s["seq_lens_decoder"][b] = n
+            s["seq_lens_encoder"][b] = 0
+        else:
+            d = int(s["seq_lens_decoder"][b])
+            assert d == PROMPT_LENS[q] + step - 1, f"request {b}: decoder length {d} with step_idx {step}"
+            assert_covered(s, b, d, int(s["seq_lens_this_time"][b]), "decode")
+            if v1:
+                assert s["draft_tokens"][b, 0] == token(q, d), f"request {b}: first input token is not the last accepted"
+            a = min(n_emit(q, step), MAX_GEN[q] - step)
+            tokens = [token(q, d + 1 + i) for i in range(a)]
+            s["seq_lens_decoder"][b] = d + a
+            s["input_ids"][b, 0] = tokens[-1]  # as upstream's update does; the v0 recovery restores column 0
+        a = len(tokens)
+        s["pre_ids"][b, step + 1 : step + 1 + a] = tokens  # target convention: token k at index k
+        s["step_idx"][b] = step + a
+        s["accept_num"][b] = a
+        s["seq_lens_this_time"][b] = K + 1
+        if v1:
+            s["accept_tokens"][b, :a] = tokens
+            d = int(s["seq_lens_decoder"][b])
+            s["draft_tokens"][b, 0] = tokens[-1]
+            s["draft_tokens"][b, 1:] = [token(q, d + 1 + i) for i in range(K)]
+        if s["step_idx"][b] >= MAX_GEN[q]:
+            s["stop_flags"][b] = True
+    for b in range(BSZ):  # set_value_by_flags: stopped requests
+        if s["stop_flags"][b]:
+            s["accept_num"][b] = 0
+            s["seq_lens_decoder"][b] = 0
+
+
+def finished(s, q):
+    return bool(s["stop_flags"][q]) and not bool(s["is_block_step"][q]) and int(s["step_idx"][q]) >= MAX_GEN[q]
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) v0: speculate_step_paddle
+# ------------------------------------------------------------------------------------------------
+V0_NAMES = (
+    "stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder", "seq_lens_decoder",
+    "block_tables", "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
+    "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len",
+    "input_ids", "pre_ids", "step_idx", "next_tokens", "first_token_ids", "accept_num",
+)  # fmt: skip
+
+
+def v0_state(n_free):
+    z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
+    s = dict(
+        stop_flags=np.ones(BSZ, bool), seq_lens_this_time=z32(), ori_seq_lens_encoder=z32(), seq_lens_encoder=z32(),
+        seq_lens_decoder=z32(), block_tables=np.full((BSZ, NB), -1, np.int32), encoder_block_lens=z32(),
+        is_block_step=np.zeros(BSZ, bool), step_block_list=np.full(BSZ, -1, np.int32), step_lens=np.zeros(1, np.int32),
+        recover_block_list=np.full(BSZ, -1, np.int32), recover_lens=np.zeros(1, np.int32),
+        need_block_list=np.full(BSZ, -1, np.int32), need_block_len=np.zeros(1, np.int32), used_list_len=z32(),
+        # decode blocks: ids n_free-1 ... 0 (descending, spec §11), popped from the end
+        free_list=np.zeros(n_free + 8, np.int32), free_list_len=np.array([n_free], np.int32),
+        input_ids=np.zeros((BSZ, L), np.int64), pre_ids=np.full((BSZ, L), -1, np.int64),
+        step_idx=np.zeros(BSZ, np.int64), next_tokens=np.full((BSZ, 1), -1, np.int64),
+        first_token_ids=np.full(BSZ, -1, np.int64), accept_num=z32(),
+    )  # fmt: skip
+    s["free_list"][:n_free] = np.arange(n_free - 1, -1, -1)
+    enc_ids = iter(range(1000, 2000))  # the scheduler's prompt blocks
+    for q, plen in enumerate(PROMPT_LENS):  # insert_prefill_inputs, unchunked (spec §4.2)
+        s["input_ids"][q, :plen] = sequence(q, plen)
+        s["first_token_ids"][q] = s["input_ids"][q, 0]
+        s["ori_seq_lens_encoder"][q] = s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
+        s["stop_flags"][q] = False
+        n_enc = -(-plen // BS) + 1  # prompt blocks + one spare (enc_dec_block_num)
+        s["block_tables"][q, :n_enc] = [next(enc_ids) for _ in range(n_enc)]
+        s["encoder_block_lens"][q] = n_enc
+    return s
+
+
+def run_v0(n_free):
+    s = v0_state(n_free)
+    log = dict(preempted=[], recovered=[])
+    for step in range(MAX_STEPS):
+        if all(finished(s, q) for q in range(NREQ)):
+            break
+        engine_step(s, v1=False)
+        before = {n: a.copy() for n, a in s.items()}
+        call_both(ops.speculate_step_paddle, reference.speculate_step_paddle, V0_NAMES, s, BS, 2, K)
+        assert_unique_owners(s["block_tables"], s["free_list"][: int(s["free_list_len"][0])])
+        assert s["need_block_len"][0] == 0 and s["recover_lens"][0] == 0
+        newly = np.flatnonzero(s["is_block_step"] & ~before["is_block_step"])
+        for b in newly:
+            assert s["stop_flags"][b] and s["accept_num"][b] == 0 and s["seq_lens_this_time"][b] == 0
+            assert s["seq_lens_decoder"][b] == 0 and s["step_idx"][b] == before["step_idx"][b]
+            log["preempted"].append((step, int(b)))
+        back = np.flatnonzero(before["is_block_step"] & ~s["is_block_step"])
+        assert len(back) <= 1, "at most one recovery per call"
+        for r in back:
+            assert r == before["step_block_list"][before["step_lens"][0] - 1] or r in newly, "LIFO"
+            n = PROMPT_LENS[r] + int(s["step_idx"][r])
+            assert s["seq_lens_encoder"][r] == s["seq_lens_this_time"][r] == n and not s["stop_flags"][r]
+            gen = s["pre_ids"][r, 1 : int(s["step_idx"][r]) + 1].tolist()
+            assert s["input_ids"][r, :n].tolist() == sequence(int(r), PROMPT_LENS[r]) + gen, "re-prefill row"
+            log["recovered"].append((step, int(r)))
+    else:
+        pytest.fail(f"v0 scenario did not finish in {MAX_STEPS} steps")
+    return s, log
+
+
+def configure(monkeypatch, block_size, k):
+    """Runs the scenario with another block size / K (block_size >= K + 1, see BS above)."""
+    assert block_size >= k + 1
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "BS", block_size)
+    monkeypatch.setattr(module, "K", k)
+    monkeypatch.setattr(module, "NB", L // block_size + 1)
+
+
+@pytest.mark.parametrize("block_size, k, n_free", [(4, 2, 8), (2, 1, 14), (8, 3, 3)])
+def test_v0_preemption_and_recovery_lose_and_repeat_no_token(monkeypatch, block_size, k, n_free):
+    configure(monkeypatch, block_size, k)
+    ample, ample_log = run_v0(n_free=200)
+    assert not ample_log["preempted"] and not ample_log["recovered"]
+    tight, log = run_v0(n_free=n_free)
+    assert len(log["preempted"]) >= 3, log
+    assert len(log["recovered"]) >= 3, log
+    assert len({r for _, r in log["preempted"]}) >= 2, "more than one request is preempted"
+    for q in range(NREQ):
+        gen = tight["pre_ids"][q, 1 : MAX_GEN[q] + 1]
+        assert_same(gen, expected_generated(q), f"request {q} tokens")
+        assert_same(gen, ample["pre_ids"][q, 1 : MAX_GEN[q] + 1], f"request {q} vs ample run")
+        assert tight["step_idx"][q] == MAX_GEN[q]
+    # everything finished: every decode block is back in the free list
+    assert int(tight["free_list_len"][0]) == n_free
+    assert sorted(tight["free_list"][:n_free].tolist()) == list(range(n_free))
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) v1: speculate_schedule_cache + recover_decode_task, the test as the scheduler
+# ------------------------------------------------------------------------------------------------
+SCHEDULE_NAMES = (
+    "draft_tokens", "block_tables", "stop_flags", "prompt_lens", "seq_lens_this_time", "seq_lens_encoder",
+    "seq_lens_decoder", "step_seq_lens_decoder", "step_draft_tokens", "step_seq_lens_this_time", "accept_num",
+    "accept_tokens", "is_block_step", "not_need_stop", "stop_nums",
+)  # fmt: skip
+RECOVER_NAMES = (
+    "stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_seq_lens_decoder",
+    "block_tables", "is_block_step", "draft_tokens", "step_draft_tokens", "step_seq_lens_this_time",
+)  # fmt: skip
+
+
+def v1_state(pool, prealloc):
+    z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
+    s = dict(
+        stop_flags=np.ones(BSZ, bool), seq_lens_this_time=z32(), seq_lens_encoder=z32(), seq_lens_decoder=z32(),
+        step_seq_lens_decoder=z32(), block_tables=np.full((BSZ, NB), -1, np.int32), is_block_step=np.zeros(BSZ, bool),
+        draft_tokens=np.zeros((BSZ, K + 1), np.int64), step_draft_tokens=np.zeros((BSZ, K + 1), np.int64),
+        step_seq_lens_this_time=z32(), prompt_lens=np.zeros(BSZ, np.int64), accept_num=z32(),
+        accept_tokens=np.zeros((BSZ, K + 1), np.int64), not_need_stop=np.array([False]),
+        stop_nums=np.array([BSZ], np.int64), input_ids=np.zeros((BSZ, L), np.int64),
+        pre_ids=np.full((BSZ, L), -1, np.int64), step_idx=np.zeros(BSZ, np.int64),
+    )  # fmt: skip
+    for q, plen in enumerate(PROMPT_LENS):  # insert_tasks_v1, PREFILL task (spec §4.2)
+        s["input_ids"][q, :plen] = sequence(q, plen)
+        s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
+        s["prompt_lens"][q] = plen
+        s["stop_flags"][q] = False
+        # prompt blocks + one extra block for speculative decoding; `prealloc`: the whole row
+        n = NB if prealloc else -(-plen // BS) + 1
+        s["block_tables"][q, :n] = [pool.pop() for _ in range(n)]
+    s["not_need_stop"][0] = True
+    return s
+
+
+def run_v1(pool_size, grants_per_step, prealloc=False):
+    pool = list(range(pool_size - 1, -1, -1))
+    s = v1_state(pool, prealloc)
+    released = set()
+    parked_since = {}
+    log = dict(block_steps=[], recoveries=[], waits=[])
+    for step in range(MAX_STEPS):
+        if all(finished(s, q) for q in range(NREQ)):
+            break
+        # 1. recover_decode_task at the start of the step
+        before = {n: a.copy() for n, a in s.items()}
+        call_both(ops.recover_decode_task, reference.recover_decode_task, RECOVER_NAMES, s, BS, K)
+        for b in np.flatnonzero(before["is_block_step"] & ~s["is_block_step"]):
+            assert not s["stop_flags"][b] and s["seq_lens_encoder"][b] == 0
+            assert s["seq_lens_decoder"][b] == before["step_seq_lens_decoder"][b]
+            assert s["seq_lens_this_time"][b] == before["step_seq_lens_this_time"][b] == K + 1
+            assert_same(s["draft_tokens"][b], before["step_draft_tokens"][b], "restored draft row")
+            log["recoveries"].append((step, int(b)))
+            log["waits"].append(step - parked_since.pop(int(b)))
+        # 2. target step
+        engine_step(s, v1=True)
+        # 3. speculate_schedule_cache after the proposer
+        before = {n: a.copy() for n, a in s.items()}
+        call_both(ops.speculate_schedule_cache, reference.speculate_schedule_cache, SCHEDULE_NAMES, s, BS, K,
+                  prefill_one_step_stop=False)  # fmt: skip
+        for b in np.flatnonzero(s["is_block_step"] & ~before["is_block_step"]):
+            slot = (int(before["seq_lens_decoder"][b]) + 2 * K + 2) // BS
+            assert before["block_tables"][b, slot] == -1
+            assert s["stop_flags"][b] and s["seq_lens_this_time"][b] == 0 and s["seq_lens_decoder"][b] == 0
+            assert s["step_seq_lens_decoder"][b] == before["seq_lens_decoder"][b]
+            assert s["accept_num"][b] == 0 and np.all(s["accept_tokens"][b] == -1)
+            assert_same(s["step_draft_tokens"][b], before["draft_tokens"][b], "parked draft row")
+            log["block_steps"].append((step, int(b)))
+            parked_since[int(b)] = step
+        running = sum(1 for q in range(BSZ) if not s["stop_flags"][q])
+        assert bool(s["not_need_stop"][0]) == (BSZ - running < BSZ)
+        # 4. the scheduler: free finished rows, grant blocks to parked requests (batch order, budget)
+        for q in range(NREQ):
+            if finished(s, q) and q not in released:
+                row = s["block_tables"][q]
+                pool.extend(int(x) for x in row[row != -1])
+                row[:] = -1
+                released.add(q)
+        budget = grants_per_step
+        for b in np.flatnonzero(s["is_block_step"]):
+            if budget == 0 or not pool:
+                break
+            row = s["block_tables"][b]
+            free_slots = np.flatnonzero(row == -1)
+            if free_slots.size:
+                row[free_slots[0]] = pool.pop()
+                budget -= 1
+        assert_unique_owners(s["block_tables"], pool)
+    else:
+        pytest.fail(f"v1 scenario did not finish in {MAX_STEPS} steps")
+    return s, log
+
+
+@pytest.mark.parametrize("block_size, k, pool", [(4, 2, 36), (2, 1, 40), (8, 3, 16)])
+def test_v1_block_step_and_recovery_lose_and_repeat_no_token(monkeypatch, block_size, k, pool):
+    configure(monkeypatch, block_size, k)
+    ample, ample_log = run_v1(pool_size=NREQ * NB, grants_per_step=0, prealloc=True)
+    assert not ample_log["block_steps"] and not ample_log["recoveries"]
+    tight, log = run_v1(pool_size=pool, grants_per_step=1)
+    assert len(log["block_steps"]) >= 5 and len(log["recoveries"]) >= 5, log
+    assert max(log["waits"]) >= 2, "some request waits several steps for its block"
+    for q in range(NREQ):
+        gen = tight["pre_ids"][q, 1 : MAX_GEN[q] + 1]
+        assert_same(gen, expected_generated(q), f"request {q} tokens")
+        assert_same(gen, ample["pre_ids"][q, 1 : MAX_GEN[q] + 1], f"request {q} vs ample run")
