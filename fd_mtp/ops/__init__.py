@@ -13,6 +13,13 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .packing import (
+    pre_process,
+    rebuild_padding,
+    speculate_get_output_padding_offset,
+    speculate_get_padding_offset,
+    speculate_get_seq_lens_output,
+)
 
 __all__ = [
     "load",
@@ -22,4 +29,9 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "pre_process",
+    "rebuild_padding",
+    "speculate_get_output_padding_offset",
+    "speculate_get_padding_offset",
+    "speculate_get_seq_lens_output",
 ]
