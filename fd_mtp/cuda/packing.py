@@ -149,9 +149,8 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     token_num = int(seq_lens_this_time.sum(dtype=cp.int64))
     cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
     if not speculative_decoding:
-        no_prefill = cp.zeros_like(seq_lens_this_time)
         ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, no_prefill)
+            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time)
         return ids, batch_id, cu_q, cu_k, None, None
     for name, value in (("draft_tokens", draft_tokens), ("seq_lens_encoder", seq_lens_encoder),
                         ("seq_lens_decoder", seq_lens_decoder)):

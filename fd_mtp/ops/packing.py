@@ -128,9 +128,10 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     seq_lens_output)`` and ``speculate_get_output_padding_offset(..., L_in)``.
 
     Not speculative: every request's tokens come from ``input_ids`` (FastDeploy's
-    ``get_padding_offset``); this passes ``input_ids`` as ``draft_tokens`` with every request
-    decoding, so token i of request b is ``input_ids[b, i]``. The output offsets are not built
-    and returned as None, as in FastDeploy's non-speculative branch.
+    ``get_padding_offset``): this passes ``input_ids`` as ``draft_tokens`` too, and
+    ``seq_lens_this_time`` as ``seq_lens_encoder``, so token i of request b is ``input_ids[b, i]``
+    whichever branch the kernel takes. The output offsets are not built and returned as None, as
+    in FastDeploy's non-speculative branch.
 
     Args:
         input_ids: ``[>=bsz, L_in]`` int64, read (prefill chunks).
@@ -162,9 +163,10 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     token_num = paddle.sum(seq_lens_this_time, dtype="int64")
     cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
     if not speculative_decoding:
-        no_prefill = paddle.zeros_like(seq_lens_this_time)  # every request reads "draft_tokens"
+        # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
+        # as seq_lens_encoder (so a request with tokens reads input_ids[b, i] and errors name input_ids).
         ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, no_prefill)
+            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time)
         return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
     for name, value in (("draft_tokens", draft_tokens), ("seq_lens_encoder", seq_lens_encoder),
                         ("seq_lens_decoder", seq_lens_decoder)):

@@ -190,17 +190,16 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     Returns ``(ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k,
     output_cum_offsets, output_padding_offset)``. Speculative: ``token_num = sum(this_time)``,
     ``cum_offsets = cumsum(L_in - this_time)``, §5.1, §5.2, ``cumsum(L_in - seq_lens_output)``, §5.3
-    with ``max_seq_len = L_in``. Not speculative: every token comes from input_ids (input_ids is
-    passed as draft_tokens with all requests decoding) and the two output tensors are None.
+    with ``max_seq_len = L_in``. Not speculative: every token comes from input_ids (passed as
+    draft_tokens too, with seq_lens_this_time as seq_lens_encoder) and the two output tensors are None.
     """
     this_time = _flat(seq_lens_this_time)
     l_in = input_ids.shape[1]
     token_num = np.int64(this_time.astype(np.int64).sum())
     cum_offsets = np.cumsum(l_in - this_time.astype(np.int64)).astype(np.int32)
     if not speculative_decoding:
-        no_prefill = np.zeros(this_time.size, np.int32)
         ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets, token_num, seq_lens_this_time, no_prefill)
+            input_ids, input_ids, cum_offsets, token_num, seq_lens_this_time, seq_lens_this_time)
         return ids, batch_id, cu_q, cu_k, None, None
     ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
         input_ids, draft_tokens, cum_offsets, token_num, seq_lens_this_time, seq_lens_encoder)

@@ -15,7 +15,7 @@ def mixed_batch(rng, bsz, *, width=64, k=3, extra_rows=0, roles=None):
     """A valid step: dict of input_ids [n, width], draft_tokens [n, k+1], seq_lens_this_time [bsz],
     seq_lens_encoder / seq_lens_decoder [n] (n = bsz + extra_rows; rows past bsz are noise), and
     the roles. prefill: this_time = enc = chunk in [1, width], dec = chunk start; decode: enc 0,
-    dec > 0, this_time in [1, k+1]; empty: this_time 0 (dec 0, or > 0 for a stopped request)."""
+    dec > 0, this_time in [1, min(k+1, width)]; empty: this_time 0 (dec 0, or > 0 for a stopped request)."""
     n = bsz + extra_rows
     if roles is None:
         roles = rng.choice(ROLES, size=bsz, p=[0.25, 0.6, 0.15])
@@ -28,7 +28,7 @@ def mixed_batch(rng, bsz, *, width=64, k=3, extra_rows=0, roles=None):
             this_time[b] = enc[b] = c
             dec[b] = int(rng.integers(0, 3)) * 64
         elif role == "decode":
-            this_time[b] = int(rng.integers(1, k + 2))
+            this_time[b] = int(rng.integers(1, min(k + 1, width) + 1))
             enc[b] = 0
             dec[b] = int(rng.integers(1, 500))
         else:
