@@ -21,10 +21,14 @@ constexpr fd_mtp::StatusInfo kStatus[] = {
 // seq_len_this_time:     [>=bsz] int32, read
 // seq_lens_decoder:      [>=bsz] int32, read
 // seq_lens_encoder:      [>=bsz] int32, read (copied to the host for R)
-// output_padding_offset: optional [>=R] int32, read (given: speculative branch)
+// output_padding_offset: optional [>=R] int32, read (speculative branch)
 // first_token_out:       optional, unused (accepted for the signature)
 // max_input_length:      int attribute (the width the offsets were built with)
 // enable_logprob:        bool attribute, unused
+// use_output_padding_offset: bool attribute: the speculative branch. The Python wrapper sets it to
+//                        `output_padding_offset is not None`: paddle hands a zero-size tensor
+//                        (no logits rows this step) to an optional input as "none", which must
+//                        not switch to the plain branch.
 // returns                out [R, H] (speculative) or [bsz, H] (plain), tmp_out's dtype
 std::vector<paddle::Tensor> RebuildPadding(
     const paddle::Tensor& tmp_out, const paddle::Tensor& cu_seqlens_q,
@@ -32,7 +36,7 @@ std::vector<paddle::Tensor> RebuildPadding(
     const paddle::Tensor& seq_lens_encoder,
     const paddle::optional<paddle::Tensor>& output_padding_offset,
     const paddle::optional<paddle::Tensor>& first_token_out, int max_input_length,
-    bool enable_logprob) {
+    bool enable_logprob, bool use_output_padding_offset) {
   using namespace fd_mtp;
   constexpr const char* kOp = "rebuild_padding";
   check::dtype_in(kOp, "tmp_out", tmp_out,
@@ -57,13 +61,15 @@ std::vector<paddle::Tensor> RebuildPadding(
   const int64_t rows = tmp_out.shape()[0];
   const int64_t hidden = tmp_out.shape()[1];
 
-  const bool speculative = static_cast<bool>(output_padding_offset);
   int64_t out_rows = bsz;
   const int32_t* offsets = nullptr;
-  if (speculative) {
-    const paddle::Tensor& opo = *output_padding_offset;
-    check::dtype(kOp, "output_padding_offset", opo, DataType::INT32);
-    check::same_place(kOp, "output_padding_offset", opo, tmp_out, "tmp_out");
+  if (use_output_padding_offset) {
+    const bool given = static_cast<bool>(output_padding_offset);  // false: zero-size
+    if (given) {
+      check::dtype(kOp, "output_padding_offset", *output_padding_offset, DataType::INT32);
+      check::same_place(kOp, "output_padding_offset", *output_padding_offset, tmp_out, "tmp_out");
+    }
+    const int64_t entries = given ? output_padding_offset->numel() : 0;
     if (max_input_length < 1)
       check::fail(kOp, "max_input_length", "must be >= 1, got ", max_input_length);
     // R on the host, as upstream (one row per prefilling request, assuming
@@ -75,12 +81,12 @@ std::vector<paddle::Tensor> RebuildPadding(
     if (out_rows < 0)
       check::fail(kOp, "seq_lens_encoder", "sums to more prefill tokens than tmp_out has rows (",
                   rows, "): the output would have ", out_rows, " rows");
-    if (opo.numel() < out_rows)
-      check::fail(kOp, "output_padding_offset", "has ", opo.numel(),
+    if (entries < out_rows)
+      check::fail(kOp, "output_padding_offset", "has ", entries,
                   " entries but the output has R = ", out_rows,
                   " rows (R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which "
                   "assumes seq_len_this_time == seq_lens_encoder for them)");
-    offsets = opo.data<int32_t>();
+    if (out_rows > 0) offsets = output_padding_offset->data<int32_t>();
   }
 
   auto out = paddle::empty({out_rows, hidden}, tmp_out.dtype(), tmp_out.place());
@@ -114,10 +120,11 @@ using Shape = std::vector<int64_t>;
 
 std::vector<Shape> RebuildPaddingShape(const Shape& tmp_out, const Shape& cu_seqlens_q,
                                        const Shape&, const Shape&, const Shape&,
-                                       const paddle::optional<Shape>& output_padding_offset,
-                                       const paddle::optional<Shape>&) {
+                                       const paddle::optional<Shape>&,
+                                       const paddle::optional<Shape>&, int, bool,
+                                       bool use_output_padding_offset) {
   const int64_t hidden = tmp_out.size() == 2 ? tmp_out[1] : -1;
-  if (output_padding_offset) return {{-1, hidden}};
+  if (use_output_padding_offset) return {{-1, hidden}};
   return {{cu_seqlens_q.empty() ? -1 : cu_seqlens_q[0] - 1, hidden}};
 }
 
@@ -137,7 +144,7 @@ PD_BUILD_OP(fd_mtp_rebuild_padding)
              "seq_lens_encoder", paddle::Optional("output_padding_offset"),
              paddle::Optional("first_token_out")})
     .Outputs({"out"})
-    .Attrs({"max_input_length: int", "enable_logprob: bool"})
+    .Attrs({"max_input_length: int", "enable_logprob: bool", "use_output_padding_offset: bool"})
     .SetKernelFn(PD_KERNEL(RebuildPadding))
     .SetInferShapeFn(PD_INFER_SHAPE(RebuildPaddingShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(RebuildPaddingDtype));

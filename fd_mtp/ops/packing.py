@@ -238,4 +238,5 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         [[4.0, 5.0], [6.0, 7.0]]
     """
     return call("rebuild_padding", tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                output_padding_offset, first_token_out, int(max_input_length), bool(enable_logprob))[0]
+                output_padding_offset, first_token_out, int(max_input_length), bool(enable_logprob),
+                output_padding_offset is not None)[0]
