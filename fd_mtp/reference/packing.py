@@ -121,7 +121,8 @@ def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num
 # §5.2 speculate_get_seq_lens_output
 # --------------------------------------------------------------------------------------------
 def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder):
-    """Logits rows per request (spec §5.2). Returns ``[seq_lens_output [bsz] int32]``.
+    """Logits rows per request (spec §5.2). Returns ``seq_lens_output`` [bsz] int32 (an array, like the op,
+    whose pybind form returns a one-element list that FastDeploy's import wrapper unwraps).
 
     ``this_time == 0`` -> 0; ``this_time == 1`` -> 1; ``seq_lens_encoder != 0`` -> 1 (a prefill chunk
     has one output row, its last token); otherwise ``this_time`` (a speculative decode verifies
@@ -139,7 +140,7 @@ def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens
             out[b] = 1
         else:
             out[b] = this_time[b]
-    return [out]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
         return ids, batch_id, cu_q, cu_k, None, None
     ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
         input_ids, draft_tokens, cum_offsets, token_num, seq_lens_this_time, seq_lens_encoder)
-    (seq_lens_output,) = speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+    seq_lens_output = speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
     out_token_num = np.int64(seq_lens_output.astype(np.int64).sum())
     out_cum_tmp = np.cumsum(l_in - seq_lens_output.astype(np.int64)).astype(np.int32)
     output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(

@@ -117,7 +117,7 @@ def test_padding_offset_long_prefills_and_no_tokens():
 def test_seq_lens_output_and_output_padding_offset_parity(bsz):
     b = mixed_batch(np.random.default_rng([bsz, 2]), bsz)
     args = [b["seq_lens_this_time"], b["seq_lens_encoder"], b["seq_lens_decoder"]]
-    (o,) = ref.speculate_get_seq_lens_output(*args)
+    o = ref.speculate_get_seq_lens_output(*args)
     assert_exact(host(fcuda.speculate_get_seq_lens_output(*[dev(a) for a in args])), o, "seq_lens_output")
     for width in (WIDTH, 2048):
         tmp = np.cumsum(width - o.astype(np.int64)).astype(np.int32)
