@@ -2,6 +2,11 @@
 
 For each op (draft side: spec ops.md §6.1-6.6; target side: §5.1-§5.16, with vocabulary-dependent
 ops at V = 32000 and 100000) and each batch size, builds a realistic,
+"""Latency of fd_mtp's draft-model and packing ops against their numpy references (CPU).
+
+For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6) and fd_mtp.ops.packing (§5.1-§5.4: the
+packed token layout of pre_process and rebuild_padding with H = 1024 bfloat16; the same mixed
+batches, L_in = max_model_len) and each batch size, builds a realistic,
 valid batch (mixed decode / prefill / stopped requests, K = 3 draft tokens, max_model_len 2048 for
 input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block manager with free
 blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
@@ -63,6 +68,11 @@ OPS = (
     "speculate_schedule_cache",
     "recover_decode_task",
     "speculate_step_paddle",
+    "speculate_get_padding_offset",
+    "speculate_get_seq_lens_output",
+    "speculate_get_output_padding_offset",
+    "pre_process",
+    "rebuild_padding",
 )
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
@@ -528,6 +538,79 @@ def build_speculate_step(batch):
                "free_list_len", "input_ids", "first_token_ids", "accept_num"]  # fmt: skip
     return Case(args, names, written,
                 f"K={K};block_size={BLOCK_SIZE};NB={nb};L={L};free={n_free};recover=1")
+# Packing ops (spec §5.1-§5.4): one target step's layout. Prefill chunks share the chunked-prefill
+# token budget, decodes verify K + 1 tokens, stopped slots have none.
+# ------------------------------------------------------------------------------------------------
+def packing_state(batch, seed=7):
+    rng = np.random.default_rng(seed)
+    roles = _roles(batch, rng)
+    n_pf = int(np.sum(roles == "prefill"))
+    chunk = min(512, max(8, PREFILL_TOKEN_BUDGET // max(n_pf, 1)))
+    this_time = np.zeros((batch, 1), np.int32)
+    enc = np.zeros((batch, 1), np.int32)
+    dec = np.zeros((batch, 1), np.int32)
+    for b, role in enumerate(roles):
+        if role == "prefill":
+            c = int(rng.integers(max(1, chunk // 2), chunk + 1))
+            this_time[b] = enc[b] = c
+            dec[b] = int(rng.integers(0, 4)) * chunk
+        elif role != "stopped":  # decode / resync: verify the last token and K drafts
+            this_time[b] = K + 1
+            dec[b] = int(rng.integers(64, L - 4 * (K + 1)))
+    return dict(input_ids=_tokens(rng, batch, L), draft_tokens=_tokens(rng, batch, K + 1),
+                seq_lens_this_time=this_time, seq_lens_encoder=enc, seq_lens_decoder=dec)  # fmt: skip
+
+
+def _packing_config(s):
+    t = int(s["seq_lens_this_time"].sum())
+    return f"K={K};L={L};T={t};mix=dec/pf/stop"
+
+
+def build_padding_offset(batch):
+    s = packing_state(batch)
+    q = s["seq_lens_this_time"]
+    cum = np.cumsum(L - q.astype(np.int64)).astype(np.int32)
+    names = ["input_ids", "draft_tokens", "cum_offsets", "token_num", "seq_len", "seq_lens_encoder"]
+    args = [s["input_ids"], s["draft_tokens"], cum, np.array(int(q.sum()), np.int64), q, s["seq_lens_encoder"]]
+    return Case(args, names, [], _packing_config(s), returns=True)
+
+
+def build_seq_lens_output(batch):
+    s = packing_state(batch)
+    names = ["seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder"]
+    return Case([s[n] for n in names], names, [], _packing_config(s), returns=True)
+
+
+def build_output_padding_offset(batch):
+    s = packing_state(batch)
+    o = ref.speculate_get_seq_lens_output(s["seq_lens_this_time"], s["seq_lens_encoder"], s["seq_lens_decoder"])
+    tmp = np.cumsum(L - o.astype(np.int64)).astype(np.int32)
+    names = ["output_cum_offsets_tmp", "out_token_num", "seq_lens_output", "max_seq_len"]
+    return Case([tmp, np.array(int(o.sum()), np.int64), o, L], names, [], f"L={L};To={int(o.sum())}",
+                returns=True)  # fmt: skip
+
+
+def build_pre_process(batch):
+    s = packing_state(batch)
+    names = ["input_ids", "seq_lens_this_time", "speculative_decoding", "draft_tokens", "seq_lens_encoder",
+             "seq_lens_decoder"]  # fmt: skip
+    args = [s["input_ids"], s["seq_lens_this_time"], True, s["draft_tokens"], s["seq_lens_encoder"],
+            s["seq_lens_decoder"]]  # fmt: skip
+    return Case(args, names, [], _packing_config(s) + ";speculative=1", returns=True)
+
+
+def build_rebuild_padding(batch):
+    s = packing_state(batch)
+    pre = ref.pre_process(s["input_ids"], s["seq_lens_this_time"], True, s["draft_tokens"], s["seq_lens_encoder"],
+                          s["seq_lens_decoder"])  # fmt: skip
+    cu_q, opo = pre[2], pre[5]
+    tmp_out = _bf16_bits(np.random.default_rng(8), int(cu_q[-1]))
+    names = ["tmp_out", "cu_seqlens_q", "seq_len_this_time", "seq_lens_decoder", "seq_lens_encoder",
+             "output_padding_offset", "first_token_out", "max_input_length", "enable_logprob"]  # fmt: skip
+    args = [tmp_out, cu_q, s["seq_lens_this_time"], s["seq_lens_decoder"], s["seq_lens_encoder"], opo, None, L,
+            False]  # fmt: skip
+    return Case(args, names, [], f"H={H};dtype=bfloat16;T={tmp_out.shape[0]};R={opo.size};speculative=1",
+                returns=True)  # fmt: skip
 
 
 BUILDERS = {
@@ -544,6 +627,11 @@ BUILDERS = {
     "speculate_schedule_cache": build_schedule_cache,
     "recover_decode_task": build_recover_decode,
     "speculate_step_paddle": build_speculate_step,
+    "speculate_get_padding_offset": build_padding_offset,
+    "speculate_get_seq_lens_output": build_seq_lens_output,
+    "speculate_get_output_padding_offset": build_output_padding_offset,
+    "pre_process": build_pre_process,
+    "rebuild_padding": build_rebuild_padding,
 }
 # Row buffers not restored between calls: their writes are the same each call (see module doc).
 STEADY_BUFFERS = {"input_ids", "pre_ids", "pre_ids_all"}
@@ -557,7 +645,7 @@ def _to_paddle(a, name):
 
     if not isinstance(a, np.ndarray):
         return a
-    if name == "input" and a.dtype == np.uint16:  # bfloat16 bits
+    if name in ("input", "tmp_out") and a.dtype == np.uint16:  # bfloat16 bits
         return paddle.to_tensor(a, place=paddle.CPUPlace()).view(paddle.bfloat16)
     return paddle.to_tensor(a, place=paddle.CPUPlace())
 
@@ -567,7 +655,16 @@ def _to_numpy(t):
 
     if isinstance(t, paddle.Tensor):
         return t.view(paddle.uint16).numpy() if t.dtype == paddle.bfloat16 else t.numpy()
+    if isinstance(t, (list, tuple)):  # ops returning several tensors
+        return [_to_numpy(x) for x in t]
     return t
+
+
+def _returned(result):
+    """{"<returned>": array} for one output, {"<returned>[i]": array} for a list of outputs."""
+    if isinstance(result, (list, tuple)):
+        return {f"<returned>[{i}]": r for i, r in enumerate(result)}
+    return {"<returned>": result}
 
 
 class Runner:
@@ -605,13 +702,13 @@ class Runner:
     def op_state(self, result):
         out = {self.case.names[i]: _to_numpy(self.pd_args[i]) for i in self.case.written}
         if self.case.returns:
-            out["<returned>"] = _to_numpy(result)
+            out.update(_returned(_to_numpy(result)))
         return out
 
     def ref_state(self, result):
         out = {self.case.names[i]: self.np_args[i].copy() for i in self.case.written}
         if self.case.returns:
-            out["<returned>"] = result
+            out.update(_returned(result))
         return out
 
 
@@ -758,13 +855,13 @@ def main(argv=None):
     plot(rows, png_path, ops)
 
     print()
-    print(f"{'op':<30} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}")
+    print(f"{'op':<36} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}")
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
     for op in ops:
         for batch in batches:
             a, b = by[(op, "fd_mtp", batch)], by[(op, "numpy_ref", batch)]
             band = f"({a['p20']:.1f}-{a['p80']:.1f})"
-            print(f"{op:<30} {batch:>6} {a['p50']:>10.2f} {band:>17} {b['p50']:>11.1f} "
+            print(f"{op:<36} {batch:>6} {a['p50']:>10.2f} {band:>17} {b['p50']:>11.1f} "
                   f"{b['p50'] / a['p50']:>8.1f}x")  # fmt: skip
     print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
           f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}")

@@ -21,6 +21,8 @@
 #include "../kernels/recover_decode_task.h"
 #include "../kernels/speculate_schedule_cache.h"
 #include "../kernels/speculate_step.h"
+#include "../kernels/rebuild_padding.h"
+#include "../kernels/speculate_padding.h"
 
 namespace fd_mtp {
 
@@ -89,5 +91,20 @@ cudaError_t recover_decode_task_cuda(const RecoverDecodeParams& p, KernelStatus*
 // Single-thread launch (sequential algorithm); p.need_block_list is the op's own list.
 cudaError_t speculate_step_cuda(const SpeculateStepParams& p, KernelStatus* status,
                                 cudaStream_t stream);
+// Packed token layout (spec §5.1-§5.3). The offset ops run a check pass that
+// also sums the lengths into *total (an int64 counter), compare that sum with
+// p.token_num / p.out_token_num, and write the outputs only when the status is
+// clean; read `status` back after the stream to learn whether they ran.
+cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
+                                              int64_t* total, cudaStream_t stream);
+cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p, cudaStream_t stream);
+cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
+                                                     KernelStatus* status, int64_t* total,
+                                                     cudaStream_t stream);
+
+// rebuild_padding (spec §5.4): check pass, then one copy over p.out_rows rows
+// (16-byte units when aligned). p.out_rows is computed by the caller.
+cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
+                                 cudaStream_t stream);
 
 }  // namespace fd_mtp

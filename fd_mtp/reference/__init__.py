@@ -16,6 +16,13 @@ from .update import (
     speculate_set_value_by_flags_and_idx,
     speculate_update,
 )
+from .packing import (
+    pre_process,
+    rebuild_padding,
+    speculate_get_output_padding_offset,
+    speculate_get_padding_offset,
+    speculate_get_seq_lens_output,
+)
 
 __all__ = [
     "draft_model_preprocess",
@@ -34,4 +41,9 @@ __all__ = [
     "recover_decode_task",
     "speculate_schedule_cache",
     "speculate_step_paddle",
+    "pre_process",
+    "rebuild_padding",
+    "speculate_get_output_padding_offset",
+    "speculate_get_padding_offset",
+    "speculate_get_seq_lens_output",
 ]

@@ -1,0 +1,60 @@
+#include "launch.cuh"
+#include "launchers.h"
+
+namespace fd_mtp {
+namespace {
+
+__global__ void rebuild_padding_check_kernel(RebuildPaddingParams p, KernelStatus* status) {
+  for (int64_t r = global_thread(); r < p.out_rows; r += global_stride())
+    rebuild_padding_check(p, r, status);
+}
+
+// One pass over the R x row_units output units: each unit is copied from its
+// source row, or zeroed for a row of an empty request.
+template <typename Unit>
+__global__ void rebuild_padding_copy_kernel(RebuildPaddingParams p, const KernelStatus* status,
+                                            int64_t row_units) {
+  if (status->code != 0) return;  // bad input: write nothing
+  const Unit* in = static_cast<const Unit*>(p.tmp_out);
+  Unit* out = static_cast<Unit*>(p.out);
+  const int64_t total = p.out_rows * row_units;
+  for (int64_t i = global_thread(); i < total; i += global_stride()) {
+    const int64_t r = i / row_units;
+    const int64_t src = rebuild_padding_source(p, r).row;
+    out[i] = src >= 0 ? in[src * row_units + (i - r * row_units)] : Unit{};
+  }
+}
+
+template <typename Unit>
+cudaError_t copy_as(const RebuildPaddingParams& p, const KernelStatus* status,
+                    cudaStream_t stream) {
+  const int64_t row_units = p.row_bytes / static_cast<int64_t>(sizeof(Unit));
+  rebuild_padding_copy_kernel<Unit>
+      <<<grid_for(p.out_rows * row_units), kThreads, 0, stream>>>(p, status, row_units);
+  return cudaGetLastError();
+}
+
+bool aligned_to(const void* ptr, int64_t bytes, int64_t unit) {
+  return reinterpret_cast<uintptr_t>(ptr) % unit == 0 && bytes % unit == 0;
+}
+
+}  // namespace
+
+cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
+                                 cudaStream_t stream) {
+  cudaError_t err = reset_status(status, nullptr, stream);
+  if (err != cudaSuccess || p.out_rows == 0) return err;
+  rebuild_padding_check_kernel<<<grid_for(p.out_rows), kThreads, 0, stream>>>(p, status);
+  if (p.row_bytes == 0) return cudaGetLastError();
+  // 16-byte vectors when the rows and both pointers allow (any H of a
+  // multiple of 8 bf16/fp16 or 4 fp32 elements), else the widest unit that fits.
+  const auto fits = [&](int64_t unit) {
+    return aligned_to(p.tmp_out, p.row_bytes, unit) && aligned_to(p.out, p.row_bytes, unit);
+  };
+  if (fits(16)) return copy_as<uint4>(p, status, stream);
+  if (fits(4)) return copy_as<uint32_t>(p, status, stream);
+  if (fits(2)) return copy_as<uint16_t>(p, status, stream);
+  return copy_as<uint8_t>(p, status, stream);
+}
+
+}  // namespace fd_mtp

@@ -1,0 +1,108 @@
+#include "launch.cuh"
+#include "launchers.h"
+
+namespace fd_mtp {
+namespace {
+
+// Threads per block of the per-request kernels: block = request (grid-stride
+// over requests), threads = that request's tokens, as upstream (bsz x 128).
+constexpr int kTokenThreads = 128;
+
+unsigned request_blocks(int64_t bsz) {
+  return static_cast<unsigned>(bsz < 1 ? 1 : (bsz > 8192 ? 8192 : bsz));
+}
+
+// Check pass: per-request layout checks, and the sum of the lengths.
+template <typename Params, typename CheckFn>
+__global__ void packed_check_kernel(Params p, const int32_t* lens, CheckFn check,
+                                    KernelStatus* status, int64_t* total) {
+  int64_t local = 0;
+  for (int64_t b = global_thread(); b < p.bsz; b += global_stride()) {
+    check(p, b, status);
+    local += lens[b];
+  }
+  block_add(local, total);
+}
+
+// Single thread on purpose: it compares one host-read scalar with the sum the
+// check pass accumulated, after every block of that pass has finished.
+__global__ void packed_total_kernel(int64_t expected, const int64_t* total, int32_t code,
+                                    KernelStatus* status) {
+  if (status->code == 0 && *total != expected) report(status, code, -1, expected, *total);
+}
+
+struct PaddingOffsetCheck {
+  __device__ void operator()(const PaddingOffsetParams& p, int64_t b, KernelStatus* st) const {
+    padding_offset_check(p, b, st);
+  }
+};
+
+struct OutputPaddingOffsetCheck {
+  __device__ void operator()(const OutputPaddingOffsetParams& p, int64_t b,
+                             KernelStatus* st) const {
+    output_padding_offset_check(p, b, st);
+  }
+};
+
+__global__ void padding_offset_apply_kernel(PaddingOffsetParams p, const KernelStatus* status) {
+  if (status->code != 0) return;  // bad input: write nothing
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    p.cu_seqlens_q[0] = 0;
+    p.cu_seqlens_k[0] = 0;
+  }
+  for (int64_t b = blockIdx.x; b < p.bsz; b += gridDim.x) {
+    const int64_t n = p.seq_len[b];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) padding_offset_token(p, b, i);
+    if (threadIdx.x == 0) padding_offset_cu_seqlens(p, b);
+  }
+}
+
+__global__ void output_padding_offset_apply_kernel(OutputPaddingOffsetParams p,
+                                                   const KernelStatus* status) {
+  if (status->code != 0) return;  // bad input: write nothing
+  for (int64_t b = blockIdx.x; b < p.bsz; b += gridDim.x) {
+    const int64_t n = p.seq_lens_output[b];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) output_padding_offset_row(p, b, i);
+    if (threadIdx.x == 0) output_cum_offsets_of(p, b);
+  }
+}
+
+__global__ void seq_lens_output_kernel(SeqLensOutputParams p) {
+  for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
+    p.seq_lens_output[b] = seq_lens_output_of(p.seq_lens_this_time[b], p.seq_lens_encoder[b]);
+}
+
+}  // namespace
+
+cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
+                                              int64_t* total, cudaStream_t stream) {
+  cudaError_t err = reset_status(status, total, stream);
+  if (err != cudaSuccess) return err;
+  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, p.seq_len, PaddingOffsetCheck{},
+                                                                status, total);
+  packed_total_kernel<<<1, 1, 0, stream>>>(p.token_num, total, kPadTokenNum, status);
+  padding_offset_apply_kernel<<<request_blocks(p.bsz), kTokenThreads, 0, stream>>>(p, status);
+  return cudaGetLastError();
+}
+
+cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
+                                               cudaStream_t stream) {
+  if (p.bsz == 0) return cudaSuccess;
+  seq_lens_output_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
+                                                     KernelStatus* status, int64_t* total,
+                                                     cudaStream_t stream) {
+  cudaError_t err = reset_status(status, total, stream);
+  if (err != cudaSuccess) return err;
+  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(
+      p, p.seq_lens_output, OutputPaddingOffsetCheck{}, status, total);
+  packed_total_kernel<<<1, 1, 0, stream>>>(p.out_token_num, total, kOutTokenNum, status);
+  output_padding_offset_apply_kernel<<<request_blocks(p.bsz), kTokenThreads, 0, stream>>>(p,
+                                                                                         status);
+  return cudaGetLastError();
+}
+
+}  // namespace fd_mtp

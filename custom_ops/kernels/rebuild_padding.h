@@ -1,0 +1,107 @@
+// rebuild_padding (spec §5.4): pick the hidden-state rows that get logits out
+// of the packed model output tmp_out [T, H].
+//
+// Speculative branch (output_padding_offset given): output row r belongs to
+// request b = (r + output_padding_offset[r]) div max_input_length, local row
+// (r + output_padding_offset[r]) - b * max_input_length; it copies tmp_out row
+// cu_seqlens_q[b] + local + (enc[b] - 1 if enc[b] > 0 else 0): the last token
+// of a prefill chunk, every token of a decode. Plain branch (no offsets): one
+// row per request, local = 0. Rows of empty requests (this_time == 0, or
+// dec == enc == 0) stay zero.
+//
+// The row count R of the speculative branch is computed by the caller on the
+// host, as upstream: R = T - sum over enc[b] > 0 of (enc[b] - 1). The copy is
+// a byte copy, so the kernels are dtype-agnostic (row_bytes = H * itemsize).
+#pragma once
+
+#include <cstring>
+
+#include "common.h"
+
+namespace fd_mtp {
+
+enum RebuildPaddingStatus : int32_t {
+  kRebuildRequest = 1,    // a row maps to a request outside [0, bsz)
+  kRebuildSourceRow = 2,  // a row would copy from outside tmp_out
+};
+
+struct RebuildPaddingParams {
+  const void* tmp_out;  // [tmp_rows, row_bytes]
+  int64_t tmp_rows;     // T
+  int64_t row_bytes;    // H * itemsize
+  const int32_t* cu_seqlens_q;       // [bsz + 1]
+  const int32_t* seq_len_this_time;  // [>= bsz]
+  const int32_t* seq_lens_decoder;   // [>= bsz]
+  const int32_t* seq_lens_encoder;   // [>= bsz]
+  const int32_t* output_padding_offset;  // [>= out_rows], or null: plain branch
+  int64_t bsz;
+  int64_t max_input_length;
+  int64_t out_rows;  // R (speculative) or bsz (plain)
+  void* out;         // [out_rows, row_bytes], written
+};
+
+// Where output row r comes from: `row` = source row of tmp_out, or -1 for a
+// zero row; `code` != 0 when the input is invalid (then request/value/limit
+// describe it as for KernelStatus).
+struct RebuildSource {
+  int64_t row;
+  int32_t code;
+  int32_t request;
+  int64_t value;
+  int64_t limit;
+};
+
+FD_HOST_DEVICE inline RebuildSource rebuild_padding_source(const RebuildPaddingParams& p,
+                                                           int64_t r) {
+  int64_t b = r, local = 0;
+  if (p.output_padding_offset != nullptr) {
+    const int64_t pos = r + p.output_padding_offset[r];
+    b = pos >= 0 ? pos / p.max_input_length : -1;
+    if (b < 0 || b >= p.bsz) return RebuildSource{-1, kRebuildRequest, -1, b, p.bsz};
+    local = pos - b * p.max_input_length;
+  }
+  const int32_t enc = p.seq_lens_encoder[b];
+  if (p.seq_len_this_time[b] == 0 || (p.seq_lens_decoder[b] == 0 && enc == 0))
+    return RebuildSource{-1, 0, 0, 0, 0};
+  const int64_t src = static_cast<int64_t>(p.cu_seqlens_q[b]) + local + (enc > 0 ? enc - 1 : 0);
+  if (!in_range(src, p.tmp_rows))
+    return RebuildSource{-1, kRebuildSourceRow, static_cast<int32_t>(b), src, p.tmp_rows};
+  return RebuildSource{src, 0, 0, 0, 0};
+}
+
+FD_HOST_DEVICE inline void rebuild_padding_check(const RebuildPaddingParams& p, int64_t r,
+                                                 KernelStatus* st) {
+  const RebuildSource s = rebuild_padding_source(p, r);
+  if (s.code != 0) report(st, s.code, s.request, s.value, s.limit);
+}
+
+// Upstream's row count for the speculative branch, from a host copy of
+// seq_lens_encoder: T - sum over prefilling requests of (enc - 1). It assumes
+// seq_len_this_time == enc for every prefilling request (one output row each).
+inline int64_t rebuild_padding_rows(int64_t tmp_rows, const int32_t* seq_lens_encoder,
+                                    int64_t bsz) {
+  int64_t rows = tmp_rows;
+  for (int64_t b = 0; b < bsz; ++b)
+    if (seq_lens_encoder[b] > 0) rows -= seq_lens_encoder[b] - 1;
+  return rows;
+}
+
+inline KernelStatus rebuild_padding_cpu(const RebuildPaddingParams& p) {
+  KernelStatus st{};
+  for (int64_t r = 0; r < p.out_rows && st.code == 0; ++r) rebuild_padding_check(p, r, &st);
+  if (st.code != 0) return st;
+  const char* in = static_cast<const char*>(p.tmp_out);
+  char* out = static_cast<char*>(p.out);
+  const size_t n = static_cast<size_t>(p.row_bytes);
+  for (int64_t r = 0; r < p.out_rows; ++r) {
+    const int64_t src = rebuild_padding_source(p, r).row;
+    if (n == 0) continue;
+    if (src >= 0)
+      std::memcpy(out + r * p.row_bytes, in + src * p.row_bytes, n);
+    else
+      std::memset(out + r * p.row_bytes, 0, n);
+  }
+  return st;
+}
+
+}  // namespace fd_mtp
