@@ -13,6 +13,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
 
 __all__ = [
     "load",
@@ -22,4 +23,6 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "speculate_get_token_penalty_multi_scores",
+    "top_p_candidates",
 ]
