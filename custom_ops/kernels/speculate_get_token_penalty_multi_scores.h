@@ -146,8 +146,6 @@ inline KernelStatus token_penalty_cpu_typed(const TokenPenaltyParams& p) {
   const S bad_value = penalty_bad_word_value<Traits>();
   std::vector<int64_t> ids;
   ids.reserve(static_cast<size_t>(p.pre_ids_cols));
-  std::vector<std::pair<int64_t, S>> penalised;
-  penalised.reserve(static_cast<size_t>(p.pre_ids_cols));
   for (int64_t r = 0; r < p.rows; ++r) {
     const int64_t b = penalty_request(p, r);
     if (b >= p.bs) continue;
@@ -163,25 +161,24 @@ inline KernelStatus token_penalty_cpu_typed(const TokenPenaltyParams& p) {
         for (int64_t j = lane; j < p.pre_ids_cols && pre[j] >= 0; j += bd) ids.push_back(pre[j]);
       std::sort(ids.begin(), ids.end());
     }
-    // 3. penalised entries from their original values, then the whole row
+    // 3. one pass over the row in column order: the spans between counted ids get the
+    // temperature only, each counted id its penalty too (read before anything else wrote it).
     const float alpha = Traits::load(alpha_s[b]);
     const float beta = Traits::load(beta_s[b]);
     const float gamma = Traits::load(gamma_s[b]);
     const float temperature = p.temperatures[b];
-    penalised.clear();
+    int64_t v = 0;
     for (size_t i = 0; i < ids.size();) {
       size_t j = i + 1;
       while (j < ids.size() && ids[j] == ids[i]) ++j;
       const int64_t id = ids[i];
-      const float x = Traits::load(row[id]);
-      penalised.emplace_back(
-          id, Traits::store(penalty_value(x, static_cast<int64_t>(j - i), alpha, beta, gamma,
-                                          temperature)));
+      for (; v < id; ++v) row[v] = Traits::store(div_rn(Traits::load(row[v]), temperature));
+      row[id] = Traits::store(penalty_value(Traits::load(row[id]), static_cast<int64_t>(j - i),
+                                            alpha, beta, gamma, temperature));
+      v = id + 1;
       i = j;
     }
-    for (int64_t v = 0; v < p.vocab; ++v)
-      row[v] = Traits::store(div_rn(Traits::load(row[v]), temperature));
-    for (const auto& e : penalised) row[e.first] = e.second;
+    for (; v < p.vocab; ++v) row[v] = Traits::store(div_rn(Traits::load(row[v]), temperature));
     // 4. bad words (row 0 of bad_tokens for every request)
     for (int64_t i = 0; i < p.num_bad_tokens; ++i) {
       const int64_t id = p.bad_tokens[i];

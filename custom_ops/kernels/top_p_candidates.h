@@ -108,27 +108,42 @@ inline KernelStatus top_p_candidates_cpu_typed(const TopPCandidatesParams& p) {
   for (int64_t r = 0; r < p.rows && st.code == 0; ++r) top_p_check_row(p, r, &st);
   if (st.code != 0) return st;
   constexpr int kMaxC = 100;
+  constexpr int64_t kBlock = 16;
   int64_t ids[kMaxC];
-  uint32_t keys[kMaxC];
+  float keys[kMaxC];  // float32 values: for non-NaN values, comparing them is comparing keys
   S values[kMaxC];
   const int64_t c = p.candidates;
   for (int64_t r = 0; r < p.rows; ++r) {
     const S* row = static_cast<const S*>(p.probs) + r * p.vocab;
     int64_t n = 0;
-    for (int64_t v = 0; v < p.vocab; ++v) {
-      const uint32_t key = top_p_key(Traits::load(row[v]));
-      // Ids increase, so an equal key never ranks before a kept entry.
-      if (n == c && key <= keys[c - 1]) continue;
+    // Inserts column v when it ranks before the last kept entry (ids increase, so an equal
+    // value never does); -0.0 == +0.0 as float32 comparisons, like top_p_key.
+    auto offer = [&](int64_t v) {
+      const float x = Traits::load(row[v]);
+      if (n == c && !(x > keys[c - 1])) return;
       int64_t i = n < c ? n++ : c - 1;
-      for (; i > 0 && keys[i - 1] < key; --i) {
+      for (; i > 0 && keys[i - 1] < x; --i) {
         keys[i] = keys[i - 1];
         ids[i] = ids[i - 1];
         values[i] = values[i - 1];
       }
-      keys[i] = key;
+      keys[i] = x;
       ids[i] = v;
       values[i] = row[v];
+    };
+    int64_t v = 0;
+    for (; v < p.vocab && n < c; ++v) offer(v);
+    // Blocks whose maximum does not beat the last kept value are skipped whole.
+    for (; v + kBlock <= p.vocab; v += kBlock) {
+      float m = Traits::load(row[v]);
+      for (int64_t k = 1; k < kBlock; ++k) {
+        const float x = Traits::load(row[v + k]);
+        m = x > m ? x : m;
+      }
+      if (m > keys[c - 1])
+        for (int64_t k = 0; k < kBlock; ++k) offer(v + k);
     }
+    for (; v < p.vocab; ++v) offer(v);
     top_p_write_row<Traits>(p, r, ids, values);
   }
   return st;
