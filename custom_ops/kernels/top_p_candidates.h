@@ -14,6 +14,10 @@
 // actual is 0, or C when top_p[b] == 1.0 exactly.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
 #include "common.h"
 #include "float_bits.h"
 
@@ -121,12 +125,13 @@ inline KernelStatus top_p_candidates_cpu_typed(const TopPCandidatesParams& p) {
     auto offer = [&](int64_t v) {
       const float x = Traits::load(row[v]);
       if (n == c && !(x > keys[c - 1])) return;
-      int64_t i = n < c ? n++ : c - 1;
-      for (; i > 0 && keys[i - 1] < x; --i) {
-        keys[i] = keys[i - 1];
-        ids[i] = ids[i - 1];
-        values[i] = values[i - 1];
-      }
+      if (n < c) ++n;
+      // First slot holding a smaller value (keys are non-increasing); shift the rest down.
+      const int64_t i = std::upper_bound(keys, keys + n - 1, x, std::greater<float>()) - keys;
+      const size_t moved = static_cast<size_t>(n - 1 - i);
+      std::memmove(keys + i + 1, keys + i, moved * sizeof(float));
+      std::memmove(ids + i + 1, ids + i, moved * sizeof(int64_t));
+      std::memmove(values + i + 1, values + i, moved * sizeof(S));
       keys[i] = x;
       ids[i] = v;
       values[i] = row[v];
