@@ -12,6 +12,11 @@ input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block man
 blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
 on the same state: warm-up, then per-call wall times; reports p50 / p20 / p80 in microseconds.
 
+The target-side sampling ops (spec §5.5, §5.6) have one entry per vocabulary size, e.g.
+"top_p_candidates[V=32000]" and "top_p_candidates[V=100000]": every request of the batch verifies
+K + 1 tokens, so a batch of B requests has T = B * (K + 1) float32 rows of V logits / probs
+(batch 256: 1024 rows; at V = 100000 that is 400 MB per copy, and the runner keeps several).
+
 State handling. The ops write their arguments in place, so every timed call starts from the same
 state: before each call (OUTSIDE the timed region) the written tensors are restored from
 preallocated pristine copies (paddle.assign for the op, np.copyto for the reference). The large
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import functools
 import sys
 import time
 from pathlib import Path
@@ -54,6 +60,8 @@ EOS_IDS = (2, 3)
 VOCAB = (100, 100_000)
 PREFILL_TOKEN_BUDGET = 2048  # chunked-prefill tokens per step, shared by the prefill requests
 
+SAMPLING_VOCABS = (32_000, 100_000)  # vocab sizes of the sampling-op entries
+CANDIDATES = 5  # top_p_candidates' C (FastDeploy's default max_candidate_len)
 OPS = (
     "draft_model_preprocess",
     "eagle_get_hidden_states",
@@ -74,6 +82,8 @@ OPS = (
     "pre_process",
     "rebuild_padding",
 )
+) + tuple(f"{op}[V={v}]" for op in ("speculate_get_token_penalty_multi_scores", "top_p_candidates")
+          for v in SAMPLING_VOCABS)  # fmt: skip
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
                "timestamp", "version"]  # fmt: skip
@@ -611,6 +621,48 @@ def build_rebuild_padding(batch):
             False]  # fmt: skip
     return Case(args, names, [], f"H={H};dtype=bfloat16;T={tmp_out.shape[0]};R={opo.size};speculative=1",
                 returns=True)  # fmt: skip
+def _sampling_rows(batch):
+    """Every request verifies K + 1 tokens: T = batch * (K + 1) logits rows, offsets for L."""
+    out_rows = [K + 1] * batch
+    cum = np.concatenate([[0], np.cumsum([L - o for o in out_rows])[:-1]]).astype(np.int32)
+    pad = np.repeat(cum, out_rows).astype(np.int32)
+    return sum(out_rows), pad, cum
+
+
+def build_penalty(batch, vocab):
+    """Target penalties on T = batch * (K + 1) float32 rows: pre_ids [batch, L] holds each
+    request's generated tokens (index 0 = -1, 16..1600 tokens), ~1/8 of the requests are below
+    their min length, 8 bad words, 2 EOS ids."""
+    rng = np.random.default_rng(6)
+    rows, pad, cum = _sampling_rows(batch)
+    pre_ids = np.full((batch, L), -1, np.int64)
+    gen = rng.integers(16, 1600, batch)
+    for b in range(batch):
+        pre_ids[b, 1 : 1 + gen[b]] = rng.integers(0, vocab, gen[b])
+    min_len = np.where(rng.random(batch) < 0.125, gen + K + 1, 1).astype(np.int64)
+    per = lambda lo, hi: rng.uniform(lo, hi, (batch, 1)).astype(np.float32)  # noqa: E731
+    names = ["pre_ids", "logits", "penalty_scores", "frequency_scores", "presence_scores", "temperatures",
+             "bad_tokens", "cur_len", "min_len", "eos_token_id", "seq_lens_this_time",
+             "output_padding_offset", "output_cum_offsets", "max_seq_len"]  # fmt: skip
+    args = [pre_ids, rng.standard_normal((rows, vocab), dtype=np.float32), per(1.0, 1.5), per(0.0, 0.5),
+            per(0.0, 0.5), per(0.5, 1.2), rng.integers(0, vocab, (1, 8)), gen.reshape(-1, 1).astype(np.int64),
+            min_len.reshape(-1, 1), np.array(EOS_IDS, np.int64).reshape(-1, 1),
+            np.full((batch, 1), K + 1, np.int32), pad, cum, L]  # fmt: skip
+    return Case(args, names, ["logits"], f"V={vocab};T={rows};K={K};L={L};dtype=float32")
+
+
+def build_top_p(batch, vocab):
+    """top_p_candidates on T = batch * (K + 1) float32 softmax rows, C = CANDIDATES."""
+    rng = np.random.default_rng(7)
+    rows, pad, _ = _sampling_rows(batch)
+    probs = rng.standard_normal((rows, vocab), dtype=np.float32) * np.float32(3)
+    probs -= probs.max(axis=1, keepdims=True)
+    np.exp(probs, out=probs)
+    probs /= probs.sum(axis=1, keepdims=True)
+    top_p = rng.choice(np.array([0.7, 0.8, 0.95, 1.0], np.float32), (batch, 1))
+    return Case([probs, top_p, pad, CANDIDATES, L],
+                ["probs", "top_p", "output_padding_offset", "candidates_len", "max_seq_len"], [],
+                f"V={vocab};T={rows};C={CANDIDATES};K={K};dtype=float32", returns=True)  # fmt: skip
 
 
 BUILDERS = {
@@ -632,6 +684,9 @@ BUILDERS = {
     "speculate_get_output_padding_offset": build_output_padding_offset,
     "pre_process": build_pre_process,
     "rebuild_padding": build_rebuild_padding,
+    **{f"speculate_get_token_penalty_multi_scores[V={v}]": functools.partial(build_penalty, vocab=v)
+       for v in SAMPLING_VOCABS},
+    **{f"top_p_candidates[V={v}]": functools.partial(build_top_p, vocab=v) for v in SAMPLING_VOCABS},
 }
 # Row buffers not restored between calls: their writes are the same each call (see module doc).
 STEADY_BUFFERS = {"input_ids", "pre_ids", "pre_ids_all"}
@@ -676,8 +731,9 @@ class Runner:
         import fd_mtp.ops as ops
 
         self.case = case
-        self.op = getattr(ops, op_name)
-        self.ref = getattr(ref, op_name)
+        base = op_name.split("[")[0]  # "top_p_candidates[V=32000]" -> top_p_candidates
+        self.op = getattr(ops, base)
+        self.ref = getattr(ref, base)
         self.np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
         self.pd_args = [_to_paddle(a, n) for a, n in zip(case.args, case.names)]
         reset = [i for i in case.written if case.names[i] not in STEADY_BUFFERS]
@@ -703,13 +759,24 @@ class Runner:
         out = {self.case.names[i]: _to_numpy(self.pd_args[i]) for i in self.case.written}
         if self.case.returns:
             out.update(_returned(_to_numpy(result)))
+            _add_returned(out, result, _to_numpy)
         return out
 
     def ref_state(self, result):
         out = {self.case.names[i]: self.np_args[i].copy() for i in self.case.written}
         if self.case.returns:
             out.update(_returned(result))
+            _add_returned(out, result, lambda a: a)
         return out
+
+
+def _add_returned(out, result, convert):
+    """A returned array, or each array of a returned list (ops with several outputs)."""
+    if isinstance(result, (list, tuple)):
+        for i, r in enumerate(result):
+            out[f"<returned {i}>"] = convert(r)
+    else:
+        out["<returned>"] = convert(result)
 
 
 def compare_states(got, expected, what):

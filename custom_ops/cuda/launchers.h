@@ -23,6 +23,8 @@
 #include "../kernels/speculate_step.h"
 #include "../kernels/rebuild_padding.h"
 #include "../kernels/speculate_padding.h"
+#include "../kernels/speculate_get_token_penalty_multi_scores.h"
+#include "../kernels/top_p_candidates.h"
 
 namespace fd_mtp {
 
@@ -106,5 +108,19 @@ cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetPa
 // (16-byte units when aligned). p.out_rows is computed by the caller.
 cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
                                  cudaStream_t stream);
+// speculate_get_token_penalty_multi_scores. workspace: [workspace_rows, vocab]
+// int32, all zero on entry and left all zero; workspace_rows (>= 1) is the
+// grid size (token_penalty_workspace_rows). Writes p.logits in place.
+cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
+                               int64_t workspace_rows, KernelStatus* status,
+                               cudaStream_t stream);
+inline int64_t token_penalty_workspace_rows(int64_t rows) {
+  return rows < 1 ? 1 : (rows < 128 ? rows : 128);
+}
+
+// top_p_candidates: writes every slot of verify_scores / verify_tokens and
+// actual_candidate_lens. Requires 1 <= candidates <= min(100, vocab).
+cudaError_t top_p_candidates_cuda(const TopPCandidatesParams& p, KernelStatus* status,
+                                  cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -158,3 +158,30 @@ inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor&
 
 }  // namespace check
 }  // namespace fd_mtp
+
+#include "../kernels/float_bits.h"
+
+namespace fd_mtp {
+namespace check {
+
+// The kernels' storage kind of a float32 / float16 / bfloat16 tensor (its
+// dtype must have been checked with dtype_in first).
+inline FloatKind float_kind_of(const paddle::Tensor& t) {
+  if (t.dtype() == paddle::DataType::FLOAT16) return kFloat16;
+  if (t.dtype() == paddle::DataType::BFLOAT16) return kBFloat16;
+  return kFloat32;
+}
+
+// A per-row vector: shape [n] or [n, 1] with n >= rows (rows named by `what`).
+inline int64_t per_row(const char* op, const char* arg, const paddle::Tensor& t,
+                       paddle::DataType dt, int64_t rows, const char* what) {
+  dtype(op, arg, t, dt);
+  const auto& s = t.shape();
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    fail(op, arg, "must have shape [n] or [n, 1], got ", shape_str(s));
+  if (s[0] < rows) fail(op, arg, "has ", s[0], " entries but ", what, " has ", rows, " rows");
+  return s[0];
+}
+
+}  // namespace check
+}  // namespace fd_mtp

@@ -38,6 +38,7 @@ from .packing import (
     speculate_get_padding_offset,
     speculate_get_seq_lens_output,
 )
+from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
 
 __all__ = [
     "load",
@@ -62,4 +63,6 @@ __all__ = [
     "speculate_get_output_padding_offset",
     "speculate_get_padding_offset",
     "speculate_get_seq_lens_output",
+    "speculate_get_token_penalty_multi_scores",
+    "top_p_candidates",
 ]

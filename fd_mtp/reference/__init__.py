@@ -23,6 +23,7 @@ from .packing import (
     speculate_get_padding_offset,
     speculate_get_seq_lens_output,
 )
+from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
 
 __all__ = [
     "draft_model_preprocess",
@@ -46,4 +47,6 @@ __all__ = [
     "speculate_get_output_padding_offset",
     "speculate_get_padding_offset",
     "speculate_get_seq_lens_output",
+    "speculate_get_token_penalty_multi_scores",
+    "top_p_candidates",
 ]
