@@ -12,6 +12,7 @@
 #include "../kernels/draft_model_update.h"
 #include "../kernels/eagle_hidden_states.h"
 #include "../kernels/mtp_step.h"
+#include "../kernels/speculate_verify.h"
 
 namespace fd_mtp {
 
@@ -43,5 +44,14 @@ cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t*
 
 // p.need_list: [bsz] int32 workspace.
 cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
+
+// speculate_verify (spec §5.7): a check launch then an apply launch.
+cudaError_t speculate_verify_cuda(const SpeculateVerifyParams& p, KernelStatus* status,
+                                  cudaStream_t stream);
+
+// Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
+// into `output` ([n, 4]): the device side of the known-answer test.
+cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
+                               cudaStream_t stream);
 
 }  // namespace fd_mtp
