@@ -23,6 +23,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .verify import speculate_verify
 
 __all__ = [
     "load",
@@ -32,4 +33,5 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "speculate_verify",
 ]
