@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference.verify import STRATEGIES, resolve_verify_options
+from .._verify_options import STRATEGIES, resolve_verify_options
 from ._common import _check_status, _cupy, _dtype, _fail, _matrix, _per_request, _ptr, _scratch, _stream, load
 
 __all__ = ["speculate_verify", "philox4x32_10"]

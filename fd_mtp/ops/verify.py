@@ -1,7 +1,7 @@
 """Target-side verify op: spec ../shared/spec/ops.md §5.7, §9.1."""
 from __future__ import annotations
 
-from ..reference.verify import STRATEGIES, resolve_verify_options
+from .._verify_options import STRATEGIES, resolve_verify_options
 from ._loader import call
 
 __all__ = ["speculate_verify"]
@@ -117,6 +117,10 @@ def speculate_verify(
     (upstream strides it with ``draft_tokens.shape[1]``; equal for FastDeploy's ``[B, K+1]``
     buffers); no ``bsz <= 512`` cap; out-of-range reads are errors instead of undefined; the
     "greedy" and "rejection" strategies are new.
+
+    Cost: one thread per request (CPU loop / CUDA grid-stride). "rejection" walks the row of
+    ``target_probs`` (and ``draft_probs``) twice per sampled token in one thread, in id order (the
+    float32 running sum is part of the contract): O(V) per request, latency-bound.
 
     Example:
         >>> import paddle, fd_mtp.ops as ops

@@ -11,11 +11,9 @@ bits) and counter = (draw, request index, offset low, offset high); a draw is th
 "rejection" strategy uses draw 2i for the accept test at position i and 2i+1 for the token
 sampled there.
 """
-from __future__ import annotations
-
-import os
-
 import numpy as np
+
+from .._verify_options import STRATEGIES, resolve_verify_options
 
 __all__ = [
     "speculate_verify",
@@ -24,9 +22,6 @@ __all__ = [
     "resolve_verify_options",
     "STRATEGIES",
 ]
-
-# verify_strategy names -> the kernel's VerifyStrategy codes (custom_ops/kernels/speculate_verify.h).
-STRATEGIES = {"topp": 0, "topk": 1, "target_match": 2, "greedy": 3, "rejection": 4}
 
 _M32 = np.uint64(0xFFFFFFFF)
 _PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
@@ -62,46 +57,6 @@ def philox_uniform(seed, offset, stream, draw):
     key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF], dtype=np.uint64)
     word0 = philox4x32_10(counter, key)[..., 0]
     return ((word0 >> np.uint32(8)) + np.uint32(1)).astype(np.float32) * np.float32(2.0**-24)
-
-
-def _env_flag(name):
-    """FastDeploy reads these as integers (default 0); nonzero -> True."""
-    raw = os.environ.get(name, "0").strip() or "0"
-    try:
-        return int(raw) != 0
-    except ValueError:
-        raise ValueError(f"speculate_verify: environment variable {name} must be an integer, got {raw!r}") from None
-
-
-def resolve_verify_options(verify_strategy, prefill_one_step_stop, seed, offset, counter):
-    """(strategy code, prefill_one_step_stop, seed, offset) with FastDeploy's defaults (§5.7 "Env").
-
-    ``verify_strategy`` None: SPECULATE_VERIFY_USE_TARGET_SAMPLING != 0 -> "target_match", else
-    SPECULATE_VERIFY_USE_TOPK != 0 -> "topk", else "topp". ``prefill_one_step_stop`` None:
-    PREFILL_NODE_ONE_STEP_STOP starts with "1". ``seed`` / ``offset`` None: ``counter``.
-    Shared by fd_mtp.ops, fd_mtp.cuda and this reference (each keeps its own counter).
-    """
-    if verify_strategy is None:
-        if _env_flag("SPECULATE_VERIFY_USE_TARGET_SAMPLING"):
-            verify_strategy = "target_match"
-        elif _env_flag("SPECULATE_VERIFY_USE_TOPK"):
-            verify_strategy = "topk"
-        else:
-            verify_strategy = "topp"
-    if verify_strategy not in STRATEGIES:
-        raise ValueError(
-            f"speculate_verify: verify_strategy must be one of {sorted(STRATEGIES)}, got {verify_strategy!r}"
-        )
-    if prefill_one_step_stop is None:
-        prefill_one_step_stop = os.environ.get("PREFILL_NODE_ONE_STEP_STOP", "")[:1] == "1"
-    seed = counter if seed is None else seed
-    offset = counter if offset is None else offset
-    for name, value in (("seed", seed), ("offset", offset)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"speculate_verify: {name} must be an integer, got {type(value).__name__}")
-        if not 0 <= int(value) < 2**63:
-            raise ValueError(f"speculate_verify: {name} must be in [0, 2**63), got {value}")
-    return STRATEGIES[verify_strategy], bool(prefill_one_step_stop), int(seed), int(offset)
 
 
 _counter = 0
