@@ -178,18 +178,35 @@ FD_HOST_DEVICE inline float verify_weight(const SpeculateVerifyParams& p, int64_
   return r > 0.f ? r : 0.f;
 }
 
+// Checkpoints of the running sum kept by verify_sample (see there).
+constexpr int kVerifySampleMarks = 64;
+
 // Samples a token id from the weights above with uniform u: the first v (id
 // order) with u * total <= running sum (float32, id order); when the weights
-// sum to 0, the argmax of p (lowest id). One thread walks the vocabulary
-// twice: O(V) per sampled token.
+// sum to 0, the argmax of p (lowest id). One thread walks the vocabulary once
+// to get the total, recording the running sum at kVerifySampleMarks block
+// ends; the second walk re-sums only the block where the threshold is
+// crossed, starting from that block's recorded sum, so every running sum is
+// bit-identical to one sequential walk. O(V) per sampled token.
 FD_HOST_DEVICE inline int64_t verify_sample(const SpeculateVerifyParams& p, int64_t row,
                                             float u, bool residual, int64_t draft) {
+  const int64_t block = (p.vocab + kVerifySampleMarks - 1) / kVerifySampleMarks;
+  float marks[kVerifySampleMarks];
   float total = 0.f;
-  for (int64_t v = 0; v < p.vocab; ++v) total += verify_weight(p, row, v, residual, draft);
+  int num_marks = 0;
+  for (int64_t lo = 0; lo < p.vocab; lo += block) {
+    const int64_t hi = lo + block < p.vocab ? lo + block : p.vocab;
+    for (int64_t v = lo; v < hi; ++v) total += verify_weight(p, row, v, residual, draft);
+    marks[num_marks++] = total;
+  }
   if (total > 0.f) {
-    const float threshold = u * total;
-    float sum = 0.f;
-    for (int64_t v = 0; v < p.vocab; ++v) {
+    const float threshold = u * total;  // <= total: some block end reaches it
+    int c = 0;
+    while (c < num_marks - 1 && !(threshold <= marks[c])) ++c;
+    float sum = c > 0 ? marks[c - 1] : 0.f;
+    const int64_t lo = c * block;
+    const int64_t hi = lo + block < p.vocab ? lo + block : p.vocab;
+    for (int64_t v = lo; v < hi; ++v) {
       sum += verify_weight(p, row, v, residual, draft);
       if (threshold <= sum) return v;
     }

@@ -467,6 +467,17 @@ def test_grid_matches_reference(bsz, strategy, K):
     check_invariants(d, got, strategy)
 
 
+@pytest.mark.parametrize("V", [1, 63, 64, 65, 1001, 5000])
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_rejection_vocabulary_sizes_match_reference(V, with_draft_probs):
+    # The sampling walk keeps 64 block checkpoints of the running sum: vocabularies below, at,
+    # just above and far above the checkpoint count, and not multiples of it.
+    rng = np.random.default_rng(V)
+    d, kw = random_batch(rng, 40, K=4, C=1, V=V, strategy="rejection", with_draft_probs=with_draft_probs)
+    got = run_pair(d, verify_strategy="rejection", seed=V, offset=1, **kw)
+    check_invariants(d, got, "rejection")
+
+
 @given(
     seed=st.integers(0, 2**32 - 1),
     bsz=st.integers(1, 40),
