@@ -119,8 +119,9 @@ def speculate_verify(
     "greedy" and "rejection" strategies are new.
 
     Cost: one thread per request (CPU loop / CUDA grid-stride). "rejection" walks the row of
-    ``target_probs`` (and ``draft_probs``) twice per sampled token in one thread, in id order (the
-    float32 running sum is part of the contract): O(V) per request, latency-bound.
+    ``target_probs`` (and ``draft_probs``) once per sampled token in one thread, in id order (the
+    float32 running sum is part of the contract), then re-sums one 1/64 block of it: O(V) per
+    sampled token, latency-bound (CPU, one core: about 0.1-0.3 ms per request at V = 100000).
 
     Example:
         >>> import paddle, fd_mtp.ops as ops
