@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
+import re
 import datetime as _dt
 import functools
 import sys
@@ -63,6 +65,9 @@ PREFILL_TOKEN_BUDGET = 2048  # chunked-prefill tokens per step, shared by the pr
 SAMPLING_VOCABS = (32_000, 100_000)  # vocab sizes of the sampling-op entries
 CANDIDATES = 5  # top_p_candidates' C (FastDeploy's default max_candidate_len)
 OPS = (
+    "speculate_verify",
+    "speculate_verify[rejection,V=32000]",
+    "speculate_verify[rejection,V=100000]",
     "draft_model_preprocess",
     "eagle_get_hidden_states",
     "draft_model_update",
@@ -663,9 +668,94 @@ def build_top_p(batch, vocab):
     return Case([probs, top_p, pad, CANDIDATES, L],
                 ["probs", "top_p", "output_padding_offset", "candidates_len", "max_seq_len"], [],
                 f"V={vocab};T={rows};C={CANDIDATES};K={K};dtype=float32", returns=True)  # fmt: skip
+VERIFY_C = 5  # max_candidate_len of top_p_candidates
+VERIFY_V = 100_000  # vocabulary of the candidate ids (topp strategy)
+
+
+def _verify_state(batch, vocab, seed=6):
+    """speculate_verify's inputs after a target forward: decodes verify K + 1 tokens (K drafts, 60%
+    equal to the top candidate of their row, 10% to the second), prefills one row, stopped
+    requests none; a few requests reach max_dec_len or meet an end token this step."""
+    rng = np.random.default_rng(seed)
+    roles = _roles(batch, rng)
+    n = np.where(roles == "prefill", rng.integers(16, 128, batch), K + 1).astype(np.int32)
+    outs = np.select([roles == "stopped", roles == "prefill"], [0, 1], K + 1)
+    T = int(outs.sum())
+    first = np.concatenate([[0], np.cumsum(outs)[:-1]])
+    cands = rng.integers(3, vocab, (T, VERIFY_C), dtype=np.int64)
+    scores = np.sort(rng.random((T, VERIFY_C), dtype=np.float32), axis=1)[:, ::-1]
+    scores = (scores / scores.sum(1, keepdims=True)).astype(np.float32)
+    draft = rng.integers(3, vocab, (batch, K + 1), dtype=np.int64)
+    for b in np.flatnonzero(roles != "stopped"):
+        for k in range(1, K + 1):
+            u = rng.random()
+            if roles[b] != "prefill" and u < 0.6:
+                draft[b, k] = cands[first[b] + k - 1, 0]
+            elif roles[b] != "prefill" and u < 0.7:
+                draft[b, k] = cands[first[b] + k - 1, 1]
+    step = rng.integers(10, 1000, batch).astype(np.int64)
+    max_dec = np.full(batch, L, np.int64)
+    some = rng.permutation(batch)[: max(1, batch // 50)]
+    max_dec[some] = step[some] + 2
+    eos_rows = rng.permutation(T)[: max(1, T // 100)] if T else []
+    cands[eos_rows, 0] = EOS_IDS[0]
+    s = dict(
+        sampled_token_ids=cands[:, :1].copy(),
+        accept_tokens=np.zeros((batch, K + 1), np.int64),
+        accept_num=np.zeros(batch, np.int32),
+        step_idx=step.reshape(-1, 1),
+        stop_flags=(roles == "stopped").reshape(-1, 1),
+        seq_lens_encoder=np.where(roles == "prefill", n, 0).astype(np.int32).reshape(-1, 1),
+        seq_lens_decoder=rng.integers(64, 1024, (batch, 1)).astype(np.int32),
+        draft_tokens=draft,
+        seq_lens_this_time=np.where(roles == "stopped", 0, n).astype(np.int32).reshape(-1, 1),
+        verify_tokens=cands,
+        verify_scores=np.ascontiguousarray(scores),
+        max_dec_len=max_dec.reshape(-1, 1),
+        end_tokens=np.array(EOS_IDS, np.int64).reshape(-1, 1),
+        is_block_step=np.zeros(batch, bool),
+        output_cum_offsets=np.concatenate([[0], np.cumsum(L - outs)[:-1]]).astype(np.int32).reshape(-1, 1),
+        actual_candidate_len=rng.integers(1, VERIFY_C + 1, T).astype(np.int32),
+        actual_draft_token_nums=np.full(batch, K, np.int32),
+        topp=rng.uniform(0.5, 1.0, (batch, 1)).astype(np.float32),
+    )
+    return s, T
+
+
+VERIFY_WRITTEN = ["accept_tokens", "accept_num", "step_idx", "stop_flags"]
+
+
+def build_verify(batch):
+    s, T = _verify_state(batch, VERIFY_V)
+    names = list(s) + ["max_seq_len", "verify_window", "enable_topp", "benchmark_mode", "accept_all_drafts"]
+    args = list(s.values()) + [L, 2, True, False, False]
+    kwargs = dict(verify_strategy="topp", seed=1, offset=2, prefill_one_step_stop=False)
+    return Case(args, names, VERIFY_WRITTEN, f"strategy=topp;K={K};C={VERIFY_C};T={T}", kwargs=kwargs)
+
+
+def build_verify_rejection(batch, vocab):
+    """Greedy drafter (draft_probs None); target rows: 0.6 of the mass on the row's top candidate,
+    0.3 spread over the other candidates, 0.1 uniform over the vocabulary."""
+    s, T = _verify_state(batch, vocab, seed=7)
+    rng = np.random.default_rng(8)
+    probs = np.full((T, vocab), 0.1 / vocab, np.float32)
+    rows = np.arange(T)
+    probs[rows, s["verify_tokens"][:, 0]] += 0.6
+    for c in range(1, VERIFY_C):
+        probs[rows, s["verify_tokens"][:, c]] += np.float32(0.3 / (VERIFY_C - 1))
+    probs *= rng.uniform(0.98, 1.02, (T, 1)).astype(np.float32)
+    names = list(s) + ["max_seq_len", "verify_window", "enable_topp", "benchmark_mode", "accept_all_drafts"]
+    args = list(s.values()) + [L, 2, True, False, False]
+    kwargs = dict(verify_strategy="rejection", seed=1, offset=2, prefill_one_step_stop=False,
+                  target_probs=probs)  # fmt: skip
+    return Case(args, names, VERIFY_WRITTEN, f"strategy=rejection;K={K};V={vocab};T={T};drafter=greedy",
+                kwargs=kwargs)  # fmt: skip
 
 
 BUILDERS = {
+    "speculate_verify": build_verify,
+    "speculate_verify[rejection,V=32000]": functools.partial(build_verify_rejection, vocab=32_000),
+    "speculate_verify[rejection,V=100000]": functools.partial(build_verify_rejection, vocab=100_000),
     "draft_model_preprocess": build_preprocess,
     "eagle_get_hidden_states": build_eagle_hidden,
     "draft_model_update": build_update,
@@ -732,6 +822,7 @@ class Runner:
 
         self.case = case
         base = op_name.split("[")[0]  # "top_p_candidates[V=32000]" -> top_p_candidates
+        base = op_name.split("[")[0]  # "op[variant]" entries run the op itself
         self.op = getattr(ops, base)
         self.ref = getattr(ref, base)
         self.np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
@@ -739,6 +830,7 @@ class Runner:
         reset = [i for i in case.written if case.names[i] not in STEADY_BUFFERS]
         self.np_reset = [(self.np_args[i], case.args[i]) for i in reset]
         self.pd_reset = [(self.pd_args[i], _to_paddle(case.args[i], case.names[i])) for i in reset]
+        self.pd_kwargs = {k: _to_paddle(v, k) for k, v in case.kwargs.items()}
         self._assign = paddle.assign
 
     def reset_np(self):
@@ -750,7 +842,7 @@ class Runner:
             self._assign(src, output=dst)
 
     def call_op(self):
-        return self.op(*self.pd_args, **self.case.kwargs)
+        return self.op(*self.pd_args, **self.pd_kwargs)
 
     def call_ref(self):
         return self.ref(*self.np_args, **self.case.kwargs)
@@ -870,7 +962,8 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     batches = [int(b) for b in args.batches.split(",") if b]
-    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    # Commas inside [...] belong to a variant name (e.g. "speculate_verify[rejection,V=32000]").
+    ops = [o.strip() for o in re.split(r",(?![^\[]*\])", args.ops) if o.strip()]
     unknown = [o for o in ops if o not in BUILDERS]
     if unknown:
         p.error(f"unknown ops {unknown}; choose from {list(BUILDERS)}")

@@ -25,6 +25,7 @@
 #include "../kernels/speculate_padding.h"
 #include "../kernels/speculate_get_token_penalty_multi_scores.h"
 #include "../kernels/top_p_candidates.h"
+#include "../kernels/speculate_verify.h"
 
 namespace fd_mtp {
 
@@ -122,5 +123,14 @@ inline int64_t token_penalty_workspace_rows(int64_t rows) {
 // actual_candidate_lens. Requires 1 <= candidates <= min(100, vocab).
 cudaError_t top_p_candidates_cuda(const TopPCandidatesParams& p, KernelStatus* status,
                                   cudaStream_t stream);
+
+// speculate_verify (spec §5.7): a check launch then an apply launch.
+cudaError_t speculate_verify_cuda(const SpeculateVerifyParams& p, KernelStatus* status,
+                                  cudaStream_t stream);
+
+// Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
+// into `output` ([n, 4]): the device side of the known-answer test.
+cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
+                               cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -39,6 +39,7 @@ from .packing import (
     speculate_get_seq_lens_output,
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
+from .verify import speculate_verify
 
 __all__ = [
     "load",
@@ -65,4 +66,5 @@ __all__ = [
     "speculate_get_seq_lens_output",
     "speculate_get_token_penalty_multi_scores",
     "top_p_candidates",
+    "speculate_verify",
 ]

@@ -1,0 +1,300 @@
+"""Numpy reference of speculate_verify, written from the spec (spec/ops.md §5.7, §9.1, §14 items 7-10).
+
+An executable spec: one plain Python loop per request in the order §5.7 describes, mutating its
+arguments in place exactly as the op does. Valid input is assumed except for the checks the op
+also makes (ValueError naming the argument, raised before anything is written).
+
+Randomness (a deliberate difference from upstream's curand XORWOW, which neither a CPU nor numpy
+can reproduce): Philox4x32-10 (Salmon et al. 2011) with key = (seed low 32 bits, seed high 32
+bits) and counter = (draw, request index, offset low, offset high); a draw is the float32
+``((word0 >> 8) + 1) * 2**-24``, uniform in (0, 1]. TOPP uses draw 0 of its request; the
+"rejection" strategy uses draw 2i for the accept test at position i and 2i+1 for the token
+sampled there.
+"""
+import numpy as np
+
+from .._verify_options import STRATEGIES, resolve_verify_options
+
+__all__ = [
+    "speculate_verify",
+    "philox4x32_10",
+    "philox_uniform",
+    "resolve_verify_options",
+    "STRATEGIES",
+]
+
+_M32 = np.uint64(0xFFFFFFFF)
+_PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
+_PHILOX_W = (np.uint64(0x9E3779B9), np.uint64(0xBB67AE85))
+
+
+def philox4x32_10(counter, key):
+    """Philox4x32-10 of ``counter`` ([..., 4] uint32) with ``key`` ([..., 2] uint32) -> [..., 4] uint32."""
+    counter = np.asarray(counter, dtype=np.uint64)
+    key = np.asarray(key, dtype=np.uint64)
+    c0, c1, c2, c3 = (counter[..., j] for j in range(4))
+    k0, k1 = key[..., 0], key[..., 1]
+    for rnd in range(10):
+        if rnd:
+            k0 = (k0 + _PHILOX_W[0]) & _M32
+            k1 = (k1 + _PHILOX_W[1]) & _M32
+        p0 = c0 * _PHILOX_M[0]  # < 2**64: exact in uint64
+        p1 = c2 * _PHILOX_M[1]
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & _M32, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & _M32
+    return np.stack(np.broadcast_arrays(c0, c1, c2, c3), axis=-1).astype(np.uint32)
+
+
+def philox_uniform(seed, offset, stream, draw):
+    """float32 uniform(s) in (0, 1] at (seed, offset, stream = request index, draw); broadcasts."""
+    seed, offset = int(seed), int(offset)
+    stream = np.asarray(stream, dtype=np.uint64) & _M32
+    draw = np.asarray(draw, dtype=np.uint64) & _M32
+    stream, draw = np.broadcast_arrays(stream, draw)
+    counter = np.stack(
+        [draw, stream, np.full_like(draw, offset & 0xFFFFFFFF), np.full_like(draw, (offset >> 32) & 0xFFFFFFFF)],
+        axis=-1,
+    )
+    key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF], dtype=np.uint64)
+    word0 = philox4x32_10(counter, key)[..., 0]
+    return ((word0 >> np.uint32(8)) + np.uint32(1)).astype(np.float32) * np.float32(2.0**-24)
+
+
+_counter = 0
+
+
+def _flat(a):
+    flat = a.reshape(-1)
+    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    return flat
+
+
+def _fail(arg, msg):
+    raise ValueError(f"speculate_verify: {arg} {msg}")
+
+
+def _sample(probs_row, u, q_row=None):
+    """Token from weights max(0, p - q) (q None: p itself): the first v, in id order, with
+    u * total <= running float32 sum; the argmax of p (lowest id) when the weights sum to 0."""
+    p = np.asarray(probs_row, dtype=np.float32)
+    r = p - (np.float32(0) if q_row is None else q_row)
+    w = np.where(r > 0, r, np.float32(0)).astype(np.float32)
+    running = np.cumsum(w, dtype=np.float32)  # sequential float32 sums, id order
+    total = running[-1] if running.size else np.float32(0)
+    if total > 0:
+        return int(np.argmax(np.float32(u) * total <= running))
+    return int(np.argmax(p))
+
+
+def speculate_verify(
+    sampled_token_ids,
+    accept_tokens,
+    accept_num,
+    step_idx,
+    stop_flags,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    draft_tokens,
+    seq_lens_this_time,
+    verify_tokens,
+    verify_scores,
+    max_dec_len,
+    end_tokens,
+    is_block_step,
+    output_cum_offsets,
+    actual_candidate_len,
+    actual_draft_token_nums,
+    topp,
+    max_seq_len,
+    verify_window,
+    enable_topp,
+    benchmark_mode,
+    accept_all_drafts,
+    *,
+    seed=None,
+    offset=None,
+    verify_strategy=None,
+    prefill_one_step_stop=None,
+    target_probs=None,
+    draft_probs=None,
+):
+    """Verify drafts and emit accepted + bonus/correction tokens (spec §5.7). Returns None.
+
+    Same arguments and in-place effects as fd_mtp.ops.speculate_verify (see its docstring):
+    accept_tokens [Bm, Wa] int64, accept_num int32, step_idx int64, stop_flags bool are written;
+    ``bsz = seq_lens_this_time.size``; row widths are each tensor's own.
+    """
+    global _counter
+    strategy, one_step_stop, seed, offset = resolve_verify_options(
+        verify_strategy, prefill_one_step_stop, seed, offset, _counter
+    )
+    _counter += 1
+    name = {v: k for k, v in STRATEGIES.items()}[strategy]
+
+    sampled = _flat(sampled_token_ids)
+    n_acc = _flat(accept_num)
+    step = _flat(step_idx)
+    stop = _flat(stop_flags)
+    enc = _flat(seq_lens_encoder)
+    this_time = _flat(seq_lens_this_time)
+    max_dec = _flat(max_dec_len)
+    ends = [int(t) for t in _flat(end_tokens)]
+    block_step = _flat(is_block_step)
+    cum = _flat(output_cum_offsets)
+    cand_len = _flat(actual_candidate_len)
+    top_p = _flat(topp)
+    bsz = this_time.size
+    C = verify_tokens.shape[1]
+    if not ends:
+        _fail("end_tokens", "must hold at least one token id")
+    if int(verify_window) < 0:
+        _fail("verify_window", f"must be >= 0, got {verify_window}")
+    if name == "rejection":
+        if target_probs is None:
+            _fail("target_probs", 'is required by the "rejection" strategy')
+        vocab = target_probs.shape[1]
+    else:
+        target_probs = draft_probs = None
+
+    # ---- checks (before anything is written) -------------------------------------------------
+    def used_of(b):
+        """Output rows = accept/draft columns request b may touch."""
+        if benchmark_mode or enc[b] != 0:
+            return 1
+        return max(int(this_time[b]), 1)
+
+    for b in range(bsz):
+        if block_step[b] or stop[b]:
+            continue
+        used = used_of(b)
+        where = f"(request {b}) "
+        if used > draft_tokens.shape[1]:
+            _fail("draft_tokens", where + f"the request verifies {used} tokens but the row has {draft_tokens.shape[1]} columns")
+        if used > accept_tokens.shape[1]:
+            _fail("accept_tokens", where + f"the request may accept {used} tokens but the row has {accept_tokens.shape[1]} columns")
+        start = b * int(max_seq_len) - int(cum[b])
+        if start < 0:
+            _fail("output_cum_offsets", where + f"gives first output row {start}; it must be >= 0")
+        last = start + used - 1
+        tensors = [("verify_tokens", verify_tokens), ("verify_scores", verify_scores),
+                   ("actual_candidate_len", cand_len), ("sampled_token_ids", sampled)]  # fmt: skip
+        if name == "rejection":
+            tensors.append(("target_probs", target_probs))
+            if draft_probs is not None:
+                tensors.append(("draft_probs", draft_probs))
+        for arg, t in tensors:
+            if last >= t.shape[0]:
+                _fail(arg, where + f"row {last} is read but there are {t.shape[0]} rows")
+        if name == "rejection":
+            for i in range(1, used):
+                d = int(draft_tokens[b, i])
+                if not 0 <= d < vocab:
+                    _fail("draft_tokens", where + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs")
+
+    # ---- apply ---------------------------------------------------------------------------------
+    for b in range(bsz):
+        # Step 0: block-stepped and stopped requests are left untouched (accept_num too).
+        if block_step[b] or stop[b]:
+            continue
+        start = b * int(max_seq_len) - int(cum[b])
+        n = int(this_time[b])
+
+        def uniform(draw):
+            return philox_uniform(seed, offset, b, draw)[()]
+
+        def emit(i, token):
+            """ACCEPT(i) / step-3 write; returns True when the request stopped."""
+            step[b] += 1
+            accept_tokens[b, i] = token
+            if token in ends or step[b] >= max_dec[b]:
+                stop[b] = True
+                if step[b] >= max_dec[b]:
+                    accept_tokens[b, i] = ends[0]
+                return True
+            return False
+
+        acc, i, stopped, correction = 1, 0, False, None
+        while i < n - 1:
+            if benchmark_mode or enc[b] != 0:
+                break
+            row = start + i
+            d = int(draft_tokens[b, i + 1])
+            if accept_all_drafts:
+                ok = True
+            elif name == "target_match":
+                ok = int(sampled[row]) == d
+            elif name in ("topk", "greedy"):
+                ok = int(verify_tokens[row, 0]) == d
+            elif name == "rejection":
+                u = uniform(2 * i)
+                q = np.float32(1) if draft_probs is None else np.float32(draft_probs[row, d])
+                ok = bool(u * q <= np.float32(target_probs[row, d]))
+                if not ok:
+                    if draft_probs is None:
+                        q_row = np.zeros(vocab, np.float32)
+                        q_row[d] = 1
+                    else:
+                        q_row = np.asarray(draft_probs[row], np.float32)
+                    correction = _sample(target_probs[row], uniform(2 * i + 1), q_row)
+            else:  # topp
+                m = min(int(cand_len[row]), C)
+                ok = d in [int(t) for t in verify_tokens[row, : max(m, 0)]]
+                if not ok:
+                    # Top-2 window rule.
+                    if C >= 2 and int(verify_tokens[row, 1]) == d:
+                        j, ii = 0, i + 1
+                        while (j < verify_window and ii < n - 1
+                               and int(verify_tokens[start + ii, 0]) == int(draft_tokens[b, ii + 1])):  # fmt: skip
+                            j += 1
+                            ii += 1
+                        if j >= verify_window:
+                            acc += verify_window + 1
+                            step[b] += verify_window + 1
+                            k = i
+                            while k < ii:
+                                t = int(draft_tokens[b, k + 1])
+                                accept_tokens[b, k] = t
+                                if t in ends or step[b] >= max_dec[b]:
+                                    stop[b] = True
+                                    stopped = True
+                                    if step[b] >= max_dec[b]:
+                                        accept_tokens[b, k] = ends[0]
+                                    acc -= 1
+                                    step[b] -= 1
+                                    break
+                                k += 1
+                            i = k
+                    break  # every top-2 outcome (and a plain mismatch) leaves the loop
+            if not ok:
+                break
+            if emit(i, d):
+                stopped = True
+                break
+            acc += 1
+            i += 1
+
+        # Step 3: the bonus / correction token.
+        if not stopped:
+            row = start + i
+            if correction is not None:
+                token = correction
+            elif name == "target_match":
+                token = int(sampled[row])
+            elif name == "greedy":
+                token = int(verify_tokens[row, 0])
+            elif name == "rejection":
+                token = _sample(target_probs[row], uniform(2 * i + 1))
+            elif enable_topp:  # TOPP(row)
+                m = min(int(cand_len[row]), C)
+                u = uniform(0) * np.float32(top_p[b])
+                token, running = int(verify_tokens[row, 0]), np.float32(0)
+                for k in range(m):
+                    running = np.float32(running + np.float32(verify_scores[row, k]))
+                    if u <= running:
+                        token = int(verify_tokens[row, k])
+                        break
+            else:
+                token = int(verify_tokens[row, 0])
+            if one_step_stop:
+                stop[b] = True
+            emit(i, token)
+        n_acc[b] = acc
