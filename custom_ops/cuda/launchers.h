@@ -12,6 +12,7 @@
 #include "../kernels/draft_model_update.h"
 #include "../kernels/eagle_hidden_states.h"
 #include "../kernels/mtp_step.h"
+#include "../kernels/ngram.h"
 
 namespace fd_mtp {
 
@@ -43,5 +44,10 @@ cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t*
 
 // p.need_list: [bsz] int32 workspace.
 cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
+
+// ngram_match / hybrid_mtp_ngram (p.hybrid). hits: [max(bsz, 1)] int64
+// workspace (the winning search position of each request, or -1).
+cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
+                       cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -20,6 +20,7 @@ namespace fd_mtp {
 namespace pybind {
 // One function per group of ops, each in its own file of custom_ops/cuda_module/.
 void bind_draft(py::module_& m);
+void bind_ngram(py::module_& m);
 }  // namespace pybind
 }  // namespace fd_mtp
 
@@ -42,4 +43,5 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
   }, py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
 
   bind_draft(m);
+  bind_ngram(m);
 }

@@ -23,6 +23,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
 
 __all__ = [
     "load",
@@ -32,4 +33,8 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "ngram_match",
+    "hybrid_mtp_ngram",
+    "ngram_match_host",
+    "hybrid_mtp_ngram_host",
 ]

@@ -13,6 +13,7 @@ from .draft import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from .ngram import hybrid_mtp_ngram, ngram_match
 
 __all__ = [
     "load",
@@ -22,4 +23,6 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "ngram_match",
+    "hybrid_mtp_ngram",
 ]
