@@ -142,6 +142,8 @@ def _run(op, hybrid, input_ids, input_ids_len, pre_ids, step_idx, draft_token_nu
             q = min(q, threshold - total - remaining)
         if total + remaining >= threshold - 1:
             continue
+        if q < 1:  # every window has s >= e = min(s + q, len): nothing is usable
+            continue
         found = _search(input_ids[b], int(in_len[b]), pre_ids[b], int(step[b]), q, n_max, n_min)
         if found is None:
             continue
