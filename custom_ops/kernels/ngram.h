@@ -225,20 +225,43 @@ FD_HOST_DEVICE inline void ngram_copy(const NgramParams& p, int64_t b, int64_t b
 }
 
 // ------------------------------------------------------------ CPU driver ---
+// First index i in [from, to) with hay[i] == token, else `to`. Chunks of 8
+// compared without branches (vectorisable), then the exact index.
+inline int64_t ngram_find(const int64_t* hay, int64_t from, int64_t to, int64_t token) {
+  int64_t i = from;
+  for (; i + 8 <= to; i += 8) {
+    int hit = 0;
+    for (int j = 0; j < 8; ++j) hit |= hay[i + j] == token;
+    if (hit) break;
+  }
+  while (i < to && hay[i] != token) ++i;
+  return i;
+}
+
 // Sequential scan with an early exit: positions are visited in preference
-// order, so the first one reaching the cap wins.
+// order, so the first one reaching the cap wins. A position is a candidate
+// only if its token equals the query's last token, so the scan jumps between
+// such positions and evaluates them with the shared ngram_candidate_at.
 inline NgramCandidate ngram_search_cpu(const NgramParams& p, int64_t b) {
   NgramCandidate best = ngram_no_candidate();
   const int32_t cap = ngram_cap(p, b);
   if (cap == 0) return best;
   const NgramDomain d = ngram_domain(p, b);
-  const int64_t total = d.prompt + d.generated;
-  for (int64_t u = 0; u < total; ++u) {
-    const NgramCandidate c = ngram_candidate_at(p, b, d, cap, u);
-    if (ngram_better(c, best)) {
-      best = c;
-      if (best.n == cap) break;
+  const int64_t* pre_row = p.pre_ids + b * p.pre_ids_cols;
+  const int64_t last = pre_row[p.step_idx[b]];
+  const int64_t* hays[2] = {p.input_ids + b * p.input_ids_cols, pre_row};
+  const int64_t sizes[2] = {d.prompt, d.generated};
+  int64_t offset = 0;  // search position u of hays[src][0]
+  for (int src = 0; src < 2; ++src) {
+    for (int64_t t = ngram_find(hays[src], 0, sizes[src], last); t < sizes[src];
+         t = ngram_find(hays[src], t + 1, sizes[src], last)) {
+      const NgramCandidate c = ngram_candidate_at(p, b, d, cap, offset + t);
+      if (ngram_better(c, best)) {
+        best = c;
+        if (best.n == cap) return best;
+      }
     }
+    offset += sizes[src];
   }
   return best;
 }
