@@ -10,8 +10,6 @@ are assumed valid (the ops check them); the data-dependent checks of the ops are
 ValueError naming the argument, raised before anything is written.
 """
 
-import os
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -24,16 +22,10 @@ def _flat(a):
     return flat
 
 
-def _threshold(op, threshold, env, default):
-    if threshold is not None:
-        return int(threshold)
-    raw = os.environ.get(env)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{op}: threshold comes from {env}={raw!r}, which is not an integer") from None
+def _threshold(threshold, default):
+    """The ops resolve ``threshold=None`` from FastDeploy's environment variable in their Python
+    wrappers; the reference (numpy only) takes None as the variable's default value."""
+    return default if threshold is None else int(threshold)
 
 
 def _first_usable(hay, length, query, q):
@@ -155,8 +147,11 @@ def _run(op, hybrid, input_ids, input_ids_len, pre_ids, step_idx, draft_token_nu
 def ngram_match(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
                 seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, max_ngram_size,
                 max_draft_tokens, *, threshold=None):
-    """Reference of fd_mtp.ops.ngram_match (spec §5.17). Returns None."""
-    threshold = _threshold("ngram_match", threshold, "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD", 128)
+    """Reference of fd_mtp.ops.ngram_match (spec §5.17). Returns None.
+
+    ``threshold=None`` means 128 here (the op's wrapper reads INFER_WITH_REFERENCE_TOKENUM_THRESHOLD).
+    """
+    threshold = _threshold(threshold, 128)  # INFER_WITH_REFERENCE_TOKENUM_THRESHOLD's default
     _run("ngram_match", False, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
          seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, max_ngram_size, 1,
          max_draft_tokens, threshold)
@@ -165,8 +160,11 @@ def ngram_match(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, dr
 def hybrid_mtp_ngram(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
                      seq_lens_this_time, seq_lens_decoder, max_dec_len, max_ngram_size, min_ngram_size,
                      max_draft_tokens, *, threshold=None):
-    """Reference of fd_mtp.ops.hybrid_mtp_ngram (spec §6.7). Returns None."""
-    threshold = _threshold("hybrid_mtp_ngram", threshold, "SPEC_TOKENUM_THRESHOLD", 1024)
+    """Reference of fd_mtp.ops.hybrid_mtp_ngram (spec §6.7). Returns None.
+
+    ``threshold=None`` means 1024 here (the op's wrapper reads SPEC_TOKENUM_THRESHOLD).
+    """
+    threshold = _threshold(threshold, 1024)  # SPEC_TOKENUM_THRESHOLD's default
     _run("hybrid_mtp_ngram", True, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num,
          draft_tokens, seq_lens_this_time, None, seq_lens_decoder, max_dec_len, max_ngram_size,
          min_ngram_size, max_draft_tokens, threshold)

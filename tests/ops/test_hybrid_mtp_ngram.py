@@ -135,11 +135,24 @@ def test_remaining_counts_decoders_but_every_drafting_request_decrements_it():
 
 
 def test_threshold_from_the_environment(monkeypatch):
+    d = _three_single()
+
+    def op_only(**kw):  # the reference knows no environment
+        t = {n: to_paddle(d[n]) for n in HYBRID_NAMES}
+        ops.hybrid_mtp_ngram(*[t[n] for n in HYBRID_NAMES], 3, 1, K, **kw)
+        return to_numpy(t["seq_lens_this_time"]), to_numpy(t["draft_tokens"])
+
     monkeypatch.setenv("SPEC_TOKENUM_THRESHOLD", "10")
-    check(_three_single(), dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2, 3], [A]],
-                                seq_lens_this_time=[4, 4, 1]), threshold=None)  # fmt: skip
+    this_time, drafts = op_only()
+    assert_same(this_time, np.array([4, 4, 1], np.int32), "seq_lens_this_time")
+    assert_same(drafts, ragged([[A, 1, 2, 3], [A, 1, 2, 3], [A]], K + 1), "draft_tokens")
+    assert_same(op_only(threshold=1024)[0], np.array([4, 4, 4], np.int32), "explicit threshold")
+    monkeypatch.setenv("SPEC_TOKENUM_THRESHOLD", "ten")
+    with pytest.raises(ValueError, match="SPEC_TOKENUM_THRESHOLD"):
+        op_only()
     monkeypatch.delenv("SPEC_TOKENUM_THRESHOLD")  # default 1024
-    check(_three_single(), dict(draft_tokens=[[A, 1, 2, 3]] * 3, seq_lens_this_time=[4] * 3), threshold=None)
+    assert_same(op_only()[0], np.array([4, 4, 4], np.int32), "default threshold")
+    check(d, dict(draft_tokens=[[A, 1, 2, 3]] * 3, seq_lens_this_time=[4] * 3), threshold=None)
 
 
 def test_draft_token_num_is_unused():

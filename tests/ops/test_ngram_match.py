@@ -188,14 +188,26 @@ def test_default_threshold_128_with_a_large_batch_skips_everyone():
     assert_same(got["draft_tokens"], d["draft_tokens"], "draft_tokens")
 
 
+def _op_only(d, **kw):
+    """The op alone (the reference knows no environment) on paddle copies of d."""
+    t = {n: to_paddle(d[n]) for n in NGRAM_NAMES}
+    ops.ngram_match(*[t[n] for n in NGRAM_NAMES], 3, 3, **kw)
+    return {n: to_numpy(t[n]) for n in NGRAM_NAMES}
+
+
 def test_threshold_from_the_environment(monkeypatch):
     d = _three_matching()
     monkeypatch.setenv("INFER_WITH_REFERENCE_TOKENUM_THRESHOLD", "8")
-    check(d, dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2], [A]], seq_lens_this_time=[4, 3, 1]), threshold=None)
+    got = _op_only(d)
+    assert_same(got["seq_lens_this_time"], np.array([4, 3, 1], np.int32), "seq_lens_this_time")
+    assert_same(got["draft_tokens"], ragged([[A, 1, 2, 3], [A, 1, 2], [A]], 4), "draft_tokens")
     # an explicit threshold wins over the environment
-    check(d, dict(draft_tokens=[[A, 1, 2, 3]] * 3, seq_lens_this_time=[4, 4, 4]), threshold=1000)
+    got = _op_only(d, threshold=1000)
+    assert_same(got["seq_lens_this_time"], np.array([4, 4, 4], np.int32), "seq_lens_this_time")
     monkeypatch.delenv("INFER_WITH_REFERENCE_TOKENUM_THRESHOLD")
-    check(d, dict(draft_tokens=[[A, 1, 2, 3]] * 3, seq_lens_this_time=[4, 4, 4]), threshold=None)  # 128
+    got = _op_only(d)  # default 128
+    assert_same(got["seq_lens_this_time"], np.array([4, 4, 4], np.int32), "seq_lens_this_time")
+    check(d, dict(draft_tokens=[[A, 1, 2, 3]] * 3, seq_lens_this_time=[4, 4, 4]), threshold=None)
 
 
 def test_bad_threshold_environment(monkeypatch):
