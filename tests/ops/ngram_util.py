@@ -40,11 +40,12 @@ def run_hybrid(d, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, thresh
     return dict(zip(HYBRID_NAMES, op_after))
 
 
-def random_batch(rng, bsz, *, hybrid=False, k=3, width=48, vocab=50, max_n=3, plant=0.6,
+def random_batch(rng, bsz, *, hybrid=False, k=3, width=48, vocab=50, max_n=3, min_n=1, plant=0.6,
                  column=False, extra_rows=0):
     """A valid random batch for either op: roles mixed (decode / prefill / idle), histories of
     random tokens, and for a fraction `plant` of the requests a copy of the request's last n
-    tokens (plus what follows) planted earlier in the prompt or in the history."""
+    tokens (plus what follows, n in [min_n, max_n]) planted earlier in the prompt or in the
+    history."""
     n = bsz + extra_rows
     per = (lambda a: a.reshape(-1, 1)) if column else (lambda a: a)
     li, lp = width, width
@@ -68,7 +69,7 @@ def random_batch(rng, bsz, *, hybrid=False, k=3, width=48, vocab=50, max_n=3, pl
         start = 0 if hybrid else 1  # target convention: pre_ids[b, 0] stays -1
         pre_ids[b, start : s + 1] = rng.integers(0, vocab, max(0, s + 1 - start))
         if rng.random() < plant and s >= 1:
-            g = int(rng.integers(1, max_n + 1))
+            g = int(rng.integers(min_n, max_n + 1))  # planted n-grams the search may use
             g = min(g, s)
             query = pre_ids[b, s - g + 1 : s + 1]
             follow = rng.integers(0, vocab, k + 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fd_mtp.ops as ops
@@ -175,7 +175,8 @@ def test_grid_matches_reference(bsz, n_range):
     n_min, n_max = n_range
     rng = np.random.default_rng(bsz * 7 + n_max)
     k = 4
-    d = random_batch(rng, bsz, hybrid=True, k=k, max_n=n_max, extra_rows=bsz % 3, column=bsz % 2 == 0)
+    d = random_batch(rng, bsz, hybrid=True, k=k, max_n=n_max, min_n=n_min, extra_rows=bsz % 3,
+                     column=bsz % 2 == 0)
     threshold = 10 * bsz if bsz % 2 else 3 * bsz
     got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold)
     drafted = check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
@@ -186,6 +187,7 @@ def test_grid_matches_reference(bsz, n_range):
 _STATS = {"cases": 0, "drafted": 0}
 
 
+@settings(derandomize=True)  # a fixed example set: the match-rate assertion below cannot flake
 @given(
     seed=st.integers(0, 2**32 - 1),
     bsz=st.integers(1, 40),
@@ -193,24 +195,25 @@ _STATS = {"cases": 0, "drafted": 0}
     n_max=st.integers(1, 5),
     n_min_offset=st.integers(0, 4),
     vocab=st.sampled_from([2, 5, 50]),
-    width=st.integers(1, 40),
+    width=st.integers(1, 48),
     threshold=st.one_of(st.just(10_000), st.sampled_from([1, 8, 30, 1024])),
 )
 def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, width, threshold):
     n_min = max(1, n_max - n_min_offset)
     rng = np.random.default_rng(seed)
-    d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max)
+    d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min, plant=0.8)
     got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold)
     drafted = check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
-    _STATS["cases"] += 1
-    _STATS["drafted"] += drafted > 0
+    if threshold == 10_000:  # the budget does not prevent drafting
+        _STATS["cases"] += 1
+        _STATS["drafted"] += drafted > 0
 
 
 def test_hypothesis_batches_really_match():
     """Runs after test_hypothesis_matches_reference (file order)."""
-    if _STATS["cases"] < 10:
+    if _STATS["cases"] < 5:
         pytest.skip("the Hypothesis test did not run first")
-    assert _STATS["drafted"] >= 0.3 * _STATS["cases"], _STATS
+    assert _STATS["drafted"] >= 0.4 * _STATS["cases"], _STATS
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fd_mtp.ops as ops
@@ -251,22 +251,24 @@ def test_grid_matches_reference(bsz, max_n):
         assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted: the batch tests too little"
 
 
+@settings(derandomize=True)  # a fixed example set: the match-rate assertion below cannot flake
 @given(
     seed=st.integers(0, 2**32 - 1),
     bsz=st.integers(1, 40),
     k=st.integers(1, 5),
     max_n=st.integers(1, 5),
     vocab=st.sampled_from([2, 5, 50]),
-    width=st.integers(1, 40),
+    width=st.integers(1, 48),
     threshold=st.one_of(st.just(10_000), st.sampled_from([1, 8, 30, 128])),
 )
 def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, threshold):
     rng = np.random.default_rng(seed)
-    d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n)
+    d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
     got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=threshold)
     drafted = check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
-    _STATS["cases"] += 1
-    _STATS["drafted"] += drafted > 0
+    if threshold == 10_000:  # the budget does not prevent drafting
+        _STATS["cases"] += 1
+        _STATS["drafted"] += drafted > 0
 
 
 _STATS = {"cases": 0, "drafted": 0}
@@ -274,9 +276,9 @@ _STATS = {"cases": 0, "drafted": 0}
 
 def test_hypothesis_batches_really_match():
     """Runs after test_hypothesis_matches_reference (file order): most of its batches drafted."""
-    if _STATS["cases"] < 10:
+    if _STATS["cases"] < 5:
         pytest.skip("the Hypothesis test did not run first")
-    assert _STATS["drafted"] >= 0.3 * _STATS["cases"], _STATS
+    assert _STATS["drafted"] >= 0.4 * _STATS["cases"], _STATS
 
 
 # ------------------------------------------------------------------------------------------------
