@@ -26,6 +26,7 @@
 #include "../kernels/speculate_get_token_penalty_multi_scores.h"
 #include "../kernels/top_p_candidates.h"
 #include "../kernels/speculate_verify.h"
+#include "../kernels/ngram.h"
 
 namespace fd_mtp {
 
@@ -132,5 +133,9 @@ cudaError_t speculate_verify_cuda(const SpeculateVerifyParams& p, KernelStatus* 
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
                                cudaStream_t stream);
+// ngram_match / hybrid_mtp_ngram (p.hybrid). hits: [max(bsz, 1)] int64
+// workspace (the winning search position of each request, or -1).
+cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
+                       cudaStream_t stream);
 
 }  // namespace fd_mtp

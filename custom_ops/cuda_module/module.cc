@@ -26,6 +26,7 @@ void bind_update(py::module_& m);
 void bind_packing(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_verify(py::module_& m);
+void bind_ngram(py::module_& m);
 }  // namespace pybind
 }  // namespace fd_mtp
 
@@ -54,4 +55,5 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
   bind_packing(m);
   bind_sampling(m);
   bind_verify(m);
+  bind_ngram(m);
 }

@@ -40,6 +40,7 @@ from .packing import (
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
 from .verify import speculate_verify
+from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
 
 __all__ = [
     "load",
@@ -67,4 +68,8 @@ __all__ = [
     "speculate_get_token_penalty_multi_scores",
     "top_p_candidates",
     "speculate_verify",
+    "ngram_match",
+    "hybrid_mtp_ngram",
+    "ngram_match_host",
+    "hybrid_mtp_ngram_host",
 ]

@@ -25,6 +25,7 @@ from .packing import (
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
 from .verify import speculate_verify
+from .ngram import hybrid_mtp_ngram, ngram_match
 
 __all__ = [
     "draft_model_preprocess",
@@ -51,4 +52,6 @@ __all__ = [
     "speculate_get_token_penalty_multi_scores",
     "top_p_candidates",
     "speculate_verify",
+    "ngram_match",
+    "hybrid_mtp_ngram",
 ]
