@@ -1,12 +1,7 @@
 """Latency of fd_mtp's ops against their numpy references (CPU).
 
-For each op (draft side: spec ops.md §6.1-6.6; target side: §5.1-§5.16, with vocabulary-dependent
-ops at V = 32000 and 100000) and each batch size, builds a realistic,
-"""Latency of fd_mtp's draft-model and packing ops against their numpy references (CPU).
-
-For each op of fd_mtp.ops.draft (spec ops.md §6.1-6.6) and fd_mtp.ops.packing (§5.1-§5.4: the
-packed token layout of pre_process and rebuild_padding with H = 1024 bfloat16; the same mixed
-batches, L_in = max_model_len) and each batch size, builds a realistic,
+For each op (draft side: spec ops.md §6.1-6.6; target side: §5.1-§5.16, the packing ops with
+L_in = max_model_len and rebuild_padding at H = 1024 bfloat16) and each batch size, builds a realistic,
 valid batch (mixed decode / prefill / stopped requests, K = 3 draft tokens, max_model_len 2048 for
 input_ids / pre_ids, hidden size 1024 in bfloat16 for the eagle ops, a block manager with free
 blocks to spare for mtp_step_paddle), then times fd_mtp's op and fd_mtp.reference's numpy version
@@ -36,10 +31,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
-import re
 import datetime as _dt
 import functools
+import re
 import sys
 import time
 from pathlib import Path
@@ -65,15 +59,24 @@ PREFILL_TOKEN_BUDGET = 2048  # chunked-prefill tokens per step, shared by the pr
 SAMPLING_VOCABS = (32_000, 100_000)  # vocab sizes of the sampling-op entries
 CANDIDATES = 5  # top_p_candidates' C (FastDeploy's default max_candidate_len)
 OPS = (
-    "speculate_verify",
-    "speculate_verify[rejection,V=32000]",
-    "speculate_verify[rejection,V=100000]",
+    # draft side (spec §6)
     "draft_model_preprocess",
     "eagle_get_hidden_states",
     "draft_model_update",
     "eagle_get_self_hidden_states",
     "draft_model_postprocess",
     "mtp_step_paddle",
+    # target side (spec §5), in step order
+    "speculate_get_padding_offset",
+    "speculate_get_seq_lens_output",
+    "speculate_get_output_padding_offset",
+    "pre_process",
+    "rebuild_padding",
+) + tuple(f"{op}[V={v}]" for op in ("speculate_get_token_penalty_multi_scores", "top_p_candidates")
+          for v in SAMPLING_VOCABS) + (
+    "speculate_verify",
+    "speculate_verify[rejection,V=32000]",
+    "speculate_verify[rejection,V=100000]",
     "speculate_set_stop_value_multi_seqs",
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
@@ -81,14 +84,7 @@ OPS = (
     "speculate_schedule_cache",
     "recover_decode_task",
     "speculate_step_paddle",
-    "speculate_get_padding_offset",
-    "speculate_get_seq_lens_output",
-    "speculate_get_output_padding_offset",
-    "pre_process",
-    "rebuild_padding",
-)
-) + tuple(f"{op}[V={v}]" for op in ("speculate_get_token_penalty_multi_scores", "top_p_candidates")
-          for v in SAMPLING_VOCABS)  # fmt: skip
+)  # fmt: skip
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
                "timestamp", "version"]  # fmt: skip
@@ -217,7 +213,7 @@ def _bf16_bits(rng, rows):
 
 def build_eagle_hidden(batch):
     c, _ = _after_preprocess(batch)
-    this_time, enc = c["seq_lens_this_time"].ravel(), c["seq_lens_encoder"].ravel()
+    enc = c["seq_lens_encoder"].ravel()
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
     hidden = _bf16_bits(np.random.default_rng(1), t_in)

@@ -92,10 +92,11 @@ void SpeculateVerify(const paddle::Tensor& sampled_token_ids, paddle::Tensor& ac
   if (seed < 0) check::fail(kOp, "seed", "must be >= 0, got ", seed);
   if (offset < 0) check::fail(kOp, "offset", "must be >= 0, got ", offset);
   const bool rejection = strategy == kVerifyRejection;
-  if (rejection && !target_probs)
-    check::fail(kOp, "target_probs", "is required by the \"rejection\" strategy");
+  // The Python wrapper refuses target_probs=None for "rejection". Paddle hands a
+  // zero-size optional input over as absent: then no row exists, and the
+  // kernel's row check names target_probs if a request needs one.
   int64_t target_rows = 0, draft_prob_rows = 0, vocab = 0;
-  if (rejection) {
+  if (rejection && target_probs) {
     target_rows = rows_of("target_probs", *target_probs, DataType::FLOAT32, -1);
     vocab = target_probs->shape()[1];
     if (draft_probs) draft_prob_rows = rows_of("draft_probs", *draft_probs, DataType::FLOAT32, vocab);
@@ -119,7 +120,7 @@ void SpeculateVerify(const paddle::Tensor& sampled_token_ids, paddle::Tensor& ac
                      {"actual_candidate_len", &actual_candidate_len},
                      {"actual_draft_token_nums", &actual_draft_token_nums},
                      {"topp", &topp}});
-  if (rejection) {
+  if (rejection && target_probs) {
     check::same_place(kOp, "target_probs", *target_probs, ref, "seq_lens_this_time");
     if (draft_probs) check::same_place(kOp, "draft_probs", *draft_probs, ref, "seq_lens_this_time");
   }
@@ -149,7 +150,7 @@ void SpeculateVerify(const paddle::Tensor& sampled_token_ids, paddle::Tensor& ac
   p.actual_candidate_len = actual_candidate_len.data<int32_t>();
   p.candidate_len_rows = candidate_len_rows;
   p.topp = topp.data<float>();
-  if (rejection) {
+  if (rejection && target_probs) {
     p.target_probs = target_probs->data<float>();
     p.target_rows = target_rows;
     p.draft_probs = draft_probs ? draft_probs->data<float>() : nullptr;

@@ -14,7 +14,7 @@ from another directory (an out-of-tree build's output dir).
 
 Importing this module needs neither CuPy nor the compiled module; both load on first use.
 """
-from ._common import BUILD_HINT, MODULE_DIR_ENV, load  # noqa: F401 (public names)
+from ._common import BUILD_HINT, MODULE_DIR_ENV, load
 from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
@@ -43,6 +43,8 @@ from .verify import speculate_verify
 from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
 
 __all__ = [
+    "BUILD_HINT",
+    "MODULE_DIR_ENV",
     "load",
     "draft_model_preprocess",
     "draft_model_update",

@@ -145,6 +145,8 @@ def speculate_verify(
     _counter += 1
     if strategy != STRATEGIES["rejection"]:
         target_probs = draft_probs = None
+    elif target_probs is None:
+        raise ValueError('speculate_verify: target_probs is required by the "rejection" strategy')
     call(
         "speculate_verify",
         sampled_token_ids,

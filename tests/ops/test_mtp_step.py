@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_all_same, assert_same, flags, i32, i64, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, assert_all_same, assert_same, flags, i32, run_both, to_numpy, to_paddle
 
 from fd_mtp import ops, reference
 
