@@ -67,7 +67,7 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
 
 
-EXTENSIONS = [CMakeExtension("fd_mtp._lib.fd_mtp_ops")]
+EXTENSIONS = [CMakeExtension("fd_mtp._lib.fd_mtp_ops"), CMakeExtension("fd_mtp._lib.fd_mtp_ops_pybind")]
 if _cuda_wanted():
     EXTENSIONS.append(CMakeExtension("fd_mtp._lib.fd_mtp_cuda"))
 

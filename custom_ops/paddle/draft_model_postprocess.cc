@@ -1,5 +1,6 @@
 // fd_mtp_draft_model_postprocess (spec §6.5)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/draft_model_postprocess.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_draft_model_update (spec §6.3)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/draft_model_update.h"
 

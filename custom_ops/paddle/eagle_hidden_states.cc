@@ -1,6 +1,7 @@
 // fd_mtp_eagle_get_hidden_states (spec §6.2) and
 // fd_mtp_eagle_get_self_hidden_states (spec §6.4): row gathers of hidden states.
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/eagle_hidden_states.h"
 

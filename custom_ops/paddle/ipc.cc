@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/ipc.h"
 
@@ -147,6 +148,8 @@ int64_t checked_bytes(const char* op, const std::vector<int64_t>& shape, DataTyp
 }
 
 std::string dtype_name(DataType d) { return phi::DataTypeToString(d); }
+
+}  // namespace
 
 // ------------------------------------------------------------ shared_empty ---
 constexpr const char* kEmpty = "shared_empty";
@@ -452,8 +455,6 @@ void UnsetDataIpc(paddle::Tensor& tensor, const std::string& shm_name, bool clos
     r.published.erase(shm_name);
   }
 }
-
-}  // namespace
 
 PD_BUILD_OP(fd_mtp_shared_empty)
     .Inputs({"like"})

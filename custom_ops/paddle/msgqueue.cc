@@ -22,6 +22,7 @@
 #include <string>
 
 #include "check.h"
+#include "ops.h"
 #include "../kernels/msgqueue.h"
 
 namespace {

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/mtp_step.h"
 

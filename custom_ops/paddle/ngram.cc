@@ -1,5 +1,6 @@
 // fd_mtp_ngram_match (spec §5.17) and fd_mtp_hybrid_mtp_ngram (spec §6.7)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/ngram.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_rebuild_padding (spec §5.4): the hidden-state rows that get logits.
 #include "gpu_scratch.h"
+#include "ops.h"
 #include "packing_check.h"
 #include "../kernels/rebuild_padding.h"
 

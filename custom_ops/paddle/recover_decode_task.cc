@@ -1,5 +1,6 @@
 // fd_mtp_recover_decode_task (spec §5.15, v1 scheduler)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/recover_decode_task.h"
 

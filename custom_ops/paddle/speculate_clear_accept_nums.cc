@@ -1,5 +1,6 @@
 // fd_mtp_speculate_clear_accept_nums (spec §5.16)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_clear_accept_nums.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_speculate_get_token_penalty_multi_scores (spec §5.5)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_get_token_penalty_multi_scores.h"
 

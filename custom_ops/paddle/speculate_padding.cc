@@ -2,6 +2,7 @@
 // fd_mtp_speculate_get_seq_lens_output (§5.2) and
 // fd_mtp_speculate_get_output_padding_offset (§5.3): the packed token layout.
 #include "gpu_scratch.h"
+#include "ops.h"
 #include "packing_check.h"
 #include "../kernels/speculate_padding.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_speculate_schedule_cache (spec §5.14, v1 scheduler)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_schedule_cache.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_speculate_set_stop_value_multi_seqs (spec §5.8)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_set_stop_value_multi_seqs.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_speculate_set_value_by_flags_and_idx (spec §5.12)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_set_value_by_flags_and_idx.h"
 

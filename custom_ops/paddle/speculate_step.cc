@@ -1,5 +1,6 @@
 // fd_mtp_speculate_step_paddle (spec §5.13, v0 scheduler)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_step.h"
 

@@ -1,5 +1,6 @@
 // fd_mtp_speculate_update (spec §5.10)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_update.h"
 

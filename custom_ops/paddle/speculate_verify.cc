@@ -1,5 +1,6 @@
 // fd_mtp_speculate_verify (spec §5.7)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/speculate_verify.h"
 

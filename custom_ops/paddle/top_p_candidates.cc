@@ -1,5 +1,6 @@
 // fd_mtp_top_p_candidates (spec §5.6)
 #include "check.h"
+#include "ops.h"
 #include "gpu_scratch.h"
 #include "../kernels/top_p_candidates.h"
 

@@ -1,0 +1,44 @@
+"""The two ways fd_mtp's ops can be run: the pybind11 module that fd_mtp.ops uses in dynamic mode,
+and paddle's generic runner over the registered name ``fd_mtp_<op>`` (what a program that only
+knows the registered op uses). Both must run the same C++ entry point with the same checks."""
+import numpy as np
+import pytest
+from util import assert_same, to_paddle
+
+from fd_mtp.ops import _loader
+
+
+def postprocess_args():
+    draft = np.array([[7, 8, -1], [5, -1, 6], [1, 2, 3]], np.int64)
+    return [draft, np.array([9, 9, 9], np.int32), np.array([0, 0, 4], np.int32), np.zeros(3, bool)]
+
+
+def test_registered_runner_and_pybind_module_agree_and_write_in_place():
+    a, b = [to_paddle(x) for x in postprocess_args()], [to_paddle(x) for x in postprocess_args()]
+    assert _loader.call("draft_model_postprocess", *a) is None
+    _loader.run_registered("draft_model_postprocess", *b)
+    assert_same(a[1].numpy(), np.array([2, 2, 9], np.int32), "this_time (pybind)")
+    assert_same(b[1].numpy(), np.array([2, 2, 9], np.int32), "this_time (registered)")
+
+
+@pytest.mark.parametrize("runner", [_loader.call, _loader.run_registered])
+def test_both_paths_raise_value_error_naming_the_argument_without_source_location(runner):
+    args = [to_paddle(x) for x in postprocess_args()]
+    args[1] = to_paddle(np.array([9, 9, 9], np.int64))
+    with pytest.raises(ValueError) as info:
+        runner("draft_model_postprocess", *args)
+    msg = str(info.value)
+    assert msg.startswith("draft_model_postprocess: base_model_seq_lens_this_time must be int32")
+    assert ".h:" not in msg and ".cc:" not in msg
+
+
+def test_every_registered_op_has_a_pybind_entry_point():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "custom_ops" / "paddle"
+    registered = {m for f in root.glob("*.cc") for m in re.findall(r"PD_BUILD_OP\(fd_mtp_(\w+)\)", f.read_text())}
+    module = _loader._module()
+    assert registered and all(hasattr(module, op) for op in registered), sorted(
+        op for op in registered if not hasattr(module, op)
+    )
