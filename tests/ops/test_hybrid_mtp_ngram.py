@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import fd_mtp.ops as ops
@@ -184,10 +184,6 @@ def test_grid_matches_reference(bsz, n_range):
         assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted"
 
 
-_STATS = {"cases": 0, "drafted": 0}
-
-
-@settings(derandomize=True)  # a fixed example set: the match-rate assertion below cannot flake
 @given(
     seed=st.integers(0, 2**32 - 1),
     bsz=st.integers(1, 40),
@@ -203,17 +199,24 @@ def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, 
     rng = np.random.default_rng(seed)
     d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min, plant=0.8)
     got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold)
-    drafted = check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
-    if threshold == 10_000:  # the budget does not prevent drafting
-        _STATS["cases"] += 1
-        _STATS["drafted"] += drafted > 0
+    check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
 
 
-def test_hypothesis_batches_really_match():
-    """Runs after test_hypothesis_matches_reference (file order)."""
-    if _STATS["cases"] < 5:
-        pytest.skip("the Hypothesis test did not run first")
-    assert _STATS["drafted"] >= 0.4 * _STATS["cases"], _STATS
+def test_random_batches_like_the_hypothesis_ones_really_draft():
+    """The batch generator of the property test plants matches: most batches draft (a fixed set of
+    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
+    cases = drafted = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        bsz, k, n_max = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        n_min = max(1, n_max - int(rng.integers(0, 5)))
+        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
+        d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min,
+                         plant=0.8)
+        got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000)
+        cases += 1
+        drafted += check_invariants(d, got, hybrid=True, k=k, threshold=10_000, n_min=n_min) > 0
+    assert drafted >= 0.4 * cases, (drafted, cases)
 
 
 # ------------------------------------------------------------------------------------------------

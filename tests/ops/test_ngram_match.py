@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import fd_mtp.ops as ops
@@ -251,7 +251,6 @@ def test_grid_matches_reference(bsz, max_n):
         assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted: the batch tests too little"
 
 
-@settings(derandomize=True)  # a fixed example set: the match-rate assertion below cannot flake
 @given(
     seed=st.integers(0, 2**32 - 1),
     bsz=st.integers(1, 40),
@@ -265,20 +264,22 @@ def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, thresho
     rng = np.random.default_rng(seed)
     d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
     got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=threshold)
-    drafted = check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
-    if threshold == 10_000:  # the budget does not prevent drafting
-        _STATS["cases"] += 1
-        _STATS["drafted"] += drafted > 0
+    check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
 
 
-_STATS = {"cases": 0, "drafted": 0}
-
-
-def test_hypothesis_batches_really_match():
-    """Runs after test_hypothesis_matches_reference (file order): most of its batches drafted."""
-    if _STATS["cases"] < 5:
-        pytest.skip("the Hypothesis test did not run first")
-    assert _STATS["drafted"] >= 0.4 * _STATS["cases"], _STATS
+def test_random_batches_like_the_hypothesis_ones_really_draft():
+    """The batch generator of the property test plants matches: most batches draft (a fixed set of
+    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
+    cases = drafted = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        bsz, k, max_n = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
+        d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
+        got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=10_000)
+        cases += 1
+        drafted += check_invariants(d, got, hybrid=False, k=k, threshold=10_000) > 0
+    assert drafted >= 0.4 * cases, (drafted, cases)
 
 
 # ------------------------------------------------------------------------------------------------
