@@ -68,8 +68,8 @@ class AttentionBackend:
     with grouped-query heads (q head h reads kv head ``h // (Hq // Hkv)``).
     """
 
-    def init_attention_metadata(self, meta: ForwardMeta) -> None:  # pragma: no cover - interface
-        """Build per-step bookkeeping once for all layers (optional)."""
+    def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:  # pragma: no cover
+        """Build per-step bookkeeping once for the layers ``layer_ids`` (optional)."""
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:  # pragma: no cover
         raise NotImplementedError
@@ -104,17 +104,20 @@ class PagedAttentionCPU(AttentionBackend):
     inconsistent lengths name ``cu_seqlens_q`` / ``batch_id_per_token`` / ``seq_lens_this_time``.
     """
 
-    def init_attention_metadata(self, meta: ForwardMeta) -> None:
-        meta.attn_metadata = self._build(meta)
+    def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:
+        """Validate ``meta`` and build the step's index tensors (before any cache is written).
+        ``layer_ids``: the cache layers this step will use (block ids are checked against the
+        smallest of their block counts); default: every layer in ``meta.caches``."""
+        meta.attn_metadata = self._build(meta, layer_ids)
 
     def _metadata(self, meta: ForwardMeta, layer_id: int) -> _PagedMetadata:
         md = meta.attn_metadata
         if not isinstance(md, _PagedMetadata):
-            md = self._build(meta, layer_id)
+            md = self._build(meta, [layer_id])
             meta.attn_metadata = md
         return md
 
-    def _build(self, meta: ForwardMeta, layer_id: int = 0) -> _PagedMetadata:
+    def _build(self, meta: ForwardMeta, layer_ids=None) -> _PagedMetadata:
         q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
         dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
         cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
@@ -140,7 +143,13 @@ class PagedAttentionCPU(AttentionBackend):
         bs = int(meta.block_size)
         if bs <= 0:
             raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
-        num_blocks = int(meta.caches[layer_id][0].shape[0])
+        if layer_ids is None:
+            layer_ids = [i for i, c in enumerate(meta.caches) if c is not None]
+        try:
+            num_blocks = min(int(meta.caches[i][0].shape[0]) for i in layer_ids)
+        except (IndexError, TypeError, ValueError):
+            raise ValueError(f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
+                             f"({len(meta.caches)} entries)") from None
         nb = bt.shape[1]
 
         active = np.nonzero(q_lens > 0)[0]

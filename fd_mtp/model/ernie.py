@@ -229,6 +229,13 @@ class LMHead(nn.Layer):
 
 
 # --------------------------------------------------------------------------- models
+def _check_dtype_supported(config: ErnieConfig) -> None:
+    """Paddle's CPU build has no float16 / bfloat16 matmul kernel: refuse early with a clear message."""
+    if config.dtype != "float32" and paddle.device.get_device() == "cpu":
+        raise ValueError(f"ErnieConfig.dtype={config.dtype!r}: Paddle has no CPU matmul kernel for it; "
+                         "use dtype='float32' on CPU (load_checkpoint(..., dtype='float32'))")
+
+
 class Ernie4_5ForCausalLM(nn.Layer):
     """ERNIE-4.5 main model.
 
@@ -241,6 +248,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
 
     def __init__(self, config: ErnieConfig, attn_backend: AttentionBackend | None = None):
         super().__init__()
+        _check_dtype_supported(config)
         self.config = config
         self.attn_backend = attn_backend if attn_backend is not None else PagedAttentionCPU()
         self.ernie = Ernie4_5Model(config)
@@ -266,7 +274,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
 
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
-        self.attn_backend.init_attention_metadata(meta)
+        self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
         cos, sin = rope_cos_sin(token_positions(meta), self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
