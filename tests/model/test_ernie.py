@@ -187,6 +187,11 @@ def test_moe_layer_selection():
     assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names   # layer 6 is dense
     dense = ErnieConfig(**TINY)
     assert not any(dense.is_moe_layer(i) for i in range(4))
+    no_bias = ErnieConfig(**{**TINY, **MOE, "moe_use_aux_free": False})
+    assert not any("moe_statics" in k for k in state_dict_names(no_bias))
+    assert "ernie.layers.1.mlp.gate.weight" in state_dict_names(no_bias)
+    model = Ernie4_5ForCausalLM(no_bias)
+    assert set(model.state_dict()) == set(state_dict_names(no_bias, mtp=False))
 
 
 # --------------------------------------------------------------------------- names
