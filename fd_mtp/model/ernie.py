@@ -302,7 +302,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
         self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
-        cos, sin = rope_cos_sin(token_positions(meta), self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_cos_sin(token_positions(meta, h.shape[0]), self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
             h, residual = layer(h, residual, cos, sin, meta, self.attn_backend)
