@@ -1,0 +1,227 @@
+"""Paged KV-cache attention: ``ForwardMeta``, the ``AttentionBackend`` interface and a CPU backend.
+
+Cache layout (FastDeploy's): per layer a pair ``(key_cache, value_cache)``, each
+``[num_blocks, num_kv_heads, block_size, head_dim]``. Position ``p`` of request ``b`` lives in block
+``block_tables[b, p // block_size]`` at offset ``p % block_size``.
+
+One call of :meth:`AttentionBackend.forward` handles a packed batch mixing prefills, prefill chunks
+and decodes (spec §1.3): token ``i`` of request ``b`` has position ``seq_lens_decoder[b] + i``; its
+key/value are written to that position's slot, then it attends causally over positions
+``0 .. seq_lens_decoder[b] + i`` of its own request (cached plus new tokens).
+
+``PagedAttentionCPU`` is the correct-first implementation in Paddle ops (it runs on any place
+Paddle runs on). The per-step index bookkeeping (slots to write, slots to gather, masks) is built
+once per ``ForwardMeta`` on the host with numpy and reused by every layer (and by the MTP block's
+layer when the same meta is passed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import paddle
+
+
+@dataclass
+class ForwardMeta:
+    """One packed, variable-length batch (spec §1.3). ``B`` = number of request slots, ``T`` = tokens.
+
+    ids_remove_padding: ``[T]`` int64. cu_seqlens_q: ``[B+1]`` int32. batch_id_per_token: ``[T]`` int32.
+    seq_lens_this_time / seq_lens_encoder / seq_lens_decoder: ``[B]`` (or ``[B, 1]``) int32;
+    ``seq_lens_decoder[b]`` = tokens of request b already in the cache = position of its first query
+    token. block_tables: ``[B, NB]`` int32, -1 = no block. caches: per layer index
+    ``(key_cache, value_cache)``, written in place by the backend. block_size: int.
+    ``attn_metadata`` is the backend's per-step cache of index tensors (built on first use).
+    """
+
+    ids_remove_padding: paddle.Tensor
+    cu_seqlens_q: paddle.Tensor
+    batch_id_per_token: paddle.Tensor
+    seq_lens_this_time: paddle.Tensor
+    seq_lens_encoder: paddle.Tensor
+    seq_lens_decoder: paddle.Tensor
+    block_tables: paddle.Tensor
+    caches: list
+    block_size: int
+    attn_metadata: object = field(default=None, repr=False)
+
+
+def token_positions(meta: ForwardMeta) -> paddle.Tensor:
+    """``[T]`` int64 position of every packed token: ``seq_lens_decoder[b] + i`` for token i of request b."""
+    bid = meta.batch_id_per_token.reshape([-1]).astype("int64")
+    t = bid.shape[0]
+    cu = meta.cu_seqlens_q.reshape([-1]).astype("int64")
+    dec = meta.seq_lens_decoder.reshape([-1]).astype("int64")
+    if t == 0:
+        return paddle.zeros([0], dtype="int64")
+    local = paddle.arange(t, dtype="int64") - paddle.gather(cu, bid)
+    return paddle.gather(dec, bid) + local
+
+
+class AttentionBackend:
+    """Interface: ``forward(q, k, v, layer_id, meta)``.
+
+    q: ``[T, Hq, D]``, k / v: ``[T, Hkv, D]`` (RoPE already applied to q and k), all of the cache's
+    dtype. Writes k/v of token i of request b into the slot of position ``seq_lens_decoder[b] + i``
+    of ``meta.caches[layer_id]`` (in place), then returns ``[T, Hq * D]``: causal attention of every
+    token over positions ``0 .. seq_lens_decoder[b] + i`` of its request, scaled by ``1/sqrt(D)``,
+    with grouped-query heads (q head h reads kv head ``h // (Hq // Hkv)``).
+    """
+
+    def init_attention_metadata(self, meta: ForwardMeta) -> None:  # pragma: no cover - interface
+        """Build per-step bookkeeping once for all layers (optional)."""
+
+    def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+@dataclass
+class _PagedMetadata:
+    num_tokens: int
+    # write: one (block, offset) per packed token
+    write_block: paddle.Tensor      # [T] int64
+    write_offset: paddle.Tensor     # [T] int64
+    # gather: active requests only (seq_lens_this_time > 0), padded to L = max context length
+    gather_block: paddle.Tensor     # [Ba, L] int64 (padding -> block of slot 0, masked)
+    gather_offset: paddle.Tensor    # [Ba, L] int64
+    q_rows: paddle.Tensor           # [T] int64: row of token t in the padded [Ba * Qmax] query layout
+    bias: paddle.Tensor             # [Ba, 1, 1, Qmax, L] float32, 0 = visible, -inf = masked
+    num_active: int
+    max_q: int
+    max_ctx: int
+
+
+def _flat_host(x, name):
+    if x is None:
+        raise ValueError(f"ForwardMeta.{name} is None")
+    return np.asarray(x.numpy()).reshape(-1).astype(np.int64)
+
+
+class PagedAttentionCPU(AttentionBackend):
+    """Paged attention in plain Paddle ops (gather the context, masked softmax, scatter the outputs).
+
+    Bad metadata raises ValueError naming the field: a position needed this step whose block-table
+    entry is -1, outside ``[0, num_blocks)``, or beyond the table's width names ``block_tables``;
+    inconsistent lengths name ``cu_seqlens_q`` / ``batch_id_per_token`` / ``seq_lens_this_time``.
+    """
+
+    def init_attention_metadata(self, meta: ForwardMeta) -> None:
+        meta.attn_metadata = self._build(meta)
+
+    def _metadata(self, meta: ForwardMeta, layer_id: int) -> _PagedMetadata:
+        md = meta.attn_metadata
+        if not isinstance(md, _PagedMetadata):
+            md = self._build(meta, layer_id)
+            meta.attn_metadata = md
+        return md
+
+    def _build(self, meta: ForwardMeta, layer_id: int = 0) -> _PagedMetadata:
+        q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
+        dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
+        cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
+        bid = _flat_host(meta.batch_id_per_token, "batch_id_per_token")
+        bt = meta.block_tables.numpy()
+        if bt.ndim != 2:
+            raise ValueError(f"ForwardMeta.block_tables must be [B, NB], got shape {list(bt.shape)}")
+        bsz = q_lens.shape[0]
+        if bt.shape[0] < bsz:
+            raise ValueError(f"ForwardMeta.block_tables has {bt.shape[0]} rows, fewer than the batch ({bsz})")
+        if cu.shape[0] != bsz + 1:
+            raise ValueError(f"ForwardMeta.cu_seqlens_q must have B+1 = {bsz + 1} entries, got {cu.shape[0]}")
+        if (q_lens < 0).any() or (dec < 0).any():
+            raise ValueError("ForwardMeta.seq_lens_this_time / seq_lens_decoder must be non-negative")
+        if cu[0] != 0 or not np.array_equal(np.diff(cu), q_lens):
+            raise ValueError("ForwardMeta.cu_seqlens_q must be the exclusive prefix sum of seq_lens_this_time, "
+                             f"got {cu.tolist()} for seq_lens_this_time {q_lens.tolist()}")
+        t = int(cu[-1])
+        expect_bid = np.repeat(np.arange(bsz), q_lens)
+        if bid.shape[0] < t or not np.array_equal(bid[:t], expect_bid):
+            raise ValueError("ForwardMeta.batch_id_per_token does not match cu_seqlens_q "
+                             f"(expected {expect_bid.tolist()[:16]}..., got {bid.tolist()[:16]}...)")
+        bs = int(meta.block_size)
+        if bs <= 0:
+            raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
+        num_blocks = int(meta.caches[layer_id][0].shape[0])
+        nb = bt.shape[1]
+
+        active = np.nonzero(q_lens > 0)[0]
+        ctx = dec[active] + q_lens[active]
+        max_q = int(q_lens[active].max()) if active.size else 0
+        max_ctx = int(ctx.max()) if active.size else 0
+        ba = active.size
+        pos = np.arange(max_ctx)
+        need = pos[None, :] < ctx[:, None]                              # [Ba, L]
+        col = np.minimum(pos // bs, max(nb - 1, 0))
+        blocks = bt[active][:, col] if nb else np.full((ba, max_ctx), -1)  # [Ba, L]
+        bad = need & ((pos[None, :] // bs >= nb) | (blocks < 0) | (blocks >= num_blocks))
+        if bad.any():
+            r, p = map(int, np.argwhere(bad)[0])
+            b = int(active[r])
+            entry = "beyond the table width" if p // bs >= nb else f"= {int(blocks[r, p])}"
+            raise ValueError(
+                f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
+                f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})")
+        gather_block = np.where(need, blocks, 0)
+        gather_offset = np.where(need, pos[None, :] % bs, 0)
+
+        row_of_req = np.full(bsz, -1)
+        row_of_req[active] = np.arange(ba)
+        tok_req = expect_bid
+        tok_local = np.arange(t) - cu[tok_req]
+        tok_pos = dec[tok_req] + tok_local
+        tok_row = row_of_req[tok_req]
+        write_block = gather_block[tok_row, tok_pos] if t else np.zeros(0, np.int64)
+        write_offset = tok_pos % bs
+        q_rows = tok_row * max_q + tok_local
+
+        qi = np.arange(max_q)
+        visible = (pos[None, None, :] <= (dec[active][:, None, None] + qi[None, :, None])) & need[:, None, :]
+        bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, 1, 1, max_q, max_ctx)
+
+        def i64(a):
+            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64))
+
+        return _PagedMetadata(num_tokens=t, write_block=i64(write_block), write_offset=i64(write_offset),
+                              gather_block=i64(gather_block), gather_offset=i64(gather_offset),
+                              q_rows=i64(q_rows), bias=paddle.to_tensor(bias), num_active=ba,
+                              max_q=max_q, max_ctx=max_ctx)
+
+    def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:
+        md = self._metadata(meta, layer_id)
+        t, hq, d = q.shape
+        hkv = k.shape[1]
+        if t != md.num_tokens:
+            raise ValueError(f"q has {t} tokens but ForwardMeta.cu_seqlens_q says {md.num_tokens}")
+        if t == 0:
+            return paddle.zeros([0, hq * d], dtype=q.dtype)
+        key_cache, value_cache = meta.caches[layer_id]
+        # 1. append this step's k/v into their slots (in place)
+        key_cache[md.write_block, :, md.write_offset, :] = k.astype(key_cache.dtype)
+        value_cache[md.write_block, :, md.write_offset, :] = v.astype(value_cache.dtype)
+        # 2. gather every active request's context: [Ba, L, Hkv, D] -> [Ba, Hkv, L, D]
+        kc = key_cache[md.gather_block, :, md.gather_offset, :].astype("float32").transpose([0, 2, 1, 3])
+        vc = value_cache[md.gather_block, :, md.gather_offset, :].astype("float32").transpose([0, 2, 1, 3])
+        # 3. queries padded per request: [Ba * Qmax, Hq, D] -> [Ba, Hkv, G, Qmax, D]
+        g = hq // hkv
+        ba, mq = md.num_active, md.max_q
+        qp = paddle.zeros([ba * mq, hq, d], dtype="float32")
+        qp = paddle.scatter(qp, md.q_rows, q.astype("float32"), overwrite=True)
+        qp = qp.reshape([ba, mq, hkv, g, d]).transpose([0, 2, 3, 1, 4])
+        scores = paddle.matmul(qp, kc.unsqueeze(2), transpose_y=True) * (1.0 / float(d) ** 0.5)
+        probs = paddle.nn.functional.softmax(scores + md.bias, axis=-1)   # [Ba, Hkv, G, Qmax, L]
+        out = paddle.matmul(probs, vc.unsqueeze(2))                          # [Ba, Hkv, G, Qmax, D]
+        out = out.transpose([0, 3, 1, 2, 4]).reshape([ba * mq, hq * d])
+        return paddle.gather(out, md.q_rows).astype(q.dtype)
+
+
+def kv_cache_shape(config, num_blocks: int, block_size: int) -> list[int]:
+    """``[num_blocks, num_key_value_heads, block_size, head_dim]`` (one of a layer's two caches)."""
+    return [int(num_blocks), int(config.num_key_value_heads), int(block_size), int(config.head_dim)]
+
+
+def allocate_kv_caches(config, num_layers: int, num_blocks: int, block_size: int, dtype=None) -> list[tuple]:
+    """Zero-filled ``(key_cache, value_cache)`` per layer index ``0 .. num_layers-1`` (the MTP block
+    uses index ``config.num_hidden_layers``, so pass ``num_hidden_layers + 1`` to include it)."""
+    shape = kv_cache_shape(config, num_blocks, block_size)
+    dtype = dtype or config.dtype
+    return [(paddle.zeros(shape, dtype=dtype), paddle.zeros(shape, dtype=dtype)) for _ in range(num_layers)]

@@ -1,0 +1,218 @@
+"""``ErnieConfig``: the ERNIE-4.5 / ERNIE-4.5-MoE architecture read from a ``config.json``.
+
+Field names are those of the ERNIE-4.5 checkpoints' ``config.json`` (paddleformers' and Hugging
+Face's ``Ernie4_5Config`` / ``Ernie4_5_MoeConfig``): ``moe_num_experts``, ``moe_k``,
+``moe_intermediate_size``, ``moe_num_shared_experts``, ``moe_layer_start_index``,
+``moe_layer_end_index``, ``moe_layer_interval``, ``moe_norm_min``, ``num_nextn_predict_layers``,
+``head_dim``, ``rope_theta``, ``tie_word_embeddings``, ``use_bias``, ... Standard library only (no
+paddle import), so ``import fd_mtp.model`` stays cheap.
+
+Two fields beyond the issue-5 interface contract, both with the upstream defaults, because real
+ERNIE-4.5-MoE configs carry them: ``moe_layer_end_index`` (-1 = no end) and ``moe_norm_min``
+(1e-12, the floor of the top-k weight renormalisation).
+
+Which layers are MoE (:meth:`ErnieConfig.is_moe_layer`): Hugging Face's rule
+``moe_layer_start_index <= i <= end and (i + 1) % moe_layer_interval == 0``. For the MTP block
+(``i == num_hidden_layers``) the end index is not applied: FastDeploy builds that block with the main
+model's decoder-layer class and decides MoE by ``layer_id >= moe_layer_start_index`` (spec §10:
+"MoE/dense follows the main config").
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass
+class ErnieConfig:
+    """ERNIE-4.5 architecture. ``moe_num_experts == 0`` means a dense model.
+
+    >>> c = ErnieConfig(vocab_size=300, hidden_size=64, intermediate_size=128,
+    ...                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    >>> c.head_dim, c.is_moe_layer(0)
+    (16, False)
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int | None = None  # None -> hidden_size // num_attention_heads
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    max_position_embeddings: int = 131072
+    tie_word_embeddings: bool = True
+    use_bias: bool = False
+    # MoE (ERNIE-4.5-MoE): 0 experts = dense
+    moe_num_experts: int = 0
+    moe_k: int = 2
+    moe_intermediate_size: int = 0
+    moe_layer_start_index: int = 0
+    moe_layer_interval: int = 1
+    moe_num_shared_experts: int = 0
+    num_nextn_predict_layers: int = 0  # 1 = the checkpoint has an MTP block
+    bos_token_id: int = 1
+    eos_token_id: int | list[int] = 2
+    pad_token_id: int = 0
+    dtype: str = "float32"
+    # beyond the contract (upstream defaults)
+    moe_layer_end_index: int = -1
+    moe_norm_min: float = 1e-12
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.head_dim is None and isinstance(self.hidden_size, int) and isinstance(
+                self.num_attention_heads, int) and self.num_attention_heads > 0:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        def positive_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"ErnieConfig.{name} must be a positive int, got {v!r}")
+
+        def nonneg_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"ErnieConfig.{name} must be a non-negative int, got {v!r}")
+
+        def positive_float(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"ErnieConfig.{name} must be a positive finite number, got {v!r}")
+
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "max_position_embeddings", "moe_layer_interval"):
+            positive_int(name)
+        for name in ("moe_num_experts", "moe_intermediate_size", "moe_layer_start_index",
+                     "moe_num_shared_experts", "num_nextn_predict_layers", "bos_token_id",
+                     "pad_token_id", "moe_k"):
+            nonneg_int(name)
+        for name in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
+            positive_float(name)
+        for name in ("tie_word_embeddings", "use_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ErnieConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"ErnieConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
+                f"num_attention_heads ({self.num_attention_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"ErnieConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        if self.moe_num_experts > 0:
+            if not 1 <= self.moe_k <= self.moe_num_experts:
+                raise ValueError(f"ErnieConfig.moe_k must be in [1, moe_num_experts={self.moe_num_experts}], "
+                                 f"got {self.moe_k}")
+            if self.moe_intermediate_size <= 0:
+                raise ValueError("ErnieConfig.moe_intermediate_size must be positive when moe_num_experts > 0, "
+                                 f"got {self.moe_intermediate_size}")
+        e = self.moe_layer_end_index
+        if isinstance(e, bool) or not isinstance(e, int) or e < -1:
+            raise ValueError(f"ErnieConfig.moe_layer_end_index must be an int >= -1, got {e!r}")
+        if self.num_nextn_predict_layers > 1:
+            raise ValueError("ErnieConfig.num_nextn_predict_layers: only 0 or 1 MTP block is supported, "
+                             f"got {self.num_nextn_predict_layers}")
+        eos = self.eos_token_id
+        eos_list = eos if isinstance(eos, list) else [eos]
+        if not eos_list or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in eos_list):
+            raise ValueError(f"ErnieConfig.eos_token_id must be a non-negative int or a non-empty list of them, "
+                             f"got {eos!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"ErnieConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_num_experts > 0
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self.eos_token_id) if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer ``i`` has routed experts (``i == num_hidden_layers`` is the MTP block)."""
+        if self.moe_num_experts <= 0 or i < self.moe_layer_start_index:
+            return False
+        if (i + 1) % self.moe_layer_interval:
+            return False
+        end = self.moe_layer_end_index
+        if i < self.num_hidden_layers and end >= 0 and i > end:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ (de)serialisation
+    @classmethod
+    def from_dict(cls, d: dict) -> "ErnieConfig":
+        """Build from an ERNIE-4.5 ``config.json`` dict. Unknown keys are ignored (kept in ``extra``);
+        a missing required key or a bad value raises ValueError naming the field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"ErnieConfig.from_dict expects a dict, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls) if f.name != "extra"}
+        kw = {k: v for k, v in d.items() if k in names}
+        # aliases seen in ERNIE / Hugging Face configs
+        if "dtype" not in d and "torch_dtype" in d:
+            kw["dtype"] = d["torch_dtype"]
+        if kw.get("dtype") is None:
+            kw.pop("dtype", None)
+        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict) \
+                and "rope_theta" in d["rope_parameters"]:
+            kw["rope_theta"] = d["rope_parameters"]["rope_theta"]
+        if kw.get("num_key_value_heads") is None and "num_attention_heads" in d:
+            kw["num_key_value_heads"] = d["num_attention_heads"]
+        if kw.get("moe_num_experts") is None:
+            kw.pop("moe_num_experts", None)
+        if "num_experts" in d and "moe_num_experts" not in d:
+            kw["moe_num_experts"] = d["num_experts"]
+        for key in ("rope_scaling",):
+            rs = d.get(key)
+            if rs is not None and not (isinstance(rs, dict) and rs.get("rope_type", rs.get("type")) in
+                                       (None, "default")):
+                raise ValueError(f"ErnieConfig.{key}: only plain RoPE is supported, got {rs!r}")
+        act = d.get("hidden_act", "silu")
+        if act not in ("silu", "swish"):
+            raise ValueError(f"ErnieConfig.hidden_act: only 'silu' (SwiGLU) is supported, got {act!r}")
+        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads"):
+            if kw.get(f) is None:
+                raise ValueError(f"ErnieConfig.{f} is missing from the config")
+        for f in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
+            if isinstance(kw.get(f), int) and not isinstance(kw.get(f), bool):
+                kw[f] = float(kw[f])
+        cfg = cls(**kw)
+        cfg.extra = {k: v for k, v in d.items() if k not in names}
+        return cfg
+
+    @classmethod
+    def from_file(cls, path) -> "ErnieConfig":
+        """Read ``path`` (a ``config.json`` or a directory holding one)."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / "config.json"
+        try:
+            d = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"ErnieConfig.from_file: no config file at {p}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"ErnieConfig.from_file: {p} is not valid JSON: {e}") from None
+        return cls.from_dict(d)
+
+    def to_dict(self) -> dict:
+        """A ``config.json``-compatible dict (``from_dict(to_dict())`` round-trips)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        if isinstance(d["eos_token_id"], list):
+            d["eos_token_id"] = list(d["eos_token_id"])
+        arch = "Ernie4_5_MoeForCausalLM" if self.is_moe else "Ernie4_5_ForCausalLM"
+        d.update(architectures=[arch], model_type="ernie4_5_moe" if self.is_moe else "ernie4_5",
+                 hidden_act="silu")
+        return d

@@ -1,0 +1,489 @@
+"""ERNIE-4.5 (dense and MoE) in Paddle, packed paged forward, and the ERNIE MTP block (spec §10).
+
+Architecture (checked against FastDeploy's ``models/ernie4_5_moe.py`` / ``ernie4_5_mtp.py`` and
+Hugging Face's ``ernie4_5`` / ``ernie4_5_moe`` ports of paddleformers' code):
+
+* Pre-norm decoder layers: ``x += attn(input_layernorm(x)); x += mlp(post_attention_layernorm(x))``,
+  then the final ``norm``. The packed path carries the residual separately as FastDeploy does
+  (``layer(h, residual) -> (h, residual)``, final ``norm(h + residual)``), same maths.
+* RMSNorm: ``x * rsqrt(mean(x^2) + eps) * weight`` computed in float32.
+* RoPE: **interleaved** (GPT-J / GLM style; FastDeploy ``use_neox_rotary_style=False``, HF ERNIE-4.5
+  ``rotate_half`` over ``x[..., 0::2], x[..., 1::2]``): the pair ``(x[2i], x[2i+1])`` is rotated by
+  angle ``pos * rope_theta ** (-2i / head_dim)``, over the whole head_dim, in float32.
+* Attention: separate q/k/v/o projections, GQA (``num_key_value_heads`` <= ``num_attention_heads``),
+  scale ``1/sqrt(head_dim)``, no bias unless ``use_bias``.
+* MLP: SwiGLU ``down(silu(gate(x)) * up(x))``.
+* MoE layers (:meth:`ErnieConfig.is_moe_layer`): router ``logits = x_fp32 @ gate.weight`` (float32
+  gate), ``p = softmax(logits)``; experts chosen by ``topk(p + e_score_correction_bias, moe_k)``
+  (the bias only affects the choice), weights ``p[chosen] / max(sum(p[chosen]), moe_norm_min)``
+  (renormalised); output ``sum_k w_k * expert_k(x) + shared_experts(x)`` where the shared experts are
+  one SwiGLU MLP of width ``moe_intermediate_size * moe_num_shared_experts`` (absent when 0).
+* ``compute_logits``: ``hidden @ lm_head`` cast to float32, all ``vocab_size`` columns (no
+  ``ori_vocab_size`` masking: the config has no separate original vocabulary size).
+* MTP block (spec §10): ``e = embed_tokens(ids)`` (the main model's Layer), ``x = concat([enorm(e),
+  hnorm(previous_hidden)])``, ``h = eh_proj(x)`` (2H -> H, no bias), one decoder layer with layer id
+  ``num_hidden_layers`` (it reads/writes ``meta.caches[num_hidden_layers]``), then the main model's
+  final ``norm`` and ``lm_head`` (the same Layer objects, not copies).
+
+Parameter names (``model.state_dict()`` keys equal :func:`state_dict_names`; Paddle layout, linear
+weights ``[in, out]``)::
+
+    ernie.embed_tokens.weight                                   [V, H]
+    ernie.layers.{i}.self_attn.q_proj.weight                    [H, Hq*D]   (.bias [Hq*D] if use_bias)
+    ernie.layers.{i}.self_attn.k_proj.weight / v_proj.weight    [H, Hkv*D]
+    ernie.layers.{i}.self_attn.o_proj.weight                    [Hq*D, H]
+    ernie.layers.{i}.input_layernorm.weight, post_attention_layernorm.weight   [H]
+    dense layer: ernie.layers.{i}.mlp.{gate,up}_proj.weight [H, I], mlp.down_proj.weight [I, H]
+    MoE layer:   ernie.layers.{i}.mlp.gate.weight                                    [H, E] float32
+                 ernie.layers.{i}.mlp.moe_statics.e_score_correction_bias            [1, E] float32
+                 ernie.layers.{i}.mlp.experts.{e}.{gate,up}_proj.weight [H, Im], down_proj [Im, H]
+                 ernie.layers.{i}.mlp.shared_experts.{gate,up}_proj.weight [H, Im*S], down [Im*S, H]
+    ernie.norm.weight                                           [H]
+    lm_head.weight                                              [H, V]  (absent when tied)
+    MTP (Ernie4_5MTP.state_dict()):
+    ernie.mtp_emb_norm.0.weight, ernie.mtp_hidden_norm.0.weight [H]
+    ernie.mtp_linear_proj.0.weight                              [2H, H]
+    ernie.mtp_block.0.*                                         (decoder-layer names as above)
+
+Corrections to the issue-5 contract, both from the upstream MoE code: MoE layers also have
+``mlp.moe_statics.e_score_correction_bias`` ``[1, E]`` (zeros = plain top-k; real ERNIE-4.5-MoE
+checkpoints carry it), and with ``use_bias`` the q/k/v/o and MLP/expert projections carry ``.bias``.
+Main-model and MTP parameters are disjoint: the MTP's state dict holds only its own weights.
+"""
+from __future__ import annotations
+
+import math
+
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from .attention import AttentionBackend, ForwardMeta, PagedAttentionCPU, token_positions
+from .config import ErnieConfig
+
+
+# --------------------------------------------------------------------------- building blocks
+class RMSNorm(nn.Layer):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = self.create_parameter([hidden_size], default_initializer=nn.initializer.Constant(1.0))
+
+    def forward(self, x):
+        xf = x.astype("float32")
+        y = xf * paddle.rsqrt(paddle.mean(xf * xf, axis=-1, keepdim=True) + self.eps)
+        return (y * self.weight.astype("float32")).astype(x.dtype)
+
+
+def _linear(cfg: ErnieConfig, n_in: int, n_out: int, bias: bool | None = None) -> nn.Linear:
+    use_bias = cfg.use_bias if bias is None else bias
+    return nn.Linear(n_in, n_out, bias_attr=None if use_bias else False)
+
+
+def rope_cos_sin(positions: paddle.Tensor, head_dim: int, theta: float):
+    """``[T, D]`` float32 cos / sin for interleaved RoPE (each frequency repeated for its pair)."""
+    inv_freq = 1.0 / (theta ** (paddle.arange(0, head_dim, 2, dtype="float32") / head_dim))
+    freqs = positions.astype("float32").unsqueeze(-1) * inv_freq.unsqueeze(0)       # [T, D/2]
+    freqs = paddle.repeat_interleave(freqs, 2, axis=-1)                              # [T, D]
+    return paddle.cos(freqs), paddle.sin(freqs)
+
+
+def apply_rope_interleaved(x, cos, sin):
+    """x ``[T, H, D]``; rotate pairs (x[2i], x[2i+1]); cos/sin ``[T, D]``."""
+    xf = x.astype("float32")
+    x1 = xf[..., 0::2]
+    x2 = xf[..., 1::2]
+    rot = paddle.stack([-x2, x1], axis=-1).reshape(xf.shape)
+    return (xf * cos.unsqueeze(1) + rot * sin.unsqueeze(1)).astype(x.dtype)
+
+
+class Ernie4_5Attention(nn.Layer):
+    def __init__(self, cfg: ErnieConfig, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = _linear(cfg, cfg.hidden_size, self.num_heads * self.head_dim)
+        self.k_proj = _linear(cfg, cfg.hidden_size, self.num_kv_heads * self.head_dim)
+        self.v_proj = _linear(cfg, cfg.hidden_size, self.num_kv_heads * self.head_dim)
+        self.o_proj = _linear(cfg, self.num_heads * self.head_dim, cfg.hidden_size)
+
+    def qkv(self, h):
+        t = h.shape[0]
+        q = self.q_proj(h).reshape([t, self.num_heads, self.head_dim])
+        k = self.k_proj(h).reshape([t, self.num_kv_heads, self.head_dim])
+        v = self.v_proj(h).reshape([t, self.num_kv_heads, self.head_dim])
+        return q, k, v
+
+    def forward(self, h, cos, sin, meta: ForwardMeta, backend: AttentionBackend):
+        q, k, v = self.qkv(h)
+        q = apply_rope_interleaved(q, cos, sin)
+        k = apply_rope_interleaved(k, cos, sin)
+        return self.o_proj(backend.forward(q, k, v, self.layer_id, meta))
+
+
+class Ernie4_5MLP(nn.Layer):
+    def __init__(self, cfg: ErnieConfig, intermediate_size: int):
+        super().__init__()
+        self.gate_proj = _linear(cfg, cfg.hidden_size, intermediate_size)
+        self.up_proj = _linear(cfg, cfg.hidden_size, intermediate_size)
+        self.down_proj = _linear(cfg, intermediate_size, cfg.hidden_size)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MoeStatics(nn.Layer):
+    def __init__(self, num_experts: int):
+        super().__init__()
+        self.e_score_correction_bias = self.create_parameter(
+            [1, num_experts], dtype="float32", default_initializer=nn.initializer.Constant(0.0))
+
+
+class Ernie4_5MoE(nn.Layer):
+    """Top-k routed experts + shared experts (see the module docstring for the gate)."""
+
+    def __init__(self, cfg: ErnieConfig):
+        super().__init__()
+        self.num_experts = cfg.moe_num_experts
+        self.top_k = cfg.moe_k
+        self.norm_min = cfg.moe_norm_min
+        self.gate = nn.Linear(cfg.hidden_size, cfg.moe_num_experts, bias_attr=False)
+        self.moe_statics = MoeStatics(cfg.moe_num_experts)
+        self.experts = nn.LayerList([Ernie4_5MLP(cfg, cfg.moe_intermediate_size)
+                                     for _ in range(cfg.moe_num_experts)])
+        self.shared_experts = (Ernie4_5MLP(cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
+                               if cfg.moe_num_shared_experts > 0 else None)
+
+    def route(self, x):
+        """``(probs [T, E] float32, chosen [T, k] int64, weights [T, k] float32)``."""
+        logits = paddle.matmul(x.astype("float32"), self.gate.weight.astype("float32"))
+        probs = F.softmax(logits, axis=-1)
+        _, chosen = paddle.topk(probs + self.moe_statics.e_score_correction_bias.astype("float32"),
+                                self.top_k, axis=-1)
+        w = paddle.take_along_axis(probs, chosen, axis=-1)
+        w = w / paddle.clip(w.sum(axis=-1, keepdim=True), min=self.norm_min)
+        return probs, chosen, w
+
+    def forward(self, x):
+        # Every expert runs on every token and is combined with a [T, E] weight matrix that is zero
+        # off the chosen experts: no host sync, exact for the routed sum (w = 0 adds 0 * finite).
+        _, chosen, w = self.route(x)
+        combine = paddle.zeros([x.shape[0], self.num_experts], dtype="float32")
+        combine = paddle.put_along_axis(combine, chosen, w, axis=-1, reduce="add")
+        outs = paddle.stack([e(x).astype("float32") for e in self.experts], axis=1)   # [T, E, H]
+        out = (outs * combine.unsqueeze(-1)).sum(axis=1).astype(x.dtype)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+
+class Ernie4_5DecoderLayer(nn.Layer):
+    def __init__(self, cfg: ErnieConfig, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+        self.self_attn = Ernie4_5Attention(cfg, layer_id)
+        self.is_moe = cfg.is_moe_layer(layer_id)
+        self.mlp = Ernie4_5MoE(cfg) if self.is_moe else Ernie4_5MLP(cfg, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h, residual, cos, sin, meta: ForwardMeta, backend: AttentionBackend):
+        """FastDeploy-style fused residual: returns ``(mlp_out, residual)``; the layer's output is
+        their sum."""
+        residual = h if residual is None else h + residual
+        h = self.self_attn(self.input_layernorm(residual), cos, sin, meta, backend)
+        residual = h + residual
+        return self.mlp(self.post_attention_layernorm(residual)), residual
+
+
+class Ernie4_5Model(nn.Layer):
+    def __init__(self, cfg: ErnieConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.LayerList([Ernie4_5DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LMHead(nn.Layer):
+    """``[H] -> [V]``. Untied: own ``weight [H, V]``. Tied: reads the embedding ``[V, H]`` (no parameter
+    of its own; ``weight`` is then the transposed embedding, a computed tensor)."""
+
+    def __init__(self, cfg: ErnieConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.tied = cfg.tie_word_embeddings
+        self._embedding = [embedding]  # a list, so the embedding is not registered twice
+        if not self.tied:
+            self.weight = self.create_parameter([cfg.hidden_size, cfg.vocab_size])
+
+    def __getattr__(self, name):
+        if name == "weight" and self.__dict__.get("tied", False):
+            return self.__dict__["_embedding"][0].weight.T
+        return super().__getattr__(name)
+
+    def forward(self, h):
+        if self.tied:
+            return paddle.matmul(h, self._embedding[0].weight, transpose_y=True)
+        return paddle.matmul(h, self.weight)
+
+
+# --------------------------------------------------------------------------- models
+class Ernie4_5ForCausalLM(nn.Layer):
+    """ERNIE-4.5 main model.
+
+    ``forward(ids_remove_padding [T] int64, meta)`` -> ``[T, H]`` final-normed hidden states (packed,
+    paged KV cache: layer i uses ``meta.caches[i]``). ``compute_logits(hidden [R, H])`` -> ``[R, V]``
+    float32. ``dense_forward(input_ids [S])`` -> ``[S, H]``: test oracle, one sequence, no cache,
+    plain full causal attention (independent code: pairwise RoPE, repeated kv heads, per-expert
+    MoE dispatch).
+    """
+
+    def __init__(self, config: ErnieConfig, attn_backend: AttentionBackend | None = None):
+        super().__init__()
+        self.config = config
+        self.attn_backend = attn_backend if attn_backend is not None else PagedAttentionCPU()
+        self.ernie = Ernie4_5Model(config)
+        self.lm_head = LMHead(config, self.ernie.embed_tokens)
+        if config.dtype != "float32":
+            self.to(dtype=config.dtype)
+            for layer in self.ernie.layers:  # router stays float32 as upstream
+                if layer.is_moe:
+                    layer.mlp.gate.to(dtype="float32")
+                    layer.mlp.moe_statics.to(dtype="float32")
+
+    @property
+    def embed_tokens(self):
+        return self.ernie.embed_tokens
+
+    @property
+    def layers(self):
+        return self.ernie.layers
+
+    @property
+    def norm(self):
+        return self.ernie.norm
+
+    def run_layers(self, h, layers, meta: ForwardMeta):
+        """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
+        self.attn_backend.init_attention_metadata(meta)
+        cos, sin = rope_cos_sin(token_positions(meta), self.config.head_dim, self.config.rope_theta)
+        residual = None
+        for layer in layers:
+            h, residual = layer(h, residual, cos, sin, meta, self.attn_backend)
+        return h, residual
+
+    def forward(self, ids_remove_padding, meta: ForwardMeta):
+        ids = ids_remove_padding.reshape([-1])
+        h, residual = self.run_layers(self.embed_tokens(ids), self.layers, meta)
+        return self.norm(h + residual)
+
+    def compute_logits(self, hidden):
+        return self.lm_head(hidden).astype("float32")
+
+    # ----------------------------------------------------------------------- test oracle
+    def dense_forward(self, input_ids):
+        ids = input_ids.reshape([-1])
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = dense_layer(layer, x, self.config, start_pos=0)
+        return self.norm(x)
+
+
+def _rope_pairs(x, positions, theta):
+    """Oracle RoPE: view ``[S, H, D]`` as D/2 pairs and apply each pair's 2x2 rotation."""
+    s, hh, d = x.shape
+    xp = x.astype("float32").reshape([s, hh, d // 2, 2])
+    inv = paddle.to_tensor([theta ** (-2.0 * i / d) for i in range(d // 2)], dtype="float32")
+    ang = positions.astype("float32").reshape([s, 1, 1]) * inv.reshape([1, 1, d // 2])
+    c, sn = paddle.cos(ang), paddle.sin(ang)
+    a, b = xp[..., 0], xp[..., 1]
+    return paddle.stack([a * c - b * sn, a * sn + b * c], axis=-1).reshape([s, hh, d]).astype(x.dtype)
+
+
+def _dense_moe(moe: Ernie4_5MoE, x):
+    """Oracle MoE: route, then dispatch each expert's tokens explicitly."""
+    _, chosen, w = moe.route(x)
+    chosen_np, w_np = chosen.numpy(), w.numpy()
+    out = paddle.zeros(x.shape, dtype="float32")
+    for e in range(moe.num_experts):
+        tok, slot = (chosen_np == e).nonzero()
+        if tok.size == 0:
+            continue
+        idx = paddle.to_tensor(tok, dtype="int64")
+        y = moe.experts[e](paddle.gather(x, idx)).astype("float32")
+        y = y * paddle.to_tensor(w_np[tok, slot], dtype="float32").unsqueeze(-1)
+        out = paddle.index_add(out, idx, 0, y)
+    out = out.astype(x.dtype)
+    if moe.shared_experts is not None:
+        out = out + moe.shared_experts(x)
+    return out
+
+
+def dense_layer(layer: Ernie4_5DecoderLayer, x, cfg: ErnieConfig, start_pos: int = 0):
+    """Oracle decoder layer over one whole sequence ``x [S, H]`` (positions ``start_pos ..``)."""
+    s = x.shape[0]
+    attn = layer.self_attn
+    pos = paddle.arange(start_pos, start_pos + s, dtype="int64")
+    q, k, v = attn.qkv(layer.input_layernorm(x))
+    q = _rope_pairs(q, pos, cfg.rope_theta)
+    k = _rope_pairs(k, pos, cfg.rope_theta)
+    g = attn.num_heads // attn.num_kv_heads
+    k = paddle.repeat_interleave(k, g, axis=1)          # [S, Hq, D]
+    v = paddle.repeat_interleave(v, g, axis=1)
+    qh = q.astype("float32").transpose([1, 0, 2])       # [Hq, S, D]
+    kh = k.astype("float32").transpose([1, 0, 2])
+    vh = v.astype("float32").transpose([1, 0, 2])
+    scores = paddle.matmul(qh, kh, transpose_y=True) / math.sqrt(attn.head_dim)
+    causal = paddle.tril(paddle.ones([s, s], dtype="bool"))
+    scores = paddle.where(causal.unsqueeze(0), scores, paddle.full_like(scores, float("-inf")))
+    o = paddle.matmul(F.softmax(scores, axis=-1), vh).transpose([1, 0, 2]).reshape([s, -1]).astype(x.dtype)
+    x = x + attn.o_proj(o)
+    hn = layer.post_attention_layernorm(x)
+    return x + (_dense_moe(layer.mlp, hn) if layer.is_moe else layer.mlp(hn))
+
+
+class _MTPWeights(nn.Layer):
+    """Holds the MTP block's own parameters under the checkpoint names ``ernie.mtp_*``."""
+
+    def __init__(self, cfg: ErnieConfig):
+        super().__init__()
+        self.mtp_emb_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
+        self.mtp_hidden_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
+        self.mtp_linear_proj = nn.LayerList([nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias_attr=False)])
+        self.mtp_block = nn.LayerList([Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers)])
+
+
+class Ernie4_5MTP(nn.Layer):
+    """The ERNIE MTP block (spec §10), sharing the main model's ``embed_tokens``, ``norm`` and
+    ``lm_head`` Layer objects (attributes return the main model's objects; they are not in this
+    Layer's state dict). Its decoder layer has layer id ``num_hidden_layers`` and so uses
+    ``meta.caches[num_hidden_layers]``.
+
+    ``forward(ids_remove_padding [T], previous_hidden_states [T, H], meta)`` -> ``[T, H]``, normed by
+    the main model's final norm. ``dense_forward(input_ids [S], previous_hidden_states [S, H])`` is
+    the no-cache oracle.
+    """
+
+    def __init__(self, config: ErnieConfig, main: Ernie4_5ForCausalLM):
+        super().__init__()
+        self.config = config
+        self.__dict__["_main"] = main  # plain attribute: not a sublayer, not in state_dict
+        self.ernie = _MTPWeights(config)
+        if config.dtype != "float32":
+            self.to(dtype=config.dtype)
+            if self.mtp_block.is_moe:
+                self.mtp_block.mlp.gate.to(dtype="float32")
+                self.mtp_block.mlp.moe_statics.to(dtype="float32")
+
+    @property
+    def main(self):
+        return self.__dict__["_main"]
+
+    @property
+    def embed_tokens(self):
+        return self.main.embed_tokens
+
+    @property
+    def norm(self):
+        return self.main.norm
+
+    @property
+    def lm_head(self):
+        return self.main.lm_head
+
+    @property
+    def enorm(self):
+        return self.ernie.mtp_emb_norm[0]
+
+    @property
+    def hnorm(self):
+        return self.ernie.mtp_hidden_norm[0]
+
+    @property
+    def eh_proj(self):
+        return self.ernie.mtp_linear_proj[0]
+
+    @property
+    def mtp_block(self):
+        return self.ernie.mtp_block[0]
+
+    def _project(self, ids, previous_hidden_states):
+        e = self.embed_tokens(ids.reshape([-1]))
+        x = paddle.concat([self.enorm(e), self.hnorm(previous_hidden_states.astype(e.dtype))], axis=-1)
+        return self.eh_proj(x)
+
+    def forward(self, ids_remove_padding, previous_hidden_states, meta: ForwardMeta):
+        h = self._project(ids_remove_padding, previous_hidden_states)
+        h, residual = self.main.run_layers(h, [self.mtp_block], meta)
+        return self.norm(h + residual)
+
+    def compute_logits(self, hidden):
+        return self.main.compute_logits(hidden)
+
+    def dense_forward(self, input_ids, previous_hidden_states):
+        x = self._project(input_ids, previous_hidden_states)
+        return self.norm(dense_layer(self.mtp_block, x, self.config, start_pos=0))
+
+
+# --------------------------------------------------------------------------- names
+def _layer_names(prefix: str, cfg: ErnieConfig, layer_id: int) -> dict[str, list[int]]:
+    h, d = cfg.hidden_size, cfg.head_dim
+    hq, hkv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
+    out: dict[str, list[int]] = {}
+
+    def lin(name, n_in, n_out, bias=cfg.use_bias):
+        out[f"{prefix}.{name}.weight"] = [n_in, n_out]
+        if bias:
+            out[f"{prefix}.{name}.bias"] = [n_out]
+
+    lin("self_attn.q_proj", h, hq)
+    lin("self_attn.k_proj", h, hkv)
+    lin("self_attn.v_proj", h, hkv)
+    lin("self_attn.o_proj", hq, h)
+
+    def mlp(p, inter):
+        lin(f"{p}.gate_proj", h, inter)
+        lin(f"{p}.up_proj", h, inter)
+        lin(f"{p}.down_proj", inter, h)
+
+    if cfg.is_moe_layer(layer_id):
+        e = cfg.moe_num_experts
+        out[f"{prefix}.mlp.gate.weight"] = [h, e]
+        out[f"{prefix}.mlp.moe_statics.e_score_correction_bias"] = [1, e]
+        for j in range(e):
+            mlp(f"mlp.experts.{j}", cfg.moe_intermediate_size)
+        if cfg.moe_num_shared_experts > 0:
+            mlp("mlp.shared_experts", cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
+    else:
+        mlp("mlp", cfg.intermediate_size)
+    out[f"{prefix}.input_layernorm.weight"] = [h]
+    out[f"{prefix}.post_attention_layernorm.weight"] = [h]
+    return out
+
+
+def state_dict_names(config: ErnieConfig, *, mtp: bool | None = None) -> dict[str, list[int]]:
+    """Every checkpoint parameter name -> Paddle shape (main model, plus the MTP block when
+    ``mtp`` is true; default ``config.num_nextn_predict_layers > 0``). Main-model names equal
+    ``Ernie4_5ForCausalLM(config).state_dict()`` keys; MTP names equal ``Ernie4_5MTP`` ones.
+
+    >>> c = ErnieConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+    ...                 num_attention_heads=4, num_key_value_heads=2)
+    >>> state_dict_names(c)["ernie.layers.0.self_attn.k_proj.weight"]
+    [64, 32]
+    """
+    h, v = config.hidden_size, config.vocab_size
+    names: dict[str, list[int]] = {"ernie.embed_tokens.weight": [v, h]}
+    for i in range(config.num_hidden_layers):
+        names.update(_layer_names(f"ernie.layers.{i}", config, i))
+    names["ernie.norm.weight"] = [h]
+    if not config.tie_word_embeddings:
+        names["lm_head.weight"] = [h, v]
+    if mtp is None:
+        mtp = config.num_nextn_predict_layers > 0
+    if mtp:
+        names["ernie.mtp_emb_norm.0.weight"] = [h]
+        names["ernie.mtp_hidden_norm.0.weight"] = [h]
+        names["ernie.mtp_linear_proj.0.weight"] = [2 * h, h]
+        names.update(_layer_names("ernie.mtp_block.0", config, config.num_hidden_layers))
+    return names

@@ -1,0 +1,322 @@
+"""ERNIE-4.5 model: packed paged forward == dense no-cache oracle; MTP block; config; bad input."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import paddle
+import pytest
+
+from fd_mtp.model import ErnieConfig
+from fd_mtp.model.attention import ForwardMeta, PagedAttentionCPU, allocate_kv_caches, kv_cache_shape
+from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
+
+from model_util import MOE, TINY, PagedHarness, make_models
+
+ATOL = 1e-4
+
+
+@pytest.fixture(params=[False, True], ids=["dense", "moe"])
+def models(request):
+    with paddle.no_grad():
+        yield make_models(moe=request.param, seed=3)
+
+
+def dense(model, ids):
+    return model.dense_forward(paddle.to_tensor(np.asarray(ids, np.int64))).numpy()
+
+
+def assert_close(got, want, what=""):
+    err = np.abs(got - want).max() if got.size else 0.0
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    assert err <= ATOL, f"{what}: max abs error {err:.3g}"
+
+
+def prompts(n, lengths, seed=0, vocab=300):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, vocab, size=length).tolist() for length in lengths[:n]]
+
+
+# --------------------------------------------------------------------------- paged == dense
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_prefill_batch_then_decode(models, block_size):
+    cfg, model, _ = models
+    seqs = prompts(4, [7, 1, 13, 4], seed=1)
+    h = PagedHarness(cfg, model, block_size=block_size, seed=block_size)
+    slots = [0, 2, 3, 5]  # slots 1 and 4 stay empty (seq_lens_this_time 0)
+    out = h.step({s: seq for s, seq in zip(slots, seqs)})
+    for s, seq in zip(slots, seqs):
+        assert_close(out[s], dense(model, seq), f"prefill slot {s}")
+    rng = np.random.default_rng(7)
+    for step in range(3):
+        new = {s: [int(rng.integers(3, 300))] for s in slots}
+        out = h.step(new)
+        for s, seq in zip(slots, seqs):
+            seq.append(new[s][0])
+            assert_close(out[s], dense(model, seq)[-1:], f"decode step {step} slot {s}")
+    # several non-contiguous blocks per request when block_size is small
+    if block_size == 4:
+        assert max(len(b) for b in h.blocks) >= 4
+        assert any(np.any(np.diff(b) != 1) for b in h.blocks if len(b) > 1)
+
+
+def test_chunked_prefill(models):
+    cfg, model, _ = models
+    (seq,) = prompts(1, [11], seed=2)
+    h = PagedHarness(cfg, model, block_size=4, seed=3)
+    ref = dense(model, seq)
+    out1 = h.step({1: seq[:6]})
+    out2 = h.step({1: seq[6:]})
+    assert_close(out1[1], ref[:6], "chunk 1")
+    assert_close(out2[1], ref[6:], "chunk 2")
+    out3 = h.step({1: [42]})
+    assert_close(out3[1], dense(model, seq + [42])[-1:], "decode after chunks")
+
+
+def test_mixed_prefill_chunk_and_decode_in_one_batch(models):
+    cfg, model, _ = models
+    a, b, c = prompts(3, [5, 9, 6], seed=4)
+    h = PagedHarness(cfg, model, block_size=4, seed=5)
+    h.step({0: a, 1: b[:4]})                     # a: full prefill, b: first chunk
+    out = h.step({0: [17], 1: b[4:], 2: c})      # a decodes, b's second chunk, c prefills
+    assert_close(out[0], dense(model, a + [17])[-1:], "decode")
+    assert_close(out[1], dense(model, b)[4:], "second chunk")
+    assert_close(out[2], dense(model, c), "prefill")
+    out = h.step({2: [5, 6, 7], 0: [18]})        # several tokens for one request (speculative-style)
+    assert_close(out[2], dense(model, c + [5, 6, 7])[-3:], "multi-token decode")
+    assert_close(out[0], dense(model, a + [17, 18])[-1:], "decode 2")
+
+
+def test_mqa_and_single_layer_dense_head_dim_override():
+    with paddle.no_grad():
+        cfg, model, _ = make_models(seed=9, num_key_value_heads=1, num_hidden_layers=1, head_dim=8,
+                                    tie_word_embeddings=False)
+        assert cfg.head_dim == 8 and model.ernie.layers[0].self_attn.q_proj.weight.shape == [64, 32]
+        seqs = prompts(2, [5, 3], seed=6)
+        h = PagedHarness(cfg, model, block_size=2)
+        out = h.step({0: seqs[0], 1: seqs[1]})
+        for s in (0, 1):
+            assert_close(out[s], dense(model, seqs[s]), f"slot {s}")
+
+
+def test_logits(models):
+    cfg, model, _ = models
+    hid = paddle.to_tensor(np.random.default_rng(0).standard_normal((3, cfg.hidden_size)).astype(np.float32))
+    logits = model.compute_logits(hid)
+    assert logits.dtype == paddle.float32 and logits.shape == [3, cfg.vocab_size]
+    w = model.embed_tokens.weight.numpy().T if cfg.tie_word_embeddings else model.lm_head.weight.numpy()
+    np.testing.assert_allclose(logits.numpy(), hid.numpy() @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_untied_lm_head_has_own_weight():
+    cfg, model, _ = make_models(tie_word_embeddings=False)
+    assert "lm_head.weight" in model.state_dict()
+    assert list(model.lm_head.weight.shape) == [cfg.hidden_size, cfg.vocab_size]
+    cfg2, model2, _ = make_models()
+    assert "lm_head.weight" not in model2.state_dict()
+    np.testing.assert_array_equal(model2.lm_head.weight.numpy(), model2.embed_tokens.weight.numpy().T)
+
+
+# --------------------------------------------------------------------------- MoE router
+def test_moe_route_matches_numpy():
+    with paddle.no_grad():
+        cfg, model, _ = make_models(moe=True, seed=11, moe_num_experts=6, moe_k=3)
+        moe = model.ernie.layers[1].mlp
+        assert model.ernie.layers[1].is_moe and not model.ernie.layers[0].is_moe
+        x = np.random.default_rng(1).standard_normal((9, cfg.hidden_size)).astype(np.float32)
+        bias = np.zeros((1, 6), np.float32)
+        bias[0, 5] = 10.0  # expert 5 always chosen, but its weight is its plain softmax probability
+        moe.moe_statics.e_score_correction_bias.set_value(paddle.to_tensor(bias))
+        probs, chosen, w = moe.route(paddle.to_tensor(x))
+        logits = x @ moe.gate.weight.numpy()
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        want_idx = np.argsort(-(p + bias), axis=-1, kind="stable")[:, :3]
+        assert (chosen.numpy()[:, 0] == 5).all()
+        np.testing.assert_array_equal(np.sort(chosen.numpy(), -1), np.sort(want_idx, -1))
+        sel = np.take_along_axis(p, chosen.numpy(), -1)
+        np.testing.assert_allclose(w.numpy(), sel / sel.sum(-1, keepdims=True), rtol=1e-5)
+        np.testing.assert_allclose(w.numpy().sum(-1), 1.0, rtol=1e-5)
+        # full layer: explicit per-token sum of experts
+        out = moe(paddle.to_tensor(x)).numpy()
+        want = moe.shared_experts(paddle.to_tensor(x)).numpy()
+        for t in range(9):
+            for j in range(3):
+                e = int(chosen.numpy()[t, j])
+                want[t] += w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t:t + 1])).numpy()[0]
+        np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_moe_layer_selection():
+    c = ErnieConfig(**{**TINY, **MOE, "num_hidden_layers": 6, "moe_layer_start_index": 1,
+                       "moe_layer_interval": 2, "moe_layer_end_index": 4})
+    assert [c.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, False]
+    assert c.is_moe_layer(7) is True   # MTP block index: end index not applied, interval is
+    assert c.is_moe_layer(6) is False
+    names = state_dict_names(c, mtp=True)
+    assert "ernie.layers.3.mlp.experts.3.down_proj.weight" in names
+    assert "ernie.layers.2.mlp.gate_proj.weight" in names and "ernie.layers.2.mlp.gate.weight" not in names
+    assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names   # layer 6 is dense
+    dense = ErnieConfig(**TINY)
+    assert not any(dense.is_moe_layer(i) for i in range(4))
+
+
+# --------------------------------------------------------------------------- names
+@pytest.mark.parametrize("moe,tie,bias", [(False, True, False), (True, False, False), (True, True, True)])
+def test_state_dict_names_equal_parameters(moe, tie, bias):
+    cfg = ErnieConfig(**{**TINY, **(MOE if moe else {}), "tie_word_embeddings": tie, "use_bias": bias})
+    model = Ernie4_5ForCausalLM(cfg)
+    mtp = Ernie4_5MTP(cfg, model)
+    main_sd = {k: list(v.shape) for k, v in model.state_dict().items()}
+    mtp_sd = {k: list(v.shape) for k, v in mtp.state_dict().items()}
+    assert not set(main_sd) & set(mtp_sd)
+    assert {**main_sd, **mtp_sd} == state_dict_names(cfg)
+    assert state_dict_names(cfg, mtp=False) == main_sd
+    assert mtp_sd["ernie.mtp_linear_proj.0.weight"] == [2 * cfg.hidden_size, cfg.hidden_size]
+    if moe:
+        assert main_sd["ernie.layers.1.mlp.gate.weight"] == [cfg.hidden_size, cfg.moe_num_experts]
+        assert model.ernie.layers[1].mlp.gate.weight.dtype == paddle.float32
+
+
+# --------------------------------------------------------------------------- MTP
+def test_mtp_shares_main_layers(models):
+    cfg, model, mtp = models
+    assert mtp.embed_tokens is model.embed_tokens
+    assert mtp.norm is model.norm
+    assert mtp.lm_head is model.lm_head
+    assert mtp.mtp_block.layer_id == cfg.num_hidden_layers
+    assert mtp.mtp_block.self_attn.layer_id == cfg.num_hidden_layers
+    assert list(mtp.eh_proj.weight.shape) == [2 * cfg.hidden_size, cfg.hidden_size]
+    assert mtp.mtp_block.is_moe == cfg.is_moe_layer(cfg.num_hidden_layers)
+    hid = paddle.ones([2, cfg.hidden_size])
+    np.testing.assert_array_equal(mtp.compute_logits(hid).numpy(), model.compute_logits(hid).numpy())
+
+
+def test_mtp_paged_equals_dense_oracle(models):
+    cfg, model, mtp = models
+    a, b = prompts(2, [6, 9], seed=12)
+    rng = np.random.default_rng(13)
+    prev = {0: rng.standard_normal((6, cfg.hidden_size)).astype(np.float32),
+            3: rng.standard_normal((9, cfg.hidden_size)).astype(np.float32)}
+    h = PagedHarness(cfg, model, mtp=mtp, block_size=4, seed=14)
+    main_before = [c[0].numpy().copy() for c in h.caches[:cfg.num_hidden_layers]]
+    out = h.step_mtp({0: a, 3: b}, prev)
+    for s, seq in ((0, a), (3, b)):
+        want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev[s])).numpy()
+        assert_close(out[s], want, f"mtp prefill slot {s}")
+    # the MTP writes only its own cache layer (index num_hidden_layers)
+    for i, before in enumerate(main_before):
+        np.testing.assert_array_equal(h.caches[i][0].numpy(), before)
+    assert np.abs(h.caches[cfg.num_hidden_layers][0].numpy()).sum() > 0
+    # one decode step each, then compare with the oracle over the extended sequence
+    step_prev = {s: rng.standard_normal((1, cfg.hidden_size)).astype(np.float32) for s in (0, 3)}
+    out = h.step_mtp({0: [21], 3: [22]}, step_prev)
+    for s, seq, tok in ((0, a, 21), (3, b, 22)):
+        full_prev = np.concatenate([prev[s], step_prev[s]], axis=0)
+        want = mtp.dense_forward(paddle.to_tensor(seq + [tok]), paddle.to_tensor(full_prev)).numpy()
+        assert_close(out[s], want[-1:], f"mtp decode slot {s}")
+    assert out[0].shape == (1, cfg.hidden_size)
+
+
+# --------------------------------------------------------------------------- bad metadata
+def _meta(cfg, tables, q, dec, num_blocks=4, bs=4):
+    caches = allocate_kv_caches(cfg, cfg.num_hidden_layers + 1, num_blocks, bs, "float32")
+    q = np.asarray(q, np.int32)
+    ids = np.arange(3, 3 + int(q.sum()), dtype=np.int64)
+    t = paddle.to_tensor
+    return ForwardMeta(ids_remove_padding=t(ids), cu_seqlens_q=t(np.r_[0, np.cumsum(q)].astype(np.int32)),
+                       batch_id_per_token=t(np.repeat(np.arange(len(q)), q).astype(np.int32)),
+                       seq_lens_this_time=t(q), seq_lens_encoder=t(np.zeros_like(q)),
+                       seq_lens_decoder=t(np.asarray(dec, np.int32)),
+                       block_tables=t(np.asarray(tables, np.int32)), caches=caches, block_size=bs)
+
+
+@pytest.mark.parametrize("tables,q,dec", [
+    ([[0, -1]], [6], [0]),          # second block needed but -1
+    ([[0, 7]], [2], [5]),           # block id out of range (num_blocks 4)
+    ([[0]], [3], [3]),              # position 5 needs column 1, table width 1
+    ([[1, 2], [-1, -1]], [1, 1], [2, 0]),  # second request has no block at all
+])
+def test_bad_block_table_raises_and_writes_nothing(tables, q, dec):
+    cfg, model, _ = make_models()
+    meta = _meta(cfg, tables, q, dec)
+    with pytest.raises(ValueError, match="block_tables"):
+        model(meta.ids_remove_padding, meta)
+    for k, v in meta.caches:
+        assert not k.numpy().any() and not v.numpy().any()
+
+
+def test_inconsistent_meta_raises():
+    cfg, model, _ = make_models()
+    meta = _meta(cfg, [[0, 1]], [3], [0])
+    meta.cu_seqlens_q = paddle.to_tensor(np.array([0, 2], np.int32))
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        model(meta.ids_remove_padding, meta)
+
+
+def test_empty_batch_and_cache_shape():
+    cfg, model, _ = make_models()
+    assert kv_cache_shape(cfg, 10, 16) == [10, cfg.num_key_value_heads, 16, cfg.head_dim]
+    meta = _meta(cfg, [[-1], [-1]], [0, 0], [0, 5])
+    out = PagedAttentionCPU().forward(paddle.zeros([0, 4, 16]), paddle.zeros([0, 2, 16]),
+                                      paddle.zeros([0, 2, 16]), 0, meta)
+    assert out.shape == [0, 64]
+
+
+# --------------------------------------------------------------------------- config
+def test_config_round_trip(tmp_path):
+    cfg = ErnieConfig(**{**TINY, **MOE, "eos_token_id": [2, 5], "tie_word_embeddings": False})
+    d = cfg.to_dict()
+    assert d["architectures"] == ["Ernie4_5_MoeForCausalLM"] and d["hidden_act"] == "silu"
+    assert ErnieConfig.from_dict(d) == cfg
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(d))
+    assert ErnieConfig.from_file(tmp_path) == cfg
+    assert ErnieConfig.from_file(p) == cfg
+    assert cfg.eos_token_ids == [2, 5]
+
+
+def test_config_from_ernie_json_fields():
+    d = {"architectures": ["Ernie4_5_ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
+         "max_position_embeddings": 131072, "model_type": "ernie4_5", "num_attention_heads": 16,
+         "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 18, "rms_norm_eps": 1e-05,
+         "rope_theta": 500000, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_bias": False,
+         "vocab_size": 103424, "use_cache": False, "unknown_field": [1, 2], "hidden_act": "silu"}
+    c = ErnieConfig.from_dict(d)
+    assert (c.head_dim, c.dtype, c.rope_theta, c.moe_num_experts) == (128, "bfloat16", 500000.0, 0)
+    assert c.extra["unknown_field"] == [1, 2]
+    d2 = dict(d, num_key_value_heads=None, head_dim=None)
+    c2 = ErnieConfig.from_dict(d2)
+    assert (c2.num_key_value_heads, c2.head_dim) == (16, 64)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("hidden_size", 0), ("num_key_value_heads", 3), ("vocab_size", -1), ("moe_k", 9),
+    ("rms_norm_eps", 0.0), ("dtype", "int8"), ("eos_token_id", []), ("tie_word_embeddings", "yes"),
+    ("num_nextn_predict_layers", 2), ("head_dim", 7), ("moe_layer_interval", 0), ("rope_theta", -1.0),
+])
+def test_config_validation_names_field(field, value):
+    d = {**TINY, **MOE, field: value}
+    with pytest.raises(ValueError, match=field):
+        ErnieConfig.from_dict(d)
+
+
+def test_config_missing_and_unsupported():
+    d = dict(TINY)
+    del d["hidden_size"]
+    with pytest.raises(ValueError, match="hidden_size"):
+        ErnieConfig.from_dict(d)
+    with pytest.raises(ValueError, match="rope_scaling"):
+        ErnieConfig.from_dict({**TINY, "rope_scaling": {"type": "yarn", "factor": 4}})
+    with pytest.raises(ValueError, match="hidden_act"):
+        ErnieConfig.from_dict({**TINY, "hidden_act": "gelu"})
+    with pytest.raises(ValueError, match="moe_intermediate_size"):
+        ErnieConfig.from_dict({**TINY, "moe_num_experts": 4, "moe_intermediate_size": 0})
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+    code = "import sys, fd_mtp.model; from fd_mtp.model import ErnieConfig; print('paddle' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
