@@ -163,6 +163,7 @@ class LLMEngine:
         self._release(req)
         req.status = RequestStatus.WAITING
         req.num_computed = 0
+        req.prefilled = False
         req.metrics.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.append(req)
@@ -179,7 +180,7 @@ class LLMEngine:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            decoding = req.num_computed == req.num_tokens - 1
+            decoding = req.prefilled
             n = 1 if decoding else min(req.num_tokens - req.num_computed, budget)
             old_len = len(req.block_ids)
             while not self.block_manager.grow(req.block_ids, req.num_computed + n):
@@ -240,6 +241,7 @@ class LLMEngine:
             req.num_computed = end
             if end < req.num_tokens:
                 continue  # a non-final prefill chunk: its sampled token is not used
+            req.prefilled = True
             token = sampled[slot]
             req.output_token_ids.append(token)
             req.metrics.num_generated_tokens += 1

@@ -51,8 +51,9 @@ class Request:
     """A request inside the engine (host-side truth; the runner's buffers mirror its slot).
 
     ``num_computed`` counts the tokens of ``prompt_token_ids + output_token_ids`` whose K/V are in
-    the cache. A request decodes when ``num_computed == num_tokens - 1`` (the last token is fed);
-    otherwise it is (re-)prefilling in chunks.
+    the cache. Once its last prefill chunk ran (``prefilled``), it decodes: ``num_computed ==
+    num_tokens - 1`` and the last token is fed; before that it is (re-)prefilling in chunks (a
+    final chunk of one token looks like a decode by the counts alone).
     """
 
     request_id: str
@@ -66,6 +67,7 @@ class Request:
     slot: int = -1
     block_ids: list[int] = field(default_factory=list)
     num_computed: int = 0
+    prefilled: bool = False         # the last (re-)prefill chunk ran: the request decodes
     finish_reason: str | None = None
     text: str = ""
     text_sent: int = 0              # characters of ``text`` already streamed

@@ -179,6 +179,15 @@ class ModelRunner:
         t = self.share_inputs[key]
         t.set_value(host.reshape(t.shape).astype(host.dtype, copy=False))
 
+    def _sync(self) -> None:
+        """Write the host mirrors of the per-slot integers into ``share_inputs``."""
+        self._push("seq_lens_this_time", self.this_time)
+        self._push("seq_lens_encoder", self.enc)
+        self._push("seq_lens_decoder", self.dec)
+        self._push("step_idx", self.step_idx)
+        self._push("stop_flags", self.stop)
+        self._push("block_tables", self.block_tables)
+
     # -- insertion (spec §4.2, v1) ------------------------------------------------------------------
     def insert_tasks_v1(self, tasks: list[Task]) -> None:
         """Write tasks into their slots (spec §4.2 ``insert_tasks_v1``; see `Task`).
@@ -236,6 +245,7 @@ class ModelRunner:
                 self.share_inputs["pre_ids"][b] = -1
                 self._set_row("pre_ids", b, pre, np.int64)
                 self._set_params(b, t.params, t.seed)
+        self._sync()
 
     def _set_params(self, b: int, p: SamplingParams, seed: int):
         greedy = p.greedy
@@ -281,12 +291,7 @@ class ModelRunner:
         if ran.size == 0:
             return {}
         si = self.share_inputs
-        self._push("seq_lens_this_time", self.this_time)
-        self._push("seq_lens_encoder", self.enc)
-        self._push("seq_lens_decoder", self.dec)
-        self._push("step_idx", self.step_idx)
-        self._push("stop_flags", self.stop)
-        self._push("block_tables", self.block_tables)
+        self._sync()
         this_time = si["seq_lens_this_time"].reshape([-1])
         enc = si["seq_lens_encoder"].reshape([-1])
         dec = si["seq_lens_decoder"].reshape([-1])
@@ -308,6 +313,7 @@ class ModelRunner:
             min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"], seq_lens_this_time=this_time,
             output_padding_offset=out_pad, output_cum_offsets=out_cum, max_seq_len=self.max_model_len)
         self._update(ran, tokens, prefill)
+        self._sync()
         return {int(b): int(t) for b, t in zip(ran, tokens)}
 
     def _rows(self, ran: np.ndarray) -> SamplingRows:
