@@ -115,7 +115,7 @@ class ModelRunner:
         packed layout with K = 0 (``draft_tokens`` [B, 1] etc.) so the proposer can extend them."""
         import paddle
 
-        L, V, NB = self.max_model_len, self.vocab_size, self.max_block_num_per_seq
+        L, NB = self.max_model_len, self.max_block_num_per_seq
         pad = int(self.config.pad_token_id)
         K = 0
         full = paddle.full
@@ -202,7 +202,6 @@ class ModelRunner:
         DECODE: the block-table row is replaced. PREEMPTED: row -1, stopped, this_time/enc/dec 0,
         ``is_block_step`` False.
         """
-        paddle = self._paddle
         for t in tasks:
             b = t.slot
             if not 0 <= b < self.max_num_seqs:

@@ -1,7 +1,6 @@
 """End-to-end engine tests on a tiny random ERNIE model: greedy generation equals a naive
 full-recompute loop token for token, under batching, mid-run arrivals, chunked prefill and
 preemption; streaming order; stop conditions; seeded sampling; bad input."""
-import numpy as np
 import pytest
 
 paddle = pytest.importorskip("paddle")
