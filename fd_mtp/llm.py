@@ -148,7 +148,8 @@ class LLM:
         yields one delta with ``finished=True``, ``finish_reason="error"`` and ``error`` set,
         before any step runs; the other prompts run normally. Bad sampling params are refused
         when the `SamplingParams` is built (ValueError); a list of params whose length differs
-        from the prompts' raises ValueError here.
+        from the prompts' raises ValueError here. Closing the generator early aborts the
+        requests still running (their slots and KV blocks are freed).
         """
         yield from self._run(prompts, sampling_params, use_tqdm, {}, {})
 
@@ -178,6 +179,11 @@ class LLM:
                     yield d
         finally:
             bar.close()
+            # a caller that stops iterating early: abort what is left of this call's requests
+            for rid in index:
+                req = engine.requests.get(rid)
+                if req is not None and not req.finished:
+                    engine.abort_request(rid)
 
     def generate(self, prompts, sampling_params=None, *, use_tqdm: bool = True,
                  stream_callback: Callable[[StreamDelta], None] | None = None) -> list[RequestOutput]:

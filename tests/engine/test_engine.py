@@ -41,6 +41,33 @@ def test_chunked_prefill_equals_naive():
     outs = check_greedy(llm, ps, [5, 5, 5])
     # a 23-token prompt with a 5-token budget takes at least 5 prefill steps
     assert outs[0].metrics.num_steps >= 5 + 4
+    # a budget below the number of running requests: some decodes sit a step out
+    tight = make_llm(max_num_batched_tokens=2)
+    outs = check_greedy(tight, prompts([3, 1, 4, 2], seed=11), [4, 4, 4, 4])
+    assert tight.engine.num_steps >= (10 + 4 * 3) // 2  # 10 prompt tokens + 12 decodes, 2 per step
+
+
+def test_moe_checkpoint_greedy_equals_naive(tmp_path):
+    from fd_mtp.model.loader import load_checkpoint
+    from fd_mtp.testing import write_random_checkpoint
+
+    ckpt = write_random_checkpoint(tmp_path / "moe", seed=5, moe_num_experts=4, moe_k=2, moe_intermediate_size=32)
+    llm = fd_mtp.LLM(ckpt, max_num_seqs=3, max_model_len=48, block_size=8, max_num_batched_tokens=8)
+    model, _, cfg = load_checkpoint(ckpt)
+    assert cfg.moe_num_experts == 4
+    ps = prompts([7, 12, 2, 5], seed=12)
+    outs = llm.generate(ps, SamplingParams(max_tokens=5, **GREEDY), use_tqdm=False)
+    for p, o in zip(ps, outs):
+        assert o.token_ids == naive_greedy(model, p, 5)
+
+
+def test_abandoned_stream_frees_everything():
+    llm = make_llm()
+    gen = llm.generate_stream(prompts([5, 6, 7], seed=13), SamplingParams(max_tokens=20, **GREEDY))
+    next(gen)
+    gen.close()
+    assert not llm.engine.has_unfinished() and llm.engine.block_manager.num_free == llm.runner.num_blocks
+    assert llm.engine.free_slots and len(llm.engine.free_slots) == 4
 
 
 def test_requests_arriving_mid_run():
