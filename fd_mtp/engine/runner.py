@@ -187,6 +187,8 @@ class ModelRunner:
         self._push("step_idx", self.step_idx)
         self._push("stop_flags", self.stop)
         self._push("block_tables", self.block_tables)
+        # FastDeploy's CPU flag: some slot still runs
+        self.share_inputs["not_need_stop"][0] = bool((~self.stop).any())
 
     # -- insertion (spec §4.2, v1) ------------------------------------------------------------------
     def insert_tasks_v1(self, tasks: list[Task]) -> None:

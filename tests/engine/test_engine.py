@@ -240,4 +240,4 @@ def test_share_inputs_layout():
     llm.generate(prompts([5], seed=10), SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)
     # after a finished request the slot is empty again
     assert bool(s["stop_flags"].all()) and int(s["seq_lens_this_time"].abs().sum()) == 0
-    assert int(s["block_tables"].max()) == -1
+    assert int(s["block_tables"].max()) == -1 and not bool(s["not_need_stop"][0])
