@@ -14,6 +14,13 @@ for ``rebuild_padding`` and the penalty op. One step (`execute_model`):
     -> Sampler -> update (the role of FastDeploy's update_inputs: dec += this_time, enc = 0,
     step_idx += 1, pre_ids[b, step_idx] = token, draft_tokens[b, 0] = token)
 
+Differences from FastDeploy's runner, by choice: ``seq_lens_this_time`` stays the full ``[B, 1]``
+buffer (slots need not be contiguous, so it is not re-pointed to ``buffer[:num_running]``);
+``infer_seed`` holds each request's fixed seed and the draw counter is ``step_idx`` (FastDeploy adds
+an increment every step), which makes seeded sampling independent of batch composition and
+preemption; ``bad_tokens`` is ``[B, 1]`` of -1 (no bad-words support); stop strings are checked on
+the host on decoded text, not with ``stop_seqs`` token tensors.
+
 The engine (`fd_mtp.engine.engine.LLMEngine`) decides what runs; it talks to the runner through
 `insert_tasks_v1` (spec §4.2) and `execute_model`. Host mirrors (numpy) of the small per-slot
 integers are the engine's truth and are written into the tensors before every step.
