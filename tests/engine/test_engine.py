@@ -241,3 +241,21 @@ def test_share_inputs_layout():
     # after a finished request the slot is empty again
     assert bool(s["stop_flags"].all()) and int(s["seq_lens_this_time"].abs().sum()) == 0
     assert int(s["block_tables"].max()) == -1 and not bool(s["not_need_stop"][0])
+
+
+def test_mid_run_arrivals_with_preemption_and_chunks():
+    llm = make_llm(block_size=4, num_gpu_blocks=9, max_num_batched_tokens=6)
+    engine = llm.engine
+    ps = prompts([7, 3, 9, 5, 6], seed=14)
+    n = [9, 10, 6, 8, 7]
+    ids = []
+    step = 0
+    while len(ids) < len(ps) or engine.has_unfinished():
+        if len(ids) < len(ps) and step in (0, 1, 2, 5, 8):
+            ids.append(engine.add_request(ps[len(ids)], SamplingParams(max_tokens=n[len(ids)], **GREEDY)))
+        engine.step()
+        step += 1
+    assert engine.num_preemptions > 0
+    for p, k, rid in zip(ps, n, ids):
+        assert engine.pop_output(rid).token_ids == naive_greedy(tiny_model(), p, k)
+    assert engine.block_manager.num_free == 9
