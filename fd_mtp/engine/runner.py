@@ -114,6 +114,7 @@ class ModelRunner:
         self.seed = np.zeros(B, np.int64)
         self.min_tokens = np.zeros(B, np.int64)
         self.stop_token_ids: list[list[int]] = [[] for _ in range(B)]
+        self._pushed: dict[str, np.ndarray] = {}
         self._paddle = paddle
 
     # -- buffers ------------------------------------------------------------------------------------
@@ -183,8 +184,19 @@ class ModelRunner:
         self.share_inputs[key][slot] = value
 
     def _push(self, key: str, host: np.ndarray):
+        """Copy a host mirror into its tensor when it changed since the last copy. In plain decoding
+        the runner is the only writer of these tensors; code that writes them in place (an op of a
+        proposer) must call `invalidate_mirrors` so the next step copies everything again."""
+        last = self._pushed.get(key)
+        if last is not None and np.array_equal(last, host):
+            return
         t = self.share_inputs[key]
-        t.set_value(host.reshape(t.shape).astype(host.dtype, copy=False))
+        t.set_value(host.reshape(t.shape))
+        self._pushed[key] = host.copy()
+
+    def invalidate_mirrors(self) -> None:
+        """Forget what was copied: the next `_sync` writes every host mirror again."""
+        self._pushed.clear()
 
     def _sync(self) -> None:
         """Write the host mirrors of the per-slot integers into ``share_inputs``."""
@@ -333,7 +345,7 @@ class ModelRunner:
                 rows_t += ids
         return SamplingRows(
             greedy=self.greedy[ran].copy(), top_k=self.top_k[ran].copy(), top_p=self.top_p[ran].copy(),
-            uniform=uniforms(self.seed[ran], self.step_idx[ran]),
+            uniform=(np.zeros(ran.size) if self.greedy[ran].all() else uniforms(self.seed[ran], self.step_idx[ran])),
             banned_rows=np.asarray(rows_b, np.int64), banned_ids=np.asarray(rows_t, np.int64))
 
     def _update(self, ran: np.ndarray, tokens: np.ndarray, prefill: np.ndarray) -> None:
