@@ -87,6 +87,34 @@ def test_mixed_prefill_chunk_and_decode_in_one_batch(models):
     assert_close(out[0], dense(model, a + [17, 18])[-1:], "decode 2")
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_schedule(models, seed):
+    """Random mixes of prefill chunks, single and multi-token decodes and idle slots; every
+    returned row equals the oracle's row at that position."""
+    cfg, model, _ = models
+    rng = np.random.default_rng(100 + seed)
+    bs = int(rng.choice([1, 3, 8]))
+    h = PagedHarness(cfg, model, max_num_seqs=4, block_size=bs, num_blocks=160, max_blocks=40, seed=seed)
+    target = [rng.integers(3, 300, size=int(rng.integers(2, 24))).tolist() for _ in range(4)]
+    fed = [[] for _ in range(4)]
+    for _ in range(5):
+        batch = {}
+        for s in range(4):
+            if rng.random() < 0.25:
+                continue  # idle this step
+            n = int(rng.integers(1, 6))
+            if len(fed[s]) >= len(target[s]):
+                target[s] += rng.integers(3, 300, size=n).tolist()
+            batch[s] = target[s][len(fed[s]):len(fed[s]) + n]
+        if not batch:
+            continue
+        out = h.step(batch)
+        for s, ids in batch.items():
+            start = len(fed[s])
+            fed[s] += ids
+            assert_close(out[s], dense(model, fed[s])[start:], f"slot {s} positions {start}..")
+
+
 def test_mqa_and_single_layer_dense_head_dim_override():
     with paddle.no_grad():
         cfg, model, _ = make_models(seed=9, num_key_value_heads=1, num_hidden_layers=1, head_dim=8,
@@ -118,13 +146,14 @@ def test_untied_lm_head_has_own_weight():
 
 
 # --------------------------------------------------------------------------- MoE router
-def test_moe_route_matches_numpy():
+@pytest.mark.parametrize("experts", [6, 12])  # 12: the per-expert dispatch path of forward
+def test_moe_route_matches_numpy(experts):
     with paddle.no_grad():
-        cfg, model, _ = make_models(moe=True, seed=11, moe_num_experts=6, moe_k=3)
+        cfg, model, _ = make_models(moe=True, seed=11, moe_num_experts=experts, moe_k=3)
         moe = model.ernie.layers[1].mlp
         assert model.ernie.layers[1].is_moe and not model.ernie.layers[0].is_moe
         x = np.random.default_rng(1).standard_normal((9, cfg.hidden_size)).astype(np.float32)
-        bias = np.zeros((1, 6), np.float32)
+        bias = np.zeros((1, experts), np.float32)
         bias[0, 5] = 10.0  # expert 5 always chosen, but its weight is its plain softmax probability
         moe.moe_statics.e_score_correction_bias.set_value(paddle.to_tensor(bias))
         probs, chosen, w = moe.route(paddle.to_tensor(x))
@@ -145,6 +174,7 @@ def test_moe_route_matches_numpy():
                 e = int(chosen.numpy()[t, j])
                 want[t] += w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t:t + 1])).numpy()[0]
         np.testing.assert_allclose(out, want, atol=1e-5)
+        assert (experts > moe.dense_combine_max_experts) == (experts == 12)
 
 
 def test_moe_layer_selection():
@@ -159,6 +189,11 @@ def test_moe_layer_selection():
     assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names   # layer 6 is dense
     dense = ErnieConfig(**TINY)
     assert not any(dense.is_moe_layer(i) for i in range(4))
+    no_bias = ErnieConfig(**{**TINY, **MOE, "moe_use_aux_free": False})
+    assert not any("moe_statics" in k for k in state_dict_names(no_bias))
+    assert "ernie.layers.1.mlp.gate.weight" in state_dict_names(no_bias)
+    model = Ernie4_5ForCausalLM(no_bias)
+    assert set(model.state_dict()) == set(state_dict_names(no_bias, mtp=False))
 
 
 # --------------------------------------------------------------------------- names
@@ -218,6 +253,38 @@ def test_mtp_paged_equals_dense_oracle(models):
     assert out[0].shape == (1, cfg.hidden_size)
 
 
+def test_mtp_only_meta_with_its_own_cache_size(models):
+    """The proposer may pass a cache list holding only the MTP layer (index num_hidden_layers),
+    with fewer blocks than the main cache: block ids are checked against that layer only."""
+    cfg, model, mtp = models
+    n = cfg.num_hidden_layers
+    (seq,) = prompts(1, [7], seed=20)
+    prev = np.random.default_rng(21).standard_normal((7, cfg.hidden_size)).astype(np.float32)
+    meta = _meta(cfg, [[2, 0]], [7], [0], num_blocks=3)
+    meta.ids_remove_padding = paddle.to_tensor(np.asarray(seq, np.int64))
+    meta.caches = [None] * n + [meta.caches[n]]
+    out = mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta).numpy()
+    want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev)).numpy()
+    assert_close(out, want, "mtp-only meta")
+    meta.block_tables = paddle.to_tensor(np.array([[2, 3]], np.int32))  # 3 is out of range for this cache
+    with pytest.raises(ValueError, match="block_tables"):
+        mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta)
+
+
+def test_inference_only_parameters(models):
+    cfg, model, mtp = models
+    assert all(p.stop_gradient for p in model.parameters())
+    assert all(p.stop_gradient for p in mtp.parameters())
+
+
+def test_half_dtypes_refused_on_cpu():
+    if paddle.device.get_device() != "cpu":
+        pytest.skip("CPU-only check")
+    cfg = ErnieConfig(**{**TINY, "dtype": "bfloat16"})
+    with pytest.raises(ValueError, match="dtype"):
+        Ernie4_5ForCausalLM(cfg)
+
+
 # --------------------------------------------------------------------------- bad metadata
 def _meta(cfg, tables, q, dec, num_blocks=4, bs=4):
     caches = allocate_kv_caches(cfg, cfg.num_hidden_layers + 1, num_blocks, bs, "float32")
@@ -244,6 +311,23 @@ def test_bad_block_table_raises_and_writes_nothing(tables, q, dec):
         model(meta.ids_remove_padding, meta)
     for k, v in meta.caches:
         assert not k.numpy().any() and not v.numpy().any()
+
+
+def test_share_inputs_shapes_accepted(models):
+    """FastDeploy buffers: [B, 1] seq_lens / cu_seqlens, a block table with more rows than the
+    step's batch (the runner passes a [num_running] seq_lens_this_time view), a longer
+    batch_id_per_token buffer, a cache list without the MTP layer."""
+    cfg, model, _ = models
+    a, b = prompts(2, [5, 3], seed=30)
+    meta = _meta(cfg, [[1, 0], [2, -1], [-1, -1]], [5, 3], [0, 0])
+    meta.ids_remove_padding = paddle.to_tensor(np.asarray(a + b, np.int64)).reshape([-1, 1])
+    for name in ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "cu_seqlens_q"):
+        setattr(meta, name, getattr(meta, name).reshape([-1, 1]))
+    meta.batch_id_per_token = paddle.to_tensor(np.r_[[0] * 5 + [1] * 3, [-1] * 6].astype(np.int32)).reshape([-1, 1])
+    meta.caches = meta.caches[:cfg.num_hidden_layers]
+    out = model(meta.ids_remove_padding, meta).numpy()
+    assert_close(out[:5], dense(model, a), "request 0")
+    assert_close(out[5:], dense(model, b), "request 1")
 
 
 def test_inconsistent_meta_raises():
