@@ -323,7 +323,8 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
     wanted = {k: list(v.shape) for k, v in params.items()}
     everything = state_dict_names(cfg, mtp=True)
     everything.update(wanted)
-    torch_layout = layout == "torch" or (layout == "auto" and any(str(n).startswith("model.") for n in tensors))
+    torch_layout = layout == "torch" or (layout == "auto" and any(
+        str(n).startswith("model.") and not _IGNORED.search(str(n)) for n in tensors))
 
     plan, unexpected, errors = _build_plan(tensors, cfg, everything)
     tied_head = None
