@@ -482,3 +482,19 @@ def test_load_tokenizer_errors(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "paddleformers.transformers", None)
     with pytest.raises(ImportError, match="load_tokenizer needs paddleformers.*token-id lists"):
         load_tokenizer(tmp_path)
+
+
+def test_paddle_tensor_values_and_flat_correction_bias(moe_ckpt):
+    _, cfg, weights = moe_ckpt
+    given = {k: paddle.to_tensor(v) for k, v in weights.items()}
+    given["ernie.embed_tokens.weight"] = given["ernie.embed_tokens.weight"].astype("bfloat16")
+    bias = "ernie.layers.1.mlp.moe_statics.e_score_correction_bias"
+    given[bias] = paddle.to_tensor(weights[bias].reshape(-1))  # [E] for [1, E]
+    model = Ernie4_5ForCausalLM(cfg)
+    mtp = Ernie4_5MTP(cfg, model)
+    load_weights(model, given)
+    load_weights(mtp, given)
+    want = dict(weights)
+    want["ernie.embed_tokens.weight"] = given["ernie.embed_tokens.weight"].astype("float32").numpy()
+    assert_params_equal(all_params(model, mtp), want)
+    assert list(model.layers[1].mlp.moe_statics.e_score_correction_bias.shape) == [1, 4]
