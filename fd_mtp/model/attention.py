@@ -68,8 +68,8 @@ class AttentionBackend:
     with grouped-query heads (q head h reads kv head ``h // (Hq // Hkv)``).
     """
 
-    def init_attention_metadata(self, meta: ForwardMeta) -> None:  # pragma: no cover - interface
-        """Build per-step bookkeeping once for all layers (optional)."""
+    def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:  # pragma: no cover
+        """Build per-step bookkeeping once for the layers ``layer_ids`` (optional)."""
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:  # pragma: no cover
         raise NotImplementedError
@@ -81,14 +81,13 @@ class _PagedMetadata:
     # write: one (block, offset) per packed token
     write_block: paddle.Tensor      # [T] int64
     write_offset: paddle.Tensor     # [T] int64
-    # gather: active requests only (seq_lens_this_time > 0), padded to L = max context length
-    gather_block: paddle.Tensor     # [Ba, L] int64 (padding -> block of slot 0, masked)
-    gather_offset: paddle.Tensor    # [Ba, L] int64
+    # read: active requests only (seq_lens_this_time > 0); nbm = most context blocks of any of them
+    gather_blocks: paddle.Tensor    # [Ba * nbm] int64 block ids (padding -> block 0, masked out)
     q_rows: paddle.Tensor           # [T] int64: row of token t in the padded [Ba * Qmax] query layout
-    bias: paddle.Tensor             # [Ba, 1, 1, Qmax, L] float32, 0 = visible, -inf = masked
+    bias: paddle.Tensor             # [Ba, nbm, 1, Qmax, 1, block_size] float32: 0 visible, -inf masked
     num_active: int
     max_q: int
-    max_ctx: int
+    max_blocks: int
 
 
 def _flat_host(x, name):
@@ -105,17 +104,20 @@ class PagedAttentionCPU(AttentionBackend):
     inconsistent lengths name ``cu_seqlens_q`` / ``batch_id_per_token`` / ``seq_lens_this_time``.
     """
 
-    def init_attention_metadata(self, meta: ForwardMeta) -> None:
-        meta.attn_metadata = self._build(meta)
+    def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:
+        """Validate ``meta`` and build the step's index tensors (before any cache is written).
+        ``layer_ids``: the cache layers this step will use (block ids are checked against the
+        smallest of their block counts); default: every layer in ``meta.caches``."""
+        meta.attn_metadata = self._build(meta, layer_ids)
 
     def _metadata(self, meta: ForwardMeta, layer_id: int) -> _PagedMetadata:
         md = meta.attn_metadata
         if not isinstance(md, _PagedMetadata):
-            md = self._build(meta, layer_id)
+            md = self._build(meta, [layer_id])
             meta.attn_metadata = md
         return md
 
-    def _build(self, meta: ForwardMeta, layer_id: int = 0) -> _PagedMetadata:
+    def _build(self, meta: ForwardMeta, layer_ids=None) -> _PagedMetadata:
         q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
         dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
         cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
@@ -141,7 +143,13 @@ class PagedAttentionCPU(AttentionBackend):
         bs = int(meta.block_size)
         if bs <= 0:
             raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
-        num_blocks = int(meta.caches[layer_id][0].shape[0])
+        if layer_ids is None:
+            layer_ids = [i for i, c in enumerate(meta.caches) if c is not None]
+        try:
+            num_blocks = min(int(meta.caches[i][0].shape[0]) for i in layer_ids)
+        except (IndexError, TypeError, ValueError):
+            raise ValueError(f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
+                             f"({len(meta.caches)} entries)") from None
         nb = bt.shape[1]
 
         active = np.nonzero(q_lens > 0)[0]
@@ -161,8 +169,7 @@ class PagedAttentionCPU(AttentionBackend):
             raise ValueError(
                 f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
                 f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})")
-        gather_block = np.where(need, blocks, 0)
-        gather_offset = np.where(need, pos[None, :] % bs, 0)
+        gather_block = np.where(need, blocks, 0)                       # [Ba, L]
 
         row_of_req = np.full(bsz, -1)
         row_of_req[active] = np.arange(ba)
@@ -174,43 +181,51 @@ class PagedAttentionCPU(AttentionBackend):
         write_offset = tok_pos % bs
         q_rows = tok_row * max_q + tok_local
 
-        qi = np.arange(max_q)
-        visible = (pos[None, None, :] <= (dec[active][:, None, None] + qi[None, :, None])) & need[:, None, :]
-        bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, 1, 1, max_q, max_ctx)
+        # the context is read whole blocks at a time: block column n holds positions n*bs .. n*bs+bs-1
+        nbm = -(-max_ctx // bs)
+        gather_blocks = gather_block[:, ::bs] if ba else np.zeros((0, 0), np.int64)   # [Ba, nbm]
+        kpos = (np.arange(nbm)[:, None] * bs + np.arange(bs)[None, :]).reshape(1, nbm, 1, bs)
+        qpos = (dec[active][:, None] + np.arange(max_q)[None, :]).reshape(ba, 1, max_q, 1)
+        visible = (kpos <= qpos) & (kpos < ctx.reshape(ba, 1, 1, 1))                   # [Ba, nbm, Qmax, bs]
+        bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, nbm, 1, max_q, 1, bs)
 
         def i64(a):
-            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64))
+            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
 
         return _PagedMetadata(num_tokens=t, write_block=i64(write_block), write_offset=i64(write_offset),
-                              gather_block=i64(gather_block), gather_offset=i64(gather_offset),
-                              q_rows=i64(q_rows), bias=paddle.to_tensor(bias), num_active=ba,
-                              max_q=max_q, max_ctx=max_ctx)
+                              gather_blocks=i64(gather_blocks), q_rows=i64(q_rows), bias=paddle.to_tensor(bias),
+                              num_active=ba, max_q=max_q, max_blocks=nbm)
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:
         md = self._metadata(meta, layer_id)
         t, hq, d = q.shape
         hkv = k.shape[1]
+        g = hq // hkv
         if t != md.num_tokens:
             raise ValueError(f"q has {t} tokens but ForwardMeta.cu_seqlens_q says {md.num_tokens}")
         if t == 0:
             return paddle.zeros([0, hq * d], dtype=q.dtype)
         key_cache, value_cache = meta.caches[layer_id]
+        bs = key_cache.shape[2]
         # 1. append this step's k/v into their slots (in place)
         key_cache[md.write_block, :, md.write_offset, :] = k.astype(key_cache.dtype)
         value_cache[md.write_block, :, md.write_offset, :] = v.astype(value_cache.dtype)
-        # 2. gather every active request's context: [Ba, L, Hkv, D] -> [Ba, Hkv, L, D]
-        kc = key_cache[md.gather_block, :, md.gather_offset, :].astype("float32").transpose([0, 2, 1, 3])
-        vc = value_cache[md.gather_block, :, md.gather_offset, :].astype("float32").transpose([0, 2, 1, 3])
-        # 3. queries padded per request: [Ba * Qmax, Hq, D] -> [Ba, Hkv, G, Qmax, D]
-        g = hq // hkv
-        ba, mq = md.num_active, md.max_q
+        # 2. every active request's context blocks, [Ba, nbm, Hkv, bs, D]: a row gather of the cache
+        #    (no transpose of the context; scores are formed block by block)
+        ba, mq, nbm = md.num_active, md.max_q, md.max_blocks
+        kc = paddle.gather(key_cache, md.gather_blocks).astype("float32").reshape([ba, nbm, hkv, bs, d])
+        vc = paddle.gather(value_cache, md.gather_blocks).astype("float32").reshape([ba, nbm, hkv, bs, d])
+        # 3. queries padded per request: [Ba * Qmax, Hq, D] -> [Ba, 1, Hkv, Qmax * G, D]
         qp = paddle.zeros([ba * mq, hq, d], dtype="float32")
         qp = paddle.scatter(qp, md.q_rows, q.astype("float32"), overwrite=True)
-        qp = qp.reshape([ba, mq, hkv, g, d]).transpose([0, 2, 3, 1, 4])
-        scores = paddle.matmul(qp, kc.unsqueeze(2), transpose_y=True) * (1.0 / float(d) ** 0.5)
-        probs = paddle.nn.functional.softmax(scores + md.bias, axis=-1)   # [Ba, Hkv, G, Qmax, L]
-        out = paddle.matmul(probs, vc.unsqueeze(2))                          # [Ba, Hkv, G, Qmax, D]
-        out = out.transpose([0, 3, 1, 2, 4]).reshape([ba * mq, hq * d])
+        qp = qp.reshape([ba, mq, hkv, g, d]).transpose([0, 2, 1, 3, 4]).reshape([ba, 1, hkv, mq * g, d])
+        scores = paddle.matmul(qp, kc, transpose_y=True) * (1.0 / float(d) ** 0.5)   # [Ba, nbm, Hkv, Qmax*G, bs]
+        scores = scores.reshape([ba, nbm, hkv, mq, g, bs]) + md.bias
+        # softmax over the whole context = over (block, offset): axes 1 and 5
+        scores = paddle.exp(scores - paddle.max(scores, axis=[1, 5], keepdim=True))
+        probs = (scores / paddle.sum(scores, axis=[1, 5], keepdim=True)).reshape([ba, nbm, hkv, mq * g, bs])
+        out = paddle.matmul(probs, vc).sum(axis=1)                                     # [Ba, Hkv, Qmax*G, D]
+        out = out.reshape([ba, hkv, mq, g, d]).transpose([0, 2, 1, 3, 4]).reshape([ba * mq, hq * d])
         return paddle.gather(out, md.q_rows).astype(q.dtype)
 
 

@@ -7,9 +7,11 @@ Face's ``Ernie4_5Config`` / ``Ernie4_5_MoeConfig``): ``moe_num_experts``, ``moe_
 ``head_dim``, ``rope_theta``, ``tie_word_embeddings``, ``use_bias``, ... Standard library only (no
 paddle import), so ``import fd_mtp.model`` stays cheap.
 
-Two fields beyond the issue-5 interface contract, both with the upstream defaults, because real
-ERNIE-4.5-MoE configs carry them: ``moe_layer_end_index`` (-1 = no end) and ``moe_norm_min``
-(1e-12, the floor of the top-k weight renormalisation).
+Three fields beyond the issue-5 interface contract, with the upstream defaults, because real
+ERNIE-4.5-MoE configs carry them: ``moe_layer_end_index`` (-1 = no end), ``moe_norm_min``
+(1e-12, the floor of the top-k weight renormalisation) and ``moe_use_aux_free`` (False; True =
+MoE layers carry ``moe_statics.e_score_correction_bias``, added to the router probabilities for
+the expert choice only, as FastDeploy's ``gate_correction_bias``).
 
 Which layers are MoE (:meth:`ErnieConfig.is_moe_layer`): Hugging Face's rule
 ``moe_layer_start_index <= i <= end and (i + 1) % moe_layer_interval == 0``. For the MTP block
@@ -65,6 +67,7 @@ class ErnieConfig:
     # beyond the contract (upstream defaults)
     moe_layer_end_index: int = -1
     moe_norm_min: float = 1e-12
+    moe_use_aux_free: bool = False
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
@@ -101,7 +104,7 @@ class ErnieConfig:
             nonneg_int(name)
         for name in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
             positive_float(name)
-        for name in ("tie_word_embeddings", "use_bias"):
+        for name in ("tie_word_embeddings", "use_bias", "moe_use_aux_free"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ErnieConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.num_attention_heads % self.num_key_value_heads:

@@ -15,7 +15,7 @@ Hugging Face's ``ernie4_5`` / ``ernie4_5_moe`` ports of paddleformers' code):
 * MLP: SwiGLU ``down(silu(gate(x)) * up(x))``.
 * MoE layers (:meth:`ErnieConfig.is_moe_layer`): router ``logits = x_fp32 @ gate.weight`` (float32
   gate), ``p = softmax(logits)``; experts chosen by ``topk(p + e_score_correction_bias, moe_k)``
-  (the bias only affects the choice), weights ``p[chosen] / max(sum(p[chosen]), moe_norm_min)``
+  (bias only with ``moe_use_aux_free``; it only affects the choice), weights ``p[chosen] / max(sum(p[chosen]), moe_norm_min)``
   (renormalised); output ``sum_k w_k * expert_k(x) + shared_experts(x)`` where the shared experts are
   one SwiGLU MLP of width ``moe_intermediate_size * moe_num_shared_experts`` (absent when 0).
 * ``compute_logits``: ``hidden @ lm_head`` cast to float32, all ``vocab_size`` columns (no
@@ -35,7 +35,8 @@ weights ``[in, out]``)::
     ernie.layers.{i}.input_layernorm.weight, post_attention_layernorm.weight   [H]
     dense layer: ernie.layers.{i}.mlp.{gate,up}_proj.weight [H, I], mlp.down_proj.weight [I, H]
     MoE layer:   ernie.layers.{i}.mlp.gate.weight                                    [H, E] float32
-                 ernie.layers.{i}.mlp.moe_statics.e_score_correction_bias            [1, E] float32
+                 ernie.layers.{i}.mlp.moe_statics.e_score_correction_bias  [1, E] float32
+                                                              (only when moe_use_aux_free)
                  ernie.layers.{i}.mlp.experts.{e}.{gate,up}_proj.weight [H, Im], down_proj [Im, H]
                  ernie.layers.{i}.mlp.shared_experts.{gate,up}_proj.weight [H, Im*S], down [Im*S, H]
     ernie.norm.weight                                           [H]
@@ -45,9 +46,11 @@ weights ``[in, out]``)::
     ernie.mtp_linear_proj.0.weight                              [2H, H]
     ernie.mtp_block.0.*                                         (decoder-layer names as above)
 
-Corrections to the issue-5 contract, both from the upstream MoE code: MoE layers also have
-``mlp.moe_statics.e_score_correction_bias`` ``[1, E]`` (zeros = plain top-k; real ERNIE-4.5-MoE
-checkpoints carry it), and with ``use_bias`` the q/k/v/o and MLP/expert projections carry ``.bias``.
+Corrections to the issue-5 contract, both from the upstream MoE code: with ``moe_use_aux_free``
+(ERNIE-4.5-MoE configs set it) MoE layers also have ``mlp.moe_statics.e_score_correction_bias``
+``[1, E]`` float32 (FastDeploy's ``gate_correction_bias``), and with ``use_bias`` the q/k/v/o and
+MLP/expert projections carry ``.bias`` ``[out]``. On CPU only float32 is supported (Paddle's CPU
+build has no half-precision matmul); the constructor refuses other dtypes there.
 Main-model and MTP parameters are disjoint: the MTP's state dict holds only its own weights.
 """
 from __future__ import annotations
@@ -150,7 +153,7 @@ class Ernie4_5MoE(nn.Layer):
         self.top_k = cfg.moe_k
         self.norm_min = cfg.moe_norm_min
         self.gate = nn.Linear(cfg.hidden_size, cfg.moe_num_experts, bias_attr=False)
-        self.moe_statics = MoeStatics(cfg.moe_num_experts)
+        self.moe_statics = MoeStatics(cfg.moe_num_experts) if cfg.moe_use_aux_free else None
         self.experts = nn.LayerList([Ernie4_5MLP(cfg, cfg.moe_intermediate_size)
                                      for _ in range(cfg.moe_num_experts)])
         self.shared_experts = (Ernie4_5MLP(cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
@@ -160,8 +163,10 @@ class Ernie4_5MoE(nn.Layer):
         """``(probs [T, E] float32, chosen [T, k] int64, weights [T, k] float32)``."""
         logits = paddle.matmul(x.astype("float32"), self.gate.weight.astype("float32"))
         probs = F.softmax(logits, axis=-1)
-        _, chosen = paddle.topk(probs + self.moe_statics.e_score_correction_bias.astype("float32"),
-                                self.top_k, axis=-1)
+        scores = probs
+        if self.moe_statics is not None:
+            scores = probs + self.moe_statics.e_score_correction_bias.astype("float32")
+        _, chosen = paddle.topk(scores, self.top_k, axis=-1)
         w = paddle.take_along_axis(probs, chosen, axis=-1)
         w = w / paddle.clip(w.sum(axis=-1, keepdim=True), min=self.norm_min)
         return probs, chosen, w
@@ -229,6 +234,13 @@ class LMHead(nn.Layer):
 
 
 # --------------------------------------------------------------------------- models
+def _check_dtype_supported(config: ErnieConfig) -> None:
+    """Paddle's CPU build has no float16 / bfloat16 matmul kernel: refuse early with a clear message."""
+    if config.dtype != "float32" and paddle.device.get_device() == "cpu":
+        raise ValueError(f"ErnieConfig.dtype={config.dtype!r}: Paddle has no CPU matmul kernel for it; "
+                         "use dtype='float32' on CPU (load_checkpoint(..., dtype='float32'))")
+
+
 class Ernie4_5ForCausalLM(nn.Layer):
     """ERNIE-4.5 main model.
 
@@ -241,6 +253,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
 
     def __init__(self, config: ErnieConfig, attn_backend: AttentionBackend | None = None):
         super().__init__()
+        _check_dtype_supported(config)
         self.config = config
         self.attn_backend = attn_backend if attn_backend is not None else PagedAttentionCPU()
         self.ernie = Ernie4_5Model(config)
@@ -250,7 +263,8 @@ class Ernie4_5ForCausalLM(nn.Layer):
             for layer in self.ernie.layers:  # router stays float32 as upstream
                 if layer.is_moe:
                     layer.mlp.gate.to(dtype="float32")
-                    layer.mlp.moe_statics.to(dtype="float32")
+                    if layer.mlp.moe_statics is not None:
+                        layer.mlp.moe_statics.to(dtype="float32")
 
     @property
     def embed_tokens(self):
@@ -266,7 +280,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
 
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
-        self.attn_backend.init_attention_metadata(meta)
+        self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
         cos, sin = rope_cos_sin(token_positions(meta), self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
@@ -374,7 +388,8 @@ class Ernie4_5MTP(nn.Layer):
             self.to(dtype=config.dtype)
             if self.mtp_block.is_moe:
                 self.mtp_block.mlp.gate.to(dtype="float32")
-                self.mtp_block.mlp.moe_statics.to(dtype="float32")
+                if self.mtp_block.mlp.moe_statics is not None:
+                    self.mtp_block.mlp.moe_statics.to(dtype="float32")
 
     @property
     def main(self):
@@ -450,7 +465,8 @@ def _layer_names(prefix: str, cfg: ErnieConfig, layer_id: int) -> dict[str, list
     if cfg.is_moe_layer(layer_id):
         e = cfg.moe_num_experts
         out[f"{prefix}.mlp.gate.weight"] = [h, e]
-        out[f"{prefix}.mlp.moe_statics.e_score_correction_bias"] = [1, e]
+        if cfg.moe_use_aux_free:
+            out[f"{prefix}.mlp.moe_statics.e_score_correction_bias"] = [1, e]
         for j in range(e):
             mlp(f"mlp.experts.{j}", cfg.moe_intermediate_size)
         if cfg.moe_num_shared_experts > 0:

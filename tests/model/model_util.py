@@ -13,7 +13,7 @@ TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_lay
             num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0,
             num_nextn_predict_layers=1)
 MOE = dict(moe_num_experts=4, moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1,
-           moe_layer_start_index=1)
+           moe_layer_start_index=1, moe_use_aux_free=True)
 
 
 def randomize(layer: paddle.nn.Layer, seed: int) -> None:

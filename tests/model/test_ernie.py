@@ -87,6 +87,34 @@ def test_mixed_prefill_chunk_and_decode_in_one_batch(models):
     assert_close(out[0], dense(model, a + [17, 18])[-1:], "decode 2")
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_schedule(models, seed):
+    """Random mixes of prefill chunks, single and multi-token decodes and idle slots; every
+    returned row equals the oracle's row at that position."""
+    cfg, model, _ = models
+    rng = np.random.default_rng(100 + seed)
+    bs = int(rng.choice([1, 3, 8]))
+    h = PagedHarness(cfg, model, max_num_seqs=4, block_size=bs, num_blocks=160, max_blocks=40, seed=seed)
+    target = [rng.integers(3, 300, size=int(rng.integers(2, 24))).tolist() for _ in range(4)]
+    fed = [[] for _ in range(4)]
+    for _ in range(5):
+        batch = {}
+        for s in range(4):
+            if rng.random() < 0.25:
+                continue  # idle this step
+            n = int(rng.integers(1, 6))
+            if len(fed[s]) >= len(target[s]):
+                target[s] += rng.integers(3, 300, size=n).tolist()
+            batch[s] = target[s][len(fed[s]):len(fed[s]) + n]
+        if not batch:
+            continue
+        out = h.step(batch)
+        for s, ids in batch.items():
+            start = len(fed[s])
+            fed[s] += ids
+            assert_close(out[s], dense(model, fed[s])[start:], f"slot {s} positions {start}..")
+
+
 def test_mqa_and_single_layer_dense_head_dim_override():
     with paddle.no_grad():
         cfg, model, _ = make_models(seed=9, num_key_value_heads=1, num_hidden_layers=1, head_dim=8,
@@ -159,6 +187,11 @@ def test_moe_layer_selection():
     assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names   # layer 6 is dense
     dense = ErnieConfig(**TINY)
     assert not any(dense.is_moe_layer(i) for i in range(4))
+    no_bias = ErnieConfig(**{**TINY, **MOE, "moe_use_aux_free": False})
+    assert not any("moe_statics" in k for k in state_dict_names(no_bias))
+    assert "ernie.layers.1.mlp.gate.weight" in state_dict_names(no_bias)
+    model = Ernie4_5ForCausalLM(no_bias)
+    assert set(model.state_dict()) == set(state_dict_names(no_bias, mtp=False))
 
 
 # --------------------------------------------------------------------------- names
@@ -216,6 +249,32 @@ def test_mtp_paged_equals_dense_oracle(models):
         want = mtp.dense_forward(paddle.to_tensor(seq + [tok]), paddle.to_tensor(full_prev)).numpy()
         assert_close(out[s], want[-1:], f"mtp decode slot {s}")
     assert out[0].shape == (1, cfg.hidden_size)
+
+
+def test_mtp_only_meta_with_its_own_cache_size(models):
+    """The proposer may pass a cache list holding only the MTP layer (index num_hidden_layers),
+    with fewer blocks than the main cache: block ids are checked against that layer only."""
+    cfg, model, mtp = models
+    n = cfg.num_hidden_layers
+    (seq,) = prompts(1, [7], seed=20)
+    prev = np.random.default_rng(21).standard_normal((7, cfg.hidden_size)).astype(np.float32)
+    meta = _meta(cfg, [[2, 0]], [7], [0], num_blocks=3)
+    meta.ids_remove_padding = paddle.to_tensor(np.asarray(seq, np.int64))
+    meta.caches = [None] * n + [meta.caches[n]]
+    out = mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta).numpy()
+    want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev)).numpy()
+    assert_close(out, want, "mtp-only meta")
+    meta.block_tables = paddle.to_tensor(np.array([[2, 3]], np.int32))  # 3 is out of range for this cache
+    with pytest.raises(ValueError, match="block_tables"):
+        mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta)
+
+
+def test_half_dtypes_refused_on_cpu():
+    if paddle.device.get_device() != "cpu":
+        pytest.skip("CPU-only check")
+    cfg = ErnieConfig(**{**TINY, "dtype": "bfloat16"})
+    with pytest.raises(ValueError, match="dtype"):
+        Ernie4_5ForCausalLM(cfg)
 
 
 # --------------------------------------------------------------------------- bad metadata
