@@ -21,8 +21,9 @@ TINY_CONFIG = dict(
     bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32",
 )
 #: Defaults filled in when an override asks for experts (``moe_num_experts > 0``): layer 0 dense,
-#: later layers MoE (as ERNIE-4.5-MoE), one shared expert.
-TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe_layer_start_index=1)
+#: later layers MoE (as ERNIE-4.5-MoE), one shared expert, router correction bias (``moe_use_aux_free``).
+TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe_layer_start_index=1,
+                moe_use_aux_free=True)
 
 
 def tiny_config(**overrides):

@@ -429,7 +429,9 @@ def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict
     Args:
         path: directory with ``config.json`` and ``model.safetensors`` (or shards + index).
         dtype: ``"float32"`` / ``"float16"`` / ``"bfloat16"`` parameters; None: the config's
-            ``dtype`` (``torch_dtype``).
+            ``dtype`` (``torch_dtype``), except float32 when Paddle runs on the CPU (its CPU build
+            has no half-precision matmul; the model refuses half dtypes there). The returned
+            config carries the dtype used.
         attn_backend: passed to :class:`Ernie4_5ForCausalLM` (None: ``PagedAttentionCPU``).
         strict, layout, progress: see :func:`load_weights`.
 
@@ -450,6 +452,10 @@ def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict
     if not (d / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{d}: no {CONFIG_FILE}")
     config = ErnieConfig.from_file(d / CONFIG_FILE)
+    if dtype is None and config.dtype != "float32":
+        import paddle
+        if paddle.device.get_device() == "cpu":
+            dtype = "float32"  # Paddle's CPU build has no half-precision matmul
     if dtype is not None:
         config = replace(config, dtype=str(dtype).replace("paddle.", ""))
     with SafetensorsCheckpoint.from_dir(d) as tensors:
