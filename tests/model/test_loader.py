@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import paddle
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
@@ -500,3 +502,44 @@ def test_paddle_tensor_values_and_flat_correction_bias(moe_ckpt):
     want["ernie.embed_tokens.weight"] = given["ernie.embed_tokens.weight"].astype("float32").numpy()
     assert_params_equal(all_params(model, mtp), want)
     assert list(model.layers[1].mlp.moe_statics.e_score_correction_bias.shape) == [1, 4]
+
+
+# --------------------------------------------------------------------------- property: any mix of forms
+@pytest.fixture(scope="module")
+def moe_models(moe_ckpt):
+    _, cfg, weights = moe_ckpt
+    model = Ernie4_5ForCausalLM(cfg)
+    return cfg, weights, model, Ernie4_5MTP(cfg, model)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_mix_of_names_layouts_and_fusion_loads_the_same(moe_models, data):
+    """Each stored form of each tensor drawn independently: HF or contract names with their layout,
+    fused or split projections per layer, non-square linear weights in either orientation."""
+    cfg, weights, model, mtp = moe_models
+    hf = data.draw(st.booleans(), label="hf")
+    w = dict(weights)
+    prefixes = sorted({k.rsplit(".self_attn.", 1)[0] for k in w if ".self_attn." in k})
+    fuse_qkv = {p for p in prefixes if data.draw(st.booleans(), label=f"fuse qkv {p}")}
+    mlps = sorted({k[: -len("gate_proj.weight")] for k in w if k.endswith(".gate_proj.weight")})
+    fuse_mlp = {p for p in mlps if data.draw(st.booleans(), label=f"fuse mlp {p}")}
+    for p in fuse_qkv:
+        w[p + ".self_attn.qkv_proj.weight"] = np.concatenate(
+            [w.pop(p + f".self_attn.{x}_proj.weight") for x in "qkv"], axis=-1)
+    for p in fuse_mlp:
+        w[p + "up_gate_proj.weight"] = np.concatenate([w.pop(p + "gate_proj.weight"), w.pop(p + "up_proj.weight")],
+                                                     axis=-1)
+    stored = {}
+    for k, v in w.items():
+        square = v.ndim == 2 and v.shape[0] == v.shape[1]
+        if is_linear(k) and (hf if square else data.draw(st.booleans(), label=f"T {k}")):
+            v = np.ascontiguousarray(v.T)
+        stored[("model." + k[len("ernie."):]) if hf and k.startswith("ernie.") else k] = v
+    # start from different values so that a skipped tensor is seen
+    for layer in (model, mtp):
+        for p in layer.parameters():
+            p.set_value(paddle.zeros(p.shape, dtype=p.dtype))
+    load_weights(model, stored)
+    load_weights(mtp, stored)
+    assert_params_equal(all_params(model, mtp), weights)
