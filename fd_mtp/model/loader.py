@@ -46,7 +46,10 @@ Decisions
   ``lm_head.weight`` is needed.
 * dtypes: values are cast to each parameter's dtype (the model's ``config.dtype``; the MoE router and
   correction bias stay float32 as upstream). BF16 tensors are read exactly (upcast to float32 numpy,
-  cast back by Paddle).
+  cast back by Paddle). ``load_checkpoint(dtype=None)`` builds float32 models when Paddle runs on the
+  CPU even if ``config.json`` says bfloat16 (no half-precision matmul on Paddle's CPU build).
+* ``e_score_correction_bias`` exists only when the config has ``moe_use_aux_free`` (the model's
+  rule); a checkpoint carrying it without that flag fails as an unexpected tensor (strict).
 * A tqdm progress bar over the tensors is shown for checkpoints over 256 MiB (``progress=None``), or
   as asked with ``progress=True/False``.
 """

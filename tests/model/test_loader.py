@@ -543,3 +543,12 @@ def test_any_mix_of_names_layouts_and_fusion_loads_the_same(moe_models, data):
     load_weights(model, stored)
     load_weights(mtp, stored)
     assert_params_equal(all_params(model, mtp), weights)
+
+
+def test_correction_bias_without_aux_free_flag_is_unexpected(tmp_path, moe_ckpt):
+    _, cfg, weights = moe_ckpt
+    from dataclasses import replace
+    plain = replace(cfg, moe_use_aux_free=False)
+    assert "ernie.layers.1.mlp.moe_statics.e_score_correction_bias" not in state_dict_names(plain)
+    with pytest.raises(ValueError, match=r"unexpected.*ernie\.layers\.1\.mlp\.moe_statics\.e_score_correction_bias"):
+        load_checkpoint(write(tmp_path, plain, weights))
