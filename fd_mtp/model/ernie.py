@@ -171,9 +171,15 @@ class Ernie4_5MoE(nn.Layer):
         w = w / paddle.clip(w.sum(axis=-1, keepdim=True), min=self.norm_min)
         return probs, chosen, w
 
+    # Up to this many experts every expert runs on every token (no host sync); above it each
+    # expert runs on its own tokens only (one host read of the routing per layer).
+    dense_combine_max_experts = 8
+
     def forward(self, x):
+        if self.num_experts > self.dense_combine_max_experts:
+            return _dispatch_moe(self, x)
         # Every expert runs on every token and is combined with a [T, E] weight matrix that is zero
-        # off the chosen experts: no host sync, exact for the routed sum (w = 0 adds 0 * finite).
+        # off the chosen experts: exact for the routed sum (w = 0 adds 0 * finite).
         _, chosen, w = self.route(x)
         combine = paddle.zeros([x.shape[0], self.num_experts], dtype="float32")
         combine = paddle.put_along_axis(combine, chosen, w, axis=-1, reduce="add")
@@ -234,6 +240,13 @@ class LMHead(nn.Layer):
 
 
 # --------------------------------------------------------------------------- models
+def _freeze(layer: nn.Layer) -> None:
+    """Inference only: no autograd graph is recorded through the parameters."""
+    for p in layer.parameters():
+        p.stop_gradient = True
+    layer.eval()
+
+
 def _check_dtype_supported(config: ErnieConfig) -> None:
     """Paddle's CPU build has no float16 / bfloat16 matmul kernel: refuse early with a clear message."""
     if config.dtype != "float32" and paddle.device.get_device() == "cpu":
@@ -258,6 +271,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
         self.attn_backend = attn_backend if attn_backend is not None else PagedAttentionCPU()
         self.ernie = Ernie4_5Model(config)
         self.lm_head = LMHead(config, self.ernie.embed_tokens)
+        _freeze(self)
         if config.dtype != "float32":
             self.to(dtype=config.dtype)
             for layer in self.ernie.layers:  # router stays float32 as upstream
@@ -315,8 +329,8 @@ def _rope_pairs(x, positions, theta):
     return paddle.stack([a * c - b * sn, a * sn + b * c], axis=-1).reshape([s, hh, d]).astype(x.dtype)
 
 
-def _dense_moe(moe: Ernie4_5MoE, x):
-    """Oracle MoE: route, then dispatch each expert's tokens explicitly."""
+def _dispatch_moe(moe: Ernie4_5MoE, x):
+    """Route, then run each expert on its own tokens only (also the oracle's MoE)."""
     _, chosen, w = moe.route(x)
     chosen_np, w_np = chosen.numpy(), w.numpy()
     out = paddle.zeros(x.shape, dtype="float32")
@@ -354,7 +368,7 @@ def dense_layer(layer: Ernie4_5DecoderLayer, x, cfg: ErnieConfig, start_pos: int
     o = paddle.matmul(F.softmax(scores, axis=-1), vh).transpose([1, 0, 2]).reshape([s, -1]).astype(x.dtype)
     x = x + attn.o_proj(o)
     hn = layer.post_attention_layernorm(x)
-    return x + (_dense_moe(layer.mlp, hn) if layer.is_moe else layer.mlp(hn))
+    return x + (_dispatch_moe(layer.mlp, hn) if layer.is_moe else layer.mlp(hn))
 
 
 class _MTPWeights(nn.Layer):
@@ -384,6 +398,7 @@ class Ernie4_5MTP(nn.Layer):
         self.config = config
         self.__dict__["_main"] = main  # plain attribute: not a sublayer, not in state_dict
         self.ernie = _MTPWeights(config)
+        _freeze(self)
         if config.dtype != "float32":
             self.to(dtype=config.dtype)
             if self.mtp_block.is_moe:

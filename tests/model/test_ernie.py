@@ -146,13 +146,14 @@ def test_untied_lm_head_has_own_weight():
 
 
 # --------------------------------------------------------------------------- MoE router
-def test_moe_route_matches_numpy():
+@pytest.mark.parametrize("experts", [6, 12])  # 12: the per-expert dispatch path of forward
+def test_moe_route_matches_numpy(experts):
     with paddle.no_grad():
-        cfg, model, _ = make_models(moe=True, seed=11, moe_num_experts=6, moe_k=3)
+        cfg, model, _ = make_models(moe=True, seed=11, moe_num_experts=experts, moe_k=3)
         moe = model.ernie.layers[1].mlp
         assert model.ernie.layers[1].is_moe and not model.ernie.layers[0].is_moe
         x = np.random.default_rng(1).standard_normal((9, cfg.hidden_size)).astype(np.float32)
-        bias = np.zeros((1, 6), np.float32)
+        bias = np.zeros((1, experts), np.float32)
         bias[0, 5] = 10.0  # expert 5 always chosen, but its weight is its plain softmax probability
         moe.moe_statics.e_score_correction_bias.set_value(paddle.to_tensor(bias))
         probs, chosen, w = moe.route(paddle.to_tensor(x))
@@ -173,6 +174,7 @@ def test_moe_route_matches_numpy():
                 e = int(chosen.numpy()[t, j])
                 want[t] += w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t:t + 1])).numpy()[0]
         np.testing.assert_allclose(out, want, atol=1e-5)
+        assert (experts > moe.dense_combine_max_experts) == (experts == 12)
 
 
 def test_moe_layer_selection():
@@ -267,6 +269,12 @@ def test_mtp_only_meta_with_its_own_cache_size(models):
     meta.block_tables = paddle.to_tensor(np.array([[2, 3]], np.int32))  # 3 is out of range for this cache
     with pytest.raises(ValueError, match="block_tables"):
         mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta)
+
+
+def test_inference_only_parameters(models):
+    cfg, model, mtp = models
+    assert all(p.stop_gradient for p in model.parameters())
+    assert all(p.stop_gradient for p in mtp.parameters())
 
 
 def test_half_dtypes_refused_on_cpu():
