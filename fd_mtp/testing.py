@@ -6,6 +6,7 @@ fast_dataindex, against our numpy 2.x). Tests and benchmarks on these checkpoint
 """
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,9 @@ TINY_CONFIG = dict(
     bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32",
 )
 #: Defaults filled in when an override asks for experts (``moe_num_experts > 0``): layer 0 dense,
-#: later layers MoE (as ERNIE-4.5-MoE), one shared expert.
-TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe_layer_start_index=1)
+#: later layers MoE (as ERNIE-4.5-MoE), one shared expert, router correction bias (``moe_use_aux_free``).
+TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe_layer_start_index=1,
+                moe_use_aux_free=True)
 
 
 def tiny_config(**overrides):
@@ -39,15 +41,15 @@ def tiny_config(**overrides):
 def random_weights(config, *, seed: int = 0, mtp: bool = True) -> dict[str, np.ndarray]:
     """float32 weights for every name of :func:`state_dict_names` (Paddle layout), deterministic per
     ``seed``: linear weights ``N(0, 1/in)``, embedding ``N(0, 0.25)``, norm weights ``1 + N(0, 0.04)``,
-    biases ``N(0, 0.0004)``, correction biases ``N(0, 0.0025)``. Drawn in sorted-name order."""
+    biases ``N(0, 0.0004)``, correction biases ``N(0, 0.0025)``. Each tensor has its own generator
+    seeded by ``(seed, crc32(name))``, so a tensor's values do not depend on which others exist."""
     from .model.ernie import state_dict_names
 
     names = state_dict_names(config, mtp=mtp)
-    rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name in sorted(names):
         shape = names[name]
-        z = rng.standard_normal(shape)
+        z = np.random.default_rng([seed, zlib.crc32(name.encode())]).standard_normal(shape)
         if name.endswith("norm.weight") or "_norm." in name:
             v = 1.0 + 0.2 * z
         elif "e_score_correction_bias" in name:

@@ -40,11 +40,16 @@ Decisions
   the main model's), MTP weights when the config has ``num_nextn_predict_layers == 0``,
   ``*.rotary_emb.inv_freq`` buffers, and ``lm_head.weight`` of a tied model (as FastDeploy and
   paddleformers do; a ``UserWarning`` if it differs from the transposed embedding).
+* ``e_score_correction_bias`` stored as ``[E]`` is accepted for ``[1, E]``.
+* Values may be numpy arrays or Paddle tensors (any dtype; cast to the parameter's dtype).
 * Tied embeddings (``tie_word_embeddings``): the lm_head reads ``ernie.embed_tokens.weight``; no
   ``lm_head.weight`` is needed.
 * dtypes: values are cast to each parameter's dtype (the model's ``config.dtype``; the MoE router and
   correction bias stay float32 as upstream). BF16 tensors are read exactly (upcast to float32 numpy,
-  cast back by Paddle).
+  cast back by Paddle). ``load_checkpoint(dtype=None)`` builds float32 models when Paddle runs on the
+  CPU even if ``config.json`` says bfloat16 (no half-precision matmul on Paddle's CPU build).
+* ``e_score_correction_bias`` exists only when the config has ``moe_use_aux_free`` (the model's
+  rule); a checkpoint carrying it without that flag fails as an unexpected tensor (strict).
 * A tqdm progress bar over the tensors is shown for checkpoints over 256 MiB (``progress=None``), or
   as asked with ``progress=True/False``.
 """
@@ -178,7 +183,21 @@ class SafetensorsCheckpoint(Mapping):
 def _shape_of(tensors: Mapping, name: str) -> tuple[int, ...]:
     if isinstance(tensors, SafetensorsCheckpoint):
         return tensors.shape(name)
-    return tuple(int(x) for x in np.shape(tensors[name]))
+    v = tensors[name]
+    shape = v.shape if hasattr(v, "shape") else np.shape(v)
+    return tuple(int(x) for x in shape)
+
+
+def _as_numpy(v) -> np.ndarray:
+    """numpy array of ``v`` (a numpy array, a Paddle tensor (bfloat16 upcast exactly to float32), or
+    anything ``np.asarray`` takes)."""
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "numpy") and hasattr(v, "astype"):
+        if "bfloat16" in str(getattr(v, "dtype", "")):
+            v = v.astype("float32")
+        return v.numpy()
+    return np.asarray(v)
 
 
 def _nbytes_of(tensors: Mapping, name: str) -> int:
@@ -274,18 +293,22 @@ def _orient(param: str, src: _Source, expected: tuple[int, ...], torch_layout: b
         what = f"fused {src.name!r} " if src.full is not None else ""
         return False, (f"{param}: {what}shape {list(stored)} matches neither the expected Paddle layout "
                        f"{list(target)} ([in, out]) nor the torch layout {list(rev)} ([out, in])")
+    if param.endswith("e_score_correction_bias") and stored == target[1:] and target[:1] == (1,):
+        return False, None  # [E] stored for [1, E]: reshaped
     if stored != target:
         what = f" (fused {src.name!r})" if src.full is not None else ""
         return False, f"{param}{what}: expected shape {list(target)}, checkpoint has {list(stored)}"
     return False, None
 
 
-def _value(tensors: Mapping, src: _Source, transpose: bool) -> np.ndarray:
-    a = np.asarray(tensors[src.name])
+def _value(tensors: Mapping, src: _Source, transpose: bool, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    a = _as_numpy(tensors[src.name])
     if transpose:
         a = a.T
     if src.part is not None:
         a = a[..., src.part[0]:src.part[1]]
+    if shape is not None:
+        a = a.reshape(shape)
     return np.ascontiguousarray(a)
 
 
@@ -323,7 +346,8 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
     wanted = {k: list(v.shape) for k, v in params.items()}
     everything = state_dict_names(cfg, mtp=True)
     everything.update(wanted)
-    torch_layout = layout == "torch" or (layout == "auto" and any(str(n).startswith("model.") for n in tensors))
+    torch_layout = layout == "torch" or (layout == "auto" and any(
+        str(n).startswith("model.") and not _IGNORED.search(str(n)) for n in tensors))
 
     plan, unexpected, errors = _build_plan(tensors, cfg, everything)
     tied_head = None
@@ -372,7 +396,7 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
                 full = cache[key]
                 value = np.ascontiguousarray(full[..., src.part[0]:src.part[1]])
             else:
-                value = _value(tensors, src, orient[name])
+                value = _value(tensors, src, orient[name], tuple(wanted[name]))
             _assign(paddle, params[name], value)
             if bar is not None:
                 bar.update(1)
@@ -408,7 +432,9 @@ def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict
     Args:
         path: directory with ``config.json`` and ``model.safetensors`` (or shards + index).
         dtype: ``"float32"`` / ``"float16"`` / ``"bfloat16"`` parameters; None: the config's
-            ``dtype`` (``torch_dtype``).
+            ``dtype`` (``torch_dtype``), except float32 when Paddle runs on the CPU (its CPU build
+            has no half-precision matmul; the model refuses half dtypes there). The returned
+            config carries the dtype used.
         attn_backend: passed to :class:`Ernie4_5ForCausalLM` (None: ``PagedAttentionCPU``).
         strict, layout, progress: see :func:`load_weights`.
 
@@ -429,6 +455,10 @@ def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict
     if not (d / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{d}: no {CONFIG_FILE}")
     config = ErnieConfig.from_file(d / CONFIG_FILE)
+    if dtype is None and config.dtype != "float32":
+        import paddle
+        if paddle.device.get_device() == "cpu":
+            dtype = "float32"  # Paddle's CPU build has no half-precision matmul
     if dtype is not None:
         config = replace(config, dtype=str(dtype).replace("paddle.", ""))
     with SafetensorsCheckpoint.from_dir(d) as tensors:
