@@ -1,0 +1,117 @@
+"""Token sampler of the plain-decoding runner (FastDeploy's ``Sampler`` order, spec §9.1 steps 1-4).
+
+Per logits row: ``fd_mtp.ops.speculate_get_token_penalty_multi_scores`` (min-length EOS mask,
+repetition / frequency / presence penalties over the generated tokens in ``pre_ids``, division by
+the temperature), optional masking of extra stop token ids while ``min_tokens`` is not reached,
+then greedy argmax, or softmax -> top-k -> top-p -> one inverse-CDF draw with a uniform number
+from `uniforms` (a counter-based hash of the request's seed and the index of the token being
+drawn: reproducible whatever else is in the batch, and after preemption).
+
+Everything but the uniforms and the per-row parameters stays in Paddle tensors, so the same code
+runs on CPU and GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ops
+from .sampling_params import SEED_MODULUS
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser over uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def uniforms(seeds, counters) -> np.ndarray:
+    """Uniform numbers in ``[0, 1)``, one per (seed, counter) pair: a pure function of the pair.
+
+    ``counters`` is the index of the token being drawn (``step_idx`` before the draw).
+
+    >>> u = uniforms([7, 7, 8], [0, 1, 0])
+    >>> bool(((0 <= u) & (u < 1)).all()), bool(u[0] == uniforms([7], [0])[0]), bool(u[0] != u[1])
+    (True, True, True)
+    """
+    s = np.asarray(seeds, dtype=np.int64).astype(np.uint64) % np.uint64(SEED_MODULUS)
+    c = np.asarray(counters, dtype=np.int64).astype(np.uint64)
+    h = _splitmix64(_splitmix64(s) ^ c)
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+@dataclass
+class SamplingRows:
+    """Host-side parameters of the logits rows of one step (row r = the r-th scheduled slot).
+
+    greedy: [R] bool; top_k: [R] int (0 = off); top_p: [R] float; uniform: [R] float in [0, 1);
+    banned: (rows, token ids) pairs whose logits are set to -inf after the penalties (stop token
+    ids while ``min_tokens`` is not reached).
+    """
+
+    greedy: np.ndarray
+    top_k: np.ndarray
+    top_p: np.ndarray
+    uniform: np.ndarray
+    banned_rows: np.ndarray
+    banned_ids: np.ndarray
+
+
+class Sampler:
+    """Samples one token per logits row; see the module docstring for the order of operations."""
+
+    def __call__(self, logits, rows: SamplingRows, *, pre_ids, penalty_score, frequency_score, presence_score,
+                 temperature, bad_tokens, step_idx, min_dec_len, eos_token_id, seq_lens_this_time,
+                 output_padding_offset, output_cum_offsets, max_seq_len) -> np.ndarray:
+        """Sample.
+
+        Args:
+            logits: ``[R, V]`` float32, **written in place** (penalties, temperature, masks).
+            rows: the per-row host parameters.
+            The keyword tensors are the runner's ``share_inputs`` entries of the same names
+            (``[B, 1]`` per slot) and this step's packed offsets, passed to
+            ``speculate_get_token_penalty_multi_scores`` as FastDeploy does.
+
+        Returns:
+            ``[R]`` int64 numpy array of token ids.
+        """
+        import paddle
+
+        num_rows, vocab = logits.shape
+        if num_rows == 0:
+            return np.zeros([0], dtype=np.int64)
+        ops.speculate_get_token_penalty_multi_scores(
+            pre_ids, logits, penalty_score, frequency_score, presence_score, temperature, bad_tokens, step_idx,
+            min_dec_len, eos_token_id, seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len)
+        if len(rows.banned_rows):
+            idx = [paddle.to_tensor(rows.banned_rows, dtype="int64"), paddle.to_tensor(rows.banned_ids, dtype="int64")]
+            paddle.index_put_(logits, idx, paddle.full([len(rows.banned_rows)], float("-inf"), dtype=logits.dtype))
+        greedy_tokens = paddle.argmax(logits, axis=-1)
+        if bool(rows.greedy.all()):
+            return greedy_tokens.numpy().astype(np.int64)
+        probs = paddle.nn.functional.softmax(logits, axis=-1)
+        order = paddle.argsort(probs, axis=-1, descending=True, stable=True)  # ties: lower id first
+        sorted_probs = paddle.take_along_axis(probs, order, axis=-1)
+        top_k = np.where(rows.top_k > 0, np.minimum(rows.top_k, vocab), vocab).astype(np.int64)
+        col = paddle.arange(vocab, dtype="int64").unsqueeze(0)
+        exclusive = paddle.cumsum(sorted_probs, axis=-1) - sorted_probs
+        top_p = paddle.to_tensor(rows.top_p.astype(np.float32)).unsqueeze(-1)
+        # keep the top-k tokens whose preceding mass is below top_p (the token crossing top_p stays);
+        # the most probable token is always kept
+        keep = (col < paddle.to_tensor(top_k).unsqueeze(-1)) & ((exclusive < top_p) | (col == 0))
+        kept = paddle.where(keep, sorted_probs, paddle.zeros_like(sorted_probs))
+        cdf = paddle.cumsum(kept, axis=-1)
+        target = paddle.to_tensor(rows.uniform.astype(np.float32)).unsqueeze(-1) * cdf[:, -1:]
+        # first kept position whose cdf exceeds the target; never past the last kept token
+        pos = paddle.sum((cdf <= target).astype("int64"), axis=-1, keepdim=True)
+        last_kept = paddle.sum(keep.astype("int64"), axis=-1, keepdim=True) - 1
+        pos = paddle.minimum(pos, last_kept)
+        sampled = paddle.take_along_axis(order, pos, axis=-1).squeeze(-1)
+        out = paddle.where(paddle.to_tensor(rows.greedy), greedy_tokens, sampled)
+        return out.numpy().astype(np.int64)

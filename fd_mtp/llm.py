@@ -1,0 +1,220 @@
+"""`fd_mtp.LLM`: the offline Python API (vLLM / FastDeploy style) over `fd_mtp.engine`.
+
+>>> llm = fd_mtp.LLM("path/to/checkpoint", max_num_seqs=8)                     # doctest: +SKIP
+>>> out = llm.generate(["Hello", [1, 2, 3]], fd_mtp.SamplingParams(temperature=0, max_tokens=8))  # doctest: +SKIP
+>>> out[1].token_ids, out[1].metrics.tokens_per_s                             # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .engine.block_manager import blocks_for
+from .engine.request import RequestOutput, StreamDelta
+from .engine.sampling_params import SamplingParams
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta"]
+
+
+class _Progress:
+    """tqdm when installed, else a one-line text bar on stderr."""
+
+    def __init__(self, total: int, enabled: bool, desc: str = "generate"):
+        self.total, self.n, self.enabled, self.desc = total, 0, enabled, desc
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, desc=desc, unit="req", dynamic_ncols=True)
+            except ImportError:
+                self._bar = None
+
+    def update(self, done: int, tokens: int):
+        if not self.enabled:
+            return
+        self.n += done
+        self.tokens += tokens
+        rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
+        if self._bar is not None:
+            self._bar.update(done)
+            self._bar.set_postfix_str(f"{rate:.1f} tok/s", refresh=False)
+        else:
+            sys.stderr.write(f"\r{self.desc}: {self.n}/{self.total} requests, {rate:.1f} tok/s")
+            sys.stderr.flush()
+
+    def close(self):
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            sys.stderr.write("\n")
+
+
+class LLM:
+    """A model, its paged KV cache and a continuous-batching engine (plain decoding).
+
+    Args:
+        model: a checkpoint directory (``config.json`` + ``model.safetensors``, loaded with
+            ``fd_mtp.model.loader.load_checkpoint``; its tokenizer is loaded when paddleformers and
+            tokenizer files are there) or an ``Ernie4_5ForCausalLM`` instance.
+        tokenizer: overrides the checkpoint's tokenizer (``encode`` / ``decode``).
+        device: "cpu" or "gpu" (``paddle.set_device``).
+        max_num_seqs: request slots (the batch size of a step).
+        max_model_len: longest prompt + output; default ``min(max_position_embeddings, 4096)``.
+        block_size: KV-cache block size (FastDeploy's default 64).
+        num_gpu_blocks: KV blocks per layer; default enough for every slot at ``max_model_len``.
+            Fewer blocks make the engine preempt (and later re-prefill) the newest requests.
+        max_num_batched_tokens: tokens per step; longer prompts are prefilled in chunks.
+        speculative_config: must be None (speculative decoding arrives with the MTP proposer).
+        dtype: model dtype when loading a checkpoint (default: the checkpoint's config).
+        seed: engine seed for requests without ``SamplingParams.seed``.
+    """
+
+    def __init__(self, model, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
+                 max_model_len: int | None = None, block_size: int = 64, num_gpu_blocks: int | None = None,
+                 max_num_batched_tokens: int = 2048, speculative_config=None, dtype: str | None = None,
+                 seed: int = 0):
+        import paddle
+
+        from .engine.engine import LLMEngine
+        from .engine.runner import ModelRunner
+
+        if speculative_config is not None:
+            raise NotImplementedError("speculative_config: only plain decoding is implemented so far "
+                                      "(the MTP proposer is the next step); pass None")
+        for name, value in (("max_num_seqs", max_num_seqs), ("block_size", block_size),
+                            ("max_num_batched_tokens", max_num_batched_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"LLM: {name} must be an int >= 1, got {value!r}")
+        paddle.set_device(device)
+        self.device = device
+        if isinstance(model, (str, Path)):
+            from .model.loader import load_checkpoint
+
+            path = Path(model)
+            model, _mtp, _config = load_checkpoint(path, dtype=dtype)
+            if tokenizer is None:
+                tokenizer = _try_tokenizer(path)
+        model.eval()
+        self.model = model
+        self.tokenizer = tokenizer
+        config = model.config
+        if max_model_len is None:
+            max_model_len = min(int(config.max_position_embeddings), 4096)
+        if not isinstance(max_model_len, int) or max_model_len < 2:
+            raise ValueError(f"LLM: max_model_len must be an int >= 2, got {max_model_len!r}")
+        if max_model_len > config.max_position_embeddings:
+            raise ValueError(f"LLM: max_model_len {max_model_len} exceeds the model's max_position_embeddings "
+                             f"{config.max_position_embeddings}")
+        if num_gpu_blocks is None:
+            num_gpu_blocks = max_num_seqs * blocks_for(max_model_len, block_size)
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
+            raise ValueError(f"LLM: num_gpu_blocks must be an int >= 1, got {num_gpu_blocks!r}")
+        self.max_model_len = max_model_len
+        self.runner = ModelRunner(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                  block_size=block_size, num_blocks=num_gpu_blocks)
+        self.engine = LLMEngine(self.runner, tokenizer=tokenizer, max_num_batched_tokens=max_num_batched_tokens,
+                                seed=seed)
+
+    @staticmethod
+    def _normalize(prompts, sampling_params):
+        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
+                                        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompts)):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise ValueError(f"prompts must be a string, a list of token ids or a list of those, got "
+                             f"{type(prompts).__name__}")
+        prompts = list(prompts)
+        if sampling_params is None:
+            params = [SamplingParams()] * len(prompts)
+        elif isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
+        return prompts, params
+
+    def generate_stream(self, prompts, sampling_params=None, *, use_tqdm: bool = False) -> Iterator[StreamDelta]:
+        """Yield `StreamDelta`s (``.index`` = the prompt's position) step by step, in step order.
+
+        A rejected prompt (empty, too long, ids outside the vocabulary, text without tokenizer)
+        yields one delta with ``finished=True``, ``finish_reason="error"`` and ``error`` set,
+        before any step runs; the other prompts run normally. Bad sampling params are refused
+        when the `SamplingParams` is built (ValueError); a list of params whose length differs
+        from the prompts' raises ValueError here. Closing the generator early aborts the
+        requests still running (their slots and KV blocks are freed).
+        """
+        yield from self._run(prompts, sampling_params, use_tqdm, {}, {})
+
+    def _run(self, prompts, sampling_params, use_tqdm, rejected: dict, ids: dict) -> Iterator[StreamDelta]:
+        """`generate_stream`; fills ``rejected`` (index -> RequestOutput) and ``ids`` (index -> request id)."""
+        prompts, params = self._normalize(prompts, sampling_params)
+        engine = self.engine
+        index: dict[str, int] = {}
+        bar = _Progress(len(prompts), use_tqdm)
+        try:
+            for i, (prompt, sp) in enumerate(zip(prompts, params)):
+                try:
+                    rid = engine.add_request(prompt, sp)
+                except ValueError as exc:
+                    out = RequestOutput.rejected(f"rejected-{i}", prompt, prompt if isinstance(prompt, list) else [],
+                                                 str(exc))
+                    rejected[i] = out
+                    bar.update(1, 0)
+                    yield StreamDelta(out.request_id, i, [], "", True, "error", str(exc))
+                    continue
+                index[rid] = i
+                ids[i] = rid
+            while engine.has_unfinished():
+                for d in engine.step():
+                    d.index = index.get(d.request_id, -1)
+                    bar.update(1 if d.finished else 0, len(d.new_token_ids))
+                    yield d
+        finally:
+            bar.close()
+            # a caller that stops iterating early: abort what is left of this call's requests
+            for rid in index:
+                req = engine.requests.get(rid)
+                if req is not None and not req.finished:
+                    engine.abort_request(rid)
+
+    def generate(self, prompts, sampling_params=None, *, use_tqdm: bool = True,
+                 stream_callback: Callable[[StreamDelta], None] | None = None) -> list[RequestOutput]:
+        """Generate for every prompt; returns one `RequestOutput` per prompt, in prompt order.
+
+        Args:
+            prompts: a string, a list of token ids, or a list of strings / token-id lists.
+            sampling_params: one `SamplingParams` for all, a list (one per prompt), or None (defaults).
+            use_tqdm: show a progress bar (requests done, tokens/s) on stderr.
+            stream_callback: called with every `StreamDelta` as soon as its step ends.
+
+        Bad prompts do not raise: their output has ``finish_reason == "error"`` and ``error`` set
+        (see `generate_stream`).
+        """
+        rejected: dict[int, RequestOutput] = {}
+        ids: dict[int, str] = {}
+        for d in self._run(prompts, sampling_params, use_tqdm, rejected, ids):
+            if stream_callback is not None:
+                stream_callback(d)
+        return [rejected[i] if i in rejected else self.engine.pop_output(ids[i])
+                for i in range(len(ids) + len(rejected))]
+
+
+def _try_tokenizer(path: Path):
+    """The checkpoint's tokenizer, or None when paddleformers or the tokenizer files are missing."""
+    names = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json")
+    if not any((path / n).exists() for n in names):
+        return None
+    try:
+        from .model.loader import load_tokenizer
+
+        return load_tokenizer(path)
+    except ImportError:
+        return None

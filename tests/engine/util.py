@@ -1,0 +1,51 @@
+"""Shared helpers of the engine tests: a tiny random ERNIE model and the naive greedy oracle."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import paddle
+
+from fd_mtp.model import Ernie4_5ForCausalLM, ErnieConfig
+
+VOCAB = 300
+
+
+@functools.cache
+def tiny_model(eos: int = 2, seed: int = 0) -> Ernie4_5ForCausalLM:
+    paddle.seed(seed)
+    cfg = ErnieConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=eos)
+    model = Ernie4_5ForCausalLM(cfg)
+    model.eval()
+    return model
+
+
+def naive_greedy(model, prompt: list[int], max_tokens: int, stop_ids=()) -> list[int]:
+    """Full recompute every token: dense_forward over prompt + output, argmax of the last row."""
+    ids, out = list(prompt), []
+    with paddle.no_grad():
+        for _ in range(max_tokens):
+            h = model.dense_forward(paddle.to_tensor(ids, dtype="int64"))
+            tok = int(model.compute_logits(h[-1:]).numpy()[0].argmax())
+            out.append(tok)
+            ids.append(tok)
+            if tok in stop_ids:
+                break
+    return out
+
+
+def prompts(lengths, seed=0, low=3):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(low, VOCAB, size=n).tolist() for n in lengths]
+
+
+class CharTokenizer:
+    """Token id t <-> one character chr(0x61 + t % 26) ('a'..'z'); encode maps a..z to ids 3..28."""
+
+    def encode(self, text):
+        return [3 + (ord(c) - 0x61) % 26 for c in text]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(0x61 + t % 26) for t in ids)
