@@ -46,10 +46,11 @@ class ForwardMeta:
     attn_metadata: object = field(default=None, repr=False)
 
 
-def token_positions(meta: ForwardMeta) -> paddle.Tensor:
-    """``[T]`` int64 position of every packed token: ``seq_lens_decoder[b] + i`` for token i of request b."""
-    bid = meta.batch_id_per_token.reshape([-1]).astype("int64")
-    t = bid.shape[0]
+def token_positions(meta: ForwardMeta, num_tokens: int) -> paddle.Tensor:
+    """``[T]`` int64 position of every packed token: ``seq_lens_decoder[b] + i`` for token i of request b
+    (``batch_id_per_token`` may be a longer buffer: its first ``num_tokens`` entries are used)."""
+    t = int(num_tokens)
+    bid = meta.batch_id_per_token.reshape([-1])[:t].astype("int64")
     cu = meta.cu_seqlens_q.reshape([-1]).astype("int64")
     dec = meta.seq_lens_decoder.reshape([-1]).astype("int64")
     if t == 0:

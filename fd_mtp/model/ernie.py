@@ -15,9 +15,11 @@ Hugging Face's ``ernie4_5`` / ``ernie4_5_moe`` ports of paddleformers' code):
 * MLP: SwiGLU ``down(silu(gate(x)) * up(x))``.
 * MoE layers (:meth:`ErnieConfig.is_moe_layer`): router ``logits = x_fp32 @ gate.weight`` (float32
   gate), ``p = softmax(logits)``; experts chosen by ``topk(p + e_score_correction_bias, moe_k)``
-  (bias only with ``moe_use_aux_free``; it only affects the choice), weights ``p[chosen] / max(sum(p[chosen]), moe_norm_min)``
-  (renormalised); output ``sum_k w_k * expert_k(x) + shared_experts(x)`` where the shared experts are
-  one SwiGLU MLP of width ``moe_intermediate_size * moe_num_shared_experts`` (absent when 0).
+  (bias only with ``moe_use_aux_free``; it only affects the choice); weights
+  ``p[chosen] / max(sum(p[chosen]), moe_norm_min)`` (renormalised top-k); output
+  ``sum_k w_k * expert_k(x) + shared_experts(x)``, the shared experts being one SwiGLU MLP of width
+  ``moe_intermediate_size * moe_num_shared_experts`` (absent when 0). Up to 8 experts every expert
+  runs on every token (combine matrix, no host sync); above, each expert runs on its tokens only.
 * ``compute_logits``: ``hidden @ lm_head`` cast to float32, all ``vocab_size`` columns (no
   ``ori_vocab_size`` masking: the config has no separate original vocabulary size).
 * MTP block (spec §10): ``e = embed_tokens(ids)`` (the main model's Layer), ``x = concat([enorm(e),
@@ -52,6 +54,11 @@ Corrections to the issue-5 contract, both from the upstream MoE code: with ``moe
 MLP/expert projections carry ``.bias`` ``[out]``. On CPU only float32 is supported (Paddle's CPU
 build has no half-precision matmul); the constructor refuses other dtypes there.
 Main-model and MTP parameters are disjoint: the MTP's state dict holds only its own weights.
+
+For the loader: these are the Paddle-checkpoint names (paddleformers' ``ernie.`` prefix, linear
+weights ``[in, out]``). Hugging Face "-PT" checkpoints use the prefix ``model.`` and torch's
+``[out, in]`` linear layout (transpose on load; ``embed_tokens`` is ``[V, H]`` in both). FastDeploy's
+fused in-memory names (``qkv_proj``, ``up_gate_proj``) are not checkpoint names.
 """
 from __future__ import annotations
 
@@ -295,7 +302,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
         self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
-        cos, sin = rope_cos_sin(token_positions(meta), self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_cos_sin(token_positions(meta, h.shape[0]), self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
             h, residual = layer(h, residual, cos, sin, meta, self.attn_backend)

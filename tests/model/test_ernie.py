@@ -313,6 +313,23 @@ def test_bad_block_table_raises_and_writes_nothing(tables, q, dec):
         assert not k.numpy().any() and not v.numpy().any()
 
 
+def test_share_inputs_shapes_accepted(models):
+    """FastDeploy buffers: [B, 1] seq_lens / cu_seqlens, a block table with more rows than the
+    step's batch (the runner passes a [num_running] seq_lens_this_time view), a longer
+    batch_id_per_token buffer, a cache list without the MTP layer."""
+    cfg, model, _ = models
+    a, b = prompts(2, [5, 3], seed=30)
+    meta = _meta(cfg, [[1, 0], [2, -1], [-1, -1]], [5, 3], [0, 0])
+    meta.ids_remove_padding = paddle.to_tensor(np.asarray(a + b, np.int64)).reshape([-1, 1])
+    for name in ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "cu_seqlens_q"):
+        setattr(meta, name, getattr(meta, name).reshape([-1, 1]))
+    meta.batch_id_per_token = paddle.to_tensor(np.r_[[0] * 5 + [1] * 3, [-1] * 6].astype(np.int32)).reshape([-1, 1])
+    meta.caches = meta.caches[:cfg.num_hidden_layers]
+    out = model(meta.ids_remove_padding, meta).numpy()
+    assert_close(out[:5], dense(model, a), "request 0")
+    assert_close(out[5:], dense(model, b), "request 1")
+
+
 def test_inconsistent_meta_raises():
     cfg, model, _ = make_models()
     meta = _meta(cfg, [[0, 1]], [3], [0])
