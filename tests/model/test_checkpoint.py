@@ -1,4 +1,5 @@
-"""Checkpoint loading: fd_mtp.model.loader and fd_mtp.testing.write_random_checkpoint."""
+"""Checkpoint loading: fd_mtp.model.loader and fd_mtp.testing.write_random_checkpoint (named
+test_checkpoint.py: tests/ops/test_loader.py owns the basename test_loader under pytest's rootdir imports)."""
 from __future__ import annotations
 
 import json
