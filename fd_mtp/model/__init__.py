@@ -16,6 +16,9 @@ _LAZY = {
     "PagedAttentionCPU": "attention",
     "kv_cache_shape": "attention",
     "allocate_kv_caches": "attention",
+    "load_checkpoint": "loader",
+    "load_weights": "loader",
+    "load_tokenizer": "loader",
 }
 
 __all__ = ["ErnieConfig", *_LAZY]
