@@ -65,13 +65,15 @@ def random_weights(config, *, seed: int = 0, mtp: bool = True) -> dict[str, np.n
 
 
 def write_random_checkpoint(path, *, seed: int = 0, shard_size: int | None = None, with_mtp: bool = True,
-                            **config_overrides) -> Path:
+                            with_tokenizer: bool = False, **config_overrides) -> Path:
     """Write a tiny ERNIE-4.5 checkpoint directory: ``config.json`` + ``model.safetensors`` with random
     weights, MTP weights included (``num_nextn_predict_layers=1`` by default), deterministic per
     ``seed``. Dense by default; MoE with e.g. ``moe_num_experts=4``. Weights are stored in the config's
     ``dtype`` (float32 by default; the MoE router and correction bias stay float32). ``shard_size``
     (bytes) writes ``model-0000x-of-0000y.safetensors`` shards + ``model.safetensors.index.json``.
-    ``with_mtp=False`` leaves the MTP weights out. Returns ``Path(path)``.
+    ``with_mtp=False`` leaves the MTP weights out. ``with_tokenizer=True`` also writes a SentencePiece
+    ``tokenizer.model`` (+ tokenizer_config.json) trained on a few standard-library docstrings, with
+    at most ``vocab_size`` pieces (needs the sentencepiece package). Returns ``Path(path)``.
 
     >>> import tempfile
     >>> d = write_random_checkpoint(tempfile.mkdtemp(), seed=1)
@@ -83,4 +85,19 @@ def write_random_checkpoint(path, *, seed: int = 0, shard_size: int | None = Non
     config = tiny_config(**config_overrides)
     weights = random_weights(config, seed=seed, mtp=with_mtp)
     dtype = None if config.dtype == "float32" else config.dtype
-    return save_checkpoint(Path(path), config, weights, shard_size=shard_size, dtype=dtype)
+    out = save_checkpoint(Path(path), config, weights, shard_size=shard_size, dtype=dtype)
+    if with_tokenizer:
+        from .model.tokenizer import train_sentencepiece
+
+        train_sentencepiece(tokenizer_corpus(), out, vocab_size=config.vocab_size)
+    return out
+
+
+def tokenizer_corpus() -> str:
+    """A small English text that is on every machine: docstrings of a few standard modules."""
+    import collections
+    import functools
+    import json
+    import textwrap
+
+    return "\n".join(m.__doc__ or "" for m in (json, textwrap, collections, functools))

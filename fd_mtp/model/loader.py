@@ -563,13 +563,16 @@ _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model"
 
 
 def load_tokenizer(path):
-    """The checkpoint's tokenizer through paddleformers' ``AutoTokenizer`` (local files only; never
-    downloads).
+    """The checkpoint's tokenizer (local files only; never downloads): paddleformers'
+    ``AutoTokenizer`` when paddleformers is installed, else, for a SentencePiece ``tokenizer.model``
+    (what ERNIE-4.5 checkpoints ship), `fd_mtp.model.tokenizer.SentencePieceTokenizer`, which needs
+    only the ``sentencepiece`` package.
 
     Raises:
         FileNotFoundError: ``path`` is not a directory or has no tokenizer file
             (tokenizer_config.json, tokenizer.json, tokenizer.model, ...).
-        ImportError: paddleformers is not installed (it is optional: prompts can be token ids).
+        ImportError: neither paddleformers nor (for tokenizer.model) sentencepiece is installed
+            (prompts can still be token ids).
     """
     d = Path(path)
     if not d.is_dir():
@@ -579,7 +582,11 @@ def load_tokenizer(path):
     try:
         from paddleformers.transformers import AutoTokenizer
     except ImportError as e:
+        if (d / "tokenizer.model").is_file():
+            from .tokenizer import SentencePieceTokenizer
+
+            return SentencePieceTokenizer(d)
         raise ImportError(
-            "load_tokenizer needs paddleformers, which is not installed (`pip install paddleformers`); "
-            "without it, pass prompts as token-id lists") from e
+            f"{d} has no tokenizer.model, and its tokenizer files need paddleformers, which is not "
+            "installed (`pip install paddleformers`); without it, pass prompts as token-id lists") from e
     return AutoTokenizer.from_pretrained(str(d), local_files_only=True)

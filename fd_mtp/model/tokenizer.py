@@ -1,0 +1,122 @@
+"""A SentencePiece tokenizer for ERNIE-4.5 checkpoints, usable without paddleformers.
+
+ERNIE-4.5 checkpoints ship their tokenizer as a SentencePiece model (``tokenizer.model``) plus
+``tokenizer_config.json`` / ``special_tokens_map.json``. paddleformers' ``AutoTokenizer`` reads them
+(`fd_mtp.model.loader.load_tokenizer` prefers it when installed), but paddleformers 1.2 pulls in
+about 70 packages and pins numpy <= 1.26.4, so fd_mtp does not require it: this class reads the same
+``tokenizer.model`` with the ``sentencepiece`` package alone and offers what the engine uses
+(``encode``, ``decode``, special token ids).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+class SentencePieceTokenizer:
+    """``tokenizer.model`` of a checkpoint directory.
+
+    Args:
+        path: the checkpoint directory (or the ``.model`` file itself).
+        add_bos_token: prepend the BOS id in `encode` (default: ``add_bos_token`` of
+            tokenizer_config.json, else False, as ERNIE-4.5's tokenizer config sets it).
+
+    >>> tok = SentencePieceTokenizer(path)          # doctest: +SKIP
+    >>> tok.decode(tok.encode("hello world"))       # doctest: +SKIP
+    'hello world'
+    """
+
+    def __init__(self, path, *, add_bos_token: bool | None = None):
+        try:
+            import sentencepiece
+        except ImportError as exc:
+            raise ImportError("SentencePieceTokenizer needs the sentencepiece package (pip install sentencepiece)") from exc
+        p = Path(path)
+        model = p / "tokenizer.model" if p.is_dir() else p
+        if not model.is_file():
+            raise FileNotFoundError(f"{model}: no SentencePiece model")
+        self.path = model
+        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
+        settings = {}
+        for name in SPECIAL_FILES:
+            f = model.parent / name
+            if f.is_file():
+                try:
+                    settings.update(json.loads(f.read_text()))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{f}: not valid JSON ({exc})") from None
+        if add_bos_token is None:
+            add_bos_token = bool(settings.get("add_bos_token", False))
+        self.add_bos_token = add_bos_token
+        self.bos_token_id = self._special(settings.get("bos_token"), self._sp.bos_id())
+        self.eos_token_id = self._special(settings.get("eos_token"), self._sp.eos_id())
+        self.pad_token_id = self._special(settings.get("pad_token"), self._sp.pad_id())
+        self.unk_token_id = self._sp.unk_id()
+
+    def _special(self, token, default: int) -> int:
+        if isinstance(token, dict):  # {"content": "</s>", ...}
+            token = token.get("content")
+        if isinstance(token, str):
+            i = self._sp.piece_to_id(token)
+            if i != self._sp.unk_id() or token == self._sp.id_to_piece(self._sp.unk_id()):
+                return int(i)
+        return int(default)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._sp.get_piece_size())
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise ValueError(f"encode: text must be a str, got {type(text).__name__}")
+        ids = [int(i) for i in self._sp.encode(text)]
+        return [self.bos_token_id, *ids] if self.add_bos_token and self.bos_token_id >= 0 else ids
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``. Ids at or above `vocab_size` (a model vocabulary padded past the
+        tokenizer's) decode as the unknown piece; negative ids raise ValueError."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if i < 0]
+        if bad:
+            raise ValueError(f"decode: ids {bad[:5]} are negative")
+        ids = [i if i < self.vocab_size else self.unk_token_id for i in ids]
+        if skip_special_tokens:
+            special = {self.bos_token_id, self.eos_token_id, self.pad_token_id}
+            ids = [i for i in ids if i not in special and not self._sp.is_control(i)]
+        return self._sp.decode(ids)
+
+
+def train_sentencepiece(text: str, directory, *, vocab_size: int, model_type: str = "bpe",
+                        byte_fallback: bool | None = None) -> Path:
+    """Train a SentencePiece model on ``text`` (offline, a second or so for small texts) and write
+    ``tokenizer.model`` + ``tokenizer_config.json`` into ``directory``. ids: 0 unk, 1 bos, 2 eos, 3 pad
+    (ERNIE-4.5's special-token order). ``byte_fallback`` (default: when ``vocab_size >= 1024``)
+    spells unseen characters as bytes instead of unk; it needs 256 ids. Returns the directory."""
+    if byte_fallback is None:
+        byte_fallback = vocab_size >= 1024
+    import io
+
+    import sentencepiece
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("train_sentencepiece: text has no non-empty line")
+    buf = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=3, hard_vocab_limit=False, character_coverage=1.0,
+        num_threads=1, minloglevel=2, byte_fallback=byte_fallback,
+    )  # fmt: skip
+    (d / "tokenizer.model").write_bytes(buf.getvalue())
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "Ernie4_5_Tokenizer", "add_bos_token": False,
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
+    }, indent=2) + "\n")  # fmt: skip
+    return d

@@ -1,0 +1,70 @@
+"""The SentencePiece tokenizer path (no paddleformers needed) and text generation through it."""
+import sys
+
+import pytest
+
+from fd_mtp.model.loader import load_tokenizer
+from fd_mtp.model.tokenizer import SentencePieceTokenizer, train_sentencepiece
+from fd_mtp.testing import tokenizer_corpus, write_random_checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=3, with_tokenizer=True)
+
+
+@pytest.fixture
+def no_paddleformers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "paddleformers", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "paddleformers.transformers", None)
+
+
+def test_round_trip_and_special_ids(tmp_path):
+    d = train_sentencepiece(tokenizer_corpus(), tmp_path, vocab_size=300)
+    tok = SentencePieceTokenizer(d)
+    assert tok.vocab_size <= 300
+    assert (tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2, 3)
+    text = "JSON encoder and decoder."
+    ids = tok.encode(text)
+    assert ids and all(4 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+    assert tok.decode([tok.bos_token_id, *ids, tok.eos_token_id]) == text  # specials skipped
+    assert SentencePieceTokenizer(d, add_bos_token=True).encode(text) == [1, *ids]
+
+
+def test_decode_of_ids_past_the_vocabulary_and_negative_ids(tmp_path):
+    tok = SentencePieceTokenizer(train_sentencepiece(tokenizer_corpus(), tmp_path, vocab_size=300))
+    ids = tok.encode("encoder")
+    assert tok.decode([*ids, 10_000]) == tok.decode([*ids, tok.unk_token_id])  # a padded model vocab
+    with pytest.raises(ValueError, match="negative"):
+        tok.decode([5, -1])
+
+
+def test_load_tokenizer_without_paddleformers_reads_tokenizer_model(checkpoint, no_paddleformers):
+    tok = load_tokenizer(checkpoint)
+    assert isinstance(tok, SentencePieceTokenizer)
+    assert tok.decode(tok.encode("partial function")) == "partial function"
+
+
+def test_load_tokenizer_errors(tmp_path, no_paddleformers):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_tokenizer(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no tokenizer files"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ImportError, match="paddleformers"):
+        load_tokenizer(tmp_path)
+
+
+def test_llm_generates_text_from_a_text_prompt(checkpoint, no_paddleformers):
+    import fd_mtp
+
+    llm = fd_mtp.LLM(str(checkpoint), max_num_seqs=2, max_model_len=64)
+    params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    (out,) = llm.generate(["The textwrap module"], params, use_tqdm=False)
+    tok = SentencePieceTokenizer(checkpoint)
+    assert len(out.token_ids) == 6
+    assert out.text == tok.decode(out.token_ids)
+    # The same prompt as ids gives the same tokens.
+    (again,) = llm.generate([tok.encode("The textwrap module")], params, use_tqdm=False)
+    assert again.token_ids == out.token_ids
