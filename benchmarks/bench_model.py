@@ -5,14 +5,17 @@ Kernels (CSV column `kernel`, x = batch):
   prefill[<arch>,len=C]   a batch of C-token prompts from an empty cache (only when batch * C <= 4096)
 Providers:
   paged_forward   the whole main-model forward (embedding .. final norm), host sync included
-  attention       the part of it spent in PagedAttentionCPU.forward (cache write, block gather,
-                  masked softmax), summed over layers
+  attention       the part of it spent in PagedAttentionCPU.forward, summed over layers
+Backends (--backend): "kernel" (default: the fused C++ op fd_mtp.ops.paged_attention) or
+"paddle_ops" (PagedAttentionCPU(use_kernel=False): cache write, block gather, masked softmax in
+Paddle ops; its CSV is bench_model_paddle_ops.csv).
 <arch> is "dense" or "moe" on a tiny config (hidden 64, 2 layers, 4 query / 2 kv heads, vocab 300;
 MoE: 4 experts, top-2, 1 shared expert, layer 1). Block size 16, blocks of a request are not
 contiguous. --refcheck asserts that every request's decode row equals the dense no-cache oracle
 (`dense_forward`) within 1e-4 before timing.
 
-Usage: python benchmarks/bench_model.py [--quick] [--refcheck] [--batches 1,8,32] [--ctx 64,512] [--out DIR]
+Usage: python benchmarks/bench_model.py [--quick] [--refcheck] [--batches 1,8,32] [--ctx 64,512]
+       [--backend kernel|paddle_ops] [--out DIR]
 Writes DIR/bench_model.csv (bench_ops' columns) and DIR/bench_model.png.
 """
 from __future__ import annotations
@@ -36,6 +39,8 @@ import paddle  # noqa: E402
 import fd_mtp  # noqa: E402
 from bench_ops import CSV_COLUMNS, percentiles  # noqa: E402
 from model_util import PagedHarness, make_models  # noqa: E402
+
+from fd_mtp.model.attention import PagedAttentionCPU  # noqa: E402
 
 
 def _ints(text):
@@ -73,6 +78,7 @@ def main(argv=None):
     p.add_argument("--refcheck", action="store_true")
     p.add_argument("--batches", default="1,8,32")
     p.add_argument("--ctx", default="64,512")
+    p.add_argument("--backend", choices=("kernel", "paddle_ops"), default="kernel")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
     warmup, iters = (2, 10) if args.quick else (5, 40)
@@ -84,6 +90,7 @@ def main(argv=None):
     with paddle.no_grad():
         for arch in ("dense", "moe"):
             cfg, model, _ = make_models(moe=arch == "moe", seed=0, num_nextn_predict_layers=0)
+            model.attn_backend = PagedAttentionCPU(use_kernel=args.backend == "kernel")
             AttnTimer(model.attn_backend)
             for c in _ints(args.ctx):
                 for b in _ints(args.batches):
@@ -115,8 +122,9 @@ def main(argv=None):
                     print(f"{kernel:<26} batch {b:>3}: forward {r['paged_forward'] / 1e3:8.2f} ms, attention "
                           f"{r['attention'] / 1e3:7.2f} ms ({100 * r['attention'] / r['paged_forward']:.0f}%)",
                           flush=True)
-    cfg_txt = "hidden=64;layers=2;heads=4/2;vocab=300;block_size=16;float32;threads=1"
-    csv_path = out / "bench_model.csv"
+    cfg_txt = f"hidden=64;layers=2;heads=4/2;vocab=300;block_size=16;float32;threads=1;backend={args.backend}"
+    suffix = "" if args.backend == "kernel" else f"_{args.backend}"
+    csv_path = out / f"bench_model{suffix}.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
@@ -142,10 +150,10 @@ def main(argv=None):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch (decode requests)")
     ax.set_ylabel("ms per step (p50)")
-    ax.set_title("ERNIE-4.5 tiny, paged forward on CPU")
+    ax.set_title(f"ERNIE-4.5 tiny, paged forward on CPU ({args.backend})")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    png_path = out / "bench_model.png"
+    png_path = out / f"bench_model{suffix}.png"
     fig.savefig(png_path, dpi=120)
     print(f"wrote {csv_path} and {png_path}")
 

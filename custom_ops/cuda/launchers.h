@@ -27,6 +27,7 @@
 #include "../kernels/top_p_candidates.h"
 #include "../kernels/speculate_verify.h"
 #include "../kernels/ngram.h"
+#include "../kernels/paged_attention.h"
 
 namespace fd_mtp {
 
@@ -137,5 +138,10 @@ cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t 
 // workspace (the winning search position of each request, or -1).
 cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
                        cudaStream_t stream);
+
+// paged_attention (fd_mtp.model): check pass, then the cache write (one thread
+// per (token, kv head)), then the attention (one thread per (token, q head)).
+cudaError_t paged_attention_cuda(const PagedAttentionParams& p, KernelStatus* status,
+                                 cudaStream_t stream);
 
 }  // namespace fd_mtp

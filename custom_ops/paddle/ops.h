@@ -165,6 +165,18 @@ void HybridMtpNgram(const paddle::Tensor& input_ids,
     int max_draft_tokens,
     int threshold);
 
+// paged_attention.cc
+std::vector<paddle::Tensor> PagedAttention(const paddle::Tensor& q,
+    const paddle::Tensor& k,
+    const paddle::Tensor& v,
+    paddle::Tensor& key_cache,
+    paddle::Tensor& value_cache,
+    const paddle::Tensor& block_tables,
+    const paddle::Tensor& cu_seqlens_q,
+    const paddle::Tensor& batch_id_per_token,
+    const paddle::Tensor& seq_lens_decoder,
+    float scale);
+
 // rebuild_padding.cc
 std::vector<paddle::Tensor> RebuildPadding(const paddle::Tensor& tmp_out,
     const paddle::Tensor& cu_seqlens_q,

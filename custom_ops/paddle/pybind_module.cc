@@ -45,6 +45,7 @@ PYBIND11_MODULE(fd_mtp_ops_pybind, m) {
   m.def("mtp_step_paddle", &MtpStepPaddle);
   m.def("ngram_match", &NgramMatch);
   m.def("hybrid_mtp_ngram", &HybridMtpNgram);
+  m.def("paged_attention", &PagedAttention);
   m.def("rebuild_padding", &RebuildPadding);
   m.def("recover_decode_task", &RecoverDecodeTask);
   m.def("speculate_clear_accept_nums", &SpeculateClearAcceptNums);

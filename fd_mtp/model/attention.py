@@ -9,10 +9,13 @@ and decodes (spec §1.3): token ``i`` of request ``b`` has position ``seq_lens_d
 key/value are written to that position's slot, then it attends causally over positions
 ``0 .. seq_lens_decoder[b] + i`` of its own request (cached plus new tokens).
 
-``PagedAttentionCPU`` is the correct-first implementation in Paddle ops (it runs on any place
-Paddle runs on). The per-step index bookkeeping (slots to write, slots to gather, masks) is built
-once per ``ForwardMeta`` on the host with numpy and reused by every layer (and by the MTP block's
-layer when the same meta is passed).
+``PagedAttentionCPU`` runs float32 CPU tensors through the fused C++ kernel
+``fd_mtp.ops.paged_attention`` (cache write + online-softmax attention, no gathered context) and
+everything else (other dtypes or places, or ``use_kernel=False``) through the correct-first
+implementation in Paddle ops, which stays as the fallback and the test oracle. The per-step
+validation and index bookkeeping (slots to write, slots to gather, masks; only the kernel's int32
+metadata on the kernel path) is built once per ``ForwardMeta`` on the host with numpy and reused by
+every layer (and by the MTP block's layer when the same meta is passed).
 """
 from __future__ import annotations
 
@@ -79,16 +82,20 @@ class AttentionBackend:
 @dataclass
 class _PagedMetadata:
     num_tokens: int
+    # the kernel's metadata: block_tables [B, NB], cu_seqlens_q [B+1], batch_id_per_token [T],
+    # seq_lens_decoder [B], int32 CPU tensors
+    kernel_args: tuple
+    # Paddle-ops path only (None when built for the kernel path):
     # write: one (block, offset) per packed token
-    write_block: paddle.Tensor      # [T] int64
-    write_offset: paddle.Tensor     # [T] int64
+    write_block: paddle.Tensor = None      # [T] int64
+    write_offset: paddle.Tensor = None     # [T] int64
     # read: active requests only (seq_lens_this_time > 0); nbm = most context blocks of any of them
-    gather_blocks: paddle.Tensor    # [Ba * nbm] int64 block ids (padding -> block 0, masked out)
-    q_rows: paddle.Tensor           # [T] int64: row of token t in the padded [Ba * Qmax] query layout
-    bias: paddle.Tensor             # [Ba, nbm, 1, Qmax, 1, block_size] float32: 0 visible, -inf masked
-    num_active: int
-    max_q: int
-    max_blocks: int
+    gather_blocks: paddle.Tensor = None    # [Ba * nbm] int64 block ids (padding -> block 0, masked out)
+    q_rows: paddle.Tensor = None           # [T] int64: row of token t in the padded [Ba * Qmax] query layout
+    bias: paddle.Tensor = None             # [Ba, nbm, 1, Qmax, 1, block_size] float32: 0 visible, -inf masked
+    num_active: int = 0
+    max_q: int = 0
+    max_blocks: int = 0
 
 
 def _flat_host(x, name):
@@ -98,12 +105,17 @@ def _flat_host(x, name):
 
 
 class PagedAttentionCPU(AttentionBackend):
-    """Paged attention in plain Paddle ops (gather the context, masked softmax, scatter the outputs).
+    """Paged attention: the fused kernel ``fd_mtp.ops.paged_attention`` for float32 CPU tensors
+    (``use_kernel=True``, the default), else plain Paddle ops (gather the context, masked softmax,
+    scatter the outputs; any dtype and place; ``use_kernel=False`` forces it, e.g. as an oracle).
 
     Bad metadata raises ValueError naming the field: a position needed this step whose block-table
     entry is -1, outside ``[0, num_blocks)``, or beyond the table's width names ``block_tables``;
     inconsistent lengths name ``cu_seqlens_q`` / ``batch_id_per_token`` / ``seq_lens_this_time``.
     """
+
+    def __init__(self, use_kernel: bool = True):
+        self.use_kernel = bool(use_kernel)
 
     def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:
         """Validate ``meta`` and build the step's index tensors (before any cache is written).
@@ -118,7 +130,11 @@ class PagedAttentionCPU(AttentionBackend):
             meta.attn_metadata = md
         return md
 
-    def _build(self, meta: ForwardMeta, layer_ids=None) -> _PagedMetadata:
+    def _build(self, meta: ForwardMeta, layer_ids=None, ops_path=None) -> _PagedMetadata:
+        """Validate and build the metadata; the Paddle-ops index tensors only when ``ops_path``
+        (default: when the kernel is not used)."""
+        if ops_path is None:
+            ops_path = not self.use_kernel
         q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
         dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
         cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
@@ -170,6 +186,12 @@ class PagedAttentionCPU(AttentionBackend):
             raise ValueError(
                 f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
                 f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})")
+        def i32(a):
+            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
+
+        kernel_args = (i32(bt[:bsz]), i32(cu), i32(expect_bid), i32(dec))
+        if not ops_path:
+            return _PagedMetadata(num_tokens=t, kernel_args=kernel_args)
         gather_block = np.where(need, blocks, 0)                       # [Ba, L]
 
         row_of_req = np.full(bsz, -1)
@@ -193,7 +215,7 @@ class PagedAttentionCPU(AttentionBackend):
         def i64(a):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
 
-        return _PagedMetadata(num_tokens=t, write_block=i64(write_block), write_offset=i64(write_offset),
+        return _PagedMetadata(num_tokens=t, kernel_args=kernel_args, write_block=i64(write_block), write_offset=i64(write_offset),
                               gather_blocks=i64(gather_blocks), q_rows=i64(q_rows), bias=paddle.to_tensor(bias),
                               num_active=ba, max_q=max_q, max_blocks=nbm)
 
@@ -207,6 +229,15 @@ class PagedAttentionCPU(AttentionBackend):
         if t == 0:
             return paddle.zeros([0, hq * d], dtype=q.dtype)
         key_cache, value_cache = meta.caches[layer_id]
+        if (self.use_kernel and q.dtype == paddle.float32 and key_cache.dtype == paddle.float32
+                and value_cache.dtype == paddle.float32 and q.place.is_cpu_place()
+                and key_cache.place.is_cpu_place()):
+            from fd_mtp.ops import paged_attention
+            return paged_attention(q, k.astype("float32"), v.astype("float32"), key_cache, value_cache,
+                                   *md.kernel_args)
+        if md.bias is None:  # built for the kernel path: add the Paddle-ops index tensors
+            md = self._build(meta, [layer_id], ops_path=True)
+            meta.attn_metadata = md
         bs = key_cache.shape[2]
         # 1. append this step's k/v into their slots (in place)
         key_cache[md.write_block, :, md.write_offset, :] = k.astype(key_cache.dtype)

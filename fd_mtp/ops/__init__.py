@@ -5,6 +5,7 @@ arguments its docstring marks "written" in place. Bad input raises ValueError
 naming the argument. The compiled library is loaded on the first call.
 """
 from ._loader import load
+from .attention import paged_attention
 from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
@@ -94,4 +95,5 @@ __all__ = [
     "speculate_verify",
     "ngram_match",
     "hybrid_mtp_ngram",
+    "paged_attention",
 ]

@@ -1,5 +1,6 @@
 """Numpy references of the fd_mtp ops, written from the spec (spec/ops.md); numpy only, no paddle."""
 
+from .attention import paged_attention
 from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
     draft_model_postprocess,
@@ -54,4 +55,5 @@ __all__ = [
     "speculate_verify",
     "ngram_match",
     "hybrid_mtp_ngram",
+    "paged_attention",
 ]

@@ -1,0 +1,58 @@
+"""Paged KV-cache attention of one packed batch: the float32 kernel behind
+``fd_mtp.model.attention.PagedAttentionCPU``."""
+from __future__ import annotations
+
+from ._loader import call
+
+
+def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q, batch_id_per_token,
+                    seq_lens_decoder, *, scale=None):
+    """Append this step's k/v to the paged cache, then causal attention of every packed token.
+
+    Token ``t`` belongs to request ``b = batch_id_per_token[t]``, is its local token
+    ``i = t - cu_seqlens_q[b]`` and has position ``pos = seq_lens_decoder[b] + i``. Position ``p``
+    of request b lives in block ``block_tables[b, p // block_size]`` at offset ``p % block_size``.
+    First every token's k/v rows are written to its slot; then every (token, q head h) attends
+    over positions ``0 .. pos`` of its request read from the cache (so a prefill chunk sees its
+    own earlier tokens), kv head ``h // (Hq // Hkv)``, scores ``q . k * scale``, softmax in float32
+    (online, numerically stable).
+
+    Args:
+        q: ``[T, Hq, D]`` float32, read.
+        k, v: ``[T, Hkv, D]`` float32, read (RoPE already applied to q and k); Hkv divides Hq.
+        key_cache, value_cache: ``[num_blocks, Hkv, block_size, D]`` float32, **written** (the
+            slot of every token).
+        block_tables: ``[>=bsz, NB]`` int32, read (-1 = no block; only the columns a token needs
+            are read).
+        cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
+        batch_id_per_token: ``[>=T]`` int32, read.
+        seq_lens_decoder: ``[>=bsz]`` (or ``[bsz, 1]``) int32, read: tokens already cached.
+        scale (float, keyword): score scale; default ``1 / sqrt(D)``.
+
+    Returns:
+        ``[T, Hq * D]`` float32: head h of token t in columns ``h*D .. h*D + D``.
+
+    Not a FastDeploy op (upstream uses its append_attention CUDA kernels); float32 only. Bad
+    metadata raises ValueError naming the argument before anything is written: a request id outside
+    ``[0, bsz)`` or a token outside its request's ``cu_seqlens_q`` range (``batch_id_per_token``),
+    a negative ``seq_lens_decoder``, a needed position beyond the table width or a needed block id
+    outside ``[0, num_blocks)`` (``block_tables``). Two requests sharing a slot are not detected.
+
+    Example:
+        >>> import paddle, fd_mtp.ops as ops
+        >>> q = paddle.ones([2, 1, 2]); k = paddle.ones([2, 1, 2])
+        >>> v = paddle.to_tensor([[[1.0, 2.0]], [[3.0, 4.0]]])
+        >>> kc, vc = paddle.zeros([2, 1, 2, 2]), paddle.zeros([2, 1, 2, 2])
+        >>> i32 = lambda x: paddle.to_tensor(x, dtype="int32")
+        >>> out = ops.paged_attention(q, k, v, kc, vc, i32([[1, -1]]), i32([0, 2]), i32([0, 0]), i32([0]))
+        >>> out.tolist(), vc[1, 0].tolist()
+        ([[1.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]])
+    """
+    q, k, v = (x.contiguous() if hasattr(x, "is_contiguous") and not x.is_contiguous() else x for x in (q, k, v))
+    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if hasattr(cache, "is_contiguous") and not cache.is_contiguous():
+            raise ValueError(f"paged_attention: {name} must be contiguous (it is written in place)")
+    d = int(q.shape[-1])
+    s = float(scale) if scale is not None else 1.0 / d ** 0.5
+    return call("paged_attention", q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
+                batch_id_per_token, seq_lens_decoder, s)[0]
