@@ -126,36 +126,49 @@ FD_HOST_DEVICE inline float paged_dot(const float* a, const float* b, int64_t n)
   return (s0 + s1) + (s2 + s3);
 }
 
+// Positions scored at a time in pass 2: one max / rescale per chunk instead of
+// per position (a fixed size, so it is a register array on the GPU too).
+constexpr int kPagedChunk = 16;
+
 // Pass 2 for token t, q head h: online-softmax attention over positions
 // 0 .. pos of its request, accumulated directly in the output row
-// out[t, h*D .. h*D + D) (float32).
+// out[t, h*D .. h*D + D) (float32). Positions are taken in chunks of at most
+// kPagedChunk within a block: scores of the chunk, then one rescale of the
+// running sum and accumulator when the chunk raises the running max.
 FD_HOST_DEVICE inline void paged_attention_token_head(const PagedAttentionParams& p, int64_t t,
                                                       int64_t h) {
   const PagedToken tk = paged_attention_token(p, t);
   const int64_t dim = p.head_dim;
   const int64_t g = h / (p.q_heads / p.kv_heads);
   const float* qrow = p.q + (t * p.q_heads + h) * dim;
-  float* o = p.out + (t * p.q_heads + h) * dim;
+  float* __restrict__ o = p.out + (t * p.q_heads + h) * dim;
   for (int64_t d = 0; d < dim; ++d) o[d] = 0.f;
   const int32_t* row = p.block_tables + tk.request * p.table_width;
   const int64_t ctx = tk.pos + 1;
   float m = -INFINITY, l = 0.f;
+  float s[kPagedChunk];
   for (int64_t c = 0; c * p.block_size < ctx; ++c) {
     const int64_t base = (static_cast<int64_t>(row[c]) * p.kv_heads + g) * p.block_size;
     const int64_t n = ctx - c * p.block_size < p.block_size ? ctx - c * p.block_size : p.block_size;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* krow = p.key_cache + (base + j) * dim;
-      const float* vrow = p.value_cache + (base + j) * dim;
-      const float s = paged_dot(qrow, krow, dim) * p.scale;
-      if (s > m) {  // new running max: rescale what was accumulated (exp(-inf) = 0 at the start)
-        const float corr = expf(m - s);
+    for (int64_t j0 = 0; j0 < n; j0 += kPagedChunk) {
+      const int64_t cn = n - j0 < kPagedChunk ? n - j0 : kPagedChunk;
+      float cmax = -INFINITY;
+      for (int64_t j = 0; j < cn; ++j) {
+        s[j] = paged_dot(qrow, p.key_cache + (base + j0 + j) * dim, dim) * p.scale;
+        cmax = s[j] > cmax ? s[j] : cmax;
+      }
+      if (cmax > m) {  // new running max: rescale what was accumulated (exp(-inf) = 0 at the start)
+        const float corr = expf(m - cmax);
         l *= corr;
         for (int64_t d = 0; d < dim; ++d) o[d] *= corr;
-        m = s;
+        m = cmax;
       }
-      const float w = expf(s - m);
-      l += w;
-      for (int64_t d = 0; d < dim; ++d) o[d] += w * vrow[d];
+      for (int64_t j = 0; j < cn; ++j) {
+        const float w = expf(s[j] - m);
+        const float* __restrict__ vrow = p.value_cache + (base + j0 + j) * dim;
+        l += w;
+        for (int64_t d = 0; d < dim; ++d) o[d] += w * vrow[d];
+      }
     }
   }
   const float inv = 1.f / l;  // l >= 1: the max position contributes exp(0)
