@@ -1,5 +1,4 @@
 """Numpy reference of ``fd_mtp.ops.paged_attention`` (a plain loop; numpy only)."""
-from __future__ import annotations
 
 import numpy as np
 
