@@ -1,6 +1,6 @@
 // Framework-free POSIX shared-memory helpers of the KV-cache sharing ops
 // (spec §7: set_data_ipc / share_external_data / unset_data_ipc), used by the
-// Paddle binding (custom_ops/paddle/ipc.cc) and the raw CUDA module
+// Paddle binding (ipc.cc) and the raw CUDA module
 // (custom_ops/cuda_module/ipc.cc). Host code only; no paddle, no CUDA.
 //
 // A publication is one POSIX shared-memory segment `shm_name` holding a

@@ -3,7 +3,7 @@
 //
 // This header only builds the payload (pure functions over raw pointers that
 // fill an int32 buffer); the SysV calls live in the binding
-// (custom_ops/paddle/msgqueue.cc). The layout is FastDeploy's wire format:
+// (the Paddle binding, msgqueue.cc). The layout is FastDeploy's wire format:
 //
 //   mtext[0]                          +msg_id if not_need_stop else -msg_id
 //   mtext[1]                          bs (number of requests in the batch)

@@ -5,7 +5,7 @@
 // The payload is built by custom_ops/kernels/msgqueue.h; this file holds the
 // checks and the SysV calls. Differences from upstream:
 // * the queue id, message id and ftok path arrive as attributes (the Python
-//   wrapper resolves INFERENCE_MSG_QUEUE_ID / INFERENCE_MSG_ID); no getenv,
+//   wrapper resolves INFERENCE_MSG_QUEUE_ID / INFERENCE_MSG_ID); no environment reads,
 //   no function statics (key and queue handle are looked up on every call, so
 //   a process can talk to several queues);
 // * a failing ftok / msgget / msgsnd / msgrcv raises (message carries
