@@ -9,12 +9,13 @@ imported on first access.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "LLM", "SamplingParams", "RequestOutput"]
+__all__ = ["__version__", "LLM", "SamplingParams", "RequestOutput", "SpeculativeConfig"]
 
 _LAZY = {
     "LLM": ("fd_mtp.llm", "LLM"),
     "SamplingParams": ("fd_mtp.engine.sampling_params", "SamplingParams"),
     "RequestOutput": ("fd_mtp.engine.request", "RequestOutput"),
+    "SpeculativeConfig": ("fd_mtp.config", "SpeculativeConfig"),
 }
 
 

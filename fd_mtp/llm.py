@@ -3,6 +3,13 @@
 >>> llm = fd_mtp.LLM("path/to/checkpoint", max_num_seqs=8)                     # doctest: +SKIP
 >>> out = llm.generate(["Hello", [1, 2, 3]], fd_mtp.SamplingParams(temperature=0, max_tokens=8))  # doctest: +SKIP
 >>> out[1].token_ids, out[1].metrics.tokens_per_s                             # doctest: +SKIP
+
+Speculative decoding with the checkpoint's MTP head (FastDeploy's dict form is accepted):
+
+>>> llm = fd_mtp.LLM("path/to/checkpoint", speculative_config={"method": "mtp", "num_speculative_tokens": 2,
+...                                                             "num_model_steps": 2})  # doctest: +SKIP
+>>> out = llm.generate("def f(", fd_mtp.SamplingParams(temperature=0, max_tokens=64))  # doctest: +SKIP
+>>> out[0].metrics.spec.mean_accepted_length, llm.speculative_metrics.summary()        # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -57,7 +64,7 @@ class _Progress:
 
 
 class LLM:
-    """A model, its paged KV cache and a continuous-batching engine (plain decoding).
+    """A model, its paged KV cache and a continuous-batching engine (plain or speculative decoding).
 
     Args:
         model: a checkpoint directory (``config.json`` + ``model.safetensors``, loaded with
@@ -71,23 +78,28 @@ class LLM:
         num_gpu_blocks: KV blocks per layer; default enough for every slot at ``max_model_len``.
             Fewer blocks make the engine preempt (and later re-prefill) the newest requests.
         max_num_batched_tokens: tokens per step; longer prompts are prefilled in chunks.
-        speculative_config: must be None (speculative decoding arrives with the MTP proposer).
+        speculative_config: None (plain decoding), a `fd_mtp.SpeculativeConfig` or a dict of its
+            fields (FastDeploy style), e.g. ``{"method": "mtp", "num_speculative_tokens": 3,
+            "num_model_steps": 3}``. Method "mtp" drafts with the checkpoint's MTP block (it must
+            have one: ``num_nextn_predict_layers = 1``), "ngram" by prompt lookup. Per-request
+            draft statistics land in ``output.metrics.spec``, totals in `speculative_metrics`.
+        mtp_model: the ``Ernie4_5MTP`` to draft with when ``model`` is a model instance (a
+            checkpoint directory brings its own).
         dtype: model dtype when loading a checkpoint (default: the checkpoint's config).
         seed: engine seed for requests without ``SamplingParams.seed``.
     """
 
     def __init__(self, model, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
                  max_model_len: int | None = None, block_size: int = 64, num_gpu_blocks: int | None = None,
-                 max_num_batched_tokens: int = 2048, speculative_config=None, dtype: str | None = None,
-                 seed: int = 0):
+                 max_num_batched_tokens: int = 2048, speculative_config=None, mtp_model=None,
+                 dtype: str | None = None, seed: int = 0):
         import paddle
 
+        from .config import SpeculativeConfig
         from .engine.engine import LLMEngine
         from .engine.runner import ModelRunner
 
-        if speculative_config is not None:
-            raise NotImplementedError("speculative_config: only plain decoding is implemented so far "
-                                      "(the MTP proposer is the next step); pass None")
+        spec = SpeculativeConfig.from_value(speculative_config)
         for name, value in (("max_num_seqs", max_num_seqs), ("block_size", block_size),
                             ("max_num_batched_tokens", max_num_batched_tokens)):
             if not isinstance(value, int) or value < 1:
@@ -98,7 +110,8 @@ class LLM:
             from .model.loader import load_checkpoint
 
             path = Path(model)
-            model, _mtp, _config = load_checkpoint(path, dtype=dtype)
+            model, loaded_mtp, _config = load_checkpoint(path, dtype=dtype)
+            mtp_model = loaded_mtp if mtp_model is None else mtp_model
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
         model.eval()
@@ -112,15 +125,42 @@ class LLM:
         if max_model_len > config.max_position_embeddings:
             raise ValueError(f"LLM: max_model_len {max_model_len} exceeds the model's max_position_embeddings "
                              f"{config.max_position_embeddings}")
+        extra = 0
+        if spec is not None:
+            if spec.method == "mtp" and mtp_model is None:
+                raise ValueError("LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
+                                 "none (num_nextn_predict_layers = 0); use method 'ngram' or pass mtp_model")
+            extra = spec.num_speculative_tokens + (spec.num_model_steps - 1 if spec.method == "mtp" else 0)
         if num_gpu_blocks is None:
-            num_gpu_blocks = max_num_seqs * blocks_for(max_model_len, block_size)
+            num_gpu_blocks = max_num_seqs * blocks_for(max_model_len + extra, block_size)
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
             raise ValueError(f"LLM: num_gpu_blocks must be an int >= 1, got {num_gpu_blocks!r}")
         self.max_model_len = max_model_len
-        self.runner = ModelRunner(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                  block_size=block_size, num_blocks=num_gpu_blocks)
+        self.speculative_config = spec
+        if spec is None:
+            self.runner = ModelRunner(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                      block_size=block_size, num_blocks=num_gpu_blocks)
+        else:
+            from .engine.spec_runner import SpeculativeModelRunner
+
+            if mtp_model is not None:
+                mtp_model.eval()
+            self.runner = SpeculativeModelRunner(model, spec, mtp_model=mtp_model, max_num_seqs=max_num_seqs,
+                                                 max_model_len=max_model_len, block_size=block_size,
+                                                 num_blocks=num_gpu_blocks, seed=seed)
         self.engine = LLMEngine(self.runner, tokenizer=tokenizer, max_num_batched_tokens=max_num_batched_tokens,
                                 seed=seed)
+
+    @property
+    def speculative_metrics(self):
+        """`SpeculativeMetrics` summed over every request this LLM has run (None: plain decoding)."""
+        return self.engine.spec_metrics
+
+    @property
+    def proposer_stats(self):
+        """The proposer's `ProposerStats` (time in `run` and in MTP forwards); None: plain decoding."""
+        proposer = getattr(self.runner, "proposer", None)
+        return None if proposer is None else proposer.stats
 
     @staticmethod
     def _normalize(prompts, sampling_params):

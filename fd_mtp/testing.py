@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TINY_CONFIG", "TINY_MOE", "tiny_config", "random_weights", "write_random_checkpoint"]
+__all__ = ["TINY_CONFIG", "TINY_MOE", "tiny_config", "random_weights", "write_random_checkpoint",
+           "exact_draft_weights", "write_exact_draft_checkpoint"]
 
 #: The default tiny dense config (with an MTP block): hidden 64, 2 layers, vocab 300.
 TINY_CONFIG = dict(
@@ -101,3 +102,40 @@ def tokenizer_corpus() -> str:
     import textwrap
 
     return "\n".join(m.__doc__ or "" for m in (json, textwrap, collections, functools))
+
+
+def exact_draft_weights(config, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Weights of a dense model whose MTP head always drafts what the target will emit (greedy).
+
+    Every decoder layer's ``o_proj`` and ``down_proj`` are zero, so attention and MLP add nothing:
+    the main model's hidden state at a token is ``norm(embed(token))`` and its greedy next token
+    is a fixed function ``f(token)`` of the last token (a bigram model; attention and the KV cache
+    still run, their output is just not used). The MTP block's ``eh_proj`` keeps only the
+    embedding half of ``[enorm(embed(next)), hnorm(hidden)]`` (``[I; 0]``) and its layer adds
+    nothing either, so it predicts ``f(next)``: exactly the target's token after ``next``. Greedy
+    speculative decoding with this head accepts every draft at every position (acceptance 100%),
+    which runs every multi-token accept path of the ops. Dense configs only.
+    """
+    if config.moe_num_experts:
+        raise ValueError("exact_draft_weights: dense configs only (moe_num_experts = 0)")
+    w = random_weights(config, seed=seed, mtp=True)
+    for name in w:
+        if name.endswith("self_attn.o_proj.weight") or name.endswith("mlp.down_proj.weight") \
+                or name.endswith("o_proj.bias") or name.endswith("down_proj.bias"):
+            w[name] = np.zeros_like(w[name])
+        if name.endswith("mtp_emb_norm.0.weight"):
+            w[name] = np.ones_like(w[name])
+    h = config.hidden_size
+    proj = np.zeros([2 * h, h], np.float32)
+    proj[:h] = np.eye(h, dtype=np.float32)
+    w["ernie.mtp_linear_proj.0.weight"] = proj
+    return w
+
+
+def write_exact_draft_checkpoint(path, *, seed: int = 0, **config_overrides) -> Path:
+    """Write a checkpoint with :func:`exact_draft_weights` (tiny dense config + ``overrides``; the
+    lm_head is not tied to the embedding by default, so that ``f`` is not the identity)."""
+    from .model.loader import save_checkpoint
+
+    config = tiny_config(**{"tie_word_embeddings": False, **config_overrides})
+    return save_checkpoint(Path(path), config, exact_draft_weights(config, seed=seed))

@@ -1,4 +1,4 @@
-"""The plain-decoding engine: model runner (``share_inputs``, ``insert_tasks_v1``), KV block manager,
+"""The engine: model runners (plain and speculative (``share_inputs``, ``insert_tasks_v1``), KV block manager,
 sampler, scheduler with chunked prefill and preemption, requests and outputs.
 
 Submodules are imported on demand; ``fd_mtp.engine.sampling_params`` and ``request`` need no paddle.
@@ -10,11 +10,13 @@ _LAZY = {
     "RequestOutput": "request",
     "RequestMetrics": "request",
     "StreamDelta": "request",
+    "SpeculativeMetrics": "request",
     "BlockManager": "block_manager",
     "Sampler": "sampler",
     "ModelRunner": "runner",
     "Task": "runner",
     "TaskKind": "runner",
+    "SpeculativeModelRunner": "spec_runner",
     "LLMEngine": "engine",
 }
 

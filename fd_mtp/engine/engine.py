@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from .block_manager import BlockManager, blocks_for
-from .request import Request, RequestOutput, RequestStatus, StreamDelta
+from .request import Request, RequestOutput, RequestStatus, SpeculativeMetrics, StreamDelta
 from .runner import ModelRunner, Task, TaskKind
 from .sampler import _splitmix64
 from .sampling_params import SEED_MODULUS, SamplingParams
@@ -55,6 +55,10 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self.num_steps = 0
         self.num_preemptions = 0
+        # speculative decoding: every decoding request runs every step and may write drafts'
+        # K/V past its tokens (runner.lookahead positions)
+        self.speculative = runner.num_speculative_tokens > 0
+        self.spec_metrics = SpeculativeMetrics(runner.num_speculative_tokens) if self.speculative else None
 
     # -- requests -----------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -93,7 +97,12 @@ class LLMEngine:
         if len(ids) >= L:
             raise ValueError(f"the prompt has {len(ids)} tokens; max_model_len is {L} (prompt + at least one "
                              "generated token must fit)")
-        need = blocks_for(min(len(ids) + params.max_tokens, L), self.runner.block_size)
+        spec = getattr(self.runner, "spec_config", None)
+        if spec is not None and spec.verification == "greedy" and not params.greedy:
+            raise ValueError("speculative_config.verification='greedy' emits the argmax: it needs greedy sampling "
+                             "(temperature 0); use verification='target_match' or 'rejection' to sample")
+        need = blocks_for(min(len(ids) + params.max_tokens, L) + self.runner.max_extra_positions,
+                          self.runner.block_size)
         if need > self.block_manager.num_blocks:
             raise ValueError(f"the request needs up to {need} KV blocks; the cache has "
                              f"{self.block_manager.num_blocks} (lower max_tokens or raise num_gpu_blocks)")
@@ -120,6 +129,8 @@ class LLMEngine:
             seed = int(mixed % np.uint64(SEED_MODULUS))
         req = Request(rid, ids, params, seed, arrival, prompt=prompt if isinstance(prompt, str) else None)
         req.metrics.arrival_time = time.perf_counter()
+        if self.speculative:
+            req.metrics.spec = SpeculativeMetrics(self.runner.num_speculative_tokens)
         req.metrics.num_prompt_tokens = len(ids)
         self.requests[rid] = req
         self.waiting.append(req)
@@ -175,15 +186,19 @@ class LLMEngine:
         decode_slots: list[int] = []
         plan: dict[int, tuple[Request, int]] = {}  # slot -> (request, end of the fed tokens)
         preempted = False
+        extra = self.runner.lookahead
         for req in sorted(self.running, key=lambda r: r.arrival_index):
-            if budget == 0:
-                break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             decoding = req.prefilled
-            n = 1 if decoding else min(req.num_tokens - req.num_computed, budget)
+            if budget <= 0 and not (decoding and self.speculative):
+                if self.speculative:
+                    continue  # a later decoding request still runs (every one does, every step)
+                break
+            # a speculative decode feeds up to 1 + K tokens and always runs (its drafts are pending)
+            n = self.runner.decode_tokens if decoding else min(req.num_tokens - req.num_computed, budget)
             old_len = len(req.block_ids)
-            while not self.block_manager.grow(req.block_ids, req.num_computed + n):
+            while not self.block_manager.grow(req.block_ids, req.num_computed + n + extra):
                 victims = [r for r in self.running if r.slot not in plan]
                 victim = max(victims, key=lambda r: r.arrival_index)
                 self._preempt(victim)
@@ -193,7 +208,7 @@ class LLMEngine:
             if req.status is not RequestStatus.RUNNING:
                 continue
             budget -= n
-            plan[req.slot] = (req, req.num_computed + n)
+            plan[req.slot] = (req, req.num_computed + (1 if decoding else n))
             if decoding:
                 decode_slots.append(req.slot)
                 if len(req.block_ids) != old_len:
@@ -203,7 +218,7 @@ class LLMEngine:
         while self.waiting and self.free_slots and budget > 0 and not preempted:
             req = self.waiting[0]
             n = min(req.num_tokens, budget)
-            if not self.block_manager.grow(req.block_ids, n):
+            if not self.block_manager.grow(req.block_ids, n + extra):
                 break
             self.waiting.pop(0)
             req.slot = self.free_slots.pop()
@@ -237,20 +252,35 @@ class LLMEngine:
         self.num_steps += 1
         now = time.perf_counter()
         deltas = []
+        drafted = getattr(self.runner, "last_drafted", {})
         for slot, (req, end) in sorted(plan.items(), key=lambda kv: kv[1][0].arrival_index):
-            req.num_computed = end
-            if end < req.num_tokens:
-                continue  # a non-final prefill chunk: its sampled token is not used
-            req.prefilled = True
-            token = sampled[slot]
-            req.output_token_ids.append(token)
-            req.metrics.num_generated_tokens += 1
+            tokens = sampled[slot]
+            tokens = tokens if isinstance(tokens, list) else [tokens]
+            if req.prefilled:
+                # a decode: the fed token and the accepted drafts are now in the cache
+                req.num_computed += len(tokens)
+                if self.speculative:
+                    step = SpeculativeMetrics.of_step(self.runner.num_speculative_tokens, drafted.get(slot, 0),
+                                                      len(tokens))
+                    req.metrics.spec.add(step)
+                    self.spec_metrics.add(step)
+            else:
+                req.num_computed = end
+                if end < req.num_tokens:
+                    continue  # a non-final prefill chunk: its sampled token is not used
+                req.prefilled = True
+                tokens = tokens[:1]
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
-            reason = self._check_stop(req, token)
-            if reason is not None:
-                self._release(req)
-                self._finish(req, reason, now)
+            for token in tokens:
+                req.output_token_ids.append(token)
+                req.metrics.num_generated_tokens += 1
+                reason = self._check_stop(req, token)
+                if reason is not None:
+                    # tokens a speculative step emitted past the stop are dropped
+                    self._release(req)
+                    self._finish(req, reason, now)
+                    break
             deltas.append(self._delta(req))
         return deltas
 

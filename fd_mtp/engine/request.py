@@ -15,12 +15,100 @@ class RequestStatus(enum.Enum):
 
 
 @dataclass
+class SpeculativeMetrics:
+    """Draft statistics of speculative decoding, per request or summed over requests.
+
+    Counted over *decode* steps (target steps that verified drafts; a prefill step emits one token
+    and drafts nothing). ``drafted_per_position[i]`` / ``accepted_per_position[i]``: how often a
+    draft was proposed / accepted at draft position i (0 = the first draft). A step that accepts
+    ``a`` drafts out of ``d`` emits ``a + 1`` tokens (the accepted drafts and the bonus or
+    correction token); every emitted token counts, including ones the engine then drops after a
+    stop.
+
+    Derived: ``acceptance_rate`` = accepted / drafted; ``acceptance_per_position[i]`` = accepted /
+    drafted at position i; ``mean_accepted_length`` = emitted tokens per decode step (1.0 = no draft
+    ever accepted; ``1 + K`` = every draft accepted).
+
+    >>> m = SpeculativeMetrics(2)
+    >>> m.add(SpeculativeMetrics.of_step(2, drafted=2, emitted=3))
+    >>> m.add(SpeculativeMetrics.of_step(2, drafted=2, emitted=1))
+    >>> m.mean_accepted_length, m.acceptance_per_position
+    (2.0, [0.5, 0.5])
+    """
+
+    num_speculative_tokens: int
+    num_steps: int = 0
+    num_drafted: int = 0
+    num_accepted: int = 0
+    num_emitted: int = 0
+    drafted_per_position: list = field(default_factory=list)
+    accepted_per_position: list = field(default_factory=list)
+
+    def __post_init__(self):
+        k = self.num_speculative_tokens
+        self.drafted_per_position = list(self.drafted_per_position) or [0] * k
+        self.accepted_per_position = list(self.accepted_per_position) or [0] * k
+
+    @classmethod
+    def of_step(cls, num_speculative_tokens: int, drafted: int, emitted: int) -> "SpeculativeMetrics":
+        """One decode step that verified ``drafted`` drafts and emitted ``emitted`` tokens."""
+        accepted = max(0, min(emitted - 1, drafted))
+        k = num_speculative_tokens
+        return cls(k, 1, drafted, accepted, emitted, [1 if i < drafted else 0 for i in range(k)],
+                   [1 if i < accepted else 0 for i in range(k)])
+
+    def add(self, other: "SpeculativeMetrics") -> None:
+        self.num_steps += other.num_steps
+        self.num_drafted += other.num_drafted
+        self.num_accepted += other.num_accepted
+        self.num_emitted += other.num_emitted
+        for i in range(min(len(self.drafted_per_position), len(other.drafted_per_position))):
+            self.drafted_per_position[i] += other.drafted_per_position[i]
+            self.accepted_per_position[i] += other.accepted_per_position[i]
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted / self.num_drafted if self.num_drafted else None
+
+    @property
+    def acceptance_per_position(self) -> list:
+        return [a / d if d else None for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return self.num_emitted / self.num_steps if self.num_steps else None
+
+    def summary(self) -> str:
+        """One line: mean accepted length, acceptance, per-position acceptance."""
+        if not self.num_steps:
+            return "speculative: no decode step"
+        pos = " ".join("-" if p is None else f"{p:.2f}" for p in self.acceptance_per_position)
+        rate = self.acceptance_rate
+        return (f"mean accepted length {self.mean_accepted_length:.2f} tokens/step over {self.num_steps} steps, "
+                f"accepted {self.num_accepted}/{self.num_drafted} drafts"
+                f" ({0.0 if rate is None else rate:.1%}), per position [{pos}]")
+
+    @classmethod
+    def total(cls, outputs) -> "SpeculativeMetrics | None":
+        """Sum over `RequestOutput`s (or RequestMetrics); None when none has speculative metrics."""
+        parts = [getattr(o, "metrics", o).spec for o in outputs]
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            return None
+        out = cls(max(p.num_speculative_tokens for p in parts))
+        for p in parts:
+            out.add(p)
+        return out
+
+
+@dataclass
 class RequestMetrics:
     """Timings (``time.perf_counter`` seconds) and counts of one request.
 
     ``ttft`` (time to first token) and ``tokens_per_s`` (generated tokens over the time from the
     first scheduled step to the end) are derived. ``num_preemptions`` counts how often the request
     lost its KV blocks and was re-prefilled; ``num_steps`` the engine steps it took part in.
+    ``spec``: the request's `SpeculativeMetrics` under speculative decoding, else None.
     """
 
     arrival_time: float = 0.0
@@ -31,6 +119,7 @@ class RequestMetrics:
     num_generated_tokens: int = 0
     num_preemptions: int = 0
     num_steps: int = 0
+    spec: SpeculativeMetrics | None = None
 
     @property
     def ttft(self) -> float | None:

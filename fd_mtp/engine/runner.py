@@ -80,6 +80,11 @@ class ModelRunner:
         num_blocks: KV-cache blocks per layer.
     """
 
+    #: drafts verified per step (0: plain decoding; the speculative runner sets K)
+    num_speculative_tokens = 0
+    #: KV positions a step may write beyond the tokens it feeds (the drafts' substeps)
+    lookahead = 0
+
     def __init__(self, model, *, max_num_seqs: int, max_model_len: int, block_size: int, num_blocks: int):
         import paddle
 
@@ -94,7 +99,7 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         eos = self.config.eos_token_id
         self.eos_token_ids = [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
-        self.max_block_num_per_seq = blocks_for(max_model_len, block_size) + ENC_DEC_BLOCK_NUM
+        self.max_block_num_per_seq = blocks_for(max_model_len + self.max_extra_positions, block_size) + ENC_DEC_BLOCK_NUM
         self.caches = allocate_kv_caches(self.config, self.config.num_hidden_layers, num_blocks, block_size,
                                          self.config.dtype)
         self.sampler = Sampler()
@@ -117,6 +122,17 @@ class ModelRunner:
         self._pushed: dict[str, np.ndarray] = {}
         self._paddle = paddle
 
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens a decoding request feeds per step, at most (1 + K drafts)."""
+        return 1 + self.num_speculative_tokens
+
+    @property
+    def max_extra_positions(self) -> int:
+        """KV positions past ``max_model_len - 1`` a request may touch (rejected drafts, draft
+        substeps): the block-table row is this much wider than ``max_model_len`` needs."""
+        return self.num_speculative_tokens + self.lookahead
+
     # -- buffers ------------------------------------------------------------------------------------
     def _init_share_inputs(self, B: int) -> dict:
         """``share_inputs`` (spec §2): the keys plain decoding needs, plus the speculative keys of the
@@ -125,10 +141,11 @@ class ModelRunner:
 
         L, NB = self.max_model_len, self.max_block_num_per_seq
         pad = int(self.config.pad_token_id)
-        K = 0
+        K = self.num_speculative_tokens
         full = paddle.full
         s = {
-            "pre_ids": full([B, L], -1, "int64"),
+            # speculative: one spare column, written when a step's tokens run past the request's end
+            "pre_ids": full([B, L + (1 if K else 0)], -1, "int64"),
             "input_ids": full([B, L], pad, "int64"),
             "prompt_ids": full([B, L], pad, "int64"),
             "eos_token_id": paddle.to_tensor(np.array(self.eos_token_ids, np.int64).reshape([-1, 1])),
@@ -257,17 +274,23 @@ class ModelRunner:
             self.share_inputs["is_chunk_step"][b] = not last_chunk
             self.chunk[b] = not last_chunk
             self._set_scalar("first_token_ids", b, int(t.token_ids[t.start]))
+            # the history row is rebuilt for every chunk: a speculative step writes the (discarded)
+            # token of a non-final chunk into it
+            pre = np.full([1 + t.num_output], -1, np.int64)
+            pre[1:] = t.token_ids[n - t.num_output:]
+            self.share_inputs["pre_ids"][b] = -1
+            self._set_row("pre_ids", b, pre, np.int64)
             if t.start == 0:
                 prompt = t.token_ids[: n - t.num_output]
                 self._set_row("prompt_ids", b, prompt, np.int64)
-                pre = np.full([1 + t.num_output], -1, np.int64)
-                pre[1:] = t.token_ids[n - t.num_output:]
-                self.share_inputs["pre_ids"][b] = -1
-                self._set_row("pre_ids", b, pre, np.int64)
-                self._set_params(b, t.params, t.seed)
+                self._set_params(b, t.params, t.seed, n - t.num_output)
         self._sync()
 
-    def _set_params(self, b: int, p: SamplingParams, seed: int):
+    def _max_dec_len(self, p: SamplingParams, prompt_len: int) -> int:
+        """The ``max_dec_len`` entry of a request (the ops' own length limit)."""
+        return p.max_tokens
+
+    def _set_params(self, b: int, p: SamplingParams, seed: int, prompt_len: int):
         greedy = p.greedy
         self._set_scalar("temperature", b, 1.0 if greedy else p.temperature)
         self._set_scalar("top_p", b, p.top_p)
@@ -276,7 +299,7 @@ class ModelRunner:
         self._set_scalar("frequency_score", b, p.frequency_penalty)
         self._set_scalar("presence_score", b, p.presence_penalty)
         self._set_scalar("min_dec_len", b, p.min_tokens)
-        self._set_scalar("max_dec_len", b, p.max_tokens)
+        self._set_scalar("max_dec_len", b, self._max_dec_len(p, prompt_len))
         self._set_scalar("infer_seed", b, seed)
         self.greedy[b] = greedy
         self.top_k[b] = p.top_k

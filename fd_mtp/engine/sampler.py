@@ -81,20 +81,38 @@ class Sampler:
         Returns:
             ``[R]`` int64 numpy array of token ids.
         """
+        if logits.shape[0] == 0:
+            return np.zeros([0], dtype=np.int64)
+        self.apply_penalties(logits, rows, pre_ids=pre_ids, penalty_score=penalty_score,
+                             frequency_score=frequency_score, presence_score=presence_score,
+                             temperature=temperature, bad_tokens=bad_tokens, step_idx=step_idx,
+                             min_dec_len=min_dec_len, eos_token_id=eos_token_id,
+                             seq_lens_this_time=seq_lens_this_time, output_padding_offset=output_padding_offset,
+                             output_cum_offsets=output_cum_offsets, max_seq_len=max_seq_len)
+        return self.sample(logits, rows)
+
+    def apply_penalties(self, logits, rows: SamplingRows, *, pre_ids, penalty_score, frequency_score,
+                        presence_score, temperature, bad_tokens, step_idx, min_dec_len, eos_token_id,
+                        seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len) -> None:
+        """The penalty op (min-length EOS mask, repetition / frequency / presence, temperature), then
+        the banned (row, id) pairs set to -inf; ``logits`` is written in place."""
         import paddle
 
-        num_rows, vocab = logits.shape
-        if num_rows == 0:
-            return np.zeros([0], dtype=np.int64)
         ops.speculate_get_token_penalty_multi_scores(
             pre_ids, logits, penalty_score, frequency_score, presence_score, temperature, bad_tokens, step_idx,
             min_dec_len, eos_token_id, seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len)
         if len(rows.banned_rows):
             idx = [paddle.to_tensor(rows.banned_rows, dtype="int64"), paddle.to_tensor(rows.banned_ids, dtype="int64")]
             paddle.index_put_(logits, idx, paddle.full([len(rows.banned_rows)], float("-inf"), dtype=logits.dtype))
-        greedy_tokens = paddle.argmax(logits, axis=-1)
-        if bool(rows.greedy.all()):
-            return greedy_tokens.numpy().astype(np.int64)
+
+    def _kept(self, logits, rows: SamplingRows):
+        """Softmax -> top-k -> top-p over the penalised logits: ``(order, keep, kept)`` where ``order``
+        ``[R, V]`` sorts the ids by probability (ties: lower id first), ``keep`` marks the kept
+        positions of that order (the most probable token is always kept) and ``kept`` holds their
+        probabilities (0 elsewhere)."""
+        import paddle
+
+        vocab = logits.shape[1]
         probs = paddle.nn.functional.softmax(logits, axis=-1)
         order = paddle.argsort(probs, axis=-1, descending=True, stable=True)  # ties: lower id first
         sorted_probs = paddle.take_along_axis(probs, order, axis=-1)
@@ -105,7 +123,19 @@ class Sampler:
         # keep the top-k tokens whose preceding mass is below top_p (the token crossing top_p stays);
         # the most probable token is always kept
         keep = (col < paddle.to_tensor(top_k).unsqueeze(-1)) & ((exclusive < top_p) | (col == 0))
-        kept = paddle.where(keep, sorted_probs, paddle.zeros_like(sorted_probs))
+        return order, keep, paddle.where(keep, sorted_probs, paddle.zeros_like(sorted_probs))
+
+    def sample(self, logits, rows: SamplingRows) -> np.ndarray:
+        """One token per row of already penalised ``logits``: argmax for greedy rows, else one
+        inverse-CDF draw with ``rows.uniform`` from the top-k / top-p distribution."""
+        import paddle
+
+        if logits.shape[0] == 0:
+            return np.zeros([0], dtype=np.int64)
+        greedy_tokens = paddle.argmax(logits, axis=-1)
+        if bool(rows.greedy.all()):
+            return greedy_tokens.numpy().astype(np.int64)
+        order, keep, kept = self._kept(logits, rows)
         cdf = paddle.cumsum(kept, axis=-1)
         target = paddle.to_tensor(rows.uniform.astype(np.float32)).unsqueeze(-1) * cdf[:, -1:]
         # first kept position whose cdf exceeds the target; never past the last kept token
@@ -115,3 +145,19 @@ class Sampler:
         sampled = paddle.take_along_axis(order, pos, axis=-1).squeeze(-1)
         out = paddle.where(paddle.to_tensor(rows.greedy), greedy_tokens, sampled)
         return out.numpy().astype(np.int64)
+
+    def probs(self, logits, rows: SamplingRows):
+        """``[R, V]`` float32: each row's sampling distribution over token ids (what `sample` draws
+        from): the renormalised top-k / top-p probabilities, one-hot on the argmax for greedy rows.
+        This is the ``target_probs`` of lossless rejection verification."""
+        import paddle
+
+        vocab = logits.shape[1]
+        onehot = paddle.nn.functional.one_hot(paddle.argmax(logits, axis=-1), vocab).astype("float32")
+        if bool(rows.greedy.all()):
+            return onehot
+        order, _, kept = self._kept(logits, rows)
+        kept = kept / paddle.sum(kept, axis=-1, keepdim=True)
+        dist = paddle.put_along_axis(paddle.zeros_like(kept), order, kept, axis=-1)
+        greedy = paddle.to_tensor(rows.greedy).unsqueeze(-1)
+        return paddle.where(greedy, onehot, dist).astype("float32")

@@ -1,0 +1,236 @@
+"""`SpeculativeModelRunner`: the target side of speculative decoding (spec/ops.md §4.1, §9.1).
+
+One step, in FastDeploy's order:
+
+    pre_process (speculative layout: a decoding request feeds draft_tokens[b, :this_time], i.e. its
+    last accepted token + drafts) -> target forward -> rebuild_padding (one row per prefilling
+    request, every fed token of a decoding one) -> logits -> penalties (speculate_get_token_penalty_
+    multi_scores) -> sampling -> [top_p_candidates] -> speculate_verify -> speculate_update ->
+    speculate_set_value_by_flags_and_idx -> proposer.run(target hidden states)
+
+The proposer (`fd_mtp.proposer.MTPProposer` or `NgramProposer`) then leaves the next drafts in
+``draft_tokens`` and their count in ``seq_lens_this_time`` for the next step.
+
+Verification (``SpeculativeConfig.verification``):
+
+* "greedy": ``speculate_verify``'s greedy rule (accept while draft == argmax). Only for greedy
+  requests (the engine refuses sampled ones).
+* "target_match": every output row is sampled exactly as plain decoding samples that token (the
+  runner's `Sampler`, uniform = f(seed, index of the token)), and a draft is accepted while it equals
+  the row's sample. Output is token-for-token the output of plain decoding with the same seeds,
+  greedy or sampled: lossless by construction.
+* "rejection": lossless speculative sampling on the rows' top-k / top-p distributions (the
+  sampler's `probs`), Philox draws keyed by the runner seed and the step number; the greedy MTP
+  drafter is a point mass. Same output distribution as plain sampling.
+* "topp" / "topk": FastDeploy's candidate rules (``top_p_candidates``), not lossless.
+
+Stopping is the engine's job, on the host, as in plain decoding (EOS unless ``ignore_eos``, stop
+token ids, stop strings, ``max_tokens``, ``max_model_len``): the verify op gets an end-token list
+that matches nothing, and ``max_dec_len`` one more than the request's real limit, so the ops never
+end a request before the engine does and tokens past a stop are simply dropped by the engine.
+Speculative steps therefore produce exactly what plain steps produce under greedy and
+"target_match" verification. Differences from plain decoding that remain (upstream semantics):
+the penalty op counts repeats over the accepted history only, not over the earlier drafts of the
+same step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from ..config import SpeculativeConfig
+from .runner import ModelRunner, Task, TaskKind
+from .sampler import SamplingRows, uniforms
+
+_NO_END_TOKEN = -1  # end_tokens of speculate_verify: matches no token (the engine stops requests)
+
+
+class SpeculativeModelRunner(ModelRunner):
+    """A `ModelRunner` whose steps verify drafts (see the module docstring).
+
+    Args:
+        model: the main ``Ernie4_5ForCausalLM``.
+        speculative_config: `SpeculativeConfig` or dict (method "mtp" or "ngram").
+        mtp_model: the ``Ernie4_5MTP`` (method "mtp"; None for "ngram").
+        seed: the key of the verify op's Philox draws ("rejection", "topp", "topk").
+        max_num_seqs, max_model_len, block_size, num_blocks: as `ModelRunner`.
+        proposer_options: extra keyword arguments of `MTPProposer` (role, scheduler, tp_broadcast...).
+    """
+
+    def __init__(self, model, speculative_config, *, mtp_model=None, max_num_seqs: int, max_model_len: int,
+                 block_size: int, num_blocks: int, seed: int = 0, proposer_options: dict | None = None):
+        cfg = SpeculativeConfig.from_value(speculative_config)
+        if cfg is None:
+            raise ValueError("SpeculativeModelRunner: speculative_config is None (use ModelRunner)")
+        self.spec_config = cfg
+        self.num_speculative_tokens = cfg.num_speculative_tokens
+        self.lookahead = cfg.num_model_steps - 1 if cfg.method == "mtp" else 0
+        super().__init__(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
+                         num_blocks=num_blocks)
+        import paddle
+
+        B, K = max_num_seqs, self.num_speculative_tokens
+        si = self.share_inputs
+        si.update({
+            "input_ids_cpu": paddle.full([B, max_model_len], 1, "int64").cpu(),
+            "step_draft_tokens": paddle.full([B, K + 1], 0, "int64"),
+            "step_seq_lens_this_time": paddle.full([B, 1], 0, "int32"),
+            "mask_rollback": paddle.full([B, 1], 0, "int32"),
+            "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
+        })  # fmt: skip
+        self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
+        self.verify_seed = int(seed)
+        self.num_steps = 0
+        self.last_drafted: dict[int, int] = {}
+        if cfg.method == "mtp":
+            from ..proposer.mtp import MTPProposer
+
+            self.proposer = MTPProposer(cfg, mtp_model, si, max_model_len=max_model_len, block_size=block_size,
+                                        num_main_blocks=num_blocks, **(proposer_options or {}))
+        else:
+            from ..proposer.ngram import NgramProposer
+
+            self.proposer = NgramProposer(cfg, si, max_model_len=max_model_len)
+
+    # -- insertion ----------------------------------------------------------------------------------
+    def _max_dec_len(self, p, prompt_len: int) -> int:
+        # one past the engine's own limit: the ops never stop a request the engine keeps running
+        return min(p.max_tokens, self.max_model_len - prompt_len) + 1
+
+    def insert_tasks_v1(self, tasks: list[Task]) -> None:
+        """The target's insertion (`ModelRunner.insert_tasks_v1`), then the proposer's on the same tasks."""
+        super().insert_tasks_v1(tasks)
+        self.proposer.insert_tasks_v1(tasks)
+        for t in tasks:
+            if t.kind is TaskKind.PREFILL:
+                self.share_inputs["actual_draft_token_num"][t.slot] = self.num_speculative_tokens
+                self.share_inputs["mask_rollback"][t.slot] = 0
+
+    # -- one step -----------------------------------------------------------------------------------
+    def execute_model(self, decode_slots) -> dict[int, list[int]]:
+        """Run one speculative step.
+
+        ``decode_slots`` must list every decoding slot (each feeds its last token and its drafts).
+        A slot between two prefill chunks that got no chunk this step sits out (it is marked
+        stopped for the step; its next chunk re-activates it).
+
+        Returns:
+            ``{slot: tokens}``: the tokens each running slot emitted (accepted drafts + the bonus or
+            correction token; one token for a prefill chunk). ``last_drafted[slot]`` holds how many
+            drafts the slot had verified.
+        """
+        paddle = self._paddle
+        from ..model.attention import ForwardMeta
+
+        decoding = (self.enc == 0) & ~self.stop & ~self.chunk
+        missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
+        if missing:
+            raise ValueError(f"execute_model: decoding slots {missing} were not scheduled; speculative "
+                             "decoding runs every decoding request every step")
+        parked = (self.enc == 0) & ~self.stop & self.chunk
+        self.stop[parked] = True
+        self.this_time[parked] = 0
+        if np.any(self.this_time[decoding] < 1):
+            raise ValueError("execute_model: a decoding slot has no token to feed (seq_lens_this_time 0)")
+        ran = np.flatnonzero(self.this_time > 0)
+        if ran.size == 0:
+            return {}
+        si = self.share_inputs
+        self._sync()
+        this_time = si["seq_lens_this_time"].reshape([-1])
+        enc = si["seq_lens_encoder"].reshape([-1])
+        dec = si["seq_lens_decoder"].reshape([-1])
+        ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
+            si["input_ids"], this_time, True, si["draft_tokens"], enc, dec)
+        si.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                  output_cum_offsets=out_cum, output_padding_offset=out_pad)
+        meta = ForwardMeta(ids_remove_padding=ids, cu_seqlens_q=cu_q, batch_id_per_token=bid,
+                           seq_lens_this_time=this_time, seq_lens_encoder=enc, seq_lens_decoder=dec,
+                           block_tables=si["block_tables"], caches=self.caches, block_size=self.block_size)
+        with paddle.no_grad():
+            hidden = self.model(ids, meta)
+            rows_h = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, self.max_model_len, False)
+            logits = self.model.compute_logits(rows_h).astype("float32")
+        prefilling = self.enc[ran] > 0
+        counts = np.where(prefilling, 1, self.this_time[ran]).astype(np.int64)
+        rows = self._spec_rows(ran, counts)
+        self.sampler.apply_penalties(
+            logits, rows, pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
+            frequency_score=si["frequency_score"], presence_score=si["presence_score"],
+            temperature=si["temperature"], bad_tokens=si["bad_tokens"], step_idx=si["step_idx"],
+            min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"], seq_lens_this_time=this_time,
+            output_padding_offset=out_pad, output_cum_offsets=out_cum, max_seq_len=self.max_model_len)
+        self._verify(logits, rows, this_time, enc, dec, out_pad, out_cum)
+        ops.speculate_update(enc, dec, si["not_need_stop"], si["draft_tokens"], si["actual_draft_token_num"],
+                             si["accept_tokens"], si["accept_num"], si["stop_flags"], this_time,
+                             si["is_block_step"], si["stop_nums"], si["mask_rollback"])
+        num = si["accept_num"].numpy().reshape(-1)
+        acc = si["accept_tokens"].numpy()
+        result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
+        # drafts compared by verify: all of them, unless the op ended the request inside the run
+        # (max_dec_len): then only those before the end
+        stopped = si["stop_flags"].numpy().reshape(-1)
+        self.last_drafted = {
+            int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
+            for b, p, c in zip(ran, prefilling, counts)}
+        ops.speculate_set_value_by_flags_and_idx(si["pre_ids"], si["accept_tokens"], si["accept_num"],
+                                                 si["stop_flags"], this_time, enc, dec, si["step_idx"])
+        self.proposer.run(hidden)
+        self.num_steps += 1
+        self._pull()
+        return result
+
+    def _spec_rows(self, ran: np.ndarray, counts: np.ndarray) -> SamplingRows:
+        """Sampling parameters of every output row: request b's row j samples its token number
+        ``step_idx[b] + j`` (0-based), with the uniform plain decoding uses for that token."""
+        row_b = np.repeat(ran, counts)
+        row_j = np.arange(row_b.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        index = self.step_idx[row_b] + row_j
+        rows_b, rows_t = [], []
+        for r, (b, i) in enumerate(zip(row_b, index)):
+            if self.stop_token_ids[b] and i < self.min_tokens[b]:
+                ids = [t for t in self.stop_token_ids[b] if t < self.vocab_size]
+                rows_b += [r] * len(ids)
+                rows_t += ids
+        greedy = self.greedy[row_b].copy()
+        return SamplingRows(
+            greedy=greedy, top_k=self.top_k[row_b].copy(), top_p=self.top_p[row_b].copy(),
+            uniform=np.zeros(row_b.size) if greedy.all() else uniforms(self.seed[row_b], index),
+            banned_rows=np.asarray(rows_b, np.int64), banned_ids=np.asarray(rows_t, np.int64))
+
+    def _verify(self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum) -> None:
+        paddle = self._paddle
+        si = self.share_inputs
+        cfg = self.spec_config
+        strategy = cfg.verification
+        R = logits.shape[0]
+        target_probs = None
+        if strategy in ("topp", "topk"):
+            probs = paddle.nn.functional.softmax(logits, axis=-1)
+            scores, tokens, lens = ops.top_p_candidates(probs, si["top_p"], out_pad, cfg.max_candidate_len,
+                                                        self.max_model_len)
+            sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
+        else:
+            if strategy == "greedy":
+                sampled = paddle.argmax(logits, axis=-1).astype("int64").reshape([-1, 1])
+            else:
+                sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
+            if strategy == "rejection":
+                target_probs = self.sampler.probs(logits, rows)
+            tokens = sampled
+            scores = paddle.zeros([R, 1], dtype="float32")
+            lens = paddle.ones([R], dtype="int32")
+        ops.speculate_verify(
+            sampled, si["accept_tokens"], si["accept_num"], si["step_idx"], si["stop_flags"], enc, dec,
+            si["draft_tokens"], this_time, tokens, scores, si["max_dec_len"], self._end_tokens,
+            si["is_block_step"], out_cum, lens, si["actual_draft_token_num"], si["top_p"], self.max_model_len,
+            cfg.verify_window, True, cfg.benchmark_mode, False, seed=self.verify_seed, offset=self.num_steps,
+            verify_strategy=strategy, prefill_one_step_stop=False, target_probs=target_probs)  # fmt: skip
+
+    def _pull(self) -> None:
+        """Read the per-slot integers the ops wrote back into the host mirrors."""
+        si = self.share_inputs
+        for key, host in (("seq_lens_this_time", self.this_time), ("seq_lens_encoder", self.enc),
+                          ("seq_lens_decoder", self.dec), ("step_idx", self.step_idx), ("stop_flags", self.stop)):
+            host[:] = si[key].numpy().reshape(-1)
+            self._pushed[key] = host.copy()

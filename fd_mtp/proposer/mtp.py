@@ -1,0 +1,456 @@
+"""`MTPProposer`: the ERNIE MTP head drafting tokens for the target model (spec/ops.md §3, §4, §6, §10).
+
+The proposer owns a persistent ``model_inputs`` dict built from the target runner's
+``share_inputs`` exactly as spec §3 lists (clones, aliases and new buffers), the MTP block (which
+uses the main model's ``embed_tokens``, final ``norm`` and ``lm_head`` Layer objects) and its own
+one-layer paged KV cache (``int(num_main_blocks * num_gpu_block_expand_ratio)`` blocks, the same
+block size and block-table format as the target). Once per engine step, after the target has
+verified and updated (spec §4.1 step 7), `run` does:
+
+    _prepare_inputs: draft_model_preprocess -> eagle_get_hidden_states (target hidden rows ->
+                     the draft's previous_hidden_states)
+    _propose:        for substep in range(num_model_steps), while some request drafts:
+                         pre_process -> MTP forward -> rebuild_padding -> logits -> penalties ->
+                         argmax (greedy drafts) -> [tp broadcast] -> draft_model_update
+                         [-> mtp_save_first_token on a prefill node]
+                         -> eagle_get_self_hidden_states (not after the last substep)
+    _update_status:  draft_model_postprocess (target seq_lens_this_time = 1 + drafts);
+                     v0 scheduler: mtp_step_paddle (the proposer's own decode-block manager)
+    hybrid mode:     hybrid_mtp_ngram fills the remaining K - num_model_steps draft slots
+
+Insertion follows spec §4.2: `insert_tasks_v1` (v1 scheduler; called by the runner right after the
+target's own insertion) and `insert_prefill_inputs` (v0 scheduler), with chunked prefill through
+`update_task_chunk_prefill`. Roles: "mixed" (default), "prefill" (PD prefill node: drafts for the
+first token only and sends [first token, first draft] with ``mtp_save_first_token``) and "decode"
+(PD decode node: requests arrive prefilled; insertion sets encoder 0, recompute_token_num 0,
+mask_rollback 1).
+
+Deliberate differences from FastDeploy's ``mtp.py`` (each documented where it happens):
+``target_hidden_states`` is rebound to the op result rather than ``copy_``-ed into a preallocated
+bfloat16 buffer; the tensor-parallel broadcast of the drafted tokens is a hook (`tp_broadcast`)
+instead of a collective call; environment variables (``PREFILL_NODE_ONE_STEP_STOP``, thresholds)
+are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
+graphs are not implemented.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .. import ops
+from ..config import SpeculativeConfig
+
+ROLES = ("mixed", "prefill", "decode")
+SCHEDULERS = ("v1", "v0")
+KV_CACHE_RATIO = {"v1": 1.0, "v0": 0.75}  # CacheConfig.kv_cache_ratio per scheduler (spec §11, §12)
+
+
+@dataclass
+class ProposerStats:
+    """Wall-clock seconds spent by `MTPProposer.run`: ``run`` in total and ``forward`` inside MTP
+    forwards (+ logits); ``host = run - forward`` is the proposer's own overhead (ops and glue)."""
+
+    calls: int = 0
+    run: float = 0.0
+    forward: float = 0.0
+
+    @property
+    def host(self) -> float:
+        return self.run - self.forward
+
+
+class MTPProposer:
+    """Drafts tokens with the ERNIE MTP block for the target runner whose ``share_inputs`` it reads.
+
+    Args:
+        speculative_config: a `SpeculativeConfig` (or dict) with ``method="mtp"``.
+        mtp_model: an ``Ernie4_5MTP`` sharing the main model's embedding, norm and lm_head.
+        target_model_inputs: the runner's ``share_inputs`` (spec §2 keys, ``[max_num_seqs, ...]``,
+            ``draft_tokens`` ``[B, K + 1]``).
+        max_model_len: L, the width of ``input_ids`` the packing ops use.
+        block_size: KV-cache block size (the target's).
+        num_main_blocks: blocks of the target's cache; the MTP cache gets
+            ``int(num_main_blocks * num_gpu_block_expand_ratio)``.
+        role: "mixed", "prefill" or "decode" (FastDeploy's ``splitwise_role``).
+        scheduler: "v1" (default; the engine owns every block, block tables are the target's) or
+            "v0" (the proposer's decode blocks come from its own free list via ``mtp_step_paddle``).
+        tp_broadcast: called with the drafted-token tensor of every substep before it is used
+            (tensor parallelism: broadcast from the group's first rank); None for one rank.
+        prefill_one_step_stop: a prefill node's requests stop after their first token
+            (FastDeploy's PREFILL_NODE_ONE_STEP_STOP); default: ``role == "prefill"``.
+        rank_id, msg_queue_id: where a prefill node sends its first tokens (mtp_save_first_token).
+        ngram_threshold: ``hybrid_mtp_ngram``'s token budget (SPEC_TOKENUM_THRESHOLD; None = env/1024).
+    """
+
+    def __init__(self, speculative_config, mtp_model, target_model_inputs: dict, *, max_model_len: int,
+                 block_size: int, num_main_blocks: int, role: str = "mixed", scheduler: str = "v1",
+                 tp_broadcast: Callable | None = None, prefill_one_step_stop: bool | None = None,
+                 rank_id: int = 0, msg_queue_id: int | None = None, ngram_threshold: int | None = None):
+        import paddle
+
+        from ..model.attention import allocate_kv_caches
+
+        cfg = SpeculativeConfig.from_value(speculative_config)
+        if cfg is None or cfg.method != "mtp":
+            raise ValueError(f"MTPProposer: speculative_config.method must be 'mtp', got "
+                             f"{None if cfg is None else cfg.method!r}")
+        if role not in ROLES:
+            raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}")
+        if mtp_model is None:
+            raise ValueError("MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
+                             "num_nextn_predict_layers = 0)")
+        self._paddle = paddle
+        self.config = cfg
+        self.model = mtp_model
+        self.model_config = mtp_model.config
+        self.target = target_model_inputs
+        self.K = cfg.num_speculative_tokens
+        self.num_model_steps = cfg.num_model_steps
+        self.max_model_len = int(max_model_len)
+        self.block_size = int(block_size)
+        self.role = role
+        self.scheduler = scheduler
+        self.tp_broadcast = tp_broadcast
+        self.prefill_one_step_stop = role == "prefill" if prefill_one_step_stop is None else bool(prefill_one_step_stop)
+        self.rank_id = int(rank_id)
+        self.msg_queue_id = msg_queue_id
+        self.ngram_threshold = ngram_threshold
+        self.hybrid_mode = cfg.hybrid_mode
+        self.stats = ProposerStats()
+        draft = self.target["draft_tokens"]
+        if draft.shape[1] != self.K + 1:
+            raise ValueError(f"MTPProposer: target draft_tokens has {draft.shape[1]} columns, "
+                             f"num_speculative_tokens + 1 = {self.K + 1}")
+        self.max_num_seqs = int(draft.shape[0])
+        ratio = cfg.num_gpu_block_expand_ratio
+        self.num_gpu_blocks = int(num_main_blocks * ratio)
+        if scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
+            raise ValueError(f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
+                             f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
+                             "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1")
+        self.kv_cache_ratio = KV_CACHE_RATIO[scheduler]
+        layer = self.model_config.num_hidden_layers
+        mtp_cache = allocate_kv_caches(self.model_config, 1, self.num_gpu_blocks, self.block_size)
+        self.caches = [None] * layer + mtp_cache  # the MTP block is layer `num_hidden_layers`
+        self.model_inputs = self._init_model_inputs()
+        # v0 chunked prefill: slot -> (request token ids, chunk sizes, index of the next chunk)
+        self._chunks: dict[int, tuple[list[int], list[int], int]] = {}
+
+    # -- buffers (spec §3) --------------------------------------------------------------------------
+    def _init_model_inputs(self) -> dict:
+        paddle = self._paddle
+        t = self.target
+        B, K, L = self.max_num_seqs, self.K, self.max_model_len
+        H = self.model_config.hidden_size
+
+        def clone(key):
+            return t[key].clone()
+
+        mi = {}
+        for key in ("block_tables", "input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx",
+                    "stop_flags", "stop_nums", "pre_ids", "output_cum_offsets", "output_padding_offset",
+                    "ids_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k",
+                    "encoder_block_lens"):
+            mi[key] = clone(key)
+        for key in ("prompt_lens", "top_p", "top_k", "temperature", "eos_token_id", "penalty_score",
+                    "frequency_score", "presence_score", "infer_seed", "max_dec_len", "min_dec_len",
+                    "bad_tokens", "accept_num", "accept_tokens"):
+            mi[key] = t[key]  # aliases: the very same tensors
+        mi["base_model_draft_tokens"] = t["draft_tokens"]
+        mi["input_ids_cpu"] = paddle.full([B, L], -1, "int64").cpu()
+        mi["not_need_stop"] = paddle.full([1], False, "bool").cpu()
+        mi["target_hidden_states"] = paddle.zeros([0, H], dtype=self.model_config.dtype)
+        mi["substep"] = 0
+        mi["draft_tokens"] = paddle.full([B, K + 1], -1, "int64")
+        top = self.num_gpu_blocks
+        bottom = int(self.num_gpu_blocks / max(self.config.num_gpu_block_expand_ratio, 1e-9) * self.kv_cache_ratio)
+        bottom = min(bottom, top)
+        free = np.arange(top - 1, bottom - 1, -1, dtype=np.int32)
+        mi["free_list"] = paddle.to_tensor(free if free.size else np.zeros([0], np.int32), dtype="int32")
+        mi["free_list_len"] = paddle.to_tensor([free.size], dtype="int32")
+        mi["is_block_step"] = paddle.full([B, 1], False, "bool")
+        mi["batch_drop"] = paddle.full([B, 1], False, "bool")
+        mi["used_list_len"] = paddle.full([B], 0, "int32")
+        mi["first_token_hidden_states"] = paddle.full([B, H], -1.0, dtype=self.model_config.dtype)
+        mi["batch_token_num"] = paddle.full([B], 0, "int32")
+        mi["next_token_num"] = paddle.full([B], 0, "int32")
+        mi["cu_batch_token_offset"] = paddle.full([B + 1], 0, "int32")
+        mi["cu_next_token_offset"] = paddle.full([B + 1], 0, "int32")
+        mi["mask_rollback"] = paddle.full([B, 1], 0, "int32")
+        mi["recompute_token_num"] = paddle.full([B, 1], self.num_model_steps - 1, "int32")
+        mi["caches"] = self.caches
+        # Python attributes of FastDeploy's proposer
+        self.seq_lens_this_time_buffer = t["seq_lens_this_time"].clone()
+        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer  # always the full [B, 1] buffer
+        self.last_seq_lens_this_time = paddle.full([B, 1], -1, "int32") if self.num_model_steps > 1 else None
+        self.input_ids_len = paddle.full([B, 1], 0, "int64").cpu()
+        return mi
+
+    # -- insertion (spec §4.2) ----------------------------------------------------------------------
+    def _write_row(self, key: str, b: int, values, fill=None) -> None:
+        t = self.model_inputs[key]
+        if fill is not None:
+            t[b] = fill
+        v = np.asarray(values, dtype=np.int64 if t.dtype == self._paddle.int64 else np.int32)
+        if v.size:
+            t[b, : v.size] = self._paddle.to_tensor(v, dtype=t.dtype, place=t.place)
+
+    def insert_tasks_v1(self, tasks) -> None:
+        """Mirror the target's `insert_tasks_v1` for the draft model (spec §4.2, v1).
+
+        PREFILL ``[s, e)`` of ``token_ids``: draft prompt ``input_ids[b, :e-s-1] = token_ids[s+1:e]``
+        (the target's chunk shifted left by one; ``input_ids_cpu`` too, the hybrid haystack) and
+        ``input_ids_len = e-s-1``; ``pre_ids`` row -1; block row = the request's; ``stop_flags`` /
+        ``batch_drop`` False; ``seq_lens_encoder = this_time = e-s``, ``seq_lens_decoder = s``;
+        ``step_idx`` as the target (generated tokens on the last chunk, else 0). Role "decode":
+        ``seq_lens_encoder = 0``, ``recompute_token_num = 0``, ``mask_rollback = 1``.
+        DECODE: the block row is replaced. PREEMPTED: block row -1, stopped, this_time / enc / dec 0,
+        ``is_block_step`` False.
+        """
+        from ..engine.runner import TaskKind
+
+        mi = self.model_inputs
+        buf = self.seq_lens_this_time_buffer
+        for task in tasks:
+            b = task.slot
+            if task.kind is TaskKind.PREEMPTED:
+                mi["block_tables"][b] = -1
+                mi["stop_flags"][b] = True
+                buf[b] = 0
+                mi["seq_lens_decoder"][b] = 0
+                mi["seq_lens_encoder"][b] = 0
+                mi["is_block_step"][b] = False
+                continue
+            self._write_row("block_tables", b, task.block_ids, fill=-1)
+            if task.kind is TaskKind.DECODE:
+                continue
+            n = len(task.token_ids)
+            length = task.end - task.start
+            last_chunk = task.end >= n
+            draft_prompt = task.token_ids[task.start + 1: task.end]
+            self.input_ids_len[b] = length - 1
+            mi["pre_ids"][b] = -1
+            self._write_row("input_ids", b, draft_prompt)
+            self._write_row("input_ids_cpu", b, draft_prompt, fill=-1)
+            mi["stop_flags"][b] = False
+            mi["batch_drop"][b] = False
+            mi["is_block_step"][b] = False
+            mi["seq_lens_encoder"][b] = length
+            mi["seq_lens_decoder"][b] = task.start
+            buf[b] = length
+            mi["step_idx"][b] = task.num_output if last_chunk else 0
+            if self.role == "decode":
+                mi["seq_lens_encoder"][b] = 0
+                mi["recompute_token_num"][b] = 0
+                mi["mask_rollback"][b] = 1
+            else:
+                mi["recompute_token_num"][b] = self.num_model_steps - 1
+                mi["mask_rollback"][b] = 0
+        mi["seq_lens_this_time"] = buf
+
+    def insert_prefill_inputs(self, slot: int, prompt_token_ids, *, block_ids, chunk_sizes=None,
+                              seq_lens_decoder: int = 0) -> None:
+        """v0 insertion of a new request (spec §4.2 ``insert_prefill_inputs``, normal request).
+
+        ``input_ids[:n-1] = prompt[1:]`` (or the first chunk shifted, with chunked prefill:
+        ``chunk_sizes`` lists the chunk lengths, summing to the prompt length), ``input_ids_cpu``
+        likewise, ``pre_ids`` -1, ``step_idx`` 0, ``seq_lens_encoder = this_time`` = the first
+        chunk (or the whole prompt), ``seq_lens_decoder``, stop / batch_drop False, the encoder
+        block row. Role "decode" (a request prefilled elsewhere) is not offered on v0.
+        """
+        mi = self.model_inputs
+        prompt = [int(t) for t in prompt_token_ids]
+        n = len(prompt)
+        if n < 1:
+            raise ValueError("insert_prefill_inputs: prompt_token_ids is empty")
+        if chunk_sizes is None:
+            chunk_sizes = [n]
+        chunk_sizes = [int(c) for c in chunk_sizes]
+        if sum(chunk_sizes) != n or any(c < 1 for c in chunk_sizes):
+            raise ValueError(f"insert_prefill_inputs: chunk_sizes {chunk_sizes} must be >= 1 and sum to the "
+                             f"prompt length {n}")
+        if self.role == "decode":
+            raise ValueError("insert_prefill_inputs: the decode role is only offered with the v1 scheduler")
+        b = int(slot)
+        c0 = chunk_sizes[0]
+        first = prompt[1:c0 + 1] if len(chunk_sizes) > 1 else prompt[1:]
+        self._write_row("input_ids", b, first)
+        self._write_row("input_ids_cpu", b, prompt[1:], fill=-1)
+        self.input_ids_len[b] = n - 1
+        mi["pre_ids"][b] = -1
+        mi["step_idx"][b] = 0
+        mi["seq_lens_encoder"][b] = c0
+        self.seq_lens_this_time_buffer[b] = c0
+        mi["seq_lens_decoder"][b] = int(seq_lens_decoder)
+        mi["stop_flags"][b] = False
+        mi["batch_drop"][b] = False
+        self._write_row("block_tables", b, block_ids, fill=-1)
+        mi["encoder_block_lens"][b] = len(block_ids)
+        mi["used_list_len"][b] = 0
+        mi["not_need_stop"][0] = True
+        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
+        if len(chunk_sizes) > 1:
+            self._chunks[b] = (prompt, chunk_sizes, 1)
+
+    def update_task_chunk_prefill(self, slot: int, *, seq_lens_decoder: int = 0) -> None:
+        """v0 chunked prefill, after a step (spec §4.2 ``_update_chunked_prefill``, proposer side).
+
+        If the request's last chunk already ran: ``seq_lens_encoder = 0``, ``step_idx = 1``,
+        ``seq_lens_decoder = start + seq_lens_decoder`` (start = the prompt length). Otherwise the next
+        chunk c: ``input_ids[:c] = prompt[start+1 : start+c+1]`` (``[:c-1] = prompt[start+1 : start+c]``
+        for the final chunk), ``this_time = encoder = c``, ``step_idx = 0``, ``seq_lens_decoder =
+        start + seq_lens_decoder``. Slots without pending chunks are left alone.
+        """
+        entry = self._chunks.get(slot)
+        if entry is None:
+            return
+        prompt, sizes, idx = entry
+        mi = self.model_inputs
+        b = int(slot)
+        start = sum(sizes[:idx])
+        if idx >= len(sizes):
+            mi["seq_lens_encoder"][b] = 0
+            mi["step_idx"][b] = 1
+            mi["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
+            del self._chunks[b]
+            return
+        c = sizes[idx]
+        final = idx == len(sizes) - 1
+        ids = prompt[start + 1: start + c] if final else prompt[start + 1: start + c + 1]
+        self._write_row("input_ids", b, ids)
+        self.seq_lens_this_time_buffer[b] = c
+        mi["seq_lens_encoder"][b] = c
+        mi["step_idx"][b] = 0
+        mi["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
+        self._chunks[b] = (prompt, sizes, idx + 1)
+
+    # -- one step (spec §4.1 step 7) ----------------------------------------------------------------
+    def run(self, full_hidden_states) -> None:
+        """Draft the next tokens from the target's packed hidden states ``[sum(q), H]`` of this step
+        (already final-normed). Writes the target's ``draft_tokens`` (row = [last accepted, drafts,
+        -1 ...]) and ``seq_lens_this_time`` (1 + drafts for decoding requests)."""
+        t0 = time.perf_counter()
+        self._prepare_inputs(full_hidden_states)
+        self._propose()
+        self._update_status()
+        if self.hybrid_mode:
+            self._extend_draft_token_with_ngram_match()
+        self.stats.calls += 1
+        self.stats.run += time.perf_counter() - t0
+
+    def _prepare_inputs(self, full_hidden_states) -> None:
+        mi, t = self.model_inputs, self.target
+        # FastDeploy's call site passes batch_drop at the is_block_step position and is_block_step at
+        # the batch_drop position (spec §6.1 "call-site quirk"); kept so the pipeline is the same.
+        ops.draft_model_preprocess(
+            mi["draft_tokens"], mi["input_ids"], mi["stop_flags"], mi["seq_lens_this_time"],
+            mi["seq_lens_encoder"], mi["seq_lens_decoder"], mi["step_idx"], mi["not_need_stop"],
+            mi["batch_drop"], mi["is_block_step"], mi["pre_ids"], mi["mask_rollback"],
+            mi["recompute_token_num"], t["accept_tokens"], t["accept_num"], t["seq_lens_this_time"],
+            t["seq_lens_encoder"], t["seq_lens_decoder"], t["step_idx"], t["stop_flags"],
+            t["is_block_step"], t["draft_tokens"], self.num_model_steps, True, self.role == "prefill",
+            self.scheduler == "v1")  # fmt: skip
+        mi["target_hidden_states"] = ops.eagle_get_hidden_states(
+            full_hidden_states, mi["seq_lens_this_time"], mi["seq_lens_encoder"], mi["seq_lens_decoder"],
+            mi["stop_flags"], t["accept_num"], t["seq_lens_this_time"], t["seq_lens_encoder"],
+            self.num_model_steps)  # fmt: skip
+
+    def _forward_meta(self):
+        from ..model.attention import ForwardMeta
+
+        mi = self.model_inputs
+        return ForwardMeta(
+            ids_remove_padding=mi["ids_remove_padding"], cu_seqlens_q=mi["cu_seqlens_q"],
+            batch_id_per_token=mi["batch_id_per_token"], seq_lens_this_time=mi["seq_lens_this_time"],
+            seq_lens_encoder=mi["seq_lens_encoder"], seq_lens_decoder=mi["seq_lens_decoder"],
+            block_tables=mi["block_tables"], caches=self.caches, block_size=self.block_size)
+
+    def _propose(self) -> None:
+        paddle = self._paddle
+        mi = self.model_inputs
+        L = self.max_model_len
+        for substep in range(self.num_model_steps):
+            if not bool(mi["not_need_stop"][0]):
+                continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
+            mi["substep"] = substep
+            this_time = mi["seq_lens_this_time"].reshape([-1])
+            enc = mi["seq_lens_encoder"].reshape([-1])
+            dec = mi["seq_lens_decoder"].reshape([-1])
+            ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
+                mi["input_ids"], this_time, True, mi["draft_tokens"], enc, dec)
+            mi.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                      output_cum_offsets=out_cum, output_padding_offset=out_pad)
+            if self.last_seq_lens_this_time is not None:
+                paddle.assign(mi["seq_lens_this_time"], self.last_seq_lens_this_time)
+            f0 = time.perf_counter()
+            with paddle.no_grad():
+                hidden = self.model(ids, mi["target_hidden_states"], self._forward_meta())
+                rows = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, L, False)
+                logits = self.model.compute_logits(rows)
+            self.stats.forward += time.perf_counter() - f0
+            next_tokens = self._sample(logits, this_time, out_pad, out_cum)
+            if self.tp_broadcast is not None:
+                self.tp_broadcast(next_tokens)
+            ops.draft_model_update(
+                next_tokens, mi["draft_tokens"], mi["pre_ids"], mi["seq_lens_this_time"], mi["seq_lens_encoder"],
+                mi["seq_lens_decoder"], mi["step_idx"], out_cum, mi["stop_flags"], mi["not_need_stop"],
+                mi["max_dec_len"], mi["eos_token_id"], mi["base_model_draft_tokens"], L, substep,
+                prefill_one_step_stop=self.prefill_one_step_stop)  # fmt: skip
+            if self.role == "prefill" and self.rank_id == 0:
+                ops.mtp_save_first_token(
+                    mi["base_model_draft_tokens"], mi["not_need_stop"], mi["seq_lens_decoder"], mi["prompt_lens"],
+                    mi["step_idx"], self.rank_id, False, self.scheduler == "v1",
+                    msg_queue_id=self.msg_queue_id)  # fmt: skip
+                step = mi["step_idx"]
+                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
+            if substep < self.num_model_steps - 1:
+                mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
+                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], mi["step_idx"])
+
+    def _sample(self, logits, this_time, out_pad, out_cum):
+        """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""
+        paddle = self._paddle
+        mi = self.model_inputs
+        if logits.shape[0] == 0:
+            return paddle.zeros([0], dtype="int64")
+        ops.speculate_get_token_penalty_multi_scores(
+            mi["pre_ids"], logits, mi["penalty_score"], mi["frequency_score"], mi["presence_score"],
+            mi["temperature"], mi["bad_tokens"], mi["step_idx"], mi["min_dec_len"], mi["eos_token_id"],
+            this_time, out_pad, out_cum, self.max_model_len)  # fmt: skip
+        return paddle.argmax(logits, axis=-1).astype("int64")
+
+    def _update_status(self) -> None:
+        mi, t = self.model_inputs, self.target
+        ops.draft_model_postprocess(t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"],
+                                    t["stop_flags"])
+        if self.scheduler == "v0":
+            ops.mtp_step_paddle(
+                t["stop_flags"], mi["stop_flags"], mi["batch_drop"], mi["seq_lens_this_time"],
+                mi["seq_lens_encoder"], mi["seq_lens_decoder"], mi["block_tables"], mi["encoder_block_lens"],
+                mi["used_list_len"], mi["free_list"], mi["free_list_len"], self.block_size, self.K)  # fmt: skip
+
+    def _extend_draft_token_with_ngram_match(self) -> None:
+        """Hybrid mode (spec §6.7): fill the draft slots after the MTP's with prompt/history n-gram
+        matches. The ops run on the host tensors (on a GPU they are copied to the CPU and back)."""
+        paddle = self._paddle
+        mi, t = self.model_inputs, self.target
+        cfg = self.config
+
+        def host(x):
+            return x if x.place.is_cpu_place() else x.cpu()
+
+        draft = host(t["draft_tokens"])
+        this_time = host(t["seq_lens_this_time"])
+        ops.hybrid_mtp_ngram(
+            mi["input_ids_cpu"], self.input_ids_len, host(mi["pre_ids"]), host(mi["step_idx"]),
+            host(t["actual_draft_token_num"]), draft, this_time, host(mi["seq_lens_decoder"]),
+            host(mi["max_dec_len"]), cfg.max_ngram_size, cfg.min_ngram_size, self.K,
+            threshold=self.ngram_threshold)  # fmt: skip
+        if draft is not t["draft_tokens"]:
+            paddle.assign(draft.to(t["draft_tokens"].place), t["draft_tokens"])
+            paddle.assign(this_time.to(t["seq_lens_this_time"].place), t["seq_lens_this_time"])
