@@ -220,8 +220,8 @@ def test_bad_input_is_a_per_request_error():
         SamplingParams(top_k=-2)
     with pytest.raises(ValueError, match="must be a SamplingParams"):
         llm.engine.add_request(good[0], {"max_tokens": 3})
-    with pytest.raises(NotImplementedError):
-        fd_mtp.LLM(tiny_model(), speculative_config={"method": "mtp"})
+    with pytest.raises(ValueError, match="needs an MTP block"):
+        fd_mtp.LLM(tiny_model(), speculative_config={"method": "mtp"})  # a model instance without mtp_model
     # the engine is still usable
     assert llm.generate([good[1]], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=False)[0].token_ids == \
         naive_greedy(tiny_model(), good[1], 2)
