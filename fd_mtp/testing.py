@@ -104,7 +104,7 @@ def tokenizer_corpus() -> str:
     return "\n".join(m.__doc__ or "" for m in (json, textwrap, collections, functools))
 
 
-def exact_draft_weights(config, *, seed: int = 0) -> dict[str, np.ndarray]:
+def exact_draft_weights(config, *, seed: int = 0, context: float = 0.0) -> dict[str, np.ndarray]:
     """Weights of a dense model whose MTP head always drafts what the target will emit (greedy).
 
     Every decoder layer's ``o_proj`` and ``down_proj`` are zero, so attention and MLP add nothing:
@@ -115,12 +115,18 @@ def exact_draft_weights(config, *, seed: int = 0) -> dict[str, np.ndarray]:
     nothing either, so it predicts ``f(next)``: exactly the target's token after ``next``. Greedy
     speculative decoding with this head accepts every draft at every position (acceptance 100%),
     which runs every multi-token accept path of the ops. Dense configs only.
+
+    ``context > 0`` scales the main layers' ``o_proj`` to ``context`` times its random value
+    instead of zero: the target then also depends on earlier tokens and the (still bigram)
+    drafts are right only part of the time (a mix of accepted and rejected drafts).
     """
     if config.moe_num_experts:
         raise ValueError("exact_draft_weights: dense configs only (moe_num_experts = 0)")
     w = random_weights(config, seed=seed, mtp=True)
     for name in w:
-        if name.endswith("self_attn.o_proj.weight") or name.endswith("mlp.down_proj.weight") \
+        if name.endswith("self_attn.o_proj.weight") and name.startswith("ernie.layers."):
+            w[name] = (context * w[name]).astype(np.float32)
+        elif name.endswith("self_attn.o_proj.weight") or name.endswith("mlp.down_proj.weight") \
                 or name.endswith("o_proj.bias") or name.endswith("down_proj.bias"):
             w[name] = np.zeros_like(w[name])
         if name.endswith("mtp_emb_norm.0.weight"):
@@ -132,10 +138,10 @@ def exact_draft_weights(config, *, seed: int = 0) -> dict[str, np.ndarray]:
     return w
 
 
-def write_exact_draft_checkpoint(path, *, seed: int = 0, **config_overrides) -> Path:
+def write_exact_draft_checkpoint(path, *, seed: int = 0, context: float = 0.0, **config_overrides) -> Path:
     """Write a checkpoint with :func:`exact_draft_weights` (tiny dense config + ``overrides``; the
     lm_head is not tied to the embedding by default, so that ``f`` is not the identity)."""
     from .model.loader import save_checkpoint
 
     config = tiny_config(**{"tie_word_embeddings": False, **config_overrides})
-    return save_checkpoint(Path(path), config, exact_draft_weights(config, seed=seed))
+    return save_checkpoint(Path(path), config, exact_draft_weights(config, seed=seed, context=context))
