@@ -144,8 +144,8 @@ class ModelRunner:
         K = self.num_speculative_tokens
         full = paddle.full
         s = {
-            # speculative: one spare column, written when a step's tokens run past the request's end
-            "pre_ids": full([B, L + (1 if K else 0)], -1, "int64"),
+            # speculative: spare columns, written when a last step's tokens run past the request's end
+            "pre_ids": full([B, L + (K + 2 if K else 0)], -1, "int64"),
             "input_ids": full([B, L], pad, "int64"),
             "prompt_ids": full([B, L], pad, "int64"),
             "eos_token_id": paddle.to_tensor(np.array(self.eos_token_ids, np.int64).reshape([-1, 1])),

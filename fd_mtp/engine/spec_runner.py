@@ -25,9 +25,11 @@ Verification (``SpeculativeConfig.verification``):
 * "topp" / "topk": FastDeploy's candidate rules (``top_p_candidates``), not lossless.
 
 Stopping is the engine's job, on the host, as in plain decoding (EOS unless ``ignore_eos``, stop
-token ids, stop strings, ``max_tokens``, ``max_model_len``): the verify op gets an end-token list
-that matches nothing, and ``max_dec_len`` one more than the request's real limit, so the ops never
-end a request before the engine does and tokens past a stop are simply dropped by the engine.
+token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and draft_model_update get an
+end-token list that matches nothing, and ``max_dec_len`` is the request's real limit plus
+``num_model_steps``, so the ops never end a request (or its draft) before the engine does, and
+tokens past a stop are dropped by the engine. ``pre_ids`` has ``K + 2`` spare columns for the
+positions a last step may write past the limit.
 Speculative steps therefore produce exactly what plain steps produce under greedy and
 "target_match" verification. Differences from plain decoding that remain (upstream semantics):
 the penalty op counts repeats over the accepted history only, not over the earlier drafts of the
@@ -85,8 +87,9 @@ class SpeculativeModelRunner(ModelRunner):
         if cfg.method == "mtp":
             from ..proposer.mtp import MTPProposer
 
+            options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
             self.proposer = MTPProposer(cfg, mtp_model, si, max_model_len=max_model_len, block_size=block_size,
-                                        num_main_blocks=num_blocks, **(proposer_options or {}))
+                                        num_main_blocks=num_blocks, **options)
         else:
             from ..proposer.ngram import NgramProposer
 
@@ -94,8 +97,9 @@ class SpeculativeModelRunner(ModelRunner):
 
     # -- insertion ----------------------------------------------------------------------------------
     def _max_dec_len(self, p, prompt_len: int) -> int:
-        # one past the engine's own limit: the ops never stop a request the engine keeps running
-        return min(p.max_tokens, self.max_model_len - prompt_len) + 1
+        # past the engine's own limit by the drafts' lead (num_model_steps): neither verify nor
+        # draft_model_update stops a request the engine keeps running
+        return min(p.max_tokens, self.max_model_len - prompt_len) + self.lookahead + 1
 
     def insert_tasks_v1(self, tasks: list[Task]) -> None:
         """The target's insertion (`ModelRunner.insert_tasks_v1`), then the proposer's on the same tasks."""

@@ -30,7 +30,9 @@ Deliberate differences from FastDeploy's ``mtp.py`` (each documented where it ha
 bfloat16 buffer; the tensor-parallel broadcast of the drafted tokens is a hook (`tp_broadcast`)
 instead of a collective call; environment variables (``PREFILL_NODE_ONE_STEP_STOP``, thresholds)
 are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
-graphs are not implemented.
+graphs are not implemented; between substeps, a request that prefilled in the substep is shown
+to ``eagle_get_self_hidden_states`` with ``step_idx = 1`` (FastDeploy passes a re-prefilled request's
+real step_idx, which the op mistakes for a decode and reads the wrong rows, spec §6.4 edge).
 """
 from __future__ import annotations
 
@@ -83,12 +85,18 @@ class MTPProposer:
             (FastDeploy's PREFILL_NODE_ONE_STEP_STOP); default: ``role == "prefill"``.
         rank_id, msg_queue_id: where a prefill node sends its first tokens (mtp_save_first_token).
         ngram_threshold: ``hybrid_mtp_ngram``'s token budget (SPEC_TOKENUM_THRESHOLD; None = env/1024).
+        draft_end_ids: the ``end_ids`` of ``draft_model_update`` (a drafted end id stops the draft);
+            default the target's ``eos_token_id`` as FastDeploy. fd_mtp's runner passes ``[-1]``
+            (matches nothing): its engine stops requests on the host, and a draft stop would send
+            the next step through 2.4's stop-recovery branch, which rewinds by the target's
+            seq_lens_this_time instead of accept_num (spec §14.5) and shifts the draft's positions.
     """
 
     def __init__(self, speculative_config, mtp_model, target_model_inputs: dict, *, max_model_len: int,
                  block_size: int, num_main_blocks: int, role: str = "mixed", scheduler: str = "v1",
                  tp_broadcast: Callable | None = None, prefill_one_step_stop: bool | None = None,
-                 rank_id: int = 0, msg_queue_id: int | None = None, ngram_threshold: int | None = None):
+                 rank_id: int = 0, msg_queue_id: int | None = None, ngram_threshold: int | None = None,
+                 draft_end_ids=None):
         import paddle
 
         from ..model.attention import allocate_kv_caches
@@ -121,6 +129,7 @@ class MTPProposer:
         self.msg_queue_id = msg_queue_id
         self.ngram_threshold = ngram_threshold
         self.hybrid_mode = cfg.hybrid_mode
+        self.draft_end_ids = target_model_inputs["eos_token_id"] if draft_end_ids is None else draft_end_ids
         self.stats = ProposerStats()
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
@@ -394,12 +403,13 @@ class MTPProposer:
                 logits = self.model.compute_logits(rows)
             self.stats.forward += time.perf_counter() - f0
             next_tokens = self._sample(logits, this_time, out_pad, out_cum)
+            prefilled = mi["seq_lens_encoder"].reshape([-1, 1]) > 0  # before the update zeroes it
             if self.tp_broadcast is not None:
                 self.tp_broadcast(next_tokens)
             ops.draft_model_update(
                 next_tokens, mi["draft_tokens"], mi["pre_ids"], mi["seq_lens_this_time"], mi["seq_lens_encoder"],
                 mi["seq_lens_decoder"], mi["step_idx"], out_cum, mi["stop_flags"], mi["not_need_stop"],
-                mi["max_dec_len"], mi["eos_token_id"], mi["base_model_draft_tokens"], L, substep,
+                mi["max_dec_len"], self.draft_end_ids, mi["base_model_draft_tokens"], L, substep,
                 prefill_one_step_stop=self.prefill_one_step_stop)  # fmt: skip
             if self.role == "prefill" and self.rank_id == 0:
                 ops.mtp_save_first_token(
@@ -409,8 +419,14 @@ class MTPProposer:
                 step = mi["step_idx"]
                 paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
             if substep < self.num_model_steps - 1:
+                # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
+                # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
+                # would be taken for a decode (spec §6.4 edge). Requests that prefilled in this substep
+                # are shown to the op with step_idx 1.
+                step = mi["step_idx"]
+                step = paddle.where(prefilled.reshape(step.shape), paddle.ones_like(step), step)
                 mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
-                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], mi["step_idx"])
+                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step)
 
     def _sample(self, logits, this_time, out_pad, out_cum):
         """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""

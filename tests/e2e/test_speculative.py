@@ -1,0 +1,313 @@
+"""Speculative decoding end to end (fd_mtp.LLM with speculative_config) on tiny checkpoints.
+
+Greedy equivalence: with greedy verification, speculative generation equals plain greedy
+generation token for token, for K = 1..5, num_model_steps = 1..K, hybrid mode on and off, batches
+of 1 to 16 with mixed prompt lengths, requests joining mid-run, chunked prefill and KV blocks
+running out. Three drafters: an MTP head whose drafts are always right (every accept path runs,
+acceptance exactly 100%), one right about half the time, and a random one (nothing accepted).
+Sampling: "target_match" verification reproduces plain seeded sampling token for token;
+"rejection" (lossless speculative sampling) matches plain sampling in distribution (a bounded,
+seeded chi-square test). Invariants of spec §1.4 between the target and the proposer hold after
+every step.
+"""
+import numpy as np
+import pytest
+
+paddle = pytest.importorskip("paddle")
+
+import fd_mtp  # noqa: E402
+from fd_mtp import SamplingParams  # noqa: E402
+from fd_mtp.engine.request import SpeculativeMetrics  # noqa: E402
+from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+L = 128
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spec")
+    return {
+        "exact": write_exact_draft_checkpoint(root / "exact", seed=3),
+        "mixed": write_exact_draft_checkpoint(root / "mixed", seed=3, context=0.3),
+        "random": write_random_checkpoint(root / "random", seed=4),
+    }
+
+
+def prompts(lengths, seed=0, vocab=300):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, vocab, n)] for n in lengths]
+
+
+def llm_for(ckpt, spec=None, **kw):
+    kw.setdefault("max_num_seqs", 4)
+    kw.setdefault("max_model_len", L)
+    kw.setdefault("block_size", 8)
+    return fd_mtp.LLM(str(ckpt), speculative_config=spec, **kw)
+
+
+_PLAIN: dict = {}
+
+
+def plain_tokens(ckpt, ps, params):
+    """Plain-decoding outputs (cached per checkpoint, prompts and params)."""
+    key = (str(ckpt), repr(ps), repr(params))
+    if key not in _PLAIN:
+        outs = llm_for(ckpt, max_num_seqs=8).generate(ps, params, use_tqdm=False)
+        _PLAIN[key] = [o.token_ids for o in outs]
+    return _PLAIN[key]
+
+
+def mtp(k, steps=None, **kw):
+    return {"method": "mtp", "num_speculative_tokens": k, "num_model_steps": k if steps is None else steps,
+            "verification": "greedy", **kw}
+
+
+def check_equal(ckpt, spec, ps, max_tokens, **llm_kw):
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in max_tokens]
+    llm = llm_for(ckpt, spec, **llm_kw)
+    outs = llm.generate(ps, params, use_tqdm=False)
+    want = plain_tokens(ckpt, ps, params)
+    for i, (o, w) in enumerate(zip(outs, want)):
+        assert o.error is None and o.finish_reason == "length", (i, o.error)
+        assert o.token_ids == w, f"request {i}: speculative {o.token_ids} != plain {w}"
+    return llm, outs
+
+
+GRID = [(k, s) for k in range(1, 6) for s in range(1, k + 1)]
+
+
+@pytest.mark.parametrize("k,steps", GRID)
+def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps):
+    ps = prompts([5, 1, 17, 9, 3, 30], seed=k)
+    llm, outs = check_equal(ckpts["mixed"], mtp(k, steps), ps, [12, 9, 14, 6, 11, 10])
+    m = llm.speculative_metrics
+    assert m.num_drafted > 0 and 0 < m.num_accepted < m.num_drafted  # both paths ran
+    assert m.drafted_per_position[steps:] == [0] * (k - steps)  # no hybrid: num_model_steps drafts
+    assert SpeculativeMetrics.total(outs).num_emitted == m.num_emitted
+
+
+@pytest.mark.parametrize("which", ["mixed", "exact"])
+@pytest.mark.parametrize("k,steps", [(2, 1), (3, 1), (4, 2), (5, 3), (5, 1)])
+def test_hybrid_ngram_extension_keeps_greedy_output(ckpts, which, k, steps):
+    # prompts that contain the model's own continuation (q + plain(q) + q), so that the n-gram
+    # extension finds matches for the drafts' history
+    ckpt = ckpts[which]
+    qs = prompts([6, 4, 8], seed=20 + k)
+    cont = plain_tokens(ckpt, qs, [SamplingParams(max_tokens=12, **GREEDY)] * 3)
+    ps = [q + c + q for q, c in zip(qs, cont)] + prompts([7], seed=30)
+    llm, _ = check_equal(ckpt, mtp(k, steps, mtp_strategy="with_ngram"), ps, [16, 12, 18, 10])
+    m = llm.speculative_metrics
+    assert llm.runner.proposer.hybrid_mode
+    assert sum(m.drafted_per_position[steps:]) > 0  # n-gram drafts were proposed after the MTP's
+    if which == "exact":
+        assert sum(m.accepted_per_position[steps:]) > 0
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_exact_drafts_are_all_accepted(ckpts, k):
+    ps = prompts([4, 11, 2, 25], seed=40 + k)
+    llm, outs = check_equal(ckpts["exact"], mtp(k), ps, [20, 17, 23, 15])
+    m = llm.speculative_metrics
+    assert m.num_accepted == m.num_drafted > 0
+    assert m.acceptance_per_position == [1.0] * k
+    # every decode step accepts all K drafts except where a request ends inside its last step
+    assert m.mean_accepted_length > 1 + k - 1.0
+    for o in outs:
+        assert o.metrics.spec.acceptance_rate == 1.0
+
+
+def test_random_drafter_changes_nothing(ckpts):
+    llm, _ = check_equal(ckpts["random"], mtp(3, 2), prompts([6, 13, 2], seed=50), [10, 8, 12])
+    assert llm.speculative_metrics.num_drafted > 0
+
+
+def test_ngram_method_equals_plain(ckpts):
+    base = prompts([5, 7], seed=60)
+    ps = [b * 3 for b in base] + prompts([9], seed=61)
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "verification": "greedy", "max_ngram_size": 3}
+    llm, _ = check_equal(ckpts["mixed"], spec, ps, [14, 12, 9])
+    assert llm.speculative_metrics.num_drafted > 0
+
+
+def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
+    ckpt = ckpts["mixed"]
+    ps = prompts([3, 8, 1, 21, 5, 13, 2, 9, 17, 4, 6, 30, 11, 7, 1, 15], seed=70)
+    n = [9, 12, 7, 10, 14, 6, 11, 8, 13, 9, 5, 12, 10, 7, 11, 8]
+    params = [SamplingParams(max_tokens=k, **GREEDY) for k in n]
+    want = plain_tokens(ckpt, ps, params)
+    # batch of one
+    single = llm_for(ckpt, mtp(3, 2), max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
+    assert [o.token_ids for o in single] == want[:3]
+    # 16 slots, requests arriving while others decode
+    llm = llm_for(ckpt, mtp(3, 2), max_num_seqs=16, max_num_batched_tokens=64)
+    engine = llm.engine
+    ids = [engine.add_request(ps[i], params[i]) for i in range(4)]
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+        if steps in (1, 2, 4, 7) and len(ids) < 16:
+            ids += [engine.add_request(ps[i], params[i]) for i in range(len(ids), min(len(ids) + 3, 16))]
+    while len(ids) < 16:  # late arrivals into an idle engine
+        ids.append(engine.add_request(ps[len(ids)], params[len(ids)]))
+        while engine.has_unfinished():
+            engine.step()
+    assert [engine.pop_output(r).token_ids for r in ids] == want
+
+
+def test_chunked_prefill(ckpts):
+    ps = prompts([41, 23, 3, 57], seed=80)
+    # 8 tokens per step: the long prompts are prefilled in chunks, and decodes (4 tokens each with
+    # K = 3) leave the chunked prefills some steps with no budget at all (they sit those out)
+    llm, outs = check_equal(ckpts["mixed"], mtp(3, 3), ps, [10, 12, 9, 8], max_num_batched_tokens=8)
+    assert outs[3].metrics.num_steps >= 57 // 8
+    check_equal(ckpts["exact"], mtp(2, 2), ps, [10, 12, 9, 8], max_num_batched_tokens=5)
+
+
+def test_kv_blocks_running_out(ckpts):
+    ps = prompts([9, 12, 6, 10], seed=90)
+    n = [14, 12, 16, 13]
+    # block_size 4: each request needs up to 8 blocks (+ draft lookahead); 18 blocks for 4 slots
+    llm, outs = check_equal(ckpts["mixed"], mtp(3, 2), ps, n, block_size=4, num_gpu_blocks=18,
+                            max_num_batched_tokens=16)
+    assert llm.engine.num_preemptions > 0
+    assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
+    assert llm.engine.block_manager.num_free == 18
+    llm, _ = check_equal(ckpts["exact"], mtp(4, 4), ps, n, block_size=4, num_gpu_blocks=12,
+                         max_num_batched_tokens=32)
+    assert llm.engine.num_preemptions > 0
+
+
+def test_proposer_agrees_with_the_target_after_every_step(ckpts):
+    """Spec §1.4 / §13: after a step, a running request's proposer state is the target's advanced by
+    the draft substeps: step_idx and seq_lens_decoder are num_model_steps - 1 ahead, its pre_ids
+    hold the generated tokens one column to the left of the target's (proposer token k at k - 1)
+    followed by the drafts, and the target's draft row is [last token, drafts].
+    """
+    steps = 3
+    llm = llm_for(ckpts["mixed"], mtp(3, steps), max_num_seqs=6, max_num_batched_tokens=32)
+    engine, runner = llm.engine, llm.runner
+    mi, si = runner.proposer.model_inputs, runner.share_inputs
+    ps = prompts([7, 19, 3, 12, 26], seed=100)
+    rids = [engine.add_request(p, SamplingParams(max_tokens=18, **GREEDY)) for p in ps]
+    checked = 0
+    while engine.has_unfinished():
+        engine.step()
+        t_step, t_dec = si["step_idx"].numpy().ravel(), si["seq_lens_decoder"].numpy().ravel()
+        t_pre, t_draft = si["pre_ids"].numpy(), si["draft_tokens"].numpy()
+        t_this = si["seq_lens_this_time"].numpy().ravel()
+        d_step, d_dec = mi["step_idx"].numpy().ravel(), mi["seq_lens_decoder"].numpy().ravel()
+        d_pre, d_stop = mi["pre_ids"].numpy(), mi["stop_flags"].numpy().ravel()
+        d_this = mi["seq_lens_this_time"].numpy().ravel()
+        for req in engine.running:
+            b = req.slot
+            if not req.prefilled or d_stop[b]:
+                continue
+            n = int(t_step[b])
+            assert n == len(req.output_token_ids)
+            assert t_dec[b] == req.num_computed == req.num_tokens - 1
+            assert d_step[b] == n + steps - 1 and d_dec[b] == t_dec[b] + steps - 1
+            assert list(t_pre[b, 1:n + 1]) == req.output_token_ids
+            assert list(d_pre[b, :n]) == req.output_token_ids
+            drafts = list(d_pre[b, n:n + steps - 1]) + [int(t_draft[b, steps])]
+            assert list(t_draft[b, : steps + 1]) == [req.output_token_ids[-1]] + drafts
+            assert t_this[b] == 1 + steps and d_this[b] == 1
+            checked += 1
+    assert checked > 20
+    assert all(engine.pop_output(r).finish_reason == "length" for r in rids)
+
+
+SAMPLED = dict(temperature=0.9, top_p=0.95, top_k=40, ignore_eos=True)
+
+
+@pytest.mark.parametrize("which,k,steps", [("mixed", 3, 3), ("exact", 2, 1), ("random", 2, 2)])
+def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps):
+    ps = prompts([6, 15, 2, 9], seed=110)
+    params = [SamplingParams(max_tokens=12, seed=s, repetition_penalty=1.0, **SAMPLED) for s in (5, 6, 7, 8)]
+    want = plain_tokens(ckpts[which], ps, params)
+    spec = mtp(k, steps, verification="target_match")
+    llm = llm_for(ckpts[which], spec, block_size=4, num_gpu_blocks=22, max_num_batched_tokens=12)
+    assert [o.token_ids for o in llm.generate(ps, params, use_tqdm=False)] == want
+    assert llm.speculative_metrics.num_drafted > 0
+
+
+def _chi2_homogeneity(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    """Two-sample chi-square statistic over the union of categories (rare ones pooled)."""
+    keys, counts = {}, []
+    for arr, col in ((a, 0), (b, 1)):
+        for x in map(tuple, arr):
+            if x not in keys:
+                keys[x] = len(counts)
+                counts.append([0, 0])
+            counts[keys[x]][col] += 1
+    c = np.array(counts, dtype=np.float64)
+    big = c.sum(axis=1) >= 10
+    c = np.vstack([c[big], c[~big].sum(axis=0, keepdims=True)]) if (~big).any() else c[big]
+    c = c[c.sum(axis=1) > 0]
+    expected = c.sum(axis=1, keepdims=True) * c.sum(axis=0, keepdims=True) / c.sum()
+    return float(((c - expected) ** 2 / expected).sum()), c.shape[0] - 1
+
+
+def test_rejection_sampling_matches_plain_sampling_in_distribution(ckpts):
+    """Lossless speculative sampling: the first three generated tokens of 1200 seeded requests have
+    the same joint distribution with and without speculation (chi-square homogeneity, seeded, so
+    the outcome is fixed). Some drafts are accepted and more are rejected: both the accept and the
+    resample branches of the verifier shape the output."""
+    ckpt = ckpts["mixed"]
+    n_req = 1200
+    prompt = prompts([6], seed=120)[0]
+    params = [SamplingParams(max_tokens=3, seed=1000 + i, temperature=1.0, top_k=3, ignore_eos=True)
+              for i in range(n_req)]
+    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    llm = llm_for(ckpt, mtp(2, 2, verification="rejection"), max_num_seqs=64, seed=11)
+    spec = llm.generate([prompt] * n_req, params, use_tqdm=False)
+    a = np.array([o.token_ids for o in plain])
+    b = np.array([o.token_ids for o in spec])
+    stat, dof = _chi2_homogeneity(a, b)
+    m = llm.speculative_metrics
+    assert m.num_accepted > 300 and m.num_drafted - m.num_accepted > 300, m.summary()
+    # 99.9% quantile of chi-square is below dof + 3.1 * sqrt(2 dof) + 10 for these dof
+    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
+    # the same test tells a different distribution apart: greedy tokens
+    greedy = llm_for(ckpt, max_num_seqs=64).generate([prompt] * 50, SamplingParams(max_tokens=3, **GREEDY),
+                                                      use_tqdm=False)
+    g = np.array([o.token_ids for o in greedy] * (n_req // 50))
+    stat_g, dof_g = _chi2_homogeneity(a, g)
+    assert stat_g > dof_g + 3.1 * np.sqrt(2 * dof_g) + 10
+
+
+def test_bad_speculative_settings(ckpts, tmp_path):
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        llm_for(ckpts["mixed"], {"method": "mtp", "num_speculative_tokens": 6})
+    with pytest.raises(ValueError, match="num_gpu_block_expand_ratio"):
+        llm_for(ckpts["mixed"], {"method": "mtp", "num_gpu_block_expand_ratio": 0.5})
+    with pytest.raises(ValueError, match="unknown fields"):
+        llm_for(ckpts["mixed"], {"method": "mtp", "num_speculative_token": 2})
+    no_mtp = write_random_checkpoint(tmp_path / "nomtp", seed=1, with_mtp=False, num_nextn_predict_layers=0)
+    with pytest.raises(ValueError, match="needs an MTP block"):
+        llm_for(no_mtp, {"method": "mtp"})
+    # greedy verification refuses a sampled request (its output would silently be greedy)
+    llm = llm_for(ckpts["mixed"], mtp(2))
+    outs = llm.generate([[5, 6], [7, 8]], [SamplingParams(max_tokens=3, temperature=0.7),
+                                           SamplingParams(max_tokens=3, **GREEDY)], use_tqdm=False)
+    assert outs[0].finish_reason == "error" and "verification='greedy'" in outs[0].error
+    assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 3
+
+
+def test_stops_inside_an_accepted_run(ckpts):
+    """A stop token id, EOS or max_tokens reached in the middle of a step's accepted drafts ends the
+    request there: later tokens of that step are dropped, as plain decoding never produces them."""
+    ckpt = ckpts["exact"]
+    ps = prompts([5, 8], seed=130)
+    plain = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=24, **GREEDY)] * 2)
+    stop_tok = plain[0][9]  # the 10th token of request 0
+    params = [SamplingParams(max_tokens=24, temperature=0.0, stop_token_ids=[stop_tok]),
+              SamplingParams(max_tokens=13, **GREEDY)]
+    want = plain_tokens(ckpt, ps, params)
+    llm = llm_for(ckpt, mtp(4))
+    outs = llm.generate(ps, params, use_tqdm=False)
+    assert [o.token_ids for o in outs] == want
+    assert outs[0].token_ids[-1] == stop_tok and outs[0].finish_reason == "stop"
+    assert len(outs[1].token_ids) == 13 and outs[1].finish_reason == "length"
+    assert llm.engine.block_manager.num_free == llm.runner.num_blocks
