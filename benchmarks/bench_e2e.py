@@ -1,22 +1,42 @@
-"""End-to-end plain-decoding throughput of fd_mtp's engine (``fd_mtp.LLM``) on a tiny random checkpoint.
+"""End-to-end decoding throughput of fd_mtp's engine (``fd_mtp.LLM``): plain decoding vs MTP speculative
+decoding, side by side in one run.
 
-For each batch size B: an LLM with ``max_num_seqs = B`` on a checkpoint written by
-``fd_mtp.testing.write_random_checkpoint`` (default tiny config: hidden 64, 2 layers, vocab 300;
-``--hidden``/``--layers``/``--vocab`` make it larger), B random prompts of ``--prompt-len`` tokens,
-greedy decoding of ``--max-tokens`` tokens each (EOS ignored, so every request runs to the end).
-One warm-up generate, then ``--repeats`` timed ones; reports p50 / p20 / p80 of
+Modes (``--modes``, comma-separated; default all):
 
-* ``throughput`` [tokens/s]: generated tokens / wall time of ``generate`` (prefill included),
-* ``step_latency`` [ms]: wall time / engine steps.
+* ``plain``: no speculation,
+* ``mtp_k1``, ``mtp_k2``, ``mtp_k3``: MTP with K = num_model_steps = 1, 2, 3,
+* ``hybrid_k3``: K = 3 with one MTP substep (num_model_steps = 1), the other drafts from n-gram
+  matches (``mtp_strategy="with_ngram"``).
 
-``--check`` asserts before timing that every request's tokens equal the batch-1 run of the same
-prompt (batching must not change greedy output).
+For each batch size B (``--batches``) and mode: an LLM with ``max_num_seqs = B``, B random prompts of
+``--prompt-len`` tokens (or the lines of ``--prompts FILE``, cycled, when the checkpoint has a
+tokenizer), greedy decoding of ``--max-tokens`` tokens each (EOS ignored, so every request runs to
+the end; speculative modes verify with ``--verification``, default "greedy"). One warm-up generate,
+then ``--repeats`` timed ones; per (mode, batch) the CSV holds p50 / p20 / p80 over the repeats of
+
+* ``tokens_per_s`` [tokens/s]: generated tokens / wall time of ``generate`` (prefill included),
+* ``step_latency`` [ms]: wall time / engine steps, ``steps`` [steps]: engine steps per generate,
+* ``mean_accepted_length`` [tokens/step]: emitted tokens per request decode step (1 = plain),
+* ``acceptance_pos{i}`` [fraction]: accepted / drafted at draft position i (speculative modes),
+* ``proposer_host_ms_per_step`` [ms]: the proposer's own time per call outside MTP forwards
+  (``ProposerStats.host / calls``; for the n-gram part of hybrid mode, all of it is host time).
+
+The checkpoint: ``--model DIR`` (e.g. a trained one such as ``fd_mtp/assets/ernie45_tiny_mtp``), or
+by default a temporary ``fd_mtp.testing.write_exact_draft_checkpoint(context=0.3)``: a *synthetic*
+MTP head whose drafts are right about half the time by construction, so its acceptance figures say
+nothing about a trained model; they only exercise the machinery at a realistic-looking rate.
+
+``--check`` asserts, before timing, that every mode's greedy output at every batch equals plain
+decoding at batch 1 token for token (so: speculation does not change greedy output, nor does
+batching), reporting the first differing position.
 
 Usage:
-    python benchmarks/bench_e2e.py [--batches 1,8,32] [--quick] [--check] [--device cpu] [--out DIR]
+    python benchmarks/bench_e2e.py [--modes plain,mtp_k1,mtp_k2,mtp_k3,hybrid_k3] [--batches 1,8,32]
+        [--model DIR] [--quick] [--check] [--device cpu] [--out DIR]
 
 Writes DIR/bench_e2e.csv (bench_ops.py's columns: kernel,provider,metric,unit,x,p50,p20,p80,config,
-device,timestamp,version) and DIR/bench_e2e.png (tokens/s vs batch).
+device,timestamp,version; provider = the mode, x = the batch size) and DIR/bench_e2e.png (tokens/s
+and mean accepted length per batch and mode), and prints a table.
 """
 from __future__ import annotations
 
@@ -39,126 +59,245 @@ import fd_mtp  # noqa: E402
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
                "timestamp", "version"]  # fmt: skip
 
+# mode -> speculative_config (None: plain decoding); verification is added from --verification.
+MODES = {
+    "plain": None,
+    "mtp_k1": {"method": "mtp", "num_speculative_tokens": 1, "num_model_steps": 1},
+    "mtp_k2": {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2},
+    "mtp_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
+    "hybrid_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 1, "mtp_strategy": "with_ngram"},
+}
+BLOCK_SIZE = 64
+
 
 def percentiles(values):
     a = np.asarray(values, dtype=np.float64)
     return float(np.percentile(a, 50)), float(np.percentile(a, 20)), float(np.percentile(a, 80))
 
 
+def _snapshot(llm):
+    """Cumulative counters of ``llm``: engine steps, draft metrics, proposer stats."""
+    m, s = llm.speculative_metrics, llm.proposer_stats
+    return dict(
+        steps=llm.engine.num_steps,
+        spec_steps=m.num_steps if m is not None else 0, emitted=m.num_emitted if m is not None else 0,
+        drafted=list(m.drafted_per_position) if m is not None else [],
+        accepted=list(m.accepted_per_position) if m is not None else [],
+        calls=s.calls if s is not None else 0, host=s.host if s is not None else 0.0)
+
+
 def run_once(llm, prompts, params):
-    steps0 = llm.engine.num_steps
+    """One ``generate``: outputs and this call's figures (deltas of the LLM's cumulative counters)."""
+    before = _snapshot(llm)
     t0 = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     elapsed = time.perf_counter() - t0
+    after = _snapshot(llm)
     tokens = sum(len(o.token_ids) for o in outs)
-    return outs, elapsed, tokens, llm.engine.num_steps - steps0
+    steps = after["steps"] - before["steps"]
+    fig = {"tokens_per_s": tokens / elapsed, "step_latency": 1e3 * elapsed / max(steps, 1), "steps": steps}
+    if llm.speculative_config is not None:
+        spec_steps = after["spec_steps"] - before["spec_steps"]
+        fig["mean_accepted_length"] = (after["emitted"] - before["emitted"]) / spec_steps if spec_steps else np.nan
+        for i, (d1, d0, a1, a0) in enumerate(zip(after["drafted"], before["drafted"], after["accepted"],
+                                                 before["accepted"])):
+            fig[f"acceptance_pos{i}"] = (a1 - a0) / (d1 - d0) if d1 > d0 else np.nan
+        calls = after["calls"] - before["calls"]
+        fig["proposer_host_ms_per_step"] = 1e3 * (after["host"] - before["host"]) / calls if calls else np.nan
+    else:
+        fig["mean_accepted_length"] = 1.0
+    return outs, fig
 
 
-def plot(rows, path):
+UNITS = {"tokens_per_s": "tokens/s", "step_latency": "ms", "steps": "steps", "mean_accepted_length": "tokens/step",
+         "proposer_host_ms_per_step": "ms"}  # fmt: skip
+
+
+def first_difference(got: list[int], want: list[int]) -> str:
+    n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return (f"first difference at token {n} of {len(want)}: got {got[n:n + 4]}, want {want[n:n + 4]}"
+            f" (lengths {len(got)} / {len(want)})")
+
+
+def plot(rows, modes, batches, path, synthetic: bool):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, metric in zip(axes, ("throughput", "step_latency")):
-        pts = sorted((r["x"], r["p50"], r["p20"], r["p80"], r["unit"]) for r in rows if r["metric"] == metric)
-        if not pts:
-            continue
-        x, p50, p20, p80 = (np.array(v, dtype=np.float64) for v in list(zip(*pts))[:4])
-        ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt="o-", capsize=3, label="fd_mtp plain decoding")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [str(int(v)) for v in x])
+    by = {(r["provider"], r["metric"], r["x"]): r for r in rows}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    xs = np.arange(len(batches))
+    colors = {m: f"C{i}" for i, m in enumerate(MODES)}  # one colour per mode in both panels
+    for ax, metric, shown in ((axes[0], "tokens_per_s", modes),
+                              (axes[1], "mean_accepted_length", [m for m in modes if m != "plain"] or modes)):
+        width = 0.8 / len(shown)
+        for j, mode in enumerate(shown):
+            pts = [by.get((mode, metric, b)) for b in batches]
+            p50 = np.array([np.nan if r is None else r["p50"] for r in pts])
+            lo = np.array([0.0 if r is None else r["p50"] - r["p20"] for r in pts])
+            hi = np.array([0.0 if r is None else r["p80"] - r["p50"] for r in pts])
+            ax.bar(xs + (j - (len(shown) - 1) / 2) * width, p50, width, yerr=[lo, hi], capsize=2, label=mode,
+                   color=colors[mode])
+        ax.set_xticks(xs, [str(b) for b in batches])
         ax.set_xlabel("batch size")
-        ax.set_ylabel(f"{metric} p50 [{pts[0][4]}] (p20-p80 bars)")
-        ax.set_title(f"{metric} ({rows[0]['device']})", fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylabel(f"p50 [{UNITS[metric]}], p20-p80 bars")
+        ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(rows[0]["config"], fontsize=8)
-    fig.tight_layout()
+    axes[0].set_title(f"throughput ({rows[0]['device']})", fontsize=10)
+    axes[1].set_title("mean accepted length" + (" (synthetic MTP head: not meaningful)" if synthetic else ""),
+                      fontsize=10)
+    fig.suptitle(rows[0]["config"], fontsize=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def table(rows, modes, batches) -> str:
+    by = {(r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
+    k = max((int(r["metric"][len("acceptance_pos"):]) + 1 for r in rows if r["metric"].startswith("acceptance_pos")),
+            default=0)
+    head = (f"{'mode':<10} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'ms/step':>8} {'steps':>6} "
+            f"{'accept len':>10} {'acceptance per position':<24} {'proposer host ms/step':>21}")
+    lines = [head, "-" * len(head)]
+
+    def f(v, fmt):
+        return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else format(v, fmt)
+
+    for b in batches:
+        for mode in modes:
+            if (mode, "tokens_per_s", b) not in by:
+                continue
+            tps, plain = by[(mode, "tokens_per_s", b)], by.get(("plain", "tokens_per_s", b))
+            pos = " ".join(f(by.get((mode, f"acceptance_pos{i}", b)), ".2f") for i in range(k)
+                           if (mode, f"acceptance_pos{i}", b) in by)
+            lines.append(f"{mode:<10} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
+                         f"{by[(mode, 'step_latency', b)]:>8.2f} {by[(mode, 'steps', b)]:>6.0f} "
+                         f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} {pos or '-':<24} "
+                         f"{f(by.get((mode, 'proposer_host_ms_per_step', b)), '.3f'):>21}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
     p.add_argument("--batches", default="1,8,32", help="comma-separated")
     p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--prompts", default=None, help="file of text prompts, one a line (needs a tokenizer)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="2 repeats, 32 new tokens")
-    p.add_argument("--check", action="store_true", help="assert batched greedy output == batch-1 output")
-    p.add_argument("--hidden", type=int, default=None, help="hidden size override (default: the tiny config)")
+    p.add_argument("--check", action="store_true",
+                   help="assert every mode's greedy output at every batch == plain decoding at batch 1")
+    p.add_argument("--verification", default="greedy", help="SpeculativeConfig.verification of speculative modes")
+    p.add_argument("--model", "--checkpoint", dest="model", default=None,
+                   help="checkpoint directory (default: a temporary synthetic exact-draft checkpoint)")
+    p.add_argument("--context", type=float, default=0.3,
+                   help="write_exact_draft_checkpoint's context of the synthetic checkpoint (0: drafts always right)")
+    p.add_argument("--hidden", type=int, default=None, help="synthetic checkpoint: hidden size (default: tiny)")
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--checkpoint", default=None, help="use this checkpoint instead of a random one")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.max_tokens = 2, min(args.max_tokens, 32)
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        p.error(f"--modes: unknown {unknown}; choose from {list(MODES)}")
     batches = [int(b) for b in args.batches.split(",") if b]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    from fd_mtp.testing import write_random_checkpoint
+    synthetic = args.model is None
+    if synthetic:
+        from fd_mtp.testing import write_exact_draft_checkpoint
 
-    if args.checkpoint is None:
         overrides = {k: v for k, v in (("hidden_size", args.hidden), ("num_hidden_layers", args.layers),
                                        ("vocab_size", args.vocab)) if v is not None}
         if args.hidden is not None:
             overrides["intermediate_size"] = 2 * args.hidden
-        ckpt = write_random_checkpoint(tempfile.mkdtemp(prefix="fd_mtp_bench_"), seed=0, **overrides)
+        ckpt = write_exact_draft_checkpoint(tempfile.mkdtemp(prefix="fd_mtp_bench_"), seed=0, context=args.context,
+                                            **overrides)
+        note = (f"NOTE: synthetic MTP head (fd_mtp.testing.write_exact_draft_checkpoint, context={args.context}): "
+                "acceptance figures are properties of this construction, not of a trained model; "
+                "pass --model DIR for a real checkpoint.")
     else:
-        ckpt = Path(args.checkpoint)
-    max_model_len = args.prompt_len + args.max_tokens + 1
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        ckpt = Path(args.model)
+        note = f"checkpoint: {ckpt}"
+    print(note, flush=True)
+
+    def make_llm(mode, batch, max_model_len):
+        spec = MODES[mode]
+        spec = None if spec is None else {**spec, "verification": args.verification}
+        return fd_mtp.LLM(str(ckpt), device=args.device, max_num_seqs=batch, max_model_len=max_model_len,
+                          block_size=BLOCK_SIZE, speculative_config=spec)
+
+    probe = make_llm("plain", 1, 2)  # for the config and tokenizer
+    cfg = probe.model.config
     rng = np.random.default_rng(0)
-    rows, config = [], None
-    single: dict[int, list[int]] = {}
-    all_prompts = None
+    if args.prompts:
+        if probe.tokenizer is None:
+            p.error("--prompts needs a checkpoint with a tokenizer")
+        texts = [t for t in Path(args.prompts).read_text().splitlines() if t.strip()]
+        encoded = [probe.tokenizer.encode(t) for t in texts]
+        all_prompts = [encoded[i % len(encoded)] for i in range(max(batches))]
+        prompt_desc = f"prompts={Path(args.prompts).name} ({min(map(len, encoded))}-{max(map(len, encoded))} tokens)"
+    else:
+        all_prompts = [rng.integers(3, cfg.vocab_size, size=args.prompt_len).tolist() for _ in range(max(batches))]
+        prompt_desc = f"prompt={args.prompt_len} random tokens"
+    del probe
+    max_model_len = max(map(len, all_prompts)) + args.max_tokens + 1
+    config = (f"{'synthetic exact-draft head context=' + str(args.context) if synthetic else ckpt.name}: "
+              f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
+              f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} {prompt_desc} new_tokens={args.max_tokens} "
+              f"greedy verification={args.verification} block_size={BLOCK_SIZE}")
+    params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+    reference: list[list[int]] = []
+    if args.check:
+        one = make_llm("plain", 1, max_model_len)
+        reference = [one.generate([pr], params, use_tqdm=False)[0].token_ids for pr in all_prompts]
+        del one
+
+    rows = []
     for batch in batches:
-        llm = fd_mtp.LLM(str(ckpt), device=args.device, max_num_seqs=batch, max_model_len=max_model_len,
-                         block_size=64)
-        cfg = llm.model.config
-        if all_prompts is None:
-            all_prompts = [rng.integers(3, cfg.vocab_size, size=args.prompt_len).tolist() for _ in range(max(batches))]
-        config = (f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
-                  f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} prompt={args.prompt_len} "
-                  f"new_tokens={args.max_tokens} greedy block_size=64")
         prompts = all_prompts[:batch]
-        params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-        outs, _, _, _ = run_once(llm, prompts, params)  # warm-up
-        if args.check:
-            if not single:
-                one = fd_mtp.LLM(str(ckpt), device=args.device, max_num_seqs=1, max_model_len=max_model_len)
-                for i, pr in enumerate(all_prompts):
-                    single[i] = one.generate([pr], params, use_tqdm=False)[0].token_ids
-            for i, o in enumerate(outs):
-                if o.token_ids != single[i]:
-                    raise AssertionError(f"batch {batch}: request {i} differs from its batch-1 output")
-        tps, lat = [], []
-        for _ in range(args.repeats):
-            _, elapsed, tokens, steps = run_once(llm, prompts, params)
-            tps.append(tokens / elapsed)
-            lat.append(1e3 * elapsed / steps)
-        for metric, unit, vals in (("throughput", "tokens/s", tps), ("step_latency", "ms", lat)):
-            p50, p20, p80 = percentiles(vals)
-            rows.append(dict(kernel="e2e_plain_decoding", provider="fd_mtp", metric=metric, unit=unit, x=batch,
-                             p50=p50, p20=p20, p80=p80, config=config, device=args.device, timestamp=stamp,
-                             version=fd_mtp.__version__))
-        print(f"batch {batch:>4}: {percentiles(tps)[0]:10.1f} tokens/s   {percentiles(lat)[0]:8.2f} ms/step",
-              flush=True)
+        for mode in modes:
+            llm = make_llm(mode, batch, max_model_len)
+            outs, _ = run_once(llm, prompts, params)  # warm-up
+            if args.check:
+                for i, o in enumerate(outs):
+                    if o.token_ids != reference[i]:
+                        raise AssertionError(f"--check: mode {mode}, batch {batch}, request {i}: output differs from "
+                                             f"plain decoding at batch 1; {first_difference(o.token_ids, reference[i])}")
+            figs = [run_once(llm, prompts, params)[1] for _ in range(args.repeats)]
+            for metric in figs[0]:
+                unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
+                p50, p20, p80 = percentiles([f[metric] for f in figs])
+                rows.append(dict(kernel="e2e_decoding", provider=mode, metric=metric, unit=unit, x=batch, p50=p50,
+                                 p20=p20, p80=p80, config=config, device=args.device, timestamp=stamp,
+                                 version=fd_mtp.__version__))
+            med = {m: percentiles([f[m] for f in figs])[0] for m in figs[0]}
+            print(f"batch {batch:>4} {mode:<10}: {med['tokens_per_s']:10.1f} tokens/s   "
+                  f"{med['step_latency']:8.2f} ms/step   accepted length {med['mean_accepted_length']:.2f}", flush=True)
+            del llm
 
     csv_path = out / "bench_e2e.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
-            w.writerow({**r, **{k: f"{r[k]:.3f}" for k in ("p50", "p20", "p80")}})
+            w.writerow({**r, **{k: f"{r[k]:.4f}" for k in ("p50", "p20", "p80")}})
     png_path = out / "bench_e2e.png"
-    plot(rows, png_path)
-    print(f"{config}\ncheck: {'passed' if args.check else 'not run'}; wrote {csv_path} and {png_path}")
+    plot(rows, modes, batches, png_path, synthetic)
+    print()
+    print(table(rows, modes, batches))
+    print(f"\n{config}\n{note}")
+    print(f"check: {'passed (every mode == plain decoding at batch 1, token for token)' if args.check else 'not run'};"
+          f" wrote {csv_path} and {png_path}")
 
 
 if __name__ == "__main__":
