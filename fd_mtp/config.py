@@ -31,10 +31,14 @@ class SpeculativeConfig:
             (FastDeploy does the same).
         mtp_strategy: "default", or "with_ngram" (extend the MTP drafts with n-gram matches up to
             K when K > num_model_steps: hybrid mode).
-        verification: "greedy" (accept while draft == target argmax: output identical to plain
-            greedy decoding), "topp" (FastDeploy's default candidate rule), "topk",
-            "target_match" (compare with the target's sampled token), "rejection" (lossless
-            speculative sampling).
+        verification: how drafts are checked (default "target_match").
+            "target_match": each output row samples its token exactly as plain decoding would
+            (same seed, same token index) and a draft is accepted while it equals that sample:
+            output identical to plain decoding, greedy or sampled (lossless).
+            "greedy": accept while draft == target argmax (greedy requests only).
+            "rejection": lossless speculative sampling (same output distribution as plain
+            sampling, different draws). "topp" (FastDeploy's default candidate rule) and
+            "topk": accept drafts among the target's top candidates (not lossless).
         max_candidate_len: candidates per row for "topp" (top_p_candidates' C).
         verify_window: the top-2 window of "topp".
         max_ngram_size, min_ngram_size: n-gram sizes of the "ngram" method and hybrid mode.
@@ -47,7 +51,7 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 1
     num_model_steps: int = 1
     mtp_strategy: str = "default"
-    verification: str = "greedy"
+    verification: str = "target_match"
     max_candidate_len: int = 5
     verify_window: int = 2
     max_ngram_size: int = 5

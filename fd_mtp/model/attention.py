@@ -82,6 +82,8 @@ class AttentionBackend:
 @dataclass
 class _PagedMetadata:
     num_tokens: int
+    # [T] int64 host array: position of every packed token (seq_lens_decoder[b] + i)
+    positions: np.ndarray
     # the kernel's metadata: block_tables [B, NB], cu_seqlens_q [B+1], batch_id_per_token [T],
     # seq_lens_decoder [B], int32 CPU tensors
     kernel_args: tuple
@@ -190,8 +192,9 @@ class PagedAttentionCPU(AttentionBackend):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
 
         kernel_args = (i32(bt[:bsz]), i32(cu), i32(expect_bid), i32(dec))
+        positions = dec[expect_bid] + (np.arange(t) - cu[expect_bid])
         if not ops_path:
-            return _PagedMetadata(num_tokens=t, kernel_args=kernel_args)
+            return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args)
         gather_block = np.where(need, blocks, 0)                       # [Ba, L]
 
         row_of_req = np.full(bsz, -1)
@@ -215,7 +218,7 @@ class PagedAttentionCPU(AttentionBackend):
         def i64(a):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
 
-        return _PagedMetadata(num_tokens=t, kernel_args=kernel_args, write_block=i64(write_block), write_offset=i64(write_offset),
+        return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args, write_block=i64(write_block), write_offset=i64(write_offset),
                               gather_blocks=i64(gather_blocks), q_rows=i64(q_rows), bias=paddle.to_tensor(bias),
                               num_active=ba, max_q=max_q, max_blocks=nbm)
 
