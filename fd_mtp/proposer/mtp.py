@@ -128,6 +128,7 @@ class MTPProposer:
                              f"num_speculative_tokens + 1 = {self.K + 1}")
         self.max_num_seqs = int(draft.shape[0])
         ratio = cfg.num_gpu_block_expand_ratio
+        self.num_main_blocks = int(num_main_blocks)
         self.num_gpu_blocks = int(num_main_blocks * ratio)
         if scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
             raise ValueError(f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
@@ -167,9 +168,11 @@ class MTPProposer:
         mi["target_hidden_states"] = paddle.zeros([0, H], dtype=self.model_config.dtype)
         mi["substep"] = 0
         mi["draft_tokens"] = paddle.full([B, K + 1], -1, "int64")
+        # spec §11: ids num_gpu_blocks - 1 down to int(N_main * kv_cache_ratio); the bottom is taken from
+        # the main cache's block count itself (dividing num_gpu_blocks by the expand ratio again loses
+        # the int() truncation: N_main 4, ratio 1.1 gave bottom 2 instead of 3)
         top = self.num_gpu_blocks
-        bottom = int(self.num_gpu_blocks / max(self.config.num_gpu_block_expand_ratio, 1e-9) * self.kv_cache_ratio)
-        bottom = min(bottom, top)
+        bottom = min(int(self.num_main_blocks * self.kv_cache_ratio), top)
         free = np.arange(top - 1, bottom - 1, -1, dtype=np.int32)
         mi["free_list"] = paddle.to_tensor(free if free.size else np.zeros([0], np.int32), dtype="int32")
         mi["free_list_len"] = paddle.to_tensor([free.size], dtype="int32")
