@@ -28,7 +28,8 @@ mask_rollback 1).
 Deliberate differences from FastDeploy's ``mtp.py`` (each documented where it happens):
 ``target_hidden_states`` is rebound to the op result rather than ``copy_``-ed into a preallocated
 bfloat16 buffer; the tensor-parallel broadcast of the drafted tokens is a hook (`tp_broadcast`)
-instead of a collective call; environment variables (``PREFILL_NODE_ONE_STEP_STOP``, thresholds)
+instead of a collective call; on a prefill node the step_idx of stopped requests is zeroed after
+``eagle_get_self_hidden_states``, not before it (see `_propose`); environment variables (``PREFILL_NODE_ONE_STEP_STOP``, thresholds)
 are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
 graphs are not implemented.
 """
@@ -404,16 +405,23 @@ class MTPProposer:
                 mi["seq_lens_decoder"], mi["step_idx"], out_cum, mi["stop_flags"], mi["not_need_stop"],
                 mi["max_dec_len"], mi["eos_token_id"], mi["base_model_draft_tokens"], L, substep,
                 prefill_one_step_stop=self.prefill_one_step_stop)  # fmt: skip
-            if self.role == "prefill" and self.rank_id == 0:
+            sent_first = self.role == "prefill" and self.rank_id == 0
+            if sent_first:
                 ops.mtp_save_first_token(
                     mi["base_model_draft_tokens"], mi["not_need_stop"], mi["seq_lens_decoder"], mi["prompt_lens"],
                     mi["step_idx"], self.rank_id, False, self.scheduler == "v1",
                     msg_queue_id=self.msg_queue_id)  # fmt: skip
-                step = mi["step_idx"]
-                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
             if substep < self.num_model_steps - 1:
                 mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
                     rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], mi["step_idx"])
+            if sent_first:
+                # Stopped requests' step_idx <- 0, so the first token is not sent twice. Done after
+                # eagle_get_self_hidden_states (FastDeploy zeroes before it): that op walks a request that
+                # stopped in this substep by its step_idx (1 after a prefill: its one output row); with
+                # step_idx 0 it would skip last_seq_lens_this_time rows (the whole chunk), misaligning the
+                # rows of every later request (our op raises; upstream read the wrong rows).
+                step = mi["step_idx"]
+                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
 
     def _sample(self, logits, this_time, out_pad, out_cum):
         """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""
