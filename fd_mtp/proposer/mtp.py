@@ -28,8 +28,9 @@ mask_rollback 1).
 Deliberate differences from FastDeploy's ``mtp.py`` (each documented where it happens):
 ``target_hidden_states`` is rebound to the op result rather than ``copy_``-ed into a preallocated
 bfloat16 buffer; the tensor-parallel broadcast of the drafted tokens is a hook (`tp_broadcast`)
-instead of a collective call; environment variables (``PREFILL_NODE_ONE_STEP_STOP``, thresholds)
-are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
+instead of a collective call; on a prefill node the step_idx of stopped requests is zeroed after
+``eagle_get_self_hidden_states``, not before it (see `_propose`); environment variables
+(``PREFILL_NODE_ONE_STEP_STOP``, thresholds) are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
 graphs are not implemented; between substeps, a request that prefilled in the substep is shown
 to ``eagle_get_self_hidden_states`` with ``step_idx = 1`` (FastDeploy passes a re-prefilled request's
 real step_idx, which the op mistakes for a decode and reads the wrong rows, spec §6.4 edge).
@@ -137,6 +138,7 @@ class MTPProposer:
                              f"num_speculative_tokens + 1 = {self.K + 1}")
         self.max_num_seqs = int(draft.shape[0])
         ratio = cfg.num_gpu_block_expand_ratio
+        self.num_main_blocks = int(num_main_blocks)
         self.num_gpu_blocks = int(num_main_blocks * ratio)
         if scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
             raise ValueError(f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
@@ -176,9 +178,11 @@ class MTPProposer:
         mi["target_hidden_states"] = paddle.zeros([0, H], dtype=self.model_config.dtype)
         mi["substep"] = 0
         mi["draft_tokens"] = paddle.full([B, K + 1], -1, "int64")
+        # spec §11: ids num_gpu_blocks - 1 down to int(N_main * kv_cache_ratio); the bottom is taken from
+        # the main cache's block count itself (dividing num_gpu_blocks by the expand ratio again loses
+        # the int() truncation: N_main 4, ratio 1.1 gave bottom 2 instead of 3)
         top = self.num_gpu_blocks
-        bottom = int(self.num_gpu_blocks / max(self.config.num_gpu_block_expand_ratio, 1e-9) * self.kv_cache_ratio)
-        bottom = min(bottom, top)
+        bottom = min(int(self.num_main_blocks * self.kv_cache_ratio), top)
         free = np.arange(top - 1, bottom - 1, -1, dtype=np.int32)
         mi["free_list"] = paddle.to_tensor(free if free.size else np.zeros([0], np.int32), dtype="int32")
         mi["free_list_len"] = paddle.to_tensor([free.size], dtype="int32")
@@ -411,13 +415,12 @@ class MTPProposer:
                 mi["seq_lens_decoder"], mi["step_idx"], out_cum, mi["stop_flags"], mi["not_need_stop"],
                 mi["max_dec_len"], self.draft_end_ids, mi["base_model_draft_tokens"], L, substep,
                 prefill_one_step_stop=self.prefill_one_step_stop)  # fmt: skip
-            if self.role == "prefill" and self.rank_id == 0:
+            sent_first = self.role == "prefill" and self.rank_id == 0
+            if sent_first:
                 ops.mtp_save_first_token(
                     mi["base_model_draft_tokens"], mi["not_need_stop"], mi["seq_lens_decoder"], mi["prompt_lens"],
                     mi["step_idx"], self.rank_id, False, self.scheduler == "v1",
                     msg_queue_id=self.msg_queue_id)  # fmt: skip
-                step = mi["step_idx"]
-                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
             if substep < self.num_model_steps - 1:
                 # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
                 # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
@@ -427,6 +430,14 @@ class MTPProposer:
                 step = paddle.where(prefilled.reshape(step.shape), paddle.ones_like(step), step)
                 mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
                     rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step)
+            if sent_first:
+                # Stopped requests' step_idx <- 0, so the first token is not sent twice. Done after
+                # eagle_get_self_hidden_states (FastDeploy zeroes before it): that op walks a request that
+                # stopped in this substep by its step_idx (1 after a prefill: its one output row); with
+                # step_idx 0 it would skip last_seq_lens_this_time rows (the whole chunk), misaligning the
+                # rows of every later request (our op raises; upstream read the wrong rows).
+                step = mi["step_idx"]
+                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
 
     def _sample(self, logits, this_time, out_pad, out_cum):
         """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""
