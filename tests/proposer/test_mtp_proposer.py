@@ -556,7 +556,10 @@ def test_prefill_role_without_one_step_stop_keeps_drafting_the_others(models, tm
     monkeypatch.chdir(tmp_path)
     qid = fresh_queue_id(tmp_path)
     try:
-        r = runner(models, 2, 2, role="prefill", msg_queue_id=qid, prefill_one_step_stop=False)
+        # draft_end_ids=None: the draft stops on the target's eos list (FastDeploy's behaviour; the
+        # runner's default is an end list that matches nothing)
+        r = runner(models, 2, 2, role="prefill", msg_queue_id=qid, prefill_one_step_stop=False,
+                   draft_end_ids=None)
         si, mi = r.share_inputs, r.proposer.model_inputs
         a, b = [5, 6, 7, 8], [40, 41, 42]
         ta, tb = greedy(model, a, 2), greedy(model, b, 3)
