@@ -92,11 +92,15 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(text: str, directory, *, vocab_size: int, model_type: str = "bpe",
-                        byte_fallback: bool | None = None) -> Path:
+                        byte_fallback: bool | None = None, **trainer_options) -> Path:
     """Train a SentencePiece model on ``text`` (offline, a second or so for small texts) and write
     ``tokenizer.model`` + ``tokenizer_config.json`` into ``directory``. ids: 0 unk, 1 bos, 2 eos, 3 pad
     (ERNIE-4.5's special-token order). ``byte_fallback`` (default: when ``vocab_size >= 1024``)
-    spells unseen characters as bytes instead of unk; it needs 256 ids. Returns the directory."""
+    spells unseen characters as bytes instead of unk; it needs 256 ids. ``trainer_options`` are
+    passed to ``SentencePieceTrainer.train`` over the defaults (e.g. ``normalization_rule_name=
+    "identity"``, ``remove_extra_whitespaces=False``, ``add_dummy_prefix=False``,
+    ``user_defined_symbols=["\\n"]`` for a tokenizer whose ``decode(encode(text)) == text``,
+    whitespace included). Returns the directory."""
     if byte_fallback is None:
         byte_fallback = vocab_size >= 1024
     import io
@@ -109,11 +113,12 @@ def train_sentencepiece(text: str, directory, *, vocab_size: int, model_type: st
     if not lines:
         raise ValueError("train_sentencepiece: text has no non-empty line")
     buf = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size, model_type=model_type,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=3, hard_vocab_limit=False, character_coverage=1.0,
-        num_threads=1, minloglevel=2, byte_fallback=byte_fallback,
+    options = dict(
+        vocab_size=vocab_size, model_type=model_type, unk_id=0, bos_id=1, eos_id=2, pad_id=3,
+        hard_vocab_limit=False, character_coverage=1.0, num_threads=1, minloglevel=2, byte_fallback=byte_fallback,
     )  # fmt: skip
+    options.update(trainer_options)
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, **options)
     (d / "tokenizer.model").write_bytes(buf.getvalue())
     (d / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "Ernie4_5_Tokenizer", "add_bos_token": False,

@@ -1,0 +1,251 @@
+"""The demo checkpoint fd_mtp/assets/ernie45_tiny_mtp and its training script tools/train_demo_model.py.
+
+The asset tests skip when the checkpoint has not been trained yet (``python tools/train_demo_model.py``).
+The training-script tests need no asset: a few steps on a tiny config and a tiny corpus.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import shutil
+import zlib
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+from fd_mtp.assets import DEMO_MODEL, default_model_path
+from fd_mtp.model.loader import load_checkpoint, load_tokenizer
+
+from model_util import PagedHarness
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Held-out Python written for this test (not from the standard library): about 600 tokens.
+SNIPPET = '''import os
+import sys
+from collections import defaultdict
+
+
+class Inventory:
+    """A store's stock: item name -> quantity."""
+
+    def __init__(self, items=None):
+        self._items = defaultdict(int)
+        if items is not None:
+            for name, count in items.items():
+                self.add(name, count)
+
+    def add(self, name, count=1):
+        if count < 0:
+            raise ValueError("count must not be negative")
+        self._items[name] += count
+
+    def remove(self, name, count=1):
+        if self._items[name] < count:
+            raise KeyError(name)
+        self._items[name] -= count
+        if self._items[name] == 0:
+            del self._items[name]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __contains__(self, name):
+        return name in self._items
+
+    def __repr__(self):
+        return "%s(%r)" % (self.__class__.__name__, dict(self._items))
+
+
+def read_lines(path):
+    """Return the non-empty lines of the file at *path*."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\\n") for line in f if line.strip()]
+
+
+def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if not argv:
+        print("usage: inventory FILE", file=sys.stderr)
+        return 2
+    inventory = Inventory()
+    for line in read_lines(argv[0]):
+        name, _, count = line.partition(" ")
+        inventory.add(name, int(count or 1))
+    for name in sorted(inventory._items):
+        print(name, inventory._items[name])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+# Bounds on the SNIPPET accuracies of the trained checkpoint (measured values in the report of the
+# training run; the bound leaves a margin), and the ceiling random weights stay under.
+MAIN_ACC_MIN = 0.40
+MTP_ACC_MIN = 0.25
+RANDOM_ACC_MAX = 0.05
+
+
+def _train_module():
+    spec = importlib.util.spec_from_file_location("train_demo_model", REPO / "tools" / "train_demo_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def T():
+    return _train_module()
+
+
+@pytest.fixture(scope="module")
+def demo():
+    if not (DEMO_MODEL / "model.safetensors").is_file():
+        pytest.skip(f"demo checkpoint not trained yet ({DEMO_MODEL}); run python tools/train_demo_model.py")
+    model, mtp, cfg = load_checkpoint(default_model_path())
+    return model, mtp, cfg, load_tokenizer(DEMO_MODEL)
+
+
+def _accuracies(T, model, mtp, ids) -> tuple[float, float]:
+    """Top-1 accuracy of the main model on x[t+1] and of the MTP block (step 1) on x[t+2]."""
+    w = paddle.to_tensor(np.asarray(ids, np.int64)[None])
+    with paddle.no_grad():
+        r = T.losses(model, mtp, w, 1)
+    n = len(ids) - 2
+    return float(r["main_correct"]) / n, float(r["mtp1_correct"]) / n
+
+
+# --------------------------------------------------------------------------- the asset
+def test_default_model_path_missing_names_the_command(tmp_path, monkeypatch):
+    import fd_mtp.assets as assets
+
+    monkeypatch.setattr(assets, "DEMO_MODEL", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="tools/train_demo_model.py"):
+        assets.default_model_path()
+
+
+def test_demo_loads(demo):
+    model, mtp, cfg, tok = demo
+    assert mtp is not None and cfg.num_nextn_predict_layers == 1
+    assert cfg.moe_num_experts == 0 and cfg.tie_word_embeddings
+    assert cfg.num_key_value_heads < cfg.num_attention_heads
+    assert cfg.num_hidden_layers >= 4
+    assert model.embed_tokens.weight.dtype == paddle.float32
+    assert tok.vocab_size == cfg.vocab_size
+    assert (tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (cfg.eos_token_id, cfg.bos_token_id,
+                                                                       cfg.pad_token_id)
+    for name in ("README.md", "train_info.json", "train_log.csv", "loss_curve.png", "tokenizer_config.json"):
+        assert (DEMO_MODEL / name).is_file(), name
+
+
+@pytest.mark.parametrize("text", [SNIPPET, "\tx  =  1\n\n\n    # caf\u00e9 \u2603\r\n", "  leading and trailing  \n"])
+def test_demo_tokenizer_round_trips(demo, text):
+    tok = demo[3]
+    ids = tok.encode(text)
+    assert tok.unk_token_id not in ids
+    assert tok.decode(ids) == text
+
+
+def test_demo_paged_forward_equals_training_forward(demo, T):
+    """The packed paged forward (chunked prefill, then the MTP, then one MTP step-2 decode) equals
+    the training script's batched forward: main hidden, MTP hidden, MTP step-2 hidden."""
+    model, mtp, cfg, tok = demo
+    ids = tok.encode(SNIPPET)[:67]
+    s = len(ids) - 3
+    with paddle.no_grad():
+        want = T.batched_forward(model, mtp, paddle.to_tensor(np.asarray(ids, np.int64)[None]), steps=2)
+        want = {k: v[0].numpy() for k, v in want.items()}
+        main = PagedHarness(cfg, model, block_size=8, seed=3)
+        got_main = np.concatenate([main.step({1: ids[:23]})[1], main.step({1: ids[23:s]})[1]])
+        np.testing.assert_allclose(got_main, want["main"], atol=1e-4, rtol=0)
+        for i in (s // 2, s - 1):  # MTP prefill of positions 0..i, then the step-2 token at i + 1
+            h = PagedHarness(cfg, model, mtp=mtp, block_size=8, seed=i)
+            got1 = h.step_mtp({2: ids[1:i + 2]}, {2: got_main[:i + 1]})[2]
+            np.testing.assert_allclose(got1, want["mtp1"][:i + 1], atol=1e-4, rtol=0)
+            got2 = h.step_mtp({2: [ids[i + 2]]}, {2: got1[i:i + 1]})[2]
+            np.testing.assert_allclose(got2[0], want["mtp2"][i], atol=1e-4, rtol=0)
+
+
+def test_demo_is_trained(demo, T):
+    model, mtp, cfg, tok = demo
+    main_acc, mtp_acc = _accuracies(T, model, mtp, tok.encode(SNIPPET))
+    assert main_acc > MAIN_ACC_MIN, main_acc
+    assert mtp_acc > MTP_ACC_MIN, mtp_acc
+    # the same measure on random weights of the same shape fails
+    r_model, r_mtp = T.build_models(cfg, seed=7, trainable=False)
+    r_main, r_mtp_acc = _accuracies(T, r_model, r_mtp, tok.encode(SNIPPET))
+    assert max(r_main, r_mtp_acc) < RANDOM_ACC_MAX, (r_main, r_mtp_acc)
+
+
+# --------------------------------------------------------------------------- the training script
+def _tiny_corpus(root: Path) -> Path:
+    """Training files and at least one file the crc32 rule puts in validation."""
+    sources = sorted((REPO / "fd_mtp" / "model").glob("*.py"))
+    d = root / "corpus"
+    (d / "pkg").mkdir(parents=True)
+    names, i = [], 0
+    while not any(zlib.crc32(n.encode()) % 20 == 0 for n in names):
+        names.append(f"pkg/mod_{i}.py")
+        i += 1
+    names = [n for n in names if zlib.crc32(n.encode()) % 20 == 0] + [f"pkg/train_{j}.py" for j in range(3)]
+    for j, n in enumerate(names):
+        (d / n).write_text(sources[j % len(sources)].read_text())
+    (d / "test").mkdir()
+    (d / "test" / "skipped.py").write_text("this directory is excluded\n")
+    return d
+
+
+TINY_ARGS = ["--threads", "1", "--vocab-size", "400", "--hidden-size", "32", "--intermediate-size", "64",
+             "--layers", "2", "--heads", "4", "--kv-heads", "2", "--seq-len", "32", "--batch-size", "2",
+             "--warmup", "2", "--eval-every", "2", "--eval-windows", "2", "--save-every", "2",
+             "--tokenizer-chars", "20000", "--no-progress", "--export-dtype", "float32"]
+
+
+def _train_rows(out: Path) -> list[dict]:
+    with open(out / "train_log.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_script_trains_exports_and_resumes_exactly(tmp_path, T):
+    corpus = _tiny_corpus(tmp_path)
+    files = T.corpus_files(corpus)
+    assert all(not r.startswith("test/") for r, _ in files)
+    common = TINY_ARGS + ["--corpus-dir", str(corpus), "--steps", "4"]
+
+    full, full_exp = tmp_path / "full", tmp_path / "full_export"
+    assert T.main(common + ["--out", str(full), "--export", str(full_exp)]) == 0
+    rows = _train_rows(full)
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
+    assert all(np.isfinite(float(r["loss"])) for r in rows)
+    for name in ("config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json", "README.md",
+                 "train_log.csv", "loss_curve.png", "train_info.json"):
+        assert (full_exp / name).is_file(), name
+    info = json.loads((full_exp / "train_info.json").read_text())
+    assert info["step"] == 4 and info["threads"] == 1 and info["finished"]
+    model, mtp, cfg = load_checkpoint(full_exp)
+    assert mtp is not None and cfg.hidden_size == 32
+    tok = load_tokenizer(full_exp)
+    assert tok.decode(tok.encode(SNIPPET)) == SNIPPET
+
+    part, part_exp = tmp_path / "part", tmp_path / "part_export"
+    assert T.main(common + ["--out", str(part), "--export", str(part_exp), "--stop-after", "2"]) == 0
+    assert json.loads((part / "state.json").read_text())["step"] == 2
+    assert T.main(common + ["--out", str(part), "--export", str(part_exp), "--resume"]) == 0
+    resumed = _train_rows(part)
+    assert [int(r["step"]) for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(rows, resumed):
+        for k in ("lr", "loss", "main", "mtp1", "mtp2"):
+            assert a[k] == b[k], (a["step"], k, a[k], b[k])
+    # a snapshot exports on its own
+    again = tmp_path / "again"
+    assert T.main(["--export-only", "--from-state", str(part), "--export", str(again), "--out", str(part),
+                   "--export-dtype", "float32"]) == 0
+    for name in ("model.safetensors", "config.json"):
+        assert (again / name).read_bytes() == (part_exp / name).read_bytes(), name
+    shutil.rmtree(tmp_path / "corpus")
