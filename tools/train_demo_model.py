@@ -56,16 +56,14 @@ import math
 import os
 import platform
 import sys
-import sysconfig
 import time
-import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run from a source checkout without installing
+    sys.path.insert(0, str(REPO))
+from fd_mtp.assets.corpus import MAX_FILE_BYTES, SPLIT_RULE, read_text, split_corpus, stdlib_root  # noqa: E402
 DEFAULT_EXPORT = REPO / "fd_mtp" / "assets" / "ernie45_tiny_mtp"
-EXCLUDED_DIRS = {"test", "tests", "idlelib", "site-packages", "pydoc_data", "encodings", "__pycache__"}
-MAX_FILE_BYTES = 200_000
-SPLIT_RULE = "zlib.crc32(relpath.encode()) % 20 == 0 -> validation"
 STATE_FILES = ("state.pdparams", "state.pdopt", "state.json")
 FINAL_RESERVE_S = 60  # --max-minutes: seconds kept for the final evaluation, snapshot and export
 
@@ -132,41 +130,6 @@ def set_threads(n: int) -> None:
 
 
 # --------------------------------------------------------------------------- corpus
-def corpus_files(root: Path) -> list[tuple[str, Path]]:
-    """``(relpath, path)`` of the corpus files under ``root``, sorted by relpath."""
-    out = []
-    for p in root.rglob("*.py"):
-        rel = p.relative_to(root).as_posix()
-        parts = rel.split("/")
-        if EXCLUDED_DIRS.intersection(parts[:-1]) or "lib2to3/tests" in rel:
-            continue
-        try:
-            if p.stat().st_size > MAX_FILE_BYTES or not p.is_file():
-                continue
-        except OSError:
-            continue
-        out.append((rel, p))
-    return sorted(out)
-
-
-def is_validation(rel: str) -> bool:
-    return zlib.crc32(rel.encode()) % 20 == 0
-
-
-def read_text(p: Path) -> str:
-    return p.read_text(encoding="utf-8", errors="replace")
-
-
-def split_corpus(root: Path):
-    files = corpus_files(root)
-    train = [(r, p) for r, p in files if not is_validation(r)]
-    val = [(r, p) for r, p in files if is_validation(r)]
-    if not train or not val:
-        raise SystemExit(f"{root}: corpus split left no training or no validation file "
-                         f"({len(train)} / {len(val)}); rule: {SPLIT_RULE}")
-    return train, val
-
-
 TOKENIZER_OPTIONS = dict(
     normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
     allow_whitespace_only_pieces=True, user_defined_symbols=["\n"], split_digits=True, byte_fallback=True,
@@ -640,7 +603,6 @@ def main(argv=None) -> int:
 
     paddle.set_device("cpu")
     paddle.base.core.set_num_threads(args.threads)
-    sys.path.insert(0, str(REPO))
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
@@ -653,7 +615,7 @@ def main(argv=None) -> int:
         print(json.dumps(info, indent=2))
         return 0
 
-    root = args.corpus_dir or Path(sysconfig.get_paths()["stdlib"])
+    root = args.corpus_dir or stdlib_root()
     train_files, val_files = split_corpus(root)
     tok = build_tokenizer(out, train_files, args.vocab_size, args.tokenizer_chars)
     train_tokens = tokenize(out, tok, train_files, "train", check_roundtrip=False)

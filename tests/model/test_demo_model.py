@@ -214,7 +214,9 @@ def _train_rows(out: Path) -> list[dict]:
 
 def test_script_trains_exports_and_resumes_exactly(tmp_path, T):
     corpus = _tiny_corpus(tmp_path)
-    files = T.corpus_files(corpus)
+    from fd_mtp.assets.corpus import corpus_files
+
+    files = corpus_files(corpus)
     assert all(not r.startswith("test/") for r, _ in files)
     common = TINY_ARGS + ["--corpus-dir", str(corpus), "--steps", "4"]
 
