@@ -191,7 +191,16 @@ class PagedAttentionCPU(AttentionBackend):
         def i32(a):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
 
-        kernel_args = (i32(bt[:bsz]), i32(cu), i32(expect_bid), i32(dec))
+        def as_i32(tensor, host):
+            # the metadata tensor itself when it already is int32 (no host copy), else the host array
+            if tensor.dtype == paddle.int32 and tensor.place.is_cpu_place():
+                return tensor.reshape([-1]) if tensor.ndim != 1 else tensor
+            return i32(host)
+
+        kernel_args = (meta.block_tables if meta.block_tables.dtype == paddle.int32 and meta.block_tables.place.is_cpu_place()
+                       else i32(bt[:bsz]),
+                       as_i32(meta.cu_seqlens_q, cu), as_i32(meta.batch_id_per_token, bid),
+                       as_i32(meta.seq_lens_decoder, dec))
         positions = dec[expect_bid] + (np.arange(t) - cu[expect_bid])
         if not ops_path:
             return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args)

@@ -117,7 +117,8 @@ def rope_tables(positions: np.ndarray, head_dim: int, theta: float):
     inv_freq = (1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))).astype(np.float32)
     freqs = np.repeat(positions.astype(np.float32)[:, None] * inv_freq[None, :], 2, axis=-1)   # [T, D]
     sign = np.tile(np.array([-1.0, 1.0], np.float32), head_dim // 2)
-    return paddle.to_tensor(np.cos(freqs)), paddle.to_tensor(np.sin(freqs) * sign)
+    both = paddle.to_tensor(np.stack([np.cos(freqs), np.sin(freqs) * sign]))                 # one copy
+    return both[0], both[1]
 
 
 def apply_rope_tables(x, cos, signed_sin):
@@ -161,8 +162,9 @@ class Ernie4_5Attention(nn.Layer):
 
     def forward(self, h, cos, sin, meta: ForwardMeta, backend: AttentionBackend):
         q, k, v = self.qkv(h)
-        q = apply_rope_tables(q, cos, sin)
-        k = apply_rope_tables(k, cos, sin)
+        # one rotation for q and k together (the per-op cost, not the arithmetic, bounds small steps)
+        qk = apply_rope_tables(paddle.concat([q, k], axis=1), cos, sin)
+        q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
         return _mm(self.o_proj, backend.forward(q, k, v, self.layer_id, meta))
 
 
