@@ -1,6 +1,6 @@
 """The ``fd-mtp`` command.
 
-    fd-mtp generate --model CKPT_DIR --prompt "Hello" [--prompt-ids "1 2 3"] [--max-tokens 32]
+    fd-mtp generate [--model CKPT_DIR] --prompt "Hello" [--prompt-ids "1 2 3"] [--max-tokens 32]
                     [--temperature 0 --top-p 1 --top-k 0 --seed S] [--batch N] [--stream]
                     [--speculative-method mtp|ngram --num-speculative-tokens K --num-model-steps N
                      --mtp-strategy default|with_ngram --verification target_match]
@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fd-mtp", description="fd_mtp reference engine")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate from prompts with a checkpoint (plain or speculative decoding)")
-    g.add_argument("--model", required=True, help="checkpoint directory (config.json + model.safetensors)")
+    g.add_argument("--model", default=None,
+                   help="checkpoint directory (config.json + model.safetensors); default: the demo model "
+                        "shipped with fd_mtp (fd_mtp/assets/ernie45_tiny_mtp)")
     g.add_argument("--prompt", action="append", default=[], help="a text prompt (needs a tokenizer); repeatable")
     g.add_argument("--prompt-ids", action="append", default=[], type=_ids,
                    help='a prompt as token ids, e.g. "1 2 3"; repeatable')

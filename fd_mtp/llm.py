@@ -68,8 +68,9 @@ class LLM:
 
     Args:
         model: a checkpoint directory (``config.json`` + ``model.safetensors``, loaded with
-            ``fd_mtp.model.loader.load_checkpoint``; its tokenizer is loaded when paddleformers and
-            tokenizer files are there) or an ``Ernie4_5ForCausalLM`` instance.
+            ``fd_mtp.model.loader.load_checkpoint``, with its tokenizer when it has tokenizer files)
+            or an ``Ernie4_5ForCausalLM`` instance. None: the demo model shipped with fd_mtp
+            (``fd_mtp.assets.default_model_path()``, a tiny ERNIE-4.5 + MTP trained on Python code).
         tokenizer: overrides the checkpoint's tokenizer (``encode`` / ``decode``).
         device: "cpu" or "gpu" (``paddle.set_device``).
         max_num_seqs: request slots (the batch size of a step).
@@ -89,7 +90,7 @@ class LLM:
         seed: engine seed for requests without ``SamplingParams.seed``.
     """
 
-    def __init__(self, model, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
+    def __init__(self, model=None, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
                  max_model_len: int | None = None, block_size: int = 64, num_gpu_blocks: int | None = None,
                  max_num_batched_tokens: int = 2048, speculative_config=None, mtp_model=None,
                  dtype: str | None = None, seed: int = 0):
@@ -106,6 +107,10 @@ class LLM:
                 raise ValueError(f"LLM: {name} must be an int >= 1, got {value!r}")
         paddle.set_device(device)
         self.device = device
+        if model is None:
+            from .assets import default_model_path
+
+            model = default_model_path()
         if isinstance(model, (str, Path)):
             from .model.loader import load_checkpoint
 

@@ -130,6 +130,28 @@ def test_default_model_path_missing_names_the_command(tmp_path, monkeypatch):
         assets.default_model_path()
 
 
+def test_llm_and_cli_default_to_the_demo_model(monkeypatch, tmp_path):
+    import fd_mtp
+    import fd_mtp.assets as assets
+    from fd_mtp.cli import main
+
+    monkeypatch.setattr(assets, "DEMO_MODEL", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="tools/train_demo_model.py"):
+        fd_mtp.LLM()
+    assert main(["generate", "--prompt", "x", "--no-progress"]) == 2  # the message names the command
+
+
+def test_llm_generates_code_with_the_demo_model(demo):
+    import fd_mtp
+
+    llm = fd_mtp.LLM(max_model_len=512, speculative_config={"method": "mtp", "num_speculative_tokens": 2,
+                                                              "num_model_steps": 2})
+    out = llm.generate("def read_config(path):\n", fd_mtp.SamplingParams(temperature=0, max_tokens=24),
+                       use_tqdm=False)[0]
+    assert out.error is None and len(out.token_ids) > 0 and out.text
+    assert out.metrics.spec.num_steps > 0
+
+
 def test_demo_loads(demo):
     model, mtp, cfg, tok = demo
     assert mtp is not None and cfg.num_nextn_predict_layers == 1
