@@ -209,9 +209,12 @@ class SpeculativeModelRunner(ModelRunner):
         strategy = cfg.verification
         R = logits.shape[0]
         target_probs = None
+        top_p = si["top_p"]
         if strategy in ("topp", "topk"):
+            # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
+            top_p = paddle.to_tensor(np.where(self.greedy, 0.0, self.top_p).astype(np.float32).reshape(-1, 1))
             probs = paddle.nn.functional.softmax(logits, axis=-1)
-            scores, tokens, lens = ops.top_p_candidates(probs, si["top_p"], out_pad, cfg.max_candidate_len,
+            scores, tokens, lens = ops.top_p_candidates(probs, top_p, out_pad, cfg.max_candidate_len,
                                                         self.max_model_len)
             sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
         else:
@@ -227,7 +230,7 @@ class SpeculativeModelRunner(ModelRunner):
         ops.speculate_verify(
             sampled, si["accept_tokens"], si["accept_num"], si["step_idx"], si["stop_flags"], enc, dec,
             si["draft_tokens"], this_time, tokens, scores, si["max_dec_len"], self._end_tokens,
-            si["is_block_step"], out_cum, lens, si["actual_draft_token_num"], si["top_p"], self.max_model_len,
+            si["is_block_step"], out_cum, lens, si["actual_draft_token_num"], top_p, self.max_model_len,
             cfg.verify_window, True, cfg.benchmark_mode, False, seed=self.verify_seed, offset=self.num_steps,
             verify_strategy=strategy, prefill_one_step_stop=False, target_probs=target_probs)  # fmt: skip
 

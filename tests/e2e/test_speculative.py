@@ -232,6 +232,22 @@ def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps):
     assert llm.speculative_metrics.num_drafted > 0
 
 
+@pytest.mark.parametrize("verification", ["topp", "topk"])
+def test_candidate_verification(ckpts, verification):
+    """FastDeploy's candidate rules: greedy requests keep only the argmax candidate (greedy output);
+    sampled requests accept drafts among the top-p candidates (not lossless: only validity is
+    checked)."""
+    ps = prompts([6, 15, 2], seed=140)
+    greedy = [SamplingParams(max_tokens=12, **GREEDY)] * 3
+    llm = llm_for(ckpts["mixed"], mtp(3, 2, verification=verification), seed=5)
+    assert [o.token_ids for o in llm.generate(ps, greedy, use_tqdm=False)] == plain_tokens(ckpts["mixed"], ps, greedy)
+    sampled = [SamplingParams(max_tokens=12, seed=s, **SAMPLED) for s in (1, 2, 3)]
+    outs = llm.generate(ps, sampled, use_tqdm=False)
+    assert all(o.finish_reason == "length" and len(o.token_ids) == 12 for o in outs)
+    assert all(0 <= t < 300 for o in outs for t in o.token_ids)
+    assert llm.speculative_metrics.num_accepted > 0
+
+
 def _chi2_homogeneity(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
     """Two-sample chi-square statistic over the union of categories (rare ones pooled)."""
     keys, counts = {}, []
