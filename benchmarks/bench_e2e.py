@@ -9,7 +9,8 @@ Modes (``--modes``, comma-separated; default all):
   matches (``mtp_strategy="with_ngram"``).
 
 For each batch size B (``--batches``) and mode: an LLM with ``max_num_seqs = B``, B random prompts of
-``--prompt-len`` tokens (or the lines of ``--prompts FILE``, cycled, when the checkpoint has a
+``--prompt-len`` tokens (a trained checkpoint with a tokenizer: openings of held-out standard-library
+files of about 4 x ``--prompt-len`` characters; or the lines of ``--prompts FILE``, cycled, when the checkpoint has a
 tokenizer), greedy decoding of ``--max-tokens`` tokens each (EOS ignored, so every request runs to
 the end; speculative modes verify with ``--verification``, default "greedy"). One warm-up generate,
 then ``--repeats`` timed ones; per (mode, batch) the CSV holds p50 / p20 / p80 over the repeats of
@@ -244,6 +245,16 @@ def main(argv=None):
         encoded = [probe.tokenizer.encode(t) for t in texts]
         all_prompts = [encoded[i % len(encoded)] for i in range(max(batches))]
         prompt_desc = f"prompts={Path(args.prompts).name} ({min(map(len, encoded))}-{max(map(len, encoded))} tokens)"
+    elif probe.tokenizer is not None and not synthetic:
+        # a trained checkpoint with a tokenizer: openings of held-out standard-library files (text the
+        # demo model was not trained on), cycled when the batch is larger than the held-out set
+        from fd_mtp.assets.corpus import held_out_prompts
+
+        held = held_out_prompts(max(batches), chars=4 * args.prompt_len)
+        encoded = [probe.tokenizer.encode(t) for _, t in held]
+        all_prompts = [encoded[i % len(encoded)] for i in range(max(batches))]
+        prompt_desc = (f"{len(held)} held-out stdlib files ({min(map(len, encoded))}-{max(map(len, encoded))} "
+                       "tokens)")
     else:
         all_prompts = [rng.integers(3, cfg.vocab_size, size=args.prompt_len).tolist() for _ in range(max(batches))]
         prompt_desc = f"prompt={args.prompt_len} random tokens"
