@@ -60,14 +60,8 @@ import fd_mtp  # noqa: E402
 CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
                "timestamp", "version"]  # fmt: skip
 
-# mode -> speculative_config (None: plain decoding); verification is added from --verification.
-MODES = {
-    "plain": None,
-    "mtp_k1": {"method": "mtp", "num_speculative_tokens": 1, "num_model_steps": 1},
-    "mtp_k2": {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2},
-    "mtp_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
-    "hybrid_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 1, "mtp_strategy": "with_ngram"},
-}
+from fd_mtp.demo import MODES  # noqa: E402  mode -> speculative_config (verification added from --verification)
+
 BLOCK_SIZE = 64
 
 

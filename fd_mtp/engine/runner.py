@@ -40,6 +40,27 @@ from .sampling_params import SamplingParams
 ENC_DEC_BLOCK_NUM = 2  # FD_ENC_DEC_BLOCK_NUM default: extra block-table columns (spec §2)
 
 
+def pack_step(buffers: dict, caches: list, block_size: int):
+    """FastDeploy's per-step ``pre_process`` over a buffer dict (the runner's ``share_inputs`` or the
+    proposer's ``model_inputs``): packs the scheduled tokens (``input_ids`` rows of prefilling
+    requests, ``draft_tokens`` rows of decoding ones), stores ``ids_remove_padding``,
+    ``batch_id_per_token``, ``cu_seqlens_q/k``, ``output_cum_offsets`` and ``output_padding_offset``
+    back into ``buffers`` (as FastDeploy's ``copy_``), and returns the step's ``ForwardMeta`` over the
+    dict's lengths, block tables and the given KV caches."""
+    from ..model.attention import ForwardMeta
+
+    this_time = buffers["seq_lens_this_time"].reshape([-1])
+    enc = buffers["seq_lens_encoder"].reshape([-1])
+    dec = buffers["seq_lens_decoder"].reshape([-1])
+    ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
+        buffers["input_ids"], this_time, True, buffers["draft_tokens"], enc, dec)
+    buffers.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                   output_cum_offsets=out_cum, output_padding_offset=out_pad)
+    return ForwardMeta(ids_remove_padding=ids, cu_seqlens_q=cu_q, batch_id_per_token=bid, seq_lens_this_time=this_time,
+                       seq_lens_encoder=enc, seq_lens_decoder=dec, block_tables=buffers["block_tables"],
+                       caches=caches, block_size=block_size)
+
+
 class TaskKind(enum.Enum):
     PREFILL = "prefill"      # a (chunk of a) prompt, or a preempted request's prompt + output
     DECODE = "decode"        # new KV blocks granted to a decoding request: its block-table row is replaced
@@ -309,6 +330,21 @@ class ModelRunner:
         self.stop_token_ids[b] = list(p.stop_token_ids)
 
     # -- one step -----------------------------------------------------------------------------------
+    def _forward(self):
+        """Pack the step (`pack_step`), run the model over the paged cache, pick the rows that get
+        logits (``rebuild_padding``: a prefill chunk's last token, every fed token of a decode) and
+        compute them. Returns ``(meta, hidden [T, H], logits [R, V] float32)``."""
+        paddle = self._paddle
+        si = self.share_inputs
+        meta = pack_step(si, self.caches, self.block_size)
+        with paddle.no_grad():
+            hidden = self.model(meta.ids_remove_padding, meta)
+            rows = ops.rebuild_padding(hidden, meta.cu_seqlens_q, meta.seq_lens_this_time, meta.seq_lens_decoder,
+                                       meta.seq_lens_encoder, si["output_padding_offset"], None, self.max_model_len,
+                                       False)
+            logits = self.model.compute_logits(rows).astype("float32")
+        return meta, hidden, logits
+
     def execute_model(self, decode_slots) -> dict[int, int]:
         """Run one packed step.
 
@@ -320,9 +356,6 @@ class ModelRunner:
             ``{slot: sampled token}`` for every slot that ran, including non-final prefill chunks
             (whose token the engine discards, as FastDeploy does).
         """
-        paddle = self._paddle
-        from ..model.attention import ForwardMeta
-
         decode_slots = np.asarray(sorted(decode_slots), dtype=np.int64)
         prefill = (self.enc > 0) & ~self.stop
         decoding = (self.enc == 0) & ~self.stop
@@ -335,20 +368,9 @@ class ModelRunner:
             return {}
         si = self.share_inputs
         self._sync()
-        this_time = si["seq_lens_this_time"].reshape([-1])
-        enc = si["seq_lens_encoder"].reshape([-1])
-        dec = si["seq_lens_decoder"].reshape([-1])
-        ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
-            si["input_ids"], this_time, True, si["draft_tokens"], enc, dec)
-        si.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                  output_cum_offsets=out_cum, output_padding_offset=out_pad)
-        meta = ForwardMeta(ids_remove_padding=ids, cu_seqlens_q=cu_q, batch_id_per_token=bid,
-                           seq_lens_this_time=this_time, seq_lens_encoder=enc, seq_lens_decoder=dec,
-                           block_tables=si["block_tables"], caches=self.caches, block_size=self.block_size)
-        with paddle.no_grad():
-            hidden = self.model(ids, meta)
-            rows_h = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, self.max_model_len, False)
-            logits = self.model.compute_logits(rows_h).astype("float32")
+        meta, _, logits = self._forward()
+        this_time = meta.seq_lens_this_time
+        out_cum, out_pad = si["output_cum_offsets"], si["output_padding_offset"]
         tokens = self.sampler(
             logits, self._rows(ran), pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
             frequency_score=si["frequency_score"], presence_score=si["presence_score"],

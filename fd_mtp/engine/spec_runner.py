@@ -123,9 +123,6 @@ class SpeculativeModelRunner(ModelRunner):
             correction token; one token for a prefill chunk). ``last_drafted[slot]`` holds how many
             drafts the slot had verified.
         """
-        paddle = self._paddle
-        from ..model.attention import ForwardMeta
-
         decoding = (self.enc == 0) & ~self.stop & ~self.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
         if missing:
@@ -141,20 +138,9 @@ class SpeculativeModelRunner(ModelRunner):
             return {}
         si = self.share_inputs
         self._sync()
-        this_time = si["seq_lens_this_time"].reshape([-1])
-        enc = si["seq_lens_encoder"].reshape([-1])
-        dec = si["seq_lens_decoder"].reshape([-1])
-        ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
-            si["input_ids"], this_time, True, si["draft_tokens"], enc, dec)
-        si.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                  output_cum_offsets=out_cum, output_padding_offset=out_pad)
-        meta = ForwardMeta(ids_remove_padding=ids, cu_seqlens_q=cu_q, batch_id_per_token=bid,
-                           seq_lens_this_time=this_time, seq_lens_encoder=enc, seq_lens_decoder=dec,
-                           block_tables=si["block_tables"], caches=self.caches, block_size=self.block_size)
-        with paddle.no_grad():
-            hidden = self.model(ids, meta)
-            rows_h = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, self.max_model_len, False)
-            logits = self.model.compute_logits(rows_h).astype("float32")
+        meta, hidden, logits = self._forward()
+        this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
+        out_cum, out_pad = si["output_cum_offsets"], si["output_padding_offset"]
         prefilling = self.enc[ran] > 0
         counts = np.where(prefilling, 1, self.this_time[ran]).astype(np.int64)
         rows = self._spec_rows(ran, counts)

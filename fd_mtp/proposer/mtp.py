@@ -45,6 +45,7 @@ import numpy as np
 
 from .. import ops
 from ..config import SpeculativeConfig
+from ..engine.runner import pack_step
 
 ROLES = ("mixed", "prefill", "decode")
 SCHEDULERS = ("v1", "v0")
@@ -373,16 +374,6 @@ class MTPProposer:
             mi["stop_flags"], t["accept_num"], t["seq_lens_this_time"], t["seq_lens_encoder"],
             self.num_model_steps)  # fmt: skip
 
-    def _forward_meta(self):
-        from ..model.attention import ForwardMeta
-
-        mi = self.model_inputs
-        return ForwardMeta(
-            ids_remove_padding=mi["ids_remove_padding"], cu_seqlens_q=mi["cu_seqlens_q"],
-            batch_id_per_token=mi["batch_id_per_token"], seq_lens_this_time=mi["seq_lens_this_time"],
-            seq_lens_encoder=mi["seq_lens_encoder"], seq_lens_decoder=mi["seq_lens_decoder"],
-            block_tables=mi["block_tables"], caches=self.caches, block_size=self.block_size)
-
     def _propose(self) -> None:
         paddle = self._paddle
         mi = self.model_inputs
@@ -391,18 +382,15 @@ class MTPProposer:
             if not bool(mi["not_need_stop"][0]):
                 continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
             mi["substep"] = substep
-            this_time = mi["seq_lens_this_time"].reshape([-1])
-            enc = mi["seq_lens_encoder"].reshape([-1])
-            dec = mi["seq_lens_decoder"].reshape([-1])
-            ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
-                mi["input_ids"], this_time, True, mi["draft_tokens"], enc, dec)
-            mi.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                      output_cum_offsets=out_cum, output_padding_offset=out_pad)
+            meta = pack_step(mi, self.caches, self.block_size)
+            ids, cu_q, this_time = meta.ids_remove_padding, meta.cu_seqlens_q, meta.seq_lens_this_time
+            enc, dec = meta.seq_lens_encoder, meta.seq_lens_decoder
+            out_cum, out_pad = mi["output_cum_offsets"], mi["output_padding_offset"]
             if self.last_seq_lens_this_time is not None:
                 paddle.assign(mi["seq_lens_this_time"], self.last_seq_lens_this_time)
             f0 = time.perf_counter()
             with paddle.no_grad():
-                hidden = self.model(ids, mi["target_hidden_states"], self._forward_meta())
+                hidden = self.model(ids, mi["target_hidden_states"], meta)
                 rows = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, L, False)
                 logits = self.model.compute_logits(rows)
             self.stats.forward += time.perf_counter() - f0
