@@ -1,6 +1,6 @@
 # fd_mtp developer commands. Each target creates (or reuses) the virtual
 # environment .venv with the pinned requirements, builds the extension, and runs.
-#   make demo    walk-through of one MTP draft step (what each op read and wrote)
+#   make demo    the demo model (fd_mtp/assets) generates with and without MTP, side by side
 #   make test    the test suite (GPU tests skip where there is no GPU)
 #   make bench   op benchmarks: CSV + PNG under benchmarks/results/
 PYTHON ?= python3

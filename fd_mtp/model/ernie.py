@@ -109,27 +109,47 @@ def rope_cos_sin(positions: paddle.Tensor, head_dim: int, theta: float):
     return paddle.cos(freqs), paddle.sin(freqs)
 
 
-def rope_tables(positions: np.ndarray, head_dim: int, theta: float):
-    """``rope_cos_sin`` computed on the host from a numpy ``[T]`` position array, returned as
-    ``(cos, signed_sin)`` float32 tensors ``[T, D]`` for `apply_rope_tables`: ``signed_sin`` is
-    ``-sin`` at even and ``+sin`` at odd columns. Two host-to-tensor copies instead of a chain of
-    small Paddle ops (what bounds a forward of a few tokens)."""
-    inv_freq = (1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)))).astype(np.float32)
-    freqs = np.repeat(positions.astype(np.float32)[:, None] * inv_freq[None, :], 2, axis=-1)   # [T, D]
-    sign = np.tile(np.array([-1.0, 1.0], np.float32), head_dim // 2)
-    both = paddle.to_tensor(np.stack([np.cos(freqs), np.sin(freqs) * sign]))                 # one copy
-    return both[0], both[1]
+class Rope:
+    """Interleaved RoPE for one packed step, built on the host from the tokens' positions.
 
+    ``apply(x [T, H, D])`` rotates each pair ``(x[2i], x[2i+1])`` of token t by ``pos_t * theta **
+    (-2i / D)`` (the maths of `apply_rope_interleaved`). Decode-sized steps use one batched matmul
+    with per-token ``[D, D]`` rotation matrices (2x2 blocks ``[[cos, sin], [-sin, cos]]`` acting on
+    row vectors): a single op, where the elementwise form costs a chain of small ops that bounds a
+    forward of a few tokens. Large steps (``T * D * D`` above :attr:`MAX_MATRIX_ELEMENTS`) use the
+    elementwise form ``x * cos + swap(x) * signed_sin`` (``swap`` exchanges each pair).
+    """
 
-def apply_rope_tables(x, cos, signed_sin):
-    """Interleaved RoPE of ``x [T, H, D]`` with `rope_tables` output: ``x * cos + swap(x) *
-    signed_sin`` where ``swap`` exchanges each pair ``(x[2i], x[2i+1])``; the same rotation as
-    `apply_rope_interleaved` in fewer ops."""
-    t, h, d = x.shape
-    xf = x if x.dtype == paddle.float32 else x.astype("float32")
-    swapped = paddle.flip(xf.reshape([t, h, d // 2, 2]), axis=[-1]).reshape([t, h, d])
-    out = xf * cos.unsqueeze(1) + swapped * signed_sin.unsqueeze(1)
-    return out if x.dtype == paddle.float32 else out.astype(x.dtype)
+    MAX_MATRIX_ELEMENTS = 1 << 21  # 8 MB of float32 rotation matrices
+
+    def __init__(self, positions: np.ndarray, head_dim: int, theta: float):
+        d = int(head_dim)
+        inv_freq = (1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))).astype(np.float32)
+        angles = np.asarray(positions).astype(np.float32)[:, None] * inv_freq[None, :]       # [T, D/2]
+        cos, sin = np.cos(angles), np.sin(angles)
+        t = angles.shape[0]
+        if t * d * d <= self.MAX_MATRIX_ELEMENTS:
+            rot = np.zeros((t, d, d), np.float32)
+            i = np.arange(d // 2)
+            rot[:, 2 * i, 2 * i] = cos
+            rot[:, 2 * i + 1, 2 * i + 1] = cos
+            rot[:, 2 * i, 2 * i + 1] = sin
+            rot[:, 2 * i + 1, 2 * i] = -sin
+            self.rotation, self.cos, self.signed_sin = paddle.to_tensor(rot), None, None
+        else:
+            sign = np.tile(np.array([-1.0, 1.0], np.float32), d // 2)
+            both = paddle.to_tensor(np.stack([np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1) * sign]))
+            self.rotation, self.cos, self.signed_sin = None, both[0].unsqueeze(1), both[1].unsqueeze(1)
+
+    def apply(self, x):
+        xf = x if x.dtype == paddle.float32 else x.astype("float32")
+        if self.rotation is not None:
+            out = paddle.matmul(xf, self.rotation)                                          # [T, H, D]
+        else:
+            t, h, d = x.shape
+            swapped = paddle.flip(xf.reshape([t, h, d // 2, 2]), axis=[-1]).reshape([t, h, d])
+            out = xf * self.cos + swapped * self.signed_sin
+        return out if x.dtype == paddle.float32 else out.astype(x.dtype)
 
 
 def apply_rope_interleaved(x, cos, sin):
@@ -160,11 +180,9 @@ class Ernie4_5Attention(nn.Layer):
         v = _mm(self.v_proj, h).reshape([t, self.num_kv_heads, self.head_dim])
         return q, k, v
 
-    def forward(self, h, cos, sin, meta: ForwardMeta, backend: AttentionBackend):
+    def forward(self, h, rope: Rope, meta: ForwardMeta, backend: AttentionBackend):
         q, k, v = self.qkv(h)
-        # one rotation for q and k together (the per-op cost, not the arithmetic, bounds small steps)
-        qk = apply_rope_tables(paddle.concat([q, k], axis=1), cos, sin)
-        q, k = paddle.split(qk, [self.num_heads, self.num_kv_heads], axis=1)
+        q, k = rope.apply(q), rope.apply(k)
         return _mm(self.o_proj, backend.forward(q, k, v, self.layer_id, meta))
 
 
@@ -242,11 +260,11 @@ class Ernie4_5DecoderLayer(nn.Layer):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, residual, cos, sin, meta: ForwardMeta, backend: AttentionBackend):
+    def forward(self, h, residual, rope: Rope, meta: ForwardMeta, backend: AttentionBackend):
         """FastDeploy-style fused residual: returns ``(mlp_out, residual)``; the layer's output is
         their sum."""
         residual = h if residual is None else h + residual
-        h = self.self_attn(self.input_layernorm(residual), cos, sin, meta, backend)
+        h = self.self_attn(self.input_layernorm(residual), rope, meta, backend)
         residual = h + residual
         return self.mlp(self.post_attention_layernorm(residual)), residual
 
@@ -340,10 +358,10 @@ class Ernie4_5ForCausalLM(nn.Layer):
         positions = getattr(meta.attn_metadata, "positions", None)
         if positions is None:  # a backend without host metadata
             positions = token_positions(meta, h.shape[0]).numpy()
-        cos, sin = rope_tables(np.asarray(positions)[: h.shape[0]], self.config.head_dim, self.config.rope_theta)
+        rope = Rope(np.asarray(positions)[: h.shape[0]], self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
-            h, residual = layer(h, residual, cos, sin, meta, self.attn_backend)
+            h, residual = layer(h, residual, rope, meta, self.attn_backend)
         return h, residual
 
     def forward(self, ids_remove_padding, meta: ForwardMeta):

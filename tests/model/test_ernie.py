@@ -435,3 +435,22 @@ def test_import_is_light():
     code = "import sys, fd_mtp.model; from fd_mtp.model import ErnieConfig; print('paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("head_dim", [8, 48, 128])
+def test_rope_rotation_matrices_and_elementwise_form_agree(head_dim, monkeypatch):
+    """Rope's two forms (per-token rotation matrices for small steps, elementwise for large ones)
+    rotate exactly like the reference apply_rope_interleaved."""
+    from fd_mtp.model.ernie import Rope, apply_rope_interleaved, rope_cos_sin
+
+    pos = np.array([0, 1, 5, 77, 1000, 4095, 131071])
+    x = paddle.to_tensor(np.random.default_rng(head_dim).standard_normal((len(pos), 3, head_dim)).astype(np.float32))
+    cos, sin = rope_cos_sin(paddle.to_tensor(pos), head_dim, 500000.0)
+    want = apply_rope_interleaved(x, cos, sin).numpy()
+    small = Rope(pos, head_dim, 500000.0)
+    assert small.rotation is not None
+    monkeypatch.setattr(Rope, "MAX_MATRIX_ELEMENTS", 0)
+    large = Rope(pos, head_dim, 500000.0)
+    assert large.rotation is None
+    np.testing.assert_allclose(small.apply(x).numpy(), want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(large.apply(x).numpy(), want, atol=1e-5, rtol=0)
