@@ -327,3 +327,32 @@ def test_stops_inside_an_accepted_run(ckpts):
     assert outs[0].token_ids[-1] == stop_tok and outs[0].finish_reason == "stop"
     assert len(outs[1].token_ids) == 13 and outs[1].finish_reason == "length"
     assert llm.engine.block_manager.num_free == llm.runner.num_blocks
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_engines_equal_plain_greedy(ckpts, data):
+    """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
+    block size and KV-cache size, greedy speculative generation equals plain greedy generation."""
+    k = data.draw(st.integers(1, 5), label="K")
+    steps = data.draw(st.integers(1, k), label="num_model_steps")
+    hybrid = data.draw(st.booleans(), label="hybrid") and k > steps
+    which = data.draw(st.sampled_from(["mixed", "exact", "random"]), label="checkpoint")
+    n = data.draw(st.integers(1, 7), label="requests")
+    lengths = data.draw(st.lists(st.integers(1, 40), min_size=n, max_size=n), label="prompt lengths")
+    max_tokens = data.draw(st.lists(st.integers(1, 20), min_size=n, max_size=n), label="max_tokens")
+    slots = data.draw(st.integers(1, 4), label="max_num_seqs")
+    budget = data.draw(st.integers(4, 64), label="max_num_batched_tokens")
+    block_size = data.draw(st.sampled_from([1, 4, 8, 16]), label="block_size")
+    lookahead = k + steps
+    need = max(-(-(ln + m + lookahead) // block_size) for ln, m in zip(lengths, max_tokens))
+    blocks = data.draw(st.integers(need, need * slots + 2), label="num_gpu_blocks")
+    ps = prompts(lengths, seed=data.draw(st.integers(0, 10**6), label="prompt seed"))
+    spec = mtp(k, steps, mtp_strategy="with_ngram" if hybrid else "default")
+    llm, _ = check_equal(ckpts[which], spec, ps, max_tokens, max_num_seqs=slots, max_num_batched_tokens=budget,
+                         block_size=block_size, num_gpu_blocks=blocks)
+    assert llm.engine.block_manager.num_free == blocks and not llm.engine.running
