@@ -204,7 +204,7 @@ class SpeculativeModelRunner(ModelRunner):
                                                         self.max_model_len)
             sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
         else:
-            if strategy == "greedy":
+            if strategy == "greedy" or bool(rows.greedy.all()):  # argmax rows: no host round trip
                 sampled = paddle.argmax(logits, axis=-1).astype("int64").reshape([-1, 1])
             else:
                 sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
