@@ -419,9 +419,12 @@ def load_params(state_dir: Path, model, mtp) -> None:
     import paddle
 
     sd = paddle.load(str(state_dir / "state.pdparams"))
-    missing = model.set_state_dict({k: v for k, v in sd.items() if not k.startswith("ernie.mtp_")})
+    want = set(checkpoint_tensors(model, mtp))
+    if set(sd) != want:
+        raise SystemExit(f"{state_dir / 'state.pdparams'} does not match the model: missing "
+                         f"{sorted(want - set(sd))[:5]}, unexpected {sorted(set(sd) - want)[:5]}")
+    model.set_state_dict({k: v for k, v in sd.items() if not k.startswith("ernie.mtp_")})
     mtp.set_state_dict({k: v for k, v in sd.items() if k.startswith("ernie.mtp_")})
-    del missing
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -553,6 +556,12 @@ def _fmt(v, pct=False):
 def readme(cfg, info: dict) -> str:
     v, t = info["final_val"], info["final_train"]
     c = info["corpus"]
+    stop_note = ("\nThe run stopped at its time budget (`--max-minutes`) after step "
+                 f"{info['step']} of the {info['steps_planned']} planned; on another machine it stops at another "
+                 f"step: add `--steps {info['steps_planned']} --stop-after {info['step']}` without `--max-minutes` "
+                 "to stop at the same one.\n" if info.get("stopped_early") else "")
+    stop_note += ("\nThe same weights need the same corpus (this Python version's standard library), seed and "
+                  "Paddle build; the loss curve should match closely elsewhere.\n")
     return f"""# ernie45_tiny_mtp: a tiny ERNIE-4.5 with an MTP block, trained on Python code
 
 A dense ERNIE-4.5 ({cfg.num_hidden_layers} decoder layers, hidden {cfg.hidden_size}, intermediate
@@ -590,7 +599,7 @@ Reproduce (from the repository root; `--help` lists the options):
 ```
 {info['command']}
 ```
-"""
+{stop_note}"""
 
 
 # --------------------------------------------------------------------------- main

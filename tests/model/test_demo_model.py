@@ -85,11 +85,12 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
-# Bounds on the SNIPPET accuracies of the trained checkpoint (measured values in the report of the
-# training run; the bound leaves a margin), and the ceiling random weights stay under.
-MAIN_ACC_MIN = 0.40
-MTP_ACC_MIN = 0.25
-RANDOM_ACC_MAX = 0.05
+# Bounds on the SNIPPET top-1 accuracies (505 predictions). Measured: the trained checkpoint (850 steps)
+# main 0.428, MTP (x[t+2]) 0.455; its step-200 snapshot 0.232 / 0.293 (both fail); random weights
+# (seeds 7, 8) 0.028 / 0.000.
+MAIN_ACC_MIN = 0.33
+MTP_ACC_MIN = 0.33
+RANDOM_ACC_MAX = 0.06
 
 
 def _train_module():
