@@ -222,7 +222,10 @@ class MTPProposer:
         ``input_ids_len = e-s-1``; ``pre_ids`` row -1; block row = the request's; ``stop_flags`` /
         ``batch_drop`` False; ``seq_lens_encoder = this_time = e-s``, ``seq_lens_decoder = s``;
         ``step_idx`` as the target (generated tokens on the last chunk, else 0). Role "decode":
-        ``seq_lens_encoder = 0``, ``recompute_token_num = 0``, ``mask_rollback = 1``.
+        ``seq_lens_encoder = 0``, ``recompute_token_num = 0``, ``mask_rollback = 1``; other roles
+        start the slot afresh with ``recompute_token_num = num_model_steps - 1`` and
+        ``mask_rollback = 0`` (not listed by spec §4.2; a slot a decode-role request used before
+        would otherwise keep its values).
         DECODE: the block row is replaced. PREEMPTED: block row -1, stopped, this_time / enc / dec 0,
         ``is_block_step`` False.
         """
