@@ -1,17 +1,19 @@
-"""Build fd_mtp's compiled parts with CMake (see CMakeLists.txt).
+"""Build fd_mtp's compiled parts with CMake (see CMakeLists.txt and cmake/fd_mtp_build.py).
 
-`pip install .` (or `pip install -e .`) configures and builds custom_ops/ against
-the paddle importable by the building Python and puts the libraries into the
-package's `_lib` folder. Environment switches (read here, never by a kernel):
+`pip install .` (or `pip install -e .`) configures and builds custom_ops/ against the paddle
+importable by the building Python, with the CMake and Ninja of the build environment (no system
+CMake needed), and puts the libraries into the package's `_lib` folder. Environment switches (read
+here, never by a kernel):
 
-    FD_MTP_WITH_CUDA=0|1|auto     CUDA module (default auto: when nvcc is found)
+    FD_MTP_WITH_CUDA=0|1          also build the raw CUDA module fd_mtp_cuda (default 0; GPU tests)
     FD_MTP_CUDA_ARCHITECTURES     e.g. "90" (default "80;90")
     FD_MTP_BUILD_DIR              CMake build directory (default build/cmake)
     CMAKE_BUILD_PARALLEL_LEVEL    parallel compile jobs (default: CPU count)
+
+The Makefile builds with `python cmake/fd_mtp_build.py` directly (to show progress); the editable
+install it then makes finds everything built.
 """
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "cmake"))
+import fd_mtp_build  # noqa: E402  (cmake/fd_mtp_build.py: the one build driver)
 
 
 class CMakeExtension(Extension):
@@ -26,11 +30,8 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
-def _cuda_wanted() -> bool:
-    switch = os.environ.get("FD_MTP_WITH_CUDA", "auto").strip().lower()
-    if switch in ("0", "off"):
-        return False
-    return switch in ("1", "on") or shutil.which("nvcc") is not None
+def _cuda_module_wanted() -> bool:
+    return os.environ.get("FD_MTP_WITH_CUDA", "0").strip().lower() in ("1", "on", "yes")
 
 
 class CMakeBuild(build_ext):
@@ -49,26 +50,13 @@ class CMakeBuild(build_ext):
             return
         self._built_into = out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        build_dir = Path(os.environ.get("FD_MTP_BUILD_DIR", ROOT / "build" / "cmake"))
-        with_cuda = os.environ.get("FD_MTP_WITH_CUDA", "auto").strip().lower()
-        with_cuda = {"0": "OFF", "off": "OFF", "1": "ON", "on": "ON"}.get(with_cuda, "AUTO")
-        args = [
-            f"-DPython3_EXECUTABLE={sys.executable}",
-            f"-DFD_MTP_OUTPUT_DIR={out_dir}",
-            f"-DFD_MTP_WITH_CUDA={with_cuda}",
-            "-DCMAKE_BUILD_TYPE=Release",
-        ]
-        if os.environ.get("FD_MTP_CUDA_ARCHITECTURES"):
-            args.append(f"-DFD_MTP_CUDA_ARCHITECTURES={os.environ['FD_MTP_CUDA_ARCHITECTURES']}")
-        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
-        # check_call: a configure or compile error stops the install with the
-        # compiler's own output above it.
-        subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build_dir), *args])
-        subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
+        fd_mtp_build.build("ops", out_dir)
+        if _cuda_module_wanted():
+            fd_mtp_build.build("cuda-module", out_dir)
 
 
 EXTENSIONS = [CMakeExtension("fd_mtp._lib.fd_mtp_ops"), CMakeExtension("fd_mtp._lib.fd_mtp_ops_pybind")]
-if _cuda_wanted():
+if _cuda_module_wanted():
     EXTENSIONS.append(CMakeExtension("fd_mtp._lib.fd_mtp_cuda"))
 
 setup(

@@ -1,22 +1,30 @@
-"""Latency of the reference ERNIE-4.5 model's packed paged forward (CPU, Paddle ops).
+"""Latency of the reference ERNIE-4.5 model's packed paged forward on the CPU, with the two attention
+backends side by side in one run.
 
+Backends (CSV column `provider`; --backend, default "both"):
+  kernel      PagedAttentionCPU() (the default): the fused C++ op fd_mtp.ops.paged_attention
+  paddle_ops  PagedAttentionCPU(use_kernel=False): cache write, block gather, masked softmax in
+              Paddle ops
 Kernels (CSV column `kernel`, x = batch):
   decode[<arch>,ctx=C]    one decode step (1 token per request) over C cached tokens per request
   prefill[<arch>,len=C]   a batch of C-token prompts from an empty cache (only when batch * C <= 4096)
-Providers:
-  paged_forward   the whole main-model forward (embedding .. final norm), host sync included
-  attention       the part of it spent in PagedAttentionCPU.forward, summed over layers
-Backends (--backend): "kernel" (default: the fused C++ op fd_mtp.ops.paged_attention) or
-"paddle_ops" (PagedAttentionCPU(use_kernel=False): cache write, block gather, masked softmax in
-Paddle ops; its CSV is bench_model_paddle_ops.csv).
-<arch> is "dense" or "moe" on a tiny config (hidden 64, 2 layers, 4 query / 2 kv heads, vocab 300;
-MoE: 4 experts, top-2, 1 shared expert, layer 1). Block size 16, blocks of a request are not
-contiguous. --refcheck asserts that every request's decode row equals the dense no-cache oracle
-(`dense_forward`) within 1e-4 before timing.
+Metrics (CSV column `metric`, unit us):
+  forward_latency    the whole main-model forward (embedding .. final norm), host sync included
+  attention_latency  the part of it spent in PagedAttentionCPU.forward, summed over layers
+<arch> is "dense" or "moe" on fd_mtp.testing's tiny config (hidden 64, 2 layers, 4 query / 2 kv
+heads, vocab 300; MoE: 4 experts, top-2, 1 shared expert, from layer 1) with random weights
+(fd_mtp.testing.random_weights). Block size 16; a request's blocks are not contiguous. Both backends
+run the same model, weights, prompts, block tables and KV cache (a prefill above 4096 tokens, not
+timed, fills it once with the kernel). --refcheck first asserts that every request's
+decode row of every backend equals the dense no-cache oracle (`dense_forward`) within 1e-4.
 
-Usage: python benchmarks/bench_model.py [--quick] [--refcheck] [--batches 1,8,32] [--ctx 64,512]
-       [--backend kernel|paddle_ops] [--out DIR]
-Writes DIR/bench_model.csv (bench_ops' columns) and DIR/bench_model.png.
+Usage: python benchmarks/bench_model.py [--backend both|kernel|paddle_ops] [--quick] [--refcheck]
+       [--batches 1,8,32] [--ctx 64,512] [--out DIR]
+Writes DIR/bench_model.csv (bench_ops.py's columns: kernel,provider,metric,unit,x,p50,p20,p80,config,
+device,timestamp,version; one row per kernel, backend, metric and batch) and DIR/bench_model.png
+(ms per forward and in attention per batch, one panel per kernel, one line per backend), and prints
+the backends side by side. The full run takes about a minute on a 2-core CPU, --quick (fewer timed
+iterations) about 20 s.
 """
 from __future__ import annotations
 
@@ -30,26 +38,60 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "benchmarks", ROOT / "tests" / "model"):
+for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+import fd_mtp  # noqa: E402  (before paddle: MKL's CPU dispatch, see fd_mtp/__init__.py)
 import paddle  # noqa: E402
-
-import fd_mtp  # noqa: E402
 from bench_ops import CSV_COLUMNS, percentiles  # noqa: E402
-from model_util import PagedHarness, make_models  # noqa: E402
 
+from fd_mtp.model import ForwardMeta, allocate_kv_caches  # noqa: E402
 from fd_mtp.model.attention import PagedAttentionCPU  # noqa: E402
+from fd_mtp.model.ernie import Ernie4_5ForCausalLM  # noqa: E402
+from fd_mtp.model.loader import load_weights  # noqa: E402
+from fd_mtp.testing import random_weights, tiny_config  # noqa: E402
+
+BACKENDS = {"kernel": True, "paddle_ops": False}  # name -> PagedAttentionCPU(use_kernel=...)
+METRICS = ("forward_latency", "attention_latency")
+BLOCK_SIZE = 16
+PREFILL_MAX_TOKENS = 4096  # prefill rows only up to this many tokens per forward (memory, time)
 
 
 def _ints(text):
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def make_model(arch: str):
+    """The tiny dense or MoE main model (no MTP block) with fd_mtp.testing's random weights."""
+    cfg = tiny_config(num_nextn_predict_layers=0, **({"moe_num_experts": 4} if arch == "moe" else {}))
+    model = Ernie4_5ForCausalLM(cfg)
+    load_weights(model, random_weights(cfg, seed=0, mtp=False))
+    model.eval()
+    return cfg, model
+
+
+def forward_meta(ids, cached: int, tables: np.ndarray, caches) -> ForwardMeta:
+    """Every request of ``tables`` (one row each) runs ``ids[b]`` (all the same length) after ``cached``
+    tokens already in the cache."""
+    b = tables.shape[0]
+    q = np.full(b, len(ids[0]), np.int32)
+    dec = np.full(b, cached, np.int32)
+    enc = q.copy() if cached == 0 else np.zeros(b, np.int32)
+    t = paddle.to_tensor
+    return ForwardMeta(
+        ids_remove_padding=t(np.asarray(ids, np.int64).reshape(-1)),
+        cu_seqlens_q=t(np.concatenate([[0], np.cumsum(q)]).astype(np.int32)),
+        batch_id_per_token=t(np.repeat(np.arange(b), q).astype(np.int32)),
+        seq_lens_this_time=t(q), seq_lens_encoder=t(enc), seq_lens_decoder=t(dec),
+        block_tables=t(tables.astype(np.int32)), caches=caches, block_size=BLOCK_SIZE)
+
+
 class AttnTimer:
+    """Wraps ``backend.forward`` and sums the time spent in it (``total``, ns)."""
+
     def __init__(self, backend):
-        self.backend, self.orig, self.total = backend, backend.forward, 0.0
+        self.orig, self.total = backend.forward, 0.0
         backend.forward = self
 
     def __call__(self, *a, **k):
@@ -60,6 +102,7 @@ class AttnTimer:
 
 
 def measure(model, meta, warmup, iters):
+    """us per forward and us in attention per forward, ``iters`` timed calls after ``warmup``."""
     timer = model.attn_backend.forward
     total, attn = [], []
     for i in range(warmup + iters):
@@ -72,90 +115,145 @@ def measure(model, meta, warmup, iters):
     return np.array(total), np.array(attn)
 
 
+def plot(rows, backends, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kernels = sorted(dict.fromkeys(r["kernel"] for r in rows), key=lambda k: not k.startswith("decode"))
+    cols = min(4, len(kernels))
+    nrows = -(-len(kernels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.6 * nrows), squeeze=False)
+    colors = dict(zip(BACKENDS, ("C0", "C1")))
+    for ax, kernel in zip(axes.ravel(), kernels):
+        for backend in backends:
+            for metric, style in (("forward_latency", "o-"), ("attention_latency", "x--")):
+                pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows
+                             if r["kernel"] == kernel and r["provider"] == backend and r["metric"] == metric)
+                if not pts:
+                    continue
+                x, p50, p20, p80 = (np.array(v, dtype=float) for v in zip(*pts))
+                ax.errorbar(x, p50 / 1e3, yerr=[(p50 - p20) / 1e3, (p80 - p50) / 1e3], fmt=style, capsize=3,
+                            color=colors[backend], label=f"{backend} {metric.split('_')[0]}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(kernel, fontsize=10)
+        ax.set_xlabel("batch (requests)")
+        ax.set_ylabel("ms per forward, p50 (p20-p80 bars)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes.ravel()[len(kernels):]:
+        ax.set_visible(False)
+    fig.suptitle(f"fd_mtp {fd_mtp.__version__}: tiny ERNIE-4.5 paged forward on the CPU, "
+                 f"attention backends {' vs '.join(backends)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(rows, backends) -> str:
+    """One line per (kernel, batch): ms per forward (p50) and the attention share of every backend, and
+    each other backend's time / the first backend's time."""
+    by = {(r["kernel"], r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
+    keys = sorted(dict.fromkeys((r["kernel"], r["x"]) for r in rows),  # run order, decode rows first
+                  key=lambda k: not k[0].startswith("decode"))
+    head = f"{'case':<24} {'batch':>5}" + "".join(f" {b + ' ms':>14} {'attn':>5}" for b in backends)
+    if len(backends) > 1:
+        head += "".join(f" {b + '/' + backends[0]:>20}" for b in backends[1:])
+    lines = [head, "-" * len(head)]
+    for kernel, x in keys:
+        fwd = [by[(kernel, b, "forward_latency", x)] for b in backends]
+        att = [by[(kernel, b, "attention_latency", x)] for b in backends]
+        line = f"{kernel:<24} {x:>5}" + "".join(f" {f / 1e3:>14.2f} {100 * a / f:>4.0f}%" for f, a in zip(fwd, att))
+        line += "".join(f" {f / fwd[0]:>19.2f}x" for f in fwd[1:])
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--refcheck", action="store_true")
-    p.add_argument("--batches", default="1,8,32")
-    p.add_argument("--ctx", default="64,512")
-    p.add_argument("--backend", choices=("kernel", "paddle_ops"), default="kernel")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--backend", choices=("both", *BACKENDS), default="both",
+                   help="attention backend(s) to time (default: both, side by side)")
+    p.add_argument("--quick", action="store_true", help="fewer timed iterations")
+    p.add_argument("--refcheck", action="store_true",
+                   help="assert every backend's decode rows == the dense no-cache oracle before timing")
+    p.add_argument("--batches", default="1,8,32", help="comma-separated")
+    p.add_argument("--ctx", default="64,512", help="comma-separated cached tokens per request (decode) / "
+                                                   "prompt lengths (prefill)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
+    backends = list(BACKENDS) if args.backend == "both" else [args.backend]
     warmup, iters = (2, 10) if args.quick else (5, 40)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t_start = time.perf_counter()
     rows = []
+
+    def record(kernel, backend, batch, times, config):
+        for metric, t in zip(METRICS, times):
+            p50, p20, p80 = percentiles(t)
+            rows.append(dict(kernel=kernel, provider=backend, metric=metric, unit="us", x=batch, p50=p50, p20=p20,
+                             p80=p80, config=config, device="cpu", timestamp=stamp, version=fd_mtp.__version__))
+
     rng = np.random.default_rng(0)
     with paddle.no_grad():
         for arch in ("dense", "moe"):
-            cfg, model, _ = make_models(moe=arch == "moe", seed=0, num_nextn_predict_layers=0)
-            model.attn_backend = PagedAttentionCPU(use_kernel=args.backend == "kernel")
-            AttnTimer(model.attn_backend)
+            cfg, model = make_model(arch)
+            config = (f"{arch}: hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads="
+                      f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} vocab={cfg.vocab_size} "
+                      f"block_size={BLOCK_SIZE} float32")
             for c in _ints(args.ctx):
                 for b in _ints(args.batches):
-                    nb = -(-(c + 1) // 16)
-                    h = PagedHarness(cfg, model, max_num_seqs=b, block_size=16, num_blocks=b * nb + 1,
-                                     max_blocks=nb, seed=c + b)
-                    prompts = {s: rng.integers(3, cfg.vocab_size, c).tolist() for s in range(b)}
-                    pre_meta = h.meta(prompts)
-                    if b * c <= 4096:  # prefill rows only for moderate token counts (memory, time)
-                        kernel = f"prefill[{arch},len={c}]"
-                        for prov, t in zip(("paged_forward", "attention"),
-                                           measure(model, pre_meta, 1, max(iters // 4, 3))):
-                            rows.append((kernel, prov, b, t))
-                    else:
-                        model(pre_meta.ids_remove_padding, pre_meta)
-                    h.lens = [c] * b
-                    toks = {s: [int(rng.integers(3, cfg.vocab_size))] for s in range(b)}
-                    meta = h.meta(toks)
+                    nb = -(-(c + 1) // BLOCK_SIZE)  # blocks per request: the prompt + the decode token
+                    tables = np.random.default_rng(c + b).permutation(b * nb).reshape(b, nb)  # not contiguous
+                    caches = allocate_kv_caches(cfg, cfg.num_hidden_layers, b * nb, BLOCK_SIZE, "float32")
+                    prompts = rng.integers(3, cfg.vocab_size, (b, c)).tolist()
+                    toks = rng.integers(3, cfg.vocab_size, (b, 1)).tolist()
+                    want = None
                     if args.refcheck:
-                        got = model(meta.ids_remove_padding, meta).numpy()
-                        for s in range(b):
-                            want = model.dense_forward(paddle.to_tensor(prompts[s] + toks[s])).numpy()[-1]
-                            err = float(np.abs(got[s] - want).max())
-                            assert err < 1e-4, f"{arch} ctx={c} batch={b} request {s}: error {err}"
-                    kernel = f"decode[{arch},ctx={c}]"
-                    for prov, t in zip(("paged_forward", "attention"), measure(model, meta, warmup, iters)):
-                        rows.append((kernel, prov, b, t))
-                    r = {pr: np.median(t) for k, pr, x, t in rows if k == kernel and x == b}
-                    print(f"{kernel:<26} batch {b:>3}: forward {r['paged_forward'] / 1e3:8.2f} ms, attention "
-                          f"{r['attention'] / 1e3:7.2f} ms ({100 * r['attention'] / r['paged_forward']:.0f}%)",
-                          flush=True)
-    cfg_txt = f"hidden=64;layers=2;heads=4/2;vocab=300;block_size=16;float32;threads=1;backend={args.backend}"
-    suffix = "" if args.backend == "kernel" else f"_{args.backend}"
-    csv_path = out / f"bench_model{suffix}.csv"
+                        want = [model.dense_forward(paddle.to_tensor(prompts[s] + toks[s])).numpy()[-1]
+                                for s in range(b)]
+                    pre_meta = forward_meta(prompts, 0, tables, caches)
+                    if b * c > PREFILL_MAX_TOKENS:  # fill the cache once, untimed, with the fast backend
+                        model.attn_backend = PagedAttentionCPU(use_kernel=True)
+                        model(pre_meta.ids_remove_padding, pre_meta)
+                    for backend in backends:
+                        model.attn_backend = PagedAttentionCPU(use_kernel=BACKENDS[backend])
+                        AttnTimer(model.attn_backend)
+                        if b * c <= PREFILL_MAX_TOKENS:  # writes the prompts' KV (the same values every time)
+                            record(f"prefill[{arch},len={c}]", backend, b,
+                                   measure(model, pre_meta, 1, max(iters // 4, 3)), config)
+                        meta = forward_meta(toks, c, tables, caches)
+                        if want is not None:
+                            got = model(meta.ids_remove_padding, meta).numpy()
+                            for s in range(b):
+                                err = float(np.abs(got[s] - want[s]).max())
+                                assert err < 1e-4, f"{backend}: {arch} ctx={c} batch={b} request {s}: error {err}"
+                        fwd, attn = measure(model, meta, warmup, iters)
+                        record(f"decode[{arch},ctx={c}]", backend, b, (fwd, attn), config)
+                        print(f"[{time.perf_counter() - t_start:6.1f}s] decode[{arch},ctx={c}] batch {b:>3} "
+                              f"{backend:<10}: forward {np.median(fwd) / 1e3:7.2f} ms, attention "
+                              f"{np.median(attn) / 1e3:7.2f} ms ({100 * np.median(attn) / np.median(fwd):.0f}%)",
+                              flush=True)
+
+    csv_path = out / "bench_model.csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
-        for kernel, prov, x, t in rows:
-            p50, p20, p80 = percentiles(t)
-            w.writerow(dict(kernel=kernel, provider=prov, metric="latency", unit="us", x=x, p50=f"{p50:.1f}",
-                            p20=f"{p20:.1f}", p80=f"{p80:.1f}", config=cfg_txt, device="cpu", timestamp=stamp,
-                            version=fd_mtp.__version__))
+        for r in rows:
+            w.writerow({**r, **{k: f"{r[k]:.1f}" for k in ("p50", "p20", "p80")}})
+    print()
+    print(table(rows, backends))
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        png_path = out / "bench_model.png"
+        plot(rows, backends, png_path)
+        wrote = f"{csv_path} and {png_path}"
     except ImportError:
-        print(f"wrote {csv_path} (no matplotlib: no plot)")
-        return
-    kernels = sorted({k for k, *_ in rows if k.startswith("decode")})
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for kernel in kernels:
-        for prov, style in (("paged_forward", "-o"), ("attention", "--x")):
-            pts = sorted((x, np.median(t) / 1e3) for k, pr, x, t in rows if k == kernel and pr == prov)
-            ax.plot([x for x, _ in pts], [y for _, y in pts], style, label=f"{kernel} {prov}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch (decode requests)")
-    ax.set_ylabel("ms per step (p50)")
-    ax.set_title(f"ERNIE-4.5 tiny, paged forward on CPU ({args.backend})")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    png_path = out / f"bench_model{suffix}.png"
-    fig.savefig(png_path, dpi=120)
-    print(f"wrote {csv_path} and {png_path}")
+        wrote = f"{csv_path} (no matplotlib: no plot)"
+    print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
+          f"total {time.perf_counter() - t_start:.1f}s; wrote {wrote}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ imported on first access.
 
 On Linux AMD CPUs with AVX2, importing fd_mtp before paddle sets ``MKL_DEBUG_CPU_TYPE=5`` (unless it
 is set), so that the MKL bundled with paddle's CPU wheel runs its AVX2 matmuls instead of its generic
-code (see `_mkl_cpu_type`).
+code (see `_mkl_cpu_type`), and paddle's import-time ccache warning is filtered (`_quiet_paddle`).
 """
 
 __version__ = "0.1.0"
@@ -52,7 +52,17 @@ def _prefer_mkl_avx2() -> None:
         os.environ["MKL_DEBUG_CPU_TYPE"] = value
 
 
+def _quiet_paddle() -> None:
+    """Silence paddle's import-time ``UserWarning: No ccache found ...`` (about compiling extensions
+    with ``paddle.utils.cpp_extension``, which fd_mtp never does at run time). Only that message is
+    filtered, and only when fd_mtp is imported before paddle."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"No ccache found", category=UserWarning)
+
+
 _prefer_mkl_avx2()
+_quiet_paddle()
 
 __all__ = ["__version__", "LLM", "SamplingParams", "RequestOutput", "SpeculativeConfig"]
 

@@ -1,17 +1,34 @@
 """The ``fd-mtp`` command.
 
+    fd-mtp --version
     fd-mtp generate [--model CKPT_DIR] --prompt "Hello" [--prompt-ids "1 2 3"] [--max-tokens 32]
                     [--temperature 0 --top-p 1 --top-k 0 --seed S] [--batch N] [--stream]
+                    [--device cpu|gpu --dtype float32|bfloat16|float16]
                     [--speculative-method mtp|ngram --num-speculative-tokens K --num-model-steps N
                      --mtp-strategy default|with_ngram --verification target_match]
 
 prints every request's generated token ids (and text when the checkpoint has a tokenizer), then
 ``N requests, T tokens in S s: X tokens/s``. Exit status 1 when a request was rejected; 2 on a bad
-option (a `SamplingParams` or `SpeculativeConfig` error names the field).
+option (the message names the option, or the `SamplingParams` / `SpeculativeConfig` field).
 
-Without ``--speculative-method`` the engine decodes plainly. With it, ``speculative_config`` is passed
-to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``, MTP substeps: ``--num-model-steps``;
-for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram`` with K > N is hybrid mode).
+``--stream`` writes each request's text (its token ids, space separated, without a tokenizer) to
+stdout as it is generated, flushing every piece, and ends the line when the request finishes; the
+usual report follows. With several requests the lines stay whole and in prompt order: each line
+starts with ``[i] ``; request i streams live once requests 0..i-1 have finished, and what it
+generated before that is written at once when its turn comes (requests still run in one batch).
+
+Ctrl-C (SIGINT) stops generation: the report shows what each request generated so far (finish
+reason "aborted"), stderr gets ``fd-mtp generate: interrupted``, and the exit status is 130.
+
+``--dtype``: float32 everywhere; bfloat16 / float16 need ``--device gpu`` (Paddle's CPU build has
+no half-precision matmul). Default: the checkpoint's dtype, loaded as float32 on CPU.
+
+Without ``--speculative-method`` the engine decodes plainly, and the speculative options
+(``--num-speculative-tokens``, ``--num-model-steps``, ``--mtp-strategy``, ``--verification``) are
+refused. With it, ``speculative_config`` is passed to `fd_mtp.LLM` as a dict (K:
+``--num-speculative-tokens``, MTP substeps: ``--num-model-steps``; for "mtp" K is raised to N when
+smaller; ``--mtp-strategy with_ngram`` with K > N is hybrid mode). ``--num-model-steps`` and
+``--mtp-strategy`` are MTP options: refused with ``--speculative-method ngram``.
 The default verification, "target_match", accepts a draft while it equals the token the target
 emits at that position, so output equals plain decoding for greedy and for seeded sampled requests.
 Then each request also prints ``[i] spec: <SpeculativeMetrics.summary()>``, and after the summary
@@ -26,6 +43,7 @@ where "host" is the proposer's own time per call outside the MTP forwards (`Prop
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
@@ -37,10 +55,27 @@ def _ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--prompt-ids wants integers separated by spaces or commas, got {text!r}")
 
 
+def _device(text: str) -> str:
+    """--device: "cuda" is taken as "gpu" (as paddle does)."""
+    text = text.strip().lower()
+    return "gpu" if text == "cuda" else text
+
+
+STREAM_HELP = ("write the generated text (token ids without a tokenizer) to stdout as it is produced; with "
+               "several requests, one '[i] ' line per request, in prompt order: request i streams live once "
+               "0..i-1 have finished, earlier output is written when its turn comes. The usual report follows")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="fd-mtp", description="fd_mtp reference engine")
+    parser.add_argument("--version", action="version", version=f"fd-mtp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="generate from prompts with a checkpoint (plain or speculative decoding)")
+    g = sub.add_parser("generate", help="generate from prompts with a checkpoint (plain or speculative decoding)",
+                       epilog="Exit status: 0, 1 when a request was rejected, 2 on a bad option, 130 when "
+                              "interrupted (Ctrl-C stops generation and still reports what each request "
+                              "generated so far, finish_reason 'aborted').")
     g.add_argument("--model", default=None,
                    help="checkpoint directory (config.json + model.safetensors); default: the demo model "
                         "shipped with fd_mtp (fd_mtp/assets/ernie45_tiny_mtp)")
@@ -48,23 +83,36 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt-ids", action="append", default=[], type=_ids,
                    help='a prompt as token ids, e.g. "1 2 3"; repeatable')
     g.add_argument("--batch", type=int, default=1, help="repeat the prompts to this many requests")
-    g.add_argument("--max-tokens", type=int, default=32)
-    g.add_argument("--min-tokens", type=int, default=0)
+    g.add_argument("--max-tokens", type=int, default=32,
+                   help="tokens to generate at most per request (default: 32; generation also ends at "
+                        "EOS, a stop string or --max-model-len)")
+    g.add_argument("--min-tokens", type=int, default=0,
+                   help="EOS and stop token ids are ignored until this many tokens exist (default: 0)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1 = off)")
+    g.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (default: 0 = off)")
+    g.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="> 0, penalises tokens already generated (default: 1 = off)")
     g.add_argument("--seed", type=int, default=None, help="per-request seed (request i gets seed + i)")
     g.add_argument("--stop", action="append", default=None, help="stop string; repeatable")
-    g.add_argument("--ignore-eos", action="store_true")
-    g.add_argument("--device", default="cpu")
-    g.add_argument("--dtype", default=None)
-    g.add_argument("--max-num-seqs", type=int, default=None, help="default: min(batch, 64)")
-    g.add_argument("--max-model-len", type=int, default=None)
-    g.add_argument("--block-size", type=int, default=64)
-    g.add_argument("--num-gpu-blocks", type=int, default=None)
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    g.add_argument("--stream", action="store_true", help="print tokens as they are generated")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (up to --max-tokens)")
+    g.add_argument("--device", type=_device, choices=("cpu", "gpu"), default="cpu",
+                   help='where the model runs (default: cpu; "cuda" is taken as gpu, which needs a CUDA build '
+                        "of PaddlePaddle)")
+    g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="model dtype; bfloat16 / float16 need --device gpu (default: the checkpoint's, "
+                        "float32 on cpu)")
+    g.add_argument("--max-num-seqs", type=int, default=None,
+                   help="request slots, the batch size of a step (default: min(batch, 64))")
+    g.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + output (default: min(max_position_embeddings, 4096))")
+    g.add_argument("--block-size", type=int, default=64, help="KV-cache block size, 1..1024 (default: 64)")
+    g.add_argument("--num-gpu-blocks", type=int, default=None,
+                   help="KV-cache blocks per layer (default: enough for every slot at --max-model-len; fewer "
+                        "make the engine preempt requests)")
+    g.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="tokens per step; longer prompts are prefilled in chunks (default: 2048)")
+    g.add_argument("--stream", action="store_true", help=STREAM_HELP)
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     s = g.add_argument_group("speculative decoding (fd_mtp.SpeculativeConfig; default: plain decoding)")
     s.add_argument("--speculative-method", choices=("mtp", "ngram"), default=None,
@@ -74,24 +122,92 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mtp-strategy", choices=("default", "with_ngram"), default=None,
                    help="with_ngram: extend MTP drafts with n-gram matches up to K (hybrid)")
     s.add_argument("--verification", choices=("greedy", "topp", "topk", "target_match", "rejection"),
-                   default="target_match", help="draft acceptance rule (default: target_match)")
+                   default=None, help="draft acceptance rule (default: target_match)")
     return parser
+
+
+def _flags(names) -> str:
+    return ", ".join("--" + k.replace("_", "-") for k in names)
 
 
 def speculative_config(args) -> dict | None:
     """The ``speculative_config`` dict of the parsed options (None: plain decoding). Raises
-    ValueError when speculative options are given without ``--speculative-method``."""
+    ValueError when speculative options are given without ``--speculative-method``, or MTP-only
+    options (``--num-model-steps``, ``--mtp-strategy``) with ``--speculative-method ngram``."""
     opts = {"num_speculative_tokens": args.num_speculative_tokens, "num_model_steps": args.num_model_steps,
-            "mtp_strategy": args.mtp_strategy}
+            "mtp_strategy": args.mtp_strategy, "verification": args.verification}
+    given = [k for k, v in opts.items() if v is not None]
     if args.speculative_method is None:
-        given = [k for k, v in opts.items() if v is not None]
         if given:
-            flags = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise ValueError(f"{flags} {'needs' if len(given) == 1 else 'need'} --speculative-method mtp or ngram")
+            raise ValueError(f"{_flags(given)} {'needs' if len(given) == 1 else 'need'} "
+                             "--speculative-method mtp or ngram")
         return None
-    cfg = {"method": args.speculative_method, "verification": args.verification}
+    if args.speculative_method == "ngram":
+        mtp_only = [k for k in ("num_model_steps", "mtp_strategy") if k in given]
+        if mtp_only:
+            raise ValueError(f"{_flags(mtp_only)} {'applies' if len(mtp_only) == 1 else 'apply'} to "
+                             "--speculative-method mtp only, not ngram")
+    cfg = {"method": args.speculative_method, "verification": args.verification or "target_match"}
     cfg.update({k: v for k, v in opts.items() if v is not None})
     return cfg
+
+
+class _Streamer:
+    """``--stream``: writes each request's new text (or token ids) to stdout as it comes, one line per
+    request in prompt order (``[i] `` prefixes when there are several requests); see the module
+    docstring."""
+
+    def __init__(self, n: int, text: bool):
+        self.n, self.text = n, text
+        self.pending = [""] * n          # not yet written (a later request waits for its turn)
+        self.started = [False] * n       # its line has begun (prefix written)
+        self.finished = [False] * n
+        self.current = 0                 # the request whose line is being written
+        self.open = False                # a line is open (no newline yet)
+
+    def __call__(self, d) -> None:
+        i = d.index
+        if not 0 <= i < self.n:
+            return
+        if d.error is not None:
+            piece = f"error: {d.error}"
+        elif self.text:
+            piece = d.new_text
+        else:
+            piece = " ".join(map(str, d.new_token_ids))
+            if piece and (self.pending[i] or self.started[i]):
+                piece = " " + piece
+        self.pending[i] += piece
+        self.finished[i] = self.finished[i] or d.finished
+        self._drain()
+
+    def _drain(self) -> None:
+        out = sys.stdout
+        wrote = False
+        while self.current < self.n:
+            i = self.current
+            if not self.started[i]:
+                if self.n > 1:
+                    out.write(f"[{i}] ")
+                self.started[i] = self.open = wrote = True
+            if self.pending[i]:
+                out.write(self.pending[i])
+                self.pending[i] = ""
+                wrote = True
+            if not self.finished[i]:
+                break
+            out.write("\n")
+            self.open, wrote = False, True
+            self.current += 1
+        if wrote:
+            out.flush()
+
+    def close(self) -> None:
+        """Interrupted: end the open line (what other requests had pending is in the report)."""
+        if self.open:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.open = False
 
 
 def _print_speculative(llm) -> None:
@@ -108,9 +224,38 @@ def _print_speculative(llm) -> None:
               f"(run {stats.run * per:.3f} - forward {stats.forward * per:.3f} ms/step)")
 
 
+def _device_dtype_error(args) -> str | None:
+    """What is wrong with --device / --dtype on this paddle, in the CLI's words (None: nothing)."""
+    if args.device == "gpu":
+        import paddle
+
+        if not paddle.is_compiled_with_cuda():
+            return (f"--device gpu: this PaddlePaddle ({paddle.__version__}) is a CPU build (not compiled with "
+                    "CUDA); use --device cpu")
+    if args.device == "cpu" and args.dtype not in (None, "float32"):
+        return (f"--dtype {args.dtype} is not supported with --device cpu (Paddle's CPU build has no "
+                "half-precision matmul): on cpu use --dtype float32, or leave --dtype out (a bfloat16 / float16 "
+                "checkpoint then runs in float32); bfloat16 and float16 need --device gpu")
+    return None
+
+
+def _option_message(exc: Exception, parser_dests) -> str:
+    """An `LLM` error ("LLM: block_size must be ...") worded with the option ("--block-size must be ...")."""
+    msg = str(exc)
+    m = re.match(r"LLM: (\w+)", msg)
+    if m and m.group(1) in parser_dests:
+        return "--" + m.group(1).replace("_", "-") + msg[m.end():]
+    return msg
+
+
+# LLM arguments that come straight from the option of the same name (--device / --dtype are checked
+# by _device_dtype_error in the CLI's own words first)
+LLM_OPTIONS = ("max_num_seqs", "max_model_len", "block_size", "num_gpu_blocks", "max_num_batched_tokens")
+
+
 def generate(args) -> int:
     from .engine.sampling_params import SamplingParams
-    from .llm import LLM
+    from .llm import LLM, GenerationInterrupted
 
     prompts = list(args.prompt) + list(args.prompt_ids)
     if not prompts:
@@ -127,21 +272,27 @@ def generate(args) -> int:
             ignore_eos=args.ignore_eos, seed=None if args.seed is None else args.seed + i)
             for i in range(len(requests))]
         spec = speculative_config(args)
+        problem = _device_dtype_error(args)
+        if problem is not None:
+            raise ValueError(problem)
         llm = LLM(args.model, device=args.device, dtype=args.dtype,
-                  max_num_seqs=args.max_num_seqs or min(len(requests), 64), max_model_len=args.max_model_len,
+                  max_num_seqs=min(len(requests), 64) if args.max_num_seqs is None else args.max_num_seqs,
+                  max_model_len=args.max_model_len,
                   block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks,
                   max_num_batched_tokens=args.max_num_batched_tokens, speculative_config=spec)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
-        print(f"fd-mtp generate: {exc}", file=sys.stderr)
+        print(f"fd-mtp generate: {_option_message(exc, LLM_OPTIONS)}", file=sys.stderr)
         return 2
 
-    def on_delta(d):
-        if args.stream and d.new_token_ids:
-            shown = repr(d.new_text) if llm.tokenizer is not None else " ".join(map(str, d.new_token_ids))
-            print(f"[{d.index}] +{shown}", flush=True)
-
+    streamer = _Streamer(len(requests), llm.tokenizer is not None) if args.stream else None
     t0 = time.perf_counter()
-    outputs = llm.generate(requests, params, use_tqdm=not args.no_progress, stream_callback=on_delta)
+    interrupted = False
+    try:
+        outputs = llm.generate(requests, params, use_tqdm=not args.no_progress, stream_callback=streamer)
+    except GenerationInterrupted as exc:
+        outputs, interrupted = exc.outputs, True
+        if streamer is not None:
+            streamer.close()
     elapsed = time.perf_counter() - t0
     failed = 0
     for i, o in enumerate(outputs):
@@ -159,13 +310,22 @@ def generate(args) -> int:
     print(f"{len(outputs)} requests, {total} tokens in {elapsed:.3f} s: {total / max(elapsed, 1e-9):.1f} tokens/s")
     if spec is not None:
         _print_speculative(llm)
+    if interrupted:
+        sys.stdout.flush()
+        print("fd-mtp generate: interrupted", file=sys.stderr)
+        return 130
     return 1 if failed else 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "generate":
-        return generate(args)
+    try:
+        if args.command == "generate":
+            return generate(args)
+    except KeyboardInterrupt:  # while loading the model, or before generation started
+        sys.stdout.flush()
+        print(f"fd-mtp {args.command}: interrupted", file=sys.stderr)
+        return 130
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

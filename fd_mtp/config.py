@@ -44,7 +44,9 @@ class SpeculativeConfig:
         max_ngram_size, min_ngram_size: n-gram sizes of the "ngram" method and hybrid mode.
         num_gpu_block_expand_ratio: the MTP cache has int(main blocks * ratio) blocks.
         benchmark_mode: reject every draft (measures the drafting overhead).
-        model: path of a separate draft checkpoint (None: the MTP head of the main checkpoint).
+        model: FastDeploy's path of a separate draft checkpoint; fd_mtp always drafts with the MTP
+            block of the main checkpoint, so only None (or "") is accepted: a path raises
+            ValueError rather than being silently ignored.
     """
 
     method: str = "mtp"
@@ -82,6 +84,14 @@ class SpeculativeConfig:
             raise ValueError(f"SpeculativeConfig.benchmark_mode must be a bool, got {self.benchmark_mode!r}")
         if self.model is not None and not isinstance(self.model, str):
             raise ValueError(f"SpeculativeConfig.model must be a path string or None, got {self.model!r}")
+        if self.model == "":
+            self.model = None
+        if self.model is not None:
+            raise ValueError(
+                f"SpeculativeConfig.model={self.model!r}: fd_mtp has no separate draft checkpoint; it drafts with "
+                "the MTP block of the main checkpoint (method 'mtp') or by n-gram lookup (method 'ngram'): "
+                "leave model unset (None)"
+            )
         if self.method == "mtp" and self.num_speculative_tokens < self.num_model_steps:
             self.num_speculative_tokens = self.num_model_steps
 

@@ -13,16 +13,66 @@ Speculative decoding with the checkpoint's MTP head (FastDeploy's dict form is a
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from .engine.block_manager import blocks_for
 from .engine.request import RequestOutput, StreamDelta
-from .engine.sampling_params import SamplingParams
+from .engine.sampling_params import SEED_MODULUS, SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "GenerationInterrupted"]
+
+DEVICES = ("cpu", "gpu")
+DTYPES = ("float32", "bfloat16", "float16")
+MAX_BLOCK_SIZE = 1024
+
+
+class GenerationInterrupted(KeyboardInterrupt):
+    """The KeyboardInterrupt (Ctrl-C) that `LLM.generate` raises when interrupted, carrying the partial
+    results: ``outputs`` has one `RequestOutput` per prompt, in prompt order, with what each request
+    generated so far (``finish_reason == "aborted"`` for requests cut short; requests that had
+    finished or were rejected keep their own). The requests' slots and KV blocks are freed, so the
+    `LLM` stays usable."""
+
+    def __init__(self, outputs: list):
+        super().__init__("generation interrupted")
+        self.outputs = outputs
+
+
+def check_device(device) -> str:
+    """``device`` as `paddle.set_device` takes it: "cpu", or "gpu" ("cuda" is accepted as an alias;
+    "gpu:N" / "cuda:N" pick a card). ValueError naming ``device`` for anything else, and for a GPU
+    on a paddle built without CUDA."""
+    dev = device.strip().lower() if isinstance(device, str) else None
+    kind, _, index = (dev or "").partition(":")
+    if kind == "cuda":
+        kind = "gpu"
+    if kind not in DEVICES or (index and (kind != "gpu" or not index.isdigit())):
+        raise ValueError(f"LLM: device must be one of {list(DEVICES)} (or 'gpu:N'), got {device!r}")
+    if kind == "gpu":
+        import paddle
+
+        if not paddle.is_compiled_with_cuda():
+            raise ValueError(f"LLM: device={device!r} needs a CUDA build of PaddlePaddle; this paddle "
+                             f"({paddle.__version__}) is a CPU build: use device='cpu'")
+    return kind + (":" + index if index else "")
+
+
+def _sampling_params(value, what: str) -> SamplingParams:
+    """A `SamplingParams` from one, or from a dict of its fields (vLLM users pass those)."""
+    if isinstance(value, SamplingParams):
+        return value
+    if isinstance(value, Mapping):
+        known = [f.name for f in dataclasses.fields(SamplingParams) if f.init]
+        unknown = sorted(str(k) for k in value if k not in known)
+        if unknown:
+            raise ValueError(f"{what} has unknown SamplingParams fields {unknown}; known: {known}")
+        return SamplingParams(**value)
+    raise ValueError(f"{what} must be a SamplingParams or a dict of its fields, got {type(value).__name__}")
 
 
 class _Progress:
@@ -71,11 +121,14 @@ class LLM:
             ``fd_mtp.model.loader.load_checkpoint``, with its tokenizer when it has tokenizer files)
             or an ``Ernie4_5ForCausalLM`` instance. None: the demo model shipped with fd_mtp
             (``fd_mtp.assets.default_model_path()``, a tiny ERNIE-4.5 + MTP trained on Python code).
+            Anything else raises TypeError.
         tokenizer: overrides the checkpoint's tokenizer (``encode`` / ``decode``).
-        device: "cpu" or "gpu" (``paddle.set_device``).
+        device: "cpu" or "gpu" (``paddle.set_device``; "cuda" is an alias of "gpu", "gpu:N" picks
+            a card). "gpu" on a paddle built without CUDA raises ValueError.
         max_num_seqs: request slots (the batch size of a step).
         max_model_len: longest prompt + output; default ``min(max_position_embeddings, 4096)``.
-        block_size: KV-cache block size (FastDeploy's default 64).
+        block_size: KV-cache block size, an int in [1, 1024] (FastDeploy's default 64; the cache
+            holds at least one block per slot, so huge blocks only waste memory).
         num_gpu_blocks: KV blocks per layer; default enough for every slot at ``max_model_len``.
             Fewer blocks make the engine preempt (and later re-prefill) the newest requests.
         max_num_batched_tokens: tokens per step; longer prompts are prefilled in chunks.
@@ -86,8 +139,13 @@ class LLM:
             draft statistics land in ``output.metrics.spec``, totals in `speculative_metrics`.
         mtp_model: the ``Ernie4_5MTP`` to draft with when ``model`` is a model instance (a
             checkpoint directory brings its own).
-        dtype: model dtype when loading a checkpoint (default: the checkpoint's config).
-        seed: engine seed for requests without ``SamplingParams.seed``.
+        dtype: model dtype when loading a checkpoint: None (the checkpoint's config; float32 on CPU),
+            "float32", "bfloat16" or "float16". Half precision needs device "gpu" (Paddle's CPU build
+            has no half-precision matmul): on CPU it raises ValueError.
+        seed: engine seed for requests without ``SamplingParams.seed``, an int in ``[0, 2**63 - 2)``.
+
+    Bad arguments raise ValueError naming the argument (TypeError for a ``model`` of the wrong type),
+    before anything is loaded.
     """
 
     def __init__(self, model=None, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
@@ -100,11 +158,27 @@ class LLM:
         from .engine.engine import LLMEngine
         from .engine.runner import ModelRunner
 
+        if model is not None and not isinstance(model, (str, os.PathLike, paddle.nn.Layer)):
+            raise TypeError(f"LLM: model must be a checkpoint directory (str or os.PathLike), an "
+                            f"Ernie4_5ForCausalLM instance or None (the demo model), got {type(model).__name__}")
         spec = SpeculativeConfig.from_value(speculative_config)
-        for name, value in (("max_num_seqs", max_num_seqs), ("block_size", block_size),
-                            ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not isinstance(value, int) or value < 1:
+        for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+            if not _is_int(value) or value < 1:
                 raise ValueError(f"LLM: {name} must be an int >= 1, got {value!r}")
+        if not _is_int(block_size) or not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"LLM: block_size must be an int in [1, {MAX_BLOCK_SIZE}] (FastDeploy uses 64), "
+                             f"got {block_size!r}")
+        if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
+            raise ValueError(f"LLM: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
+        device = check_device(device)
+        if dtype is not None:
+            dtype = str(dtype).replace("paddle.", "")
+            if dtype not in DTYPES:
+                raise ValueError(f"LLM: dtype must be None or one of {list(DTYPES)}, got {dtype!r}")
+            if dtype != "float32" and device == "cpu":
+                raise ValueError(f"LLM: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build has no "
+                                 "half-precision matmul): use dtype='float32' or None (a half-precision "
+                                 "checkpoint then runs in float32), or device='gpu'")
         paddle.set_device(device)
         self.device = device
         if model is None:
@@ -178,12 +252,15 @@ class LLM:
         prompts = list(prompts)
         if sampling_params is None:
             params = [SamplingParams()] * len(prompts)
-        elif isinstance(sampling_params, SamplingParams):
-            params = [sampling_params] * len(prompts)
-        else:
-            params = list(sampling_params)
+        elif isinstance(sampling_params, (SamplingParams, Mapping)):
+            params = [_sampling_params(sampling_params, "sampling_params")] * len(prompts)
+        elif isinstance(sampling_params, (list, tuple)):
+            params = [_sampling_params(p, f"sampling_params[{i}]") for i, p in enumerate(sampling_params)]
             if len(params) != len(prompts):
                 raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
+        else:
+            raise ValueError("sampling_params must be a SamplingParams, a dict of its fields, a list of those "
+                             f"(one per prompt) or None, got {type(sampling_params).__name__}")
         return prompts, params
 
     def generate_stream(self, prompts, sampling_params=None, *, use_tqdm: bool = False) -> Iterator[StreamDelta]:
@@ -236,20 +313,53 @@ class LLM:
 
         Args:
             prompts: a string, a list of token ids, or a list of strings / token-id lists.
-            sampling_params: one `SamplingParams` for all, a list (one per prompt), or None (defaults).
+            sampling_params: one `SamplingParams` (or a dict of its fields, e.g.
+                ``{"temperature": 0, "max_tokens": 8}``) for all, a list of those (one per prompt),
+                or None (defaults).
             use_tqdm: show a progress bar (requests done, tokens/s) on stderr.
             stream_callback: called with every `StreamDelta` as soon as its step ends.
 
         Bad prompts do not raise: their output has ``finish_reason == "error"`` and ``error`` set
-        (see `generate_stream`).
+        (see `generate_stream`). A KeyboardInterrupt (Ctrl-C, or raised by ``stream_callback``)
+        aborts the running requests and is re-raised as `GenerationInterrupted`, whose ``outputs``
+        hold what every request generated so far.
         """
+        prompts, params = self._normalize(prompts, sampling_params)
         rejected: dict[int, RequestOutput] = {}
         ids: dict[int, str] = {}
-        for d in self._run(prompts, sampling_params, use_tqdm, rejected, ids):
-            if stream_callback is not None:
-                stream_callback(d)
+        run = self._run(prompts, params, use_tqdm, rejected, ids)
+        try:
+            for d in run:
+                if stream_callback is not None:
+                    stream_callback(d)
+        except KeyboardInterrupt:
+            run.close()  # aborts this call's unfinished requests (a no-op when the generator raised)
+            raise GenerationInterrupted(self._partial(prompts, rejected, ids)) from None
         return [rejected[i] if i in rejected else self.engine.pop_output(ids[i])
                 for i in range(len(ids) + len(rejected))]
+
+    def _partial(self, prompts, rejected: dict, ids: dict) -> list[RequestOutput]:
+        """The outputs of an interrupted `generate`: what each request has so far ("aborted")."""
+        outs = []
+        for i, prompt in enumerate(prompts):
+            if i in rejected:
+                outs.append(rejected[i])
+                continue
+            req = self.engine.requests.get(ids.get(i))
+            if req is not None and not req.finished:
+                self.engine.abort_request(req.request_id)
+            if req is None:  # interrupted before this prompt was queued
+                out = RequestOutput.rejected(f"unqueued-{i}", prompt, prompt if isinstance(prompt, list) else [],
+                                             "interrupted before the request was queued")
+                out.finish_reason, out.error = "aborted", None
+            else:
+                out = self.engine.pop_output(req.request_id)
+            outs.append(out)
+        return outs
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _try_tokenizer(path: Path):

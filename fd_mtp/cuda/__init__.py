@@ -8,8 +8,8 @@ data-dependent problems raise ValueError naming the argument (nothing written), 
 raise RuntimeError. Every call synchronises the current stream.
 
 The launchers live in the pybind11 module ``fd_mtp_cuda`` (custom_ops/cuda_module/), built
-into ``fd_mtp/_lib`` by ``cmake -S . -B build/gpu -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON
-&& cmake --build build/gpu`` (see tools/gpu_check.sh). Set ``FD_MTP_CUDA_MODULE_DIR`` to load it
+into ``fd_mtp/_lib`` by ``make cuda-module`` (or ``python cmake/fd_mtp_build.py cuda-module`` where
+there is no paddle; see tools/gpu_check.sh). Set ``FD_MTP_CUDA_MODULE_DIR`` to load it
 from another directory (an out-of-tree build's output dir).
 
 Importing this module needs neither CuPy nor the compiled module; both load on first use.

@@ -64,14 +64,22 @@ class LLMEngine:
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start:exc.end]!r} "
+                             f"at character {exc.start}") from None
         tok = self.tokenizer
-        if hasattr(tok, "encode"):
-            ids = tok.encode(text)
-            if isinstance(ids, dict):
-                ids = ids["input_ids"]
-        else:
-            ids = tok(text)["input_ids"]
-        return [int(i) for i in ids]
+        try:
+            if hasattr(tok, "encode"):
+                ids = tok.encode(text)
+                if isinstance(ids, dict):
+                    ids = ids["input_ids"]
+            else:
+                ids = tok(text)["input_ids"]
+            return [int(i) for i in ids]
+        except Exception as exc:  # a tokenizer failing on this text fails this request only
+            raise ValueError(f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}") from exc
 
     def validate_prompt(self, prompt, params) -> list[int]:
         """The prompt's token ids, or ValueError saying what is wrong with this request."""
@@ -113,7 +121,8 @@ class LLMEngine:
 
         Raises ValueError (nothing queued) for an empty prompt, ids outside the vocabulary, a
         prompt of ``max_model_len`` tokens or more, a request that could never fit the KV cache,
-        a text prompt without tokenizer, a duplicate request_id, or params that are not a
+        a text prompt without tokenizer, a text the tokenizer cannot encode (e.g. a lone
+        surrogate such as ``"\\ud800"``), a duplicate request_id, or params that are not a
         SamplingParams.
         """
         params = SamplingParams() if params is None else params

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _DTYPES = ("float32", "float16", "bfloat16")
+# ``model_type`` of the ERNIE-4.5 text configs (paddleformers' and Hugging Face's ``Ernie4_5Config`` /
+# ``Ernie4_5_MoeConfig``); a config without ``model_type`` is accepted as ERNIE-4.5.
+MODEL_TYPES = ("ernie4_5", "ernie4_5_moe")
 
 
 @dataclass
@@ -158,9 +161,15 @@ class ErnieConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ErnieConfig":
         """Build from an ERNIE-4.5 ``config.json`` dict. Unknown keys are ignored (kept in ``extra``);
-        a missing required key or a bad value raises ValueError naming the field."""
+        a missing required key or a bad value raises ValueError naming the field. A ``model_type``
+        other than ERNIE-4.5's (:data:`MODEL_TYPES`; absent is accepted) is refused: another
+        architecture's config would otherwise load and run as if it were ERNIE-4.5."""
         if not isinstance(d, dict):
             raise ValueError(f"ErnieConfig.from_dict expects a dict, got {type(d).__name__}")
+        model_type = d.get("model_type")
+        if model_type is not None and model_type not in MODEL_TYPES:
+            raise ValueError(f"ErnieConfig.model_type {model_type!r} is not supported: fd_mtp runs ERNIE-4.5 "
+                             f"checkpoints only (model_type one of {list(MODEL_TYPES)})")
         names = {f.name for f in dataclasses.fields(cls) if f.name != "extra"}
         kw = {k: v for k, v in d.items() if k in names}
         # aliases seen in ERNIE / Hugging Face configs

@@ -65,3 +65,13 @@ def test_unknown_dict_fields_are_refused_not_ignored():
 def test_every_candidate_len_top_p_candidates_accepts_is_valid():
     for c in CANDIDATE_LENS:
         assert SpeculativeConfig(verification="topp", max_candidate_len=c).max_candidate_len == c
+
+
+def test_a_separate_draft_model_is_refused_not_ignored():
+    for value in ("/nonexistent", "baidu/ERNIE-4.5-0.3B-Paddle"):
+        with pytest.raises(ValueError, match=r"SpeculativeConfig.model=.*MTP block of the main checkpoint"):
+            SpeculativeConfig.from_value({"method": "mtp", "model": value})
+        with pytest.raises(ValueError, match="leave model unset"):
+            SpeculativeConfig(model=value)
+    assert SpeculativeConfig(model=None).model is None
+    assert SpeculativeConfig.from_value({"method": "mtp", "model": ""}).model is None

@@ -1,8 +1,12 @@
-"""`fd-mtp generate` on a tiny random checkpoint (main(argv) in process, one subprocess run)."""
+"""`fd-mtp generate` on a tiny random checkpoint (main(argv) in process; subprocess runs for the console
+entry point and Ctrl-C)."""
 import ast
 import os
+import selectors
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,8 @@ import pytest
 pytest.importorskip("paddle")
 pytest.importorskip("safetensors")
 
-from fd_mtp.cli import main  # noqa: E402
+import fd_mtp  # noqa: E402
+from fd_mtp.cli import build_parser, main  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 
@@ -44,7 +49,56 @@ def test_generate_greedy_matches_naive(ckpt, capsys):
     assert ids[0] == ids[2] == naive_greedy(model, [5, 6, 7, 8], 6)
     assert ids[1] == naive_greedy(model, [9, 10], 6)
     assert "3 requests, 18 tokens in" in out and "tokens/s" in out
-    assert out.count("[1] +") == 6  # streamed one token per step
+    # --stream with several requests: one line per request, in prompt order, before the report
+    assert out.splitlines()[:3] == [f"[{i}] " + " ".join(map(str, ids[i])) for i in range(3)]
+
+
+class FlushRecorder:
+    """A stdout that records what was written between flushes."""
+
+    def __init__(self):
+        self.chunks, self.buf = [], ""
+
+    def write(self, text):
+        self.buf += text
+        return len(text)
+
+    def flush(self):
+        if self.buf:
+            self.chunks.append(self.buf)
+            self.buf = ""
+
+    def text(self):
+        return "".join(self.chunks) + self.buf
+
+
+def test_stream_one_request_writes_one_line_as_it_goes(ckpt, monkeypatch):
+    rec = FlushRecorder()
+    monkeypatch.setattr(sys, "stdout", rec)
+    rc = main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6 7 8", "--max-tokens", "6", "--ignore-eos",
+               "--no-progress", "--max-model-len", "64", "--block-size", "8", "--stream"])
+    monkeypatch.undo()
+    assert rc == 0
+    out = rec.text()
+    ids = parse(out)[0]
+    assert out.splitlines()[0] == " ".join(map(str, ids))  # no "[0]" prefix, no per-token lines
+    # written and flushed token by token: the line is in 6 flushed pieces, the newline comes last
+    line = []
+    for chunk in rec.chunks:
+        line.append(chunk)
+        if "\n" in chunk:
+            break
+    assert len(line) >= 6 and "".join(line).startswith(" ".join(map(str, ids)) + "\n")
+    assert [c.strip() for c in line[:6]] == [str(t) for t in ids]
+
+
+def test_stream_text_with_a_tokenizer(capsys):
+    # the demo model has a tokenizer: the text streams, then the report repeats it
+    assert main(["generate", "--prompt", "def f(", "--max-tokens", "8", "--ignore-eos", "--no-progress",
+                 "--max-model-len", "64", "--stream"]) == 0
+    out = capsys.readouterr().out
+    text = ast.literal_eval(next(x for x in out.splitlines() if x.startswith("[0] text: ")).split(": ", 1)[1])
+    assert text and out.startswith(text + "\n[0] token_ids: ")
 
 
 def test_generate_reports_rejected_prompts(ckpt, capsys):
@@ -118,10 +172,106 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
     (["--speculative-method", "mtp", "--num-speculative-tokens", "9"], "SpeculativeConfig.num_speculative_tokens"),
     (["--speculative-method", "mtp", "--num-model-steps", "0"], "SpeculativeConfig.num_model_steps"),
     (["--num-speculative-tokens", "2"], "--num-speculative-tokens needs --speculative-method"),
+    (["--verification", "rejection"], "--verification needs --speculative-method mtp or ngram"),
+    (["--verification", "target_match"], "--verification needs --speculative-method"),
+    (["--num-model-steps", "2", "--verification", "greedy"],
+     "--num-model-steps, --verification need --speculative-method"),
+    (["--speculative-method", "ngram", "--num-model-steps", "2"],
+     "--num-model-steps applies to --speculative-method mtp only, not ngram"),
+    (["--speculative-method", "ngram", "--mtp-strategy", "with_ngram"],
+     "--mtp-strategy applies to --speculative-method mtp only"),
+    (["--speculative-method", "ngram", "--num-model-steps", "1", "--mtp-strategy", "default"],
+     "--num-model-steps, --mtp-strategy apply to --speculative-method mtp only"),
 ])
 def test_generate_speculative_bad_values_exit_2(exact_ckpt, capsys, argv, field):
     assert main(["generate", "--model", str(exact_ckpt), "--prompt-ids", "5 6", *argv]) == 2
-    assert field in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert field in err and err.startswith("fd-mtp generate: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--block-size", "65536"], r"fd-mtp generate: --block-size must be an int in [1, 1024]"),
+    (["--max-num-seqs", "0"], "fd-mtp generate: --max-num-seqs must be an int >= 1"),
+    (["--dtype", "bfloat16"], "fd-mtp generate: --dtype bfloat16 is not supported with --device cpu"),
+    (["--dtype", "float16", "--device", "cpu"], "on cpu use --dtype float32, or leave --dtype out"),
+])  # fmt: skip
+def test_bad_options_exit_2_naming_the_option(ckpt, capsys, argv, message):
+    assert main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "load_checkpoint" not in err
+
+
+@pytest.mark.skipif(__import__("paddle").is_compiled_with_cuda(), reason="needs a CPU-only paddle")
+@pytest.mark.parametrize("device", ["gpu", "cuda"])
+def test_gpu_device_on_a_cpu_build_exits_2(ckpt, capsys, device):
+    assert main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fd-mtp generate: --device gpu: this PaddlePaddle (") and "is a CPU build" in err
+
+
+def test_bad_device_and_dtype_choices_are_refused_by_the_parser(capsys):
+    for argv in (["--device", "tpu"], ["--dtype", "int8"]):
+        with pytest.raises(SystemExit) as info:
+            main(["generate", "--prompt-ids", "5", *argv])
+        assert info.value.code == 2
+        assert "invalid choice" in capsys.readouterr().err
+
+
+def test_every_option_has_help_and_choices():
+    parser = build_parser()
+    gen = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    g = gen.choices["generate"]
+    for action in g._actions:
+        assert action.help, action.option_strings
+    opts = {a.dest: a for a in g._actions}
+    assert tuple(opts["device"].choices) == ("cpu", "gpu")
+    assert tuple(opts["dtype"].choices) == ("float32", "bfloat16", "float16")
+    text = " ".join(g.format_help().split())
+    assert "--max-tokens" in text and "130 when interrupted" in text and "in prompt order" in text
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"fd-mtp {fd_mtp.__version__}\n"
+
+
+def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
+    """A real SIGINT to a real `fd-mtp generate`, sent once streaming has begun."""
+    cmd = [sys.executable, "-m", "fd_mtp.cli", "generate", "--model", str(ckpt), "--prompt-ids", "5 6 7",
+           "--prompt-ids", "8 9", "--max-tokens", "4000", "--max-model-len", "4096", "--ignore-eos",
+           "--stream", "--no-progress"]
+    # a shell that starts us in the background ignores SIGINT, and the child would inherit that
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": ROOT},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + 120
+        head = b""
+        while len(head.split()) < 3 and time.monotonic() < deadline and p.poll() is None:
+            if sel.select(timeout=1):
+                head += os.read(p.stdout.fileno(), 4096)
+        assert head.startswith(b"[0] "), head
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    out, err = (head + out).decode(), err.decode()
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "fd-mtp generate: interrupted"
+    ids = parse(out)
+    assert sorted(ids) == [0, 1]
+    assert 0 < len(ids[0]) < 4000
+    assert "[0] finish_reason: aborted" in out and "[1] finish_reason: aborted" in out
+    assert "2 requests, " in out and "tokens/s" in out
+    # what request 0 streamed before the interrupt is a prefix of what the report lists
+    streamed = out.splitlines()[0][len("[0] "):].split()
+    assert streamed and [int(t) for t in streamed] == ids[0][:len(streamed)]
 
 
 def test_generate_mtp_without_mtp_block_exits_2(tmp_path, capsys):

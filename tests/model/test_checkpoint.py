@@ -307,6 +307,23 @@ def test_config_weights_disagree_names_tensor(tmp_path):
         load_checkpoint(d)
 
 
+def test_model_type_of_another_architecture_is_refused(tmp_path):
+    d = write_random_checkpoint(tmp_path, seed=0)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "ernie4_5"  # what save_checkpoint writes
+    cfg["model_type"] = "llama"
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"model_type 'llama' is not supported.*\['ernie4_5', 'ernie4_5_moe'\]"):
+        load_checkpoint(d)
+    # the ERNIE-4.5 dense and MoE model types, and configs without one, still load
+    base = tiny_config().to_dict()
+    for model_type in ("ernie4_5", "ernie4_5_moe", None):
+        dd = dict(base, model_type=model_type) if model_type else {k: v for k, v in base.items() if k != "model_type"}
+        assert ErnieConfig.from_dict(dd).hidden_size == base["hidden_size"]
+    with pytest.raises(ValueError, match="ErnieConfig.model_type 'ernie4_5_moe_vl'"):
+        ErnieConfig.from_dict(dict(base, model_type="ernie4_5_moe_vl"))
+
+
 def test_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint directory not found"):
         load_checkpoint(tmp_path / "nope")
