@@ -8,38 +8,6 @@ void bind_draft(py::module_& m) {
   // ------------------------------------------------------ preprocess ---
   {
     using P = DraftModelPreprocessParams;
-    py::class_<P> c(m, "DraftModelPreprocessParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "draft_tokens", &P::draft_tokens);
-    c.def_readwrite("draft_tokens_cols", &P::draft_tokens_cols);
-    pointer_field(c, "input_ids", &P::input_ids);
-    c.def_readwrite("input_ids_cols", &P::input_ids_cols);
-    pointer_field(c, "stop_flags", &P::stop_flags);
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    pointer_field(c, "seq_lens_decoder", &P::seq_lens_decoder);
-    pointer_field(c, "step_idx", &P::step_idx);
-    pointer_field(c, "is_block_step", &P::is_block_step);
-    pointer_field(c, "batch_drop", &P::batch_drop);
-    pointer_field(c, "pre_ids", &P::pre_ids);
-    c.def_readwrite("pre_ids_cols", &P::pre_ids_cols);
-    pointer_field(c, "mask_rollback", &P::mask_rollback);
-    pointer_field(c, "recompute_token_num", &P::recompute_token_num);
-    pointer_field(c, "accept_tokens", &P::accept_tokens);
-    c.def_readwrite("accept_tokens_cols", &P::accept_tokens_cols);
-    pointer_field(c, "accept_num", &P::accept_num);
-    pointer_field(c, "base_model_seq_lens_this_time", &P::base_model_seq_lens_this_time);
-    pointer_field(c, "base_model_seq_lens_decoder", &P::base_model_seq_lens_decoder);
-    pointer_field(c, "base_model_step_idx", &P::base_model_step_idx);
-    pointer_field(c, "base_model_stop_flags", &P::base_model_stop_flags);
-    pointer_field(c, "base_model_is_block_step", &P::base_model_is_block_step);
-    pointer_field(c, "base_model_draft_tokens", &P::base_model_draft_tokens);
-    c.def_readwrite("base_model_draft_tokens_cols", &P::base_model_draft_tokens_cols);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("num_model_step", &P::num_model_step);
-    c.def_readwrite("truncate_first_token", &P::truncate_first_token);
-    c.def_readwrite("splitwise_prefill", &P::splitwise_prefill);
-    c.def_readwrite("kvcache_scheduler_v1", &P::kvcache_scheduler_v1);
     m.def("draft_model_preprocess", [](const P& p, uintptr_t status, uintptr_t running,
                                        uintptr_t stream) {
       constexpr const char* op = "draft_model_preprocess";
@@ -57,29 +25,6 @@ void bind_draft(py::module_& m) {
   // ---------------------------------------------------------- update ---
   {
     using P = DraftModelUpdateParams;
-    py::class_<P> c(m, "DraftModelUpdateParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "inter_next_tokens", &P::inter_next_tokens);
-    c.def_readwrite("num_next_tokens", &P::num_next_tokens);
-    pointer_field(c, "draft_tokens", &P::draft_tokens);
-    c.def_readwrite("draft_tokens_cols", &P::draft_tokens_cols);
-    pointer_field(c, "pre_ids", &P::pre_ids);
-    c.def_readwrite("pre_ids_cols", &P::pre_ids_cols);
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    pointer_field(c, "seq_lens_decoder", &P::seq_lens_decoder);
-    pointer_field(c, "step_idx", &P::step_idx);
-    pointer_field(c, "output_cum_offsets", &P::output_cum_offsets);
-    pointer_field(c, "stop_flags", &P::stop_flags);
-    pointer_field(c, "max_dec_len", &P::max_dec_len);
-    pointer_field(c, "end_ids", &P::end_ids);
-    c.def_readwrite("num_end_ids", &P::num_end_ids);
-    pointer_field(c, "base_model_draft_tokens", &P::base_model_draft_tokens);
-    c.def_readwrite("base_model_draft_tokens_cols", &P::base_model_draft_tokens_cols);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("max_seq_len", &P::max_seq_len);
-    c.def_readwrite("substep", &P::substep);
-    c.def_readwrite("prefill_one_step_stop", &P::prefill_one_step_stop);
     m.def("draft_model_update", [](const P& p, uintptr_t status, uintptr_t stopped,
                                    uintptr_t stream) {
       constexpr const char* op = "draft_model_update";
@@ -97,14 +42,6 @@ void bind_draft(py::module_& m) {
   // ----------------------------------------------------- postprocess ---
   {
     using P = DraftModelPostprocessParams;
-    py::class_<P> c(m, "DraftModelPostprocessParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "base_model_draft_tokens", &P::base_model_draft_tokens);
-    pointer_field(c, "base_model_seq_lens_this_time", &P::base_model_seq_lens_this_time);
-    pointer_field(c, "base_model_seq_lens_encoder", &P::base_model_seq_lens_encoder);
-    pointer_field(c, "base_model_stop_flags", &P::base_model_stop_flags);
-    c.def_readwrite("draft_cols", &P::draft_cols);
-    c.def_readwrite("bsz", &P::bsz);
     m.def("draft_model_postprocess", [](const P& p, uintptr_t stream) {
       throw_if(draft_model_postprocess_cuda(p, as_stream(stream)), "draft_model_postprocess");
       sync(stream, "draft_model_postprocess");
@@ -114,13 +51,6 @@ void bind_draft(py::module_& m) {
   // ----------------------------------------------------------- eagle ---
   {
     using P = EagleHiddenStatesParams;
-    py::class_<P> c(m, "EagleHiddenStatesParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    pointer_field(c, "accept_nums", &P::accept_nums);
-    pointer_field(c, "base_model_seq_lens_this_time", &P::base_model_seq_lens_this_time);
-    c.def_readwrite("bsz", &P::bsz);
     m.def("eagle_get_hidden_states_plan", [](const P& p, int64_t input_rows, uintptr_t src_rows,
                                              uintptr_t status, uintptr_t out_rows,
                                              uintptr_t stream) {
@@ -141,12 +71,6 @@ void bind_draft(py::module_& m) {
   }
   {
     using P = EagleSelfHiddenStatesParams;
-    py::class_<P> c(m, "EagleSelfHiddenStatesParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "last_seq_lens_this_time", &P::last_seq_lens_this_time);
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "step_idx", &P::step_idx);
-    c.def_readwrite("bsz", &P::bsz);
     m.def("eagle_get_self_hidden_states_plan", [](const P& p, int64_t input_rows,
                                                   uintptr_t src_rows, uintptr_t status,
                                                   uintptr_t out_rows, uintptr_t stream) {
@@ -187,24 +111,6 @@ void bind_draft(py::module_& m) {
   // -------------------------------------------------------- mtp_step ---
   {
     using P = MtpStepParams;
-    py::class_<P> c(m, "MtpStepParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "base_model_stop_flags", &P::base_model_stop_flags);
-    pointer_field(c, "stop_flags", &P::stop_flags);
-    pointer_field(c, "batch_drop", &P::batch_drop);
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "seq_lens_decoder", &P::seq_lens_decoder);
-    pointer_field(c, "block_tables", &P::block_tables);
-    c.def_readwrite("num_blocks_per_seq", &P::num_blocks_per_seq);
-    pointer_field(c, "encoder_block_lens", &P::encoder_block_lens);
-    pointer_field(c, "used_list_len", &P::used_list_len);
-    pointer_field(c, "free_list", &P::free_list);
-    c.def_readwrite("free_list_capacity", &P::free_list_capacity);
-    pointer_field(c, "free_list_len", &P::free_list_len);
-    pointer_field(c, "need_list", &P::need_list);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("block_size", &P::block_size);
-    c.def_readwrite("max_draft_tokens", &P::max_draft_tokens);
     m.def("mtp_step", [](const P& p, uintptr_t status, uintptr_t stream) {
       constexpr const char* op = "mtp_step";
       require(status, op, "status");

@@ -6,27 +6,6 @@ namespace pybind {
 
 void bind_ngram(py::module_& m) {
   using P = NgramParams;
-  py::class_<P> c(m, "NgramParams");
-  c.def(py::init([]() { return P{}; }));
-  pointer_field(c, "input_ids", &P::input_ids);
-  c.def_readwrite("input_ids_cols", &P::input_ids_cols);
-  pointer_field(c, "input_ids_len", &P::input_ids_len);
-  pointer_field(c, "pre_ids", &P::pre_ids);
-  c.def_readwrite("pre_ids_cols", &P::pre_ids_cols);
-  pointer_field(c, "step_idx", &P::step_idx);
-  pointer_field(c, "draft_token_num", &P::draft_token_num);
-  pointer_field(c, "draft_tokens", &P::draft_tokens);
-  c.def_readwrite("draft_tokens_cols", &P::draft_tokens_cols);
-  pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-  pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-  pointer_field(c, "seq_lens_decoder", &P::seq_lens_decoder);
-  pointer_field(c, "max_dec_len", &P::max_dec_len);
-  c.def_readwrite("bsz", &P::bsz);
-  c.def_readwrite("max_ngram_size", &P::max_ngram_size);
-  c.def_readwrite("min_ngram_size", &P::min_ngram_size);
-  c.def_readwrite("max_draft_tokens", &P::max_draft_tokens);
-  c.def_readwrite("threshold", &P::threshold);
-  c.def_readwrite("hybrid", &P::hybrid);
 
   m.def("ngram", [](const P& p, uintptr_t hits, uintptr_t status, uintptr_t stream) {
     constexpr const char* op = "ngram";

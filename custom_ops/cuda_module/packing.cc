@@ -8,21 +8,6 @@ void bind_packing(py::module_& m) {
   // -------------------------------------------- speculate_get_padding_offset ---
   {
     using P = PaddingOffsetParams;
-    py::class_<P> c(m, "PaddingOffsetParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "input_ids", &P::input_ids);
-    c.def_readwrite("input_ids_cols", &P::input_ids_cols);
-    pointer_field(c, "draft_tokens", &P::draft_tokens);
-    c.def_readwrite("draft_tokens_cols", &P::draft_tokens_cols);
-    pointer_field(c, "cum_offsets", &P::cum_offsets);
-    pointer_field(c, "seq_len", &P::seq_len);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("token_num", &P::token_num);
-    pointer_field(c, "x_remove_padding", &P::x_remove_padding);
-    pointer_field(c, "batch_id_per_token", &P::batch_id_per_token);
-    pointer_field(c, "cu_seqlens_q", &P::cu_seqlens_q);
-    pointer_field(c, "cu_seqlens_k", &P::cu_seqlens_k);
     m.def("speculate_get_padding_offset", [](const P& p, uintptr_t status, uintptr_t total,
                                              uintptr_t stream) {
       constexpr const char* op = "speculate_get_padding_offset";
@@ -40,12 +25,6 @@ void bind_packing(py::module_& m) {
   // ------------------------------------------- speculate_get_seq_lens_output ---
   {
     using P = SeqLensOutputParams;
-    py::class_<P> c(m, "SeqLensOutputParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "seq_lens_this_time", &P::seq_lens_this_time);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    pointer_field(c, "seq_lens_output", &P::seq_lens_output);
-    c.def_readwrite("bsz", &P::bsz);
     m.def("speculate_get_seq_lens_output", [](const P& p, uintptr_t stream) {
       throw_if(speculate_get_seq_lens_output_cuda(p, as_stream(stream)),
                "speculate_get_seq_lens_output");
@@ -56,15 +35,6 @@ void bind_packing(py::module_& m) {
   // ------------------------------------- speculate_get_output_padding_offset ---
   {
     using P = OutputPaddingOffsetParams;
-    py::class_<P> c(m, "OutputPaddingOffsetParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "output_cum_offsets_tmp", &P::output_cum_offsets_tmp);
-    pointer_field(c, "seq_lens_output", &P::seq_lens_output);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("max_seq_len", &P::max_seq_len);
-    c.def_readwrite("out_token_num", &P::out_token_num);
-    pointer_field(c, "output_padding_offset", &P::output_padding_offset);
-    pointer_field(c, "output_cum_offsets", &P::output_cum_offsets);
     m.def("speculate_get_output_padding_offset", [](const P& p, uintptr_t status,
                                                     uintptr_t total, uintptr_t stream) {
       constexpr const char* op = "speculate_get_output_padding_offset";
@@ -83,20 +53,6 @@ void bind_packing(py::module_& m) {
   // --------------------------------------------------------- rebuild_padding ---
   {
     using P = RebuildPaddingParams;
-    py::class_<P> c(m, "RebuildPaddingParams");
-    c.def(py::init([]() { return P{}; }));
-    pointer_field(c, "tmp_out", &P::tmp_out);
-    c.def_readwrite("tmp_rows", &P::tmp_rows);
-    c.def_readwrite("row_bytes", &P::row_bytes);
-    pointer_field(c, "cu_seqlens_q", &P::cu_seqlens_q);
-    pointer_field(c, "seq_len_this_time", &P::seq_len_this_time);
-    pointer_field(c, "seq_lens_decoder", &P::seq_lens_decoder);
-    pointer_field(c, "seq_lens_encoder", &P::seq_lens_encoder);
-    pointer_field(c, "output_padding_offset", &P::output_padding_offset);
-    c.def_readwrite("bsz", &P::bsz);
-    c.def_readwrite("max_input_length", &P::max_input_length);
-    c.def_readwrite("out_rows", &P::out_rows);
-    pointer_field(c, "out", &P::out);
     m.def("rebuild_padding", [](const P& p, uintptr_t status, uintptr_t stream) {
       constexpr const char* op = "rebuild_padding";
       require(status, op, "status");

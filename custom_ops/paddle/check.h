@@ -185,3 +185,76 @@ inline int64_t per_row(const char* op, const char* arg, const paddle::Tensor& t,
 
 }  // namespace check
 }  // namespace fd_mtp
+
+// ---------------------------------------------------------------------------
+// Checks the generated bindings use (cmake/gen_ops.py, from fd_mtp/schema).
+// ---------------------------------------------------------------------------
+namespace fd_mtp {
+namespace check {
+
+// Every tensor an op reads or writes through a raw pointer must be dense:
+// a strided view (x[:, ::2], x.t(), as_strided) would be read and written
+// as if it were contiguous.
+inline void contiguous(const char* op, const char* arg, const paddle::Tensor& t) {
+  if (!t.is_contiguous())
+    fail(op, arg, "must be contiguous, got a strided view of shape ", shape_str(t.shape()),
+         " (pass x.contiguous())");
+}
+
+// A vector: shape [n] or [n, 1]. Returns n. `batch` names it in the message
+// when the vector is per-request.
+inline int64_t vec(const char* op, const char* arg, const paddle::Tensor& t, bool batch) {
+  const auto& s = t.shape();
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    fail(op, arg, batch ? "must have shape [bsz] or [bsz, 1], got " : "must have shape [n] or [n, 1], got ",
+         shape_str(s));
+  return s[0];
+}
+
+inline void rank(const char* op, const char* arg, const paddle::Tensor& t, size_t n) {
+  if (t.shape().size() != n) fail(op, arg, "must be ", n, "-D, got shape ", shape_str(t.shape()));
+}
+
+inline const char* axis_word(size_t axis, size_t rank) {
+  if (rank == 2) return axis == 0 ? "rows" : "columns";
+  return axis == 0 ? "entries" : "elements along that axis";
+}
+
+// Axis `axis` of `t` must be at least `low` (`low` bound to `name` by `from`).
+inline void dim_at_least(const char* op, const char* arg, const paddle::Tensor& t, size_t axis,
+                         int64_t low, const char* name, const char* from, bool batch) {
+  const int64_t n = t.shape()[axis];
+  if (n >= low) return;
+  if (batch)
+    fail(op, arg, "has ", n, " ", axis_word(axis, t.shape().size()), " but the batch has ", low,
+         " requests (bsz is taken from ", from, ")");
+  if (name == nullptr)
+    fail(op, arg, "needs at least ", low, " ", axis_word(axis, t.shape().size()), ", got shape ",
+         shape_str(t.shape()));
+  fail(op, arg, "has ", n, " ", axis_word(axis, t.shape().size()), " but needs at least ", name,
+       " = ", low, " (from ", from, ")");
+}
+
+// Axis `axis` of `t` must equal `value`, bound to `name` by `from`.
+inline void dim_equal(const char* op, const char* arg, const paddle::Tensor& t, size_t axis,
+                      int64_t value, const char* name, const char* from) {
+  if (t.shape()[axis] == value) return;
+  fail(op, arg, "must have ", value, " ", axis_word(axis, t.shape().size()), " (", name,
+       ", from ", from, "), got shape ", shape_str(t.shape()));
+}
+
+inline void numel_at_least(const char* op, const char* arg, const paddle::Tensor& t, int64_t n) {
+  if (t.numel() < n)
+    fail(op, arg, "must hold at least ", n, n == 1 ? " element" : " elements", ", got shape ",
+         shape_str(t.shape()));
+}
+
+// An integer attribute in [lo, hi].
+template <typename T>
+inline void attr_range(const char* op, const char* arg, T v, T lo, T hi) {
+  if (v < lo) fail(op, arg, "must be >= ", lo, ", got ", v);
+  if (v > hi) fail(op, arg, "must be <= ", hi, ", got ", v);
+}
+
+}  // namespace check
+}  // namespace fd_mtp

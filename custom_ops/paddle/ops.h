@@ -11,12 +11,6 @@
 #include "paddle/extension.h"
 
 
-// draft_model_postprocess.cc
-void DraftModelPostprocess(const paddle::Tensor& base_model_draft_tokens,
-    paddle::Tensor& base_model_seq_lens_this_time,
-    const paddle::Tensor& base_model_seq_lens_encoder,
-    const paddle::Tensor& base_model_stop_flags);
-
 // draft_model_preprocess.cc
 void DraftModelPreprocess(paddle::Tensor& draft_tokens,
     paddle::Tensor& input_ids,
@@ -44,24 +38,6 @@ void DraftModelPreprocess(paddle::Tensor& draft_tokens,
     bool truncate_first_token,
     bool splitwise_prefill,
     bool kvcache_scheduler_v1);
-
-// draft_model_update.cc
-void DraftModelUpdate(const paddle::Tensor& inter_next_tokens,
-    paddle::Tensor& draft_tokens,
-    paddle::Tensor& pre_ids,
-    paddle::Tensor& seq_lens_this_time,
-    paddle::Tensor& seq_lens_encoder,
-    paddle::Tensor& seq_lens_decoder,
-    paddle::Tensor& step_idx,
-    const paddle::Tensor& output_cum_offsets,
-    paddle::Tensor& stop_flags,
-    paddle::Tensor& not_need_stop,
-    const paddle::Tensor& max_dec_len,
-    const paddle::Tensor& end_ids,
-    paddle::Tensor& base_model_draft_tokens,
-    int max_seq_len,
-    int substep,
-    bool prefill_one_step_stop);
 
 // eagle_hidden_states.cc
 std::vector<paddle::Tensor> EagleGetHiddenStates(const paddle::Tensor& input,

@@ -13,6 +13,7 @@
 
 #include "paddle/utils/pybind.h"
 #include "ops.h"
+#include "ops_gen.h"
 
 namespace py = pybind11;
 

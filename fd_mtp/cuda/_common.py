@@ -11,8 +11,8 @@ import numpy as np
 
 MODULE_DIR_ENV = "FD_MTP_CUDA_MODULE_DIR"
 BUILD_HINT = (
-    "build it with `cmake -S . -B build/gpu -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON "
-    "&& cmake --build build/gpu` from the fd_mtp checkout (output: fd_mtp/_lib), or point "
+    "build it with `make cuda-module` (or `python cmake/fd_mtp_build.py cuda-module`, which needs "
+    "no paddle) from the fd_mtp checkout (output: fd_mtp/_lib), or point "
     f"{MODULE_DIR_ENV} at the directory holding an fd_mtp_cuda*.so"
 )
 
@@ -121,3 +121,39 @@ def _scratch(words=STATUS_WORDS):
 
 def _stream():
     return _cupy().cuda.get_current_stream().ptr
+
+
+# ------------------------------------------------------------------------------------------
+# Schema-driven wrappers (fd_mtp/schema): the same checks, Params fill and status messages as
+# the Paddle binding generated from the same declaration.
+# ------------------------------------------------------------------------------------------
+def _host_array(op, tensor, x):
+    if not isinstance(x, np.ndarray):
+        _fail(op.name, tensor.name, f"must be a host numpy array, got {type(x).__name__}")
+
+
+def prepare(op_name, values):
+    """Checks the arguments ``values`` (by name) of schema op ``op_name`` and fills its kernel
+    Params. Returns ``(op, values, dims, params)``: attributes converted and their keyword-only
+    defaults resolved from the environment, the named dims, the filled Params (None for ops
+    without one)."""
+    from .. import schema
+    from ..schema import arrays
+
+    op = schema.get(op_name)
+    cp = _cupy()
+    values = dict(values)
+    dims = arrays.check_arrays(op, values, lambda x: isinstance(x, cp.ndarray), _host_array)
+    for a in op.attrs:
+        values[a.name] = arrays.convert_attr(op, a, schema.resolve_kw(op_name, a.name, values[a.name]))
+    params = None
+    if op.params:
+        params = getattr(load(), op.params)()
+        arrays.fill_params(op, params, values, dims, _ptr)
+    return op, values, dims, params
+
+
+def raise_status(op, status):
+    """Raises the op's ValueError for a kernel status tuple (code, request, value, limit)."""
+    if status[0] != 0:
+        raise ValueError(op.format_status(*status))

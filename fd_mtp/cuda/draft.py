@@ -19,6 +19,8 @@ from ._common import (
     _set_flag,
     _stream,
     load,
+    prepare,
+    raise_status,
 )
 
 # Status tables: code -> (argument, description), as in the Paddle bindings' kStatus.
@@ -26,12 +28,6 @@ _PREPROCESS_STATUS = {
     1: ("input_ids", "the first accepted token goes to column {value} but the row has {limit} columns"),
     2: ("pre_ids", "accepted tokens go to column {value} but the row has {limit} columns"),
     3: ("accept_num", "is {value}; it must be in [0, {limit}] (columns of draft_tokens and accept_tokens)"),
-}
-_UPDATE_STATUS = {
-    1: ("inter_next_tokens", "row {value} is read but there are {limit} rows (check output_cum_offsets, "
-        "seq_lens_this_time and max_seq_len)"),
-    2: ("pre_ids", "the sampled token goes to column {value} but the row has {limit} columns"),
-    3: ("seq_lens_this_time", "is {value} for a request that is not stopped (it must be >= {limit})"),
 }
 _EAGLE_STATUS = {
     1: ("input", "the requests consume {value} rows but input has {limit} rows"),
@@ -132,58 +128,14 @@ def draft_model_update(
     end_ids, base_model_draft_tokens, max_seq_len, substep, *, prefill_one_step_stop=None,
 ):
     """fd_mtp.ops.draft_model_update on CuPy arrays (not_need_stop: host numpy [1] bool)."""
-    op = "draft_model_update"
-    m = load()
-    if prefill_one_step_stop is None:
-        prefill_one_step_stop = os.environ.get("PREFILL_NODE_ONE_STEP_STOP", "0") == "1"
-    substep, max_seq_len = int(substep), int(max_seq_len)
-    bsz = _per_request(op, "seq_lens_this_time", seq_lens_this_time, np.int32, 0)
-    _dtype(op, "inter_next_tokens", inter_next_tokens, np.int64)
-    draft_cols = _matrix(op, "draft_tokens", draft_tokens, np.int64, bsz)
-    pre_cols = _matrix(op, "pre_ids", pre_ids, np.int64, bsz, 2)
-    _per_request(op, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz)
-    _per_request(op, "seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
-    _per_request(op, "step_idx", step_idx, np.int64, bsz)
-    _per_request(op, "output_cum_offsets", output_cum_offsets, np.int32, bsz)
-    _per_request(op, "stop_flags", stop_flags, np.bool_, bsz)
-    _host_flag(op, "not_need_stop", not_need_stop)
-    _per_request(op, "max_dec_len", max_dec_len, np.int64, bsz)
-    _dtype(op, "end_ids", end_ids, np.int64)
-    if end_ids.size < 1:
-        _fail(op, "end_ids", "must hold at least one token id")
-    if substep < 0:
-        _fail(op, "substep", f"must be >= 0, got {substep}")
-    base_cols = _matrix(op, "base_model_draft_tokens", base_model_draft_tokens, np.int64, bsz, substep + 2)
-    if max_seq_len < 1:
-        _fail(op, "max_seq_len", f"must be >= 1, got {max_seq_len}")
-
-    p = m.DraftModelUpdateParams()
-    p.inter_next_tokens = _ptr(inter_next_tokens)
-    p.num_next_tokens = inter_next_tokens.size
-    p.draft_tokens = _ptr(draft_tokens)
-    p.draft_tokens_cols = draft_cols
-    p.pre_ids = _ptr(pre_ids)
-    p.pre_ids_cols = pre_cols
-    p.seq_lens_this_time = _ptr(seq_lens_this_time)
-    p.seq_lens_encoder = _ptr(seq_lens_encoder)
-    p.seq_lens_decoder = _ptr(seq_lens_decoder)
-    p.step_idx = _ptr(step_idx)
-    p.output_cum_offsets = _ptr(output_cum_offsets)
-    p.stop_flags = _ptr(stop_flags)
-    p.max_dec_len = _ptr(max_dec_len)
-    p.end_ids = _ptr(end_ids)
-    p.num_end_ids = end_ids.size
-    p.base_model_draft_tokens = _ptr(base_model_draft_tokens)
-    p.base_model_draft_tokens_cols = base_cols
-    p.bsz = bsz
-    p.max_seq_len = max_seq_len
-    p.substep = substep
-    p.prefill_one_step_stop = bool(prefill_one_step_stop)
-
+    op, v, dims, p = prepare("draft_model_update", locals())
+    if dims["Db"] < v["substep"] + 2:
+        _fail(op.name, "base_model_draft_tokens", f"needs at least {v['substep'] + 2} columns, got shape "
+              f"{list(base_model_draft_tokens.shape)}")
     status, counter = _scratch(), _scratch(1)
-    st, stopped = m.draft_model_update(p, _ptr(status), _ptr(counter), _stream())
-    _check_status(op, st, _UPDATE_STATUS)
-    _set_flag(not_need_stop, stopped < bsz)
+    st, stopped = load().draft_model_update(p, _ptr(status), _ptr(counter), _stream())
+    raise_status(op, st)
+    _set_flag(not_need_stop, stopped < dims["B"])
 
 
 def draft_model_postprocess(
@@ -191,20 +143,8 @@ def draft_model_postprocess(
     base_model_stop_flags,
 ):
     """fd_mtp.ops.draft_model_postprocess on CuPy arrays."""
-    op = "draft_model_postprocess"
-    m = load()
-    bsz = _per_request(op, "base_model_seq_lens_this_time", base_model_seq_lens_this_time, np.int32, 0)
-    cols = _matrix(op, "base_model_draft_tokens", base_model_draft_tokens, np.int64, bsz)
-    _per_request(op, "base_model_seq_lens_encoder", base_model_seq_lens_encoder, np.int32, bsz)
-    _per_request(op, "base_model_stop_flags", base_model_stop_flags, np.bool_, bsz)
-    p = m.DraftModelPostprocessParams()
-    p.base_model_draft_tokens = _ptr(base_model_draft_tokens)
-    p.base_model_seq_lens_this_time = _ptr(base_model_seq_lens_this_time)
-    p.base_model_seq_lens_encoder = _ptr(base_model_seq_lens_encoder)
-    p.base_model_stop_flags = _ptr(base_model_stop_flags)
-    p.draft_cols = cols
-    p.bsz = bsz
-    m.draft_model_postprocess(p, _stream())
+    _, _, _, p = prepare("draft_model_postprocess", locals())
+    load().draft_model_postprocess(p, _stream())
 
 
 _HIDDEN_DTYPES = ("float32", "float16", "bfloat16", "uint16")  # uint16: bfloat16 bits

@@ -79,3 +79,93 @@ def call(op: str, *args):
         return fn(*args)
     except ValueError as exc:  # an argument check (PD_THROW) of the op
         raise ValueError(_SOURCE_SUFFIX.sub("", str(exc)).strip()) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema-driven calls: every wrapper passes its arguments by name; the op's schema (fd_mtp/schema)
+# orders them for the compiled op, checks Python types and attribute ranges, and resolves
+# keyword-only defaults from the environment (fd_mtp.envs).
+# ---------------------------------------------------------------------------------------------
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _tensor_type():
+    import paddle
+
+    return paddle.Tensor
+
+
+def _type_name(value) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _convert_attr(op: str, attr, value):
+    """An attribute value for the compiled op, or ValueError / TypeError naming it."""
+    import operator
+
+    name = attr.python_name
+    if attr.type in _INT_RANGE:
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
+            raise TypeError(f"{op}: {name} must be an int, got bool")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{op}: {name} must be an int, got {_type_name(value)}") from None
+        lo, hi = _INT_RANGE[attr.type]
+        lo = lo if attr.min is None else max(lo, attr.min)
+        hi = hi if attr.max is None else min(hi, attr.max)
+        if not lo <= value <= hi:
+            raise ValueError(f"{op}: {name} must be in [{lo}, {hi}], got {value}")
+        return value
+    if attr.type == "bool":
+        if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
+            raise TypeError(f"{op}: {name} must be a bool, got {_type_name(value)}")
+        return bool(value)
+    if attr.type == "float":
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{op}: {name} must be a float, got {_type_name(value)}") from None
+        if (attr.min is not None and value < attr.min) or (attr.max is not None and value > attr.max):
+            raise ValueError(f"{op}: {name} must be in [{attr.min}, {attr.max}], got {value}")
+        return value
+    if attr.type == "str":
+        if not isinstance(value, str):
+            raise TypeError(f"{op}: {name} must be a str, got {_type_name(value)}")
+        return value
+    return [int(v) for v in value]  # int64[]
+
+
+@functools.cache
+def _plan(op_name: str):
+    from .. import schema
+
+    op = schema.get(op_name)
+    return op, op.tensors, op.attrs
+
+
+def invoke(op_name: str, values: dict):
+    """Run op ``op_name`` with the arguments in ``values`` (by their C++ names, e.g. a wrapper's
+    ``locals()``): tensors must be paddle Tensors (None only where optional), attributes are
+    converted and range-checked, and a keyword-only attribute left at None takes its environment
+    default. Errors name the argument."""
+    op, tensors, attrs = _plan(op_name)
+    tensor_type = _tensor_type()
+    args = []
+    for t in tensors:
+        value = values[t.name]
+        if value is None and t.optional:
+            args.append(None)
+            continue
+        if not isinstance(value, tensor_type):
+            raise TypeError(f"{op_name}: {t.name} must be a paddle.Tensor, got {_type_name(value)}")
+        args.append(value)
+    for a in attrs:
+        value = values[a.name]
+        if value is None and a.env is not None:
+            from .. import envs
+
+            value = envs.get(a.env)
+        args.append(_convert_attr(op_name, a, value))
+    return call(op_name, *args)

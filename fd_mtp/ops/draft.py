@@ -1,9 +1,8 @@
 """Draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
 from __future__ import annotations
 
-import os
 
-from ._loader import call
+from ._loader import call, invoke
 
 
 def draft_model_postprocess(
@@ -39,13 +38,7 @@ def draft_model_postprocess(
         >>> this_time.tolist()
         [2, 2, 9]
     """
-    call(
-        "draft_model_postprocess",
-        base_model_draft_tokens,
-        base_model_seq_lens_this_time,
-        base_model_seq_lens_encoder,
-        base_model_stop_flags,
-    )
+    invoke("draft_model_postprocess", locals())
 
 
 def draft_model_preprocess(
@@ -204,27 +197,7 @@ def draft_model_update(
         upstream, a long prefill chunk that reaches ``max_dec_len`` does not write
         ``end_ids[0]`` past the end of its ``draft_tokens`` row.
     """
-    if prefill_one_step_stop is None:
-        prefill_one_step_stop = os.environ.get("PREFILL_NODE_ONE_STEP_STOP", "0") == "1"
-    call(
-        "draft_model_update",
-        inter_next_tokens,
-        draft_tokens,
-        pre_ids,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_idx,
-        output_cum_offsets,
-        stop_flags,
-        not_need_stop,
-        max_dec_len,
-        end_ids,
-        base_model_draft_tokens,
-        int(max_seq_len),
-        int(substep),
-        bool(prefill_one_step_stop),
-    )
+    invoke("draft_model_update", locals())
 
 
 def eagle_get_hidden_states(

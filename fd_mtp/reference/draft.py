@@ -16,6 +16,8 @@ Conventions shared by every function here (spec §1.2):
 
 import numpy as np
 
+from ..schema import resolve_kw
+
 __all__ = [
     "draft_model_preprocess",
     "draft_model_update",
@@ -254,7 +256,7 @@ def draft_model_update(
     max_seq_len,
     substep,
     *,
-    prefill_one_step_stop=False,
+    prefill_one_step_stop=None,
 ):
     """Record the draft token of one substep and advance the draft state (spec §6.3). Returns None.
 
@@ -272,7 +274,9 @@ def draft_model_update(
     A request stopped at entry gets -1 in both places.
     ``prefill_one_step_stop`` (upstream env PREFILL_NODE_ONE_STEP_STOP) stops every running request.
     ``not_need_stop[0]`` = fewer than bsz requests stopped (entry-stopped ones included).
+    ``prefill_one_step_stop=None`` reads the variable, as the op does (`fd_mtp.schema.resolve_kw`).
     """
+    prefill_one_step_stop = resolve_kw("draft_model_update", "prefill_one_step_stop", prefill_one_step_stop)
     next_tokens = inter_next_tokens.reshape(-1)
     this_time = _flat(seq_lens_this_time)
     enc = _flat(seq_lens_encoder)

@@ -1,0 +1,70 @@
+"""Every environment variable fd_mtp reads, parsed in this one module (vLLM's ``envs.py`` pattern).
+
+Kernels never read the environment: the Python wrappers resolve a keyword-only argument left at
+None from the variable here, at call time (so a variable set by a running server takes effect at
+the next call, as upstream's per-call ``getenv``). One rule per kind of variable:
+
+* flags (``PREFILL_NODE_ONE_STEP_STOP``, ``PREFILL_NODE_ONE_STEP_STOP_V1``): on iff the value's
+  first character is ``"1"`` (upstream's C++ test ``env[0] == '1'``); unset means off;
+* integers (``SPECULATE_VERIFY_USE_*``, thresholds, queue ids): ``int(value)``; unset means the
+  default; anything else raises ValueError naming the variable.
+
+>>> import os
+>>> os.environ["INFER_WITH_REFERENCE_TOKENUM_THRESHOLD"] = "64"
+>>> get("INFER_WITH_REFERENCE_TOKENUM_THRESHOLD")
+64
+>>> del os.environ["INFER_WITH_REFERENCE_TOKENUM_THRESHOLD"]
+>>> get("INFER_WITH_REFERENCE_TOKENUM_THRESHOLD")
+128
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["VARIABLES", "EnvVar", "get"]
+
+
+def _flag(name: str, raw: str) -> bool:
+    return raw[:1] == "1"
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One variable: its parser (``(name, raw) -> value``), its value when unset, and its meaning."""
+
+    parse: Callable[[str, str], object]
+    default: object
+    doc: str
+
+
+VARIABLES: dict[str, EnvVar] = {
+    "PREFILL_NODE_ONE_STEP_STOP": EnvVar(
+        _flag, False, "prefill node: stop every request after its first step (draft_model_update, speculate_verify)"
+    ),
+    "PREFILL_NODE_ONE_STEP_STOP_V1": EnvVar(
+        _flag, False, "prefill node, v1 scheduler: one-step stop in speculate_schedule_cache"
+    ),
+    "SPECULATE_VERIFY_USE_TOPK": EnvVar(_int, 0, "nonzero: speculate_verify defaults to the 'topk' strategy"),
+    "SPECULATE_VERIFY_USE_TARGET_SAMPLING": EnvVar(
+        _int, 0, "nonzero: speculate_verify defaults to the 'target_match' strategy (checked first)"
+    ),
+    "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD": EnvVar(_int, 128, "ngram_match: token budget of the batch"),
+    "SPEC_TOKENUM_THRESHOLD": EnvVar(_int, 1024, "hybrid_mtp_ngram: token budget of the batch"),
+    "INFERENCE_MSG_QUEUE_ID": EnvVar(_int, 1, "SysV message queue id of the output ops"),
+}
+
+
+def get(name: str):
+    """The parsed value of variable ``name`` now (its default when unset)."""
+    var = VARIABLES[name]
+    raw = os.environ.get(name)
+    return var.default if raw is None else var.parse(name, raw)

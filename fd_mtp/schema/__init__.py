@@ -1,0 +1,273 @@
+"""One declaration per op: the schema every layer of an op follows.
+
+An op is declared once, in ``fd_mtp/schema/<family>.py``, as an `Op` of `Tensor` and `Attr`
+arguments (FastDeploy's positional order, then the keyword-only extras) and `Status` codes. From
+it:
+
+* the build generates the Paddle binding of the op (``cmake/gen_ops.py``): the entry point with
+  every dtype / rank / shape / place / contiguity check, the kernel's Params struct filled from the
+  checked tensors, ``PD_BUILD_OP`` with ``SetInplaceMap``, the pybind11 entry and the status
+  table. What stays hand-written is ``<op>_apply(Args&, Params&)`` in ``custom_ops/paddle/<op>.cc``:
+  checks no schema can express, then the CPU / CUDA dispatch;
+* ``fd_mtp.ops`` orders, converts and range-checks the arguments for the compiled op (`invoke`),
+  resolving keyword-only defaults from the environment (``fd_mtp.envs``);
+* ``fd_mtp.cuda`` checks CuPy arrays with the same rules (`check_arrays`) and formats kernel
+  statuses with the same table;
+* tests prove that ``fd_mtp.ops``, ``fd_mtp.reference`` and ``fd_mtp.cuda`` have the schema's
+  Python signature (tests/ops/test_schema.py).
+
+Tensor specs are strings ``"<dtype>[<dims>]"``:
+
+* dtype: ``int64``, ``int32``, ``bool``, ``float32``, ``uint8``; ``float32|float16|bfloat16``
+  for any of several;
+* dims: ``[]`` any shape (only the dtype is checked); ``[1]`` exactly one element; ``[>=1]`` at
+  least one element, any shape; ``[B]`` the batch-defining vector (``Op.batch``; ``[n]`` or
+  ``[n, 1]``); ``[>=B]`` a per-request vector of at least ``B`` entries (``[n]`` or ``[n, 1]``);
+  ``[N]`` (another name) a vector whose length is bound to ``N``; ``[>=B, W]`` a per-request
+  matrix whose column count is bound to ``W``; ``[T, C]`` a matrix whose dims are bound to (or
+  must equal earlier bindings of) ``T`` and ``C``. A name first bound on axis 1 or later must be
+  at least 1 (``W>=k``: at least k); axis 0 may be empty.
+
+A name bound by one tensor and used by a later one must agree ("must have C columns, got ...").
+Named dims are available to the Params fill and to the hand-written apply as ``a.dims.<name>``.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Attr",
+    "Dim",
+    "Op",
+    "Status",
+    "Tensor",
+    "all_ops",
+    "get",
+    "python_signature",
+]
+
+DTYPES = {
+    "int64": "INT64",
+    "int32": "INT32",
+    "bool": "BOOL",
+    "float32": "FLOAT32",
+    "float16": "FLOAT16",
+    "bfloat16": "BFLOAT16",
+    "uint8": "UINT8",
+}
+ATTR_TYPES = {"int", "int64", "bool", "float", "str", "int64[]"}
+ROLES = {"read", "written", "unused"}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One axis of a tensor spec: ``name`` (bound or compared), ``at_least`` (a lower bound),
+    ``lower_name`` (``>=B``: at least the value bound to that name)."""
+
+    name: str | None = None
+    at_least: int | None = None
+    lower_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor argument. ``role``: read / written (in place: ``SetInplaceMap``) / unused (still
+    checked: FastDeploy passes it). ``optional``: may be None (``paddle::Optional``). ``cpu``: must
+    live on the CPU (e.g. ``not_need_stop``), otherwise on the op's place (its first tensor's, or
+    ``Op.place``). ``param``: the kernel Params field taking its data pointer (None: filled by
+    hand). ``kw``: keyword-only in Python."""
+
+    name: str
+    spec: str
+    role: str = "read"
+    optional: bool = False
+    cpu: bool = False
+    param: str | None = ""
+    kw: bool = False
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"{self.name}: role must be one of {sorted(ROLES)}, got {self.role!r}")
+        m = re.fullmatch(r"([a-z0-9|]+)\[(.*)\]", self.spec.replace(" ", ""))
+        if m is None:
+            raise ValueError(f"{self.name}: tensor spec {self.spec!r} is not '<dtype>[<dims>]'")
+        for dt in m.group(1).split("|"):
+            if dt not in DTYPES:
+                raise ValueError(f"{self.name}: unknown dtype {dt!r}")
+        if self.param == "":
+            object.__setattr__(self, "param", self.name)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(self.spec.replace(" ", "").split("[", 1)[0].split("|"))
+
+    @property
+    def dims(self) -> tuple[Dim, ...] | None:
+        """None: any shape; () : exactly one element (``[1]``) is ``(Dim(at_least=None, name='1'),)``."""
+        body = self.spec.replace(" ", "").split("[", 1)[1][:-1]
+        if body == "":
+            return None
+        out = []
+        for part in body.split(","):
+            if part.startswith(">="):
+                rest = part[2:]
+                if rest.isdigit():
+                    out.append(Dim(at_least=int(rest)))
+                else:
+                    out.append(Dim(lower_name=rest))
+            elif ">=" in part:
+                name, low = part.split(">=")
+                out.append(Dim(name=name, at_least=int(low)))
+            else:
+                out.append(Dim(name=part))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A scalar attribute. ``min`` / ``max``: an inclusive range checked in Python and C++.
+    ``kw``: keyword-only in Python; ``env``: the ``fd_mtp.envs`` variable a None resolves from;
+    ``py``: its Python name when it differs (the wrapper converts); ``param``: the Params field
+    (None: filled by hand)."""
+
+    name: str
+    type: str
+    min: int | float | None = None
+    max: int | float | None = None
+    kw: bool = False
+    env: str | None = None
+    py: str | None = None
+    param: str | None = ""
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.type not in ATTR_TYPES:
+            raise ValueError(f"{self.name}: attribute type must be one of {sorted(ATTR_TYPES)}")
+        if self.param == "":
+            object.__setattr__(self, "param", self.name)
+
+    @property
+    def python_name(self) -> str:
+        return self.py or self.name
+
+
+@dataclass(frozen=True)
+class Status:
+    """A kernel status code (the constant's name in custom_ops/kernels) and the message raised for
+    it: ``"<op>: (request b) <argument> <what>"`` with ``{value}`` and ``{limit}`` filled in."""
+
+    code: str
+    number: int
+    argument: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op. ``args``: tensors and attributes in FastDeploy's positional order (keyword-only
+    extras last); the compiled op takes every tensor, then every attribute, in this order.
+    ``batch``: the tensor whose length is ``B``. ``kernel``: the kernel header
+    (custom_ops/kernels/<kernel>.h) and ``params``: its Params struct (None: no generated fill).
+    ``extra_params``: Params fields filled from dims or expressions (``{"bsz": "B",
+    "num_end_tokens": "numel(end_tokens)"}``). ``returns``: names of returned tensors."""
+
+    name: str
+    entry: str
+    spec: str
+    args: tuple
+    batch: str | None = None
+    kernel: str | None = None
+    params: str | None = None
+    extra_params: dict = field(default_factory=dict)
+    status: tuple = ()
+    returns: tuple = ()
+    place: str | None = None
+    binding: bool = False  # True: cmake/gen_ops.py generates the Paddle binding
+
+    @property
+    def tensors(self) -> list[Tensor]:
+        return [a for a in self.args if isinstance(a, Tensor)]
+
+    @property
+    def attrs(self) -> list[Attr]:
+        return [a for a in self.args if isinstance(a, Attr)]
+
+    def arg(self, name: str):
+        for a in self.args:
+            if a.name == name or (isinstance(a, Attr) and a.python_name == name):
+                return a
+        raise KeyError(f"{self.name} has no argument {name!r}")
+
+    @property
+    def place_ref(self) -> str:
+        """The tensor whose place every non-CPU tensor must share."""
+        if self.place is not None:
+            return self.place
+        if self.batch is not None:
+            return self.batch
+        return next(t.name for t in self.tensors if not t.cpu)
+
+    def status_table(self) -> dict[int, tuple[str, str]]:
+        """``{code number: (argument, what)}`` for formatting a kernel status."""
+        return {s.number: (s.argument, s.what) for s in self.status}
+
+    def format_status(self, code: int, request: int, value: int, limit: int) -> str:
+        """The message of a kernel status (as the C++ binding raises it)."""
+        where = f"(request {request}) " if request >= 0 else ""
+        for s in self.status:
+            if s.number == code:
+                return f"{self.name}: {s.argument} {where}{s.what.format(value=value, limit=limit)}"
+        return f"{self.name}: input is invalid (kernel status {code})"
+
+
+FAMILIES = ("draft", "update", "blocks", "packing", "sampling", "verify", "ngram", "ipc", "msgqueue", "attention")
+
+_OPS: dict[str, Op] | None = None
+
+
+def all_ops() -> dict[str, Op]:
+    """Every declared op by name (imports the family modules once)."""
+    global _OPS
+    if _OPS is None:
+        ops: dict[str, Op] = {}
+        for family in FAMILIES:
+            try:
+                module = importlib.import_module(f"{__name__}.{family}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{family}":
+                    raise
+                continue
+            for op in module.OPS:
+                if op.name in ops:
+                    raise ValueError(f"op {op.name} is declared twice")
+                ops[op.name] = op
+        _OPS = ops
+    return _OPS
+
+
+def get(name: str) -> Op:
+    return all_ops()[name]
+
+
+def python_signature(op: Op) -> tuple[list[str], set[str]]:
+    """(positional parameter names in order, keyword-only names) of the op's Python wrapper."""
+    positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
+    keyword = {a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw}
+    return positional, keyword
+
+
+def resolve_kw(op_name: str, name: str, value):
+    """``value``, or when it is None the environment default (``fd_mtp.envs``) of the op's
+    keyword-only attribute ``name``: the one rule shared by fd_mtp.ops, fd_mtp.cuda and
+    fd_mtp.reference, so their defaults cannot drift apart."""
+    if value is not None:
+        return value
+    attr = get(op_name).arg(name)
+    if not isinstance(attr, Attr) or attr.env is None:
+        return value
+    from .. import envs
+
+    return envs.get(attr.env)
