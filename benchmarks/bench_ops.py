@@ -30,8 +30,6 @@ timestamp,version) and DIR/bench_ops.png (latency vs batch, log-log, one panel p
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import re
 import sys
 import time
@@ -43,8 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import fd_mtp  # noqa: E402
+import fd_mtp  # noqa: E402,F401  (before paddle: see fd_mtp._prefer_mkl_avx2)
 import fd_mtp.reference as ref  # noqa: E402
+from harness import percentiles, plot_panels, time_calls, timestamp, write_csv  # noqa: E402
+
 from fd_mtp.testing.op_inputs import BUILDERS, SAMPLING_VOCABS, STEADY_BUFFERS  # noqa: E402  (shared input factories)
 
 VOCAB_MAX_BATCH = 256  # larger batches of [4B, V] float32 state need several GB per copy
@@ -76,8 +76,6 @@ OPS = (
     "speculate_step_paddle",
 )  # fmt: skip
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
-CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
-               "timestamp", "version"]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -193,63 +191,9 @@ def refcheck(runner, label):
     return expected
 
 
-def time_calls(call, reset, warmup, iters):
-    """Per-call wall times in microseconds; reset() runs before each call, outside the timing."""
-    clock = time.perf_counter_ns
-    result = None
-    for _ in range(warmup):
-        reset()
-        result = call()
-    times = np.empty(iters)
-    for i in range(iters):
-        reset()
-        t0 = clock()
-        result = call()
-        times[i] = clock() - t0
-    return times / 1e3, result
-
-
-def percentiles(t):
-    p20, p50, p80 = np.percentile(t, [20, 50, 80])
-    return float(p50), float(p20), float(p80)
-
-
 # ------------------------------------------------------------------------------------------------
 # Main
 # ------------------------------------------------------------------------------------------------
-def plot(rows, path, ops):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(ops)
-    cols = min(3, n)
-    nrows = -(-n // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
-    for ax, op in zip(axes.ravel(), ops):
-        for provider, style in (("fd_mtp", "o-"), ("numpy_ref", "s--")):
-            pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows
-                         if r["kernel"] == op and r["provider"] == provider)  # fmt: skip
-            if not pts:
-                continue
-            x, p50, p20, p80 = map(np.array, zip(*pts))
-            ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt=style, capsize=3, label=provider)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(op, fontsize=10)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("latency p50 [us] (p20-p80 bars)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    fig.suptitle(f"fd_mtp {fd_mtp.__version__} ops vs numpy reference (CPU)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--refcheck", action="store_true", help="check op == reference exactly before timing")
@@ -274,7 +218,7 @@ def main(argv=None):
     import fd_mtp.ops
 
     fd_mtp.ops.load()
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    stamp = timestamp()
     rows = []
     t_start = time.perf_counter()
     skipped = []
@@ -307,15 +251,9 @@ def main(argv=None):
                                  p50=p50, p20=p20, p80=p80, config=case.config, device="cpu",
                                  timestamp=stamp, version=fd_mtp.__version__))  # fmt: skip
 
-    csv_path = out / "bench_ops.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, **{k: f"{r[k]:.3f}" for k in ("p50", "p20", "p80")}})
-    png_path = out / "bench_ops.png"
-    plot(rows, png_path, ops)
-
+    csv_path = write_csv(rows, out / "bench_ops.csv")
+    png_path = plot_panels(rows, out / "bench_ops.png", ops,
+                           title=f"fd_mtp {fd_mtp.__version__} ops vs numpy reference (CPU)")
     print()
     print(f"{'op':<36} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}")
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
