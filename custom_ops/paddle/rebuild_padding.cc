@@ -6,12 +6,14 @@
 // use_output_padding_offset: the speculative branch. The Python wrapper sets it to
 // `output_padding_offset is not None`: paddle hands a zero-size tensor (no logits rows this step)
 // to an optional input as "none", which must not switch to the plain branch.
-std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a, fd_mtp::RebuildPaddingParams& p) {
+std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a,
+                                                  fd_mtp::RebuildPaddingParams& p) {
   using namespace fd_mtp;
   // cu_seqlens_q: [bsz + 1], defines bsz; the per-request vectors: [>=bsz].
   const auto& cu_shape = a.cu_seqlens_q.shape();
   if (cu_shape.size() != 1 || cu_shape[0] < 1)
-    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ", check::shape_str(cu_shape));
+    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ",
+                check::shape_str(cu_shape));
   const int64_t bsz = cu_shape[0] - 1;
   const char* src = "cu_seqlens_q";
   const auto i32 = paddle::DataType::INT32;
@@ -35,10 +37,11 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a, fd_mtp:
                                         : a.seq_lens_encoder.copy_to(paddle::CPUPlace(), true);
     out_rows = rebuild_padding_rows(rows, enc_host.data<int32_t>(), bsz);
     if (out_rows < 0)
-      check::fail(a.op, "seq_lens_encoder", "sums to more prefill tokens than tmp_out has rows (", rows,
-                  "): the output would have ", out_rows, " rows");
+      check::fail(a.op, "seq_lens_encoder", "sums to more prefill tokens than tmp_out has rows (",
+                  rows, "): the output would have ", out_rows, " rows");
     if (entries < out_rows)
-      check::fail(a.op, "output_padding_offset", "has ", entries, " entries but the output has R = ", out_rows,
+      check::fail(a.op, "output_padding_offset", "has ", entries,
+                  " entries but the output has R = ", out_rows,
                   " rows (R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which "
                   "assumes seq_len_this_time == seq_lens_encoder for them)");
     if (out_rows > 0) offsets = a.output_padding_offset->data<int32_t>();
@@ -68,8 +71,8 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a, fd_mtp:
 std::vector<std::vector<int64_t>> rebuild_padding_infer_shape(
     const std::vector<int64_t>& tmp_out_shape, const std::vector<int64_t>& cu_seqlens_q_shape,
     const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-    const paddle::optional<std::vector<int64_t>>&, const paddle::optional<std::vector<int64_t>>&, int, bool,
-    bool use_output_padding_offset) {
+    const paddle::optional<std::vector<int64_t>>&, const paddle::optional<std::vector<int64_t>>&,
+    int, bool, bool use_output_padding_offset) {
   const int64_t hidden = tmp_out_shape.size() == 2 ? tmp_out_shape[1] : -1;
   if (use_output_padding_offset) return {{-1, hidden}};
   return {{cu_seqlens_q_shape.empty() ? -1 : cu_seqlens_q_shape[0] - 1, hidden}};

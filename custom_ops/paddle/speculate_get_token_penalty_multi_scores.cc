@@ -14,7 +14,8 @@ void speculate_get_token_penalty_multi_scores_apply(SpeculateGetTokenPenaltyMult
   // bad_tokens: [Lb] or [rows, Lb]; only its first Lb entries (row 0) are read.
   const auto& bad_shape = a.bad_tokens.shape();
   if (bad_shape.size() != 1 && bad_shape.size() != 2)
-    check::fail(a.op, "bad_tokens", "must be [Lb] or [rows, Lb], got shape ", check::shape_str(bad_shape));
+    check::fail(a.op, "bad_tokens", "must be [Lb] or [rows, Lb], got shape ",
+                check::shape_str(bad_shape));
   p.logits = logits.data();
   p.float_kind = check::float_kind_of(logits);
   p.penalty_scores = a.penalty_scores.data();
@@ -30,8 +31,10 @@ void speculate_get_token_penalty_multi_scores_apply(SpeculateGetTokenPenaltyMult
   const int64_t ws_rows = token_penalty_workspace_rows(p.rows);
   auto workspace = paddle::full({ws_rows, p.vocab}, 0, paddle::DataType::INT32, logits.place());
   GpuScratch scratch(logits);
-  check::cuda(a.op, token_penalty_cuda(p, workspace.data<int32_t>(), ws_rows, scratch.status(), logits.stream()));
-  check::status(a.op, scratch.fetch(logits.stream()).status, kSpeculateGetTokenPenaltyMultiScoresStatus);
+  check::cuda(a.op, token_penalty_cuda(p, workspace.data<int32_t>(), ws_rows, scratch.status(),
+                                       logits.stream()));
+  check::status(a.op, scratch.fetch(logits.stream()).status,
+                kSpeculateGetTokenPenaltyMultiScoresStatus);
 #else
   check::unsupported_place(a.op, "logits", logits);
 #endif

@@ -32,7 +32,8 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
     GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_padding_offset_cuda(p, scratch.status(), scratch.count(), ref.stream()));
+    check::cuda(a.op, speculate_get_padding_offset_cuda(p, scratch.status(), scratch.count(),
+                                                        ref.stream()));
     check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetPaddingOffsetStatus);
     return {x, batch_id, cu_q, cu_k};
   }
@@ -42,8 +43,9 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
   return {x, batch_id, cu_q, cu_k};
 }
 
-std::vector<Shape> speculate_get_padding_offset_infer_shape(const Shape&, const Shape&, const Shape&,
-                                                            const Shape&, const Shape& seq_len_shape,
+std::vector<Shape> speculate_get_padding_offset_infer_shape(const Shape&, const Shape&,
+                                                            const Shape&, const Shape&,
+                                                            const Shape& seq_len_shape,
                                                             const Shape&) {
   const int64_t bsz = seq_len_shape.empty() ? -1 : seq_len_shape[0];
   const int64_t cu = bsz < 0 ? -1 : bsz + 1;
@@ -83,8 +85,8 @@ std::vector<Dt> speculate_get_seq_lens_output_infer_dtype(const Dt&, const Dt&, 
 }
 
 // returns output_padding_offset [To] int32, output_cum_offsets [bsz] int32
-std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(SpeculateGetOutputPaddingOffsetArgs& a,
-                                                                      fd_mtp::OutputPaddingOffsetParams& p) {
+std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(
+    SpeculateGetOutputPaddingOffsetArgs& a, fd_mtp::OutputPaddingOffsetParams& p) {
   using namespace fd_mtp;
   const auto& ref = a.output_cum_offsets_tmp;
   const int64_t to = packing::host_count(a.op, "out_token_num", a.out_token_num);
@@ -96,18 +98,20 @@ std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(SpeculateG
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
     GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_output_padding_offset_cuda(p, scratch.status(), scratch.count(), ref.stream()));
+    check::cuda(a.op, speculate_get_output_padding_offset_cuda(p, scratch.status(), scratch.count(),
+                                                               ref.stream()));
     check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetOutputPaddingOffsetStatus);
     return {padding, cum};
   }
 #endif
   if (!ref.is_cpu()) check::unsupported_place(a.op, "output_cum_offsets_tmp", ref);
-  check::status(a.op, speculate_get_output_padding_offset_cpu(p), kSpeculateGetOutputPaddingOffsetStatus);
+  check::status(a.op, speculate_get_output_padding_offset_cpu(p),
+                kSpeculateGetOutputPaddingOffsetStatus);
   return {padding, cum};
 }
 
-std::vector<Shape> speculate_get_output_padding_offset_infer_shape(const Shape& output_cum_offsets_tmp_shape,
-                                                                   const Shape&, const Shape&, int) {
+std::vector<Shape> speculate_get_output_padding_offset_infer_shape(
+    const Shape& output_cum_offsets_tmp_shape, const Shape&, const Shape&, int) {
   return {{-1}, {output_cum_offsets_tmp_shape.empty() ? -1 : output_cum_offsets_tmp_shape[0]}};
 }
 

@@ -4,14 +4,17 @@
 
 // returns verify_scores [T, C] probs dtype, verify_tokens [T, C] int64,
 //         actual_candidate_lens [T] int32 (new tensors)
-std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a, fd_mtp::TopPCandidatesParams& p) {
+std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a,
+                                                   fd_mtp::TopPCandidatesParams& p) {
   using namespace fd_mtp;
   const auto& probs = a.probs;
   check::dtype(a.op, "top_p", a.top_p, probs.dtype());  // top_p has the probs' dtype
   if (!top_p_candidates_len_ok(a.candidates_len))
-    check::fail(a.op, "candidates_len", "must be 1..10 or a multiple of 10 up to 100, got ", a.candidates_len);
+    check::fail(a.op, "candidates_len", "must be 1..10 or a multiple of 10 up to 100, got ",
+                a.candidates_len);
   if (a.candidates_len > a.dims.V)
-    check::fail(a.op, "candidates_len", "is ", a.candidates_len, " but probs has only ", a.dims.V, " columns");
+    check::fail(a.op, "candidates_len", "is ", a.candidates_len, " but probs has only ", a.dims.V,
+                " columns");
 
   const int64_t rows = a.dims.T;
   const int64_t c = a.candidates_len;
@@ -39,15 +42,15 @@ std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a, fd_mtp
 #endif
 }
 
-std::vector<std::vector<int64_t>> top_p_candidates_infer_shape(const std::vector<int64_t>& probs_shape,
-                                                               const std::vector<int64_t>&,
-                                                               const std::vector<int64_t>&, int candidates_len,
-                                                               int) {
+std::vector<std::vector<int64_t>> top_p_candidates_infer_shape(
+    const std::vector<int64_t>& probs_shape, const std::vector<int64_t>&,
+    const std::vector<int64_t>&, int candidates_len, int) {
   const int64_t rows = probs_shape.empty() ? -1 : probs_shape[0];
   return {{rows, candidates_len}, {rows, candidates_len}, {rows}};
 }
 
 std::vector<paddle::DataType> top_p_candidates_infer_dtype(const paddle::DataType& probs_dtype,
-                                                           const paddle::DataType&, const paddle::DataType&) {
+                                                           const paddle::DataType&,
+                                                           const paddle::DataType&) {
   return {probs_dtype, paddle::DataType::INT64, paddle::DataType::INT32};
 }
