@@ -1,7 +1,7 @@
 """Target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11."""
 from __future__ import annotations
 
-from ._loader import call, invoke
+from ._loader import invoke
 
 
 def speculate_schedule_cache(
@@ -147,21 +147,7 @@ def recover_decode_task(
         >>> block_step.tolist(), stop.tolist(), dec.tolist(), this_time.tolist(), draft.tolist()
         ([False, True], [False, True], [4, 0], [2, 0], [[5, 6], [0, 0]])
     """
-    call(
-        "recover_decode_task",
-        stop_flags,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_seq_lens_decoder,
-        block_tables,
-        is_block_step,
-        draft_tokens,
-        step_draft_tokens,
-        step_seq_lens_this_time,
-        int(block_size),
-        int(max_draft_tokens),
-    )
+    invoke("recover_decode_task", locals())
 
 
 def speculate_step_paddle(

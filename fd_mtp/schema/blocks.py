@@ -1,16 +1,53 @@
 """Schemas of the target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11 (see
-fd_mtp/schema/__init__.py for the format).
-
-recover_decode_task (§5.15) is not declared here yet: its written optional tensor (draft_tokens,
-``paddle::optional<paddle::Tensor>&`` with an optional in-place output) is something
-cmake/gen_ops.py does not generate (it makes every optional ``const`` and maps it in place under
-its plain name), so its binding stays hand-written in custom_ops/paddle/recover_decode_task.cc."""
+fd_mtp/schema/__init__.py for the format)."""
 from . import Attr, Op, Status, Tensor
 
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
-ANY = "int64|int32|bool|float32|float16|bfloat16|uint8[]"
+ANY = "any[]"  # an unused argument: any dtype and shape
 
 OPS = [
+    Op(
+        name="recover_decode_task",
+        entry="RecoverDecodeTask",
+        spec="§5.15",
+        binding=True,
+        batch="seq_lens_this_time",
+        kernel="recover_decode_task",
+        params="RecoverDecodeParams",
+        extra_params={
+            "num_blocks_per_seq": "NB",
+            "draft_cols": "cols(draft_tokens)",
+            "step_draft_cols": "cols(step_draft_tokens)",
+            "bsz": "B",
+        },
+        args=(
+            Tensor("stop_flags", "bool[>=B]", "written"),
+            Tensor("seq_lens_this_time", "int32[B]", "written"),
+            Tensor("seq_lens_encoder", "int32[>=B]", "written"),
+            Tensor("seq_lens_decoder", "int32[>=B]", "written"),
+            Tensor("step_seq_lens_decoder", "int32[>=B]"),
+            Tensor("block_tables", "int32[>=B, NB]"),
+            Tensor("is_block_step", "bool[>=B]", "written"),
+            # The speculative variant: all three given, or all None (checked in apply).
+            Tensor("draft_tokens", "int64[>=B, Dd]", "written", optional=True),
+            Tensor("step_draft_tokens", "int64[>=B, Ds]", optional=True),
+            Tensor("step_seq_lens_this_time", "int32[>=B]", optional=True),
+            Attr("block_size", "int", min=1),
+            Attr("max_draft_tokens", "int", min=0),
+        ),
+        status=(
+            Status(
+                "kRecoverSlot", 1, "step_seq_lens_decoder", "is {value} for a block-stepped request; it must be >= {limit}"
+            ),
+            Status(
+                "kRecoverThisTime",
+                2,
+                "step_seq_lens_this_time",
+                "is {value}; the draft row it restores must fit [0, {limit}] columns of draft_tokens "
+                "and step_draft_tokens",
+            ),
+        ),
+    ),
     Op(
         name="speculate_schedule_cache",
         entry="SpeculateScheduleCache",
@@ -42,7 +79,7 @@ OPS = [
             Tensor("accept_tokens", "int64[>=B, Wa]", "written"),
             Tensor("is_block_step", "bool[>=B]", "written"),
             Tensor("not_need_stop", "bool[1]", "written", cpu=True, param=None),
-            Tensor("stop_nums", "int64[1]", param=None, doc="read on the host"),
+            Tensor("stop_nums", "int64[1]", any_place=True, param=None, doc="read on the host"),
             Attr("block_size", "int", min=1),
             Attr("max_draft_tokens", "int", min=0),
             Attr("prefill_one_step_stop", "bool", kw=True, env="PREFILL_NODE_ONE_STEP_STOP_V1"),

@@ -23,7 +23,7 @@ OPS = [
             Tensor("input_ids", "int64[>=B, L>=0]", doc="prefill tokens; L = the offsets' width"),
             Tensor("draft_tokens", "int64[>=B, Kd>=0]", doc="decode tokens"),
             Tensor("cum_offsets", "int32[>=B]", doc="inclusive cumsum of L - seq_len"),
-            Tensor("token_num", "int64|int32[1]", param=None, doc="T, read on the host"),
+            Tensor("token_num", "int64|int32[1]", any_place=True, param=None, doc="T, read on the host"),
             Tensor("seq_len", "int32[B]"),
             Tensor("seq_lens_encoder", "int32[>=B]", doc="> 0: prefilling, tokens from input_ids"),
         ),
@@ -78,7 +78,7 @@ OPS = [
         returns=("output_padding_offset", "output_cum_offsets"),
         args=(
             Tensor("output_cum_offsets_tmp", "int32[B]", doc="inclusive cumsum of max_seq_len - seq_lens_output"),
-            Tensor("out_token_num", "int64|int32[1]", param=None, doc="To, read on the host"),
+            Tensor("out_token_num", "int64|int32[1]", any_place=True, param=None, doc="To, read on the host"),
             Tensor("seq_lens_output", "int32[>=B]"),
             Attr("max_seq_len", "int", min=1, doc="the L_in the offsets are built with"),
         ),
@@ -112,7 +112,7 @@ OPS = [
             Tensor("output_padding_offset", "int32[]", optional=True, param=None, doc="[>=R]: speculative branch"),
             Tensor(
                 "first_token_out",
-                "int64|int32|bool|float32|float16|bfloat16|uint8[]",
+                "any[]",
                 "unused",
                 optional=True,
                 param=None,

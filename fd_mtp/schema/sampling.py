@@ -36,7 +36,7 @@ OPS = [
             Tensor("cur_len", "int64[>=B]", doc="step_idx"),
             Tensor("min_len", "int64[>=B]"),
             Tensor("eos_token_id", "int64[E]"),
-            Tensor("seq_lens_this_time", "int32[B]", param=None, doc="shape only"),
+            Tensor("seq_lens_this_time", "int32[B]", any_place=True, param=None, doc="shape only"),
             Tensor("output_padding_offset", "int32[>=T]"),
             Tensor("output_cum_offsets", "int32[>=B]"),
             Attr("max_seq_len", "int64", min=1, doc="the L_in the offsets were built with"),

@@ -3,7 +3,7 @@
 from . import Attr, Op, Status, Tensor  # noqa: F401
 
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
-ANY = "int64|int32|bool|float32|float16|bfloat16|uint8[]"
+ANY = "any[]"  # an unused argument: any dtype and shape
 
 _ACCEPT_NUM_RANGE = "is {value}; it must be in [0, {limit}] (columns of accept_tokens)"
 
@@ -84,7 +84,7 @@ OPS = [
             Tensor("stop_flags", "bool[>=B]", doc="defines max_bsz"),
             Tensor("seq_lens_this_time", "int32[B]", doc="defines real_bsz"),
             Tensor("is_block_step", "bool[>=B]"),
-            Tensor("stop_nums", "int64[1]", param=None, doc="read on the host"),
+            Tensor("stop_nums", "int64[1]", any_place=True, param=None, doc="read on the host"),
             Tensor("mask_rollback", "int32[>=B]", "written"),
         ),
         status=(Status("kSpecUpdateAcceptNum", 1, "accept_num", _ACCEPT_NUM_RANGE),),
