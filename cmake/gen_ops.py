@@ -206,7 +206,7 @@ def gen_op_header(op: Op) -> str:
         out.append("};\n\n")
     ret = "std::vector<paddle::Tensor>" if op.returns else "void"
     params_arg = f", {params_type(op)}& p" if op.params else ""
-    out.append(f"// Hand-written in custom_ops/paddle/{op.name}.cc: checks no schema expresses, then dispatch.\n")
+    out.append("// Hand-written in the op's custom_ops/paddle/*.cc: checks no schema expresses, then dispatch.\n")
     out.append(f"{ret} {op.name}_apply({cls}Args& a{params_arg});\n")
     if op.returns:
         shape_params = []
@@ -297,8 +297,9 @@ def gen_op_header(op: Op) -> str:
     # registration
     inputs = ", ".join(f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors)
     written = [t for t in op.tensors if t.role == "written"]
-    outputs = [f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written]
-    outputs += [f'"{name}"' for name in op.returns]
+    # Returned tensors first, then the in-place outputs (the order run_registered returns them in).
+    outputs = [f'"{name}"' for name in op.returns]
+    outputs += [f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written]
     out.append(f"PD_BUILD_OP(fd_mtp_{op.name})\n")
     out.append(f"    .Inputs({{{inputs}}})\n")
     out.append("    .Outputs({" + ", ".join(outputs) + "})\n")
