@@ -1,10 +1,12 @@
 """Options of speculate_verify that upstream read from environment variables or global state,
 resolved in Python (never in a kernel) and shared by fd_mtp.ops, fd_mtp.cuda and fd_mtp.reference.
 
-No numpy or paddle here: the strategy names, the environment defaults (spec §5.7 "Env") and the
-seed/offset checks.
+No numpy or paddle here: the strategy names, the environment defaults (spec §5.7 "Env"; the
+variables are parsed by fd_mtp.envs, ``prefill_one_step_stop`` through its schema attribute) and
+the seed/offset checks.
 """
-import os
+from . import envs
+from .schema import resolve_kw
 
 __all__ = ["STRATEGIES", "resolve_verify_options"]
 
@@ -12,27 +14,19 @@ __all__ = ["STRATEGIES", "resolve_verify_options"]
 STRATEGIES = {"topp": 0, "topk": 1, "target_match": 2, "greedy": 3, "rejection": 4}
 
 
-def _env_flag(name):
-    """FastDeploy reads these as integers (default 0); nonzero -> True."""
-    raw = os.environ.get(name, "0").strip() or "0"
-    try:
-        return int(raw) != 0
-    except ValueError:
-        raise ValueError(f"speculate_verify: environment variable {name} must be an integer, got {raw!r}") from None
-
-
 def resolve_verify_options(verify_strategy, prefill_one_step_stop, seed, offset, counter):
     """(strategy code, prefill_one_step_stop, seed, offset) with FastDeploy's defaults (§5.7 "Env").
 
     ``verify_strategy`` None: SPECULATE_VERIFY_USE_TARGET_SAMPLING != 0 -> "target_match", else
     SPECULATE_VERIFY_USE_TOPK != 0 -> "topk", else "topp". ``prefill_one_step_stop`` None:
-    PREFILL_NODE_ONE_STEP_STOP starts with "1". ``seed`` / ``offset`` None: ``counter``.
+    PREFILL_NODE_ONE_STEP_STOP starts with "1" (the variables as fd_mtp.envs parses them).
+    ``seed`` / ``offset`` None: ``counter``.
     Shared by fd_mtp.ops, fd_mtp.cuda and fd_mtp.reference (each keeps its own counter).
     """
     if verify_strategy is None:
-        if _env_flag("SPECULATE_VERIFY_USE_TARGET_SAMPLING"):
+        if envs.get("SPECULATE_VERIFY_USE_TARGET_SAMPLING") != 0:
             verify_strategy = "target_match"
-        elif _env_flag("SPECULATE_VERIFY_USE_TOPK"):
+        elif envs.get("SPECULATE_VERIFY_USE_TOPK") != 0:
             verify_strategy = "topk"
         else:
             verify_strategy = "topp"
@@ -40,8 +34,7 @@ def resolve_verify_options(verify_strategy, prefill_one_step_stop, seed, offset,
         raise ValueError(
             f"speculate_verify: verify_strategy must be one of {sorted(STRATEGIES)}, got {verify_strategy!r}"
         )
-    if prefill_one_step_stop is None:
-        prefill_one_step_stop = os.environ.get("PREFILL_NODE_ONE_STEP_STOP", "")[:1] == "1"
+    prefill_one_step_stop = resolve_kw("speculate_verify", "prefill_one_step_stop", prefill_one_step_stop)
     seed = counter if seed is None else seed
     offset = counter if offset is None else offset
     for name, value in (("seed", seed), ("offset", offset)):

@@ -1,5 +1,6 @@
 // fd_mtp_paged_attention: paged KV-cache attention of one packed batch (the
-// float32 kernel of fd_mtp.model's PagedAttentionCPU).
+// float32 kernel of fd_mtp.model's PagedAttentionCPU). Declared in
+// fd_mtp/schema/attention.py; this binding stays hand-written (see there why).
 #include "check.h"
 #include "gpu_scratch.h"
 #include "ops.h"

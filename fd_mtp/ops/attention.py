@@ -2,7 +2,7 @@
 ``fd_mtp.model.attention.PagedAttentionCPU``."""
 from __future__ import annotations
 
-from ._loader import call
+from ._loader import invoke
 
 
 def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q, batch_id_per_token,
@@ -52,7 +52,6 @@ def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         if hasattr(cache, "is_contiguous") and not cache.is_contiguous():
             raise ValueError(f"paged_attention: {name} must be contiguous (it is written in place)")
-    d = int(q.shape[-1])
-    s = float(scale) if scale is not None else 1.0 / d ** 0.5
-    return call("paged_attention", q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
-                batch_id_per_token, seq_lens_decoder, s)[0]
+    if scale is None:
+        scale = 1.0 / int(q.shape[-1]) ** 0.5
+    return invoke("paged_attention", locals())[0]

@@ -1,30 +1,7 @@
 """N-gram drafting ops: ngram_match (spec ../shared/spec/ops.md §5.17) and hybrid_mtp_ngram (§6.7)."""
 from __future__ import annotations
 
-import os
-
-from ._loader import call
-
-NGRAM_THRESHOLD_ENV = "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD"
-NGRAM_THRESHOLD_DEFAULT = 128
-HYBRID_THRESHOLD_ENV = "SPEC_TOKENUM_THRESHOLD"
-HYBRID_THRESHOLD_DEFAULT = 1024
-
-
-def resolve_threshold(op: str, threshold, env: str, default: int) -> int:
-    """``threshold`` if given, else the environment variable ``env`` (FastDeploy's), else ``default``."""
-    if threshold is None:
-        raw = os.environ.get(env)
-        if raw is None:
-            return default
-        try:
-            threshold = int(raw)
-        except ValueError:
-            raise ValueError(f"{op}: threshold comes from {env}={raw!r}, which is not an integer") from None
-    threshold = int(threshold)
-    if not -(2**31) <= threshold < 2**31:
-        raise ValueError(f"{op}: threshold must fit in int32, got {threshold}")
-    return threshold
+from ._loader import invoke
 
 
 def ngram_match(
@@ -80,9 +57,9 @@ def ngram_match(
         max_dec_len: ``[>=bsz]`` int64, read.
         max_ngram_size (int): largest n, ``>= 1``.
         max_draft_tokens (int): ignored, as upstream (q comes from ``draft_token_num``).
-        threshold: keyword-only token budget of the batch. Default: the environment variable
-            ``INFER_WITH_REFERENCE_TOKENUM_THRESHOLD`` (FastDeploy's), else 128; read here,
-            never in the kernel.
+        threshold: keyword-only token budget of the batch (int32). Default: the environment
+            variable ``INFER_WITH_REFERENCE_TOKENUM_THRESHOLD`` (FastDeploy's), else 128; read by
+            fd_mtp.envs at each call, never in the kernel.
 
     Returns:
         None (like FastDeploy's op).
@@ -105,23 +82,7 @@ def ngram_match(
         >>> draft.tolist(), this_time.tolist()
         ([[4, 7, 8, 9]], [4])
     """
-    threshold = resolve_threshold("ngram_match", threshold, NGRAM_THRESHOLD_ENV, NGRAM_THRESHOLD_DEFAULT)
-    call(
-        "ngram_match",
-        input_ids,
-        input_ids_len,
-        pre_ids,
-        step_idx,
-        draft_token_num,
-        draft_tokens,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        max_dec_len,
-        int(max_ngram_size),
-        int(max_draft_tokens),
-        threshold,
-    )
+    invoke("ngram_match", locals())
 
 
 def hybrid_mtp_ngram(
@@ -171,8 +132,9 @@ def hybrid_mtp_ngram(
         max_dec_len: ``[>=bsz]`` int64, read.
         max_ngram_size, min_ngram_size (int): ``1 <= min <= max``.
         max_draft_tokens (int): K.
-        threshold: keyword-only token budget. Default: the environment variable
-            ``SPEC_TOKENUM_THRESHOLD`` (FastDeploy's), else 1024; read here, never in the kernel.
+        threshold: keyword-only token budget (int32). Default: the environment variable
+            ``SPEC_TOKENUM_THRESHOLD`` (FastDeploy's), else 1024; read by fd_mtp.envs at each
+            call, never in the kernel.
 
     Returns:
         None.
@@ -194,20 +156,4 @@ def hybrid_mtp_ngram(
         >>> draft.tolist(), this_time.tolist()
         ([[3, 6, 7, 8]], [4])
     """
-    threshold = resolve_threshold("hybrid_mtp_ngram", threshold, HYBRID_THRESHOLD_ENV, HYBRID_THRESHOLD_DEFAULT)
-    call(
-        "hybrid_mtp_ngram",
-        input_ids,
-        input_ids_len,
-        pre_ids,
-        step_idx,
-        draft_token_num,
-        draft_tokens,
-        seq_lens_this_time,
-        seq_lens_decoder,
-        max_dec_len,
-        int(max_ngram_size),
-        int(min_ngram_size),
-        int(max_draft_tokens),
-        threshold,
-    )
+    invoke("hybrid_mtp_ngram", locals())

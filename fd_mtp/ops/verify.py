@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .._verify_options import STRATEGIES, resolve_verify_options
-from ._loader import call
+from ._loader import invoke
 
 __all__ = ["speculate_verify"]
 
@@ -98,10 +98,11 @@ def speculate_verify(
             starting at 0 and advanced after every call (seed = offset = counter), like
             upstream's global host counters. Pass both to reproduce outputs exactly.
         verify_strategy: keyword-only, see above. Default: FastDeploy's environment variables,
-            read here (never in the kernel): SPECULATE_VERIFY_USE_TARGET_SAMPLING != 0 ->
-            "target_match", else SPECULATE_VERIFY_USE_TOPK != 0 -> "topk", else "topp".
+            read by fd_mtp.envs at each call (never in the kernel):
+            SPECULATE_VERIFY_USE_TARGET_SAMPLING != 0 -> "target_match", else
+            SPECULATE_VERIFY_USE_TOPK != 0 -> "topk", else "topp".
         prefill_one_step_stop: keyword-only; stop every request after its step-3 token.
-            Default: ``PREFILL_NODE_ONE_STEP_STOP`` starts with "1".
+            Default: ``PREFILL_NODE_ONE_STEP_STOP`` starts with "1" (read by fd_mtp.envs).
         target_probs: keyword-only ``[T, V]`` float32, required by "rejection" (ignored
             otherwise): row r = the target's sampling distribution (after temperature/top-k/p).
         draft_probs: keyword-only ``[T, V]`` float32 or None ("rejection" only): row ``start+i``
@@ -139,7 +140,7 @@ def speculate_verify(
         ([[7, 8, 0]], [2], [7])
     """
     global _counter
-    strategy, one_step_stop, seed, offset = resolve_verify_options(
+    strategy, prefill_one_step_stop, seed, offset = resolve_verify_options(
         verify_strategy, prefill_one_step_stop, seed, offset, _counter
     )
     _counter += 1
@@ -147,35 +148,4 @@ def speculate_verify(
         target_probs = draft_probs = None
     elif target_probs is None:
         raise ValueError('speculate_verify: target_probs is required by the "rejection" strategy')
-    call(
-        "speculate_verify",
-        sampled_token_ids,
-        accept_tokens,
-        accept_num,
-        step_idx,
-        stop_flags,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        draft_tokens,
-        seq_lens_this_time,
-        verify_tokens,
-        verify_scores,
-        max_dec_len,
-        end_tokens,
-        is_block_step,
-        output_cum_offsets,
-        actual_candidate_len,
-        actual_draft_token_nums,
-        topp,
-        target_probs,
-        draft_probs,
-        int(max_seq_len),
-        int(verify_window),
-        bool(enable_topp),
-        bool(benchmark_mode),
-        bool(accept_all_drafts),
-        strategy,
-        one_step_stop,
-        seed,
-        offset,
-    )
+    invoke("speculate_verify", locals())

@@ -13,6 +13,8 @@ ValueError naming the argument, raised before anything is written.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..schema import resolve_kw
+
 __all__ = ["ngram_match", "hybrid_mtp_ngram"]
 
 
@@ -22,10 +24,10 @@ def _flat(a):
     return flat
 
 
-def _threshold(threshold, default):
-    """The ops resolve ``threshold=None`` from FastDeploy's environment variable in their Python
-    wrappers; the reference (numpy only) takes None as the variable's default value."""
-    return default if threshold is None else int(threshold)
+def _threshold(op, threshold):
+    """``threshold``, or when None the environment default of the op's schema (fd_mtp.envs), as
+    the op's wrapper resolves it."""
+    return int(resolve_kw(op, "threshold", threshold))
 
 
 def _first_usable(hay, length, query, q):
@@ -149,9 +151,9 @@ def ngram_match(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, dr
                 max_draft_tokens, *, threshold=None):
     """Reference of fd_mtp.ops.ngram_match (spec §5.17). Returns None.
 
-    ``threshold=None`` means 128 here (the op's wrapper reads INFER_WITH_REFERENCE_TOKENUM_THRESHOLD).
+    ``threshold=None``: INFER_WITH_REFERENCE_TOKENUM_THRESHOLD, else 128 (read by fd_mtp.envs).
     """
-    threshold = _threshold(threshold, 128)  # INFER_WITH_REFERENCE_TOKENUM_THRESHOLD's default
+    threshold = _threshold("ngram_match", threshold)
     _run("ngram_match", False, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
          seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, max_ngram_size, 1,
          max_draft_tokens, threshold)
@@ -162,9 +164,9 @@ def hybrid_mtp_ngram(input_ids, input_ids_len, pre_ids, step_idx, draft_token_nu
                      max_draft_tokens, *, threshold=None):
     """Reference of fd_mtp.ops.hybrid_mtp_ngram (spec §6.7). Returns None.
 
-    ``threshold=None`` means 1024 here (the op's wrapper reads SPEC_TOKENUM_THRESHOLD).
+    ``threshold=None``: SPEC_TOKENUM_THRESHOLD, else 1024 (read by fd_mtp.envs).
     """
-    threshold = _threshold(threshold, 1024)  # SPEC_TOKENUM_THRESHOLD's default
+    threshold = _threshold("hybrid_mtp_ngram", threshold)
     _run("hybrid_mtp_ngram", True, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num,
          draft_tokens, seq_lens_this_time, None, seq_lens_decoder, max_dec_len, max_ngram_size,
          min_ngram_size, max_draft_tokens, threshold)

@@ -36,7 +36,7 @@ def test_layer_signature_equals_schema(layer, name):
 
 
 # Ops with no CUDA wrapper (host-only by nature).
-CPU_ONLY = {"speculate_save_output", "speculate_get_output", "mtp_save_first_token"}
+CPU_ONLY = {"speculate_save_output", "speculate_get_output", "mtp_save_first_token", "paged_attention"}
 
 
 def test_every_schema_is_well_formed():
