@@ -441,7 +441,7 @@ def test_import_is_light():
 def test_rope_rotation_matrices_and_elementwise_form_agree(head_dim, monkeypatch):
     """Rope's two forms (per-token rotation matrices for small steps, elementwise for large ones)
     rotate exactly like the reference apply_rope_interleaved."""
-    from fd_mtp.model.ernie import Rope, apply_rope_interleaved, rope_cos_sin
+    from fd_mtp.model.attention import Rope, apply_rope_interleaved, rope_cos_sin
 
     pos = np.array([0, 1, 5, 77, 1000, 4095, 131071])
     x = paddle.to_tensor(np.random.default_rng(head_dim).standard_normal((len(pos), 3, head_dim)).astype(np.float32))
