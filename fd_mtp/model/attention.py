@@ -16,9 +16,17 @@ implementation in Paddle ops, which stays as the fallback and the test oracle. T
 validation and index bookkeeping (slots to write, slots to gather, masks; only the kernel's int32
 metadata on the kernel path) is built once per ``ForwardMeta`` on the host with numpy and reused by
 every layer (and by the MTP block's layer when the same meta is passed).
+
+RoPE lives here too, behind the backend: :meth:`AttentionBackend.rope` builds the step's
+:class:`Rope` from the tokens' positions, and the model only calls ``rope.apply(x)``. There is one
+RoPE definition, :func:`rope_tables` (angles ``pos * theta ** (-2i / D)`` in float64 on the host,
+cos / sin rounded once to float32), and two forms of applying it that consume the same tables: a
+batched per-token rotation-matrix matmul for decode-sized steps and the elementwise form
+(:func:`apply_rope_interleaved`) for large ones.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,8 +70,123 @@ def token_positions(meta: ForwardMeta, num_tokens: int) -> paddle.Tensor:
     return paddle.gather(dec, bid) + local
 
 
+# --------------------------------------------------------------------------- RoPE
+def _rope_cos_sin64(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    d = int(head_dim)
+    inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = np.asarray(positions, dtype=np.float64).reshape(-1, 1) * inv_freq[None, :]      # [T, D/2]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+_ROPE_TABLE_MIN = 1024       # positions in the smallest cached table
+_ROPE_TABLE_MAX = 1 << 15    # beyond this position the step's rows are computed directly
+
+
+@functools.lru_cache(maxsize=4)
+def _rope_table(head_dim: int, theta: float, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos / sin ``[size, D/2]`` of positions ``0 .. size-1`` (a pure function, memoised)."""
+    cos, sin = _rope_cos_sin64(np.arange(size), head_dim, theta)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
+
+
+def rope_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The model's RoPE: ``[T, D/2]`` float32 host arrays ``cos`` / ``sin`` of the angles
+    ``pos_t * theta ** (-2i / D)`` of pair ``(x[2i], x[2i+1])`` (interleaved RoPE, see
+    :mod:`fd_mtp.model.ernie`). The angles and their cos / sin are computed in float64 and rounded
+    once to float32, so the tables are exact to float32 rounding at any position (a float32 angle
+    would be off by up to ``|angle| * 2**-24`` rad: ~1e-2 rad at position 131071).
+
+    ``positions``: ``[T]`` (numpy array, list or Paddle tensor). Integer positions below
+    ``_ROPE_TABLE_MAX`` are rows of a memoised table of positions ``0 .. 2**k - 1`` (the same
+    float64-derived values, computed once per size), so a step costs a row gather, not T * D/2
+    float64 cos / sin."""
+    if isinstance(positions, paddle.Tensor):
+        positions = positions.numpy()
+    pos = np.asarray(positions).reshape(-1)
+    if pos.size == 0 or pos.dtype.kind not in "iu" or pos.min() < 0 or pos.max() >= _ROPE_TABLE_MAX:
+        return _rope_cos_sin64(pos, head_dim, theta)
+    size = max(_ROPE_TABLE_MIN, 1 << int(pos.max()).bit_length())
+    cos, sin = _rope_table(int(head_dim), float(theta), size)
+    return cos[pos], sin[pos]
+
+
+def _pair_sign(head_dim: int) -> np.ndarray:
+    """``[-1, 1, -1, 1, ...]`` (``[D]`` float32): the sign of sin in the rotated pair."""
+    return np.tile(np.array([-1.0, 1.0], np.float32), int(head_dim) // 2)
+
+
+def _rotate_elementwise(x, cos, signed_sin):
+    """``x * cos + swap(x) * signed_sin`` in float32 (``swap`` exchanges each pair), cast back to x's
+    dtype: ``(a, b) -> (a cos - b sin, b cos + a sin)``. cos / signed_sin broadcast against x."""
+    xf = x if x.dtype == paddle.float32 else x.astype("float32")
+    shape = list(xf.shape)
+    swapped = paddle.flip(xf.reshape(shape[:-1] + [shape[-1] // 2, 2]), axis=[-1]).reshape(shape)
+    out = xf * cos + swapped * signed_sin
+    return out if x.dtype == paddle.float32 else out.astype(x.dtype)
+
+
+def rope_cos_sin(positions, head_dim: int, theta: float):
+    """:func:`rope_tables` as ``[T, D]`` float32 Paddle tensors, each frequency repeated for its
+    pair: the layout :func:`apply_rope_interleaved` takes."""
+    cos, sin = rope_tables(positions, head_dim, theta)
+    both = paddle.to_tensor(np.stack([np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)]))
+    return both[0], both[1]
+
+
+def apply_rope_interleaved(x, cos, sin):
+    """The elementwise form on ``x [..., T, H, D]`` with ``cos`` / ``sin`` ``[T, D]`` from
+    :func:`rope_cos_sin` (any leading batch dims: the demo model's training script uses
+    ``[B, S, H, D]``); computed in float32, returned in x's dtype. Differentiable in x."""
+    sign = paddle.to_tensor(_pair_sign(x.shape[-1]))
+    return _rotate_elementwise(x, cos.unsqueeze(-2), (sin * sign).unsqueeze(-2))
+
+
+class Rope:
+    """The RoPE of one packed step (tokens at ``positions``), applied by ``apply(x [T, H, D])``.
+
+    Both forms consume the same :func:`rope_tables`. Decode-sized steps (``T * D * D`` at most
+    :attr:`MAX_MATRIX_ELEMENTS`) use one batched matmul with per-token ``[D, D]`` rotation matrices
+    (2x2 blocks ``[[cos, sin], [-sin, cos]]`` acting on row vectors): a single op, where the
+    elementwise form costs a chain of small ops that bounds a forward of a few tokens. Larger steps
+    use the elementwise form (:func:`apply_rope_interleaved`'s maths). ``matrix_form`` forces one.
+    ``rotation`` is the ``[T, D, D]`` tensor of the matrix form, else None.
+    """
+
+    MAX_MATRIX_ELEMENTS = 1 << 21  # 8 MB of float32 rotation matrices
+
+    def __init__(self, positions, head_dim: int, theta: float, matrix_form: bool | None = None):
+        d = int(head_dim)
+        cos, sin = rope_tables(positions, d, theta)                                   # [T, D/2]
+        t = cos.shape[0]
+        if matrix_form is None:
+            matrix_form = t * d * d <= self.MAX_MATRIX_ELEMENTS
+        self.rotation = self.cos = self.signed_sin = None
+        if matrix_form:
+            rot = np.zeros((t, d, d), np.float32)
+            i = np.arange(d // 2)
+            rot[:, 2 * i, 2 * i] = cos
+            rot[:, 2 * i + 1, 2 * i + 1] = cos
+            rot[:, 2 * i, 2 * i + 1] = sin
+            rot[:, 2 * i + 1, 2 * i] = -sin
+            self.rotation = paddle.to_tensor(rot)
+        else:
+            both = paddle.to_tensor(np.stack([np.repeat(cos, 2, axis=-1),
+                                              np.repeat(sin, 2, axis=-1) * _pair_sign(d)]))
+            self.cos, self.signed_sin = both[0].unsqueeze(1), both[1].unsqueeze(1)        # [T, 1, D]
+
+    def apply(self, x):
+        if self.rotation is None:
+            return _rotate_elementwise(x, self.cos, self.signed_sin)
+        xf = x if x.dtype == paddle.float32 else x.astype("float32")
+        out = paddle.matmul(xf, self.rotation)                                           # [T, H, D]
+        return out if x.dtype == paddle.float32 else out.astype(x.dtype)
+
+
 class AttentionBackend:
-    """Interface: ``forward(q, k, v, layer_id, meta)``.
+    """Interface: per step ``init_attention_metadata(meta, layer_ids)`` and ``rope(meta, ...)``
+    (the step's :class:`Rope`, whose ``apply`` the model calls on q and k), then per layer
+    ``forward(q, k, v, layer_id, meta)``.
 
     q: ``[T, Hq, D]``, k / v: ``[T, Hkv, D]`` (RoPE already applied to q and k), all of the cache's
     dtype. Writes k/v of token i of request b into the slot of position ``seq_lens_decoder[b] + i``
@@ -74,6 +197,12 @@ class AttentionBackend:
 
     def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:  # pragma: no cover
         """Build per-step bookkeeping once for the layers ``layer_ids`` (optional)."""
+
+    def rope(self, meta: ForwardMeta, num_tokens: int, head_dim: int, theta: float) -> Rope:
+        """The step's :class:`Rope` for its first ``num_tokens`` packed tokens (positions from
+        :func:`token_positions`); called once per step, after :meth:`init_attention_metadata`. A
+        backend may override it to reuse its host metadata or choose the form."""
+        return Rope(token_positions(meta, num_tokens).numpy(), head_dim, theta)
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:  # pragma: no cover
         raise NotImplementedError
@@ -124,6 +253,13 @@ class PagedAttentionCPU(AttentionBackend):
         ``layer_ids``: the cache layers this step will use (block ids are checked against the
         smallest of their block counts); default: every layer in ``meta.caches``."""
         meta.attn_metadata = self._build(meta, layer_ids)
+
+    def rope(self, meta: ForwardMeta, num_tokens: int, head_dim: int, theta: float) -> Rope:
+        """:class:`Rope` from the positions already on the host in the step's metadata."""
+        md = meta.attn_metadata
+        if not isinstance(md, _PagedMetadata):
+            return super().rope(meta, num_tokens, head_dim, theta)
+        return Rope(md.positions[: int(num_tokens)], head_dim, theta)
 
     def _metadata(self, meta: ForwardMeta, layer_id: int) -> _PagedMetadata:
         md = meta.attn_metadata

@@ -9,7 +9,11 @@ Hugging Face's ``ernie4_5`` / ``ernie4_5_moe`` ports of paddleformers' code):
 * RMSNorm: ``x * rsqrt(mean(x^2) + eps) * weight`` computed in float32.
 * RoPE: **interleaved** (GPT-J / GLM style; FastDeploy ``use_neox_rotary_style=False``, HF ERNIE-4.5
   ``rotate_half`` over ``x[..., 0::2], x[..., 1::2]``): the pair ``(x[2i], x[2i+1])`` is rotated by
-  angle ``pos * rope_theta ** (-2i / head_dim)``, over the whole head_dim, in float32.
+  angle ``pos * rope_theta ** (-2i / head_dim)``, over the whole head_dim. The angles and their
+  cos / sin are computed in float64 on the host and rounded to float32 (exact at large positions),
+  the rotation in float32. Defined once, :func:`fd_mtp.model.attention.rope_tables`; the attention
+  backend builds each step's :class:`~fd_mtp.model.attention.Rope` (and picks its form), the layers
+  call ``rope.apply``.
 * Attention: separate q/k/v/o projections, GQA (``num_key_value_heads`` <= ``num_attention_heads``),
   scale ``1/sqrt(head_dim)``, no bias unless ``use_bias``.
 * MLP: SwiGLU ``down(silu(gate(x)) * up(x))``.
@@ -59,18 +63,19 @@ For the loader: these are the Paddle-checkpoint names (paddleformers' ``ernie.``
 weights ``[in, out]``). Hugging Face "-PT" checkpoints use the prefix ``model.`` and torch's
 ``[out, in]`` linear layout (transpose on load; ``embed_tokens`` is ``[V, H]`` in both). FastDeploy's
 fused in-memory names (``qkv_proj``, ``up_gate_proj``) are not checkpoint names.
+
+The dense no-cache test oracle is :mod:`fd_mtp.model.oracles` (``dense_forward`` below defers to it).
 """
 from __future__ import annotations
-
-import math
-
-import numpy as np
 
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from .attention import AttentionBackend, ForwardMeta, PagedAttentionCPU, token_positions
+# apply_rope_interleaved / rope_cos_sin: the model's RoPE in batched form, imported from here by
+# tools/train_demo_model.py (the demo checkpoint is trained with the RoPE the model runs)
+from .attention import (AttentionBackend, ForwardMeta, PagedAttentionCPU, Rope,  # noqa: F401
+                        apply_rope_interleaved, rope_cos_sin)
 from .config import ErnieConfig
 
 
@@ -99,66 +104,6 @@ def _mm(linear: nn.Linear, x):
     which costs about three times the matmul itself on the few-token inputs of decoding."""
     y = paddle.matmul(x, linear.weight)
     return y if linear.bias is None else y + linear.bias
-
-
-def rope_cos_sin(positions: paddle.Tensor, head_dim: int, theta: float):
-    """``[T, D]`` float32 cos / sin for interleaved RoPE (each frequency repeated for its pair)."""
-    inv_freq = 1.0 / (theta ** (paddle.arange(0, head_dim, 2, dtype="float32") / head_dim))
-    freqs = positions.astype("float32").unsqueeze(-1) * inv_freq.unsqueeze(0)       # [T, D/2]
-    freqs = paddle.repeat_interleave(freqs, 2, axis=-1)                              # [T, D]
-    return paddle.cos(freqs), paddle.sin(freqs)
-
-
-class Rope:
-    """Interleaved RoPE for one packed step, built on the host from the tokens' positions.
-
-    ``apply(x [T, H, D])`` rotates each pair ``(x[2i], x[2i+1])`` of token t by ``pos_t * theta **
-    (-2i / D)`` (the maths of `apply_rope_interleaved`). Decode-sized steps use one batched matmul
-    with per-token ``[D, D]`` rotation matrices (2x2 blocks ``[[cos, sin], [-sin, cos]]`` acting on
-    row vectors): a single op, where the elementwise form costs a chain of small ops that bounds a
-    forward of a few tokens. Large steps (``T * D * D`` above :attr:`MAX_MATRIX_ELEMENTS`) use the
-    elementwise form ``x * cos + swap(x) * signed_sin`` (``swap`` exchanges each pair).
-    """
-
-    MAX_MATRIX_ELEMENTS = 1 << 21  # 8 MB of float32 rotation matrices
-
-    def __init__(self, positions: np.ndarray, head_dim: int, theta: float):
-        d = int(head_dim)
-        inv_freq = (1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))).astype(np.float32)
-        angles = np.asarray(positions).astype(np.float32)[:, None] * inv_freq[None, :]       # [T, D/2]
-        cos, sin = np.cos(angles), np.sin(angles)
-        t = angles.shape[0]
-        if t * d * d <= self.MAX_MATRIX_ELEMENTS:
-            rot = np.zeros((t, d, d), np.float32)
-            i = np.arange(d // 2)
-            rot[:, 2 * i, 2 * i] = cos
-            rot[:, 2 * i + 1, 2 * i + 1] = cos
-            rot[:, 2 * i, 2 * i + 1] = sin
-            rot[:, 2 * i + 1, 2 * i] = -sin
-            self.rotation, self.cos, self.signed_sin = paddle.to_tensor(rot), None, None
-        else:
-            sign = np.tile(np.array([-1.0, 1.0], np.float32), d // 2)
-            both = paddle.to_tensor(np.stack([np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1) * sign]))
-            self.rotation, self.cos, self.signed_sin = None, both[0].unsqueeze(1), both[1].unsqueeze(1)
-
-    def apply(self, x):
-        xf = x if x.dtype == paddle.float32 else x.astype("float32")
-        if self.rotation is not None:
-            out = paddle.matmul(xf, self.rotation)                                          # [T, H, D]
-        else:
-            t, h, d = x.shape
-            swapped = paddle.flip(xf.reshape([t, h, d // 2, 2]), axis=[-1]).reshape([t, h, d])
-            out = xf * self.cos + swapped * self.signed_sin
-        return out if x.dtype == paddle.float32 else out.astype(x.dtype)
-
-
-def apply_rope_interleaved(x, cos, sin):
-    """x ``[T, H, D]``; rotate pairs (x[2i], x[2i+1]); cos/sin ``[T, D]``."""
-    xf = x.astype("float32")
-    x1 = xf[..., 0::2]
-    x2 = xf[..., 1::2]
-    rot = paddle.stack([-x2, x1], axis=-1).reshape(xf.shape)
-    return (xf * cos.unsqueeze(1) + rot * sin.unsqueeze(1)).astype(x.dtype)
 
 
 class Ernie4_5Attention(nn.Layer):
@@ -237,7 +182,7 @@ class Ernie4_5MoE(nn.Layer):
 
     def forward(self, x):
         if self.num_experts > self.dense_combine_max_experts:
-            return _dispatch_moe(self, x)
+            return self.forward_per_expert(x)
         # Every expert runs on every token and is combined with a [T, E] weight matrix that is zero
         # off the chosen experts: exact for the routed sum (w = 0 adds 0 * finite).
         _, chosen, w = self.route(x)
@@ -245,6 +190,25 @@ class Ernie4_5MoE(nn.Layer):
         combine = paddle.put_along_axis(combine, chosen, w, axis=-1, reduce="add")
         outs = paddle.stack([e(x).astype("float32") for e in self.experts], axis=1)   # [T, E, H]
         out = (outs * combine.unsqueeze(-1)).sum(axis=1).astype(x.dtype)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+    def forward_per_expert(self, x):
+        """Route, then run each expert on its own tokens only (one host read of the routing; also
+        the oracle's MoE)."""
+        _, chosen, w = self.route(x)
+        chosen_np, w_np = chosen.numpy(), w.numpy()
+        out = paddle.zeros(x.shape, dtype="float32")
+        for e in range(self.num_experts):
+            tok, slot = (chosen_np == e).nonzero()
+            if tok.size == 0:
+                continue
+            idx = paddle.to_tensor(tok, dtype="int64")
+            y = self.experts[e](paddle.gather(x, idx)).astype("float32")
+            y = y * paddle.to_tensor(w_np[tok, slot], dtype="float32").unsqueeze(-1)
+            out = paddle.index_add(out, idx, 0, y)
+        out = out.astype(x.dtype)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out
@@ -319,9 +283,8 @@ class Ernie4_5ForCausalLM(nn.Layer):
 
     ``forward(ids_remove_padding [T] int64, meta)`` -> ``[T, H]`` final-normed hidden states (packed,
     paged KV cache: layer i uses ``meta.caches[i]``). ``compute_logits(hidden [R, H])`` -> ``[R, V]``
-    float32. ``dense_forward(input_ids [S])`` -> ``[S, H]``: test oracle, one sequence, no cache,
-    plain full causal attention (independent code: pairwise RoPE, repeated kv heads, per-expert
-    MoE dispatch).
+    float32. ``dense_forward(input_ids [S])`` -> ``[S, H]``: the test oracle
+    (:func:`fd_mtp.model.oracles.dense_forward`: one sequence, no cache, independent code).
     """
 
     def __init__(self, config: ErnieConfig, attn_backend: AttentionBackend | None = None):
@@ -355,10 +318,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
         self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
-        positions = getattr(meta.attn_metadata, "positions", None)
-        if positions is None:  # a backend without host metadata
-            positions = token_positions(meta, h.shape[0]).numpy()
-        rope = Rope(np.asarray(positions)[: h.shape[0]], self.config.head_dim, self.config.rope_theta)
+        rope = self.attn_backend.rope(meta, h.shape[0], self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
             h, residual = layer(h, residual, rope, meta, self.attn_backend)
@@ -372,66 +332,10 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def compute_logits(self, hidden):
         return self.lm_head(hidden).astype("float32")
 
-    # ----------------------------------------------------------------------- test oracle
     def dense_forward(self, input_ids):
-        ids = input_ids.reshape([-1])
-        x = self.embed_tokens(ids)
-        for layer in self.layers:
-            x = dense_layer(layer, x, self.config, start_pos=0)
-        return self.norm(x)
-
-
-def _rope_pairs(x, positions, theta):
-    """Oracle RoPE: view ``[S, H, D]`` as D/2 pairs and apply each pair's 2x2 rotation."""
-    s, hh, d = x.shape
-    xp = x.astype("float32").reshape([s, hh, d // 2, 2])
-    inv = paddle.to_tensor([theta ** (-2.0 * i / d) for i in range(d // 2)], dtype="float32")
-    ang = positions.astype("float32").reshape([s, 1, 1]) * inv.reshape([1, 1, d // 2])
-    c, sn = paddle.cos(ang), paddle.sin(ang)
-    a, b = xp[..., 0], xp[..., 1]
-    return paddle.stack([a * c - b * sn, a * sn + b * c], axis=-1).reshape([s, hh, d]).astype(x.dtype)
-
-
-def _dispatch_moe(moe: Ernie4_5MoE, x):
-    """Route, then run each expert on its own tokens only (also the oracle's MoE)."""
-    _, chosen, w = moe.route(x)
-    chosen_np, w_np = chosen.numpy(), w.numpy()
-    out = paddle.zeros(x.shape, dtype="float32")
-    for e in range(moe.num_experts):
-        tok, slot = (chosen_np == e).nonzero()
-        if tok.size == 0:
-            continue
-        idx = paddle.to_tensor(tok, dtype="int64")
-        y = moe.experts[e](paddle.gather(x, idx)).astype("float32")
-        y = y * paddle.to_tensor(w_np[tok, slot], dtype="float32").unsqueeze(-1)
-        out = paddle.index_add(out, idx, 0, y)
-    out = out.astype(x.dtype)
-    if moe.shared_experts is not None:
-        out = out + moe.shared_experts(x)
-    return out
-
-
-def dense_layer(layer: Ernie4_5DecoderLayer, x, cfg: ErnieConfig, start_pos: int = 0):
-    """Oracle decoder layer over one whole sequence ``x [S, H]`` (positions ``start_pos ..``)."""
-    s = x.shape[0]
-    attn = layer.self_attn
-    pos = paddle.arange(start_pos, start_pos + s, dtype="int64")
-    q, k, v = attn.qkv(layer.input_layernorm(x))
-    q = _rope_pairs(q, pos, cfg.rope_theta)
-    k = _rope_pairs(k, pos, cfg.rope_theta)
-    g = attn.num_heads // attn.num_kv_heads
-    k = paddle.repeat_interleave(k, g, axis=1)          # [S, Hq, D]
-    v = paddle.repeat_interleave(v, g, axis=1)
-    qh = q.astype("float32").transpose([1, 0, 2])       # [Hq, S, D]
-    kh = k.astype("float32").transpose([1, 0, 2])
-    vh = v.astype("float32").transpose([1, 0, 2])
-    scores = paddle.matmul(qh, kh, transpose_y=True) / math.sqrt(attn.head_dim)
-    causal = paddle.tril(paddle.ones([s, s], dtype="bool"))
-    scores = paddle.where(causal.unsqueeze(0), scores, paddle.full_like(scores, float("-inf")))
-    o = paddle.matmul(F.softmax(scores, axis=-1), vh).transpose([1, 0, 2]).reshape([s, -1]).astype(x.dtype)
-    x = x + attn.o_proj(o)
-    hn = layer.post_attention_layernorm(x)
-    return x + (_dispatch_moe(layer.mlp, hn) if layer.is_moe else layer.mlp(hn))
+        """Test oracle: :func:`fd_mtp.model.oracles.dense_forward` (imported on call)."""
+        from .oracles import dense_forward
+        return dense_forward(self, input_ids)
 
 
 class _MTPWeights(nn.Layer):
@@ -453,7 +357,7 @@ class Ernie4_5MTP(nn.Layer):
 
     ``forward(ids_remove_padding [T], previous_hidden_states [T, H], meta)`` -> ``[T, H]``, normed by
     the main model's final norm. ``dense_forward(input_ids [S], previous_hidden_states [S, H])`` is
-    the no-cache oracle.
+    the no-cache oracle (:func:`fd_mtp.model.oracles.mtp_dense_forward`).
     """
 
     def __init__(self, config: ErnieConfig, main: Ernie4_5ForCausalLM):
@@ -515,8 +419,9 @@ class Ernie4_5MTP(nn.Layer):
         return self.main.compute_logits(hidden)
 
     def dense_forward(self, input_ids, previous_hidden_states):
-        x = self._project(input_ids, previous_hidden_states)
-        return self.norm(dense_layer(self.mtp_block, x, self.config, start_pos=0))
+        """Test oracle: :func:`fd_mtp.model.oracles.mtp_dense_forward` (imported on call)."""
+        from .oracles import mtp_dense_forward
+        return mtp_dense_forward(self, input_ids, previous_hidden_states)
 
 
 # --------------------------------------------------------------------------- names

@@ -500,7 +500,7 @@ def test_rope_rotation_matrices_and_elementwise_form_agree(head_dim, monkeypatch
     sin / cos, whose AVX-512 and AVX2 loops differ, or Paddle's); cos / sin then add their own few
     ulp and the rotation two products and a sum. At small positions the bound is ~1e-6, so a wrong
     sign or a swapped pair (errors of order |x|) fails there."""
-    from fd_mtp.model.ernie import Rope, apply_rope_interleaved, rope_cos_sin
+    from fd_mtp.model.attention import Rope, apply_rope_interleaved, rope_cos_sin
 
     theta = 500000.0
     pos = np.array([0, 1, 5, 77, 1000, 4095, 131071])
