@@ -1,4 +1,6 @@
-// KV-cache sharing between processes (spec §7):
+// KV-cache sharing between processes (spec §7). Signatures: fd_mtp/schema/ipc.py
+// (declared there, binding=False: the binding stays hand-written because every
+// tensor here takes any dtype, which the generated checks cannot express):
 //   fd_mtp_shared_empty         a CPU tensor whose memory is a POSIX shared-memory segment
 //   fd_mtp_set_data_ipc         publish a tensor under a shared-memory name
 //   fd_mtp_share_external_data  attach to a published tensor (no copy)
@@ -22,7 +24,7 @@
 #include <vector>
 
 #include "check.h"
-#include "ops.h"
+#include "ops_gen.h"
 #include "gpu_scratch.h"
 #include "../kernels/ipc.h"
 
@@ -149,6 +151,15 @@ int64_t checked_bytes(const char* op, const std::vector<int64_t>& shape, DataTyp
 
 std::string dtype_name(DataType d) { return phi::DataTypeToString(d); }
 
+// Bytes of physical memory of this machine (0 when unknown).
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  if (pages > INT64_MAX / page) return INT64_MAX;
+  return static_cast<int64_t>(pages) * page;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ shared_empty ---
@@ -162,6 +173,13 @@ std::vector<paddle::Tensor> SharedEmpty(const paddle::Tensor& like,
                                         const std::string& name) {
   fd_mtp::check::on_cpu(kEmpty, "like", like);
   const int64_t bytes = checked_bytes(kEmpty, shape, like.dtype());
+  // tmpfs accepts a segment larger than the machine (pages are allocated on
+  // first touch, and a touch that finds no memory kills the process with
+  // SIGBUS): refuse what cannot fit in physical memory.
+  const int64_t physical = physical_memory_bytes();
+  if (physical > 0 && bytes > physical)
+    fail(kEmpty, "shape", shape_str(shape), " with dtype ", dtype_name(like.dtype()), " needs ", bytes,
+         " bytes but this machine has ", physical, " bytes of physical memory");
   if (!name.empty()) check_name(kEmpty, "name", name);
   const size_t size = bytes > 0 ? static_cast<size_t>(bytes) : 1;  // mmap needs >= 1 byte
 
@@ -422,29 +440,22 @@ constexpr const char* kUnset = "unset_data_ipc";
 //             the shared pages are replaced by private zero pages, so the tensor
 //             stays addressable but no longer shares memory)
 // unlink_shm: shm_unlink(shm_name)
+// Everything that can be refused is checked before anything changes: the
+// name, the attachment, then the unlink (which fails, changing nothing, when
+// the name does not exist); the attachment is closed last.
 void UnsetDataIpc(paddle::Tensor& tensor, const std::string& shm_name, bool close_ipc,
                   bool unlink_shm) {
   if (unlink_shm) check_name(kUnset, "shm_name", shm_name);
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
+  Mapping* attachment = nullptr;
   if (close_ipc) {
     auto* hit = r.find(tensor.data(), 0);
     const bool attached = hit && hit->second.source != Source::kAllocated;
     if (!attached)
       fail(kUnset, "tensor", "was not attached with share_external_data (or is already closed); "
            "close_ipc=True closes an attachment, never a producer's own tensor");
-    Mapping& m = hit->second;
-    if (m.source == Source::kAttachedCpu) {
-      void* p = mmap(m.base, m.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                     -1, 0);
-      if (p == MAP_FAILED)
-        fail(kUnset, "tensor", "cannot be detached: ", ipc::errno_text(errno));
-    } else {
-#ifdef PADDLE_WITH_CUDA
-      fd_mtp::check::cuda(kUnset, fd_mtp::cuda_ipc_close(m.base));
-#endif
-    }
-    m.closed = true;
+    attachment = &hit->second;
   }
   if (unlink_shm) {
     if (r.is_live_backing(shm_name))
@@ -453,6 +464,21 @@ void UnsetDataIpc(paddle::Tensor& tensor, const std::string& shm_name, bool clos
     std::string err;
     if (!ipc::unlink_segment(shm_name, &err)) fail(kUnset, "shm_name", ipc::quoted(shm_name), " ", err);
     r.published.erase(shm_name);
+  }
+  if (attachment != nullptr) {
+    Mapping& m = *attachment;
+    if (m.source == Source::kAttachedCpu) {
+      void* p = mmap(m.base, m.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                     -1, 0);
+      if (p == MAP_FAILED)
+        fail(kUnset, "tensor", "cannot be detached: ", ipc::errno_text(errno),
+             unlink_shm ? " (shm_name was unlinked)" : "");
+    } else {
+#ifdef PADDLE_WITH_CUDA
+      fd_mtp::check::cuda(kUnset, fd_mtp::cuda_ipc_close(m.base));
+#endif
+    }
+    m.closed = true;
   }
 }
 
