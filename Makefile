@@ -7,6 +7,8 @@
 #   make bench        op benchmarks, checked against the numpy references: CSV + PNG under benchmarks/results/
 #   make build        only set up and build the C++ ops
 #   make cuda-module  only build the raw CUDA module fd_mtp_cuda (needs nvcc)
+#   make lint         ruff (format check + lint) over Python, clang-format check over custom_ops/
+#   make format       apply ruff format / ruff's fixes and clang-format
 # Variables: PYTHON (the interpreter that makes .venv, default python3), PYTEST_ARGS,
 # WITH_CUDA_MODULE=0 (make test without compiling the CUDA sources).
 PYTHON ?= python3
@@ -23,7 +25,9 @@ WITH_CUDA_MODULE ?= $(if $(NVCC),1,0)
 # Everything the C++ build reads (make re-runs the build when one of these is newer than the library).
 BUILD_INPUTS := CMakeLists.txt $(wildcard cmake/*.py) $(shell find custom_ops -type f 2>/dev/null)
 
-.PHONY: demo test bench build cuda-module clean
+CXX_SOURCES = $(shell find custom_ops -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null)
+
+.PHONY: demo test bench build cuda-module lint format clean
 
 $(DEPS): requirements.txt
 	@$(PYTHON) -c "import venv, ensurepip" 2>/dev/null || { echo "make: $(PYTHON) cannot create virtual environments: install python3-venv (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
@@ -57,6 +61,16 @@ test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP))
 
 bench: build
 	$(PY) benchmarks/bench_ops.py --refcheck
+
+lint: $(DEPS)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
+
+format: $(DEPS)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 clean:
 	rm -rf build fd_mtp/_lib/*.so *.egg-info $(EDITABLE)

@@ -29,7 +29,6 @@ iterations) about 20 s.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
 import sys
 import time
@@ -44,7 +43,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 import fd_mtp  # noqa: E402  (before paddle: MKL's CPU dispatch, see fd_mtp/__init__.py)
 import paddle  # noqa: E402
-from bench_ops import CSV_COLUMNS, percentiles  # noqa: E402
+from harness import percentiles, plot_panels, write_csv  # noqa: E402
 
 from fd_mtp.model import ForwardMeta, allocate_kv_caches  # noqa: E402
 from fd_mtp.model.attention import PagedAttentionCPU  # noqa: E402
@@ -116,40 +115,13 @@ def measure(model, meta, warmup, iters):
 
 
 def plot(rows, backends, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kernels = sorted(dict.fromkeys(r["kernel"] for r in rows), key=lambda k: not k.startswith("decode"))
-    cols = min(4, len(kernels))
-    nrows = -(-len(kernels) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.6 * nrows), squeeze=False)
-    colors = dict(zip(BACKENDS, ("C0", "C1")))
-    for ax, kernel in zip(axes.ravel(), kernels):
-        for backend in backends:
-            for metric, style in (("forward_latency", "o-"), ("attention_latency", "x--")):
-                pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows
-                             if r["kernel"] == kernel and r["provider"] == backend and r["metric"] == metric)
-                if not pts:
-                    continue
-                x, p50, p20, p80 = (np.array(v, dtype=float) for v in zip(*pts))
-                ax.errorbar(x, p50 / 1e3, yerr=[(p50 - p20) / 1e3, (p80 - p50) / 1e3], fmt=style, capsize=3,
-                            color=colors[backend], label=f"{backend} {metric.split('_')[0]}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(kernel, fontsize=10)
-        ax.set_xlabel("batch (requests)")
-        ax.set_ylabel("ms per forward, p50 (p20-p80 bars)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in axes.ravel()[len(kernels):]:
-        ax.set_visible(False)
-    fig.suptitle(f"fd_mtp {fd_mtp.__version__}: tiny ERNIE-4.5 paged forward on the CPU, "
-                 f"attention backends {' vs '.join(backends)}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    series = {f"{b} {m.split('_')[0]}": (lambda r, b=b, m=m: r["provider"] == b and r["metric"] == m)
+              for b in backends for m in ("forward_latency", "attention_latency")}
+    return plot_panels(rows, path, kernels, series=series, scale=1e3, xbase=2, cols=4, xlabel="batch (requests)",
+                       ylabel="ms per forward, p50 (p20-p80 bars)",
+                       title=f"fd_mtp {fd_mtp.__version__}: tiny ERNIE-4.5 paged forward on the CPU, "
+                             f"attention backends {' vs '.join(backends)}")
 
 
 def table(rows, backends) -> str:
@@ -238,12 +210,7 @@ def main(argv=None):
                               f"{np.median(attn) / 1e3:7.2f} ms ({100 * np.median(attn) / np.median(fwd):.0f}%)",
                               flush=True)
 
-    csv_path = out / "bench_model.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, **{k: f"{r[k]:.1f}" for k in ("p50", "p20", "p80")}})
+    csv_path = write_csv(rows, out / "bench_model.csv", digits=1)
     print()
     print(table(rows, backends))
     try:

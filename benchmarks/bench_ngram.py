@@ -36,7 +36,6 @@ timestamp,version; kernel = "<op>[H=<history>]", x = batch) and DIR/bench_ngram.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
 import sys
 import time
@@ -51,7 +50,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 import fd_mtp  # noqa: E402
 import fd_mtp.reference as ref  # noqa: E402
-from bench_ops import CSV_COLUMNS, percentiles, time_calls  # noqa: E402
+from harness import percentiles, plot_panels, time_calls, write_csv  # noqa: E402
 
 OPS = ("ngram_match", "hybrid_mtp_ngram")
 DEFAULT_BATCHES = (1, 16, 64, 256)
@@ -274,40 +273,6 @@ def check_same(got, expected, label):
 # ------------------------------------------------------------------------------------------------
 # Main
 # ------------------------------------------------------------------------------------------------
-def plot(rows, path, kernels):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(kernels)
-    cols = min(3, n)
-    nrows = -(-n // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
-    styles = {"fd_mtp": "o-", "numpy_ref": "s--", "cuda": "^-", "cpu+copies": "v:"}
-    for ax, kernel in zip(axes.ravel(), kernels):
-        for provider, style in styles.items():
-            pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows
-                         if r["kernel"] == kernel and r["provider"] == provider)  # fmt: skip
-            if not pts:
-                continue
-            x, p50, p20, p80 = map(np.array, zip(*pts))
-            ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt=style, capsize=3, label=provider)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(kernel, fontsize=10)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("latency p50 [us] (p20-p80 bars)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    fig.suptitle(f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def _ints(text):
     return [int(v) for v in text.split(",") if v]
 
@@ -385,15 +350,10 @@ def main(argv=None):
                                      p50=p50, p20=p20, p80=p80, config=config + note, device=device,
                                      timestamp=stamp, version=fd_mtp.__version__))  # fmt: skip
 
-    csv_path = out / "bench_ngram.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, **{k: f"{r[k]:.3f}" for k in ("p50", "p20", "p80")}})
+    csv_path = write_csv(rows, out / "bench_ngram.csv")
     kernels = [f"{op}[H={h}]" for op in ops for h in histories]
-    png_path = out / "bench_ngram.png"
-    plot(rows, png_path, kernels)
+    png_path = plot_panels(rows, out / "bench_ngram.png", kernels,
+                           title=f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)")
 
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
     gpu = gpu_reason is None

@@ -59,7 +59,8 @@ def camel(name: str) -> str:
 
 def tensor_param(t: Tensor) -> str:
     if t.optional:
-        return f"const paddle::optional<paddle::Tensor>& {t.name}"
+        const = "" if t.role == "written" else "const "
+        return f"{const}paddle::optional<paddle::Tensor>& {t.name}"
     if t.role == "written":
         return f"paddle::Tensor& {t.name}"
     return f"const paddle::Tensor& {t.name}"
@@ -88,7 +89,9 @@ def dim_names(op: Op) -> list[str]:
     return names
 
 
-def dtype_check(op: Op, t: Tensor, var: str) -> str:
+def dtype_check(op: Op, t: Tensor, var: str) -> str | None:
+    if "any" in t.dtypes:
+        return None
     if len(t.dtypes) == 1:
         return f'check::dtype(kOp, "{t.name}", {var}, paddle::DataType::{DTYPES[t.dtypes[0]]});'
     allowed = ", ".join(f"paddle::DataType::{DTYPES[d]}" for d in t.dtypes)
@@ -112,7 +115,7 @@ def shape_checks(op: Op, t: Tensor, var: str, bound: dict[str, str]) -> list[str
         return lines
     if len(dims) == 1:
         d = dims[0]
-        is_batch = op.batch is not None and ("B" in (d.name, d.lower_name))
+        is_batch = "B" in (d.name, d.lower_name)
         lines.append(f'check::vec(kOp, "{t.name}", {var}, {str(is_batch).lower()});')
     else:
         lines.append(f'check::rank(kOp, "{t.name}", {var}, {len(dims)});')
@@ -186,6 +189,7 @@ def gen_op_header(op: Op) -> str:
     out.append(f'  static constexpr const char* op = "{op.name}";\n')
     for t in op.tensors:
         role = t.role + (", optional" if t.optional else "") + (", on the CPU" if t.cpu else "")
+        role += ", any device" if t.any_place else ""
         out.append(f"  {tensor_param(t)};  // {t.spec} {role}\n")
     for a in op.attrs:
         out.append(f"  {ATTR_CPP[a.type]} {a.name};\n")
@@ -234,7 +238,7 @@ def gen_op_header(op: Op) -> str:
         ordered.insert(0, batch)
     for t in ordered:
         var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
-        lines = [dtype_check(op, t, var)]
+        lines = [line for line in [dtype_check(op, t, var)] if line]
         if t.name == op.batch:
             lines.append(f'a.dims.B = check::vec(kOp, "{t.name}", {var}, true);')
             bound["B"] = t.name
@@ -261,6 +265,8 @@ def gen_op_header(op: Op) -> str:
     for t in op.tensors:
         var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
         guard = f"if (a.{t.name}) " if t.optional else ""
+        if t.any_place:
+            continue
         if t.cpu:
             out.append(f'  {guard}check::on_cpu(kOp, "{t.name}", {var});\n')
         elif t.name != ref:
@@ -291,15 +297,21 @@ def gen_op_header(op: Op) -> str:
     # registration
     inputs = ", ".join(f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors)
     written = [t for t in op.tensors if t.role == "written"]
-    outputs = [f"{t.name}_out" for t in written] + list(op.returns)
+    outputs = [f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written]
+    outputs += [f'"{name}"' for name in op.returns]
     out.append(f"PD_BUILD_OP(fd_mtp_{op.name})\n")
     out.append(f"    .Inputs({{{inputs}}})\n")
-    out.append("    .Outputs({" + ", ".join(f'"{o}"' for o in outputs) + "})\n")
+    out.append("    .Outputs({" + ", ".join(outputs) + "})\n")
     if op.attrs:
         attrs = ", ".join(f'"{a.name}: {ATTR_PADDLE[a.type]}"' for a in op.attrs)
         out.append(f"    .Attrs({{{attrs}}})\n")
     if written:
-        pairs = ", ".join(f'{{"{t.name}", "{t.name}_out"}}' for t in written)
+        pairs = ", ".join(
+            f'{{paddle::Optional("{t.name}"), paddle::Optional("{t.name}_out")}}'
+            if t.optional
+            else f'{{"{t.name}", "{t.name}_out"}}'
+            for t in written
+        )
         out.append(f"    .SetInplaceMap({{{pairs}}})\n")
     out.append(f"    .SetKernelFn(PD_KERNEL({op.entry}))")
     if op.returns:

@@ -8,3 +8,11 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=20, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        help="tests/ops/test_fuzz.py: every strided-view kind and batches 1, 5, 33 (default: the fast mode)",
+    )

@@ -1,32 +1,15 @@
 """fd_mtp.cuda versions of the packed-layout ops (spec §5.1-§5.4) on CuPy arrays."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ._common import _check_status, _cupy, _device_array, _dtype, _fail, _matrix, _ptr, _scratch, _stream, load
+from .. import schema
+from ..schema import arrays
+from ._common import _cupy, _dtype, _fail, _host_array, _ptr, _scratch, _stream, load, prepare, raise_status
 
-# Status tables: code -> (argument, description), as in the Paddle bindings' kStatus tables.
-_PADDING_STATUS = {
-    1: ("seq_len", "is {value}; token counts must be >= {limit}"),
-    2: ("seq_len", "is {value} for a prefilling request but its input_ids row has {limit} columns"),
-    3: ("seq_len", "is {value} for a decoding request but its draft_tokens row has {limit} columns"),
-    4: ("cum_offsets", "is {value}; it must be the inclusive prefix sum of input_ids.shape[1] - seq_len, {limit}"),
-    5: ("token_num", "is {value} but seq_len sums to {limit}"),
-}
-_OUTPUT_STATUS = {
-    1: ("seq_lens_output", "is {value}; row counts must be >= {limit}"),
-    2: ("seq_lens_output", "is {value}; it must be <= max_seq_len = {limit}"),
-    3: ("output_cum_offsets_tmp",
-        "is {value}; it must be the inclusive prefix sum of max_seq_len - seq_lens_output, {limit}"),
-    4: ("out_token_num", "is {value} but seq_lens_output sums to {limit}"),
-}
-_REBUILD_STATUS = {
-    1: ("output_padding_offset", "maps an output row to request {value} but the batch has {limit} requests "
-        "(check max_input_length: it must be the width the offsets were built with)"),
-    2: ("cu_seqlens_q", "with seq_lens_encoder selects tmp_out row {value} but tmp_out has {limit} rows"),
-}
 _INT32_MAX = np.iinfo(np.int32).max
-_HIDDEN_DTYPES = ("float32", "float16", "bfloat16", "uint16")  # uint16: bfloat16 bits
 
 
 def _host_count(op, arg, value):
@@ -44,8 +27,26 @@ def _host_count(op, arg, value):
     return v
 
 
+def _prepare_counted(op_name, values, count):
+    """`prepare` for an op whose token count ``count`` is read on the host (the binding's
+    packing::host_count): here it may be an int or a numpy / CuPy one-element array, so it is left
+    out of the schema's array checks and read by _host_count after them and the attributes.
+    Returns ``(op, values, dims, params, count value)``."""
+    op = schema.get(op_name)
+    arrays_op = dataclasses.replace(op, args=tuple(a for a in op.args if a.name != count))
+    cp = _cupy()
+    values = dict(values)
+    dims = arrays.check_arrays(arrays_op, values, lambda x: isinstance(x, cp.ndarray), _host_array)
+    for a in op.attrs:
+        values[a.name] = arrays.convert_attr(op, a, values[a.name])
+    n = _host_count(op_name, count, values[count])
+    p = getattr(load(), op.params)()
+    arrays.fill_params(arrays_op, p, values, dims, _ptr)
+    return op, values, dims, p, n
+
+
 def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
-    """_per_request whose message names where bsz comes from."""
+    """A per-request vector ([n] or [n, 1], n >= bsz) whose message names where bsz comes from."""
     _dtype(op, arg, a, dt)
     s = a.shape
     if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
@@ -58,85 +59,44 @@ def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
 def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder):
     """fd_mtp.ops.speculate_get_padding_offset on CuPy arrays (token_num: int or one-element array).
     Returns [x_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k] as new CuPy arrays."""
-    op = "speculate_get_padding_offset"
+    op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", locals(), "token_num")
     cp = _cupy()
-    m = load()
-    bsz = _per_request_of(op, "seq_len", seq_len, np.int32, 0, "seq_len")
-    l_in = _matrix(op, "input_ids", input_ids, np.int64, bsz, 0)
-    kd = _matrix(op, "draft_tokens", draft_tokens, np.int64, bsz, 0)
-    _per_request_of(op, "cum_offsets", cum_offsets, np.int32, bsz, "seq_len")
-    _per_request_of(op, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz, "seq_len")
-    t = _host_count(op, "token_num", token_num)
-
     x = cp.empty(t, dtype=cp.int64)
     batch_id = cp.empty(t, dtype=cp.int32)
-    cu_q = cp.empty(bsz + 1, dtype=cp.int32)
-    cu_k = cp.empty(bsz + 1, dtype=cp.int32)
-    p = m.PaddingOffsetParams()
-    p.input_ids = _ptr(input_ids)
-    p.input_ids_cols = l_in
-    p.draft_tokens = _ptr(draft_tokens)
-    p.draft_tokens_cols = kd
-    p.cum_offsets = _ptr(cum_offsets)
-    p.seq_len = _ptr(seq_len)
-    p.seq_lens_encoder = _ptr(seq_lens_encoder)
-    p.bsz = bsz
+    cu_q = cp.empty(dims["B"] + 1, dtype=cp.int32)
+    cu_k = cp.empty(dims["B"] + 1, dtype=cp.int32)
     p.token_num = t
     p.x_remove_padding = _ptr(x)
     p.batch_id_per_token = _ptr(batch_id)
     p.cu_seqlens_q = _ptr(cu_q)
     p.cu_seqlens_k = _ptr(cu_k)
     status, total = _scratch(), _scratch(1)
-    st = m.speculate_get_padding_offset(p, _ptr(status), _ptr(total), _stream())
-    _check_status(op, st, _PADDING_STATUS)
+    raise_status(op, load().speculate_get_padding_offset(p, _ptr(status), _ptr(total), _stream()))
     return [x, batch_id, cu_q, cu_k]
 
 
 def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder):
     """fd_mtp.ops.speculate_get_seq_lens_output on CuPy arrays; returns a new [bsz] int32 array."""
-    op = "speculate_get_seq_lens_output"
+    _, _, dims, p = prepare("speculate_get_seq_lens_output", locals())
     cp = _cupy()
-    m = load()
-    src = "seq_lens_this_time"
-    bsz = _per_request_of(op, src, seq_lens_this_time, np.int32, 0, src)
-    _per_request_of(op, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz, src)
-    _per_request_of(op, "seq_lens_decoder", seq_lens_decoder, np.int32, bsz, src)
-    out = cp.empty(bsz, dtype=cp.int32)
-    p = m.SeqLensOutputParams()
-    p.seq_lens_this_time = _ptr(seq_lens_this_time)
-    p.seq_lens_encoder = _ptr(seq_lens_encoder)
+    out = cp.empty(dims["B"], dtype=cp.int32)
     p.seq_lens_output = _ptr(out)
-    p.bsz = bsz
-    m.speculate_get_seq_lens_output(p, _stream())
+    load().speculate_get_seq_lens_output(p, _stream())
     return out
 
 
 def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len):
-    """fd_mtp.ops.speculate_get_output_padding_offset on CuPy arrays.
-    Returns [output_padding_offset, output_cum_offsets] as new CuPy arrays."""
-    op = "speculate_get_output_padding_offset"
+    """fd_mtp.ops.speculate_get_output_padding_offset on CuPy arrays (out_token_num: int or
+    one-element array). Returns [output_padding_offset, output_cum_offsets] as new CuPy arrays."""
+    op, _, dims, p, to = _prepare_counted("speculate_get_output_padding_offset", locals(), "out_token_num")
     cp = _cupy()
-    m = load()
-    src = "output_cum_offsets_tmp"
-    bsz = _per_request_of(op, src, output_cum_offsets_tmp, np.int32, 0, src)
-    _per_request_of(op, "seq_lens_output", seq_lens_output, np.int32, bsz, src)
-    max_seq_len = int(max_seq_len)
-    if max_seq_len < 1:
-        _fail(op, "max_seq_len", f"must be >= 1, got {max_seq_len}")
-    to = _host_count(op, "out_token_num", out_token_num)
     padding = cp.empty(to, dtype=cp.int32)
-    cum = cp.empty(bsz, dtype=cp.int32)
-    p = m.OutputPaddingOffsetParams()
-    p.output_cum_offsets_tmp = _ptr(output_cum_offsets_tmp)
-    p.seq_lens_output = _ptr(seq_lens_output)
-    p.bsz = bsz
-    p.max_seq_len = max_seq_len
+    cum = cp.empty(dims["B"], dtype=cp.int32)
     p.out_token_num = to
     p.output_padding_offset = _ptr(padding)
     p.output_cum_offsets = _ptr(cum)
     status, total = _scratch(), _scratch(1)
-    st = m.speculate_get_output_padding_offset(p, _ptr(status), _ptr(total), _stream())
-    _check_status(op, st, _OUTPUT_STATUS)
+    raise_status(op, load().speculate_get_output_padding_offset(p, _ptr(status), _ptr(total), _stream()))
     return [padding, cum]
 
 
@@ -166,53 +126,47 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
 
 
 def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob):
+                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
+                    use_output_padding_offset=None):
     """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array."""
-    op = "rebuild_padding"
+    if use_output_padding_offset is None:
+        use_output_padding_offset = output_padding_offset is not None
+    op, v, dims, p = prepare("rebuild_padding", locals())
     cp = _cupy()
-    m = load()
-    _device_array(op, "tmp_out", tmp_out)
-    if tmp_out.dtype.name not in _HIDDEN_DTYPES:
-        _fail(op, "tmp_out", f"must be float32, float16 or bfloat16 (uint16 bits), got {tmp_out.dtype}")
-    if tmp_out.ndim != 2:
-        _fail(op, "tmp_out", f"must be 2-D [tokens, hidden], got shape {list(tmp_out.shape)}")
-    _dtype(op, "cu_seqlens_q", cu_seqlens_q, np.int32)
+    name = op.name
+    # cu_seqlens_q: [bsz + 1], defines bsz; the per-request vectors: [>=bsz].
     if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
-        _fail(op, "cu_seqlens_q", f"must have shape [bsz + 1], got {list(cu_seqlens_q.shape)}")
+        _fail(name, "cu_seqlens_q", f"must have shape [bsz + 1], got {list(cu_seqlens_q.shape)}")
     bsz = cu_seqlens_q.shape[0] - 1
     src = "cu_seqlens_q"
-    _per_request_of(op, "seq_len_this_time", seq_len_this_time, np.int32, bsz, src)
-    _per_request_of(op, "seq_lens_decoder", seq_lens_decoder, np.int32, bsz, src)
-    _per_request_of(op, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz, src)
-    rows, hidden = tmp_out.shape
+    _per_request_of(name, "seq_len_this_time", seq_len_this_time, np.int32, bsz, src)
+    _per_request_of(name, "seq_lens_decoder", seq_lens_decoder, np.int32, bsz, src)
+    _per_request_of(name, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz, src)
+    rows = dims["T"]
     out_rows = bsz
-    max_input_length = int(max_input_length)
-    if output_padding_offset is not None:
-        _dtype(op, "output_padding_offset", output_padding_offset, np.int32)
-        if max_input_length < 1:
-            _fail(op, "max_input_length", f"must be >= 1, got {max_input_length}")
+    offsets = 0
+    if v["use_output_padding_offset"]:
+        entries = 0 if output_padding_offset is None else output_padding_offset.size
+        if v["max_input_length"] < 1:
+            _fail(name, "max_input_length", f"must be >= 1, got {v['max_input_length']}")
+        # R on the host, as upstream (one row per prefilling request).
         enc = cp.asnumpy(seq_lens_encoder).reshape(-1)[:bsz].astype(np.int64)
         out_rows = rows - int(np.sum(np.where(enc > 0, enc - 1, 0)))
         if out_rows < 0:
-            _fail(op, "seq_lens_encoder", f"sums to more prefill tokens than tmp_out has rows ({rows}): "
+            _fail(name, "seq_lens_encoder", f"sums to more prefill tokens than tmp_out has rows ({rows}): "
                   f"the output would have {out_rows} rows")
-        if output_padding_offset.size < out_rows:
-            _fail(op, "output_padding_offset", f"has {output_padding_offset.size} entries but the output has "
-                  f"R = {out_rows} rows")
-    out = cp.empty((out_rows, hidden), dtype=tmp_out.dtype)
-    p = m.RebuildPaddingParams()
+        if entries < out_rows:
+            _fail(name, "output_padding_offset", f"has {entries} entries but the output has R = {out_rows} rows "
+                  "(R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which assumes "
+                  "seq_len_this_time == seq_lens_encoder for them)")
+        if out_rows > 0:
+            offsets = _ptr(output_padding_offset)
+    out = cp.empty((out_rows, dims["H"]), dtype=tmp_out.dtype)
     p.tmp_out = _ptr(tmp_out)
-    p.tmp_rows = rows
-    p.row_bytes = hidden * tmp_out.itemsize
-    p.cu_seqlens_q = _ptr(cu_seqlens_q)
-    p.seq_len_this_time = _ptr(seq_len_this_time)
-    p.seq_lens_decoder = _ptr(seq_lens_decoder)
-    p.seq_lens_encoder = _ptr(seq_lens_encoder)
-    p.output_padding_offset = 0 if output_padding_offset is None else _ptr(output_padding_offset)
+    p.row_bytes = dims["H"] * tmp_out.itemsize
+    p.output_padding_offset = offsets
     p.bsz = bsz
-    p.max_input_length = max_input_length
     p.out_rows = out_rows
     p.out = _ptr(out)
-    st = m.rebuild_padding(p, _ptr(_scratch()), _stream())
-    _check_status(op, st, _REBUILD_STATUS)
+    raise_status(op, load().rebuild_padding(p, _ptr(_scratch()), _stream()))
     return out

@@ -1,9 +1,7 @@
 """Target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11."""
 from __future__ import annotations
 
-import os
-
-from ._loader import call
+from ._loader import invoke
 
 
 def speculate_schedule_cache(
@@ -57,11 +55,12 @@ def speculate_schedule_cache(
         accept_tokens: ``[>=bsz, Wa]`` int64, **W** (the row of a block-stepped request -> -1).
         is_block_step: bool, **W**.
         not_need_stop: ``[1]`` bool on the CPU, **W**.
-        stop_nums: ``[1]`` int64, read on the host (copied from the GPU when it lives there).
+        stop_nums: ``[1]`` int64 on the device of seq_lens_this_time, read on the host (copied
+            from the GPU).
         block_size, max_draft_tokens (int): attributes.
         prefill_one_step_stop: keyword-only; stop every running request (a PD prefill node).
-            Default: FastDeploy's environment variable ``PREFILL_NODE_ONE_STEP_STOP_V1 == "1"``,
-            read here, never in the kernel.
+            Default (None): FastDeploy's environment variable ``PREFILL_NODE_ONE_STEP_STOP_V1``
+            (on when it starts with "1"), read by fd_mtp.envs at each call, never in the kernel.
 
     Returns:
         None. Raises ValueError naming the argument on bad shapes/dtypes or a negative
@@ -85,29 +84,7 @@ def speculate_schedule_cache(
         >>> acc_tok.tolist(), nns.tolist()
         ([[-1, -1], [7, 8]], [True])
     """
-    if prefill_one_step_stop is None:
-        prefill_one_step_stop = os.environ.get("PREFILL_NODE_ONE_STEP_STOP_V1", "0") == "1"
-    call(
-        "speculate_schedule_cache",
-        draft_tokens,
-        block_tables,
-        stop_flags,
-        prompt_lens,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_seq_lens_decoder,
-        step_draft_tokens,
-        step_seq_lens_this_time,
-        accept_num,
-        accept_tokens,
-        is_block_step,
-        not_need_stop,
-        stop_nums,
-        int(block_size),
-        int(max_draft_tokens),
-        bool(prefill_one_step_stop),
-    )
+    invoke("speculate_schedule_cache", locals())
 
 
 def recover_decode_task(
@@ -170,21 +147,7 @@ def recover_decode_task(
         >>> block_step.tolist(), stop.tolist(), dec.tolist(), this_time.tolist(), draft.tolist()
         ([False, True], [False, True], [4, 0], [2, 0], [[5, 6], [0, 0]])
     """
-    call(
-        "recover_decode_task",
-        stop_flags,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_seq_lens_decoder,
-        block_tables,
-        is_block_step,
-        draft_tokens,
-        step_draft_tokens,
-        step_seq_lens_this_time,
-        int(block_size),
-        int(max_draft_tokens),
-    )
+    invoke("recover_decode_task", locals())
 
 
 def speculate_step_paddle(
@@ -253,7 +216,8 @@ def speculate_step_paddle(
         need_block_list: ``[N]``, **W**. need_block_len: ``[1]``, **W** (must be 0 on entry).
         used_list_len: **W**. free_list: ``[F]``, **W**. free_list_len: ``[1]``, **W**.
         input_ids: ``[>=bsz, L]`` int64, **W**. pre_ids: ``[>=bsz, Lp]`` int64, read.
-        step_idx: int64, read. next_tokens: unused (any tensor).
+        step_idx: int64, read. next_tokens: unused (any shape; any dtype fd_mtp knows: int64,
+            int32, bool, uint8, float32, float16, bfloat16).
         first_token_ids: int64, **W**. accept_num: **W**.
         block_size (int), encoder_decoder_block_num (int, unused), max_draft_tokens (int).
 
@@ -285,32 +249,4 @@ def speculate_step_paddle(
         >>> tables.tolist(), used.tolist(), free_len.tolist()
         ([[0, 7, -1], [1, -1, -1]], [1, 0], [0])
     """
-    call(
-        "speculate_step_paddle",
-        stop_flags,
-        seq_lens_this_time,
-        ori_seq_lens_encoder,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        block_tables,
-        encoder_block_lens,
-        is_block_step,
-        step_block_list,
-        step_lens,
-        recover_block_list,
-        recover_lens,
-        need_block_list,
-        need_block_len,
-        used_list_len,
-        free_list,
-        free_list_len,
-        input_ids,
-        pre_ids,
-        step_idx,
-        next_tokens,
-        first_token_ids,
-        accept_num,
-        int(block_size),
-        int(encoder_decoder_block_num),
-        int(max_draft_tokens),
-    )
+    invoke("speculate_step_paddle", locals())

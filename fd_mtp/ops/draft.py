@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from ._loader import call, invoke
+from ._loader import invoke
 
 
 def draft_model_postprocess(
@@ -111,35 +111,7 @@ def draft_model_preprocess(
         ``accept_num`` outside the rows, or on a write past ``input_ids``/``pre_ids``;
         in that case nothing is written. (Upstream writes out of bounds and caps bsz at 512.)
     """
-    call(
-        "draft_model_preprocess",
-        draft_tokens,
-        input_ids,
-        stop_flags,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_idx,
-        not_need_stop,
-        is_block_step,
-        batch_drop,
-        pre_ids,
-        mask_rollback,
-        recompute_token_num,
-        accept_tokens,
-        accept_num,
-        base_model_seq_lens_this_time,
-        base_model_seq_lens_encoder,
-        base_model_seq_lens_decoder,
-        base_model_step_idx,
-        base_model_stop_flags,
-        base_model_is_block_step,
-        base_model_draft_tokens,
-        int(num_model_step),
-        bool(truncate_first_token),
-        bool(splitwise_prefill),
-        bool(kvcache_scheduler_v1),
-    )
+    invoke("draft_model_preprocess", locals())
 
 
 def draft_model_update(
@@ -231,18 +203,7 @@ def eagle_get_hidden_states(
         argument when the requests would read past ``input`` or ``accept_nums`` exceeds its
         request's rows.
     """
-    return call(
-        "eagle_get_hidden_states",
-        input,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        stop_flags,
-        accept_nums,
-        base_model_seq_lens_this_time,
-        base_model_seq_lens_encoder,
-        int(actual_draft_token_num),
-    )[0]
+    return invoke("eagle_get_hidden_states", locals())[0]
 
 
 def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_time, step_idx):
@@ -262,9 +223,7 @@ def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_t
     Returns:
         A new ``[Tout, H]`` tensor, one row per running request.
     """
-    return call(
-        "eagle_get_self_hidden_states", input, last_seq_lens_this_time, seq_lens_this_time, step_idx
-    )[0]
+    return invoke("eagle_get_self_hidden_states", locals())[0]
 
 
 def mtp_step_paddle(
@@ -306,19 +265,4 @@ def mtp_step_paddle(
         loop forever (blocks needed and none to preempt) or append past ``free_list``, raises
         ValueError naming ``free_list`` and writes nothing.
     """
-    call(
-        "mtp_step_paddle",
-        base_model_stop_flags,
-        stop_flags,
-        batch_drop,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        block_tables,
-        encoder_block_lens,
-        used_list_len,
-        free_list,
-        free_list_len,
-        int(block_size),
-        int(max_draft_tokens),
-    )
+    invoke("mtp_step_paddle", locals())

@@ -6,7 +6,7 @@ before the forward pass; ``rebuild_padding`` picks the hidden rows that get logi
 """
 from __future__ import annotations
 
-from ._loader import call
+from ._loader import invoke
 
 
 def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder):
@@ -50,8 +50,7 @@ def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num
         >>> x.tolist(), bid.tolist(), cu_q.tolist()
         ([5, 6, 7, 8, 4], [0, 0, 0, 1, 1], [0, 3, 5])
     """
-    return call("speculate_get_padding_offset", input_ids, draft_tokens, cum_offsets, token_num, seq_len,
-                seq_lens_encoder)
+    return invoke("speculate_get_padding_offset", locals())
 
 
 def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder):
@@ -78,7 +77,7 @@ def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens
         >>> ops.speculate_get_seq_lens_output(q, enc, enc).tolist()
         [0, 1, 1, 3]
     """
-    return call("speculate_get_seq_lens_output", seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)[0]
+    return invoke("speculate_get_seq_lens_output", locals())[0]
 
 
 def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len):
@@ -113,8 +112,7 @@ def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, s
         >>> pad.tolist(), cum.tolist()
         ([0, 15, 15, 15], [0, 7, 15])
     """
-    return call("speculate_get_output_padding_offset", output_cum_offsets_tmp, out_token_num, seq_lens_output,
-                int(max_seq_len))
+    return invoke("speculate_get_output_padding_offset", locals())
 
 
 def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_tokens=None, seq_lens_encoder=None,
@@ -184,7 +182,8 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
 
 
 def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob):
+                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
+                    use_output_padding_offset=None):
     """Select the hidden rows that get logits from the packed model output (spec §5.4).
 
     ``bsz = cu_seqlens_q.shape[0] - 1``. A request with ``seq_len_this_time == 0``, or with
@@ -210,6 +209,11 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         first_token_out: tensor or None; no effect (as upstream in this version).
         max_input_length (int): the width ``L_in`` the offsets were built with.
         enable_logprob (bool): no effect (as upstream in this version).
+        use_output_padding_offset (bool, keyword-only): the speculative branch. Default: None,
+            meaning ``output_padding_offset is not None`` (what the compiled op's attribute of
+            that name receives; paddle hands a zero-size tensor to an optional input as "none",
+            so the branch cannot be read off the tensor). True with ``output_padding_offset``
+            None is the speculative branch with zero offsets.
 
     Returns:
         A new ``[R, H]`` (speculative) or ``[bsz, H]`` (plain) tensor of tmp_out's dtype.
@@ -237,6 +241,6 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         >>> ops.rebuild_padding(h, cu, q, dec, enc, None, None, 4, False).tolist()
         [[4.0, 5.0], [6.0, 7.0]]
     """
-    return call("rebuild_padding", tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                output_padding_offset, first_token_out, int(max_input_length), bool(enable_logprob),
-                output_padding_offset is not None)[0]
+    if use_output_padding_offset is None:
+        use_output_padding_offset = output_padding_offset is not None
+    return invoke("rebuild_padding", locals())[0]

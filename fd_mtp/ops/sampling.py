@@ -1,7 +1,7 @@
 """Target-side sampling ops: spec ../shared/spec/ops.md §5.5 (penalties) and §5.6 (top-p candidates)."""
 from __future__ import annotations
 
-from ._loader import call
+from ._loader import invoke
 
 
 def speculate_get_token_penalty_multi_scores(
@@ -76,23 +76,7 @@ def speculate_get_token_penalty_multi_scores(
         >>> out.tolist()
         [[-0.125, -1.625, 1.0, -10000000000.0]]
     """
-    call(
-        "speculate_get_token_penalty_multi_scores",
-        pre_ids,
-        logits,
-        penalty_scores,
-        frequency_scores,
-        presence_scores,
-        temperatures,
-        bad_tokens,
-        cur_len,
-        min_len,
-        eos_token_id,
-        seq_lens_this_time,
-        output_padding_offset,
-        output_cum_offsets,
-        int(max_seq_len),
-    )
+    invoke("speculate_get_token_penalty_multi_scores", locals())
     return logits
 
 
@@ -134,6 +118,4 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
         >>> scores.tolist()
         [[0.4000000059604645, 0.4000000059604645, 0.0], [0.5, 0.25, 0.125]]
     """
-    return call(
-        "top_p_candidates", probs, top_p, output_padding_offset, int(candidates_len), int(max_seq_len)
-    )
+    return invoke("top_p_candidates", locals())

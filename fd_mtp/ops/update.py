@@ -3,7 +3,7 @@
 (save output) -> speculate_set_value_by_flags_and_idx; speculate_clear_accept_nums."""
 from __future__ import annotations
 
-from ._loader import call
+from ._loader import invoke
 
 
 def speculate_set_stop_value_multi_seqs(
@@ -37,7 +37,8 @@ def speculate_set_stop_value_multi_seqs(
         pre_ids: ``[>=bs, Lp]`` int64, read (target convention: token k at column k).
         step_idx: ``[>=bs]`` int64, read.
         stop_flags: ``[>=bs]`` bool, **W**.
-        seq_lens: unused (kept for the signature; not checked).
+        seq_lens: unused (kept for the signature): any shape; any dtype fd_mtp knows (int64,
+            int32, bool, uint8, float32, float16, bfloat16).
         stop_seqs: ``[>=bs, S, Ls]`` int64, read (must be 3-D).
         stop_seqs_len: ``[>=bs, S]`` int32, read; each in ``[0, Ls]``.
         end_ids: ``[E >= 1]`` int64, read (only ``end_ids[0]``).
@@ -65,18 +66,7 @@ def speculate_set_stop_value_multi_seqs(
         >>> acc.tolist(), n.tolist(), stop.tolist()
         ([[7, 2, 9]], [2], [True])
     """
-    call(
-        "speculate_set_stop_value_multi_seqs",
-        accept_tokens,
-        accept_num,
-        pre_ids,
-        step_idx,
-        stop_flags,
-        seq_lens,
-        stop_seqs,
-        stop_seqs_len,
-        end_ids,
-    )
+    invoke("speculate_set_stop_value_multi_seqs", locals())
 
 
 def speculate_update(
@@ -122,7 +112,7 @@ def speculate_update(
         stop_flags: ``[max_bsz >= real_bsz]`` bool, read; defines max_bsz.
         seq_lens_this_time: ``[real_bsz]`` int32, read; defines real_bsz.
         is_block_step: ``[>=real_bsz]`` bool, read.
-        stop_nums: ``[1]`` int64 on any device, read on the host.
+        stop_nums: ``[1]`` int64 on the device of seq_lens_this_time, read on the host.
         mask_rollback: ``[>=real_bsz]`` int32, **W**.
 
     Returns:
@@ -146,21 +136,7 @@ def speculate_update(
         >>> dec.tolist(), rollback.tolist(), actual.tolist(), draft.tolist(), flag.tolist()
         ([6], [0], [1], [[23, 31]], [True])
     """
-    call(
-        "speculate_update",
-        seq_lens_encoder,
-        seq_lens_decoder,
-        not_need_stop,
-        draft_tokens,
-        actual_draft_token_nums,
-        accept_tokens,
-        accept_num,
-        stop_flags,
-        seq_lens_this_time,
-        is_block_step,
-        stop_nums,
-        mask_rollback,
-    )
+    invoke("speculate_update", locals())
 
 
 def speculate_set_value_by_flags_and_idx(
@@ -208,17 +184,7 @@ def speculate_set_value_by_flags_and_idx(
         >>> pre.tolist(), n.tolist(), dec.tolist()
         ([[-1, -1, 31, 23, -1, -1], [-1, -1, -1, -1, -1, -1]], [2, 0], [6, 0])
     """
-    call(
-        "speculate_set_value_by_flags_and_idx",
-        pre_ids_all,
-        accept_tokens,
-        accept_num,
-        stop_flags,
-        seq_lens_this_time,
-        seq_lens_encoder,
-        seq_lens_decoder,
-        step_idx,
-    )
+    invoke("speculate_set_value_by_flags_and_idx", locals())
 
 
 def speculate_clear_accept_nums(accept_num, seq_lens_decoder) -> None:
@@ -239,4 +205,4 @@ def speculate_clear_accept_nums(accept_num, seq_lens_decoder) -> None:
         >>> n.tolist()
         [3, 0, 1]
     """
-    call("speculate_clear_accept_nums", accept_num, seq_lens_decoder)
+    invoke("speculate_clear_accept_nums", locals())

@@ -11,6 +11,8 @@ allocations by atomics; here (and in the op) everything goes in batch order.
 
 import numpy as np
 
+from ..schema import resolve_kw
+
 __all__ = ["speculate_schedule_cache", "recover_decode_task", "speculate_step_paddle"]
 
 
@@ -48,16 +50,17 @@ def speculate_schedule_cache(
     block_size,
     max_draft_tokens,
     *,
-    prefill_one_step_stop=False,
+    prefill_one_step_stop=None,
 ):
     """v1 block step (spec §5.14). Returns None; writes stop_flags, the lengths, the step_* buffers,
     accept_num, accept_tokens, is_block_step and not_need_stop ([1] bool) in place.
 
     ``bsz = seq_lens_this_time.size``, ``max_bsz = stop_flags.size``; the slot a decoding request
-    needs is ``(dec + 2K + 2) // block_size``. ``prefill_one_step_stop`` defaults to False here
-    (the op's wrapper reads the environment variable).
+    needs is ``(dec + 2K + 2) // block_size``. ``prefill_one_step_stop=None`` reads the
+    environment variable PREFILL_NODE_ONE_STEP_STOP_V1, as the op does (`fd_mtp.schema.resolve_kw`).
     """
     op = "speculate_schedule_cache"
+    prefill_one_step_stop = resolve_kw(op, "prefill_one_step_stop", prefill_one_step_stop)
     this_time = _flat(seq_lens_this_time)
     stop = _flat(stop_flags)
     dec = _flat(seq_lens_decoder)

@@ -216,7 +216,8 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
 # §5.4 rebuild_padding
 # --------------------------------------------------------------------------------------------
 def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob):
+                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
+                    use_output_padding_offset=None):
     """The hidden rows that get logits (spec §5.4). Returns a new array of tmp_out's dtype.
 
     ``tmp_out`` [T, H] (any dtype: a row copy; bfloat16 as uint16 bits), ``bsz =
@@ -225,7 +226,9 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
     output_padding_offset[r]``. Without: one row per request (local index 0). A request with
     ``this_time == 0`` or ``dec == enc == 0`` gives a zero row; otherwise the row copies
     ``tmp_out[cu_seqlens_q[b] + local + (enc - 1 if enc > 0 else 0)]``.
-    first_token_out and enable_logprob have no effect.
+    first_token_out and enable_logprob have no effect. ``use_output_padding_offset`` (keyword-only)
+    selects the branch; None (the default) means ``output_padding_offset is not None``, as the op;
+    True with ``output_padding_offset`` None is the speculative branch with no offsets.
     """
     op = "rebuild_padding"
     cu = _flat(cu_seqlens_q)
@@ -234,9 +237,11 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
     enc = _flat(seq_lens_encoder)
     bsz = cu.size - 1
     t, h = tmp_out.shape
-    speculative = output_padding_offset is not None
+    if use_output_padding_offset is None:
+        use_output_padding_offset = output_padding_offset is not None
+    speculative = bool(use_output_padding_offset)
     if speculative:
-        opo = _flat(output_padding_offset)
+        opo = np.zeros(0, np.int32) if output_padding_offset is None else _flat(output_padding_offset)
         max_input_length = int(max_input_length)
         if max_input_length < 1:
             raise ValueError(f"{op}: max_input_length must be >= 1, got {max_input_length}")

@@ -19,7 +19,7 @@ it:
 Tensor specs are strings ``"<dtype>[<dims>]"``:
 
 * dtype: ``int64``, ``int32``, ``bool``, ``float32``, ``uint8``; ``float32|float16|bfloat16``
-  for any of several;
+  for any of several; ``any`` for no dtype check;
 * dims: ``[]`` any shape (only the dtype is checked); ``[1]`` exactly one element; ``[>=1]`` at
   least one element, any shape; ``[B]`` the batch-defining vector (``Op.batch``; ``[n]`` or
   ``[n, 1]``); ``[>=B]`` a per-request vector of at least ``B`` entries (``[n]`` or ``[n, 1]``);
@@ -56,6 +56,7 @@ DTYPES = {
     "float16": "FLOAT16",
     "bfloat16": "BFLOAT16",
     "uint8": "UINT8",
+    "any": None,  # any dtype (e.g. an argument accepted only for FastDeploy's signature)
 }
 ATTR_TYPES = {"int", "int64", "bool", "float", "str", "int64[]"}
 ROLES = {"read", "written", "unused"}
@@ -75,8 +76,8 @@ class Dim:
 class Tensor:
     """A tensor argument. ``role``: read / written (in place: ``SetInplaceMap``) / unused (still
     checked: FastDeploy passes it). ``optional``: may be None (``paddle::Optional``). ``cpu``: must
-    live on the CPU (e.g. ``not_need_stop``), otherwise on the op's place (its first tensor's, or
-    ``Op.place``). ``param``: the kernel Params field taking its data pointer (None: filled by
+    live on the CPU (e.g. ``not_need_stop``); ``any_place``: on any device (e.g. a count the binding
+    reads on the host); otherwise on the op's place (its first tensor's, or ``Op.place``). ``param``: the kernel Params field taking its data pointer (None: filled by
     hand). ``kw``: keyword-only in Python."""
 
     name: str
@@ -84,11 +85,14 @@ class Tensor:
     role: str = "read"
     optional: bool = False
     cpu: bool = False
+    any_place: bool = False
     param: str | None = ""
     kw: bool = False
     doc: str = ""
 
     def __post_init__(self):
+        if self.cpu and self.any_place:
+            raise ValueError(f"{self.name}: cpu and any_place exclude each other")
         if self.role not in ROLES:
             raise ValueError(f"{self.name}: role must be one of {sorted(ROLES)}, got {self.role!r}")
         m = re.fullmatch(r"([a-z0-9|]+)\[(.*)\]", self.spec.replace(" ", ""))

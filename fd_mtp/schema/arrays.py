@@ -36,10 +36,13 @@ def _words(axis: int, rank: int) -> str:
 def _check_tensor(op: Op, t: Tensor, x, dims: dict, bound: dict, is_device, host_check) -> None:
     if t.cpu:
         host_check(op, t, x)
+    elif t.any_place:
+        if not (is_device(x) or hasattr(x, "__array__")):
+            _fail(op, t.name, f"must be an array, got {type(x).__name__}")
     elif not is_device(x):
         _fail(op, t.name, f"must be a device array, got {type(x).__name__}")
-    names = [n for d in t.dtypes for n in _NUMPY_DTYPES[d]]
-    if str(x.dtype) not in names:
+    names = [n for d in t.dtypes if d != "any" for n in _NUMPY_DTYPES[d]]
+    if "any" not in t.dtypes and str(x.dtype) not in names:
         _fail(op, t.name, f"must be {' or '.join(t.dtypes)}, got {x.dtype}")
     shape = list(x.shape)
     spec = t.dims

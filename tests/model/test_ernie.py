@@ -11,9 +11,10 @@ from fd_mtp.model import ErnieConfig
 from fd_mtp.model.attention import ForwardMeta, PagedAttentionCPU, allocate_kv_caches, kv_cache_shape
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
 
-from model_util import MOE, TINY, PagedHarness, make_models
-
-ATOL = 1e-4
+from model_util import (MOE, TINY, Forward64, PagedHarness, assert_matches_reference, dense_reference,
+                        forward64, make_models, mtp_forward64, reference)
+from tolerances import (U, Float32Noise, assert_within, gamma, matmul_error_bound, rope_error_bound, rope_truth64,
+                        softmax_perturbation_rel, softmax_rounding_rel)
 
 
 @pytest.fixture(params=[False, True], ids=["dense", "moe"])
@@ -23,13 +24,16 @@ def models(request):
 
 
 def dense(model, ids):
-    return model.dense_forward(paddle.to_tensor(np.asarray(ids, np.int64))).numpy()
+    """The dense float32 oracle's rows with their float64 truth and float32 error bound
+    (model_util.Reference; slicing it slices all three)."""
+    return dense_reference(model, ids)
 
 
 def assert_close(got, want, what=""):
-    err = np.abs(got - want).max() if got.size else 0.0
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    assert err <= ATOL, f"{what}: max abs error {err:.3g}"
+    """Paged rows ``got`` and the dense oracle's ``want`` (a Reference): two float32 code paths of
+    one function, each within the probabilistic float32 error bound of the float64 truth
+    (tests/tolerances.py, Float32Noise), so within twice that bound of each other."""
+    assert_matches_reference(got, want, what)
 
 
 def prompts(n, lengths, seed=0, vocab=300):
@@ -117,8 +121,9 @@ def test_random_schedule(models, seed):
 
 @pytest.mark.parametrize("block_size", [1, 3, 16])
 def test_kernel_and_paddle_ops_backends_agree(models, block_size):
-    """The same steps through the fused kernel (default) and the Paddle-ops path: equal outputs
-    and caches, the kernel's equal to the dense oracle."""
+    """The same steps through the fused kernel (default) and the Paddle-ops path: outputs and
+    caches of both within the float32 error bound of the float64 truth (so within twice it of
+    each other), the kernel's equal to the dense oracle."""
     cfg, model, _ = models
     a, b, c = prompts(3, [7, 12, 5], seed=9)
     runs = {}
@@ -126,20 +131,38 @@ def test_kernel_and_paddle_ops_backends_agree(models, block_size):
         model.attn_backend = PagedAttentionCPU(use_kernel=use_kernel)
         h = PagedHarness(cfg, model, block_size=block_size, num_blocks=64, max_blocks=24, seed=7)
         outs = [h.step({0: a, 1: b[:5]}), h.step({0: [11], 1: b[5:], 2: c}), h.step({0: [12, 13, 14], 2: [9]})]
-        runs[use_kernel] = outs, [(k.numpy(), v.numpy()) for k, v in h.caches]
+        runs[use_kernel] = outs, [(k.numpy(), v.numpy()) for k, v in h.caches], h.blocks
     model.attn_backend = PagedAttentionCPU()
-    (ko, kc), (po, pc) = runs[True], runs[False]
+    (ko, kc, kblocks), (po, pc, pblocks) = runs[True], runs[False]
+    assert kblocks == pblocks  # same seed: the same block ids
+    seqs = {0: a + [11, 12, 13, 14], 1: b, 2: c + [9]}
+    rows = [{0: slice(0, 7), 1: slice(0, 5)}, {0: slice(7, 8), 1: slice(5, 12), 2: slice(0, 5)},
+            {0: slice(8, 11), 2: slice(5, 6)}]
+    refs = {s: dense(model, seq) for s, seq in seqs.items()}
     for step, (x, y) in enumerate(zip(ko, po)):
-        assert x.keys() == y.keys()
+        assert x.keys() == y.keys() == rows[step].keys()
         for s in x:
-            np.testing.assert_allclose(x[s], y[s], rtol=1e-5, atol=1e-5, err_msg=f"step {step} slot {s}")
-    # layer 0's k/v come straight from the embeddings: bit-equal; later layers see the (rounding-
-    # level) different attention outputs of the layers before
+            assert_close(x[s], refs[s][rows[step][s]], f"kernel step {step} slot {s}")
+            assert_close(y[s], refs[s][rows[step][s]], f"paddle ops step {step} slot {s}")
+    # layer 0's k/v come straight from the embeddings through the same Paddle ops in both runs (the
+    # backends differ only after the cache write): bit-equal by construction; later layers see the
+    # (rounding-level) different attention outputs of the layers before: each run within the bound
+    # of the truth's k (after RoPE) / v at every written slot, the unwritten slots still zero
     np.testing.assert_array_equal(kc[0][0], pc[0][0])
     np.testing.assert_array_equal(kc[0][1], pc[0][1])
-    for (k1, v1), (k2, v2) in zip(kc, pc):
-        np.testing.assert_allclose(k1, k2, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-5)
+    kv = {s: forward64(model, seq)[1] for s, seq in seqs.items()}
+    for layer, cache in enumerate(kc):
+        want = [np.zeros_like(cache[0], np.float64), np.zeros_like(cache[1], np.float64)]
+        bound = [np.zeros_like(w) for w in want]
+        for s, seq in seqs.items():
+            for j in (0, 1) if layer < cfg.num_hidden_layers else ():
+                truth, bnd = Float32Noise.bound(kv[s][layer][j])          # [S, Hkv, D]
+                for pos in range(len(seq)):
+                    slot = (kblocks[s][pos // block_size], slice(None), pos % block_size)
+                    want[j][slot], bound[j][slot] = truth[pos], bnd[pos]
+        for j, name in ((0, "key"), (1, "value")):
+            assert_within(kc[layer][j], want[j], bound[j], f"kernel {name} cache, layer {layer}")
+            assert_within(pc[layer][j], want[j], bound[j], f"paddle ops {name} cache, layer {layer}")
     assert_close(ko[2][0], dense(model, a + [11, 12, 13, 14])[-3:], "kernel multi-token decode")
     assert_close(ko[1][1], dense(model, b)[5:], "kernel second chunk")
 
@@ -162,7 +185,11 @@ def test_logits(models):
     logits = model.compute_logits(hid)
     assert logits.dtype == paddle.float32 and logits.shape == [3, cfg.vocab_size]
     w = model.embed_tokens.weight.numpy().T if cfg.tie_word_embeddings else model.lm_head.weight.numpy()
-    np.testing.assert_allclose(logits.numpy(), hid.numpy() @ w, rtol=1e-5, atol=1e-5)
+    # Paddle's and numpy's float32 matmuls (different BLAS kernels): each within gamma(H) |hid| @ |w|
+    # of the float64 product
+    truth, bound = hid.numpy().astype(np.float64) @ w.astype(np.float64), matmul_error_bound(hid.numpy(), w)
+    assert_within(logits.numpy(), truth, bound, "compute_logits")
+    assert_within(hid.numpy() @ w, truth, bound, "numpy float32 matmul")
 
 
 def test_untied_lm_head_has_own_weight():
@@ -186,23 +213,46 @@ def test_moe_route_matches_numpy(experts):
         bias[0, 5] = 10.0  # expert 5 always chosen, but its weight is its plain softmax probability
         moe.moe_statics.e_score_correction_bias.set_value(paddle.to_tensor(bias))
         probs, chosen, w = moe.route(paddle.to_tensor(x))
-        logits = x @ moe.gate.weight.numpy()
+        chosen = chosen.numpy()
+        # float64 truth of the router and the float32 error of its scores: logits within
+        # gamma(H) |x| @ |gate| (matmul), softmax weights within that perturbation and their own
+        # rounding, + U for the bias add
+        gate = moe.gate.weight.numpy()
+        logits = x.astype(np.float64) @ gate.astype(np.float64)
         p = np.exp(logits - logits.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        want_idx = np.argsort(-(p + bias), axis=-1, kind="stable")[:, :3]
-        assert (chosen.numpy()[:, 0] == 5).all()
-        np.testing.assert_array_equal(np.sort(chosen.numpy(), -1), np.sort(want_idx, -1))
-        sel = np.take_along_axis(p, chosen.numpy(), -1)
-        np.testing.assert_allclose(w.numpy(), sel / sel.sum(-1, keepdims=True), rtol=1e-5)
-        np.testing.assert_allclose(w.numpy().sum(-1), 1.0, rtol=1e-5)
-        # full layer: explicit per-token sum of experts
+        p_rel = softmax_perturbation_rel(matmul_error_bound(x, gate)) \
+            + softmax_rounding_rel(experts, (logits.max(-1, keepdims=True) - logits).max(-1, keepdims=True))
+        score_err = p * p_rel + U * (p + bias)
+        order = np.argsort(-(p + bias), axis=-1, kind="stable")
+        want_idx = order[:, :3]
+        # the top-3 choice is a discrete function of float32 scores: it is the same on every CPU only
+        # where every chosen score's lower bound exceeds every other score's upper bound; the inputs
+        # are fixed, so this holds for all tokens (else the exact comparison below would be a coin flip)
+        low = np.take_along_axis(p + bias - score_err, want_idx, -1).min(-1)
+        high = p + bias + score_err
+        np.put_along_axis(high, want_idx, -np.inf, -1)
+        assert np.all(low > high.max(-1)), "router near-tie in the test input"
+        assert (chosen[:, 0] == 5).all()
+        np.testing.assert_array_equal(np.sort(chosen, -1), np.sort(want_idx, -1))
+        # renormalised weights: p's relative error twice (numerator, sum) + the k-term sum and division
+        sel = np.take_along_axis(p, chosen, -1)
+        sel_rel = np.take_along_axis(p_rel, chosen, -1)
+        w_bound = sel / sel.sum(-1, keepdims=True) * (sel_rel + sel_rel.max(-1, keepdims=True) + gamma(3 + 1))
+        assert_within(w.numpy(), sel / sel.sum(-1, keepdims=True), w_bound, "route weights")
+        # sum of k weights w_j = fl(p_j / fl(sum p)), summed again in float32: gamma(2k + 1) of 1
+        assert_within(w.numpy().sum(-1), np.ones(9), gamma(2 * 3 + 1), "route weights sum")
+        # full layer: explicit per-token sum of experts (single-row expert matmuls, numpy float32
+        # accumulation) and the layer's own combine: both within the float32 bound of the truth
         out = moe(paddle.to_tensor(x)).numpy()
         want = moe.shared_experts(paddle.to_tensor(x)).numpy()
         for t in range(9):
             for j in range(3):
-                e = int(chosen.numpy()[t, j])
+                e = int(chosen[t, j])
                 want[t] += w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t:t + 1])).numpy()[0]
-        np.testing.assert_allclose(out, want, atol=1e-5)
+        noise = Float32Noise()
+        ref = reference(want, Forward64(cfg, noise).moe(moe, noise.lift(x)))
+        assert_matches_reference(out, ref, "MoE layer")
         assert (experts > moe.dense_combine_max_experts) == (experts == 12)
 
 
@@ -267,7 +317,7 @@ def test_mtp_paged_equals_dense_oracle(models):
     out = h.step_mtp({0: a, 3: b}, prev)
     for s, seq in ((0, a), (3, b)):
         want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev[s])).numpy()
-        assert_close(out[s], want, f"mtp prefill slot {s}")
+        assert_close(out[s], reference(want, mtp_forward64(mtp, seq, prev[s])), f"mtp prefill slot {s}")
     # the MTP writes only its own cache layer (index num_hidden_layers)
     for i, before in enumerate(main_before):
         np.testing.assert_array_equal(h.caches[i][0].numpy(), before)
@@ -278,6 +328,7 @@ def test_mtp_paged_equals_dense_oracle(models):
     for s, seq, tok in ((0, a, 21), (3, b, 22)):
         full_prev = np.concatenate([prev[s], step_prev[s]], axis=0)
         want = mtp.dense_forward(paddle.to_tensor(seq + [tok]), paddle.to_tensor(full_prev)).numpy()
+        want = reference(want, mtp_forward64(mtp, seq + [tok], full_prev))
         assert_close(out[s], want[-1:], f"mtp decode slot {s}")
     assert out[0].shape == (1, cfg.hidden_size)
 
@@ -294,7 +345,7 @@ def test_mtp_only_meta_with_its_own_cache_size(models):
     meta.caches = [None] * n + [meta.caches[n]]
     out = mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta).numpy()
     want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev)).numpy()
-    assert_close(out, want, "mtp-only meta")
+    assert_close(out, reference(want, mtp_forward64(mtp, seq, prev)), "mtp-only meta")
     meta.block_tables = paddle.to_tensor(np.array([[2, 3]], np.int32))  # 3 is out of range for this cache
     with pytest.raises(ValueError, match="block_tables"):
         mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta)
@@ -440,17 +491,39 @@ def test_import_is_light():
 @pytest.mark.parametrize("head_dim", [8, 48, 128])
 def test_rope_rotation_matrices_and_elementwise_form_agree(head_dim, monkeypatch):
     """Rope's two forms (per-token rotation matrices for small steps, elementwise for large ones)
-    rotate exactly like the reference apply_rope_interleaved."""
+    and the reference apply_rope_interleaved all rotate like the float64 interleaved RoPE.
+
+    The bound (tolerances.rope_error_bound) grows with the position: a float32 angle
+    ``pos * theta ** (-2i/D)`` carries a relative error of a few U (the rounded exponent through
+    ``ln(theta)``, pow / exp, the reciprocal, the product with pos), i.e. up to ~0.08 rad at
+    position 131071, and each form computes its angles its own way (numpy's float32 ``**`` and
+    sin / cos, whose AVX-512 and AVX2 loops differ, or Paddle's); cos / sin then add their own few
+    ulp and the rotation two products and a sum. At small positions the bound is ~1e-6, so a wrong
+    sign or a swapped pair (errors of order |x|) fails there."""
     from fd_mtp.model.ernie import Rope, apply_rope_interleaved, rope_cos_sin
 
+    theta = 500000.0
     pos = np.array([0, 1, 5, 77, 1000, 4095, 131071])
-    x = paddle.to_tensor(np.random.default_rng(head_dim).standard_normal((len(pos), 3, head_dim)).astype(np.float32))
-    cos, sin = rope_cos_sin(paddle.to_tensor(pos), head_dim, 500000.0)
-    want = apply_rope_interleaved(x, cos, sin).numpy()
-    small = Rope(pos, head_dim, 500000.0)
+    xs = np.random.default_rng(head_dim).standard_normal((len(pos), 3, head_dim)).astype(np.float32)
+    x = paddle.to_tensor(xs)
+    truth, bound = rope_truth64(xs, pos, theta), rope_error_bound(xs, pos, theta)
+    cos, sin = rope_cos_sin(paddle.to_tensor(pos), head_dim, theta)
+    reference_form = apply_rope_interleaved(x, cos, sin).numpy()
+    small = Rope(pos, head_dim, theta)
     assert small.rotation is not None
     monkeypatch.setattr(Rope, "MAX_MATRIX_ELEMENTS", 0)
-    large = Rope(pos, head_dim, 500000.0)
+    large = Rope(pos, head_dim, theta)
     assert large.rotation is None
-    np.testing.assert_allclose(small.apply(x).numpy(), want, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(large.apply(x).numpy(), want, atol=1e-5, rtol=0)
+    got_small, got_large = small.apply(x).numpy(), large.apply(x).numpy()
+    assert_within(got_small, truth, bound, "rotation-matrix form")
+    assert_within(got_large, truth, bound, "elementwise form")
+    assert_within(reference_form, truth, bound, "apply_rope_interleaved")
+    # the two forms with each other: the sum of their bounds
+    assert_within(got_small, got_large, 2 * bound, "matrix form vs elementwise form")
+    assert_within(got_small, reference_form, 2 * bound, "matrix form vs apply_rope_interleaved")
+    # the bound is tight enough to see a wrong rotation: swapping the sign of sin, or the two
+    # elements of each pair, is caught (at the small positions)
+    wrong_sign = rope_truth64(xs, -pos, theta)
+    swapped = rope_truth64(xs.reshape(len(pos), 3, -1, 2)[..., ::-1].reshape(xs.shape), pos, theta)
+    for wrong in (wrong_sign, swapped):
+        assert np.any(np.abs(wrong - truth) > 2 * bound)

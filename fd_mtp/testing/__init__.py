@@ -30,7 +30,7 @@ TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe
 def tiny_config(**overrides):
     """:class:`ErnieConfig` of :data:`TINY_CONFIG` with ``overrides`` (bad values: ValueError naming the
     field)."""
-    from .model.config import ErnieConfig
+    from ..model.config import ErnieConfig
 
     fields = dict(TINY_CONFIG)
     if overrides.get("moe_num_experts", 0):
@@ -44,7 +44,7 @@ def random_weights(config, *, seed: int = 0, mtp: bool = True) -> dict[str, np.n
     ``seed``: linear weights ``N(0, 1/in)``, embedding ``N(0, 0.25)``, norm weights ``1 + N(0, 0.04)``,
     biases ``N(0, 0.0004)``, correction biases ``N(0, 0.0025)``. Each tensor has its own generator
     seeded by ``(seed, crc32(name))``, so a tensor's values do not depend on which others exist."""
-    from .model.ernie import state_dict_names
+    from ..model.ernie import state_dict_names
 
     names = state_dict_names(config, mtp=mtp)
     out: dict[str, np.ndarray] = {}
@@ -81,14 +81,14 @@ def write_random_checkpoint(path, *, seed: int = 0, shard_size: int | None = Non
     >>> sorted(p.name for p in d.iterdir())
     ['config.json', 'model.safetensors']
     """
-    from .model.loader import save_checkpoint
+    from ..model.loader import save_checkpoint
 
     config = tiny_config(**config_overrides)
     weights = random_weights(config, seed=seed, mtp=with_mtp)
     dtype = None if config.dtype == "float32" else config.dtype
     out = save_checkpoint(Path(path), config, weights, shard_size=shard_size, dtype=dtype)
     if with_tokenizer:
-        from .model.tokenizer import train_sentencepiece
+        from ..model.tokenizer import train_sentencepiece
 
         train_sentencepiece(tokenizer_corpus(), out, vocab_size=config.vocab_size)
     return out
@@ -141,7 +141,7 @@ def exact_draft_weights(config, *, seed: int = 0, context: float = 0.0) -> dict[
 def write_exact_draft_checkpoint(path, *, seed: int = 0, context: float = 0.0, **config_overrides) -> Path:
     """Write a checkpoint with :func:`exact_draft_weights` (tiny dense config + ``overrides``; the
     lm_head is not tied to the embedding by default, so that ``f`` is not the identity)."""
-    from .model.loader import save_checkpoint
+    from ..model.loader import save_checkpoint
 
     config = tiny_config(**{"tie_word_embeddings": False, **config_overrides})
     return save_checkpoint(Path(path), config, exact_draft_weights(config, seed=seed, context=context))

@@ -1,0 +1,99 @@
+"""The one benchmark harness of fd_mtp's benchmarks: timing, percentiles, Liger-style CSV rows
+(kernel, provider, metric, unit, x, p50, p20, p80, config, device, timestamp, version) and the
+p50-with-p20..p80-bars PNG panels. bench_ops.py, bench_ngram.py and bench_model.py use it."""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import time
+from pathlib import Path
+
+import numpy as np
+
+CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
+               "timestamp", "version"]  # fmt: skip
+STYLES = ("o-", "s--", "^-", "v:", "x-.", "d-")
+
+
+def timestamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def time_calls(call, reset, warmup, iters):
+    """Microseconds of ``iters`` calls of ``call()`` after ``warmup`` calls; ``reset()`` runs
+    before every call, outside the timed region. Returns (times, the last call's result)."""
+    clock = time.perf_counter_ns
+    result = None
+    for _ in range(warmup):
+        reset()
+        result = call()
+    times = np.empty(iters)
+    for i in range(iters):
+        reset()
+        t0 = clock()
+        result = call()
+        times[i] = clock() - t0
+    return times / 1e3, result
+
+
+def percentiles(values):
+    """(p50, p20, p80) of ``values``."""
+    p20, p50, p80 = np.percentile(np.asarray(values, dtype=float), [20, 50, 80])
+    return float(p50), float(p20), float(p80)
+
+
+def row(kernel, provider, x, values, *, metric="latency", unit="us", config="", device="cpu", stamp=None):
+    """One CSV row from raw measurements ``values`` (their p50 / p20 / p80)."""
+    import fd_mtp
+
+    p50, p20, p80 = percentiles(values)
+    return dict(kernel=kernel, provider=provider, metric=metric, unit=unit, x=x, p50=p50, p20=p20, p80=p80,
+                config=config, device=device, timestamp=stamp or timestamp(), version=fd_mtp.__version__)
+
+
+def write_csv(rows, path: Path, digits: int = 3) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, **{k: f"{r[k]:.{digits}f}" for k in ("p50", "p20", "p80")}})
+    return path
+
+
+def plot_panels(rows, path: Path, kernels, *, title, xlabel="batch size", ylabel="latency p50 [us] (p20-p80 bars)",
+                series=None, scale=1.0, xbase=10, cols=3):
+    """One log-log panel per kernel; one line per series: ``series`` maps a label to a row filter
+    (default: one series per provider). ``scale`` divides the values (e.g. 1e3: us -> ms)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if series is None:
+        providers = list(dict.fromkeys(r["provider"] for r in rows))
+        series = {p: (lambda r, p=p: r["provider"] == p) for p in providers}
+    n = len(kernels)
+    cols = min(cols, n)
+    nrows = -(-n // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
+    for ax, kernel in zip(axes.ravel(), kernels):
+        for (label, keep), style in zip(series.items(), STYLES * 4):
+            pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows if r["kernel"] == kernel and keep(r))
+            if not pts:
+                continue
+            x, p50, p20, p80 = (np.array(v, dtype=float) / (1 if i == 0 else scale) for i, v in enumerate(zip(*pts)))
+            ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt=style, capsize=3, label=label)
+        ax.set_xscale("log", base=xbase)
+        ax.set_yscale("log")
+        ax.set_title(kernel, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
