@@ -58,10 +58,8 @@ paddle::Tensor on_host(const char* op, const char* arg, const paddle::Tensor& t)
   fd_mtp::check::unsupported_place(op, arg, t);
 }
 
-[[noreturn]] void sys_fail(const char* op, const char* arg, const char* what,
-                           int err) {
-  fd_mtp::check::fail(op, arg, what, ": ", std::strerror(err), " [errno ", err,
-                      "]");
+[[noreturn]] void sys_fail(const char* op, const char* arg, const char* what, int err) {
+  fd_mtp::check::fail(op, arg, what, ": ", std::strerror(err), " [errno ", err, "]");
 }
 
 // The queue named by (ftok_path, msg_queue_id), created if missing
@@ -75,8 +73,8 @@ int open_queue(const char* op, const std::string& ftok_path, int msg_queue_id) {
   const int queue = msgget(key, IPC_CREAT | 0666);
   if (queue == -1) {
     char what[96];
-    std::snprintf(what, sizeof(what), "%d: msgget of key 0x%08x failed",
-                  msg_queue_id, static_cast<unsigned>(key));
+    std::snprintf(what, sizeof(what), "%d: msgget of key 0x%08x failed", msg_queue_id,
+                  static_cast<unsigned>(key));
     sys_fail(op, "msg_queue_id", what, errno);
   }
   return queue;
@@ -84,12 +82,10 @@ int open_queue(const char* op, const std::string& ftok_path, int msg_queue_id) {
 
 // Blocking msgsnd (as upstream): waits while the queue is full; any error
 // (EINTR from a signal, EIDRM when the queue is removed, ...) raises.
-void send(const char* op, const std::string& ftok_path, int msg_queue_id,
-          const Message& msg) {
+void send(const char* op, const std::string& ftok_path, int msg_queue_id, const Message& msg) {
   const int queue = open_queue(op, ftok_path, msg_queue_id);
   if (msgsnd(queue, &msg, mq::kMessageBytes, 0) == -1) {
-    const std::string what =
-        std::to_string(msg_queue_id) + ": msgsnd failed";
+    const std::string what = std::to_string(msg_queue_id) + ": msgsnd failed";
     sys_fail(op, "msg_queue_id", what.c_str(), errno);
   }
 }
@@ -109,10 +105,14 @@ void speculate_save_output_apply(SpeculateSaveOutputArgs& a) {
   const auto prompt = on_host(a.op, "prompt_lens", a.prompt_lens);
   const bool go_on = a.not_need_stop.data<bool>()[0];
   const auto tokens = on_host(a.op, "accept_tokens", a.accept_tokens);
-  mq::SaveOutputParams p{tokens.data<int64_t>(), a.dims.W,
-                         num.data<int32_t>(),    dec.data<int32_t>(),
-                         prompt.data<int64_t>(), bsz,
-                         go_on,                  a.skip_prefill,
+  mq::SaveOutputParams p{tokens.data<int64_t>(),
+                         a.dims.W,
+                         num.data<int32_t>(),
+                         dec.data<int32_t>(),
+                         prompt.data<int64_t>(),
+                         bsz,
+                         go_on,
+                         a.skip_prefill,
                          a.msg_id};
   fd_mtp::KernelStatus st{};
   mq::save_output_check(p, &st);
@@ -135,8 +135,7 @@ void speculate_get_output_apply(SpeculateGetOutputArgs& a) {
   const int queue = open_queue(a.op, a.ftok_path, a.msg_queue_id);
   Message msg;
   std::memset(&msg, 0, sizeof(msg));  // a short message leaves zeros, not garbage
-  const ssize_t got = msgrcv(queue, &msg, mq::kMessageBytes, 0,
-                             a.wait_flag ? 0 : IPC_NOWAIT);
+  const ssize_t got = msgrcv(queue, &msg, mq::kMessageBytes, 0, a.wait_flag ? 0 : IPC_NOWAIT);
   int64_t* out = a.x.data<int64_t>();
   if (got == -1) {
     const int err = errno;
@@ -166,10 +165,14 @@ void mtp_save_first_token_apply(MtpSaveFirstTokenArgs& a) {
   const auto xh = on_host(a.op, "x", a.x);
   if (!a.save_each_rank && a.rank_id > 0) return;
 
-  mq::FirstTokenParams p{xh.data<int64_t>(),    a.dims.W,
-                         dec.data<int32_t>(),   prompt.data<int64_t>(),
-                         step.data<int64_t>(),  bsz,
-                         go_on,                 a.skip_chunk_prefill,
+  mq::FirstTokenParams p{xh.data<int64_t>(),
+                         a.dims.W,
+                         dec.data<int32_t>(),
+                         prompt.data<int64_t>(),
+                         step.data<int64_t>(),
+                         bsz,
+                         go_on,
+                         a.skip_chunk_prefill,
                          a.msg_id};
   Message msg;
   msg.mtype = 1;

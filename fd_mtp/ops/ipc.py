@@ -70,8 +70,8 @@ Deliberate differences from upstream
 
 These ops move no data, so there is no numpy reference for them in
 fd_mtp.reference; tests/ops/test_ipc.py checks them with two real processes.
-Signatures: fd_mtp/schema/ipc.py (the Paddle binding is hand-written:
-custom_ops/paddle/ipc.cc).
+Arguments and the generated binding: fd_mtp/schema/ipc.py; the work:
+custom_ops/paddle/ipc.cc.
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def shared_empty(shape, dtype="float32", name=None):
         name = ""
     elif not isinstance(name, str) or not name:
         raise ValueError(f"{op}: name must be a non-empty str or None, got {name!r}")
-    dtype = _dtype_carrier(dtype)  # the op's input 'like': a zero-size CPU tensor of the dtype
+    dtype = _dtype_carrier(dtype)  # the op's input: a zero-size CPU tensor of the dtype
     return invoke(op, locals())[0]
 
 

@@ -3,9 +3,11 @@
 kernel header custom_ops/kernels/msgqueue.h builds the payload, custom_ops/paddle/msgqueue.cc copies
 device inputs to the host, fills the kernel's Params by hand (host pointers) and does the SysV calls.
 
-Keyword-only attributes: ``msg_queue_id`` defaults to ``INFERENCE_MSG_QUEUE_ID`` (fd_mtp.envs);
-``msg_id`` to ``INFERENCE_MSG_ID`` and ``ftok_path`` to ``"./"``, resolved by fd_mtp.ops.msgqueue
-(``resolve_msg_id``; INFERENCE_MSG_ID is not in fd_mtp.envs yet)."""
+The tensors the binding copies to the host one by one (GPU ones synchronously, as upstream) are
+``any_place``: they need not share a device. Keyword-only attributes: ``msg_queue_id`` defaults to
+``INFERENCE_MSG_QUEUE_ID`` (fd_mtp.envs); ``msg_id`` to ``INFERENCE_MSG_ID`` and ``ftok_path`` to
+``"./"``, resolved by fd_mtp.ops.msgqueue (``resolve_msg_id``; INFERENCE_MSG_ID is not in
+fd_mtp.envs yet)."""
 from . import Attr, Op, Status, Tensor
 
 _BATCH_TOO_LARGE = "has {value} rows but a message holds at most {limit} requests (MAX_BSZ of the wire format)"
@@ -37,12 +39,16 @@ OPS = [
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
             Tensor(
-                "accept_tokens", "int64[B, W>=0]", param=None, doc="defines bs (<= 256); first min(W, 6) columns sent"
+                "accept_tokens",
+                "int64[B, W>=0]",
+                any_place=True,
+                param=None,
+                doc="defines bs (<= 256); first min(W, 6) columns sent",
             ),
-            Tensor("accept_num", "int32[>=B]", param=None),
+            Tensor("accept_num", "int32[>=B]", any_place=True, param=None),
             Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
-            Tensor("seq_lens_decoder", "int32[>=B]", param=None),
-            Tensor("prompt_lens", "int64[>=B]", param=None),
+            Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
+            Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
             Attr("rank_id", "int64"),
             Attr("save_each_rank", "bool"),
             Attr("skip_prefill", "bool"),
@@ -84,11 +90,13 @@ OPS = [
         kernel="msgqueue",
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
-            Tensor("x", "int64[B, W>=2]", param=None, doc="base_model_draft_tokens; defines bs (<= 256)"),
+            Tensor(
+                "x", "int64[B, W>=2]", any_place=True, param=None, doc="base_model_draft_tokens; defines bs (<= 256)"
+            ),
             Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
-            Tensor("seq_lens_decoder", "int32[>=B]", param=None),
-            Tensor("prompt_lens", "int64[>=B]", param=None),
-            Tensor("step_idx", "int64[>=B]", param=None),
+            Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
+            Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
+            Tensor("step_idx", "int64[>=B]", any_place=True, param=None),
             Attr("rank_id", "int64"),
             Attr("save_each_rank", "bool"),
             Attr("skip_chunk_prefill", "bool"),

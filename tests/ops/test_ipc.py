@@ -292,6 +292,20 @@ def test_refused_unset_leaves_the_attachment_open():
     del view, cache
 
 
+@pytest.mark.parametrize("dtype", ["float64", "int8", "int16", "int64", "bool"])
+def test_every_dtype_is_accepted(dtype):
+    """The ops take any dtype (schema ``any[]``), not only the ones the KV caches use."""
+    name = fresh_name()
+    cache = ops.shared_zeros([2, 3], dtype)
+    assert cache.dtype == paddle.empty([0], dtype).dtype
+    ops.set_data_ipc(cache, name)
+    view = ops.share_external_data(paddle.empty([0], dtype), name, [6])
+    cache[1, 2] = 1
+    assert view.astype("int64").tolist() == [0, 0, 0, 0, 0, 1]
+    ops.unset_data_ipc(view, name, True, True)
+    del view, cache
+
+
 def test_shared_empty_larger_than_physical_memory_raises_naming_shape():
     """Issue 21: tmpfs accepts a segment larger than the machine (touching it would SIGBUS)."""
     physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
