@@ -1,4 +1,6 @@
-// KV-cache sharing between processes (spec §7):
+// KV-cache sharing between processes (spec §7). Arguments, checks and
+// registration: fd_mtp/schema/ipc.py (generated into <op>.gen.h); here the
+// apply() of each op:
 //   fd_mtp_shared_empty         a CPU tensor whose memory is a POSIX shared-memory segment
 //   fd_mtp_set_data_ipc         publish a tensor under a shared-memory name
 //   fd_mtp_share_external_data  attach to a published tensor (no copy)
@@ -21,10 +23,11 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "ops.h"
-#include "gpu_scratch.h"
 #include "../kernels/ipc.h"
+#include "set_data_ipc.gen.h"
+#include "share_external_data.gen.h"
+#include "shared_empty.gen.h"
+#include "unset_data_ipc.gen.h"
 
 namespace {
 using paddle::DataType;
@@ -36,14 +39,14 @@ enum class Source { kAllocated, kAttachedCpu, kAttachedCuda };
 
 struct Mapping {
   Source source;
-  char* base = nullptr;    // CPU: mmap address; CUDA: cudaIpcOpenMemHandle's base
-  size_t size = 0;         // bytes mapped (CUDA: allocation size, 0 when unknown)
-  std::string backing;     // CPU: name of the backing segment
-  std::string handle;      // CUDA: the IPC handle's bytes (opened once per process)
-  pid_t pid = 0;           // creator (a fork child inherits the table but owns nothing)
-  int refs = 1;            // live tensors over it
-  bool closed = false;     // unset_data_ipc(close_ipc=True) released it early
-  bool unlinked = false;   // backing name already removed
+  char* base = nullptr;   // CPU: mmap address; CUDA: cudaIpcOpenMemHandle's base
+  size_t size = 0;        // bytes mapped (CUDA: allocation size, 0 when unknown)
+  std::string backing;    // CPU: name of the backing segment
+  std::string handle;     // CUDA: the IPC handle's bytes (opened once per process)
+  pid_t pid = 0;          // creator (a fork child inherits the table but owns nothing)
+  int refs = 1;           // live tensors over it
+  bool closed = false;    // unset_data_ipc(close_ipc=True) released it early
+  bool unlinked = false;  // backing name already removed
 };
 
 // Process-local table of shared mappings and of this process's publications.
@@ -71,7 +74,8 @@ struct Registry {
   }
   bool is_live_backing(const std::string& name) {
     for (const auto& kv : maps)
-      if (kv.second.source == Source::kAllocated && !kv.second.unlinked && kv.second.backing == name)
+      if (kv.second.source == Source::kAllocated && !kv.second.unlinked &&
+          kv.second.backing == name)
         return true;
     return false;
   }
@@ -149,19 +153,36 @@ int64_t checked_bytes(const char* op, const std::vector<int64_t>& shape, DataTyp
 
 std::string dtype_name(DataType d) { return phi::DataTypeToString(d); }
 
+// Bytes of physical memory of this machine (0 when unknown).
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  if (pages > INT64_MAX / page) return INT64_MAX;
+  return static_cast<int64_t>(pages) * page;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ shared_empty ---
 constexpr const char* kEmpty = "shared_empty";
 
-// like:  any shape, the new tensor's dtype, CPU, read (supplies the dtype only)
-// out:   `shape`, like's dtype, CPU, new; its memory is segment `name`
+// dtype: any shape, the new tensor's dtype, CPU, read (supplies the dtype only;
+//        checked by the schema)
+// out:   `shape`, that dtype, CPU, new; its memory is segment `name`
 //        (generated "/fd_mtp.<pid>.<n>" when empty), zero-filled
-std::vector<paddle::Tensor> SharedEmpty(const paddle::Tensor& like,
-                                        const std::vector<int64_t>& shape,
-                                        const std::string& name) {
-  fd_mtp::check::on_cpu(kEmpty, "like", like);
-  const int64_t bytes = checked_bytes(kEmpty, shape, like.dtype());
+std::vector<paddle::Tensor> shared_empty_apply(SharedEmptyArgs& a) {
+  const std::vector<int64_t>& shape = a.shape;
+  const std::string& name = a.name;
+  const DataType dtype = a.dtype.dtype();
+  const int64_t bytes = checked_bytes(kEmpty, shape, dtype);
+  // tmpfs accepts a segment larger than the machine (pages are allocated on
+  // first touch, and a touch that finds no memory kills the process with
+  // SIGBUS): refuse what cannot fit in physical memory.
+  const int64_t physical = physical_memory_bytes();
+  if (physical > 0 && bytes > physical)
+    fail(kEmpty, "shape", shape_str(shape), " with dtype ", dtype_name(dtype), " needs ", bytes,
+         " bytes but this machine has ", physical, " bytes of physical memory");
   if (!name.empty()) check_name(kEmpty, "name", name);
   const size_t size = bytes > 0 ? static_cast<size_t>(bytes) : 1;  // mmap needs >= 1 byte
 
@@ -202,31 +223,36 @@ std::vector<paddle::Tensor> SharedEmpty(const paddle::Tensor& like,
     m.pid = getpid();
     r.maps.emplace(id, m);
   }
-  return {wrap(base, shape, like.dtype(), phi::CPUPlace(), id)};
+  return {wrap(base, shape, dtype, phi::CPUPlace(), id)};
 }
 
-std::vector<std::vector<int64_t>> SharedEmptyShape(const std::vector<int64_t>&,
-                                                   const std::vector<int64_t>& shape,
-                                                   const std::string&) {
+std::vector<std::vector<int64_t>> shared_empty_infer_shape(const std::vector<int64_t>&,
+                                                           const std::vector<int64_t>& shape,
+                                                           const std::string&) {
   return {shape};
 }
-std::vector<DataType> LikeDtype(const DataType& like) { return {like}; }
+std::vector<DataType> shared_empty_infer_dtype(const DataType& dtype) { return {dtype}; }
 
 // ------------------------------------------------------------ set_data_ipc ---
 constexpr const char* kSet = "set_data_ipc";
 
 void publish(const std::string& shm_name, const ipc::Header& h) {
   std::string err;
-  if (!ipc::write_header(shm_name, h, &err)) fail(kSet, "shm_name", ipc::quoted(shm_name), " ", err);
+  if (!ipc::write_header(shm_name, h, &err))
+    fail(kSet, "shm_name", ipc::quoted(shm_name), " ", err);
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   r.published[shm_name] = getpid();
 }
 
-// tensor:   any shape (rank <= 8), any dtype, CPU (memory from shared_empty or
-//           share_external_data) or GPU, read (declared in place, as upstream)
+// tensor:   any shape (rank <= 8), any dtype, contiguous (checked by the
+//           schema: a consumer sees the published bytes in row-major order),
+//           CPU (memory from shared_empty or share_external_data) or GPU, read
+//           (declared in place, as upstream)
 // shm_name: the publication's name; an existing segment of that name is replaced
-void SetDataIpc(paddle::Tensor& tensor, const std::string& shm_name) {
+void set_data_ipc_apply(SetDataIpcArgs& a) {
+  const paddle::Tensor& tensor = a.tensor;
+  const std::string& shm_name = a.shm_name;
   check_name(kSet, "shm_name", shm_name);
   if (ipc::starts_with(shm_name, ipc::kBackingPrefix))
     fail(kSet, "shm_name", ipc::quoted(shm_name), " starts with ", ipc::quoted(ipc::kBackingPrefix),
@@ -234,9 +260,6 @@ void SetDataIpc(paddle::Tensor& tensor, const std::string& shm_name) {
   const auto& shape = tensor.shape();
   if (shape.size() > static_cast<size_t>(ipc::kMaxRank))
     fail(kSet, "tensor", "must have rank <= ", ipc::kMaxRank, ", got shape ", shape_str(shape));
-  if (!tensor.is_contiguous())
-    fail(kSet, "tensor", "must be contiguous (a consumer sees the published bytes in row-major order), "
-         "got a strided view of shape ", shape_str(shape));
   const uint64_t nbytes = static_cast<uint64_t>(tensor.numel()) * phi::SizeOf(tensor.dtype());
   const int elem = static_cast<int>(phi::SizeOf(tensor.dtype()));
 
@@ -269,10 +292,11 @@ void SetDataIpc(paddle::Tensor& tensor, const std::string& shm_name) {
     int previous = 0;
     fd_mtp::check::cuda(kSet, cudaGetDevice(&previous));
     fd_mtp::check::cuda(kSet, cudaSetDevice(device));
-    ipc::Header h = ipc::make_header(ipc::kCuda, device, 0, nbytes, shape, elem,
-                                     dtype_name(tensor.dtype()));
+    ipc::Header h =
+        ipc::make_header(ipc::kCuda, device, 0, nbytes, shape, elem, dtype_name(tensor.dtype()));
     uint64_t alloc_bytes = 0;
-    const cudaError_t err = fd_mtp::cuda_ipc_export(tensor.data(), h.cuda_handle, &h.offset, &alloc_bytes);
+    const cudaError_t err =
+        fd_mtp::cuda_ipc_export(tensor.data(), h.cuda_handle, &h.offset, &alloc_bytes);
     cudaSetDevice(previous);
     if (err != cudaSuccess)
       fail(kSet, "tensor", "cannot be exported through CUDA IPC (", cudaGetErrorString(err), ")");
@@ -322,8 +346,8 @@ paddle::Tensor attach_cpu(const paddle::Tensor& input, const std::string& shm_na
 
 #ifdef PADDLE_WITH_CUDA
 paddle::Tensor attach_cuda(const paddle::Tensor& input, const std::string& shm_name,
-                           const std::vector<int64_t>& shape, const ipc::Header& h,
-                           bool extended, int64_t need) {
+                           const std::vector<int64_t>& shape, const ipc::Header& h, bool extended,
+                           int64_t need) {
   const int device = input.place().GetDeviceId();
   const std::string handle(reinterpret_cast<const char*>(h.cuda_handle), sizeof(h.cuda_handle));
   Registry& r = registry();
@@ -350,7 +374,8 @@ paddle::Tensor attach_cuda(const paddle::Tensor& input, const std::string& shm_n
   if (err != cudaSuccess)
     fail(kShare, "shm_name", ipc::quoted(shm_name), ": cudaIpcOpenMemHandle failed (",
          cudaGetErrorString(err), "); the producer must be alive and its tensor not freed");
-  if (alloc_bytes && (h.offset > alloc_bytes || static_cast<uint64_t>(need) > alloc_bytes - h.offset)) {
+  if (alloc_bytes &&
+      (h.offset > alloc_bytes || static_cast<uint64_t>(need) > alloc_bytes - h.offset)) {
     fd_mtp::cuda_ipc_close(base);
     fail(kShare, "shape", shape_str(shape), " needs ", need, " bytes but the allocation behind ",
          ipc::quoted(shm_name), " has ", alloc_bytes - h.offset, " bytes after the tensor's start");
@@ -372,9 +397,10 @@ paddle::Tensor attach_cuda(const paddle::Tensor& input, const std::string& shm_n
 // shm_name: a publication of set_data_ipc (or FastDeploy's set_data_ipc on a GPU)
 // shape:    the result's shape; shape x dtype must fit the published tensor
 // out:      `shape`, input's dtype, new, aliasing the published memory (no copy)
-std::vector<paddle::Tensor> ShareExternalData(const paddle::Tensor& input,
-                                              const std::string& shm_name,
-                                              const std::vector<int64_t>& shape) {
+std::vector<paddle::Tensor> share_external_data_apply(ShareExternalDataArgs& a) {
+  const paddle::Tensor& input = a.input;
+  const std::string& shm_name = a.shm_name;
+  const std::vector<int64_t>& shape = a.shape;
   check_name(kShare, "shm_name", shm_name);
   const int64_t need = checked_bytes(kShare, shape, input.dtype());
   ipc::Header h;
@@ -407,10 +433,11 @@ std::vector<paddle::Tensor> ShareExternalData(const paddle::Tensor& input,
   fd_mtp::check::unsupported_place(kShare, "input", input);
 }
 
-std::vector<std::vector<int64_t>> ShareShape(const std::vector<int64_t>&, const std::string&,
-                                             const std::vector<int64_t>& shape) {
+std::vector<std::vector<int64_t>> share_external_data_infer_shape(
+    const std::vector<int64_t>&, const std::string&, const std::vector<int64_t>& shape) {
   return {shape};
 }
+std::vector<DataType> share_external_data_infer_dtype(const DataType& input) { return {input}; }
 
 // ---------------------------------------------------------- unset_data_ipc ---
 constexpr const char* kUnset = "unset_data_ipc";
@@ -422,23 +449,43 @@ constexpr const char* kUnset = "unset_data_ipc";
 //             the shared pages are replaced by private zero pages, so the tensor
 //             stays addressable but no longer shares memory)
 // unlink_shm: shm_unlink(shm_name)
-void UnsetDataIpc(paddle::Tensor& tensor, const std::string& shm_name, bool close_ipc,
-                  bool unlink_shm) {
+// Everything that can be refused is checked before anything changes: the
+// name, the attachment, then the unlink (which fails, changing nothing, when
+// the name does not exist); the attachment is closed last.
+void unset_data_ipc_apply(UnsetDataIpcArgs& a) {
+  const paddle::Tensor& tensor = a.tensor;
+  const std::string& shm_name = a.shm_name;
+  const bool close_ipc = a.close_ipc, unlink_shm = a.unlink_shm;
   if (unlink_shm) check_name(kUnset, "shm_name", shm_name);
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
+  Mapping* attachment = nullptr;
   if (close_ipc) {
     auto* hit = r.find(tensor.data(), 0);
     const bool attached = hit && hit->second.source != Source::kAllocated;
     if (!attached)
-      fail(kUnset, "tensor", "was not attached with share_external_data (or is already closed); "
+      fail(kUnset, "tensor",
+           "was not attached with share_external_data (or is already closed); "
            "close_ipc=True closes an attachment, never a producer's own tensor");
-    Mapping& m = hit->second;
+    attachment = &hit->second;
+  }
+  if (unlink_shm) {
+    if (r.is_live_backing(shm_name))
+      fail(kUnset, "shm_name", ipc::quoted(shm_name),
+           " is the backing segment of a shared_empty tensor, not a publication");
+    std::string err;
+    if (!ipc::unlink_segment(shm_name, &err))
+      fail(kUnset, "shm_name", ipc::quoted(shm_name), " ", err);
+    r.published.erase(shm_name);
+  }
+  if (attachment != nullptr) {
+    Mapping& m = *attachment;
     if (m.source == Source::kAttachedCpu) {
-      void* p = mmap(m.base, m.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                     -1, 0);
+      void* p = mmap(m.base, m.size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
       if (p == MAP_FAILED)
-        fail(kUnset, "tensor", "cannot be detached: ", ipc::errno_text(errno));
+        fail(kUnset, "tensor", "cannot be detached: ", ipc::errno_text(errno),
+             unlink_shm ? " (shm_name was unlinked)" : "");
     } else {
 #ifdef PADDLE_WITH_CUDA
       fd_mtp::check::cuda(kUnset, fd_mtp::cuda_ipc_close(m.base));
@@ -446,42 +493,4 @@ void UnsetDataIpc(paddle::Tensor& tensor, const std::string& shm_name, bool clos
     }
     m.closed = true;
   }
-  if (unlink_shm) {
-    if (r.is_live_backing(shm_name))
-      fail(kUnset, "shm_name", ipc::quoted(shm_name),
-           " is the backing segment of a shared_empty tensor, not a publication");
-    std::string err;
-    if (!ipc::unlink_segment(shm_name, &err)) fail(kUnset, "shm_name", ipc::quoted(shm_name), " ", err);
-    r.published.erase(shm_name);
-  }
 }
-
-PD_BUILD_OP(fd_mtp_shared_empty)
-    .Inputs({"like"})
-    .Outputs({"out"})
-    .Attrs({"shape: std::vector<int64_t>", "name: std::string"})
-    .SetKernelFn(PD_KERNEL(SharedEmpty))
-    .SetInferShapeFn(PD_INFER_SHAPE(SharedEmptyShape))
-    .SetInferDtypeFn(PD_INFER_DTYPE(LikeDtype));
-
-PD_BUILD_OP(fd_mtp_set_data_ipc)
-    .Inputs({"tensor"})
-    .Outputs({"tensor_out"})
-    .Attrs({"shm_name: std::string"})
-    .SetInplaceMap({{"tensor", "tensor_out"}})
-    .SetKernelFn(PD_KERNEL(SetDataIpc));
-
-PD_BUILD_OP(fd_mtp_share_external_data)
-    .Inputs({"input"})
-    .Outputs({"out"})
-    .Attrs({"shm_name: std::string", "shape: std::vector<int64_t>"})
-    .SetKernelFn(PD_KERNEL(ShareExternalData))
-    .SetInferShapeFn(PD_INFER_SHAPE(ShareShape))
-    .SetInferDtypeFn(PD_INFER_DTYPE(LikeDtype));
-
-PD_BUILD_OP(fd_mtp_unset_data_ipc)
-    .Inputs({"tensor"})
-    .Outputs({"tensor_out"})
-    .Attrs({"shm_name: std::string", "close_ipc: bool", "unlink_shm: bool"})
-    .SetInplaceMap({{"tensor", "tensor_out"}})
-    .SetKernelFn(PD_KERNEL(UnsetDataIpc));

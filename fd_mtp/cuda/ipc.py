@@ -78,7 +78,7 @@ def set_data_ipc(tensor, shm_name) -> None:
     op = "set_data_ipc"
     mod = load()
     _device_array(op, "tensor", tensor)
-    _name(op, shm_name)
+    shm_name = _name(op, shm_name)
     if shm_name.startswith(mod.IPC_BACKING_PREFIX):
         _fail(op, "shm_name", f"'{shm_name}' starts with '{mod.IPC_BACKING_PREFIX}', which is reserved "
               "for the backing segments of fd_mtp.ops.shared_empty")
@@ -115,7 +115,7 @@ def share_external_data(input, shm_name, shape):
     cp = _cupy()
     _device_array(op, "input", input)
     dims = _shape(op, shape)
-    _name(op, shm_name)
+    shm_name = _name(op, shm_name)
     rec = load().ipc_read(shm_name)
     if rec["kind"] != "cuda":
         _fail(op, "input", f"is a GPU array but '{shm_name}' publishes a {rec['kind']} tensor "
@@ -136,13 +136,19 @@ def share_external_data(input, shm_name, shape):
 
 def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
     """close_ipc: close the IPC handle ``tensor`` (from share_external_data) was attached
-    through (every array over it becomes invalid, as upstream); unlink_shm: shm_unlink(shm_name)."""
+    through (every array over it becomes invalid, as upstream); unlink_shm: shm_unlink(shm_name).
+
+    As the Paddle binding: everything that can be refused is checked before anything changes (the
+    name, the attachment, then the unlink, which changes nothing when the name does not exist); the
+    handle is closed last."""
     op = "unset_data_ipc"
+    if unlink_shm:
+        shm_name = _name(op, shm_name)
+    hit = None
     if close_ipc:
         _device_array(op, "tensor", tensor)
         ptr = tensor.data.ptr
         with _lock:
-            hit = None
             for key, ref in list(_opened.items()):
                 mem = ref()
                 if mem is None or mem.closed:
@@ -151,13 +157,14 @@ def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
                 if mem.ptr <= ptr < mem.ptr + max(mem.size, 1):
                     hit = key, mem
                     break
-            if hit is None:
-                _fail(op, "tensor", "was not attached with share_external_data (or is already closed); "
-                      "close_ipc=True closes an attachment, never a producer's own array")
-            _opened.pop(hit[0])
-        hit[1].close()
+        if hit is None:
+            _fail(op, "tensor", "was not attached with share_external_data (or is already closed); "
+                  "close_ipc=True closes an attachment, never a producer's own array")
     if unlink_shm:
-        _name(op, shm_name)
         load().ipc_unlink(shm_name)
         with _lock:
             _published.pop(shm_name, None)
+    if hit is not None:
+        with _lock:
+            _opened.pop(hit[0], None)
+        hit[1].close()

@@ -70,10 +70,12 @@ Deliberate differences from upstream
 
 These ops move no data, so there is no numpy reference for them in
 fd_mtp.reference; tests/ops/test_ipc.py checks them with two real processes.
+Arguments and the generated binding: fd_mtp/schema/ipc.py; the work:
+custom_ops/paddle/ipc.cc.
 """
 from __future__ import annotations
 
-from ._loader import call
+from ._loader import invoke
 
 
 def _shape(op, arg, shape):
@@ -113,7 +115,8 @@ def shared_empty(shape, dtype="float32", name=None):
     (:func:`shared_zeros` says so explicitly).
 
     Args:
-        shape: list of ints >= 0, the tensor's shape.
+        shape: list of ints >= 0, the tensor's shape; a tensor larger than this
+            machine's physical memory raises ValueError naming ``shape``.
         dtype: any paddle dtype (``"float32"``, ``paddle.bfloat16``, ``"uint8"``, ...).
         name: the backing segment's POSIX name (``"/my_cache"``; must not exist),
             or None for a generated ``/fd_mtp.<pid>.<n>``. The name is removed when
@@ -130,12 +133,13 @@ def shared_empty(shape, dtype="float32", name=None):
         ([2, 3], True, 0.0)
     """
     op = "shared_empty"
-    dims = _shape(op, "shape", shape)
+    shape = _shape(op, "shape", shape)
     if name is None:
         name = ""
     elif not isinstance(name, str) or not name:
         raise ValueError(f"{op}: name must be a non-empty str or None, got {name!r}")
-    return call(op, _dtype_carrier(dtype), dims, name)[0]
+    dtype = _dtype_carrier(dtype)  # the op's input: a zero-size CPU tensor of the dtype
+    return invoke(op, locals())[0]
 
 
 def shared_zeros(shape, dtype="float32", name=None):
@@ -178,7 +182,8 @@ def set_data_ipc(tensor, shm_name) -> None:
             "set_data_ipc: tensor must be contiguous (a consumer sees the published bytes in "
             f"row-major order), got a strided view of shape {list(tensor.shape)}"
         )
-    call("set_data_ipc", tensor, _name("set_data_ipc", "shm_name", shm_name))
+    shm_name = _name("set_data_ipc", "shm_name", shm_name)
+    invoke("set_data_ipc", locals())
 
 
 def share_external_data(input, shm_name, shape):
@@ -208,8 +213,9 @@ def share_external_data(input, shm_name, shape):
         >>> ops.unset_data_ipc(cache, "/doc_share", False, True)
     """
     op = "share_external_data"
-    dims = _shape(op, "shape", shape)
-    return call(op, input, _name(op, "shm_name", shm_name), dims)[0]
+    shape = _shape(op, "shape", shape)
+    shm_name = _name(op, "shm_name", shm_name)
+    return invoke(op, locals())[0]
 
 
 def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
@@ -226,6 +232,9 @@ def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
         unlink_shm: ``shm_unlink(shm_name)``: no process can attach under the name
             any more; existing attachments are unaffected.
 
+    Everything that can be refused is checked before anything changes: a bad
+    or missing ``shm_name`` with ``close_ipc`` leaves ``tensor`` attached.
+
     Returns:
         None.
 
@@ -239,10 +248,5 @@ def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
         >>> view.tolist()
         [0.0, 0.0]
     """
-    call(
-        "unset_data_ipc",
-        tensor,
-        _name("unset_data_ipc", "shm_name", shm_name),
-        bool(close_ipc),
-        bool(unlink_shm),
-    )
+    shm_name = _name("unset_data_ipc", "shm_name", shm_name)
+    invoke("unset_data_ipc", locals())

@@ -16,10 +16,11 @@ queue). Writer and reader must therefore agree on both; ``ftok_path`` (keyword, 
 makes the directory explicit.
 
 What upstream read from the environment is resolved here, in Python, and passed to the op as an
-attribute: ``msg_queue_id=None`` means ``INFERENCE_MSG_QUEUE_ID`` (default 1) and ``msg_id=None``
-means ``INFERENCE_MSG_ID`` (default 1; 2 and negative ids are reserved and raise ValueError). The
-C++ op reads no environment variable and keeps no static state: the key and the queue handle are
-looked up on every call, so one process can serve several queues.
+attribute: ``msg_queue_id=None`` means ``INFERENCE_MSG_QUEUE_ID`` (default 1, read by fd_mtp.envs)
+and ``msg_id=None`` means ``INFERENCE_MSG_ID`` (default 1; 2 and negative ids are reserved and raise
+ValueError); ``ftok_path=None`` means ``"./"``. The C++ op reads no environment variable and keeps
+no static state: the key and the queue handle are looked up on every call, so one process can serve
+several queues. Arguments, checks and the binding: fd_mtp/schema/msgqueue.py.
 
 Errors: bad arguments raise ValueError naming the argument, before anything is sent. A failing
 ``msgget`` / ``msgsnd`` / ``msgrcv`` (for example EINTR when a signal interrupts a blocked call,
@@ -35,7 +36,7 @@ import operator
 import os
 import re
 
-from ._loader import call
+from ._loader import invoke
 
 MAX_BSZ = 256
 MAX_DRAFT_TOKENS = 6
@@ -47,7 +48,7 @@ _INT32_MAX = 2**31 - 1
 _ERRNO = re.compile(r"\[errno (\d+)\]$")
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int) -> int:  # INFERENCE_MSG_ID until fd_mtp.envs has it
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -70,7 +71,9 @@ def resolve_msg_queue_id(msg_queue_id=None) -> int:
     """The queue id an op uses: ``msg_queue_id``, else ``$INFERENCE_MSG_QUEUE_ID``, else 1."""
     source = "msg_queue_id"
     if msg_queue_id is None:
-        msg_queue_id, source = _env_int("INFERENCE_MSG_QUEUE_ID", 1), "INFERENCE_MSG_QUEUE_ID"
+        from .. import envs
+
+        msg_queue_id, source = envs.get("INFERENCE_MSG_QUEUE_ID"), "INFERENCE_MSG_QUEUE_ID"
     msg_queue_id = _as_int("msg_queue_id", msg_queue_id)
     if not -_INT32_MAX - 1 <= msg_queue_id <= _INT32_MAX:
         raise ValueError(f"{source} must fit in int32, got {msg_queue_id}")
@@ -96,16 +99,19 @@ def resolve_msg_id(msg_id=None) -> int:
 
 
 def _path(ftok_path) -> str:
+    """``ftok_path`` as a str (None: ``"./"``)."""
+    if ftok_path is None:
+        return DEFAULT_FTOK_PATH
     try:
         return os.fspath(ftok_path)
     except TypeError:
         raise ValueError(f"ftok_path must be a path, got {type(ftok_path).__name__}") from None
 
 
-def _call(op: str, *args) -> None:
-    """Run the op; a failed SysV call (message ends in "[errno N]") becomes OSError."""
+def _invoke(op: str, values: dict) -> None:
+    """Run the op (`invoke`); a failed SysV call (message ends in "[errno N]") becomes OSError."""
     try:
-        call(op, *args)
+        invoke(op, values)
     except ValueError as exc:
         match = _ERRNO.search(str(exc))
         if match:
@@ -125,7 +131,7 @@ def speculate_save_output(
     *,
     msg_queue_id=None,
     msg_id=None,
-    ftok_path=DEFAULT_FTOK_PATH,
+    ftok_path=None,
 ) -> None:
     """Send this step's accepted tokens to the token processor (spec §5.11).
 
@@ -145,10 +151,12 @@ def speculate_save_output(
         not_need_stop: ``[1]`` bool on the CPU, read: the sign of ``mtext[0]``.
         seq_lens_decoder: ``[>=bs]`` int32, read. prompt_lens: ``[>=bs]`` int64, read.
         rank_id (int), save_each_rank (bool), skip_prefill (bool).
-        msg_queue_id: keyword-only queue id; default ``$INFERENCE_MSG_QUEUE_ID`` or 1.
-        msg_id: keyword-only message id; default ``$INFERENCE_MSG_ID`` or 1; 2 or negative
-            raise ValueError.
-        ftok_path: keyword-only directory whose inode keys the queue (upstream: ``"./"``).
+        msg_queue_id: keyword-only queue id; default (None) ``$INFERENCE_MSG_QUEUE_ID`` or 1,
+            read by fd_mtp.envs.
+        msg_id: keyword-only message id; default (None) ``$INFERENCE_MSG_ID`` or 1; 2 or
+            negative raise ValueError.
+        ftok_path: keyword-only directory whose inode keys the queue; default (None) ``"./"``
+            (upstream's).
 
     Returns:
         None; no tensor is written. Raises ValueError naming the argument on bad input (bs > 256,
@@ -172,20 +180,10 @@ def speculate_save_output(
         >>> ops.remove_queue(99)
         True
     """
-    _call(
-        "speculate_save_output",
-        accept_tokens,
-        accept_num,
-        not_need_stop,
-        seq_lens_decoder,
-        prompt_lens,
-        int(rank_id),
-        bool(save_each_rank),
-        bool(skip_prefill),
-        resolve_msg_queue_id(msg_queue_id),
-        resolve_msg_id(msg_id),
-        _path(ftok_path),
-    )
+    msg_queue_id = resolve_msg_queue_id(msg_queue_id)
+    msg_id = resolve_msg_id(msg_id)
+    ftok_path = _path(ftok_path)
+    _invoke("speculate_save_output", locals())
 
 
 def speculate_save_output_dynamic(
@@ -224,7 +222,7 @@ def speculate_save_output_dynamic(
 
 
 def speculate_get_output(
-    x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=None, ftok_path=DEFAULT_FTOK_PATH
+    x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=None, ftok_path=None
 ) -> None:
     """Receive one output message into ``x`` (the token processor's side of §5.11 / §6.8).
 
@@ -237,8 +235,10 @@ def speculate_get_output(
     Args:
         x: int64 CPU tensor with at least 1794 elements (FastDeploy: ``[1794, 1]``), **written**.
         rank_id (int), wait_flag (bool), get_each_rank (bool).
-        msg_queue_id: keyword-only queue id; default ``$INFERENCE_MSG_QUEUE_ID`` or 1.
-        ftok_path: keyword-only directory whose inode keys the queue (upstream: ``"./"``).
+        msg_queue_id: keyword-only queue id; default (None) ``$INFERENCE_MSG_QUEUE_ID`` or 1,
+            read by fd_mtp.envs.
+        ftok_path: keyword-only directory whose inode keys the queue; default (None) ``"./"``
+            (upstream's).
 
     Returns:
         None. Raises ValueError naming ``x`` when it is not an int64 CPU tensor of >= 1794
@@ -256,15 +256,9 @@ def speculate_get_output(
         >>> ops.remove_queue(98)
         True
     """
-    _call(
-        "speculate_get_output",
-        x,
-        int(rank_id),
-        bool(wait_flag),
-        bool(get_each_rank),
-        resolve_msg_queue_id(msg_queue_id),
-        _path(ftok_path),
-    )
+    msg_queue_id = resolve_msg_queue_id(msg_queue_id)
+    ftok_path = _path(ftok_path)
+    _invoke("speculate_get_output", locals())
 
 
 def speculate_get_output_dynamic(
@@ -291,7 +285,7 @@ def mtp_save_first_token(
     *,
     msg_queue_id=None,
     msg_id=None,
-    ftok_path=DEFAULT_FTOK_PATH,
+    ftok_path=None,
 ) -> None:
     """Send the first target token and the first draft of new requests (spec §6.8; PD prefill node).
 
@@ -331,20 +325,10 @@ def mtp_save_first_token(
         >>> ops.remove_queue(97)
         True
     """
-    _call(
-        "mtp_save_first_token",
-        x,
-        not_need_stop,
-        seq_lens_decoder,
-        prompt_lens,
-        step_idx,
-        int(rank_id),
-        bool(save_each_rank),
-        bool(skip_chunk_prefill),
-        resolve_msg_queue_id(msg_queue_id),
-        resolve_msg_id(msg_id),
-        _path(ftok_path),
-    )
+    msg_queue_id = resolve_msg_queue_id(msg_queue_id)
+    msg_id = resolve_msg_id(msg_id)
+    ftok_path = _path(ftok_path)
+    _invoke("mtp_save_first_token", locals())
 
 
 def mtp_save_first_token_dynamic(
@@ -398,6 +382,42 @@ def queue_key(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
         err = ctypes.get_errno()
         raise ValueError(f"ftok_path {ftok_path!r} cannot key a queue: {os.strerror(err)}")
     return key
+
+
+class _Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * MESSAGE_INTS)]
+
+
+_IPC_CREAT, _IPC_NOWAIT = 0o1000, 0o4000
+
+
+def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=False):
+    """The next message of the queue the ops would use, received with libc's ``msgrcv`` (any mtype;
+    no paddle): its ``MESSAGE_INTS`` int32 words as a numpy array (a shorter message is
+    zero-padded), or None when ``wait`` is False and the queue is empty. The queue is created if
+    missing, as the ops do. A failing ``msgget`` / ``msgrcv`` raises OSError.
+
+    fd_mtp.reference.speculate_get_output reads the queue with it.
+    """
+    import numpy as np
+
+    libc = _libc()
+    key = queue_key(msg_queue_id, ftok_path=ftok_path)
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    queue = libc.msgget(key, _IPC_CREAT | 0o666)
+    if queue == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
+    libc.msgrcv.restype = ctypes.c_ssize_t
+    libc.msgrcv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_int)
+    msg = _Message()  # zero-filled
+    if libc.msgrcv(queue, ctypes.byref(msg), MESSAGE_BYTES, 0, 0 if wait else _IPC_NOWAIT) == -1:
+        err = ctypes.get_errno()
+        if not wait and err == _errno.ENOMSG:
+            return None
+        raise OSError(err, f"msgrcv of key {key:#010x}: {os.strerror(err)}")
+    return np.ctypeslib.as_array(msg.mtext).astype(np.int32)
 
 
 def remove_queue(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> bool:

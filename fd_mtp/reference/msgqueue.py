@@ -8,9 +8,18 @@ with what a reader received. Layout::
     mtext[1] = bs
     mtext[2 + i]             count of request i, i < 256 (0 for i >= bs)
     mtext[258 + 6 * i + j]   token j of request i, j < 6 (0 for i >= bs)
+
+Signatures are the ops' (fd_mtp/schema/msgqueue.py). The senders take ``msg_queue_id`` and
+``ftok_path`` but send nothing; ``msg_id=None`` resolves as the ops' (``INFERENCE_MSG_ID`` or 1,
+through fd_mtp.ops.msgqueue.resolve_msg_id). `speculate_get_output` receives from the real queue with
+libc's ``msgrcv`` (ctypes) and writes ``x`` as the op does; `speculate_get_output_from_message` is the
+same given the message (the libc calls are fd_mtp.ops.msgqueue's queue helpers, which need no
+paddle).
 """
 
 import numpy as np
+
+from ..schema import resolve_kw
 
 MAX_BSZ = 256
 MAX_DRAFT_TOKENS = 6
@@ -53,9 +62,11 @@ def _flag(not_need_stop):
     return bool(not_need_stop.reshape(-1)[0])
 
 
-def _check_msg_id(msg_id):
-    if msg_id == 2 or msg_id < 0:
-        raise ValueError(f"msg_id is {msg_id}; 2 and negative ids are reserved")
+def _msg_id(msg_id):
+    """``msg_id`` validated, or the environment default when None (as the ops resolve it)."""
+    from ..ops.msgqueue import resolve_msg_id  # no paddle
+
+    return resolve_msg_id(msg_id)
 
 
 def _header(msg_id, go_on, bsz):
@@ -75,11 +86,16 @@ def speculate_save_output(
     save_each_rank,
     skip_prefill,
     *,
-    msg_id=1,
+    msg_queue_id=None,
+    msg_id=None,
+    ftok_path=None,
 ):
-    """The payload `fd_mtp.ops.speculate_save_output` sends (int32 ``[1794]``), or None."""
+    """The payload `fd_mtp.ops.speculate_save_output` sends (int32 ``[1794]``), or None.
+
+    ``msg_queue_id`` and ``ftok_path`` are accepted for the op's signature and not used (nothing is
+    sent)."""
+    msg_id = _msg_id(msg_id)
     bsz = _rows("accept_tokens", accept_tokens, 0)
-    _check_msg_id(msg_id)
     num = _per_request("accept_num", accept_num, np.int32, bsz)
     dec = _per_request("seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
     prompt = _per_request("prompt_lens", prompt_lens, np.int64, bsz)
@@ -112,14 +128,17 @@ def mtp_save_first_token(
     save_each_rank,
     skip_chunk_prefill,
     *,
-    msg_id=1,
+    msg_queue_id=None,
+    msg_id=None,
+    ftok_path=None,
 ):
     """The payload `fd_mtp.ops.mtp_save_first_token` sends (int32 ``[1794]``), or None.
 
     Slots are zero unless written (the op's deliberate difference from upstream's stale slots).
+    ``msg_queue_id`` and ``ftok_path`` are accepted for the op's signature and not used.
     """
+    msg_id = _msg_id(msg_id)
     bsz = _rows("x", x, 2)
-    _check_msg_id(msg_id)
     dec = _per_request("seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
     prompt = _per_request("prompt_lens", prompt_lens, np.int64, bsz)
     step = _per_request("step_idx", step_idx, np.int64, bsz)
@@ -137,15 +156,19 @@ def mtp_save_first_token(
     return msg
 
 
-def speculate_get_output(x, message, rank_id=0, get_each_rank=False):
+def _check_x(x):
+    _dtype("x", x, np.int64)
+    if x.size < MESSAGE_INTS:
+        raise ValueError(f"x needs at least {MESSAGE_INTS} elements, got shape {list(x.shape)}")
+
+
+def speculate_get_output_from_message(x, message, rank_id=0, get_each_rank=False):
     """What `fd_mtp.ops.speculate_get_output` writes into ``x`` (int64, flat >= 1794) given the
     next queued ``message`` (int32 ``[1794]``, or None for an empty queue in non-blocking mode).
 
     Returns True when the message was consumed (x written with it), False otherwise.
     """
-    _dtype("x", x, np.int64)
-    if x.size < MESSAGE_INTS:
-        raise ValueError(f"x needs at least {MESSAGE_INTS} elements, got shape {list(x.shape)}")
+    _check_x(x)
     if not get_each_rank and rank_id > 0:
         return False
     flat = x.reshape(-1)  # a view for contiguous x
@@ -154,3 +177,19 @@ def speculate_get_output(x, message, rank_id=0, get_each_rank=False):
         return False
     flat[:MESSAGE_INTS] = np.asarray(message, dtype=np.int32)
     return True
+
+
+def speculate_get_output(x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=None, ftok_path=None):
+    """`fd_mtp.ops.speculate_get_output` with libc's ``msgrcv``: receives the next message of the
+    queue (``msg_queue_id`` None: ``INFERENCE_MSG_QUEUE_ID`` or 1; ``ftok_path`` None: ``"./"``),
+    blocking when ``wait_flag``, and writes it into ``x`` (numpy int64, flat >= 1794) as the op
+    does (`speculate_get_output_from_message`). Nothing is received when ``rank_id > 0`` and not
+    ``get_each_rank``. Returns True when a message was consumed."""
+    from ..ops.msgqueue import receive_message  # libc msgrcv through ctypes, no paddle
+
+    _check_x(x)
+    if not get_each_rank and rank_id > 0:
+        return False
+    msg_queue_id = resolve_kw("speculate_get_output", "msg_queue_id", msg_queue_id)
+    message = receive_message(msg_queue_id, ftok_path=ftok_path, wait=bool(wait_flag))
+    return speculate_get_output_from_message(x, message)

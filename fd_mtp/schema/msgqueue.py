@@ -1,4 +1,110 @@
-"""Schemas of the msgqueue ops (see fd_mtp/schema/__init__.py for the format)."""
-from . import Attr, Op, Status, Tensor  # noqa: F401
+"""Schemas of the output-message ops (host ops over a SysV message queue): spec ../shared/spec/ops.md
+§5.11, §6.8. Host-only: no fd_mtp.cuda wrapper (tests/ops/test_schema.py lists them in CPU_ONLY); the
+kernel header custom_ops/kernels/msgqueue.h builds the payload, custom_ops/paddle/msgqueue.cc copies
+device inputs to the host, fills the kernel's Params by hand (host pointers) and does the SysV calls.
 
-OPS = []
+The tensors the binding copies to the host one by one (GPU ones synchronously, as upstream) are
+``any_place``: they need not share a device. Keyword-only attributes: ``msg_queue_id`` defaults to
+``INFERENCE_MSG_QUEUE_ID`` (fd_mtp.envs); ``msg_id`` to ``INFERENCE_MSG_ID`` and ``ftok_path`` to
+``"./"``, resolved by fd_mtp.ops.msgqueue (``resolve_msg_id``; INFERENCE_MSG_ID is not in
+fd_mtp.envs yet)."""
+from . import Attr, Op, Status, Tensor
+
+_BATCH_TOO_LARGE = "has {value} rows but a message holds at most {limit} requests (MAX_BSZ of the wire format)"
+_BAD_MSG_ID = 'is {value}; 2 and negative ids are reserved (-2 means "no output")'
+
+
+def _ids(msg_id: bool) -> tuple:
+    """The keyword-only queue / message / key attributes every op of the family takes."""
+    out = (Attr("msg_queue_id", "int", kw=True, env="INFERENCE_MSG_QUEUE_ID", doc="the SysV queue id"),)
+    if msg_id:
+        out += (
+            Attr(
+                "msg_id",
+                "int",
+                kw=True,
+                doc="the message id (header word); None: INFERENCE_MSG_ID or 1 (fd_mtp.ops.msgqueue.resolve_msg_id)",
+            ),
+        )
+    return out + (Attr("ftok_path", "str", kw=True, doc='the directory whose inode keys the queue; None: "./"'),)
+
+
+OPS = [
+    Op(
+        name="speculate_save_output",
+        entry="SpeculateSaveOutput",
+        spec="§5.11",
+        binding=True,
+        kernel="msgqueue",
+        params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
+        args=(
+            Tensor(
+                "accept_tokens",
+                "int64[B, W>=0]",
+                any_place=True,
+                param=None,
+                doc="defines bs (<= 256); first min(W, 6) columns sent",
+            ),
+            Tensor("accept_num", "int32[>=B]", any_place=True, param=None),
+            Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
+            Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
+            Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
+            Attr("rank_id", "int64"),
+            Attr("save_each_rank", "bool"),
+            Attr("skip_prefill", "bool"),
+            *_ids(msg_id=True),
+        ),
+        status=(
+            Status("msgqueue::kBatchTooLarge", 1, "accept_tokens", _BATCH_TOO_LARGE),
+            Status("msgqueue::kBadMsgId", 2, "msg_id", _BAD_MSG_ID),
+            Status(
+                "msgqueue::kBadAcceptNum",
+                3,
+                "accept_num",
+                "is {value} but must be in [0, {limit}]: a request sends at most "
+                "min(accept_tokens columns, MAX_DRAFT_TOKENS 6) tokens",
+            ),
+        ),
+    ),
+    Op(
+        name="speculate_get_output",
+        entry="SpeculateGetOutput",
+        spec="§5.11",
+        binding=True,
+        kernel="msgqueue",
+        params=None,
+        place="x",
+        args=(
+            Tensor("x", "int64[>=1794]", "written", cpu=True, param=None, doc="x[0 .. 1793] (flat) = the message"),
+            Attr("rank_id", "int64"),
+            Attr("wait_flag", "bool"),
+            Attr("get_each_rank", "bool"),
+            *_ids(msg_id=False),
+        ),
+    ),
+    Op(
+        name="mtp_save_first_token",
+        entry="MtpSaveFirstToken",
+        spec="§6.8",
+        binding=True,
+        kernel="msgqueue",
+        params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
+        args=(
+            Tensor(
+                "x", "int64[B, W>=2]", any_place=True, param=None, doc="base_model_draft_tokens; defines bs (<= 256)"
+            ),
+            Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
+            Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
+            Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
+            Tensor("step_idx", "int64[>=B]", any_place=True, param=None),
+            Attr("rank_id", "int64"),
+            Attr("save_each_rank", "bool"),
+            Attr("skip_chunk_prefill", "bool"),
+            *_ids(msg_id=True),
+        ),
+        status=(
+            Status("msgqueue::kBatchTooLarge", 1, "x", _BATCH_TOO_LARGE),
+            Status("msgqueue::kBadMsgId", 2, "msg_id", _BAD_MSG_ID),
+        ),
+    ),
+]

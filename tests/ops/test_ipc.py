@@ -258,6 +258,70 @@ def test_close_ipc_detaches_the_attachment():
     del view, again, cache
 
 
+def test_refused_unset_leaves_the_attachment_open():
+    """Issue 21: with close_ipc=True and unlink_shm=True, a shm_name that is refused (missing,
+    invalid, a backing segment) raises naming shm_name before the attachment is closed."""
+    name, backing = fresh_name(), fresh_name()
+    cache = ops.shared_zeros([4], "float32", name=backing)
+    ops.set_data_ipc(cache, name)
+    view = ops.share_external_data(paddle.empty([0], "float32"), name, [4])
+    ops.unset_data_ipc(cache, name, False, True)  # the publication is gone, the attachment is not
+    refused = [
+        (name, "names no shared-memory segment"),
+        ("/a/b", "must not contain a '/'"),
+        ("", "is empty"),
+        (backing, "is the backing segment"),
+    ]
+    for bad, problem in refused:
+        with pytest.raises(ValueError, match=r"^unset_data_ipc: shm_name ") as info:
+            ops.unset_data_ipc(view, bad, True, True)
+        assert problem in str(info.value)
+        cache[0] = cache[0] + 1.0
+        assert view.tolist()[0] == cache.tolist()[0], f"{bad!r}: the attachment was closed"
+    assert backing[1:] in shm_entries()
+    # not an attachment: refused naming tensor, and the publication stays
+    again = fresh_name()
+    ops.set_data_ipc(cache, again)
+    with pytest.raises(ValueError, match=r"unset_data_ipc: tensor was not attached"):
+        ops.unset_data_ipc(cache, again, True, True)
+    assert again[1:] in shm_entries()
+    ops.unset_data_ipc(view, again, True, True)  # both at once, now that everything is valid
+    assert again[1:] not in shm_entries()
+    cache[1] = 9.0
+    assert view.tolist() == [0.0, 0.0, 0.0, 0.0]
+    del view, cache
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "int16", "int64", "bool"])
+def test_every_dtype_is_accepted(dtype):
+    """The ops take any dtype (schema ``any[]``), not only the ones the KV caches use."""
+    name = fresh_name()
+    cache = ops.shared_zeros([2, 3], dtype)
+    assert cache.dtype == paddle.empty([0], dtype).dtype
+    ops.set_data_ipc(cache, name)
+    view = ops.share_external_data(paddle.empty([0], dtype), name, [6])
+    cache[1, 2] = 1
+    assert view.astype("int64").tolist() == [0, 0, 0, 0, 0, 1]
+    ops.unset_data_ipc(view, name, True, True)
+    del view, cache
+
+
+def test_shared_empty_larger_than_physical_memory_raises_naming_shape():
+    """Issue 21: tmpfs accepts a segment larger than the machine (touching it would SIGBUS)."""
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    before = shm_entries()
+    with pytest.raises(ValueError, match=r"^shared_empty: shape \[1099511627776\] with dtype float32 needs "
+                       rf"4398046511104 bytes but this machine has {physical} bytes of physical memory"):
+        ops.shared_empty([2**40], "float32")
+    name = fresh_name()
+    with pytest.raises(ValueError, match=r"^shared_empty: shape \[2, "):
+        ops.shared_empty([2, physical // 2 + 1], "uint8", name=name)
+    assert shm_entries() == before, "a refused shared_empty created a segment"
+    t = ops.shared_empty([2, 1024], "uint8")  # small sizes are unaffected
+    assert list(t.shape) == [2, 1024]
+    del t
+
+
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument
 # ------------------------------------------------------------------------------------------------

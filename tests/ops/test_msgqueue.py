@@ -421,11 +421,38 @@ def test_get_output_matches_reference_reader(queue, reader):
     save(queue, i64([[5, 6, 7]]), i32([3]), False, i32([0]), i64([0]))
     x = reader.op(queue, fill=-9)
     x_ref = np.full(N, -9, dtype=np.int64)
-    assert reference.speculate_get_output(x_ref, msg) is True
+    assert reference.msgqueue.speculate_get_output_from_message(x_ref, msg) is True
     assert_same(x, x_ref, "x")
     empty = np.full(N, 3, dtype=np.int64)
-    assert reference.speculate_get_output(empty, None) is False
+    assert reference.msgqueue.speculate_get_output_from_message(empty, None) is False
     assert empty[:3].tolist() == [-2, 0, 3]
+
+
+def test_get_output_reference_receives_from_the_queue_as_the_op(queue):
+    """reference.speculate_get_output (the op's signature) reads the real queue with libc msgrcv."""
+    tokens, num = i64([[5, 6, 7], [8, 9, 10]]), i32([3, 2])
+    for _ in range(2):  # the same message twice: one for each reader
+        save(queue, tokens, num, True, i32([0, 0]), i64([0, 0]), msg_id=12)
+    x_ref = np.full(N + 2, -9, dtype=np.int64)
+    assert reference.speculate_get_output(x_ref, 0, False, False, **queue.kw) is True
+    x = paddle.full([N + 2], -9, dtype="int64")
+    ops.speculate_get_output(x, 0, False, False, **queue.kw)
+    assert_same(x.numpy(), x_ref, "x")
+    expected = message(12, 2, counts=[3, 2], tokens=[[5, 6, 7], [8, 9, 10]]).astype(np.int64)
+    assert_same(x_ref[:N], expected, "reference x")
+    assert (x_ref[N:] == -9).all()
+    # the queue is empty now: both write -2, 0 and leave the rest
+    for _ in range(2):
+        ops.speculate_get_output(x, 0, False, False, **queue.kw)
+        assert reference.speculate_get_output(x_ref, 0, False, False, **queue.kw) is False
+    assert_same(x.numpy(), x_ref, "x after an empty queue")
+    assert x_ref[:2].tolist() == [-2, 0]
+    # rank rules: nothing is received
+    save(queue, tokens, num, True, i32([0, 0]), i64([0, 0]))
+    assert reference.speculate_get_output(x_ref, 1, False, False, **queue.kw) is False
+    assert x_ref[:2].tolist() == [-2, 0]
+    assert reference.speculate_get_output(x_ref, 1, False, True, **queue.kw) is True
+    assert x_ref[:2].tolist() == [1, 2]
 
 
 def test_get_output_queue_removed_while_blocked_raises_oserror(queue, reader):
@@ -577,11 +604,47 @@ def test_bad_input_is_checked_on_ranks_that_send_nothing(queue, reader):
 
 
 def test_get_output_bad_x(queue):
-    for x, what in ((paddle.zeros([N], dtype="int32"), "must be"), (paddle.zeros([N - 1], dtype="int64"), "needs at least 1794")):
+    for x, what in ((paddle.zeros([N], dtype="int32"), "must be"), (paddle.zeros([N - 1], dtype="int64"), "must hold at least 1794")):
         with pytest.raises(ValueError, match=f"speculate_get_output: x {what}"):
             ops.speculate_get_output(x, 0, False, False, **queue.kw)
     with pytest.raises(ValueError, match="x"):
-        reference.speculate_get_output(np.zeros(N - 1, np.int64), None)
+        reference.msgqueue.speculate_get_output_from_message(np.zeros(N - 1, np.int64), None)
+    with pytest.raises(ValueError, match="x"):
+        reference.speculate_get_output(np.zeros(N - 1, np.int64), 0, False, False, **queue.kw)
+
+
+def test_strided_views_are_refused_and_nothing_is_sent(queue, reader):
+    wide = pd(i64([[1, 9, 2, 9], [3, 9, 4, 9]]))
+    view = wide[:, ::2]  # [[1, 2], [3, 4]] as a strided view
+    if view.is_contiguous():
+        pytest.skip("this paddle copies on step slicing")
+    args = (pd(i32([1, 1])), pd(flags([True])), pd(i32([0, 0])), pd(i64([0, 0])), 0, False, False)
+    with pytest.raises(ValueError, match="speculate_save_output: accept_tokens must be contiguous"):
+        ops.speculate_save_output(view, *args, **queue.kw)
+    step = pd(i64([1, 1, 7, 7]))[::2]
+    if not step.is_contiguous():
+        with pytest.raises(ValueError, match="mtp_save_first_token: step_idx must be contiguous"):
+            ops.mtp_save_first_token(
+                pd(i64([[1, 2], [3, 4]])), pd(flags([True])), pd(i32([0, 0])), pd(i64([0, 0])), step, 0, False, False,
+                **queue.kw,
+            )
+    assert reader.raw(queue) is None, "nothing may be sent on bad input"
+    x = paddle.full([2 * N], 5, dtype="int64")
+    with pytest.raises(ValueError, match="speculate_get_output: x must be contiguous"):
+        ops.speculate_get_output(x[::2], 0, False, False, **queue.kw)
+
+
+def test_ftok_path_none_means_the_current_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with fresh_queue(tmp_path) as q:  # keyed on tmp_path, the current directory
+        ops.speculate_save_output(
+            pd(i64([[4]])), pd(i32([1])), pd(flags([True])), pd(i32([0])), pd(i64([0])), 0, False, False,
+            msg_queue_id=q.id, ftok_path=None,
+        )
+        x = paddle.zeros([N], dtype="int64")
+        ops.speculate_get_output(x, 0, False, False, msg_queue_id=q.id, ftok_path=q.path)
+        assert x.numpy()[:3].tolist() == [1, 1, 1] and int(x.numpy()[TOK]) == 4
+        assert ops.queue_key(q.id) == ops.queue_key(q.id, ftok_path=None) == ops.queue_key(q.id, ftok_path=q.path)
 
 
 def test_missing_ftok_path(tmp_path):
