@@ -2,15 +2,13 @@
 
     python cmake/gen_ops.py OUT_DIR
 
-writes, for every op declared with ``binding=True`` (see fd_mtp/schema/__init__.py):
+writes, for every op declared in fd_mtp/schema (see fd_mtp/schema/__init__.py):
 
 * ``OUT_DIR/<op>.gen.h``: the op's ``<Op>Args`` (checked tensors, attributes and named dims), the
   prototypes of the hand-written ``<op>_apply`` (and infer-shape / infer-dtype functions for ops
   that return tensors), the entry point (every generated check, then the Params fill, then apply)
   and its ``PD_BUILD_OP`` registration with ``SetInplaceMap``; included by the hand-written
   ``custom_ops/paddle/<op>.cc``;
-
-and for every op:
 
 * ``OUT_DIR/ops_gen.h``: the entry points' declarations (the pybind module binds them);
 * ``OUT_DIR/pybind_gen.cc``: the pybind11 module ``fd_mtp_ops_pybind``.
@@ -436,8 +434,7 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     ops = sorted(all_ops().values(), key=lambda o: o.name)
     for op in ops:
-        if op.binding:
-            write_if_changed(out_dir / f"{op.name}.gen.h", gen_op_header(op))
+        write_if_changed(out_dir / f"{op.name}.gen.h", gen_op_header(op))
     write_if_changed(out_dir / "ops_gen.h", gen_declarations(ops))
     write_if_changed(out_dir / "pybind_gen.cc", gen_pybind(ops))
     return 0

@@ -60,6 +60,10 @@ VARIABLES: dict[str, EnvVar] = {
     "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD": EnvVar(_int, 128, "ngram_match: token budget of the batch"),
     "SPEC_TOKENUM_THRESHOLD": EnvVar(_int, 1024, "hybrid_mtp_ngram: token budget of the batch"),
     "INFERENCE_MSG_QUEUE_ID": EnvVar(_int, 1, "SysV message queue id of the output ops"),
+    "INFERENCE_MSG_ID": EnvVar(_int, 1, "message id (header word) of the output ops' messages"),
+    "FD_MTP_CUDA_MODULE_DIR": EnvVar(
+        lambda name, raw: raw, None, "fd_mtp.cuda: load the raw CUDA module fd_mtp_cuda from this directory"
+    ),
 }
 
 

@@ -22,7 +22,9 @@ STATUS_WORDS = 3  # KernelStatus {int32 code, int32 request, int64 value, int64 
 @functools.cache
 def load():
     """Import and return the compiled ``fd_mtp_cuda`` module (ImportError with a hint if absent)."""
-    directory = os.environ.get(MODULE_DIR_ENV)
+    from .. import envs
+
+    directory = envs.get(MODULE_DIR_ENV)
     try:
         if directory:
             if not os.path.isdir(directory):

@@ -36,6 +36,7 @@ import operator
 import os
 import re
 
+from .. import envs
 from ._loader import invoke
 
 MAX_BSZ = 256
@@ -46,16 +47,6 @@ DEFAULT_FTOK_PATH = "./"
 
 _INT32_MAX = 2**31 - 1
 _ERRNO = re.compile(r"\[errno (\d+)\]$")
-
-
-def _env_int(name: str, default: int) -> int:  # INFERENCE_MSG_ID until fd_mtp.envs has it
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
 def _as_int(name: str, value) -> int:
@@ -87,7 +78,7 @@ def resolve_msg_id(msg_id=None) -> int:
     """
     source = "msg_id"
     if msg_id is None:
-        msg_id, source = _env_int("INFERENCE_MSG_ID", 1), "msg_id (from INFERENCE_MSG_ID)"
+        msg_id, source = envs.get("INFERENCE_MSG_ID"), "msg_id (from INFERENCE_MSG_ID)"
     msg_id = _as_int("msg_id", msg_id)
     if msg_id == 2:
         raise ValueError(f"{source} cannot be 2: 2 and -2 are reserved for 'no output'")

@@ -189,7 +189,6 @@ class Op:
     status: tuple = ()
     returns: tuple = ()
     place: str | None = None
-    binding: bool = False  # True: cmake/gen_ops.py generates the Paddle binding
 
     @property
     def tensors(self) -> list[Tensor]:

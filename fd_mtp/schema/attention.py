@@ -13,7 +13,6 @@ OPS = [
         # static programs). custom_ops/paddle/paged_attention.cc stays hand-written until the
         # generator can keep that order; its entry point is still declared from this schema
         # (ops_gen.h), and fd_mtp.ops calls it through invoke().
-        binding=True,
         kernel="paged_attention",
         params="PagedAttentionParams",
         extra_params={

@@ -6,8 +6,8 @@ device inputs to the host, fills the kernel's Params by hand (host pointers) and
 The tensors the binding copies to the host one by one (GPU ones synchronously, as upstream) are
 ``any_place``: they need not share a device. Keyword-only attributes: ``msg_queue_id`` defaults to
 ``INFERENCE_MSG_QUEUE_ID`` (fd_mtp.envs); ``msg_id`` to ``INFERENCE_MSG_ID`` and ``ftok_path`` to
-``"./"``, resolved by fd_mtp.ops.msgqueue (``resolve_msg_id``; INFERENCE_MSG_ID is not in
-fd_mtp.envs yet)."""
+``"./"``, resolved by fd_mtp.ops.msgqueue (``resolve_msg_id``, which reads INFERENCE_MSG_ID through
+fd_mtp.envs and refuses the reserved id 2)."""
 from . import Attr, Op, Status, Tensor
 
 _BATCH_TOO_LARGE = "has {value} rows but a message holds at most {limit} requests (MAX_BSZ of the wire format)"
@@ -34,7 +34,6 @@ OPS = [
         name="speculate_save_output",
         entry="SpeculateSaveOutput",
         spec="§5.11",
-        binding=True,
         kernel="msgqueue",
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
@@ -70,7 +69,6 @@ OPS = [
         name="speculate_get_output",
         entry="SpeculateGetOutput",
         spec="§5.11",
-        binding=True,
         kernel="msgqueue",
         params=None,
         place="x",
@@ -86,7 +84,6 @@ OPS = [
         name="mtp_save_first_token",
         entry="MtpSaveFirstToken",
         spec="§6.8",
-        binding=True,
         kernel="msgqueue",
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(

@@ -9,7 +9,6 @@ OPS = [
         name="speculate_verify",
         entry="SpeculateVerify",
         spec="§5.7",
-        binding=True,
         batch="seq_lens_this_time",
         kernel="speculate_verify",
         params="SpeculateVerifyParams",

@@ -32,13 +32,16 @@ def test_both_paths_raise_value_error_naming_the_argument_without_source_locatio
     assert ".h:" not in msg and ".cc:" not in msg
 
 
-def test_every_registered_op_has_a_pybind_entry_point():
-    import re
-    from pathlib import Path
+def test_every_schema_op_is_registered_and_bound():
+    """The build generates one PD_BUILD_OP and one pybind entry per schema op (cmake/gen_ops.py):
+    both lists must be exactly the schema's."""
+    from paddle.base import core
 
-    root = Path(__file__).resolve().parents[2] / "custom_ops" / "paddle"
-    registered = {m for f in root.glob("*.cc") for m in re.findall(r"PD_BUILD_OP\(fd_mtp_(\w+)\)", f.read_text())}
+    from fd_mtp import schema
+
     module = _loader._module()
-    assert registered and all(hasattr(module, op) for op in registered), sorted(
-        op for op in registered if not hasattr(module, op)
-    )
+    declared = set(schema.all_ops())
+    bound = {name for name in dir(module) if not name.startswith("_")}
+    assert declared == bound, (sorted(declared - bound), sorted(bound - declared))
+    registered = {name[len("fd_mtp_") :] for name in core.get_all_op_names() if name.startswith("fd_mtp_")}
+    assert declared == registered, (sorted(declared - registered), sorted(registered - declared))
