@@ -244,7 +244,11 @@ def _train_rows(out: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_script_trains_exports_and_resumes_exactly(tmp_path, T):
+def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
+    # The script sets the thread-pool variables in its own process (set_threads); restore them
+    # after this test, or paddle in later subprocesses warns about OMP_NUM_THREADS.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
     corpus = _tiny_corpus(tmp_path)
     from fd_mtp.assets.corpus import corpus_files
 
