@@ -186,7 +186,7 @@ class LLM:
             from .model.loader import load_checkpoint
 
             path = Path(model)
-            model, loaded_mtp, _config_ = load_checkpoint(path, dtype=dtype)
+            model, loaded_mtp, _ = load_checkpoint(path, dtype=dtype)
             mtp_model = loaded_mtp if mtp_model is None else mtp_model
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
@@ -356,10 +356,7 @@ def _call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except ValueError as exc:
-        msg = str(exc)
-        for prefix in ("SchedulerConfig.", "CacheConfig."):
-            if msg.startswith(prefix):
-                msg = msg[len(prefix):]
+        msg = str(exc).removeprefix("SchedulerConfig.").removeprefix("CacheConfig.")
         raise ValueError(f"LLM: {msg}") from None
 
 

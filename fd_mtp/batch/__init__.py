@@ -16,4 +16,5 @@ from .interface import Proposer, ProposerStats
 from .packing import pack_step
 from .task import Task, TaskKind
 
-__all__ = ["HOST_KEYS", "InputBatch", "TransferStats", "Proposer", "ProposerStats", "pack_step", "Task", "TaskKind"]
+__all__ = ["HOST_KEYS", "InputBatch", "Proposer", "ProposerStats", "Task", "TaskKind", "TransferStats",
+           "pack_step"]

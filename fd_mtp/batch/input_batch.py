@@ -80,7 +80,7 @@ class TransferStats:
 class _Staged:
     """Pending host writes into one device tensor: values + dirty mask (the last write wins)."""
 
-    __slots__ = ("tensor", "values", "dirty")
+    __slots__ = ("dirty", "tensor", "values")
 
     def __init__(self, tensor):
         shape = [int(d) for d in tensor.shape]

@@ -37,7 +37,7 @@ class IncrementalDetokenizer:
     >>> ids = []
     >>> for t in (1, 2, 3):
     ...     ids.append(t)
-    ...     d.update(ids)
+    ...     _ = d.update(ids)
     >>> d.text, d.prefix_offset, d.read_offset
     ('abc', 2, 3)
     """

@@ -14,7 +14,7 @@ from ..config import SpeculativeConfig
 from .mtp import MTPProposer
 from .ngram import NgramProposer
 
-__all__ = ["MTPProposer", "NgramProposer", "Proposer", "ProposerStats", "make_proposer", "PROPOSERS"]
+__all__ = ["PROPOSERS", "MTPProposer", "NgramProposer", "Proposer", "ProposerStats", "make_proposer"]
 
 
 def _mtp(cfg, input_batch, *, mtp_model, max_model_len, block_size, num_main_blocks, draft_end_ids=None, **options):
