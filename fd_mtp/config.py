@@ -1,8 +1,16 @@
-"""Validated configuration of speculative decoding (spec/ops.md §12).
+"""Validated configuration, parsed once (spec/ops.md §12; design §7).
 
-`SpeculativeConfig` mirrors FastDeploy's `SpeculativeConfig` fields and defaults, accepts a plain
-dict as FastDeploy does (``LLM(..., speculative_config={"method": "mtp", ...})``), and refuses bad
-values with a ValueError that names the field. Pure Python: importing it loads no paddle.
+`fd_mtp.LLM` parses its keyword arguments once into these typed objects and passes the objects
+down (runner, proposer, engine); nothing below re-parses or re-checks them:
+
+* `SpeculativeConfig`: FastDeploy's `SpeculativeConfig` fields and defaults; a plain dict is
+  accepted as FastDeploy does (``LLM(..., speculative_config={"method": "mtp", ...})``).
+* `SchedulerConfig`: ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``.
+* `CacheConfig`: ``block_size``, ``num_gpu_blocks``, ``enc_dec_block_num``.
+
+Each refuses bad values with a ValueError that names the field, and ``from_value`` refuses a dict
+with an unknown key by name. Pure Python: importing it loads no paddle (and nothing of fd_mtp: the
+bottom layer).
 """
 from __future__ import annotations
 
@@ -96,6 +104,18 @@ class SpeculativeConfig:
             self.num_speculative_tokens = self.num_model_steps
 
     @property
+    def lookahead(self) -> int:
+        """KV positions a step writes past the tokens it feeds: the MTP substeps after the first
+        (``num_model_steps - 1``; 0 for "ngram")."""
+        return self.num_model_steps - 1 if self.method == "mtp" else 0
+
+    @property
+    def extra_positions(self) -> int:
+        """KV positions past ``max_model_len - 1`` a request may touch: K rejected drafts plus the
+        lookahead (the block-table row and the default cache size count them)."""
+        return self.num_speculative_tokens + self.lookahead
+
+    @property
     def hybrid_mode(self) -> bool:
         """MTP drafts extended by n-gram matches (spec §3: with_ngram and K > num_model_steps)."""
         return (self.method == "mtp" and self.mtp_strategy == "with_ngram"
@@ -140,3 +160,107 @@ def _int_range(name: str, value: Any, lo: int, hi: int | None) -> None:
     if value < lo or (hi is not None and value > hi):
         bound = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ValueError(f"SpeculativeConfig.{name} must be {bound}, got {value}")
+
+
+def _from_mapping(cls, value, what: str):
+    """``cls`` from an instance, a dict of its fields (an unknown key raises ValueError naming it)
+    or None (the defaults)."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} must be a {cls.__name__}, a dict or None, got {type(value).__name__}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise ValueError(f"{what} has unknown fields {unknown}; known: {known}")
+    return cls(**value)
+
+
+def _check_int(owner: str, name: str, value: Any, lo: int, hi: int | None = None, hint: str = "") -> None:
+    """ValueError ``"<owner>.<name> must be an int >= lo"`` (or ``in [lo, hi]``) unless it is one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{owner}.{name} must be an int {bound}{hint}, got {value!r}")
+
+
+DEFAULT_MAX_MODEL_LEN = 4096  # max_model_len when unset: min(max_position_embeddings, this)
+MAX_BLOCK_SIZE = 1024
+
+
+@dataclass
+class SchedulerConfig:
+    """What one engine step may hold.
+
+    Args:
+        max_num_seqs: request slots (the batch size of a step), >= 1.
+        max_num_batched_tokens: tokens per step, >= 1; longer prompts are prefilled in chunks.
+        max_model_len: longest prompt + output, >= 2; None until `resolve` fills it from the model
+            (``min(max_position_embeddings, 4096)``). Runners need it resolved.
+    """
+
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("SchedulerConfig", "max_num_seqs", self.max_num_seqs, 1)
+        _check_int("SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        if self.max_model_len is not None:
+            _check_int("SchedulerConfig", "max_model_len", self.max_model_len, 2)
+
+    @classmethod
+    def from_value(cls, value: "SchedulerConfig | Mapping[str, Any] | None") -> "SchedulerConfig":
+        """A SchedulerConfig from one, a dict of its fields (unknown keys refused by name) or None."""
+        return _from_mapping(cls, value, "scheduler_config")
+
+    def resolve(self, max_position_embeddings: int) -> "SchedulerConfig":
+        """This config with ``max_model_len`` set for a model of ``max_position_embeddings``
+        positions (ValueError when it exceeds them)."""
+        limit = int(max_position_embeddings)
+        if self.max_model_len is None:
+            return dataclasses.replace(self, max_model_len=min(limit, DEFAULT_MAX_MODEL_LEN))
+        if self.max_model_len > limit:
+            raise ValueError(f"SchedulerConfig.max_model_len {self.max_model_len} exceeds the model's "
+                             f"max_position_embeddings {limit}")
+        return self
+
+
+@dataclass
+class CacheConfig:
+    """The paged KV cache.
+
+    Args:
+        block_size: positions per KV block, an int in [1, 1024] (FastDeploy's default 64; the
+            cache holds at least one block per slot, so huge blocks only waste memory).
+        num_gpu_blocks: KV blocks per layer, >= 1; None until `resolve` fills the default: enough
+            for every slot at ``max_model_len`` (plus the speculative extra positions). Fewer blocks
+            make the engine preempt (and later re-prefill) the newest requests.
+        enc_dec_block_num: spare block-table columns per row (FastDeploy's FD_ENC_DEC_BLOCK_NUM).
+    """
+
+    block_size: int = 64
+    num_gpu_blocks: int | None = None
+    enc_dec_block_num: int = 2
+
+    def __post_init__(self) -> None:
+        _check_int("CacheConfig", "block_size", self.block_size, 1, MAX_BLOCK_SIZE, " (FastDeploy uses 64)")
+        if self.num_gpu_blocks is not None:
+            _check_int("CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, 1)
+        _check_int("CacheConfig", "enc_dec_block_num", self.enc_dec_block_num, 0)
+
+    @classmethod
+    def from_value(cls, value: "CacheConfig | Mapping[str, Any] | None") -> "CacheConfig":
+        """A CacheConfig from one, a dict of its fields (unknown keys refused by name) or None."""
+        return _from_mapping(cls, value, "cache_config")
+
+    def resolve(self, scheduler: SchedulerConfig, extra_positions: int = 0) -> "CacheConfig":
+        """This config with ``num_gpu_blocks`` set (when None) to ``max_num_seqs`` times the blocks
+        of ``max_model_len + extra_positions`` positions (``scheduler`` resolved)."""
+        if self.num_gpu_blocks is not None:
+            return self
+        if scheduler.max_model_len is None:
+            raise ValueError("CacheConfig.resolve: the SchedulerConfig's max_model_len is not resolved")
+        per_seq = -(-(scheduler.max_model_len + extra_positions) // self.block_size)
+        return dataclasses.replace(self, num_gpu_blocks=scheduler.max_num_seqs * per_seq)

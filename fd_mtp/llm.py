@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from .engine.block_manager import blocks_for
 from .engine.request import RequestOutput, StreamDelta
 from .engine.sampling_params import SEED_MODULUS, SamplingParams
 
@@ -28,7 +27,6 @@ __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "GenerationI
 
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
-MAX_BLOCK_SIZE = 1024
 
 
 class GenerationInterrupted(KeyboardInterrupt):
@@ -154,20 +152,19 @@ class LLM:
                  dtype: str | None = None, seed: int = 0):
         import paddle
 
-        from .config import SpeculativeConfig
+        from .config import CacheConfig, SchedulerConfig, SpeculativeConfig
         from .engine.engine import LLMEngine
         from .engine.runner import ModelRunner
 
         if model is not None and not isinstance(model, (str, os.PathLike, paddle.nn.Layer)):
             raise TypeError(f"LLM: model must be a checkpoint directory (str or os.PathLike), an "
                             f"Ernie4_5ForCausalLM instance or None (the demo model), got {type(model).__name__}")
+        # the keyword arguments, parsed once into the typed configs that go down to the engine,
+        # the runner and the proposer
         spec = SpeculativeConfig.from_value(speculative_config)
-        for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not _is_int(value) or value < 1:
-                raise ValueError(f"LLM: {name} must be an int >= 1, got {value!r}")
-        if not _is_int(block_size) or not 1 <= block_size <= MAX_BLOCK_SIZE:
-            raise ValueError(f"LLM: block_size must be an int in [1, {MAX_BLOCK_SIZE}] (FastDeploy uses 64), "
-                             f"got {block_size!r}")
+        scheduler = _config(SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=max_model_len)
+        cache = _config(CacheConfig, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
         if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
             raise ValueError(f"LLM: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
         device = check_device(device)
@@ -189,46 +186,32 @@ class LLM:
             from .model.loader import load_checkpoint
 
             path = Path(model)
-            model, loaded_mtp, _config = load_checkpoint(path, dtype=dtype)
+            model, loaded_mtp, _ = load_checkpoint(path, dtype=dtype)
             mtp_model = loaded_mtp if mtp_model is None else mtp_model
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
         model.eval()
         self.model = model
         self.tokenizer = tokenizer
-        config = model.config
-        if max_model_len is None:
-            max_model_len = min(int(config.max_position_embeddings), 4096)
-        if not isinstance(max_model_len, int) or max_model_len < 2:
-            raise ValueError(f"LLM: max_model_len must be an int >= 2, got {max_model_len!r}")
-        if max_model_len > config.max_position_embeddings:
-            raise ValueError(f"LLM: max_model_len {max_model_len} exceeds the model's max_position_embeddings "
-                             f"{config.max_position_embeddings}")
-        extra = 0
-        if spec is not None:
-            if spec.method == "mtp" and mtp_model is None:
-                raise ValueError("LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
-                                 "none (num_nextn_predict_layers = 0); use method 'ngram' or pass mtp_model")
-            extra = spec.num_speculative_tokens + (spec.num_model_steps - 1 if spec.method == "mtp" else 0)
-        if num_gpu_blocks is None:
-            num_gpu_blocks = max_num_seqs * blocks_for(max_model_len + extra, block_size)
-        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(f"LLM: num_gpu_blocks must be an int >= 1, got {num_gpu_blocks!r}")
-        self.max_model_len = max_model_len
+        scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)
+        if spec is not None and spec.method == "mtp" and mtp_model is None:
+            raise ValueError("LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
+                             "none (num_nextn_predict_layers = 0); use method 'ngram' or pass mtp_model")
+        cache = _call(cache.resolve, scheduler, 0 if spec is None else spec.extra_positions)
+        self.scheduler_config = scheduler
+        self.cache_config = cache
+        self.max_model_len = scheduler.max_model_len
         self.speculative_config = spec
         if spec is None:
-            self.runner = ModelRunner(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                      block_size=block_size, num_blocks=num_gpu_blocks)
+            self.runner = ModelRunner(model, scheduler_config=scheduler, cache_config=cache)
         else:
             from .engine.spec_runner import SpeculativeModelRunner
 
             if mtp_model is not None:
                 mtp_model.eval()
-            self.runner = SpeculativeModelRunner(model, spec, mtp_model=mtp_model, max_num_seqs=max_num_seqs,
-                                                 max_model_len=max_model_len, block_size=block_size,
-                                                 num_blocks=num_gpu_blocks, seed=seed)
-        self.engine = LLMEngine(self.runner, tokenizer=tokenizer, max_num_batched_tokens=max_num_batched_tokens,
-                                seed=seed)
+            self.runner = SpeculativeModelRunner(model, spec, scheduler_config=scheduler, cache_config=cache,
+                                                 mtp_model=mtp_model, seed=seed)
+        self.engine = LLMEngine(self.runner, tokenizer=tokenizer, seed=seed)
 
     @property
     def speculative_metrics(self):
@@ -238,7 +221,7 @@ class LLM:
     @property
     def proposer_stats(self):
         """The proposer's `ProposerStats` (time in `run` and in MTP forwards); None: plain decoding."""
-        proposer = getattr(self.runner, "proposer", None)
+        proposer = self.runner.proposer
         return None if proposer is None else proposer.stats
 
     @staticmethod
@@ -360,6 +343,21 @@ class LLM:
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _config(cls, **fields):
+    """``cls(**fields)``, its ValueError worded for the LLM's keyword argument it names."""
+    return _call(cls, **fields)
+
+
+def _call(fn, *args, **kwargs):
+    """``fn(...)``; a config's ValueError ``"<Config>.<field> ..."`` re-raised as ``"LLM: <field> ..."``
+    (the LLM's keyword arguments have the fields' names)."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        msg = str(exc).removeprefix("SchedulerConfig.").removeprefix("CacheConfig.")
+        raise ValueError(f"LLM: {msg}") from None
 
 
 def _try_tokenizer(path: Path):

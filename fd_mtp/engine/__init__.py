@@ -1,5 +1,12 @@
-"""The engine: model runners (plain and speculative (``share_inputs``, ``insert_tasks_v1``), KV block manager,
-sampler, scheduler with chunked prefill and preemption, requests and outputs.
+"""The engine: model runners (plain and speculative: ``insert_tasks_v1``, ``execute_model``, their
+per-slot state in a `fd_mtp.batch.InputBatch` whose tensors are ``share_inputs``), KV block
+manager, sampler, scheduler with chunked prefill and preemption, incremental detokenizer,
+requests and outputs.
+
+Layer: below ``fd_mtp.llm``; above ``fd_mtp.proposer`` (the speculative runner calls
+`fd_mtp.proposer.make_proposer`) and ``fd_mtp.batch`` (the types runners and proposers share).
+Inside, the runner-level modules (runner, spec_runner, sampler, sampling_params, block_manager)
+do not import the scheduler-level ones (engine, request, detokenizer); tests/test_layers.py checks.
 
 Submodules are imported on demand; ``fd_mtp.engine.sampling_params`` and ``request`` need no paddle.
 """
@@ -16,6 +23,7 @@ _LAZY = {
     "ModelRunner": "runner",
     "Task": "runner",
     "TaskKind": "runner",
+    "IncrementalDetokenizer": "detokenizer",
     "SpeculativeModelRunner": "spec_runner",
     "LLMEngine": "engine",
 }

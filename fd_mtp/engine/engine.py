@@ -12,6 +12,14 @@ One `step()`:
 2. `ModelRunner.insert_tasks_v1` with the PREFILL / DECODE / PREEMPTED tasks, `execute_model`.
 3. Append the sampled tokens (a non-final prefill chunk's token is discarded), check stop
    conditions, free finished requests' blocks and slots, return the per-request `StreamDelta`s.
+
+Text: each request's output is detokenized incrementally (`IncrementalDetokenizer`: a window of
+its newest tokens per token, not the whole output), so ``text`` costs O(1) decode work per token;
+stop strings are searched in it as before.
+
+The engine meets the runner through `ModelRunner`'s attributes and methods (no probing): the
+speculative runner overrides ``spec_config``, ``num_speculative_tokens``, ``lookahead`` and
+``last_drafted``.
 """
 from __future__ import annotations
 
@@ -20,9 +28,12 @@ import time
 
 import numpy as np
 
+from ..batch import Task, TaskKind
+from ..config import SchedulerConfig
 from .block_manager import BlockManager, blocks_for
+from .detokenizer import IncrementalDetokenizer
 from .request import Request, RequestOutput, RequestStatus, SpeculativeMetrics, StreamDelta
-from .runner import ModelRunner, Task, TaskKind
+from .runner import ModelRunner
 from .sampler import _splitmix64
 from .sampling_params import SEED_MODULUS, SamplingParams
 
@@ -31,21 +42,21 @@ class LLMEngine:
     """Continuous-batching engine over a `ModelRunner`.
 
     Args:
-        runner: the model runner (slots, KV cache, share_inputs).
+        runner: the model runner (slots, KV cache, per-slot state); its ``scheduler_config``
+            gives ``max_num_batched_tokens`` (tokens per step: decodes count 1 + K, prefills are
+            chunked to fit).
         tokenizer: optional, with ``encode(text) -> list[int]`` (or ``__call__`` returning
             ``{"input_ids": ...}``) and ``decode(ids, skip_special_tokens=...)``; needed for text
             prompts, ``.text`` and stop strings.
-        max_num_batched_tokens: tokens per step (decodes count 1; prefills are chunked to fit).
         seed: the engine seed from which requests without ``SamplingParams.seed`` get theirs
             (``splitmix64(seed, arrival number)``).
     """
 
-    def __init__(self, runner: ModelRunner, *, tokenizer=None, max_num_batched_tokens: int = 2048, seed: int = 0):
-        if max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
+    def __init__(self, runner: ModelRunner, *, tokenizer=None, seed: int = 0):
         self.runner = runner
         self.tokenizer = tokenizer
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.scheduler_config: SchedulerConfig = runner.scheduler_config
+        self.max_num_batched_tokens = self.scheduler_config.max_num_batched_tokens
         self.seed = seed
         self.block_manager = BlockManager(runner.num_blocks, runner.block_size)
         self.waiting: list[Request] = []
@@ -105,7 +116,7 @@ class LLMEngine:
         if len(ids) >= L:
             raise ValueError(f"the prompt has {len(ids)} tokens; max_model_len is {L} (prompt + at least one "
                              "generated token must fit)")
-        spec = getattr(self.runner, "spec_config", None)
+        spec = self.runner.spec_config
         if spec is not None and spec.verification == "greedy" and not params.greedy:
             raise ValueError("speculative_config.verification='greedy' emits the argmax: it needs greedy sampling "
                              "(temperature 0); use verification='target_match' or 'rejection' to sample")
@@ -261,7 +272,7 @@ class LLMEngine:
         self.num_steps += 1
         now = time.perf_counter()
         deltas = []
-        drafted = getattr(self.runner, "last_drafted", {})
+        drafted = self.runner.last_drafted
         for slot, (req, end) in sorted(plan.items(), key=lambda kv: kv[1][0].arrival_index):
             tokens = sampled[slot]
             tokens = tokens if isinstance(tokens, list) else [tokens]
@@ -313,10 +324,14 @@ class LLMEngine:
         return None
 
     def _update_text(self, req: Request) -> None:
+        """``req.text`` = the decode of the output (a final EOS left out), incrementally."""
         ids = req.output_token_ids
+        n = len(ids)
         if ids and ids[-1] in self.runner.eos_token_ids and not req.sampling_params.ignore_eos:
-            ids = ids[:-1]
-        req.text = self.tokenizer.decode(ids, skip_special_tokens=req.sampling_params.skip_special_tokens)
+            n -= 1
+        if req.detokenizer is None:
+            req.detokenizer = IncrementalDetokenizer(self.tokenizer, req.sampling_params.skip_special_tokens)
+        req.text = req.detokenizer.update(ids, n)
 
     def _find_stop(self, req: Request) -> int | None:
         """Where to cut ``req.text`` for the earliest stop string it contains (search from just

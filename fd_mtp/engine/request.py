@@ -163,6 +163,7 @@ class Request:
     tokens_sent: int = 0            # output tokens already streamed
     stop_text_len: int | None = None  # text cut here by a stop string
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    detokenizer: object = field(default=None, repr=False)  # the engine's IncrementalDetokenizer
 
     @property
     def all_token_ids(self) -> list[int]:

@@ -22,126 +22,85 @@ preemption; ``bad_tokens`` is ``[B, 1]`` of -1 (no bad-words support); stop stri
 the host on decoded text, not with ``stop_seqs`` token tensors.
 
 The engine (`fd_mtp.engine.engine.LLMEngine`) decides what runs; it talks to the runner through
-`insert_tasks_v1` (spec §4.2) and `execute_model`. Host mirrors (numpy) of the small per-slot
-integers are the engine's truth and are written into the tensors before every step.
+`insert_tasks_v1` (spec §4.2), `execute_model` and the attributes of this base class (the
+speculative runner overrides them). Per-slot state has one owner, the runner's
+`fd_mtp.batch.InputBatch` (``input_batch``): host arrays plus the device tensors, whose dict view is
+``share_inputs``. Insertion writes go through it and wait for the step; a plain step makes one
+host-to-device transfer (the changed per-slot integers, the staged insertion writes, last step's
+tokens for ``pre_ids`` / ``draft_tokens`` and the sampling rows, in one buffer) and one
+device-to-host transfer (the sampled tokens); the update after sampling runs on the host arrays.
 """
 from __future__ import annotations
-
-import enum
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import ops
+from ..batch import InputBatch, Task, TaskKind, pack_step
+from ..config import CacheConfig, SchedulerConfig
 from .block_manager import blocks_for
 from .sampler import Sampler, SamplingRows, uniforms
 from .sampling_params import SamplingParams
 
-ENC_DEC_BLOCK_NUM = 2  # FD_ENC_DEC_BLOCK_NUM default: extra block-table columns (spec §2)
-
-
-def pack_step(buffers: dict, caches: list, block_size: int):
-    """FastDeploy's per-step ``pre_process`` over a buffer dict (the runner's ``share_inputs`` or the
-    proposer's ``model_inputs``): packs the scheduled tokens (``input_ids`` rows of prefilling
-    requests, ``draft_tokens`` rows of decoding ones), stores ``ids_remove_padding``,
-    ``batch_id_per_token``, ``cu_seqlens_q/k``, ``output_cum_offsets`` and ``output_padding_offset``
-    back into ``buffers`` (as FastDeploy's ``copy_``), and returns the step's ``ForwardMeta`` over the
-    dict's lengths, block tables and the given KV caches."""
-    from ..model.attention import ForwardMeta
-
-    this_time = buffers["seq_lens_this_time"].reshape([-1])
-    enc = buffers["seq_lens_encoder"].reshape([-1])
-    dec = buffers["seq_lens_decoder"].reshape([-1])
-    ids, bid, cu_q, cu_k, out_cum, out_pad = ops.pre_process(
-        buffers["input_ids"], this_time, True, buffers["draft_tokens"], enc, dec)
-    buffers.update(ids_remove_padding=ids, batch_id_per_token=bid, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                   output_cum_offsets=out_cum, output_padding_offset=out_pad)
-    return ForwardMeta(ids_remove_padding=ids, cu_seqlens_q=cu_q, batch_id_per_token=bid, seq_lens_this_time=this_time,
-                       seq_lens_encoder=enc, seq_lens_decoder=dec, block_tables=buffers["block_tables"],
-                       caches=caches, block_size=block_size)
-
-
-class TaskKind(enum.Enum):
-    PREFILL = "prefill"      # a (chunk of a) prompt, or a preempted request's prompt + output
-    DECODE = "decode"        # new KV blocks granted to a decoding request: its block-table row is replaced
-    PREEMPTED = "preempted"  # the slot is emptied (preempted or finished): row -1, stopped, no tokens
-
-
-@dataclass
-class Task:
-    """One entry of ``insert_tasks_v1`` (spec §4.2, v1 scheduler).
-
-    PREFILL: ``token_ids`` = prompt + already generated output, ``start``/``end`` = the chunk
-    ``token_ids[start:end]`` fed this step (``start`` tokens are already cached), ``num_output`` =
-    how many of ``token_ids`` are generated tokens, ``params``/``seed`` = sampling of the slot.
-    DECODE and PREFILL: ``block_ids`` = the request's whole block-table row.
-    """
-
-    kind: TaskKind
-    slot: int
-    block_ids: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    start: int = 0
-    end: int = 0
-    num_output: int = 0
-    params: SamplingParams | None = None
-    seed: int = 0
+__all__ = ["ModelRunner", "Task", "TaskKind", "pack_step"]
 
 
 class ModelRunner:
-    """Owns the model, the paged KV cache and ``share_inputs``; runs one packed step at a time.
+    """Owns the model, the paged KV cache and the per-slot state; runs one packed step at a time.
 
     Args:
         model: an ``Ernie4_5ForCausalLM`` (``forward(ids_remove_padding, meta)``,
             ``compute_logits(hidden)``, ``config``).
-        max_num_seqs: B, the number of request slots.
-        max_model_len: L, the longest sequence (prompt + output); the width of ``input_ids`` /
-            ``pre_ids`` and the ``max_seq_len`` given to the packing ops.
-        block_size: KV-cache block size (positions per block).
-        num_blocks: KV-cache blocks per layer.
+        scheduler_config: a `SchedulerConfig` with ``max_model_len`` resolved: B =
+            ``max_num_seqs`` request slots; L = ``max_model_len``, the longest sequence (prompt +
+            output), the width of ``input_ids`` / ``pre_ids`` and the ``max_seq_len`` of the ops.
+        cache_config: a `CacheConfig` with ``num_gpu_blocks`` resolved (KV blocks per layer) and
+            ``block_size`` (positions per block).
+
+    What the engine reads (the speculative runner overrides them): ``max_num_seqs``,
+    ``max_model_len``, ``block_size``, ``num_blocks``, ``vocab_size``, ``eos_token_ids``,
+    ``num_speculative_tokens``, ``lookahead``, ``decode_tokens``, ``max_extra_positions``,
+    ``spec_config`` (None), ``proposer`` (None) and ``last_drafted`` (``{}``).
     """
 
     #: drafts verified per step (0: plain decoding; the speculative runner sets K)
     num_speculative_tokens = 0
     #: KV positions a step may write beyond the tokens it feeds (the drafts' substeps)
     lookahead = 0
+    #: the `SpeculativeConfig` (None: plain decoding)
+    spec_config = None
+    #: the drafter (None: plain decoding)
+    proposer = None
 
-    def __init__(self, model, *, max_num_seqs: int, max_model_len: int, block_size: int, num_blocks: int):
-        import paddle
-
+    def __init__(self, model, *, scheduler_config: SchedulerConfig, cache_config: CacheConfig):
         from ..model.attention import allocate_kv_caches
 
+        if not isinstance(scheduler_config, SchedulerConfig) or scheduler_config.max_model_len is None:
+            raise ValueError("ModelRunner: scheduler_config must be a SchedulerConfig with max_model_len set "
+                             f"(SchedulerConfig.resolve), got {scheduler_config!r}")
+        if not isinstance(cache_config, CacheConfig) or cache_config.num_gpu_blocks is None:
+            raise ValueError("ModelRunner: cache_config must be a CacheConfig with num_gpu_blocks set "
+                             f"(CacheConfig.resolve), got {cache_config!r}")
+        self.scheduler_config = scheduler_config
+        self.cache_config = cache_config
         self.model = model
         self.config = model.config
-        self.max_num_seqs = max_num_seqs
-        self.max_model_len = max_model_len
-        self.block_size = block_size
-        self.num_blocks = num_blocks
+        self.max_num_seqs = scheduler_config.max_num_seqs
+        self.max_model_len = scheduler_config.max_model_len
+        self.block_size = cache_config.block_size
+        self.num_blocks = cache_config.num_gpu_blocks
         self.vocab_size = self.config.vocab_size
         eos = self.config.eos_token_id
         self.eos_token_ids = [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
-        self.max_block_num_per_seq = blocks_for(max_model_len + self.max_extra_positions, block_size) + ENC_DEC_BLOCK_NUM
-        self.caches = allocate_kv_caches(self.config, self.config.num_hidden_layers, num_blocks, block_size,
-                                         self.config.dtype)
+        self.max_block_num_per_seq = (blocks_for(self.max_model_len + self.max_extra_positions, self.block_size)
+                                      + cache_config.enc_dec_block_num)
+        self.caches = allocate_kv_caches(self.config, self.config.num_hidden_layers, self.num_blocks,
+                                         self.block_size, self.config.dtype)
         self.sampler = Sampler()
-        self.share_inputs = self._init_share_inputs(max_num_seqs)
-        B = max_num_seqs
-        # host mirrors of the per-slot integers (the engine's truth, written before every step)
-        self.this_time = np.zeros(B, np.int32)
-        self.enc = np.zeros(B, np.int32)
-        self.dec = np.zeros(B, np.int32)
-        self.step_idx = np.zeros(B, np.int64)
-        self.stop = np.ones(B, bool)
-        self.chunk = np.zeros(B, bool)
-        self.block_tables = np.full((B, self.max_block_num_per_seq), -1, np.int32)
-        self.greedy = np.ones(B, bool)
-        self.top_k = np.zeros(B, np.int64)
-        self.top_p = np.ones(B, np.float64)
-        self.seed = np.zeros(B, np.int64)
-        self.min_tokens = np.zeros(B, np.int64)
-        self.stop_token_ids: list[list[int]] = [[] for _ in range(B)]
-        self._pushed: dict[str, np.ndarray] = {}
-        self._paddle = paddle
+        self.share_inputs = self._init_share_inputs(self.max_num_seqs)
+        #: the one owner of per-slot state; ``share_inputs`` is its dict of device tensors
+        self.input_batch = InputBatch(self.share_inputs)
+        #: drafts each slot had verified in the last step (speculative runner; always {} here)
+        self.last_drafted: dict[int, int] = {}
 
     @property
     def decode_tokens(self) -> int:
@@ -213,43 +172,10 @@ class ModelRunner:
         }
         return s
 
-    def _set_row(self, key: str, slot: int, values, dtype):
-        t = self.share_inputs[key]
-        v = np.asarray(values, dtype=dtype)
-        t[slot, : v.shape[0]] = self._paddle.to_tensor(v)
-
-    def _set_scalar(self, key: str, slot: int, value):
-        self.share_inputs[key][slot] = value
-
-    def _push(self, key: str, host: np.ndarray):
-        """Copy a host mirror into its tensor when it changed since the last copy. In plain decoding
-        the runner is the only writer of these tensors; code that writes them in place (an op of a
-        proposer) must call `invalidate_mirrors` so the next step copies everything again."""
-        last = self._pushed.get(key)
-        if last is not None and np.array_equal(last, host):
-            return
-        t = self.share_inputs[key]
-        t.set_value(host.reshape(t.shape))
-        self._pushed[key] = host.copy()
-
-    def invalidate_mirrors(self) -> None:
-        """Forget what was copied: the next `_sync` writes every host mirror again."""
-        self._pushed.clear()
-
-    def _sync(self) -> None:
-        """Write the host mirrors of the per-slot integers into ``share_inputs``."""
-        self._push("seq_lens_this_time", self.this_time)
-        self._push("seq_lens_encoder", self.enc)
-        self._push("seq_lens_decoder", self.dec)
-        self._push("step_idx", self.step_idx)
-        self._push("stop_flags", self.stop)
-        self._push("block_tables", self.block_tables)
-        # FastDeploy's CPU flag: some slot still runs
-        self.share_inputs["not_need_stop"][0] = bool((~self.stop).any())
-
     # -- insertion (spec §4.2, v1) ------------------------------------------------------------------
     def insert_tasks_v1(self, tasks: list[Task]) -> None:
-        """Write tasks into their slots (spec §4.2 ``insert_tasks_v1``; see `Task`).
+        """Write tasks into their slots (spec §4.2 ``insert_tasks_v1``; see `Task`), through the
+        `InputBatch`: the device tensors receive the writes with the next step's transfer.
 
         PREFILL: ``input_ids[slot, :e-s] = token_ids[s:e]``, ``seq_lens_this_time = seq_lens_encoder
         = e - s``, ``seq_lens_decoder = s``, ``prompt_lens = len(token_ids)``, ``step_idx =
@@ -261,80 +187,82 @@ class ModelRunner:
         DECODE: the block-table row is replaced. PREEMPTED: row -1, stopped, this_time/enc/dec 0,
         ``is_block_step`` False.
         """
+        ib = self.input_batch
+        w = ib.writer(self.share_inputs)
         for t in tasks:
             b = t.slot
             if not 0 <= b < self.max_num_seqs:
                 raise ValueError(f"insert_tasks_v1: slot {b} outside [0, {self.max_num_seqs})")
             if t.kind is TaskKind.PREEMPTED:
-                self.block_tables[b] = -1
-                self.stop[b] = True
-                self.this_time[b] = self.enc[b] = self.dec[b] = 0
-                self.share_inputs["is_block_step"][b] = False
+                ib.block_tables[b] = -1
+                ib.stop[b] = True
+                ib.this_time[b] = ib.enc[b] = ib.dec[b] = 0
+                w["is_block_step"][b] = False
                 continue
             if len(t.block_ids) > self.max_block_num_per_seq:
                 raise ValueError(f"insert_tasks_v1: slot {b} has {len(t.block_ids)} blocks, the row holds "
                                  f"{self.max_block_num_per_seq}")
-            self.block_tables[b] = -1
-            self.block_tables[b, : len(t.block_ids)] = t.block_ids
-            if t.kind is TaskKind.DECODE:
-                continue
             n = len(t.token_ids)
-            length = t.end - t.start
-            if not (0 <= t.start < t.end <= n <= self.max_model_len):
+            if t.kind is not TaskKind.DECODE and not (0 <= t.start < t.end <= n <= self.max_model_len):
                 raise ValueError(f"insert_tasks_v1: bad chunk [{t.start}, {t.end}) of {n} tokens "
                                  f"(max_model_len {self.max_model_len})")
+            ib.block_tables[b] = -1
+            ib.block_tables[b, : len(t.block_ids)] = t.block_ids
+            if t.kind is TaskKind.DECODE:
+                continue
+            length = t.end - t.start
             last_chunk = t.end >= n
-            self._set_row("input_ids", b, t.token_ids[t.start:t.end], np.int64)
-            self.this_time[b] = self.enc[b] = length
-            self.dec[b] = t.start
-            self.step_idx[b] = t.num_output if last_chunk else 0
-            self.stop[b] = False
-            self._set_scalar("step_seq_lens_decoder", b, 0)
-            self._set_scalar("prompt_lens", b, n)
-            self.share_inputs["is_block_step"][b] = False
-            self.share_inputs["is_chunk_step"][b] = not last_chunk
-            self.chunk[b] = not last_chunk
-            self._set_scalar("first_token_ids", b, int(t.token_ids[t.start]))
+            w["input_ids"][b, :length] = t.token_ids[t.start:t.end]
+            ib.this_time[b] = ib.enc[b] = length
+            ib.dec[b] = t.start
+            ib.step_idx[b] = t.num_output if last_chunk else 0
+            ib.stop[b] = False
+            w["step_seq_lens_decoder"][b] = 0
+            w["prompt_lens"][b] = n
+            w["is_block_step"][b] = False
+            w["is_chunk_step"][b] = not last_chunk
+            ib.chunk[b] = not last_chunk
+            w["first_token_ids"][b] = int(t.token_ids[t.start])
             # the history row is rebuilt for every chunk: a speculative step writes the (discarded)
             # token of a non-final chunk into it
-            pre = np.full([1 + t.num_output], -1, np.int64)
-            pre[1:] = t.token_ids[n - t.num_output:]
-            self.share_inputs["pre_ids"][b] = -1
-            self._set_row("pre_ids", b, pre, np.int64)
+            w["pre_ids"][b] = -1
+            w["pre_ids"][b, 1: 1 + t.num_output] = t.token_ids[n - t.num_output:]
             if t.start == 0:
-                prompt = t.token_ids[: n - t.num_output]
-                self._set_row("prompt_ids", b, prompt, np.int64)
+                w["prompt_ids"][b, : n - t.num_output] = t.token_ids[: n - t.num_output]
                 self._set_params(b, t.params, t.seed, n - t.num_output)
-        self._sync()
 
     def _max_dec_len(self, p: SamplingParams, prompt_len: int) -> int:
-        """The ``max_dec_len`` entry of a request (the ops' own length limit)."""
-        return p.max_tokens
+        """The ``max_dec_len`` entry of a request (the ops' own length limit; plain decoding's ops
+        never read it: capped at ``max_model_len``)."""
+        return min(p.max_tokens, self.max_model_len)
 
     def _set_params(self, b: int, p: SamplingParams, seed: int, prompt_len: int):
+        ib = self.input_batch
+        w = ib.writer(self.share_inputs)
         greedy = p.greedy
-        self._set_scalar("temperature", b, 1.0 if greedy else p.temperature)
-        self._set_scalar("top_p", b, p.top_p)
-        self._set_scalar("top_k", b, p.top_k)
-        self._set_scalar("penalty_score", b, p.repetition_penalty)
-        self._set_scalar("frequency_score", b, p.frequency_penalty)
-        self._set_scalar("presence_score", b, p.presence_penalty)
-        self._set_scalar("min_dec_len", b, p.min_tokens)
-        self._set_scalar("max_dec_len", b, self._max_dec_len(p, prompt_len))
-        self._set_scalar("infer_seed", b, seed)
-        self.greedy[b] = greedy
-        self.top_k[b] = p.top_k
-        self.top_p[b] = p.top_p
-        self.seed[b] = seed
-        self.min_tokens[b] = p.min_tokens
-        self.stop_token_ids[b] = list(p.stop_token_ids)
+        w["temperature"][b] = 1.0 if greedy else p.temperature
+        w["top_p"][b] = p.top_p
+        w["top_k"][b] = min(p.top_k, self.vocab_size)  # no op reads it; the sampler uses the host copy
+        w["penalty_score"][b] = p.repetition_penalty
+        w["frequency_score"][b] = p.frequency_penalty
+        w["presence_score"][b] = p.presence_penalty
+        w["min_dec_len"][b] = p.min_tokens
+        w["max_dec_len"][b] = self._max_dec_len(p, prompt_len)
+        w["infer_seed"][b] = seed
+        ib.greedy[b] = greedy
+        ib.top_k[b] = p.top_k
+        ib.top_p[b] = p.top_p
+        ib.seed[b] = seed
+        ib.min_tokens[b] = p.min_tokens
+        ib.stop_token_ids[b] = list(p.stop_token_ids)
 
     # -- one step -----------------------------------------------------------------------------------
     def _forward(self):
         """Pack the step (`pack_step`), run the model over the paged cache, pick the rows that get
         logits (``rebuild_padding``: a prefill chunk's last token, every fed token of a decode) and
         compute them. Returns ``(meta, hidden [T, H], logits [R, V] float32)``."""
-        paddle = self._paddle
+        import paddle
+
         si = self.share_inputs
         meta = pack_step(si, self.caches, self.block_size)
         with paddle.no_grad():
@@ -344,6 +272,16 @@ class ModelRunner:
                                        False)
             logits = self.model.compute_logits(rows).astype("float32")
         return meta, hidden, logits
+
+    def _penalties(self, logits, rows: SamplingRows, meta) -> None:
+        si = self.share_inputs
+        self.sampler.apply_penalties(
+            logits, rows, pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
+            frequency_score=si["frequency_score"], presence_score=si["presence_score"],
+            temperature=si["temperature"], bad_tokens=si["bad_tokens"], step_idx=si["step_idx"],
+            min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"],
+            seq_lens_this_time=meta.seq_lens_this_time, output_padding_offset=si["output_padding_offset"],
+            output_cum_offsets=si["output_cum_offsets"], max_seq_len=self.max_model_len)
 
     def execute_model(self, decode_slots) -> dict[int, int]:
         """Run one packed step.
@@ -356,57 +294,60 @@ class ModelRunner:
             ``{slot: sampled token}`` for every slot that ran, including non-final prefill chunks
             (whose token the engine discards, as FastDeploy does).
         """
+        ib = self.input_batch
         decode_slots = np.asarray(sorted(decode_slots), dtype=np.int64)
-        prefill = (self.enc > 0) & ~self.stop
-        decoding = (self.enc == 0) & ~self.stop
-        self.this_time[decoding] = 0
-        self.this_time[decode_slots] = 1
-        if np.any(self.enc[decode_slots] > 0) or np.any(self.stop[decode_slots]):
+        prefill = (ib.enc > 0) & ~ib.stop
+        decoding = (ib.enc == 0) & ~ib.stop
+        ib.this_time[decoding] = 0
+        ib.this_time[decode_slots] = 1
+        if np.any(ib.enc[decode_slots] > 0) or np.any(ib.stop[decode_slots]):
             raise ValueError("execute_model: a decode slot is prefilling or stopped")
-        ran = np.flatnonzero(self.this_time > 0)
+        ran = np.flatnonzero(ib.this_time > 0)
         if ran.size == 0:
             return {}
-        si = self.share_inputs
-        self._sync()
+        rows = self._rows(ran)
+        rows.device = ib.push(rows.arrays())  # the step's one host-to-device transfer
         meta, _, logits = self._forward()
-        this_time = meta.seq_lens_this_time
-        out_cum, out_pad = si["output_cum_offsets"], si["output_padding_offset"]
-        tokens = self.sampler(
-            logits, self._rows(ran), pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
-            frequency_score=si["frequency_score"], presence_score=si["presence_score"],
-            temperature=si["temperature"], bad_tokens=si["bad_tokens"], step_idx=si["step_idx"],
-            min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"], seq_lens_this_time=this_time,
-            output_padding_offset=out_pad, output_cum_offsets=out_cum, max_seq_len=self.max_model_len)
+        self._penalties(logits, rows, meta)
+        tokens = ib.pull({"tokens": self.sampler.sample_tensor(logits, rows)})["tokens"]  # the one D2H
         self._update(ran, tokens, prefill)
-        self._sync()
         return {int(b): int(t) for b, t in zip(ran, tokens)}
 
-    def _rows(self, ran: np.ndarray) -> SamplingRows:
+    def _banned(self, slots: np.ndarray, index: np.ndarray):
+        """(row, token id) pairs masked while a request's ``min_tokens`` is not reached: its extra
+        stop token ids (row r samples token number ``index[r]`` of request ``slots[r]``)."""
+        ib = self.input_batch
         rows_b, rows_t = [], []
-        for r, b in enumerate(ran):
-            if self.stop_token_ids[b] and self.step_idx[b] < self.min_tokens[b]:
-                ids = [t for t in self.stop_token_ids[b] if t < self.vocab_size]
+        for r, (b, i) in enumerate(zip(slots, index)):
+            if ib.stop_token_ids[b] and i < ib.min_tokens[b]:
+                ids = [t for t in ib.stop_token_ids[b] if t < self.vocab_size]
                 rows_b += [r] * len(ids)
                 rows_t += ids
+        return np.asarray(rows_b, np.int64), np.asarray(rows_t, np.int64)
+
+    def _rows(self, ran: np.ndarray) -> SamplingRows:
+        ib = self.input_batch
+        banned_rows, banned_ids = self._banned(ran, ib.step_idx[ran])
+        greedy = ib.greedy[ran].copy()
         return SamplingRows(
-            greedy=self.greedy[ran].copy(), top_k=self.top_k[ran].copy(), top_p=self.top_p[ran].copy(),
-            uniform=(np.zeros(ran.size) if self.greedy[ran].all() else uniforms(self.seed[ran], self.step_idx[ran])),
-            banned_rows=np.asarray(rows_b, np.int64), banned_ids=np.asarray(rows_t, np.int64))
+            greedy=greedy, top_k=ib.top_k[ran].copy(), top_p=ib.top_p[ran].copy(),
+            uniform=np.zeros(ran.size) if greedy.all() else uniforms(ib.seed[ran], ib.step_idx[ran]),
+            banned_rows=banned_rows, banned_ids=banned_ids)
 
     def _update(self, ran: np.ndarray, tokens: np.ndarray, prefill: np.ndarray) -> None:
-        """After sampling (FastDeploy's update_inputs role): caches advanced by this_time; a slot whose
-        last prompt token ran (or that decoded) records its token; a non-final chunk records none."""
-        paddle = self._paddle
-        final = ~(prefill[ran] & self.chunk[ran])
-        self.dec[ran] += self.this_time[ran]
-        self.enc[ran] = 0
-        self.this_time[ran] = 0
+        """After sampling (FastDeploy's update_inputs role), on the host arrays: caches advanced by
+        this_time; a slot whose last prompt token ran (or that decoded) records its token in
+        ``pre_ids[b, step_idx]`` and ``draft_tokens[b, 0]`` (staged: they reach the device with the
+        next step's transfer); a non-final chunk records none."""
+        ib = self.input_batch
+        final = ~(prefill[ran] & ib.chunk[ran])
+        ib.dec[ran] += ib.this_time[ran]
+        ib.enc[ran] = 0
+        ib.this_time[ran] = 0
         got = ran[final]
         if got.size:
             toks = tokens[final].astype(np.int64)
-            self.step_idx[got] += 1
-            b_idx = paddle.to_tensor(got)
-            paddle.index_put_(self.share_inputs["pre_ids"], [b_idx, paddle.to_tensor(self.step_idx[got])],
-                              paddle.to_tensor(toks))
-            paddle.index_put_(self.share_inputs["draft_tokens"], [b_idx, paddle.zeros_like(b_idx)],
-                              paddle.to_tensor(toks))
+            ib.step_idx[got] += 1
+            w = ib.writer(self.share_inputs)
+            w["pre_ids"][got, ib.step_idx[got]] = toks
+            w["draft_tokens"][got, 0] = toks

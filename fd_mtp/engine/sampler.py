@@ -8,11 +8,13 @@ from `uniforms` (a counter-based hash of the request's seed and the index of the
 drawn: reproducible whatever else is in the batch, and after preemption).
 
 Everything but the uniforms and the per-row parameters stays in Paddle tensors, so the same code
-runs on CPU and GPU.
+runs on CPU and GPU. The per-row parameters (`SamplingRows`) are host arrays; a runner sends them
+with its step's one host-to-device transfer (`SamplingRows.arrays` -> `InputBatch.push`) and puts
+the device copies in ``rows.device``; without them (direct use, tests) they are converted here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,6 +63,31 @@ class SamplingRows:
     uniform: np.ndarray
     banned_rows: np.ndarray
     banned_ids: np.ndarray
+    #: device copies of `arrays` (name -> tensor), set by a runner after its push; None: none yet
+    device: dict | None = field(default=None, repr=False)
+
+    def arrays(self) -> dict:
+        """The host arrays the sampler needs on the device, in the dtypes it uses: the banned pairs
+        when there are any, and for a batch that is not all greedy the greedy mask, top-k, top-p and
+        the uniforms (float32, as the draw uses them)."""
+        out = {}
+        if len(self.banned_rows):
+            out["banned_rows"] = np.asarray(self.banned_rows, np.int64)
+            out["banned_ids"] = np.asarray(self.banned_ids, np.int64)
+        if not bool(np.all(self.greedy)):
+            out["greedy"] = np.asarray(self.greedy, bool)
+            out["top_k"] = np.asarray(self.top_k, np.int64)
+            out["top_p"] = np.asarray(self.top_p).astype(np.float32)
+            out["uniform"] = np.asarray(self.uniform).astype(np.float32)
+        return out
+
+    def tensor(self, name: str):
+        """The device copy of array ``name`` (converted here when the runner did not push it)."""
+        if self.device is not None and name in self.device:
+            return self.device[name]
+        import paddle
+
+        return paddle.to_tensor(self.arrays()[name])
 
 
 class Sampler:
@@ -102,7 +129,7 @@ class Sampler:
             pre_ids, logits, penalty_score, frequency_score, presence_score, temperature, bad_tokens, step_idx,
             min_dec_len, eos_token_id, seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len)
         if len(rows.banned_rows):
-            idx = [paddle.to_tensor(rows.banned_rows, dtype="int64"), paddle.to_tensor(rows.banned_ids, dtype="int64")]
+            idx = [rows.tensor("banned_rows"), rows.tensor("banned_ids")]
             paddle.index_put_(logits, idx, paddle.full([len(rows.banned_rows)], float("-inf"), dtype=logits.dtype))
 
     def _kept(self, logits, rows: SamplingRows):
@@ -116,35 +143,42 @@ class Sampler:
         probs = paddle.nn.functional.softmax(logits, axis=-1)
         order = paddle.argsort(probs, axis=-1, descending=True, stable=True)  # ties: lower id first
         sorted_probs = paddle.take_along_axis(probs, order, axis=-1)
-        top_k = np.where(rows.top_k > 0, np.minimum(rows.top_k, vocab), vocab).astype(np.int64)
+        k = rows.tensor("top_k")
+        top_k = paddle.where(k > 0, paddle.minimum(k, paddle.full_like(k, vocab)), paddle.full_like(k, vocab))
         col = paddle.arange(vocab, dtype="int64").unsqueeze(0)
         exclusive = paddle.cumsum(sorted_probs, axis=-1) - sorted_probs
-        top_p = paddle.to_tensor(rows.top_p.astype(np.float32)).unsqueeze(-1)
+        top_p = rows.tensor("top_p").unsqueeze(-1)
         # keep the top-k tokens whose preceding mass is below top_p (the token crossing top_p stays);
         # the most probable token is always kept
-        keep = (col < paddle.to_tensor(top_k).unsqueeze(-1)) & ((exclusive < top_p) | (col == 0))
+        keep = (col < top_k.unsqueeze(-1)) & ((exclusive < top_p) | (col == 0))
         return order, keep, paddle.where(keep, sorted_probs, paddle.zeros_like(sorted_probs))
 
     def sample(self, logits, rows: SamplingRows) -> np.ndarray:
         """One token per row of already penalised ``logits``: argmax for greedy rows, else one
-        inverse-CDF draw with ``rows.uniform`` from the top-k / top-p distribution."""
+        inverse-CDF draw with ``rows.uniform`` from the top-k / top-p distribution. Returns a
+        ``[R]`` int64 numpy array (`sample_tensor` keeps it on the device)."""
+        if logits.shape[0] == 0:
+            return np.zeros([0], dtype=np.int64)
+        return self.sample_tensor(logits, rows).numpy().astype(np.int64)
+
+    def sample_tensor(self, logits, rows: SamplingRows):
+        """`sample` as an int64 ``[R]`` device tensor (no host round trip)."""
         import paddle
 
         if logits.shape[0] == 0:
-            return np.zeros([0], dtype=np.int64)
-        greedy_tokens = paddle.argmax(logits, axis=-1)
+            return paddle.zeros([0], dtype="int64")
+        greedy_tokens = paddle.argmax(logits, axis=-1).astype("int64")
         if bool(rows.greedy.all()):
-            return greedy_tokens.numpy().astype(np.int64)
+            return greedy_tokens
         order, keep, kept = self._kept(logits, rows)
         cdf = paddle.cumsum(kept, axis=-1)
-        target = paddle.to_tensor(rows.uniform.astype(np.float32)).unsqueeze(-1) * cdf[:, -1:]
+        target = rows.tensor("uniform").unsqueeze(-1) * cdf[:, -1:]
         # first kept position whose cdf exceeds the target; never past the last kept token
         pos = paddle.sum((cdf <= target).astype("int64"), axis=-1, keepdim=True)
         last_kept = paddle.sum(keep.astype("int64"), axis=-1, keepdim=True) - 1
         pos = paddle.minimum(pos, last_kept)
         sampled = paddle.take_along_axis(order, pos, axis=-1).squeeze(-1)
-        out = paddle.where(paddle.to_tensor(rows.greedy), greedy_tokens, sampled)
-        return out.numpy().astype(np.int64)
+        return paddle.where(rows.tensor("greedy"), greedy_tokens, sampled).astype("int64")
 
     def probs(self, logits, rows: SamplingRows):
         """``[R, V]`` float32: each row's sampling distribution over token ids (what `sample` draws
@@ -159,5 +193,5 @@ class Sampler:
         order, _, kept = self._kept(logits, rows)
         kept = kept / paddle.sum(kept, axis=-1, keepdim=True)
         dist = paddle.put_along_axis(paddle.zeros_like(kept), order, kept, axis=-1)
-        greedy = paddle.to_tensor(rows.greedy).unsqueeze(-1)
+        greedy = rows.tensor("greedy").unsqueeze(-1)
         return paddle.where(greedy, onehot, dist).astype("float32")

@@ -8,8 +8,17 @@ One step, in FastDeploy's order:
     multi_scores) -> sampling -> [top_p_candidates] -> speculate_verify -> speculate_update ->
     speculate_set_value_by_flags_and_idx -> proposer.run(target hidden states)
 
-The proposer (`fd_mtp.proposer.MTPProposer` or `NgramProposer`) then leaves the next drafts in
-``draft_tokens`` and their count in ``seq_lens_this_time`` for the next step.
+The proposer (made by `fd_mtp.proposer.make_proposer`: `MTPProposer` or `NgramProposer`, seen
+through the `fd_mtp.batch.Proposer` protocol) then leaves the next drafts in ``draft_tokens`` and
+their count in ``seq_lens_this_time`` for the next step, with ops on the device tensors.
+
+Transfers: one host-to-device (`InputBatch.push`: insertion writes, changed per-slot integers,
+sampling rows) before the forward, one device-to-host (`InputBatch.pull`: the per-slot integers
+the ops wrote, ``accept_num`` as verify left it and ``accept_tokens``) after the proposer.
+
+Randomness: ``speculate_verify`` gets its Philox key and counter explicitly, ``seed`` =
+the runner's ``verify_seed`` and ``offset`` = the runner's step count (``num_steps``); no wrapper
+counter is involved.
 
 Verification (``SpeculativeConfig.verification``):
 
@@ -41,6 +50,7 @@ import numpy as np
 
 from .. import ops
 from ..config import SpeculativeConfig
+from ..proposer import make_proposer
 from .runner import ModelRunner, Task, TaskKind
 from .sampler import SamplingRows, uniforms
 
@@ -52,48 +62,52 @@ class SpeculativeModelRunner(ModelRunner):
 
     Args:
         model: the main ``Ernie4_5ForCausalLM``.
-        speculative_config: `SpeculativeConfig` or dict (method "mtp" or "ngram").
+        speculative_config: a `SpeculativeConfig` (method "mtp" or "ngram"), parsed once by the
+            caller (`SpeculativeConfig.from_value`).
+        scheduler_config, cache_config: as `ModelRunner`.
         mtp_model: the ``Ernie4_5MTP`` (method "mtp"; None for "ngram").
         seed: the key of the verify op's Philox draws ("rejection", "topp", "topk").
-        max_num_seqs, max_model_len, block_size, num_blocks: as `ModelRunner`.
-        proposer_options: extra keyword arguments of `MTPProposer` (role, scheduler, tp_broadcast...).
+        proposer_options: extra keyword arguments of the proposer (`make_proposer`: role,
+            scheduler, tp_broadcast...).
+        proposer_factory: builds the drafter (default `fd_mtp.proposer.make_proposer`), called as
+            ``factory(speculative_config, input_batch, mtp_model=..., max_model_len=...,
+            block_size=..., num_main_blocks=..., draft_end_ids=..., **proposer_options)``
+            (``draft_end_ids``: an end list that matches nothing, unless ``proposer_options`` gives one).
     """
 
-    def __init__(self, model, speculative_config, *, mtp_model=None, max_num_seqs: int, max_model_len: int,
-                 block_size: int, num_blocks: int, seed: int = 0, proposer_options: dict | None = None):
-        cfg = SpeculativeConfig.from_value(speculative_config)
-        if cfg is None:
-            raise ValueError("SpeculativeModelRunner: speculative_config is None (use ModelRunner)")
-        self.spec_config = cfg
-        self.num_speculative_tokens = cfg.num_speculative_tokens
-        self.lookahead = cfg.num_model_steps - 1 if cfg.method == "mtp" else 0
-        super().__init__(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
-                         num_blocks=num_blocks)
+    def __init__(self, model, speculative_config: SpeculativeConfig, *, scheduler_config, cache_config,
+                 mtp_model=None, seed: int = 0, proposer_options: dict | None = None, proposer_factory=None):
         import paddle
 
-        B, K = max_num_seqs, self.num_speculative_tokens
-        si = self.share_inputs
+        if not isinstance(speculative_config, SpeculativeConfig):
+            raise ValueError("SpeculativeModelRunner: speculative_config must be a SpeculativeConfig "
+                             f"(SpeculativeConfig.from_value parses a dict), got {type(speculative_config).__name__}")
+        cfg = speculative_config
+        self.spec_config = cfg
+        self.num_speculative_tokens = cfg.num_speculative_tokens
+        self.lookahead = cfg.lookahead
+        super().__init__(model, scheduler_config=scheduler_config, cache_config=cache_config)
+        self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
+        self.verify_seed = int(seed)
+        self.num_steps = 0
+        factory = make_proposer if proposer_factory is None else proposer_factory
+        options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
+        self.proposer = factory(cfg, self.input_batch, mtp_model=mtp_model, max_model_len=self.max_model_len,
+                                block_size=self.block_size, num_main_blocks=self.num_blocks, **options)
+
+    def _init_share_inputs(self, B: int) -> dict:
+        import paddle
+
+        si = super()._init_share_inputs(B)
+        K = self.num_speculative_tokens
         si.update({
-            "input_ids_cpu": paddle.full([B, max_model_len], 1, "int64").cpu(),
+            "input_ids_cpu": paddle.full([B, self.max_model_len], 1, "int64").cpu(),
             "step_draft_tokens": paddle.full([B, K + 1], 0, "int64"),
             "step_seq_lens_this_time": paddle.full([B, 1], 0, "int32"),
             "mask_rollback": paddle.full([B, 1], 0, "int32"),
             "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
         })  # fmt: skip
-        self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
-        self.verify_seed = int(seed)
-        self.num_steps = 0
-        self.last_drafted: dict[int, int] = {}
-        if cfg.method == "mtp":
-            from ..proposer.mtp import MTPProposer
-
-            options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
-            self.proposer = MTPProposer(cfg, mtp_model, si, max_model_len=max_model_len, block_size=block_size,
-                                        num_main_blocks=num_blocks, **options)
-        else:
-            from ..proposer.ngram import NgramProposer
-
-            self.proposer = NgramProposer(cfg, si, max_model_len=max_model_len)
+        return si
 
     # -- insertion ----------------------------------------------------------------------------------
     def _max_dec_len(self, p, prompt_len: int) -> int:
@@ -105,10 +119,11 @@ class SpeculativeModelRunner(ModelRunner):
         """The target's insertion (`ModelRunner.insert_tasks_v1`), then the proposer's on the same tasks."""
         super().insert_tasks_v1(tasks)
         self.proposer.insert_tasks_v1(tasks)
+        w = self.input_batch.writer(self.share_inputs)
         for t in tasks:
             if t.kind is TaskKind.PREFILL:
-                self.share_inputs["actual_draft_token_num"][t.slot] = self.num_speculative_tokens
-                self.share_inputs["mask_rollback"][t.slot] = 0
+                w["actual_draft_token_num"][t.slot] = self.num_speculative_tokens
+                w["mask_rollback"][t.slot] = 0
 
     # -- one step -----------------------------------------------------------------------------------
     def execute_model(self, decode_slots) -> dict[int, list[int]]:
@@ -123,73 +138,72 @@ class SpeculativeModelRunner(ModelRunner):
             correction token; one token for a prefill chunk). ``last_drafted[slot]`` holds how many
             drafts the slot had verified.
         """
-        decoding = (self.enc == 0) & ~self.stop & ~self.chunk
+        ib = self.input_batch
+        decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
         if missing:
             raise ValueError(f"execute_model: decoding slots {missing} were not scheduled; speculative "
                              "decoding runs every decoding request every step")
-        parked = (self.enc == 0) & ~self.stop & self.chunk
-        self.stop[parked] = True
-        self.this_time[parked] = 0
-        if np.any(self.this_time[decoding] < 1):
+        parked = (ib.enc == 0) & ~ib.stop & ib.chunk
+        ib.stop[parked] = True
+        ib.this_time[parked] = 0
+        if np.any(ib.this_time[decoding] < 1):
             raise ValueError("execute_model: a decoding slot has no token to feed (seq_lens_this_time 0)")
-        ran = np.flatnonzero(self.this_time > 0)
+        ran = np.flatnonzero(ib.this_time > 0)
         if ran.size == 0:
             return {}
         si = self.share_inputs
-        self._sync()
+        prefilling = ib.enc[ran] > 0
+        counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
+        rows = self._spec_rows(ran, counts)
+        step = rows.arrays()
+        if self.spec_config.verification in ("topp", "topk"):
+            # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
+            step["verify_top_p"] = np.where(ib.greedy, 0.0, ib.top_p).astype(np.float32).reshape(-1, 1)
+        rows.device = ib.push(step)  # the step's one host-to-device transfer
         meta, hidden, logits = self._forward()
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
-        out_cum, out_pad = si["output_cum_offsets"], si["output_padding_offset"]
-        prefilling = self.enc[ran] > 0
-        counts = np.where(prefilling, 1, self.this_time[ran]).astype(np.int64)
-        rows = self._spec_rows(ran, counts)
-        self.sampler.apply_penalties(
-            logits, rows, pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
-            frequency_score=si["frequency_score"], presence_score=si["presence_score"],
-            temperature=si["temperature"], bad_tokens=si["bad_tokens"], step_idx=si["step_idx"],
-            min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"], seq_lens_this_time=this_time,
-            output_padding_offset=out_pad, output_cum_offsets=out_cum, max_seq_len=self.max_model_len)
-        self._verify(logits, rows, this_time, enc, dec, out_pad, out_cum)
+        self._penalties(logits, rows, meta)
+        self._verify(logits, rows, this_time, enc, dec, si["output_padding_offset"], si["output_cum_offsets"])
         ops.speculate_update(enc, dec, si["not_need_stop"], si["draft_tokens"], si["actual_draft_token_num"],
                              si["accept_tokens"], si["accept_num"], si["stop_flags"], this_time,
                              si["is_block_step"], si["stop_nums"], si["mask_rollback"])
-        num = si["accept_num"].numpy().reshape(-1)
-        acc = si["accept_tokens"].numpy()
-        result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
-        # drafts compared by verify: all of them, unless the op ended the request inside the run
-        # (max_dec_len): then only those before the end
-        stopped = si["stop_flags"].numpy().reshape(-1)
-        self.last_drafted = {
-            int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
-            for b, p, c in zip(ran, prefilling, counts)}
+        # set_value_by_flags zeroes accept_num of stopped requests: keep verify's count (on the device)
+        accepted = si["accept_num"].clone()
         ops.speculate_set_value_by_flags_and_idx(si["pre_ids"], si["accept_tokens"], si["accept_num"],
                                                  si["stop_flags"], this_time, enc, dec, si["step_idx"])
         self.proposer.run(hidden)
+        # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
+        host = ib.pull({"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True)
+        num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
+        result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
+        # drafts compared by verify: all of them, unless the op ended the request inside the run
+        # (max_dec_len): then only those before the end. (The proposer never writes the target's
+        # stop_flags, so the pulled flags are verify's.)
+        stopped = ib.stop
+        self.last_drafted = {
+            int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
+            for b, p, c in zip(ran, prefilling, counts)}
         self.num_steps += 1
-        self._pull()
         return result
 
     def _spec_rows(self, ran: np.ndarray, counts: np.ndarray) -> SamplingRows:
         """Sampling parameters of every output row: request b's row j samples its token number
         ``step_idx[b] + j`` (0-based), with the uniform plain decoding uses for that token."""
+        ib = self.input_batch
         row_b = np.repeat(ran, counts)
         row_j = np.arange(row_b.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        index = self.step_idx[row_b] + row_j
-        rows_b, rows_t = [], []
-        for r, (b, i) in enumerate(zip(row_b, index)):
-            if self.stop_token_ids[b] and i < self.min_tokens[b]:
-                ids = [t for t in self.stop_token_ids[b] if t < self.vocab_size]
-                rows_b += [r] * len(ids)
-                rows_t += ids
-        greedy = self.greedy[row_b].copy()
+        index = ib.step_idx[row_b] + row_j
+        banned_rows, banned_ids = self._banned(row_b, index)
+        greedy = ib.greedy[row_b].copy()
         return SamplingRows(
-            greedy=greedy, top_k=self.top_k[row_b].copy(), top_p=self.top_p[row_b].copy(),
-            uniform=np.zeros(row_b.size) if greedy.all() else uniforms(self.seed[row_b], index),
-            banned_rows=np.asarray(rows_b, np.int64), banned_ids=np.asarray(rows_t, np.int64))
+            greedy=greedy, top_k=ib.top_k[row_b].copy(), top_p=ib.top_p[row_b].copy(),
+            uniform=np.zeros(row_b.size) if greedy.all() else uniforms(ib.seed[row_b], index),
+            banned_rows=banned_rows, banned_ids=banned_ids)
 
     def _verify(self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum) -> None:
-        paddle = self._paddle
+        import paddle
+
         si = self.share_inputs
         cfg = self.spec_config
         strategy = cfg.verification
@@ -197,33 +211,25 @@ class SpeculativeModelRunner(ModelRunner):
         target_probs = None
         top_p = si["top_p"]
         if strategy in ("topp", "topk"):
-            # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
-            top_p = paddle.to_tensor(np.where(self.greedy, 0.0, self.top_p).astype(np.float32).reshape(-1, 1))
+            top_p = rows.device["verify_top_p"]
             probs = paddle.nn.functional.softmax(logits, axis=-1)
             scores, tokens, lens = ops.top_p_candidates(probs, top_p, out_pad, cfg.max_candidate_len,
                                                         self.max_model_len)
-            sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
+            sampled = self.sampler.sample_tensor(logits, rows).reshape([-1, 1])
         else:
-            if strategy == "greedy" or bool(rows.greedy.all()):  # argmax rows: no host round trip
+            if strategy == "greedy" or bool(rows.greedy.all()):  # argmax rows
                 sampled = paddle.argmax(logits, axis=-1).astype("int64").reshape([-1, 1])
             else:
-                sampled = paddle.to_tensor(self.sampler.sample(logits, rows).reshape(-1, 1))
+                sampled = self.sampler.sample_tensor(logits, rows).reshape([-1, 1])
             if strategy == "rejection":
                 target_probs = self.sampler.probs(logits, rows)
             tokens = sampled
             scores = paddle.zeros([R, 1], dtype="float32")
             lens = paddle.ones([R], dtype="int32")
+        # the Philox key and counter are explicit: the runner's seed and its step number
         ops.speculate_verify(
             sampled, si["accept_tokens"], si["accept_num"], si["step_idx"], si["stop_flags"], enc, dec,
             si["draft_tokens"], this_time, tokens, scores, si["max_dec_len"], self._end_tokens,
             si["is_block_step"], out_cum, lens, si["actual_draft_token_num"], top_p, self.max_model_len,
             cfg.verify_window, True, cfg.benchmark_mode, False, seed=self.verify_seed, offset=self.num_steps,
             verify_strategy=strategy, prefill_one_step_stop=False, target_probs=target_probs)  # fmt: skip
-
-    def _pull(self) -> None:
-        """Read the per-slot integers the ops wrote back into the host mirrors."""
-        si = self.share_inputs
-        for key, host in (("seq_lens_this_time", self.this_time), ("seq_lens_encoder", self.enc),
-                          ("seq_lens_decoder", self.dec), ("step_idx", self.step_idx), ("stop_flags", self.stop)):
-            host[:] = si[key].numpy().reshape(-1)
-            self._pushed[key] = host.copy()

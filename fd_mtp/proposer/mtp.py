@@ -20,7 +20,10 @@ verified and updated (spec §4.1 step 7), `run` does:
 
 Insertion follows spec §4.2: `insert_tasks_v1` (v1 scheduler; called by the runner right after the
 target's own insertion) and `insert_prefill_inputs` (v0 scheduler), with chunked prefill through
-`update_task_chunk_prefill`. Roles: "mixed" (default), "prefill" (PD prefill node: drafts for the
+`update_task_chunk_prefill`. Every host write into ``model_inputs`` goes through the runner's
+`fd_mtp.batch.InputBatch` (staged: the device tensors receive it with the next step's one
+host-to-device transfer). `run` itself makes no transfer: every op works on the device tensors,
+including the hybrid n-gram extension (``hybrid_mtp_ngram`` runs where its tensors are). Roles: "mixed" (default), "prefill" (PD prefill node: drafts for the
 first token only and sends [first token, first draft] with ``mtp_save_first_token``) and "decode"
 (PD decode node: requests arrive prefilled; insertion sets encoder 0, recompute_token_num 0,
 mask_rollback 1).
@@ -38,42 +41,28 @@ real step_idx, which the op mistakes for a decode and reads the wrong rows, spec
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .. import ops
+from ..batch import InputBatch, ProposerStats, TaskKind, pack_step
 from ..config import SpeculativeConfig
-from ..engine.runner import pack_step
 
 ROLES = ("mixed", "prefill", "decode")
 SCHEDULERS = ("v1", "v0")
 KV_CACHE_RATIO = {"v1": 1.0, "v0": 0.75}  # CacheConfig.kv_cache_ratio per scheduler (spec §11, §12)
 
 
-@dataclass
-class ProposerStats:
-    """Wall-clock seconds spent by `MTPProposer.run`: ``run`` in total and ``forward`` inside MTP
-    forwards (+ logits); ``host = run - forward`` is the proposer's own overhead (ops and glue)."""
-
-    calls: int = 0
-    run: float = 0.0
-    forward: float = 0.0
-
-    @property
-    def host(self) -> float:
-        return self.run - self.forward
-
-
 class MTPProposer:
     """Drafts tokens with the ERNIE MTP block for the target runner whose ``share_inputs`` it reads.
 
     Args:
-        speculative_config: a `SpeculativeConfig` (or dict) with ``method="mtp"``.
+        speculative_config: a `SpeculativeConfig` with ``method="mtp"``.
         mtp_model: an ``Ernie4_5MTP`` sharing the main model's embedding, norm and lm_head.
-        target_model_inputs: the runner's ``share_inputs`` (spec §2 keys, ``[max_num_seqs, ...]``,
-            ``draft_tokens`` ``[B, K + 1]``).
+        input_batch: the runner's `InputBatch`: its ``tensors`` are the target's ``share_inputs``
+            (spec §2 keys, ``[max_num_seqs, ...]``, ``draft_tokens`` ``[B, K + 1]``); the
+            proposer's own ``model_inputs`` are written through it.
         max_model_len: L, the width of ``input_ids`` the packing ops use.
         block_size: KV-cache block size (the target's).
         num_main_blocks: blocks of the target's cache; the MTP cache gets
@@ -94,19 +83,21 @@ class MTPProposer:
             seq_lens_this_time instead of accept_num (spec §14.5) and shifts the draft's positions.
     """
 
-    def __init__(self, speculative_config, mtp_model, target_model_inputs: dict, *, max_model_len: int,
-                 block_size: int, num_main_blocks: int, role: str = "mixed", scheduler: str = "v1",
-                 tp_broadcast: Callable | None = None, prefill_one_step_stop: bool | None = None,
-                 rank_id: int = 0, msg_queue_id: int | None = None, ngram_threshold: int | None = None,
-                 draft_end_ids=None):
+    def __init__(self, speculative_config: SpeculativeConfig, mtp_model, input_batch: InputBatch, *,
+                 max_model_len: int, block_size: int, num_main_blocks: int, role: str = "mixed",
+                 scheduler: str = "v1", tp_broadcast: Callable | None = None,
+                 prefill_one_step_stop: bool | None = None, rank_id: int = 0, msg_queue_id: int | None = None,
+                 ngram_threshold: int | None = None, draft_end_ids=None):
         import paddle
 
         from ..model.attention import allocate_kv_caches
 
-        cfg = SpeculativeConfig.from_value(speculative_config)
-        if cfg is None or cfg.method != "mtp":
-            raise ValueError(f"MTPProposer: speculative_config.method must be 'mtp', got "
-                             f"{None if cfg is None else cfg.method!r}")
+        cfg = speculative_config
+        if not isinstance(cfg, SpeculativeConfig) or cfg.method != "mtp":
+            raise ValueError(f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
+                             f"{getattr(cfg, 'method', cfg)!r}")
+        if not isinstance(input_batch, InputBatch):
+            raise ValueError(f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}")
         if role not in ROLES:
             raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
         if scheduler not in SCHEDULERS:
@@ -118,7 +109,8 @@ class MTPProposer:
         self.config = cfg
         self.model = mtp_model
         self.model_config = mtp_model.config
-        self.target = target_model_inputs
+        self.batch = input_batch
+        self.target = input_batch.tensors
         self.K = cfg.num_speculative_tokens
         self.num_model_steps = cfg.num_model_steps
         self.max_model_len = int(max_model_len)
@@ -131,7 +123,7 @@ class MTPProposer:
         self.msg_queue_id = msg_queue_id
         self.ngram_threshold = ngram_threshold
         self.hybrid_mode = cfg.hybrid_mode
-        self.draft_end_ids = target_model_inputs["eos_token_id"] if draft_end_ids is None else draft_end_ids
+        self.draft_end_ids = self.target["eos_token_id"] if draft_end_ids is None else draft_end_ids
         self.stats = ProposerStats()
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
@@ -150,6 +142,8 @@ class MTPProposer:
         mtp_cache = allocate_kv_caches(self.model_config, 1, self.num_gpu_blocks, self.block_size)
         self.caches = [None] * layer + mtp_cache  # the MTP block is layer `num_hidden_layers`
         self.model_inputs = self._init_model_inputs()
+        input_batch.register_host(self.model_inputs["not_need_stop"])
+        self._w = input_batch.writer(self.model_inputs)
         # v0 chunked prefill: slot -> (request token ids, chunk sizes, index of the next chunk)
         self._chunks: dict[int, tuple[list[int], list[int], int]] = {}
 
@@ -174,7 +168,9 @@ class MTPProposer:
                     "bad_tokens", "accept_num", "accept_tokens"):
             mi[key] = t[key]  # aliases: the very same tensors
         mi["base_model_draft_tokens"] = t["draft_tokens"]
-        mi["input_ids_cpu"] = paddle.full([B, L], -1, "int64").cpu()
+        # the hybrid haystack, where the op runs: on the target's device (FastDeploy: on the CPU)
+        place = t["draft_tokens"].place
+        mi["input_ids_cpu"] = paddle.full([B, L], -1, "int64").to(place)
         mi["not_need_stop"] = paddle.full([1], False, "bool").cpu()
         mi["target_hidden_states"] = paddle.zeros([0, H], dtype=self.model_config.dtype)
         mi["substep"] = 0
@@ -202,17 +198,17 @@ class MTPProposer:
         self.seq_lens_this_time_buffer = t["seq_lens_this_time"].clone()
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer  # always the full [B, 1] buffer
         self.last_seq_lens_this_time = paddle.full([B, 1], -1, "int32") if self.num_model_steps > 1 else None
-        self.input_ids_len = paddle.full([B, 1], 0, "int64").cpu()
+        self.input_ids_len = paddle.full([B, 1], 0, "int64").to(place)
         return mi
 
     # -- insertion (spec §4.2) ----------------------------------------------------------------------
     def _write_row(self, key: str, b: int, values, fill=None) -> None:
-        t = self.model_inputs[key]
+        w = self._w[key]
         if fill is not None:
-            t[b] = fill
-        v = np.asarray(values, dtype=np.int64 if t.dtype == self._paddle.int64 else np.int32)
+            w[b] = fill
+        v = np.asarray(values, dtype=np.int64)
         if v.size:
-            t[b, : v.size] = self._paddle.to_tensor(v, dtype=t.dtype, place=t.place)
+            w[b, : v.size] = v
 
     def insert_tasks_v1(self, tasks) -> None:
         """Mirror the target's `insert_tasks_v1` for the draft model (spec §4.2, v1).
@@ -229,19 +225,16 @@ class MTPProposer:
         DECODE: the block row is replaced. PREEMPTED: block row -1, stopped, this_time / enc / dec 0,
         ``is_block_step`` False.
         """
-        from ..engine.runner import TaskKind
-
-        mi = self.model_inputs
-        buf = self.seq_lens_this_time_buffer
+        mi, w = self.model_inputs, self._w
         for task in tasks:
             b = task.slot
             if task.kind is TaskKind.PREEMPTED:
-                mi["block_tables"][b] = -1
-                mi["stop_flags"][b] = True
-                buf[b] = 0
-                mi["seq_lens_decoder"][b] = 0
-                mi["seq_lens_encoder"][b] = 0
-                mi["is_block_step"][b] = False
+                w["block_tables"][b] = -1
+                w["stop_flags"][b] = True
+                w["seq_lens_this_time"][b] = 0
+                w["seq_lens_decoder"][b] = 0
+                w["seq_lens_encoder"][b] = 0
+                w["is_block_step"][b] = False
                 continue
             self._write_row("block_tables", b, task.block_ids, fill=-1)
             if task.kind is TaskKind.DECODE:
@@ -250,25 +243,25 @@ class MTPProposer:
             length = task.end - task.start
             last_chunk = task.end >= n
             draft_prompt = task.token_ids[task.start + 1: task.end]
-            self.input_ids_len[b] = length - 1
-            mi["pre_ids"][b] = -1
+            self.batch.stage(self.input_ids_len)[b] = length - 1
+            w["pre_ids"][b] = -1
             self._write_row("input_ids", b, draft_prompt)
             self._write_row("input_ids_cpu", b, draft_prompt, fill=-1)
-            mi["stop_flags"][b] = False
-            mi["batch_drop"][b] = False
-            mi["is_block_step"][b] = False
-            mi["seq_lens_encoder"][b] = length
-            mi["seq_lens_decoder"][b] = task.start
-            buf[b] = length
-            mi["step_idx"][b] = task.num_output if last_chunk else 0
+            w["stop_flags"][b] = False
+            w["batch_drop"][b] = False
+            w["is_block_step"][b] = False
+            w["seq_lens_encoder"][b] = length
+            w["seq_lens_decoder"][b] = task.start
+            w["seq_lens_this_time"][b] = length
+            w["step_idx"][b] = task.num_output if last_chunk else 0
             if self.role == "decode":
-                mi["seq_lens_encoder"][b] = 0
-                mi["recompute_token_num"][b] = 0
-                mi["mask_rollback"][b] = 1
+                w["seq_lens_encoder"][b] = 0
+                w["recompute_token_num"][b] = 0
+                w["mask_rollback"][b] = 1
             else:
-                mi["recompute_token_num"][b] = self.num_model_steps - 1
-                mi["mask_rollback"][b] = 0
-        mi["seq_lens_this_time"] = buf
+                w["recompute_token_num"][b] = self.num_model_steps - 1
+                w["mask_rollback"][b] = 0
+        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
 
     def insert_prefill_inputs(self, slot: int, prompt_token_ids, *, block_ids, chunk_sizes=None,
                               seq_lens_decoder: int = 0) -> None:
@@ -280,7 +273,7 @@ class MTPProposer:
         chunk (or the whole prompt), ``seq_lens_decoder``, stop / batch_drop False, the encoder
         block row. Role "decode" (a request prefilled elsewhere) is not offered on v0.
         """
-        mi = self.model_inputs
+        mi, w = self.model_inputs, self._w
         prompt = [int(t) for t in prompt_token_ids]
         n = len(prompt)
         if n < 1:
@@ -298,18 +291,18 @@ class MTPProposer:
         first = prompt[1:c0 + 1] if len(chunk_sizes) > 1 else prompt[1:]
         self._write_row("input_ids", b, first)
         self._write_row("input_ids_cpu", b, prompt[1:], fill=-1)
-        self.input_ids_len[b] = n - 1
-        mi["pre_ids"][b] = -1
-        mi["step_idx"][b] = 0
-        mi["seq_lens_encoder"][b] = c0
-        self.seq_lens_this_time_buffer[b] = c0
-        mi["seq_lens_decoder"][b] = int(seq_lens_decoder)
-        mi["stop_flags"][b] = False
-        mi["batch_drop"][b] = False
+        self.batch.stage(self.input_ids_len)[b] = n - 1
+        w["pre_ids"][b] = -1
+        w["step_idx"][b] = 0
+        w["seq_lens_encoder"][b] = c0
+        w["seq_lens_this_time"][b] = c0
+        w["seq_lens_decoder"][b] = int(seq_lens_decoder)
+        w["stop_flags"][b] = False
+        w["batch_drop"][b] = False
         self._write_row("block_tables", b, block_ids, fill=-1)
-        mi["encoder_block_lens"][b] = len(block_ids)
-        mi["used_list_len"][b] = 0
-        mi["not_need_stop"][0] = True
+        w["encoder_block_lens"][b] = len(block_ids)
+        w["used_list_len"][b] = 0
+        w["not_need_stop"][0] = True
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
         if len(chunk_sizes) > 1:
             self._chunks[b] = (prompt, chunk_sizes, 1)
@@ -327,23 +320,23 @@ class MTPProposer:
         if entry is None:
             return
         prompt, sizes, idx = entry
-        mi = self.model_inputs
+        w = self._w
         b = int(slot)
         start = sum(sizes[:idx])
         if idx >= len(sizes):
-            mi["seq_lens_encoder"][b] = 0
-            mi["step_idx"][b] = 1
-            mi["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
+            w["seq_lens_encoder"][b] = 0
+            w["step_idx"][b] = 1
+            w["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
             del self._chunks[b]
             return
         c = sizes[idx]
         final = idx == len(sizes) - 1
         ids = prompt[start + 1: start + c] if final else prompt[start + 1: start + c + 1]
         self._write_row("input_ids", b, ids)
-        self.seq_lens_this_time_buffer[b] = c
-        mi["seq_lens_encoder"][b] = c
-        mi["step_idx"][b] = 0
-        mi["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
+        w["seq_lens_this_time"][b] = c
+        w["seq_lens_encoder"][b] = c
+        w["step_idx"][b] = 0
+        w["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
         self._chunks[b] = (prompt, sizes, idx + 1)
 
     # -- one step (spec §4.1 step 7) ----------------------------------------------------------------
@@ -382,7 +375,7 @@ class MTPProposer:
         mi = self.model_inputs
         L = self.max_model_len
         for substep in range(self.num_model_steps):
-            if not bool(mi["not_need_stop"][0]):
+            if not bool(mi["not_need_stop"].numpy()[0]):  # a host tensor: no transfer
                 continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
             mi["substep"] = substep
             meta = pack_step(mi, self.caches, self.block_size)
@@ -454,21 +447,12 @@ class MTPProposer:
 
     def _extend_draft_token_with_ngram_match(self) -> None:
         """Hybrid mode (spec §6.7): fill the draft slots after the MTP's with prompt/history n-gram
-        matches. The ops run on the host tensors (on a GPU they are copied to the CPU and back)."""
-        paddle = self._paddle
+        matches. The op runs where the tensors are (its CPU driver or its CUDA kernels): the
+        haystack (``input_ids_cpu``, ``input_ids_len``) is kept on the target's device for that,
+        so no copy is made (upstream copies to the CPU and back)."""
         mi, t = self.model_inputs, self.target
         cfg = self.config
-
-        def host(x):
-            return x if x.place.is_cpu_place() else x.cpu()
-
-        draft = host(t["draft_tokens"])
-        this_time = host(t["seq_lens_this_time"])
         ops.hybrid_mtp_ngram(
-            mi["input_ids_cpu"], self.input_ids_len, host(mi["pre_ids"]), host(mi["step_idx"]),
-            host(t["actual_draft_token_num"]), draft, this_time, host(mi["seq_lens_decoder"]),
-            host(mi["max_dec_len"]), cfg.max_ngram_size, cfg.min_ngram_size, self.K,
-            threshold=self.ngram_threshold)  # fmt: skip
-        if draft is not t["draft_tokens"]:
-            paddle.assign(draft.to(t["draft_tokens"].place), t["draft_tokens"])
-            paddle.assign(this_time.to(t["seq_lens_this_time"].place), t["seq_lens_this_time"])
+            mi["input_ids_cpu"], self.input_ids_len, mi["pre_ids"], mi["step_idx"], t["actual_draft_token_num"],
+            t["draft_tokens"], t["seq_lens_this_time"], mi["seq_lens_decoder"], mi["max_dec_len"],
+            cfg.max_ngram_size, cfg.min_ngram_size, self.K, threshold=self.ngram_threshold)  # fmt: skip

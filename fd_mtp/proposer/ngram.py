@@ -3,8 +3,10 @@
 After the target's update, ``ngram_match`` looks for each decoding request's last n tokens
 (``n = max_ngram_size .. 1``) in its prompt, then in its generated history, and proposes the tokens
 that followed the match (at most ``num_speculative_tokens``, fewer near ``max_dec_len``). No model
-runs: drafting costs a host scan. The op works on host tensors; on a GPU the buffers are copied to
-the CPU and the results back, as upstream does.
+runs: drafting costs a scan. The op runs where its tensors are (its CPU driver, or its CUDA
+kernels on a GPU), so the proposer keeps its haystack (the prompts) on the target's device and
+makes no copy (upstream copies to the CPU and back every step); its insertion writes go through
+the runner's `fd_mtp.batch.InputBatch`.
 """
 from __future__ import annotations
 
@@ -13,69 +15,61 @@ import time
 import numpy as np
 
 from .. import ops
+from ..batch import InputBatch, ProposerStats, TaskKind
 from ..config import SpeculativeConfig
-from .mtp import ProposerStats
 
 
 class NgramProposer:
-    """Drafts for the runner whose ``share_inputs`` it is given.
+    """Drafts for the runner whose `InputBatch` it is given.
 
     Args:
-        speculative_config: a `SpeculativeConfig` (or dict) with ``method="ngram"``.
-        target_model_inputs: the runner's ``share_inputs``.
+        speculative_config: a `SpeculativeConfig` with ``method="ngram"``.
+        input_batch: the runner's `InputBatch` (its ``tensors`` are the target's ``share_inputs``).
         max_model_len: L (width of the prompt buffer).
         threshold: ``ngram_match``'s token budget (INFER_WITH_REFERENCE_TOKENUM_THRESHOLD; None = env/128).
+        **unused: the other arguments `fd_mtp.proposer.make_proposer` passes every proposer
+            (``mtp_model``, ``block_size``, ``num_main_blocks``, ``draft_end_ids``).
     """
 
-    def __init__(self, speculative_config, target_model_inputs: dict, *, max_model_len: int,
+    def __init__(self, speculative_config: SpeculativeConfig, input_batch: InputBatch, *, max_model_len: int,
                  threshold: int | None = None):
         import paddle
 
-        cfg = SpeculativeConfig.from_value(speculative_config)
-        if cfg is None or cfg.method != "ngram":
-            raise ValueError(f"NgramProposer: speculative_config.method must be 'ngram', got "
-                             f"{None if cfg is None else cfg.method!r}")
-        self._paddle = paddle
+        cfg = speculative_config
+        if not isinstance(cfg, SpeculativeConfig) or cfg.method != "ngram":
+            raise ValueError(f"NgramProposer: speculative_config must be a SpeculativeConfig with method 'ngram', "
+                             f"got {getattr(cfg, 'method', cfg)!r}")
         self.config = cfg
-        self.target = target_model_inputs
+        self.batch = input_batch
+        self.target = input_batch.tensors
         self.K = cfg.num_speculative_tokens
         self.threshold = threshold
-        B = int(target_model_inputs["draft_tokens"].shape[0])
-        self.input_ids_cpu = paddle.full([B, int(max_model_len)], -1, "int64").cpu()
-        self.input_ids_len = paddle.full([B, 1], 0, "int64").cpu()
+        B = input_batch.max_num_seqs
+        place = self.target["draft_tokens"].place
+        self.input_ids_cpu = paddle.full([B, int(max_model_len)], -1, "int64").to(place)
+        self.input_ids_len = paddle.full([B, 1], 0, "int64").to(place)
         self.stats = ProposerStats()
 
     def insert_tasks_v1(self, tasks) -> None:
         """A PREFILL task stores the request's prompt (``token_ids`` without generated tokens) as
         the haystack; other tasks change nothing here."""
-        from ..engine.runner import TaskKind
-
         for t in tasks:
             if t.kind is not TaskKind.PREFILL or t.start != 0:
                 continue
             prompt = np.asarray(t.token_ids[: len(t.token_ids) - t.num_output], np.int64)
-            self.input_ids_cpu[t.slot] = -1
-            self.input_ids_cpu[t.slot, : prompt.size] = self._paddle.to_tensor(prompt)
-            self.input_ids_len[t.slot] = prompt.size
+            row = self.batch.stage(self.input_ids_cpu)
+            row[t.slot] = -1
+            row[t.slot, : prompt.size] = prompt
+            self.batch.stage(self.input_ids_len)[t.slot] = prompt.size
 
     def run(self, full_hidden_states=None) -> None:
         """Write the next drafts into the target's ``draft_tokens[:, 1:]`` and ``seq_lens_this_time``
-        (``full_hidden_states`` is not used: the signature matches `MTPProposer.run`)."""
-        paddle = self._paddle
+        (``full_hidden_states`` is not used: the signature is the `Proposer` protocol's)."""
         t0 = time.perf_counter()
         t = self.target
-
-        def host(x):
-            return x if x.place.is_cpu_place() else x.cpu()
-
-        draft, this_time = host(t["draft_tokens"]), host(t["seq_lens_this_time"])
         ops.ngram_match(
-            self.input_ids_cpu, self.input_ids_len, host(t["pre_ids"]), host(t["step_idx"]),
-            host(t["actual_draft_token_num"]), draft, this_time, host(t["seq_lens_encoder"]),
-            host(t["seq_lens_decoder"]), host(t["max_dec_len"]), self.config.max_ngram_size, self.K,
-            threshold=self.threshold)  # fmt: skip
-        if draft is not t["draft_tokens"]:
-            paddle.assign(draft.to(t["draft_tokens"].place), t["draft_tokens"])
-            paddle.assign(this_time.to(t["seq_lens_this_time"].place), t["seq_lens_this_time"])
+            self.input_ids_cpu, self.input_ids_len, t["pre_ids"], t["step_idx"], t["actual_draft_token_num"],
+            t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"], t["seq_lens_decoder"],
+            t["max_dec_len"], self.config.max_ngram_size, self.K, threshold=self.threshold)  # fmt: skip
         self.stats.calls += 1
         self.stats.run += time.perf_counter() - t0

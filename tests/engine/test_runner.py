@@ -4,6 +4,7 @@ import pytest
 paddle = pytest.importorskip("paddle")
 
 from fd_mtp import SamplingParams  # noqa: E402
+from fd_mtp.config import CacheConfig, SchedulerConfig  # noqa: E402
 from fd_mtp.engine.runner import ModelRunner, Task, TaskKind  # noqa: E402
 
 from .util import tiny_model  # noqa: E402
@@ -14,13 +15,15 @@ def col(s, key):
 
 
 def test_insert_tasks_v1_fields():
-    r = ModelRunner(tiny_model(), max_num_seqs=3, max_model_len=16, block_size=4, num_blocks=12)
+    r = ModelRunner(tiny_model(), scheduler_config=SchedulerConfig(max_num_seqs=3, max_model_len=16),
+                    cache_config=CacheConfig(block_size=4, num_gpu_blocks=12))
     s = r.share_inputs
     params = SamplingParams(temperature=0.5, top_p=0.8, top_k=7, max_tokens=5, min_tokens=2, repetition_penalty=1.2,
                             seed=9)
     tokens = [11, 12, 13, 14, 15, 16, 40, 41]  # 6 prompt tokens + 2 generated (a preempted request)
     r.insert_tasks_v1([Task(TaskKind.PREFILL, 1, block_ids=[7, 3], token_ids=tokens, start=0, end=5, num_output=2,
                             params=params, seed=9)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(s, "seq_lens_this_time") == [0, 5, 0] and col(s, "seq_lens_encoder") == [0, 5, 0]
     assert col(s, "seq_lens_decoder") == [0, 0, 0] and col(s, "step_idx") == [0, 0, 0]  # not the last chunk
     assert col(s, "stop_flags") == [True, False, True] and col(s, "prompt_lens") == [0, 8, 0]
@@ -34,14 +37,17 @@ def test_insert_tasks_v1_fields():
     # the last chunk: decoder = start, step_idx = generated count
     r.insert_tasks_v1([Task(TaskKind.PREFILL, 1, block_ids=[7, 3], token_ids=tokens, start=5, end=8, num_output=2,
                             params=params, seed=9)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(s, "seq_lens_this_time")[1] == 3 and col(s, "seq_lens_decoder")[1] == 5
     assert col(s, "step_idx")[1] == 2 and not bool(s["is_chunk_step"][1])
     assert s["input_ids"][1, :3].tolist() == tokens[5:8]
     # DECODE: new blocks replace the row
     r.insert_tasks_v1([Task(TaskKind.DECODE, 1, block_ids=[7, 3, 0])])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert s["block_tables"][1].tolist() == [7, 3, 0, -1, -1, -1]
     # PREEMPTED: the slot is emptied
     r.insert_tasks_v1([Task(TaskKind.PREEMPTED, 1)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(s, "seq_lens_this_time") == [0, 0, 0] and col(s, "seq_lens_decoder") == [0, 0, 0]
     assert col(s, "stop_flags") == [True, True, True] and int(s["block_tables"].max()) == -1
     assert not bool(s["not_need_stop"][0])

@@ -22,6 +22,7 @@ import pytest
 paddle = pytest.importorskip("paddle")
 
 from fd_mtp import ops  # noqa: E402
+from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig  # noqa: E402
 from fd_mtp.engine.runner import ModelRunner, Task, TaskKind  # noqa: E402
 from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
@@ -88,8 +89,10 @@ def runner(models, K, nms, *, B=2, num_blocks=NBLK, **proposer_options):
     model, mtp = models
     cfg = {"method": "mtp", "num_speculative_tokens": K, "num_model_steps": nms}
     cfg.update(proposer_options.pop("cfg", {}))
-    return SpeculativeModelRunner(model, cfg, mtp_model=mtp, max_num_seqs=B, max_model_len=L, block_size=BS,
-                                  num_blocks=num_blocks, proposer_options=proposer_options)
+    return SpeculativeModelRunner(model, SpeculativeConfig.from_value(cfg), mtp_model=mtp,
+                                  scheduler_config=SchedulerConfig(max_num_seqs=B, max_model_len=L),
+                                  cache_config=CacheConfig(block_size=BS, num_gpu_blocks=num_blocks),
+                                  proposer_options=proposer_options)
 
 
 def greedy(model, ids, n):
@@ -221,9 +224,9 @@ def test_constructor_errors(models):
     with pytest.raises(ValueError, match="num_gpu_block_expand_ratio"):
         runner(models, 1, 1, cfg={"num_gpu_block_expand_ratio": 0.5})
     # the target's draft_tokens must be [B, K + 1]
-    si = runner(models, 1, 1).share_inputs
+    ib = runner(models, 1, 1).input_batch
     with pytest.raises(ValueError, match="draft_tokens has 2 columns"):
-        MTPProposer({"method": "mtp", "num_speculative_tokens": 2}, models[1], si, max_model_len=L,
+        MTPProposer(SpeculativeConfig(method="mtp", num_speculative_tokens=2), models[1], ib, max_model_len=L,
                     block_size=BS, num_main_blocks=NBLK)
 
 
@@ -262,6 +265,7 @@ def test_insert_tasks_v1_prefill_first_and_final_chunk(models):
     dirty(mi, 1)
     tokens = list(range(10, 20))  # 10 prompt tokens, two chunks [0, 6) and [6, 10)
     r.insert_tasks_v1([prefill(1, tokens, [4, 2], end=6)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert mi["seq_lens_this_time"] is p.seq_lens_this_time_buffer and col(mi["seq_lens_this_time"]) == [0, 6]
     assert row(mi["input_ids"], 1, 5) == tokens[1:6] and p.input_ids_len.numpy()[1, 0] == 5
     assert row(mi["input_ids_cpu"], 1) == tokens[1:6] + [-1] * (L - 5)
@@ -275,6 +279,7 @@ def test_insert_tasks_v1_prefill_first_and_final_chunk(models):
     assert row(mi["input_ids_cpu"], 0) == [-1] * L
     # the final chunk: decoder = start, the draft prompt is the chunk shifted by one
     r.insert_tasks_v1([prefill(1, tokens, [4, 2, 9], start=6)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["input_ids"], 1, 3) == tokens[7:10] and p.input_ids_len.numpy()[1, 0] == 3
     assert row(mi["input_ids_cpu"], 1, 4) == tokens[7:10] + [-1]
     assert col(mi["seq_lens_encoder"])[1] == 4 and col(mi["seq_lens_this_time"])[1] == 4
@@ -289,6 +294,7 @@ def test_insert_tasks_v1_reprefill_decode_and_preempted(models):
     tokens = [21, 22, 23, 24, 25, 61, 62, 63]
     dirty(mi, 0)
     r.insert_tasks_v1([prefill(0, tokens, [3, 5], num_output=3)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["input_ids"], 0, 7) == tokens[1:] and p.input_ids_len.numpy()[0, 0] == 7
     assert col(mi["step_idx"])[0] == 3  # generated so far, as the target
     assert col(r.share_inputs["step_idx"])[0] == 3
@@ -297,12 +303,14 @@ def test_insert_tasks_v1_reprefill_decode_and_preempted(models):
     # DECODE: only the block row changes
     before = {k: mi[k].numpy().copy() for k in ("input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx")}
     r.insert_tasks_v1([Task(TaskKind.DECODE, 0, block_ids=[3, 5, 7])])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["block_tables"], 0, 4) == [3, 5, 7, -1]
     for k, v in before.items():
         np.testing.assert_array_equal(mi[k].numpy(), v, err_msg=k)
     # PREEMPTED: row -1, stopped, this_time / enc / dec 0, is_block_step False
     mi["is_block_step"][0] = True
     r.insert_tasks_v1([Task(TaskKind.PREEMPTED, 0)])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["block_tables"], 0) == [-1] * mi["block_tables"].shape[1]
     assert bool(mi["stop_flags"][0]) and not bool(mi["is_block_step"][0])
     assert col(mi["seq_lens_this_time"])[0] == 0 and col(mi["seq_lens_encoder"])[0] == 0
@@ -314,6 +322,7 @@ def test_insert_tasks_v1_decode_role(models):
     mi = r.proposer.model_inputs
     dirty(mi, 0)
     r.insert_tasks_v1([prefill(0, [31, 32, 33, 34], [1])])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(mi["seq_lens_encoder"])[0] == 0 and col(mi["recompute_token_num"])[0] == 0
     assert col(mi["mask_rollback"])[0] == 1
     assert col(mi["seq_lens_this_time"])[0] == 4 and col(mi["seq_lens_decoder"])[0] == 0
@@ -338,6 +347,7 @@ def test_trace_k1_nms1(models, reject):
     r = runner(models, 1, 1, B=1, tp_broadcast=hook)
     si, mi = r.share_inputs, r.proposer.model_inputs
     r.insert_tasks_v1([prefill(0, prompt, [0, 1])])
+    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     # trace step 1: the draft prompt is the prompt shifted by one
     assert row(mi["input_ids"], 0, 3) == prompt[1:] and r.proposer.input_ids_len.numpy()[0, 0] == 3
     assert col(mi["seq_lens_encoder"]) == [4] and col(mi["seq_lens_this_time"]) == [4]
@@ -488,6 +498,7 @@ def test_v0_insert_prefill_inputs_unchunked(models):
                                                 "draft_tokens")}
     prompt = [11, 12, 13, 14, 15, 16]
     p.insert_prefill_inputs(1, prompt, block_ids=[6, 2], seq_lens_decoder=0)
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["input_ids"], 1, 5) == prompt[1:] and row(mi["input_ids_cpu"], 1) == prompt[1:] + [-1] * (L - 5)
     assert p.input_ids_len.numpy()[1, 0] == 5
     assert row(mi["pre_ids"], 1) == [-1] * mi["pre_ids"].shape[1]
@@ -507,24 +518,29 @@ def test_v0_chunked_prefill_fields(models):
     p, mi = r.proposer, r.proposer.model_inputs
     prompt = list(range(50, 60))  # chunks 4, 3, 3
     p.insert_prefill_inputs(0, prompt, block_ids=[1, 2], chunk_sizes=[4, 3, 3])
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["input_ids"], 0, 4) == prompt[1:5] and row(mi["input_ids_cpu"], 0, 10) == prompt[1:] + [-1]
     assert col(mi["seq_lens_encoder"])[0] == 4 and col(mi["seq_lens_this_time"])[0] == 4
     assert p.input_ids_len.numpy()[0, 0] == 9 and col(mi["seq_lens_decoder"])[0] == 0
     p.update_task_chunk_prefill(0)  # chunk 2 of 3: [4, 7)
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["input_ids"], 0, 3) == prompt[5:8]
     assert col(mi["seq_lens_encoder"])[0] == 3 and col(mi["seq_lens_this_time"])[0] == 3
     assert col(mi["seq_lens_decoder"])[0] == 4 and col(mi["step_idx"])[0] == 0
     mi["step_idx"][0] = 1  # as after a step
     p.update_task_chunk_prefill(0, seq_lens_decoder=0)  # the final chunk [7, 10): 2 draft tokens
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     ids = row(mi["input_ids"], 0, 3)
     assert ids[:2] == prompt[8:10] and ids[2] == prompt[7]  # position 2 keeps the previous chunk's value
     assert col(mi["seq_lens_encoder"])[0] == 3 and col(mi["seq_lens_decoder"])[0] == 7
     assert col(mi["step_idx"])[0] == 0
     p.update_task_chunk_prefill(0)  # the last chunk ran: decode from here
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(mi["seq_lens_encoder"])[0] == 0 and col(mi["step_idx"])[0] == 1
     assert col(mi["seq_lens_decoder"])[0] == 10
     mi["seq_lens_decoder"][0] = 12
     p.update_task_chunk_prefill(0)  # nothing pending: no change
+    p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert col(mi["seq_lens_decoder"])[0] == 12
     with pytest.raises(ValueError, match="chunk_sizes"):
         p.insert_prefill_inputs(0, prompt, block_ids=[1], chunk_sizes=[4, 4])

@@ -7,6 +7,7 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
+from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig  # noqa: E402
 from fd_mtp.engine.runner import Task, TaskKind  # noqa: E402
 from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
@@ -32,8 +33,9 @@ def test_ngram_drafts_from_the_prompt_reach_the_target(tmp_path):
         if len(set(c)) == 5:
             break
     prompt = c[:4] + [c[0]]  # the target continues with c1 c2 c3 c4
-    r = SpeculativeModelRunner(model, {"method": "ngram", "num_speculative_tokens": 2}, max_num_seqs=2,
-                               max_model_len=32, block_size=8, num_blocks=16)
+    r = SpeculativeModelRunner(model, SpeculativeConfig(method="ngram", num_speculative_tokens=2),
+                               scheduler_config=SchedulerConfig(max_num_seqs=2, max_model_len=32),
+                               cache_config=CacheConfig(block_size=8, num_gpu_blocks=16))
     assert isinstance(r.proposer, NgramProposer)
     si = r.share_inputs
     r.insert_tasks_v1([Task(TaskKind.PREFILL, 1, block_ids=[0, 1], token_ids=prompt, end=len(prompt),
