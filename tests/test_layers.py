@@ -6,7 +6,8 @@ function bodies included) is mapped to the package it lands in: ``fd_mtp.<pkg>``
 module such as ``fd_mtp.llm`` counts as a package of its own). Layers, top to bottom (design §7):
 
     entrypoints (cli, demo, server, testing) -> llm -> engine -> proposer -> batch -> model
-    -> cuda -> ops / reference -> schema -> foundation (config, envs, _verify_options, assets)
+    -> cuda -> ops / reference -> options (_verify_options, sysv_queue) -> schema
+    -> foundation (config, envs, assets)
 
 A package may import packages of strictly lower layers only (peers in one layer do not import
 each other); ``from fd_mtp import __version__``-style imports of the root package are allowed
@@ -33,8 +34,9 @@ LAYERS = [
     ("model", {"model"}),
     ("cuda", {"cuda"}),
     ("ops", {"ops", "reference"}),
+    ("options", {"_verify_options", "sysv_queue"}),
     ("schema", {"schema", "_lib"}),
-    ("foundation", {"config", "envs", "_verify_options", "assets"}),
+    ("foundation", {"config", "envs", "assets"}),
 ]
 RANK = {pkg: i for i, (_, pkgs) in enumerate(LAYERS) for pkg in pkgs}
 ENGINE_RUNNER_LEVEL = {"runner", "spec_runner", "sampler", "sampling_params", "block_manager"}

@@ -13,7 +13,7 @@ Signatures are the ops' (fd_mtp/schema/msgqueue.py). The senders take ``msg_queu
 ``ftok_path`` but send nothing; ``msg_id=None`` resolves as the ops' (``INFERENCE_MSG_ID`` or 1,
 through fd_mtp.ops.msgqueue.resolve_msg_id). `speculate_get_output` receives from the real queue with
 libc's ``msgrcv`` (ctypes) and writes ``x`` as the op does; `speculate_get_output_from_message` is the
-same given the message (the libc calls are fd_mtp.ops.msgqueue's queue helpers, which need no
+same given the message (the libc calls are fd_mtp.sysv_queue's queue helpers, which need no
 paddle).
 """
 
@@ -64,7 +64,7 @@ def _flag(not_need_stop):
 
 def _msg_id(msg_id):
     """``msg_id`` validated, or the environment default when None (as the ops resolve it)."""
-    from ..ops.msgqueue import resolve_msg_id  # no paddle
+    from ..sysv_queue import resolve_msg_id
 
     return resolve_msg_id(msg_id)
 
@@ -185,7 +185,7 @@ def speculate_get_output(x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=N
     blocking when ``wait_flag``, and writes it into ``x`` (numpy int64, flat >= 1794) as the op
     does (`speculate_get_output_from_message`). Nothing is received when ``rank_id > 0`` and not
     ``get_each_rank``. Returns True when a message was consumed."""
-    from ..ops.msgqueue import receive_message  # libc msgrcv through ctypes, no paddle
+    from ..sysv_queue import receive_message  # libc msgrcv through ctypes
 
     _check_x(x)
     if not get_each_rank and rank_id > 0:

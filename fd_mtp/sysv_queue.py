@@ -1,0 +1,152 @@
+"""SysV message-queue helpers of the output-message ops (spec ../shared/spec/ops.md §5.11, §6.8),
+with no paddle: the wire constants (FastDeploy's layout), the queue / message id resolution (from
+fd_mtp.envs), ``ftok`` keys, and libc ``msgrcv`` / ``msgctl`` through ctypes. fd_mtp.ops.msgqueue
+and fd_mtp.reference.msgqueue both use them."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import operator
+import os
+import re
+
+from . import envs
+
+MAX_BSZ = 256
+MAX_DRAFT_TOKENS = 6
+MESSAGE_INTS = 2 + MAX_BSZ + MAX_BSZ * MAX_DRAFT_TOKENS  # 1794
+MESSAGE_BYTES = 4 * MESSAGE_INTS  # 7176: the size given to msgsnd / msgrcv
+DEFAULT_FTOK_PATH = "./"
+
+_INT32_MAX = 2**31 - 1
+_ERRNO = re.compile(r"\[errno (\d+)\]$")
+
+
+def _as_int(name: str, value) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+def resolve_msg_queue_id(msg_queue_id=None) -> int:
+    """The queue id an op uses: ``msg_queue_id``, else ``$INFERENCE_MSG_QUEUE_ID``, else 1."""
+    source = "msg_queue_id"
+    if msg_queue_id is None:
+        msg_queue_id, source = envs.get("INFERENCE_MSG_QUEUE_ID"), "INFERENCE_MSG_QUEUE_ID"
+    msg_queue_id = _as_int("msg_queue_id", msg_queue_id)
+    if not -_INT32_MAX - 1 <= msg_queue_id <= _INT32_MAX:
+        raise ValueError(f"{source} must fit in int32, got {msg_queue_id}")
+    return msg_queue_id
+
+
+def resolve_msg_id(msg_id=None) -> int:
+    """The message id an op sends: ``msg_id``, else ``$INFERENCE_MSG_ID``, else 1.
+
+    Raises ValueError for 2 (readers take -2 as "no output") and for negative ids, like upstream.
+    """
+    source = "msg_id"
+    if msg_id is None:
+        msg_id, source = envs.get("INFERENCE_MSG_ID"), "msg_id (from INFERENCE_MSG_ID)"
+    msg_id = _as_int("msg_id", msg_id)
+    if msg_id == 2:
+        raise ValueError(f"{source} cannot be 2: 2 and -2 are reserved for 'no output'")
+    if msg_id < 0:
+        raise ValueError(f"{source} cannot be negative, got {msg_id}")
+    if msg_id > _INT32_MAX:
+        raise ValueError(f"{source} must fit in int32, got {msg_id}")
+    return msg_id
+
+
+def _path(ftok_path) -> str:
+    """``ftok_path`` as a str (None: ``"./"``)."""
+    if ftok_path is None:
+        return DEFAULT_FTOK_PATH
+    try:
+        return os.fspath(ftok_path)
+    except TypeError:
+        raise ValueError(f"ftok_path must be a path, got {type(ftok_path).__name__}") from None
+
+
+_IPC_RMID = 0
+
+
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def queue_key(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
+    """The SysV key ``ftok(ftok_path, msg_queue_id)`` the ops use (msg_queue_id resolved as theirs)."""
+    libc = _libc()
+    libc.ftok.restype = ctypes.c_int
+    libc.ftok.argtypes = (ctypes.c_char_p, ctypes.c_int)
+    key = libc.ftok(os.fsencode(_path(ftok_path)), resolve_msg_queue_id(msg_queue_id))
+    if key == -1:
+        err = ctypes.get_errno()
+        raise ValueError(f"ftok_path {ftok_path!r} cannot key a queue: {os.strerror(err)}")
+    return key
+
+
+class _Message(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * MESSAGE_INTS)]
+
+
+_IPC_CREAT, _IPC_NOWAIT = 0o1000, 0o4000
+
+
+def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=False):
+    """The next message of the queue the ops would use, received with libc's ``msgrcv`` (any mtype;
+    no paddle): its ``MESSAGE_INTS`` int32 words as a numpy array (a shorter message is
+    zero-padded), or None when ``wait`` is False and the queue is empty. The queue is created if
+    missing, as the ops do. A failing ``msgget`` / ``msgrcv`` raises OSError.
+
+    fd_mtp.reference.speculate_get_output reads the queue with it.
+    """
+    import numpy as np
+
+    libc = _libc()
+    key = queue_key(msg_queue_id, ftok_path=ftok_path)
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    queue = libc.msgget(key, _IPC_CREAT | 0o666)
+    if queue == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
+    libc.msgrcv.restype = ctypes.c_ssize_t
+    libc.msgrcv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_int)
+    msg = _Message()  # zero-filled
+    if libc.msgrcv(queue, ctypes.byref(msg), MESSAGE_BYTES, 0, 0 if wait else _IPC_NOWAIT) == -1:
+        err = ctypes.get_errno()
+        if not wait and err == _errno.ENOMSG:
+            return None
+        raise OSError(err, f"msgrcv of key {key:#010x}: {os.strerror(err)}")
+    return np.ctypeslib.as_array(msg.mtext).astype(np.int32)
+
+
+def remove_queue(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> bool:
+    """Remove the queue the ops would use (``msgctl(IPC_RMID)``), discarding pending messages.
+
+    Returns True when a queue was removed, False when none existed. A process blocked on the queue
+    wakes up with EIDRM (our ops raise OSError).
+    """
+    libc = _libc()
+    key = queue_key(msg_queue_id, ftok_path=ftok_path)
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    queue = libc.msgget(key, 0)
+    if queue == -1:
+        err = ctypes.get_errno()
+        if err == _errno.ENOENT:
+            return False
+        raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
+    libc.msgctl.restype = ctypes.c_int
+    libc.msgctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+    if libc.msgctl(queue, _IPC_RMID, None) == -1:
+        err = ctypes.get_errno()
+        if err in (_errno.EINVAL, _errno.EIDRM):  # removed meanwhile by someone else
+            return False
+        raise OSError(err, f"msgctl(IPC_RMID) of key {key:#010x}: {os.strerror(err)}")
+    return True
