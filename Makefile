@@ -65,7 +65,7 @@ bench: build
 lint: $(DEPS)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
+	@$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES) && echo "clang-format: $(words $(CXX_SOURCES)) files formatted"
 
 format: $(DEPS)
 	$(VENV)/bin/ruff format .

@@ -13,6 +13,7 @@ here, never by a kernel):
 The Makefile builds with `python cmake/fd_mtp_build.py` directly (to show progress); the editable
 install it then makes finds everything built.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -55,7 +56,10 @@ class CMakeBuild(build_ext):
             fd_mtp_build.build("cuda-module", out_dir)
 
 
-EXTENSIONS = [CMakeExtension("fd_mtp._lib.fd_mtp_ops"), CMakeExtension("fd_mtp._lib.fd_mtp_ops_pybind")]
+EXTENSIONS = [
+    CMakeExtension("fd_mtp._lib.fd_mtp_ops"),
+    CMakeExtension("fd_mtp._lib.fd_mtp_ops_pybind"),
+]
 if _cuda_module_wanted():
     EXTENSIONS.append(CMakeExtension("fd_mtp._lib.fd_mtp_cuda"))
 

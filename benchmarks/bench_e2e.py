@@ -39,6 +39,7 @@ Writes DIR/bench_e2e.csv (bench_ops.py's columns: kernel,provider,metric,unit,x,
 device,timestamp,version; provider = the mode, x = the batch size) and DIR/bench_e2e.png (tokens/s
 and mean accepted length per batch and mode), and prints a table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,20 @@ if str(ROOT) not in sys.path:
 
 import fd_mtp  # noqa: E402
 
-CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
-               "timestamp", "version"]  # fmt: skip
+CSV_COLUMNS = [
+    "kernel",
+    "provider",
+    "metric",
+    "unit",
+    "x",
+    "p50",
+    "p20",
+    "p80",
+    "config",
+    "device",
+    "timestamp",
+    "version",
+]
 
 from fd_mtp.demo import MODES  # noqa: E402  mode -> speculative_config (verification added from --verification)
 
@@ -75,10 +88,13 @@ def _snapshot(llm):
     m, s = llm.speculative_metrics, llm.proposer_stats
     return dict(
         steps=llm.engine.num_steps,
-        spec_steps=m.num_steps if m is not None else 0, emitted=m.num_emitted if m is not None else 0,
+        spec_steps=m.num_steps if m is not None else 0,
+        emitted=m.num_emitted if m is not None else 0,
         drafted=list(m.drafted_per_position) if m is not None else [],
         accepted=list(m.accepted_per_position) if m is not None else [],
-        calls=s.calls if s is not None else 0, host=s.host if s is not None else 0.0)
+        calls=s.calls if s is not None else 0,
+        host=s.host if s is not None else 0.0,
+    )
 
 
 def run_once(llm, prompts, params):
@@ -90,28 +106,44 @@ def run_once(llm, prompts, params):
     after = _snapshot(llm)
     tokens = sum(len(o.token_ids) for o in outs)
     steps = after["steps"] - before["steps"]
-    fig = {"tokens_per_s": tokens / elapsed, "step_latency": 1e3 * elapsed / max(steps, 1), "steps": steps}
+    fig = {
+        "tokens_per_s": tokens / elapsed,
+        "step_latency": 1e3 * elapsed / max(steps, 1),
+        "steps": steps,
+    }
     if llm.speculative_config is not None:
         spec_steps = after["spec_steps"] - before["spec_steps"]
-        fig["mean_accepted_length"] = (after["emitted"] - before["emitted"]) / spec_steps if spec_steps else np.nan
-        for i, (d1, d0, a1, a0) in enumerate(zip(after["drafted"], before["drafted"], after["accepted"],
-                                                 before["accepted"])):
+        fig["mean_accepted_length"] = (
+            (after["emitted"] - before["emitted"]) / spec_steps if spec_steps else np.nan
+        )
+        for i, (d1, d0, a1, a0) in enumerate(
+            zip(after["drafted"], before["drafted"], after["accepted"], before["accepted"])
+        ):
             fig[f"acceptance_pos{i}"] = (a1 - a0) / (d1 - d0) if d1 > d0 else np.nan
         calls = after["calls"] - before["calls"]
-        fig["proposer_host_ms_per_step"] = 1e3 * (after["host"] - before["host"]) / calls if calls else np.nan
+        fig["proposer_host_ms_per_step"] = (
+            1e3 * (after["host"] - before["host"]) / calls if calls else np.nan
+        )
     else:
         fig["mean_accepted_length"] = 1.0
     return outs, fig
 
 
-UNITS = {"tokens_per_s": "tokens/s", "step_latency": "ms", "steps": "steps", "mean_accepted_length": "tokens/step",
-         "proposer_host_ms_per_step": "ms"}  # fmt: skip
+UNITS = {
+    "tokens_per_s": "tokens/s",
+    "step_latency": "ms",
+    "steps": "steps",
+    "mean_accepted_length": "tokens/step",
+    "proposer_host_ms_per_step": "ms",
+}
 
 
 def first_difference(got: list[int], want: list[int]) -> str:
     n = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-    return (f"first difference at token {n} of {len(want)}: got {got[n:n + 4]}, want {want[n:n + 4]}"
-            f" (lengths {len(got)} / {len(want)})")
+    return (
+        f"first difference at token {n} of {len(want)}: got {got[n : n + 4]}, want {want[n : n + 4]}"
+        f" (lengths {len(got)} / {len(want)})"
+    )
 
 
 def plot(rows, modes, batches, path, synthetic: bool):
@@ -124,24 +156,35 @@ def plot(rows, modes, batches, path, synthetic: bool):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     xs = np.arange(len(batches))
     colors = {m: f"C{i}" for i, m in enumerate(MODES)}  # one colour per mode in both panels
-    for ax, metric, shown in ((axes[0], "tokens_per_s", modes),
-                              (axes[1], "mean_accepted_length", [m for m in modes if m != "plain"] or modes)):
+    for ax, metric, shown in (
+        (axes[0], "tokens_per_s", modes),
+        (axes[1], "mean_accepted_length", [m for m in modes if m != "plain"] or modes),
+    ):
         width = 0.8 / len(shown)
         for j, mode in enumerate(shown):
             pts = [by.get((mode, metric, b)) for b in batches]
             p50 = np.array([np.nan if r is None else r["p50"] for r in pts])
             lo = np.array([0.0 if r is None else r["p50"] - r["p20"] for r in pts])
             hi = np.array([0.0 if r is None else r["p80"] - r["p50"] for r in pts])
-            ax.bar(xs + (j - (len(shown) - 1) / 2) * width, p50, width, yerr=[lo, hi], capsize=2, label=mode,
-                   color=colors[mode])
+            ax.bar(
+                xs + (j - (len(shown) - 1) / 2) * width,
+                p50,
+                width,
+                yerr=[lo, hi],
+                capsize=2,
+                label=mode,
+                color=colors[mode],
+            )
         ax.set_xticks(xs, [str(b) for b in batches])
         ax.set_xlabel("batch size")
         ax.set_ylabel(f"p50 [{UNITS[metric]}], p20-p80 bars")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set_title(f"throughput ({rows[0]['device']})", fontsize=10)
-    axes[1].set_title("mean accepted length" + (" (synthetic MTP head: not meaningful)" if synthetic else ""),
-                      fontsize=10)
+    axes[1].set_title(
+        "mean accepted length" + (" (synthetic MTP head: not meaningful)" if synthetic else ""),
+        fontsize=10,
+    )
     fig.suptitle(rows[0]["config"], fontsize=7)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=120)
@@ -150,10 +193,18 @@ def plot(rows, modes, batches, path, synthetic: bool):
 
 def table(rows, modes, batches) -> str:
     by = {(r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
-    k = max((int(r["metric"][len("acceptance_pos"):]) + 1 for r in rows if r["metric"].startswith("acceptance_pos")),
-            default=0)
-    head = (f"{'mode':<10} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'ms/step':>8} {'steps':>6} "
-            f"{'accept len':>10} {'acceptance per position':<24} {'proposer host ms/step':>21}")
+    k = max(
+        (
+            int(r["metric"][len("acceptance_pos") :]) + 1
+            for r in rows
+            if r["metric"].startswith("acceptance_pos")
+        ),
+        default=0,
+    )
+    head = (
+        f"{'mode':<10} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'ms/step':>8} {'steps':>6} "
+        f"{'accept len':>10} {'acceptance per position':<24} {'proposer host ms/step':>21}"
+    )
     lines = [head, "-" * len(head)]
 
     def f(v, fmt):
@@ -164,32 +215,59 @@ def table(rows, modes, batches) -> str:
             if (mode, "tokens_per_s", b) not in by:
                 continue
             tps, plain = by[(mode, "tokens_per_s", b)], by.get(("plain", "tokens_per_s", b))
-            pos = " ".join(f(by.get((mode, f"acceptance_pos{i}", b)), ".2f") for i in range(k)
-                           if (mode, f"acceptance_pos{i}", b) in by)
-            lines.append(f"{mode:<10} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
-                         f"{by[(mode, 'step_latency', b)]:>8.2f} {by[(mode, 'steps', b)]:>6.0f} "
-                         f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} {pos or '-':<24} "
-                         f"{f(by.get((mode, 'proposer_host_ms_per_step', b)), '.3f'):>21}")
+            pos = " ".join(
+                f(by.get((mode, f"acceptance_pos{i}", b)), ".2f")
+                for i in range(k)
+                if (mode, f"acceptance_pos{i}", b) in by
+            )
+            lines.append(
+                f"{mode:<10} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
+                f"{by[(mode, 'step_latency', b)]:>8.2f} {by[(mode, 'steps', b)]:>6.0f} "
+                f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} {pos or '-':<24} "
+                f"{f(by.get((mode, 'proposer_host_ms_per_step', b)), '.3f'):>21}"
+            )
     return "\n".join(lines)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    p.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}"
+    )
     p.add_argument("--batches", default="1,8,32", help="comma-separated")
     p.add_argument("--prompt-len", type=int, default=32)
-    p.add_argument("--prompts", default=None, help="file of text prompts, one a line (needs a tokenizer)")
+    p.add_argument(
+        "--prompts", default=None, help="file of text prompts, one a line (needs a tokenizer)"
+    )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="2 repeats, 32 new tokens")
-    p.add_argument("--check", action="store_true",
-                   help="assert every mode's greedy output at every batch == plain decoding at batch 1")
-    p.add_argument("--verification", default="greedy", help="SpeculativeConfig.verification of speculative modes")
-    p.add_argument("--model", "--checkpoint", dest="model", default=None,
-                   help="checkpoint directory (default: a temporary synthetic exact-draft checkpoint)")
-    p.add_argument("--context", type=float, default=0.3,
-                   help="write_exact_draft_checkpoint's context of the synthetic checkpoint (0: drafts always right)")
-    p.add_argument("--hidden", type=int, default=None, help="synthetic checkpoint: hidden size (default: tiny)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="assert every mode's greedy output at every batch == plain decoding at batch 1",
+    )
+    p.add_argument(
+        "--verification",
+        default="greedy",
+        help="SpeculativeConfig.verification of speculative modes",
+    )
+    p.add_argument(
+        "--model",
+        "--checkpoint",
+        dest="model",
+        default=None,
+        help="checkpoint directory (default: a temporary synthetic exact-draft checkpoint)",
+    )
+    p.add_argument(
+        "--context",
+        type=float,
+        default=0.3,
+        help="write_exact_draft_checkpoint's context of the synthetic checkpoint (0: drafts always right)",
+    )
+    p.add_argument(
+        "--hidden", type=int, default=None, help="synthetic checkpoint: hidden size (default: tiny)"
+    )
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--device", default="cpu")
@@ -209,15 +287,25 @@ def main(argv=None):
     if synthetic:
         from fd_mtp.testing import write_exact_draft_checkpoint
 
-        overrides = {k: v for k, v in (("hidden_size", args.hidden), ("num_hidden_layers", args.layers),
-                                       ("vocab_size", args.vocab)) if v is not None}
+        overrides = {
+            k: v
+            for k, v in (
+                ("hidden_size", args.hidden),
+                ("num_hidden_layers", args.layers),
+                ("vocab_size", args.vocab),
+            )
+            if v is not None
+        }
         if args.hidden is not None:
             overrides["intermediate_size"] = 2 * args.hidden
-        ckpt = write_exact_draft_checkpoint(tempfile.mkdtemp(prefix="fd_mtp_bench_"), seed=0, context=args.context,
-                                            **overrides)
-        note = (f"NOTE: synthetic MTP head (fd_mtp.testing.write_exact_draft_checkpoint, context={args.context}): "
-                "acceptance figures are properties of this construction, not of a trained model; "
-                "pass --model DIR for a real checkpoint.")
+        ckpt = write_exact_draft_checkpoint(
+            tempfile.mkdtemp(prefix="fd_mtp_bench_"), seed=0, context=args.context, **overrides
+        )
+        note = (
+            f"NOTE: synthetic MTP head (fd_mtp.testing.write_exact_draft_checkpoint, context={args.context}): "
+            "acceptance figures are properties of this construction, not of a trained model; "
+            "pass --model DIR for a real checkpoint."
+        )
     else:
         ckpt = Path(args.model)
         note = f"checkpoint: {ckpt}"
@@ -226,8 +314,14 @@ def main(argv=None):
     def make_llm(mode, batch, max_model_len):
         spec = MODES[mode]
         spec = None if spec is None else {**spec, "verification": args.verification}
-        return fd_mtp.LLM(str(ckpt), device=args.device, max_num_seqs=batch, max_model_len=max_model_len,
-                          block_size=BLOCK_SIZE, speculative_config=spec)
+        return fd_mtp.LLM(
+            str(ckpt),
+            device=args.device,
+            max_num_seqs=batch,
+            max_model_len=max_model_len,
+            block_size=BLOCK_SIZE,
+            speculative_config=spec,
+        )
 
     probe = make_llm("plain", 1, 2)  # for the config and tokenizer
     cfg = probe.model.config
@@ -247,17 +341,24 @@ def main(argv=None):
         held = held_out_prompts(max(batches), chars=4 * args.prompt_len)
         encoded = [probe.tokenizer.encode(t) for _, t in held]
         all_prompts = [encoded[i % len(encoded)] for i in range(max(batches))]
-        prompt_desc = (f"{len(held)} held-out stdlib files ({min(map(len, encoded))}-{max(map(len, encoded))} "
-                       "tokens)")
+        prompt_desc = (
+            f"{len(held)} held-out stdlib files ({min(map(len, encoded))}-{max(map(len, encoded))} "
+            "tokens)"
+        )
     else:
-        all_prompts = [rng.integers(3, cfg.vocab_size, size=args.prompt_len).tolist() for _ in range(max(batches))]
+        all_prompts = [
+            rng.integers(3, cfg.vocab_size, size=args.prompt_len).tolist()
+            for _ in range(max(batches))
+        ]
         prompt_desc = f"prompt={args.prompt_len} random tokens"
     del probe
     max_model_len = max(map(len, all_prompts)) + args.max_tokens + 1
-    config = (f"{'synthetic exact-draft head context=' + str(args.context) if synthetic else ckpt.name}: "
-              f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
-              f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} {prompt_desc} new_tokens={args.max_tokens} "
-              f"greedy verification={args.verification} block_size={BLOCK_SIZE}")
+    config = (
+        f"{'synthetic exact-draft head context=' + str(args.context) if synthetic else ckpt.name}: "
+        f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
+        f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} {prompt_desc} new_tokens={args.max_tokens} "
+        f"greedy verification={args.verification} block_size={BLOCK_SIZE}"
+    )
     params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -276,18 +377,36 @@ def main(argv=None):
             if args.check:
                 for i, o in enumerate(outs):
                     if o.token_ids != reference[i]:
-                        raise AssertionError(f"--check: mode {mode}, batch {batch}, request {i}: output differs from "
-                                             f"plain decoding at batch 1; {first_difference(o.token_ids, reference[i])}")
+                        raise AssertionError(
+                            f"--check: mode {mode}, batch {batch}, request {i}: output differs from "
+                            f"plain decoding at batch 1; {first_difference(o.token_ids, reference[i])}"
+                        )
             figs = [run_once(llm, prompts, params)[1] for _ in range(args.repeats)]
             for metric in figs[0]:
                 unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
                 p50, p20, p80 = percentiles([f[metric] for f in figs])
-                rows.append(dict(kernel="e2e_decoding", provider=mode, metric=metric, unit=unit, x=batch, p50=p50,
-                                 p20=p20, p80=p80, config=config, device=args.device, timestamp=stamp,
-                                 version=fd_mtp.__version__))
+                rows.append(
+                    dict(
+                        kernel="e2e_decoding",
+                        provider=mode,
+                        metric=metric,
+                        unit=unit,
+                        x=batch,
+                        p50=p50,
+                        p20=p20,
+                        p80=p80,
+                        config=config,
+                        device=args.device,
+                        timestamp=stamp,
+                        version=fd_mtp.__version__,
+                    )
+                )
             med = {m: percentiles([f[m] for f in figs])[0] for m in figs[0]}
-            print(f"batch {batch:>4} {mode:<10}: {med['tokens_per_s']:10.1f} tokens/s   "
-                  f"{med['step_latency']:8.2f} ms/step   accepted length {med['mean_accepted_length']:.2f}", flush=True)
+            print(
+                f"batch {batch:>4} {mode:<10}: {med['tokens_per_s']:10.1f} tokens/s   "
+                f"{med['step_latency']:8.2f} ms/step   accepted length {med['mean_accepted_length']:.2f}",
+                flush=True,
+            )
             del llm
 
     csv_path = out / "bench_e2e.csv"
@@ -301,8 +420,10 @@ def main(argv=None):
     print()
     print(table(rows, modes, batches))
     print(f"\n{config}\n{note}")
-    print(f"check: {'passed (every mode == plain decoding at batch 1, token for token)' if args.check else 'not run'};"
-          f" wrote {csv_path} and {png_path}")
+    print(
+        f"check: {'passed (every mode == plain decoding at batch 1, token for token)' if args.check else 'not run'};"
+        f" wrote {csv_path} and {png_path}"
+    )
 
 
 if __name__ == "__main__":

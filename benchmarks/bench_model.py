@@ -26,6 +26,7 @@ device,timestamp,version; one row per kernel, backend, metric and batch) and DIR
 the backends side by side. The full run takes about a minute on a 2-core CPU, --quick (fewer timed
 iterations) about 20 s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,10 +42,10 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-import fd_mtp  # noqa: E402  (before paddle: MKL's CPU dispatch, see fd_mtp/__init__.py)
 import paddle  # noqa: E402
 from harness import percentiles, plot_panels, write_csv  # noqa: E402
 
+import fd_mtp  # noqa: E402  (before paddle: MKL's CPU dispatch, see fd_mtp/__init__.py)
 from fd_mtp.model import ForwardMeta, allocate_kv_caches  # noqa: E402
 from fd_mtp.model.attention import PagedAttentionCPU  # noqa: E402
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM  # noqa: E402
@@ -63,7 +64,9 @@ def _ints(text):
 
 def make_model(arch: str):
     """The tiny dense or MoE main model (no MTP block) with fd_mtp.testing's random weights."""
-    cfg = tiny_config(num_nextn_predict_layers=0, **({"moe_num_experts": 4} if arch == "moe" else {}))
+    cfg = tiny_config(
+        num_nextn_predict_layers=0, **({"moe_num_experts": 4} if arch == "moe" else {})
+    )
     model = Ernie4_5ForCausalLM(cfg)
     load_weights(model, random_weights(cfg, seed=0, mtp=False))
     model.eval()
@@ -82,8 +85,13 @@ def forward_meta(ids, cached: int, tables: np.ndarray, caches) -> ForwardMeta:
         ids_remove_padding=t(np.asarray(ids, np.int64).reshape(-1)),
         cu_seqlens_q=t(np.concatenate([[0], np.cumsum(q)]).astype(np.int32)),
         batch_id_per_token=t(np.repeat(np.arange(b), q).astype(np.int32)),
-        seq_lens_this_time=t(q), seq_lens_encoder=t(enc), seq_lens_decoder=t(dec),
-        block_tables=t(tables.astype(np.int32)), caches=caches, block_size=BLOCK_SIZE)
+        seq_lens_this_time=t(q),
+        seq_lens_encoder=t(enc),
+        seq_lens_decoder=t(dec),
+        block_tables=t(tables.astype(np.int32)),
+        caches=caches,
+        block_size=BLOCK_SIZE,
+    )
 
 
 class AttnTimer:
@@ -115,21 +123,37 @@ def measure(model, meta, warmup, iters):
 
 
 def plot(rows, backends, path):
-    kernels = sorted(dict.fromkeys(r["kernel"] for r in rows), key=lambda k: not k.startswith("decode"))
-    series = {f"{b} {m.split('_')[0]}": (lambda r, b=b, m=m: r["provider"] == b and r["metric"] == m)
-              for b in backends for m in ("forward_latency", "attention_latency")}
-    return plot_panels(rows, path, kernels, series=series, scale=1e3, xbase=2, cols=4, xlabel="batch (requests)",
-                       ylabel="ms per forward, p50 (p20-p80 bars)",
-                       title=f"fd_mtp {fd_mtp.__version__}: tiny ERNIE-4.5 paged forward on the CPU, "
-                             f"attention backends {' vs '.join(backends)}")
+    kernels = sorted(
+        dict.fromkeys(r["kernel"] for r in rows), key=lambda k: not k.startswith("decode")
+    )
+    series = {
+        f"{b} {m.split('_')[0]}": (lambda r, b=b, m=m: r["provider"] == b and r["metric"] == m)
+        for b in backends
+        for m in ("forward_latency", "attention_latency")
+    }
+    return plot_panels(
+        rows,
+        path,
+        kernels,
+        series=series,
+        scale=1e3,
+        xbase=2,
+        cols=4,
+        xlabel="batch (requests)",
+        ylabel="ms per forward, p50 (p20-p80 bars)",
+        title=f"fd_mtp {fd_mtp.__version__}: tiny ERNIE-4.5 paged forward on the CPU, "
+        f"attention backends {' vs '.join(backends)}",
+    )
 
 
 def table(rows, backends) -> str:
     """One line per (kernel, batch): ms per forward (p50) and the attention share of every backend, and
     each other backend's time / the first backend's time."""
     by = {(r["kernel"], r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
-    keys = sorted(dict.fromkeys((r["kernel"], r["x"]) for r in rows),  # run order, decode rows first
-                  key=lambda k: not k[0].startswith("decode"))
+    keys = sorted(
+        dict.fromkeys((r["kernel"], r["x"]) for r in rows),  # run order, decode rows first
+        key=lambda k: not k[0].startswith("decode"),
+    )
     head = f"{'case':<24} {'batch':>5}" + "".join(f" {b + ' ms':>14} {'attn':>5}" for b in backends)
     if len(backends) > 1:
         head += "".join(f" {b + '/' + backends[0]:>20}" for b in backends[1:])
@@ -137,7 +161,9 @@ def table(rows, backends) -> str:
     for kernel, x in keys:
         fwd = [by[(kernel, b, "forward_latency", x)] for b in backends]
         att = [by[(kernel, b, "attention_latency", x)] for b in backends]
-        line = f"{kernel:<24} {x:>5}" + "".join(f" {f / 1e3:>14.2f} {100 * a / f:>4.0f}%" for f, a in zip(fwd, att))
+        line = f"{kernel:<24} {x:>5}" + "".join(
+            f" {f / 1e3:>14.2f} {100 * a / f:>4.0f}%" for f, a in zip(fwd, att)
+        )
         line += "".join(f" {f / fwd[0]:>19.2f}x" for f in fwd[1:])
         lines.append(line)
     return "\n".join(lines)
@@ -145,14 +171,24 @@ def table(rows, backends) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=("both", *BACKENDS), default="both",
-                   help="attention backend(s) to time (default: both, side by side)")
+    p.add_argument(
+        "--backend",
+        choices=("both", *BACKENDS),
+        default="both",
+        help="attention backend(s) to time (default: both, side by side)",
+    )
     p.add_argument("--quick", action="store_true", help="fewer timed iterations")
-    p.add_argument("--refcheck", action="store_true",
-                   help="assert every backend's decode rows == the dense no-cache oracle before timing")
+    p.add_argument(
+        "--refcheck",
+        action="store_true",
+        help="assert every backend's decode rows == the dense no-cache oracle before timing",
+    )
     p.add_argument("--batches", default="1,8,32", help="comma-separated")
-    p.add_argument("--ctx", default="64,512", help="comma-separated cached tokens per request (decode) / "
-                                                   "prompt lengths (prefill)")
+    p.add_argument(
+        "--ctx",
+        default="64,512",
+        help="comma-separated cached tokens per request (decode) / prompt lengths (prefill)",
+    )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
     backends = list(BACKENDS) if args.backend == "both" else [args.backend]
@@ -166,49 +202,86 @@ def main(argv=None):
     def record(kernel, backend, batch, times, config):
         for metric, t in zip(METRICS, times):
             p50, p20, p80 = percentiles(t)
-            rows.append(dict(kernel=kernel, provider=backend, metric=metric, unit="us", x=batch, p50=p50, p20=p20,
-                             p80=p80, config=config, device="cpu", timestamp=stamp, version=fd_mtp.__version__))
+            rows.append(
+                dict(
+                    kernel=kernel,
+                    provider=backend,
+                    metric=metric,
+                    unit="us",
+                    x=batch,
+                    p50=p50,
+                    p20=p20,
+                    p80=p80,
+                    config=config,
+                    device="cpu",
+                    timestamp=stamp,
+                    version=fd_mtp.__version__,
+                )
+            )
 
     rng = np.random.default_rng(0)
     with paddle.no_grad():
         for arch in ("dense", "moe"):
             cfg, model = make_model(arch)
-            config = (f"{arch}: hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads="
-                      f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} vocab={cfg.vocab_size} "
-                      f"block_size={BLOCK_SIZE} float32")
+            config = (
+                f"{arch}: hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads="
+                f"{cfg.num_attention_heads}/{cfg.num_key_value_heads} vocab={cfg.vocab_size} "
+                f"block_size={BLOCK_SIZE} float32"
+            )
             for c in _ints(args.ctx):
                 for b in _ints(args.batches):
-                    nb = -(-(c + 1) // BLOCK_SIZE)  # blocks per request: the prompt + the decode token
-                    tables = np.random.default_rng(c + b).permutation(b * nb).reshape(b, nb)  # not contiguous
-                    caches = allocate_kv_caches(cfg, cfg.num_hidden_layers, b * nb, BLOCK_SIZE, "float32")
+                    nb = -(
+                        -(c + 1) // BLOCK_SIZE
+                    )  # blocks per request: the prompt + the decode token
+                    tables = (
+                        np.random.default_rng(c + b).permutation(b * nb).reshape(b, nb)
+                    )  # not contiguous
+                    caches = allocate_kv_caches(
+                        cfg, cfg.num_hidden_layers, b * nb, BLOCK_SIZE, "float32"
+                    )
                     prompts = rng.integers(3, cfg.vocab_size, (b, c)).tolist()
                     toks = rng.integers(3, cfg.vocab_size, (b, 1)).tolist()
                     want = None
                     if args.refcheck:
-                        want = [model.dense_forward(paddle.to_tensor(prompts[s] + toks[s])).numpy()[-1]
-                                for s in range(b)]
+                        want = [
+                            model.dense_forward(paddle.to_tensor(prompts[s] + toks[s])).numpy()[-1]
+                            for s in range(b)
+                        ]
                     pre_meta = forward_meta(prompts, 0, tables, caches)
-                    if b * c > PREFILL_MAX_TOKENS:  # fill the cache once, untimed, with the fast backend
+                    if (
+                        b * c > PREFILL_MAX_TOKENS
+                    ):  # fill the cache once, untimed, with the fast backend
                         model.attn_backend = PagedAttentionCPU(use_kernel=True)
                         model(pre_meta.ids_remove_padding, pre_meta)
                     for backend in backends:
                         model.attn_backend = PagedAttentionCPU(use_kernel=BACKENDS[backend])
                         AttnTimer(model.attn_backend)
-                        if b * c <= PREFILL_MAX_TOKENS:  # writes the prompts' KV (the same values every time)
-                            record(f"prefill[{arch},len={c}]", backend, b,
-                                   measure(model, pre_meta, 1, max(iters // 4, 3)), config)
+                        if (
+                            b * c <= PREFILL_MAX_TOKENS
+                        ):  # writes the prompts' KV (the same values every time)
+                            record(
+                                f"prefill[{arch},len={c}]",
+                                backend,
+                                b,
+                                measure(model, pre_meta, 1, max(iters // 4, 3)),
+                                config,
+                            )
                         meta = forward_meta(toks, c, tables, caches)
                         if want is not None:
                             got = model(meta.ids_remove_padding, meta).numpy()
                             for s in range(b):
                                 err = float(np.abs(got[s] - want[s]).max())
-                                assert err < 1e-4, f"{backend}: {arch} ctx={c} batch={b} request {s}: error {err}"
+                                assert err < 1e-4, (
+                                    f"{backend}: {arch} ctx={c} batch={b} request {s}: error {err}"
+                                )
                         fwd, attn = measure(model, meta, warmup, iters)
                         record(f"decode[{arch},ctx={c}]", backend, b, (fwd, attn), config)
-                        print(f"[{time.perf_counter() - t_start:6.1f}s] decode[{arch},ctx={c}] batch {b:>3} "
-                              f"{backend:<10}: forward {np.median(fwd) / 1e3:7.2f} ms, attention "
-                              f"{np.median(attn) / 1e3:7.2f} ms ({100 * np.median(attn) / np.median(fwd):.0f}%)",
-                              flush=True)
+                        print(
+                            f"[{time.perf_counter() - t_start:6.1f}s] decode[{arch},ctx={c}] batch {b:>3} "
+                            f"{backend:<10}: forward {np.median(fwd) / 1e3:7.2f} ms, attention "
+                            f"{np.median(attn) / 1e3:7.2f} ms ({100 * np.median(attn) / np.median(fwd):.0f}%)",
+                            flush=True,
+                        )
 
     csv_path = write_csv(rows, out / "bench_model.csv", digits=1)
     print()
@@ -219,8 +292,10 @@ def main(argv=None):
         wrote = f"{csv_path} and {png_path}"
     except ImportError:
         wrote = f"{csv_path} (no matplotlib: no plot)"
-    print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
-          f"total {time.perf_counter() - t_start:.1f}s; wrote {wrote}")
+    print(
+        f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
+        f"total {time.perf_counter() - t_start:.1f}s; wrote {wrote}"
+    )
 
 
 if __name__ == "__main__":

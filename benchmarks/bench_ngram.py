@@ -33,6 +33,7 @@ Usage:
 Writes DIR/bench_ngram.csv (columns kernel,provider,metric,unit,x,p50,p20,p80,config,device,
 timestamp,version; kernel = "<op>[H=<history>]", x = batch) and DIR/bench_ngram.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,9 +49,10 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from harness import percentiles, plot_panels, time_calls, write_csv  # noqa: E402
+
 import fd_mtp  # noqa: E402
 import fd_mtp.reference as ref  # noqa: E402
-from harness import percentiles, plot_panels, time_calls, write_csv  # noqa: E402
 
 OPS = ("ngram_match", "hybrid_mtp_ngram")
 DEFAULT_BATCHES = (1, 16, 64, 256)
@@ -61,10 +63,29 @@ MAX_NGRAM, MIN_NGRAM = 5, 2
 THRESHOLD = 1 << 30
 PLANT = 0.5
 
-NGRAM_ORDER = ["input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-               "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "max_dec_len"]  # fmt: skip
-HYBRID_ORDER = ["input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-                "seq_lens_this_time", "seq_lens_decoder", "max_dec_len"]  # fmt: skip
+NGRAM_ORDER = [
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "max_dec_len",
+]
+HYBRID_ORDER = [
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_decoder",
+    "max_dec_len",
+]
 WRITTEN = ("draft_tokens", "seq_lens_this_time")
 
 
@@ -109,9 +130,11 @@ def build(op, batch, history, seed=0):
         sizes = (MAX_NGRAM, MIN_NGRAM, K)
     else:
         sizes = (MAX_NGRAM, K)
-    config = (f"H={history};prompt={prompt};generated={generated};K={K};"
-              f"ngram={MIN_NGRAM if hybrid else 1}..{MAX_NGRAM};planted={PLANT};vocab={VOCAB};"
-              f"threshold={THRESHOLD}")  # fmt: skip
+    config = (
+        f"H={history};prompt={prompt};generated={generated};K={K};"
+        f"ngram={MIN_NGRAM if hybrid else 1}..{MAX_NGRAM};planted={PLANT};vocab={VOCAB};"
+        f"threshold={THRESHOLD}"
+    )
     return d, sizes, config
 
 
@@ -232,7 +255,9 @@ class CudaKernel:
         self.cp.cuda.get_current_stream().synchronize()
 
     def call(self):
-        self.fn(*[self.args[n] for n in self.order], *self.sizes, threshold=THRESHOLD)  # synchronises
+        self.fn(
+            *[self.args[n] for n in self.order], *self.sizes, threshold=THRESHOLD
+        )  # synchronises
 
     def state(self):
         return {n: self.cp.asnumpy(self.args[n]) for n in WRITTEN}
@@ -255,7 +280,10 @@ class CpuWithCopies(CudaKernel):
 
     def call(self):
         cp = self.cp
-        host = {n: (self.prompt_host if n == "input_ids" else cp.asnumpy(self.args[n])) for n in self.order}
+        host = {
+            n: (self.prompt_host if n == "input_ids" else cp.asnumpy(self.args[n]))
+            for n in self.order
+        }
         self.host_fn(*[host[n] for n in self.order], *self.sizes, threshold=THRESHOLD)
         for n in self.back:
             self.args[n].set(host[n])
@@ -279,7 +307,9 @@ def _ints(text):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--refcheck", action="store_true", help="check every provider == numpy_ref exactly")
+    p.add_argument(
+        "--refcheck", action="store_true", help="check every provider == numpy_ref exactly"
+    )
     p.add_argument("--quick", action="store_true", help="fewer iterations")
     p.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)))
     p.add_argument("--histories", default=",".join(map(str, DEFAULT_HISTORIES)))
@@ -303,7 +333,9 @@ def main(argv=None):
         import cupy
 
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        gpu_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        gpu_name = (
+            props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        )
         print(f"GPU: {gpu_name}: timing the CUDA kernels and the CPU op with its copies")
     else:
         print(f"note: no GPU part ({gpu_reason}); CPU providers only")
@@ -341,19 +373,38 @@ def main(argv=None):
                         prov.call()
                         one = time.perf_counter() - t0
                         n_warm = 1
-                        n_iter = int(min(iters, max(3 if args.quick else 10, ref_budget_s / max(one, 1e-7))))
+                        n_iter = int(
+                            min(iters, max(3 if args.quick else 10, ref_budget_s / max(one, 1e-7)))
+                        )
                     t, _ = time_calls(prov.call, prov.reset, n_warm, n_iter)
                     p50, p20, p80 = percentiles(t)
                     device = "cpu" if prov.name in ("fd_mtp", "numpy_ref") else f"cuda:{gpu_name}"
                     note = f";{cpu_note}" if prov.name == "fd_mtp" else ""
-                    rows.append(dict(kernel=kernel, provider=prov.name, metric="latency", unit="us", x=batch,
-                                     p50=p50, p20=p20, p80=p80, config=config + note, device=device,
-                                     timestamp=stamp, version=fd_mtp.__version__))  # fmt: skip
+                    rows.append(
+                        dict(
+                            kernel=kernel,
+                            provider=prov.name,
+                            metric="latency",
+                            unit="us",
+                            x=batch,
+                            p50=p50,
+                            p20=p20,
+                            p80=p80,
+                            config=config + note,
+                            device=device,
+                            timestamp=stamp,
+                            version=fd_mtp.__version__,
+                        )
+                    )
 
     csv_path = write_csv(rows, out / "bench_ngram.csv")
     kernels = [f"{op}[H={h}]" for op in ops for h in histories]
-    png_path = plot_panels(rows, out / "bench_ngram.png", kernels,
-                           title=f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)")
+    png_path = plot_panels(
+        rows,
+        out / "bench_ngram.png",
+        kernels,
+        title=f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)",
+    )
 
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
     gpu = gpu_reason is None
@@ -370,8 +421,10 @@ def main(argv=None):
                 c, e = by[(kernel, "cuda", batch)], by[(kernel, "cpu+copies", batch)]
                 line += f" {c['p50']:>10.1f} {e['p50']:>14.1f} {e['p50'] / c['p50']:>8.1f}x"
             print(line)
-    print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
-          f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}")
+    print(
+        f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
+        f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}"
+    )
 
 
 if __name__ == "__main__":

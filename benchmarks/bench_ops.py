@@ -27,6 +27,7 @@ Usage:
 Writes DIR/bench_ops.csv (columns kernel,provider,metric,unit,x,p50,p20,p80,config,device,
 timestamp,version) and DIR/bench_ops.png (latency vs batch, log-log, one panel per op).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,40 +42,47 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import fd_mtp  # noqa: E402,F401  (before paddle: see fd_mtp._prefer_mkl_avx2)
-import fd_mtp.reference as ref  # noqa: E402
 from harness import percentiles, plot_panels, time_calls, timestamp, write_csv  # noqa: E402
 
+import fd_mtp  # noqa: E402,F401  (before paddle: see fd_mtp._prefer_mkl_avx2)
+import fd_mtp.reference as ref  # noqa: E402
 from fd_mtp.testing.op_inputs import BUILDERS, SAMPLING_VOCABS, STEADY_BUFFERS  # noqa: E402  (shared input factories)
 
 VOCAB_MAX_BATCH = 256  # larger batches of [4B, V] float32 state need several GB per copy
 OPS = (
-    # draft side (spec §6)
-    "draft_model_preprocess",
-    "eagle_get_hidden_states",
-    "draft_model_update",
-    "eagle_get_self_hidden_states",
-    "draft_model_postprocess",
-    "mtp_step_paddle",
-    # target side (spec §5), in step order
-    "speculate_get_padding_offset",
-    "speculate_get_seq_lens_output",
-    "speculate_get_output_padding_offset",
-    "pre_process",
-    "rebuild_padding",
-) + tuple(f"{op}[V={v}]" for op in ("speculate_get_token_penalty_multi_scores", "top_p_candidates")
-          for v in SAMPLING_VOCABS) + (
-    "speculate_verify",
-    "speculate_verify[rejection,V=32000]",
-    "speculate_verify[rejection,V=100000]",
-    "speculate_set_stop_value_multi_seqs",
-    "speculate_update",
-    "speculate_set_value_by_flags_and_idx",
-    "speculate_clear_accept_nums",
-    "speculate_schedule_cache",
-    "recover_decode_task",
-    "speculate_step_paddle",
-)  # fmt: skip
+    (
+        # draft side (spec §6)
+        "draft_model_preprocess",
+        "eagle_get_hidden_states",
+        "draft_model_update",
+        "eagle_get_self_hidden_states",
+        "draft_model_postprocess",
+        "mtp_step_paddle",
+        # target side (spec §5), in step order
+        "speculate_get_padding_offset",
+        "speculate_get_seq_lens_output",
+        "speculate_get_output_padding_offset",
+        "pre_process",
+        "rebuild_padding",
+    )
+    + tuple(
+        f"{op}[V={v}]"
+        for op in ("speculate_get_token_penalty_multi_scores", "top_p_candidates")
+        for v in SAMPLING_VOCABS
+    )
+    + (
+        "speculate_verify",
+        "speculate_verify[rejection,V=32000]",
+        "speculate_verify[rejection,V=100000]",
+        "speculate_set_stop_value_multi_seqs",
+        "speculate_update",
+        "speculate_set_value_by_flags_and_idx",
+        "speculate_clear_accept_nums",
+        "speculate_schedule_cache",
+        "recover_decode_task",
+        "speculate_step_paddle",
+    )
+)
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 
 
@@ -171,14 +179,18 @@ def compare_states(got, expected, what):
     for name, e in expected.items():
         g = got[name]
         if g.dtype != e.dtype or g.shape != e.shape:
-            raise AssertionError(f"{what}: {name}: got {g.dtype}{g.shape}, expected {e.dtype}{e.shape}")
+            raise AssertionError(
+                f"{what}: {name}: got {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
+            )
         diff = np.argwhere(g != e)
         if diff.size:
             shown = "; ".join(
                 f"at {tuple(int(i) for i in d)}: got {g[tuple(d)]!r}, expected {e[tuple(d)]!r}"
                 for d in diff[:5]
             )
-            raise AssertionError(f"{what}: {name}: {len(diff)} of {g.size} elements differ: {shown}")
+            raise AssertionError(
+                f"{what}: {name}: {len(diff)} of {g.size} elements differ: {shown}"
+            )
 
 
 def refcheck(runner, label):
@@ -196,7 +208,9 @@ def refcheck(runner, label):
 # ------------------------------------------------------------------------------------------------
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--refcheck", action="store_true", help="check op == reference exactly before timing")
+    p.add_argument(
+        "--refcheck", action="store_true", help="check op == reference exactly before timing"
+    )
     p.add_argument("--quick", action="store_true", help="fewer iterations")
     p.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)), help="comma-separated")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated op names")
@@ -243,19 +257,40 @@ def main(argv=None):
             t0 = time.perf_counter()
             runner.call_ref()
             one = time.perf_counter() - t0
-            ref_iters = int(min(op_iters, max(5 if args.quick else 15, ref_budget_s / max(one, 1e-7))))
+            ref_iters = int(
+                min(op_iters, max(5 if args.quick else 15, ref_budget_s / max(one, 1e-7)))
+            )
             t_ref, _ = time_calls(runner.call_ref, runner.reset_np, 2, ref_iters)
             for provider, t in (("fd_mtp", t_op), ("numpy_ref", t_ref)):
                 p50, p20, p80 = percentiles(t)
-                rows.append(dict(kernel=op, provider=provider, metric="latency", unit="us", x=batch,
-                                 p50=p50, p20=p20, p80=p80, config=case.config, device="cpu",
-                                 timestamp=stamp, version=fd_mtp.__version__))  # fmt: skip
+                rows.append(
+                    dict(
+                        kernel=op,
+                        provider=provider,
+                        metric="latency",
+                        unit="us",
+                        x=batch,
+                        p50=p50,
+                        p20=p20,
+                        p80=p80,
+                        config=case.config,
+                        device="cpu",
+                        timestamp=stamp,
+                        version=fd_mtp.__version__,
+                    )
+                )
 
     csv_path = write_csv(rows, out / "bench_ops.csv")
-    png_path = plot_panels(rows, out / "bench_ops.png", ops,
-                           title=f"fd_mtp {fd_mtp.__version__} ops vs numpy reference (CPU)")
+    png_path = plot_panels(
+        rows,
+        out / "bench_ops.png",
+        ops,
+        title=f"fd_mtp {fd_mtp.__version__} ops vs numpy reference (CPU)",
+    )
     print()
-    print(f"{'op':<36} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}")
+    print(
+        f"{'op':<36} {'batch':>6} {'ours us':>10} {'(p20-p80)':>17} {'numpy us':>11} {'speedup':>9}"
+    )
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
     for op in ops:
         for batch in batches:
@@ -263,13 +298,19 @@ def main(argv=None):
                 continue
             a, b = by[(op, "fd_mtp", batch)], by[(op, "numpy_ref", batch)]
             band = f"({a['p20']:.1f}-{a['p80']:.1f})"
-            print(f"{op:<36} {batch:>6} {a['p50']:>10.2f} {band:>17} {b['p50']:>11.1f} "
-                  f"{b['p50'] / a['p50']:>8.1f}x")  # fmt: skip
+            print(
+                f"{op:<36} {batch:>6} {a['p50']:>10.2f} {band:>17} {b['p50']:>11.1f} "
+                f"{b['p50'] / a['p50']:>8.1f}x"
+            )
     if skipped:
-        print(f"\nskipped (vocabulary-sized state above batch {VOCAB_MAX_BATCH} needs several GB "
-              f"per copy): {', '.join(skipped)}")
-    print(f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
-          f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}")
+        print(
+            f"\nskipped (vocabulary-sized state above batch {VOCAB_MAX_BATCH} needs several GB "
+            f"per copy): {', '.join(skipped)}"
+        )
+    print(
+        f"\nrefcheck: {'passed' if args.refcheck else 'not run'}; "
+        f"total {time.perf_counter() - t_start:.1f}s; wrote {csv_path} and {png_path}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The one benchmark harness of fd_mtp's benchmarks: timing, percentiles, Liger-style CSV rows
 (kernel, provider, metric, unit, x, p50, p20, p80, config, device, timestamp, version) and the
 p50-with-p20..p80-bars PNG panels. bench_ops.py, bench_ngram.py and bench_model.py use it."""
+
 from __future__ import annotations
 
 import csv
@@ -10,8 +11,20 @@ from pathlib import Path
 
 import numpy as np
 
-CSV_COLUMNS = ["kernel", "provider", "metric", "unit", "x", "p50", "p20", "p80", "config", "device",
-               "timestamp", "version"]  # fmt: skip
+CSV_COLUMNS = [
+    "kernel",
+    "provider",
+    "metric",
+    "unit",
+    "x",
+    "p50",
+    "p20",
+    "p80",
+    "config",
+    "device",
+    "timestamp",
+    "version",
+]
 STYLES = ("o-", "s--", "^-", "v:", "x-.", "d-")
 
 
@@ -42,13 +55,27 @@ def percentiles(values):
     return float(p50), float(p20), float(p80)
 
 
-def row(kernel, provider, x, values, *, metric="latency", unit="us", config="", device="cpu", stamp=None):
+def row(
+    kernel, provider, x, values, *, metric="latency", unit="us", config="", device="cpu", stamp=None
+):
     """One CSV row from raw measurements ``values`` (their p50 / p20 / p80)."""
     import fd_mtp
 
     p50, p20, p80 = percentiles(values)
-    return dict(kernel=kernel, provider=provider, metric=metric, unit=unit, x=x, p50=p50, p20=p20, p80=p80,
-                config=config, device=device, timestamp=stamp or timestamp(), version=fd_mtp.__version__)
+    return dict(
+        kernel=kernel,
+        provider=provider,
+        metric=metric,
+        unit=unit,
+        x=x,
+        p50=p50,
+        p20=p20,
+        p80=p80,
+        config=config,
+        device=device,
+        timestamp=stamp or timestamp(),
+        version=fd_mtp.__version__,
+    )
 
 
 def write_csv(rows, path: Path, digits: int = 3) -> Path:
@@ -60,8 +87,19 @@ def write_csv(rows, path: Path, digits: int = 3) -> Path:
     return path
 
 
-def plot_panels(rows, path: Path, kernels, *, title, xlabel="batch size", ylabel="latency p50 [us] (p20-p80 bars)",
-                series=None, scale=1.0, xbase=10, cols=3):
+def plot_panels(
+    rows,
+    path: Path,
+    kernels,
+    *,
+    title,
+    xlabel="batch size",
+    ylabel="latency p50 [us] (p20-p80 bars)",
+    series=None,
+    scale=1.0,
+    xbase=10,
+    cols=3,
+):
     """One log-log panel per kernel; one line per series: ``series`` maps a label to a row filter
     (default: one series per provider). ``scale`` divides the values (e.g. 1e3: us -> ms)."""
     import matplotlib
@@ -78,10 +116,16 @@ def plot_panels(rows, path: Path, kernels, *, title, xlabel="batch size", ylabel
     fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.8 * nrows), squeeze=False)
     for ax, kernel in zip(axes.ravel(), kernels):
         for (label, keep), style in zip(series.items(), STYLES * 4):
-            pts = sorted((r["x"], r["p50"], r["p20"], r["p80"]) for r in rows if r["kernel"] == kernel and keep(r))
+            pts = sorted(
+                (r["x"], r["p50"], r["p20"], r["p80"])
+                for r in rows
+                if r["kernel"] == kernel and keep(r)
+            )
             if not pts:
                 continue
-            x, p50, p20, p80 = (np.array(v, dtype=float) / (1 if i == 0 else scale) for i, v in enumerate(zip(*pts)))
+            x, p50, p20, p80 = (
+                np.array(v, dtype=float) / (1 if i == 0 else scale) for i, v in enumerate(zip(*pts))
+            )
             ax.errorbar(x, p50, yerr=[p50 - p20, p80 - p50], fmt=style, capsize=3, label=label)
         ax.set_xscale("log", base=xbase)
         ax.set_yscale("log")

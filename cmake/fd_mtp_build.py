@@ -14,6 +14,7 @@ needs no system CMake. Environment switches (read here, never by a kernel):
     FD_MTP_BUILD_DIR              CMake build directory of the ops (default build/cmake)
     CMAKE_BUILD_PARALLEL_LEVEL    parallel compile jobs (default: CPU count)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,9 @@ def _cache_has(build_dir: Path, args: list[str]) -> bool:
     return True
 
 
-def build(part: str, out_dir: Path = DEFAULT_OUT, build_dir: Path | None = None, quiet: bool = False) -> None:
+def build(
+    part: str, out_dir: Path = DEFAULT_OUT, build_dir: Path | None = None, quiet: bool = False
+) -> None:
     """Configure (once) and build ``part`` ("ops" or "cuda-module") into ``out_dir``.
 
     A rebuild with nothing changed takes about a second (CMake re-configures only when a CMake file
@@ -102,8 +105,10 @@ def build(part: str, out_dir: Path = DEFAULT_OUT, build_dir: Path | None = None,
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
     if not _cache_has(build_dir, args):
         generator = [] if (build_dir / "CMakeCache.txt").exists() else _generator_args()
-        subprocess.check_call([cmake, "-S", str(ROOT), "-B", str(build_dir), *generator, *args],
-                              stdout=subprocess.DEVNULL if quiet else None)
+        subprocess.check_call(
+            [cmake, "-S", str(ROOT), "-B", str(build_dir), *generator, *args],
+            stdout=subprocess.DEVNULL if quiet else None,
+        )
     # else: `cmake --build` re-configures by itself when a CMake file changed
     subprocess.check_call([cmake, "--build", str(build_dir), "-j", jobs])
 
@@ -114,9 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     start = time.monotonic()
-    what = {"ops": "the C++ ops (fd_mtp_ops)", "cuda-module": "the CUDA module (fd_mtp_cuda)"}[args.part]
-    print(f"fd_mtp: building {what}; the first build compiles every source (minutes on 2 cores), "
-          "later builds only what changed", flush=True)
+    what = {"ops": "the C++ ops (fd_mtp_ops)", "cuda-module": "the CUDA module (fd_mtp_cuda)"}[
+        args.part
+    ]
+    print(
+        f"fd_mtp: building {what}; the first build compiles every source (minutes on 2 cores), "
+        "later builds only what changed",
+        flush=True,
+    )
     try:
         build(args.part, args.out_dir)
     except subprocess.CalledProcessError as exc:

@@ -21,6 +21,7 @@ Params struct (``bind_params``), parsed from the kernel headers.
 A file is rewritten only when its text changes, so an unchanged schema recompiles nothing. CMake
 runs this at build time whenever a schema file or this script changes.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,7 +32,13 @@ sys.path.insert(0, str(ROOT))
 
 from fd_mtp.schema import DTYPES, Attr, Op, Tensor, all_ops  # noqa: E402
 
-CPP_TYPES = {"int64": "int64_t", "int32": "int32_t", "bool": "bool", "float32": "float", "uint8": "uint8_t"}
+CPP_TYPES = {
+    "int64": "int64_t",
+    "int32": "int32_t",
+    "bool": "bool",
+    "float32": "float",
+    "uint8": "uint8_t",
+}
 ATTR_CPP = {
     "int": "int",
     "int64": "int64_t",
@@ -108,7 +115,12 @@ def shape_checks(op: Op, t: Tensor, var: str, bound: dict[str, str]) -> list[str
             f"check::shape_str({var}.shape()));"
         )
         return lines
-    if len(dims) == 1 and dims[0].at_least is not None and dims[0].name is None and dims[0].lower_name is None:
+    if (
+        len(dims) == 1
+        and dims[0].at_least is not None
+        and dims[0].name is None
+        and dims[0].lower_name is None
+    ):
         lines.append(f'check::numel_at_least(kOp, "{t.name}", {var}, {dims[0].at_least});')
         return lines
     if len(dims) == 1:
@@ -121,7 +133,9 @@ def shape_checks(op: Op, t: Tensor, var: str, bound: dict[str, str]) -> list[str
         if d.lower_name is not None:
             src = bound.get(d.lower_name)
             if src is None:
-                raise ValueError(f"{op.name}.{t.name}: >= {d.lower_name} before {d.lower_name} is bound")
+                raise ValueError(
+                    f"{op.name}.{t.name}: >= {d.lower_name} before {d.lower_name} is bound"
+                )
             is_batch = d.lower_name == "B"
             lines.append(
                 f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, a.dims.{d.lower_name}, '
@@ -130,9 +144,13 @@ def shape_checks(op: Op, t: Tensor, var: str, bound: dict[str, str]) -> list[str
             if d.name is None:
                 continue
         if d.name is not None and d.name not in bound:
-            low = d.at_least if d.at_least is not None else (1 if axis > 0 else None)  # columns: >= 1
+            low = (
+                d.at_least if d.at_least is not None else (1 if axis > 0 else None)
+            )  # columns: >= 1
             if low is not None:
-                lines.append(f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, {low}, nullptr, nullptr, false);')
+                lines.append(
+                    f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, {low}, nullptr, nullptr, false);'
+                )
             lines.append(f"a.dims.{d.name} = {var}.shape()[{axis}];")
             bound[d.name] = t.name
         elif d.name is not None:
@@ -166,7 +184,9 @@ def param_value(op: Op, expr: str) -> str:
     for a in op.attrs:
         if a.name == expr:
             return f"a.{expr}"
-    raise ValueError(f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, numel/rows/cols(t)")
+    raise ValueError(
+        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, numel/rows/cols(t)"
+    )
 
 
 def params_type(op: Op) -> str:
@@ -204,7 +224,9 @@ def gen_op_header(op: Op) -> str:
         out.append("};\n\n")
     ret = "std::vector<paddle::Tensor>" if op.returns else "void"
     params_arg = f", {params_type(op)}& p" if op.params else ""
-    out.append("// Hand-written in the op's custom_ops/paddle/*.cc: checks no schema expresses, then dispatch.\n")
+    out.append(
+        "// Hand-written in the op's custom_ops/paddle/*.cc: checks no schema expresses, then dispatch.\n"
+    )
     out.append(f"{ret} {op.name}_apply({cls}Args& a{params_arg});\n")
     if op.returns:
         shape_params = []
@@ -218,9 +240,15 @@ def gen_op_header(op: Op) -> str:
                 dtype_params.append(f"const paddle::DataType& {t.name}_dtype")
         shape_params += [attr_param(a) for a in op.attrs]
         out.append(
-            f"std::vector<std::vector<int64_t>> {op.name}_infer_shape(" + ",\n    ".join(shape_params) + ");\n"
+            f"std::vector<std::vector<int64_t>> {op.name}_infer_shape("
+            + ",\n    ".join(shape_params)
+            + ");\n"
         )
-        out.append(f"std::vector<paddle::DataType> {op.name}_infer_dtype(" + ",\n    ".join(dtype_params) + ");\n")
+        out.append(
+            f"std::vector<paddle::DataType> {op.name}_infer_dtype("
+            + ",\n    ".join(dtype_params)
+            + ");\n"
+        )
     out.append("\n")
     # entry point
     out.append(entry_signature(op) + " {\n")
@@ -293,11 +321,15 @@ def gen_op_header(op: Op) -> str:
         out.append(f"  {op.name}_apply({call_args});\n")
     out.append("}\n\n")
     # registration
-    inputs = ", ".join(f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors)
+    inputs = ", ".join(
+        f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors
+    )
     written = [t for t in op.tensors if t.role == "written"]
     # Returned tensors first, then the in-place outputs (the order run_registered returns them in).
     outputs = [f'"{name}"' for name in op.returns]
-    outputs += [f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written]
+    outputs += [
+        f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written
+    ]
     out.append(f"PD_BUILD_OP(fd_mtp_{op.name})\n")
     out.append(f"    .Inputs({{{inputs}}})\n")
     out.append("    .Outputs({" + ", ".join(outputs) + "})\n")
@@ -321,8 +353,14 @@ def gen_op_header(op: Op) -> str:
 
 
 def gen_declarations(ops: list[Op]) -> str:
-    out = [HEADER, "// The Paddle-level entry point of every op (one per PD_BUILD_OP).\n", "#pragma once\n\n"]
-    out.append("#include <cstdint>\n#include <string>\n#include <vector>\n\n#include \"paddle/extension.h\"\n\n")
+    out = [
+        HEADER,
+        "// The Paddle-level entry point of every op (one per PD_BUILD_OP).\n",
+        "#pragma once\n\n",
+    ]
+    out.append(
+        '#include <cstdint>\n#include <string>\n#include <vector>\n\n#include "paddle/extension.h"\n\n'
+    )
     for op in ops:
         out.append(f"// {op.name} (spec {op.spec})\n{entry_signature(op)};\n\n")
     return "".join(out)
@@ -398,7 +436,7 @@ def gen_cuda_params(headers: list[Path]) -> str:
     out.append("void bind_params(py::module_& m) {\n")
     for header in headers:
         for struct, fields in parse_params(header):
-            out.append(f"  {{\n    using P = {struct};\n    py::class_<P> c(m, \"{struct}\");\n")
+            out.append(f'  {{\n    using P = {struct};\n    py::class_<P> c(m, "{struct}");\n')
             out.append("    c.def(py::init([]() { return P{}; }));\n")
             for name, kind, pointer in fields:
                 if pointer:
@@ -425,7 +463,9 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "--cuda-params":
         out_dir = Path(argv[1])
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_if_changed(out_dir / "cuda_params_gen.cc", gen_cuda_params([Path(h) for h in argv[2:]]))
+        write_if_changed(
+            out_dir / "cuda_params_gen.cc", gen_cuda_params([Path(h) for h in argv[2:]])
+        )
         return 0
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)

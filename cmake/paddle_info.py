@@ -4,6 +4,7 @@ Output: one `KEY=VALUE` line each for INCLUDE_DIRS (|-separated), CORE_LIB (path
 of libpaddle.so), WITH_CUDA (ON/OFF), CXX11_ABI (0/1) and VERSION. Exits 1 with a
 message on stderr when paddle cannot be imported.
 """
+
 import mmap
 import os
 import sys

@@ -29,7 +29,10 @@ def _mkl_cpu_type(cpuinfo: str) -> str | None:
     True
     """
     block = cpuinfo.split("\n\n", 1)[0]
-    flags = next((line.split(":", 1)[1].split() for line in block.splitlines() if line.startswith("flags")), [])
+    flags = next(
+        (line.split(":", 1)[1].split() for line in block.splitlines() if line.startswith("flags")),
+        [],
+    )
     return "5" if "AuthenticAMD" in block and "avx2" in flags else None
 
 
@@ -40,7 +43,11 @@ def _prefer_mkl_avx2() -> None:
     import os
     import sys
 
-    if "MKL_DEBUG_CPU_TYPE" in os.environ or "paddle" in sys.modules or not sys.platform.startswith("linux"):
+    if (
+        "MKL_DEBUG_CPU_TYPE" in os.environ
+        or "paddle" in sys.modules
+        or not sys.platform.startswith("linux")
+    ):
         return
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -5,6 +5,7 @@ No numpy or paddle here: the strategy names, the environment defaults (spec §5.
 variables are parsed by fd_mtp.envs, ``prefill_one_step_stop`` through its schema attribute) and
 the seed/offset checks.
 """
+
 from . import envs
 from .schema import resolve_kw
 
@@ -34,12 +35,20 @@ def resolve_verify_options(verify_strategy, prefill_one_step_stop, seed, offset,
         raise ValueError(
             f"speculate_verify: verify_strategy must be one of {sorted(STRATEGIES)}, got {verify_strategy!r}"
         )
-    prefill_one_step_stop = resolve_kw("speculate_verify", "prefill_one_step_stop", prefill_one_step_stop)
+    prefill_one_step_stop = resolve_kw(
+        "speculate_verify", "prefill_one_step_stop", prefill_one_step_stop
+    )
     seed = counter if seed is None else seed
     offset = counter if offset is None else offset
     for name, value in (("seed", seed), ("offset", offset)):
-        if isinstance(value, bool) or not hasattr(value, "__index__") or type(value).__name__ == "bool_":
-            raise ValueError(f"speculate_verify: {name} must be an integer, got {type(value).__name__}")
+        if (
+            isinstance(value, bool)
+            or not hasattr(value, "__index__")
+            or type(value).__name__ == "bool_"
+        ):
+            raise ValueError(
+                f"speculate_verify: {name} must be an integer, got {type(value).__name__}"
+            )
         if not 0 <= int(value) < 2**63:
             raise ValueError(f"speculate_verify: {name} must be in [0, 2**63), got {value}")
     return STRATEGIES[verify_strategy], bool(prefill_one_step_stop), int(seed), int(offset)

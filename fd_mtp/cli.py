@@ -40,6 +40,7 @@ line come the totals:
 
 where "host" is the proposer's own time per call outside the MTP forwards (`ProposerStats`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,9 @@ def _ids(text: str) -> list[int]:
     try:
         return [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--prompt-ids wants integers separated by spaces or commas, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--prompt-ids wants integers separated by spaces or commas, got {text!r}"
+        )
 
 
 def _device(text: str) -> str:
@@ -61,9 +64,11 @@ def _device(text: str) -> str:
     return "gpu" if text == "cuda" else text
 
 
-STREAM_HELP = ("write the generated text (token ids without a tokenizer) to stdout as it is produced; with "
-               "several requests, one '[i] ' line per request, in prompt order: request i streams live once "
-               "0..i-1 have finished, earlier output is written when its turn comes. The usual report follows")
+STREAM_HELP = (
+    "write the generated text (token ids without a tokenizer) to stdout as it is produced; with "
+    "several requests, one '[i] ' line per request, in prompt order: request i streams live once "
+    "0..i-1 have finished, earlier output is written when its turn comes. The usual report follows"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,57 +77,145 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fd-mtp", description="fd_mtp reference engine")
     parser.add_argument("--version", action="version", version=f"fd-mtp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="generate from prompts with a checkpoint (plain or speculative decoding)",
-                       epilog="Exit status: 0, 1 when a request was rejected, 2 on a bad option, 130 when "
-                              "interrupted (Ctrl-C stops generation and still reports what each request "
-                              "generated so far, finish_reason 'aborted').")
-    g.add_argument("--model", default=None,
-                   help="checkpoint directory (config.json + model.safetensors); default: the demo model "
-                        "shipped with fd_mtp (fd_mtp/assets/ernie45_tiny_mtp)")
-    g.add_argument("--prompt", action="append", default=[], help="a text prompt (needs a tokenizer); repeatable")
-    g.add_argument("--prompt-ids", action="append", default=[], type=_ids,
-                   help='a prompt as token ids, e.g. "1 2 3"; repeatable')
+    g = sub.add_parser(
+        "generate",
+        help="generate from prompts with a checkpoint (plain or speculative decoding)",
+        epilog="Exit status: 0, 1 when a request was rejected, 2 on a bad option, 130 when "
+        "interrupted (Ctrl-C stops generation and still reports what each request "
+        "generated so far, finish_reason 'aborted').",
+    )
+    g.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint directory (config.json + model.safetensors); default: the demo model "
+        "shipped with fd_mtp (fd_mtp/assets/ernie45_tiny_mtp)",
+    )
+    g.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        help="a text prompt (needs a tokenizer); repeatable",
+    )
+    g.add_argument(
+        "--prompt-ids",
+        action="append",
+        default=[],
+        type=_ids,
+        help='a prompt as token ids, e.g. "1 2 3"; repeatable',
+    )
     g.add_argument("--batch", type=int, default=1, help="repeat the prompts to this many requests")
-    g.add_argument("--max-tokens", type=int, default=32,
-                   help="tokens to generate at most per request (default: 32; generation also ends at "
-                        "EOS, a stop string or --max-model-len)")
-    g.add_argument("--min-tokens", type=int, default=0,
-                   help="EOS and stop token ids are ignored until this many tokens exist (default: 0)")
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        default=32,
+        help="tokens to generate at most per request (default: 32; generation also ends at "
+        "EOS, a stop string or --max-model-len)",
+    )
+    g.add_argument(
+        "--min-tokens",
+        type=int,
+        default=0,
+        help="EOS and stop token ids are ignored until this many tokens exist (default: 0)",
+    )
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1 = off)")
-    g.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (default: 0 = off)")
-    g.add_argument("--repetition-penalty", type=float, default=1.0,
-                   help="> 0, penalises tokens already generated (default: 1 = off)")
-    g.add_argument("--seed", type=int, default=None, help="per-request seed (request i gets seed + i)")
+    g.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling mass in (0, 1] (default: 1 = off)",
+    )
+    g.add_argument(
+        "--top-k",
+        type=int,
+        default=0,
+        help="sample among the k most likely tokens (default: 0 = off)",
+    )
+    g.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="> 0, penalises tokens already generated (default: 1 = off)",
+    )
+    g.add_argument(
+        "--seed", type=int, default=None, help="per-request seed (request i gets seed + i)"
+    )
     g.add_argument("--stop", action="append", default=None, help="stop string; repeatable")
-    g.add_argument("--ignore-eos", action="store_true", help="keep generating after EOS (up to --max-tokens)")
-    g.add_argument("--device", type=_device, choices=("cpu", "gpu"), default="cpu",
-                   help='where the model runs (default: cpu; "cuda" is taken as gpu, which needs a CUDA build '
-                        "of PaddlePaddle)")
-    g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                   help="model dtype; bfloat16 / float16 need --device gpu (default: the checkpoint's, "
-                        "float32 on cpu)")
-    g.add_argument("--max-num-seqs", type=int, default=None,
-                   help="request slots, the batch size of a step (default: min(batch, 64))")
-    g.add_argument("--max-model-len", type=int, default=None,
-                   help="longest prompt + output (default: min(max_position_embeddings, 4096))")
-    g.add_argument("--block-size", type=int, default=64, help="KV-cache block size, 1..1024 (default: 64)")
-    g.add_argument("--num-gpu-blocks", type=int, default=None,
-                   help="KV-cache blocks per layer (default: enough for every slot at --max-model-len; fewer "
-                        "make the engine preempt requests)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                   help="tokens per step; longer prompts are prefilled in chunks (default: 2048)")
+    g.add_argument(
+        "--ignore-eos", action="store_true", help="keep generating after EOS (up to --max-tokens)"
+    )
+    g.add_argument(
+        "--device",
+        type=_device,
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help='where the model runs (default: cpu; "cuda" is taken as gpu, which needs a CUDA build '
+        "of PaddlePaddle)",
+    )
+    g.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="model dtype; bfloat16 / float16 need --device gpu (default: the checkpoint's, "
+        "float32 on cpu)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="request slots, the batch size of a step (default: min(batch, 64))",
+    )
+    g.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="longest prompt + output (default: min(max_position_embeddings, 4096))",
+    )
+    g.add_argument(
+        "--block-size", type=int, default=64, help="KV-cache block size, 1..1024 (default: 64)"
+    )
+    g.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        default=None,
+        help="KV-cache blocks per layer (default: enough for every slot at --max-model-len; fewer "
+        "make the engine preempt requests)",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=2048,
+        help="tokens per step; longer prompts are prefilled in chunks (default: 2048)",
+    )
     g.add_argument("--stream", action="store_true", help=STREAM_HELP)
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    s = g.add_argument_group("speculative decoding (fd_mtp.SpeculativeConfig; default: plain decoding)")
-    s.add_argument("--speculative-method", choices=("mtp", "ngram"), default=None,
-                   help="draft with the checkpoint's MTP head or with n-gram lookup")
-    s.add_argument("--num-speculative-tokens", type=int, default=None, help="K, drafts verified per step (1..5)")
+    s = g.add_argument_group(
+        "speculative decoding (fd_mtp.SpeculativeConfig; default: plain decoding)"
+    )
+    s.add_argument(
+        "--speculative-method",
+        choices=("mtp", "ngram"),
+        default=None,
+        help="draft with the checkpoint's MTP head or with n-gram lookup",
+    )
+    s.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=None,
+        help="K, drafts verified per step (1..5)",
+    )
     s.add_argument("--num-model-steps", type=int, default=None, help="MTP substeps per step (1..5)")
-    s.add_argument("--mtp-strategy", choices=("default", "with_ngram"), default=None,
-                   help="with_ngram: extend MTP drafts with n-gram matches up to K (hybrid)")
-    s.add_argument("--verification", choices=("greedy", "topp", "topk", "target_match", "rejection"),
-                   default=None, help="draft acceptance rule (default: target_match)")
+    s.add_argument(
+        "--mtp-strategy",
+        choices=("default", "with_ngram"),
+        default=None,
+        help="with_ngram: extend MTP drafts with n-gram matches up to K (hybrid)",
+    )
+    s.add_argument(
+        "--verification",
+        choices=("greedy", "topp", "topk", "target_match", "rejection"),
+        default=None,
+        help="draft acceptance rule (default: target_match)",
+    )
     return parser
 
 
@@ -134,19 +227,27 @@ def speculative_config(args) -> dict | None:
     """The ``speculative_config`` dict of the parsed options (None: plain decoding). Raises
     ValueError when speculative options are given without ``--speculative-method``, or MTP-only
     options (``--num-model-steps``, ``--mtp-strategy``) with ``--speculative-method ngram``."""
-    opts = {"num_speculative_tokens": args.num_speculative_tokens, "num_model_steps": args.num_model_steps,
-            "mtp_strategy": args.mtp_strategy, "verification": args.verification}
+    opts = {
+        "num_speculative_tokens": args.num_speculative_tokens,
+        "num_model_steps": args.num_model_steps,
+        "mtp_strategy": args.mtp_strategy,
+        "verification": args.verification,
+    }
     given = [k for k, v in opts.items() if v is not None]
     if args.speculative_method is None:
         if given:
-            raise ValueError(f"{_flags(given)} {'needs' if len(given) == 1 else 'need'} "
-                             "--speculative-method mtp or ngram")
+            raise ValueError(
+                f"{_flags(given)} {'needs' if len(given) == 1 else 'need'} "
+                "--speculative-method mtp or ngram"
+            )
         return None
     if args.speculative_method == "ngram":
         mtp_only = [k for k in ("num_model_steps", "mtp_strategy") if k in given]
         if mtp_only:
-            raise ValueError(f"{_flags(mtp_only)} {'applies' if len(mtp_only) == 1 else 'apply'} to "
-                             "--speculative-method mtp only, not ngram")
+            raise ValueError(
+                f"{_flags(mtp_only)} {'applies' if len(mtp_only) == 1 else 'apply'} to "
+                "--speculative-method mtp only, not ngram"
+            )
     cfg = {"method": args.speculative_method, "verification": args.verification or "target_match"}
     cfg.update({k: v for k, v in opts.items() if v is not None})
     return cfg
@@ -159,11 +260,11 @@ class _Streamer:
 
     def __init__(self, n: int, text: bool):
         self.n, self.text = n, text
-        self.pending = [""] * n          # not yet written (a later request waits for its turn)
-        self.started = [False] * n       # its line has begun (prefix written)
+        self.pending = [""] * n  # not yet written (a later request waits for its turn)
+        self.started = [False] * n  # its line has begun (prefix written)
         self.finished = [False] * n
-        self.current = 0                 # the request whose line is being written
-        self.open = False                # a line is open (no newline yet)
+        self.current = 0  # the request whose line is being written
+        self.open = False  # a line is open (no newline yet)
 
     def __call__(self, d) -> None:
         i = d.index
@@ -213,15 +314,20 @@ class _Streamer:
 def _print_speculative(llm) -> None:
     spec = llm.speculative_config
     metrics = llm.speculative_metrics
-    head = (f"speculative ({spec.method}, K={spec.num_speculative_tokens}"
-            + (f", model steps {spec.num_model_steps}" if spec.method == "mtp" else "")
-            + (", hybrid n-gram" if spec.hybrid_mode else "") + f", verification {spec.verification})")
+    head = (
+        f"speculative ({spec.method}, K={spec.num_speculative_tokens}"
+        + (f", model steps {spec.num_model_steps}" if spec.method == "mtp" else "")
+        + (", hybrid n-gram" if spec.hybrid_mode else "")
+        + f", verification {spec.verification})"
+    )
     print(f"{head}: {metrics.summary() if metrics is not None else 'no decode step'}")
     stats = llm.proposer_stats
     if stats is not None and stats.calls:
         per = 1e3 / stats.calls
-        print(f"proposer: {stats.calls} calls, host {stats.host * per:.3f} ms/step "
-              f"(run {stats.run * per:.3f} - forward {stats.forward * per:.3f} ms/step)")
+        print(
+            f"proposer: {stats.calls} calls, host {stats.host * per:.3f} ms/step "
+            f"(run {stats.run * per:.3f} - forward {stats.forward * per:.3f} ms/step)"
+        )
 
 
 def _device_dtype_error(args) -> str | None:
@@ -230,12 +336,16 @@ def _device_dtype_error(args) -> str | None:
         import paddle
 
         if not paddle.is_compiled_with_cuda():
-            return (f"--device gpu: this PaddlePaddle ({paddle.__version__}) is a CPU build (not compiled with "
-                    "CUDA); use --device cpu")
+            return (
+                f"--device gpu: this PaddlePaddle ({paddle.__version__}) is a CPU build (not compiled with "
+                "CUDA); use --device cpu"
+            )
     if args.device == "cpu" and args.dtype not in (None, "float32"):
-        return (f"--dtype {args.dtype} is not supported with --device cpu (Paddle's CPU build has no "
-                "half-precision matmul): on cpu use --dtype float32, or leave --dtype out (a bfloat16 / float16 "
-                "checkpoint then runs in float32); bfloat16 and float16 need --device gpu")
+        return (
+            f"--dtype {args.dtype} is not supported with --device cpu (Paddle's CPU build has no "
+            "half-precision matmul): on cpu use --dtype float32, or leave --dtype out (a bfloat16 / float16 "
+            "checkpoint then runs in float32); bfloat16 and float16 need --device gpu"
+        )
     return None
 
 
@@ -244,13 +354,19 @@ def _option_message(exc: Exception, parser_dests) -> str:
     msg = str(exc)
     m = re.match(r"LLM: (\w+)", msg)
     if m and m.group(1) in parser_dests:
-        return "--" + m.group(1).replace("_", "-") + msg[m.end():]
+        return "--" + m.group(1).replace("_", "-") + msg[m.end() :]
     return msg
 
 
 # LLM arguments that come straight from the option of the same name (--device / --dtype are checked
 # by _device_dtype_error in the CLI's own words first)
-LLM_OPTIONS = ("max_num_seqs", "max_model_len", "block_size", "num_gpu_blocks", "max_num_batched_tokens")
+LLM_OPTIONS = (
+    "max_num_seqs",
+    "max_model_len",
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_batched_tokens",
+)
 
 
 def generate(args) -> int:
@@ -266,20 +382,35 @@ def generate(args) -> int:
         return 2
     requests = [prompts[i % len(prompts)] for i in range(max(args.batch, len(prompts)))]
     try:
-        params = [SamplingParams(
-            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
-            min_tokens=args.min_tokens, repetition_penalty=args.repetition_penalty, stop=args.stop,
-            ignore_eos=args.ignore_eos, seed=None if args.seed is None else args.seed + i)
-            for i in range(len(requests))]
+        params = [
+            SamplingParams(
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                max_tokens=args.max_tokens,
+                min_tokens=args.min_tokens,
+                repetition_penalty=args.repetition_penalty,
+                stop=args.stop,
+                ignore_eos=args.ignore_eos,
+                seed=None if args.seed is None else args.seed + i,
+            )
+            for i in range(len(requests))
+        ]
         spec = speculative_config(args)
         problem = _device_dtype_error(args)
         if problem is not None:
             raise ValueError(problem)
-        llm = LLM(args.model, device=args.device, dtype=args.dtype,
-                  max_num_seqs=min(len(requests), 64) if args.max_num_seqs is None else args.max_num_seqs,
-                  max_model_len=args.max_model_len,
-                  block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks,
-                  max_num_batched_tokens=args.max_num_batched_tokens, speculative_config=spec)
+        llm = LLM(
+            args.model,
+            device=args.device,
+            dtype=args.dtype,
+            max_num_seqs=min(len(requests), 64) if args.max_num_seqs is None else args.max_num_seqs,
+            max_model_len=args.max_model_len,
+            block_size=args.block_size,
+            num_gpu_blocks=args.num_gpu_blocks,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            speculative_config=spec,
+        )
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"fd-mtp generate: {_option_message(exc, LLM_OPTIONS)}", file=sys.stderr)
         return 2
@@ -288,7 +419,9 @@ def generate(args) -> int:
     t0 = time.perf_counter()
     interrupted = False
     try:
-        outputs = llm.generate(requests, params, use_tqdm=not args.no_progress, stream_callback=streamer)
+        outputs = llm.generate(
+            requests, params, use_tqdm=not args.no_progress, stream_callback=streamer
+        )
     except GenerationInterrupted as exc:
         outputs, interrupted = exc.outputs, True
         if streamer is not None:
@@ -307,7 +440,9 @@ def generate(args) -> int:
         if spec is not None and o.metrics is not None and o.metrics.spec is not None:
             print(f"[{i}] spec: {o.metrics.spec.summary()}")
     total = sum(len(o.token_ids) for o in outputs)
-    print(f"{len(outputs)} requests, {total} tokens in {elapsed:.3f} s: {total / max(elapsed, 1e-9):.1f} tokens/s")
+    print(
+        f"{len(outputs)} requests, {total} tokens in {elapsed:.3f} s: {total / max(elapsed, 1e-9):.1f} tokens/s"
+    )
     if spec is not None:
         _print_speculative(llm)
     if interrupted:

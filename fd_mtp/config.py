@@ -12,11 +12,13 @@ Each refuses bad values with a ValueError that names the field, and ``from_value
 with an unknown key by name. Pure Python: importing it loads no paddle (and nothing of fd_mtp: the
 bottom layer).
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 METHODS = ("mtp", "ngram")
 MTP_STRATEGIES = ("default", "with_ngram")
@@ -69,7 +71,9 @@ class SpeculativeConfig:
     num_gpu_block_expand_ratio: float = 1.0
     benchmark_mode: bool = False
     model: str | None = None
-    extra: dict = field(default_factory=dict, repr=False)  # unknown keys of a dict, kept for callers
+    extra: dict = field(
+        default_factory=dict, repr=False
+    )  # unknown keys of a dict, kept for callers
 
     def __post_init__(self) -> None:
         _choice("method", self.method, METHODS)
@@ -81,17 +85,23 @@ class SpeculativeConfig:
         _int_range("verify_window", self.verify_window, 0, None)
         _int_range("max_ngram_size", self.max_ngram_size, 1, None)
         _int_range("min_ngram_size", self.min_ngram_size, 1, self.max_ngram_size)
-        if isinstance(self.num_gpu_block_expand_ratio, bool) or not isinstance(
-            self.num_gpu_block_expand_ratio, (int, float)
-        ) or not self.num_gpu_block_expand_ratio > 0:
+        if (
+            isinstance(self.num_gpu_block_expand_ratio, bool)
+            or not isinstance(self.num_gpu_block_expand_ratio, (int, float))
+            or not self.num_gpu_block_expand_ratio > 0
+        ):
             raise ValueError(
                 f"SpeculativeConfig.num_gpu_block_expand_ratio must be a number > 0, "
                 f"got {self.num_gpu_block_expand_ratio!r}"
             )
         if not isinstance(self.benchmark_mode, bool):
-            raise ValueError(f"SpeculativeConfig.benchmark_mode must be a bool, got {self.benchmark_mode!r}")
+            raise ValueError(
+                f"SpeculativeConfig.benchmark_mode must be a bool, got {self.benchmark_mode!r}"
+            )
         if self.model is not None and not isinstance(self.model, str):
-            raise ValueError(f"SpeculativeConfig.model must be a path string or None, got {self.model!r}")
+            raise ValueError(
+                f"SpeculativeConfig.model must be a path string or None, got {self.model!r}"
+            )
         if self.model == "":
             self.model = None
         if self.model is not None:
@@ -118,11 +128,16 @@ class SpeculativeConfig:
     @property
     def hybrid_mode(self) -> bool:
         """MTP drafts extended by n-gram matches (spec §3: with_ngram and K > num_model_steps)."""
-        return (self.method == "mtp" and self.mtp_strategy == "with_ngram"
-                and self.num_speculative_tokens > self.num_model_steps)  # fmt: skip
+        return (
+            self.method == "mtp"
+            and self.mtp_strategy == "with_ngram"
+            and self.num_speculative_tokens > self.num_model_steps
+        )
 
     @classmethod
-    def from_value(cls, value: "SpeculativeConfig | Mapping[str, Any] | None") -> "SpeculativeConfig | None":
+    def from_value(
+        cls, value: SpeculativeConfig | Mapping[str, Any] | None
+    ) -> SpeculativeConfig | None:
         """A config from a SpeculativeConfig, a dict (FastDeploy style) or None (no speculation).
 
         A dict's unknown keys are refused unless they are FastDeploy fields fd_mtp does not use
@@ -131,22 +146,32 @@ class SpeculativeConfig:
         if value is None or isinstance(value, cls):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"speculative_config must be a SpeculativeConfig, a dict or None, got {type(value).__name__}")
+            raise ValueError(
+                f"speculative_config must be a SpeculativeConfig, a dict or None, got {type(value).__name__}"
+            )
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in value.items() if k in known}
         extra = {k: v for k, v in value.items() if k not in known}
         unknown = sorted(k for k in extra if k not in FASTDEPLOY_ONLY_FIELDS)
         if unknown:
-            raise ValueError(f"speculative_config has unknown fields {unknown}; known: {sorted(known)}")
+            raise ValueError(
+                f"speculative_config has unknown fields {unknown}; known: {sorted(known)}"
+            )
         if kwargs.get("method") is None and "method" in kwargs:
             return None
         return cls(**kwargs, extra=extra)
 
 
 # FastDeploy SpeculativeConfig fields accepted in a dict but not used by fd_mtp.
-FASTDEPLOY_ONLY_FIELDS = frozenset({
-    "quantization", "model_type", "sharing_model", "num_extra_cache_layer", "enable_draft_logprob",
-})  # fmt: skip
+FASTDEPLOY_ONLY_FIELDS = frozenset(
+    {
+        "quantization",
+        "model_type",
+        "sharing_model",
+        "num_extra_cache_layer",
+        "enable_draft_logprob",
+    }
+)
 
 
 def _choice(name: str, value: Any, allowed: tuple) -> None:
@@ -170,7 +195,9 @@ def _from_mapping(cls, value, what: str):
     if isinstance(value, cls):
         return value
     if not isinstance(value, Mapping):
-        raise ValueError(f"{what} must be a {cls.__name__}, a dict or None, got {type(value).__name__}")
+        raise ValueError(
+            f"{what} must be a {cls.__name__}, a dict or None, got {type(value).__name__}"
+        )
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(str(k) for k in value if k not in known)
     if unknown:
@@ -178,9 +205,16 @@ def _from_mapping(cls, value, what: str):
     return cls(**value)
 
 
-def _check_int(owner: str, name: str, value: Any, lo: int, hi: int | None = None, hint: str = "") -> None:
+def _check_int(
+    owner: str, name: str, value: Any, lo: int, hi: int | None = None, hint: str = ""
+) -> None:
     """ValueError ``"<owner>.<name> must be an int >= lo"`` (or ``in [lo, hi]``) unless it is one."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < lo
+        or (hi is not None and value > hi)
+    ):
         bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ValueError(f"{owner}.{name} must be an int {bound}{hint}, got {value!r}")
 
@@ -211,19 +245,21 @@ class SchedulerConfig:
             _check_int("SchedulerConfig", "max_model_len", self.max_model_len, 2)
 
     @classmethod
-    def from_value(cls, value: "SchedulerConfig | Mapping[str, Any] | None") -> "SchedulerConfig":
+    def from_value(cls, value: SchedulerConfig | Mapping[str, Any] | None) -> SchedulerConfig:
         """A SchedulerConfig from one, a dict of its fields (unknown keys refused by name) or None."""
         return _from_mapping(cls, value, "scheduler_config")
 
-    def resolve(self, max_position_embeddings: int) -> "SchedulerConfig":
+    def resolve(self, max_position_embeddings: int) -> SchedulerConfig:
         """This config with ``max_model_len`` set for a model of ``max_position_embeddings``
         positions (ValueError when it exceeds them)."""
         limit = int(max_position_embeddings)
         if self.max_model_len is None:
             return dataclasses.replace(self, max_model_len=min(limit, DEFAULT_MAX_MODEL_LEN))
         if self.max_model_len > limit:
-            raise ValueError(f"SchedulerConfig.max_model_len {self.max_model_len} exceeds the model's "
-                             f"max_position_embeddings {limit}")
+            raise ValueError(
+                f"SchedulerConfig.max_model_len {self.max_model_len} exceeds the model's "
+                f"max_position_embeddings {limit}"
+            )
         return self
 
 
@@ -245,22 +281,26 @@ class CacheConfig:
     enc_dec_block_num: int = 2
 
     def __post_init__(self) -> None:
-        _check_int("CacheConfig", "block_size", self.block_size, 1, MAX_BLOCK_SIZE, " (FastDeploy uses 64)")
+        _check_int(
+            "CacheConfig", "block_size", self.block_size, 1, MAX_BLOCK_SIZE, " (FastDeploy uses 64)"
+        )
         if self.num_gpu_blocks is not None:
             _check_int("CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, 1)
         _check_int("CacheConfig", "enc_dec_block_num", self.enc_dec_block_num, 0)
 
     @classmethod
-    def from_value(cls, value: "CacheConfig | Mapping[str, Any] | None") -> "CacheConfig":
+    def from_value(cls, value: CacheConfig | Mapping[str, Any] | None) -> CacheConfig:
         """A CacheConfig from one, a dict of its fields (unknown keys refused by name) or None."""
         return _from_mapping(cls, value, "cache_config")
 
-    def resolve(self, scheduler: SchedulerConfig, extra_positions: int = 0) -> "CacheConfig":
+    def resolve(self, scheduler: SchedulerConfig, extra_positions: int = 0) -> CacheConfig:
         """This config with ``num_gpu_blocks`` set (when None) to ``max_num_seqs`` times the blocks
         of ``max_model_len + extra_positions`` positions (``scheduler`` resolved)."""
         if self.num_gpu_blocks is not None:
             return self
         if scheduler.max_model_len is None:
-            raise ValueError("CacheConfig.resolve: the SchedulerConfig's max_model_len is not resolved")
+            raise ValueError(
+                "CacheConfig.resolve: the SchedulerConfig's max_model_len is not resolved"
+            )
         per_seq = -(-(scheduler.max_model_len + extra_positions) // self.block_size)
         return dataclasses.replace(self, num_gpu_blocks=scheduler.max_num_seqs * per_seq)

@@ -10,6 +10,7 @@ is lossless).
 
     python -m fd_mtp.demo [--model DIR] [--max-tokens 128] [--prompts 6] [--modes plain,mtp_k1,...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,18 +23,29 @@ MODES = {
     "mtp_k1": {"method": "mtp", "num_speculative_tokens": 1, "num_model_steps": 1},
     "mtp_k2": {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2},
     "mtp_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
-    "hybrid_k3": {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 1, "mtp_strategy": "with_ngram"},
+    "hybrid_k3": {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "num_model_steps": 1,
+        "mtp_strategy": "with_ngram",
+    },
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fd_mtp.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=None, help="checkpoint directory (default: the shipped demo model)")
+    p.add_argument(
+        "--model", default=None, help="checkpoint directory (default: the shipped demo model)"
+    )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--prompts", type=int, default=6, help="number of held-out prompts")
     p.add_argument("--prompt-chars", type=int, default=400, help="characters per prompt")
-    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
-    p.add_argument("--show", type=int, default=1, help="print the continuation of this many prompts")
+    p.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
+    )
+    p.add_argument(
+        "--show", type=int, default=1, help="print the continuation of this many prompts"
+    )
     return p
 
 
@@ -67,17 +79,29 @@ def run(args) -> int:
     texts = [t for _, t in prompts]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     print(f"fd_mtp demo: {model}")
-    print(f"{len(texts)} prompts from held-out standard-library files ({', '.join(r for r, _ in prompts)}), "
-          f"greedy, up to {args.max_tokens} new tokens each, batch 1, CPU\n")
+    print(
+        f"{len(texts)} prompts from held-out standard-library files ({', '.join(r for r, _ in prompts)}), "
+        f"greedy, up to {args.max_tokens} new tokens each, batch 1, CPU\n"
+    )
     rows, plain_ids, sample = [], None, None
     for mode in modes:
-        llm = LLM(str(model), max_num_seqs=1, max_model_len=2048, block_size=64, speculative_config=MODES[mode])
+        llm = LLM(
+            str(model),
+            max_num_seqs=1,
+            max_model_len=2048,
+            block_size=64,
+            speculative_config=MODES[mode],
+        )
         if llm.tokenizer is None:
             print("demo: the checkpoint has no tokenizer", file=sys.stderr)
             return 2
-        llm.generate(texts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)  # warm-up
+        llm.generate(
+            texts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False
+        )  # warm-up
         if llm.speculative_metrics is not None:
-            llm.engine.spec_metrics = type(llm.speculative_metrics)(llm.speculative_metrics.num_speculative_tokens)
+            llm.engine.spec_metrics = type(llm.speculative_metrics)(
+                llm.speculative_metrics.num_speculative_tokens
+            )
         stats = llm.proposer_stats
         calls0, host0 = (stats.calls, stats.host) if stats else (0, 0.0)
         t0 = time.perf_counter()
@@ -93,22 +117,36 @@ def run(args) -> int:
             plain_ids, sample = ids, outs
         m = llm.speculative_metrics
         host_ms = (stats.host - host0) / max(stats.calls - calls0, 1) * 1e3 if stats else None
-        row = dict(mode=mode, tps=tokens / elapsed, tokens=tokens, seconds=elapsed, same=ids == plain_ids,
-                   mal=None if m is None else m.mean_accepted_length,
-                   pos=None if m is None else m.acceptance_per_position, host_ms=host_ms)
+        row = dict(
+            mode=mode,
+            tps=tokens / elapsed,
+            tokens=tokens,
+            seconds=elapsed,
+            same=ids == plain_ids,
+            mal=None if m is None else m.mean_accepted_length,
+            pos=None if m is None else m.acceptance_per_position,
+            host_ms=host_ms,
+        )
         rows.append(row)
         extra = "" if m is None else f", mean accepted length {row['mal']:.2f}"
-        print(f"  {mode:<10} {tokens} tokens in {elapsed:.2f} s: {row['tps']:.1f} tokens/s{extra}", flush=True)
+        print(
+            f"  {mode:<10} {tokens} tokens in {elapsed:.2f} s: {row['tps']:.1f} tokens/s{extra}",
+            flush=True,
+        )
     base = rows[0]["tps"]
     k_max = max((len(r["pos"]) for r in rows if r["pos"]), default=0)
-    print(f"\n{'mode':<10} {'tokens/s':>9} {'vs plain':>9} {'accepted len':>13}  "
-          f"{'acceptance per position':<{max(24, 5 * k_max)}} {'proposer host ms/step':>21}  same as plain")
+    print(
+        f"\n{'mode':<10} {'tokens/s':>9} {'vs plain':>9} {'accepted len':>13}  "
+        f"{'acceptance per position':<{max(24, 5 * k_max)}} {'proposer host ms/step':>21}  same as plain"
+    )
     for r in rows:
         mal = "-" if r["mal"] is None else f"{r['mal']:.2f}"
         pos = "-" if r["pos"] is None else _fmt_positions(r["pos"])
         host = "-" if r["host_ms"] is None else f"{r['host_ms']:.2f}"
-        print(f"{r['mode']:<10} {r['tps']:>9.1f} {r['tps'] / base:>8.2f}x {mal:>13}  {pos:<{max(24, 5 * k_max)}} "
-              f"{host:>21}  {'yes' if r['same'] else 'NO'}")
+        print(
+            f"{r['mode']:<10} {r['tps']:>9.1f} {r['tps'] / base:>8.2f}x {mal:>13}  {pos:<{max(24, 5 * k_max)}} "
+            f"{host:>21}  {'yes' if r['same'] else 'NO'}"
+        )
     for o in sample[: max(args.show, 0)]:
         print(f"\n--- prompt (held-out) ---\n{o.prompt}\n--- greedy continuation ---\n{o.text}")
     if not all(r["same"] for r in rows):

@@ -17,6 +17,7 @@ the next call, as upstream's per-call ``getenv``). One rule per kind of variable
 >>> get("INFER_WITH_REFERENCE_TOKENUM_THRESHOLD")
 128
 """
+
 from __future__ import annotations
 
 import os
@@ -48,21 +49,29 @@ class EnvVar:
 
 VARIABLES: dict[str, EnvVar] = {
     "PREFILL_NODE_ONE_STEP_STOP": EnvVar(
-        _flag, False, "prefill node: stop every request after its first step (draft_model_update, speculate_verify)"
+        _flag,
+        False,
+        "prefill node: stop every request after its first step (draft_model_update, speculate_verify)",
     ),
     "PREFILL_NODE_ONE_STEP_STOP_V1": EnvVar(
         _flag, False, "prefill node, v1 scheduler: one-step stop in speculate_schedule_cache"
     ),
-    "SPECULATE_VERIFY_USE_TOPK": EnvVar(_int, 0, "nonzero: speculate_verify defaults to the 'topk' strategy"),
+    "SPECULATE_VERIFY_USE_TOPK": EnvVar(
+        _int, 0, "nonzero: speculate_verify defaults to the 'topk' strategy"
+    ),
     "SPECULATE_VERIFY_USE_TARGET_SAMPLING": EnvVar(
         _int, 0, "nonzero: speculate_verify defaults to the 'target_match' strategy (checked first)"
     ),
-    "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD": EnvVar(_int, 128, "ngram_match: token budget of the batch"),
+    "INFER_WITH_REFERENCE_TOKENUM_THRESHOLD": EnvVar(
+        _int, 128, "ngram_match: token budget of the batch"
+    ),
     "SPEC_TOKENUM_THRESHOLD": EnvVar(_int, 1024, "hybrid_mtp_ngram: token budget of the batch"),
     "INFERENCE_MSG_QUEUE_ID": EnvVar(_int, 1, "SysV message queue id of the output ops"),
     "INFERENCE_MSG_ID": EnvVar(_int, 1, "message id (header word) of the output ops' messages"),
     "FD_MTP_CUDA_MODULE_DIR": EnvVar(
-        lambda name, raw: raw, None, "fd_mtp.cuda: load the raw CUDA module fd_mtp_cuda from this directory"
+        lambda name, raw: raw,
+        None,
+        "fd_mtp.cuda: load the raw CUDA module fd_mtp_cuda from this directory",
     ),
 }
 

@@ -11,6 +11,7 @@ Speculative decoding with the checkpoint's MTP head (FastDeploy's dict form is a
 >>> out = llm.generate("def f(", fd_mtp.SamplingParams(temperature=0, max_tokens=64))  # doctest: +SKIP
 >>> out[0].metrics.spec.mean_accepted_length, llm.speculative_metrics.summary()        # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,10 @@ def check_device(device) -> str:
         import paddle
 
         if not paddle.is_compiled_with_cuda():
-            raise ValueError(f"LLM: device={device!r} needs a CUDA build of PaddlePaddle; this paddle "
-                             f"({paddle.__version__}) is a CPU build: use device='cpu'")
+            raise ValueError(
+                f"LLM: device={device!r} needs a CUDA build of PaddlePaddle; this paddle "
+                f"({paddle.__version__}) is a CPU build: use device='cpu'"
+            )
     return kind + (":" + index if index else "")
 
 
@@ -70,7 +73,9 @@ def _sampling_params(value, what: str) -> SamplingParams:
         if unknown:
             raise ValueError(f"{what} has unknown SamplingParams fields {unknown}; known: {known}")
         return SamplingParams(**value)
-    raise ValueError(f"{what} must be a SamplingParams or a dict of its fields, got {type(value).__name__}")
+    raise ValueError(
+        f"{what} must be a SamplingParams or a dict of its fields, got {type(value).__name__}"
+    )
 
 
 class _Progress:
@@ -146,10 +151,22 @@ class LLM:
     before anything is loaded.
     """
 
-    def __init__(self, model=None, *, tokenizer=None, device: str = "cpu", max_num_seqs: int = 8,
-                 max_model_len: int | None = None, block_size: int = 64, num_gpu_blocks: int | None = None,
-                 max_num_batched_tokens: int = 2048, speculative_config=None, mtp_model=None,
-                 dtype: str | None = None, seed: int = 0):
+    def __init__(
+        self,
+        model=None,
+        *,
+        tokenizer=None,
+        device: str = "cpu",
+        max_num_seqs: int = 8,
+        max_model_len: int | None = None,
+        block_size: int = 64,
+        num_gpu_blocks: int | None = None,
+        max_num_batched_tokens: int = 2048,
+        speculative_config=None,
+        mtp_model=None,
+        dtype: str | None = None,
+        seed: int = 0,
+    ):
         import paddle
 
         from .config import CacheConfig, SchedulerConfig, SpeculativeConfig
@@ -157,13 +174,19 @@ class LLM:
         from .engine.runner import ModelRunner
 
         if model is not None and not isinstance(model, (str, os.PathLike, paddle.nn.Layer)):
-            raise TypeError(f"LLM: model must be a checkpoint directory (str or os.PathLike), an "
-                            f"Ernie4_5ForCausalLM instance or None (the demo model), got {type(model).__name__}")
+            raise TypeError(
+                f"LLM: model must be a checkpoint directory (str or os.PathLike), an "
+                f"Ernie4_5ForCausalLM instance or None (the demo model), got {type(model).__name__}"
+            )
         # the keyword arguments, parsed once into the typed configs that go down to the engine,
         # the runner and the proposer
         spec = SpeculativeConfig.from_value(speculative_config)
-        scheduler = _config(SchedulerConfig, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                            max_model_len=max_model_len)
+        scheduler = _config(
+            SchedulerConfig,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+        )
         cache = _config(CacheConfig, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
         if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
             raise ValueError(f"LLM: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
@@ -173,9 +196,11 @@ class LLM:
             if dtype not in DTYPES:
                 raise ValueError(f"LLM: dtype must be None or one of {list(DTYPES)}, got {dtype!r}")
             if dtype != "float32" and device == "cpu":
-                raise ValueError(f"LLM: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build has no "
-                                 "half-precision matmul): use dtype='float32' or None (a half-precision "
-                                 "checkpoint then runs in float32), or device='gpu'")
+                raise ValueError(
+                    f"LLM: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build has no "
+                    "half-precision matmul): use dtype='float32' or None (a half-precision "
+                    "checkpoint then runs in float32), or device='gpu'"
+                )
         paddle.set_device(device)
         self.device = device
         if model is None:
@@ -195,8 +220,10 @@ class LLM:
         self.tokenizer = tokenizer
         scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)
         if spec is not None and spec.method == "mtp" and mtp_model is None:
-            raise ValueError("LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
-                             "none (num_nextn_predict_layers = 0); use method 'ngram' or pass mtp_model")
+            raise ValueError(
+                "LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
+                "none (num_nextn_predict_layers = 0); use method 'ngram' or pass mtp_model"
+            )
         cache = _call(cache.resolve, scheduler, 0 if spec is None else spec.extra_positions)
         self.scheduler_config = scheduler
         self.cache_config = cache
@@ -209,8 +236,14 @@ class LLM:
 
             if mtp_model is not None:
                 mtp_model.eval()
-            self.runner = SpeculativeModelRunner(model, spec, scheduler_config=scheduler, cache_config=cache,
-                                                 mtp_model=mtp_model, seed=seed)
+            self.runner = SpeculativeModelRunner(
+                model,
+                spec,
+                scheduler_config=scheduler,
+                cache_config=cache,
+                mtp_model=mtp_model,
+                seed=seed,
+            )
         self.engine = LLMEngine(self.runner, tokenizer=tokenizer, seed=seed)
 
     @property
@@ -226,27 +259,38 @@ class LLM:
 
     @staticmethod
     def _normalize(prompts, sampling_params):
-        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts
-                                        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompts)):
+        if isinstance(prompts, str) or (
+            isinstance(prompts, (list, tuple))
+            and prompts
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompts)
+        ):
             prompts = [prompts]
         if not isinstance(prompts, (list, tuple)):
-            raise ValueError(f"prompts must be a string, a list of token ids or a list of those, got "
-                             f"{type(prompts).__name__}")
+            raise ValueError(
+                f"prompts must be a string, a list of token ids or a list of those, got "
+                f"{type(prompts).__name__}"
+            )
         prompts = list(prompts)
         if sampling_params is None:
             params = [SamplingParams()] * len(prompts)
         elif isinstance(sampling_params, (SamplingParams, Mapping)):
             params = [_sampling_params(sampling_params, "sampling_params")] * len(prompts)
         elif isinstance(sampling_params, (list, tuple)):
-            params = [_sampling_params(p, f"sampling_params[{i}]") for i, p in enumerate(sampling_params)]
+            params = [
+                _sampling_params(p, f"sampling_params[{i}]") for i, p in enumerate(sampling_params)
+            ]
             if len(params) != len(prompts):
                 raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts")
         else:
-            raise ValueError("sampling_params must be a SamplingParams, a dict of its fields, a list of those "
-                             f"(one per prompt) or None, got {type(sampling_params).__name__}")
+            raise ValueError(
+                "sampling_params must be a SamplingParams, a dict of its fields, a list of those "
+                f"(one per prompt) or None, got {type(sampling_params).__name__}"
+            )
         return prompts, params
 
-    def generate_stream(self, prompts, sampling_params=None, *, use_tqdm: bool = False) -> Iterator[StreamDelta]:
+    def generate_stream(
+        self, prompts, sampling_params=None, *, use_tqdm: bool = False
+    ) -> Iterator[StreamDelta]:
         """Yield `StreamDelta`s (``.index`` = the prompt's position) step by step, in step order.
 
         A rejected prompt (empty, too long, ids outside the vocabulary, text without tokenizer)
@@ -258,7 +302,9 @@ class LLM:
         """
         yield from self._run(prompts, sampling_params, use_tqdm, {}, {})
 
-    def _run(self, prompts, sampling_params, use_tqdm, rejected: dict, ids: dict) -> Iterator[StreamDelta]:
+    def _run(
+        self, prompts, sampling_params, use_tqdm, rejected: dict, ids: dict
+    ) -> Iterator[StreamDelta]:
         """`generate_stream`; fills ``rejected`` (index -> RequestOutput) and ``ids`` (index -> request id)."""
         prompts, params = self._normalize(prompts, sampling_params)
         engine = self.engine
@@ -269,8 +315,12 @@ class LLM:
                 try:
                     rid = engine.add_request(prompt, sp)
                 except ValueError as exc:
-                    out = RequestOutput.rejected(f"rejected-{i}", prompt, prompt if isinstance(prompt, list) else [],
-                                                 str(exc))
+                    out = RequestOutput.rejected(
+                        f"rejected-{i}",
+                        prompt,
+                        prompt if isinstance(prompt, list) else [],
+                        str(exc),
+                    )
                     rejected[i] = out
                     bar.update(1, 0)
                     yield StreamDelta(out.request_id, i, [], "", True, "error", str(exc))
@@ -290,8 +340,14 @@ class LLM:
                 if req is not None and not req.finished:
                     engine.abort_request(rid)
 
-    def generate(self, prompts, sampling_params=None, *, use_tqdm: bool = True,
-                 stream_callback: Callable[[StreamDelta], None] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts,
+        sampling_params=None,
+        *,
+        use_tqdm: bool = True,
+        stream_callback: Callable[[StreamDelta], None] | None = None,
+    ) -> list[RequestOutput]:
         """Generate for every prompt; returns one `RequestOutput` per prompt, in prompt order.
 
         Args:
@@ -318,8 +374,10 @@ class LLM:
         except KeyboardInterrupt:
             run.close()  # aborts this call's unfinished requests (a no-op when the generator raised)
             raise GenerationInterrupted(self._partial(prompts, rejected, ids)) from None
-        return [rejected[i] if i in rejected else self.engine.pop_output(ids[i])
-                for i in range(len(ids) + len(rejected))]
+        return [
+            rejected[i] if i in rejected else self.engine.pop_output(ids[i])
+            for i in range(len(ids) + len(rejected))
+        ]
 
     def _partial(self, prompts, rejected: dict, ids: dict) -> list[RequestOutput]:
         """The outputs of an interrupted `generate`: what each request has so far ("aborted")."""
@@ -332,8 +390,12 @@ class LLM:
             if req is not None and not req.finished:
                 self.engine.abort_request(req.request_id)
             if req is None:  # interrupted before this prompt was queued
-                out = RequestOutput.rejected(f"unqueued-{i}", prompt, prompt if isinstance(prompt, list) else [],
-                                             "interrupted before the request was queued")
+                out = RequestOutput.rejected(
+                    f"unqueued-{i}",
+                    prompt,
+                    prompt if isinstance(prompt, list) else [],
+                    "interrupted before the request was queued",
+                )
                 out.finish_reason, out.error = "aborted", None
             else:
                 out = self.engine.pop_output(req.request_id)

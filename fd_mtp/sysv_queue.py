@@ -2,6 +2,7 @@
 with no paddle: the wire constants (FastDeploy's layout), the queue / message id resolution (from
 fd_mtp.envs), ``ftok`` keys, and libc ``msgrcv`` / ``msgctl`` through ctypes. fd_mtp.ops.msgqueue
 and fd_mtp.reference.msgqueue both use them."""
+
 from __future__ import annotations
 
 import ctypes
@@ -116,7 +117,13 @@ def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=Fals
         err = ctypes.get_errno()
         raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
     libc.msgrcv.restype = ctypes.c_ssize_t
-    libc.msgrcv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_int)
+    libc.msgrcv.argtypes = (
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_long,
+        ctypes.c_int,
+    )
     msg = _Message()  # zero-filled
     if libc.msgrcv(queue, ctypes.byref(msg), MESSAGE_BYTES, 0, 0 if wait else _IPC_NOWAIT) == -1:
         err = ctypes.get_errno()

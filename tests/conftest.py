@@ -1,4 +1,5 @@
 """Shared pytest setup: Hypothesis profiles (CI runs the "ci" profile)."""
+
 import os
 
 from hypothesis import HealthCheck, settings

@@ -15,6 +15,7 @@ everywhere (the root imports nothing eagerly). Inside the engine, the runner-lev
 (model runners, sampler, sampling parameters, block manager) must not import the scheduler-level
 ones (the engine loop, requests, detokenizer).
 """
+
 from __future__ import annotations
 
 import ast
@@ -93,8 +94,11 @@ def edges():
 
 
 def test_every_package_has_a_layer():
-    packages = {p.stem if p.is_file() else p.name for p in ROOT.iterdir()
-                if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    packages = {
+        p.stem if p.is_file() else p.name
+        for p in ROOT.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
     assert packages - set(RANK) == set(), "give every fd_mtp package a layer in LAYERS"
 
 
@@ -109,9 +113,16 @@ def test_no_cycle_between_packages():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
-                pytest.fail("import cycle: " + " -> ".join(cycle) + "\n" + "\n".join(
-                    f"  {a} -> {b}: {pkg_edges[(a, b)][0]}" for a, b in itertools.pairwise(cycle)))
+                cycle = stack[stack.index(nxt) :] + [nxt]
+                pytest.fail(
+                    "import cycle: "
+                    + " -> ".join(cycle)
+                    + "\n"
+                    + "\n".join(
+                        f"  {a} -> {b}: {pkg_edges[(a, b)][0]}"
+                        for a, b in itertools.pairwise(cycle)
+                    )
+                )
             if state.get(nxt) is None:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -123,25 +134,38 @@ def test_no_cycle_between_packages():
 
 def test_imports_only_go_down_the_layers():
     pkg_edges, _ = edges()
-    bad = [f"fd_mtp.{src} ({LAYERS[RANK[src]][0]}) imports fd_mtp.{dst} ({LAYERS[RANK[dst]][0]}) at {where[0]}"
-           for (src, dst), where in sorted(pkg_edges.items())
-           if src in RANK and dst in RANK and RANK[dst] <= RANK[src]]
+    bad = [
+        f"fd_mtp.{src} ({LAYERS[RANK[src]][0]}) imports fd_mtp.{dst} ({LAYERS[RANK[dst]][0]}) at {where[0]}"
+        for (src, dst), where in sorted(pkg_edges.items())
+        if src in RANK and dst in RANK and RANK[dst] <= RANK[src]
+    ]
     assert not bad, "imports that run up (or across) the layers:\n" + "\n".join(bad)
 
 
 def test_engine_runner_level_does_not_import_the_scheduler_level():
     _, engine_edges = edges()
-    bad = [f"fd_mtp.engine.{a} imports fd_mtp.engine.{b} at {where}" for a, b, where in engine_edges
-           if a in ENGINE_RUNNER_LEVEL and b in ENGINE_SCHEDULER_LEVEL]
+    bad = [
+        f"fd_mtp.engine.{a} imports fd_mtp.engine.{b} at {where}"
+        for a, b, where in engine_edges
+        if a in ENGINE_RUNNER_LEVEL and b in ENGINE_SCHEDULER_LEVEL
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_the_checker_sees_relative_and_nested_imports():
     # the parser resolves `from .. import ops` and imports inside functions
     found = {tuple(m[:2]) for m, _ in imports_of(ROOT / "engine" / "spec_runner.py")}
-    assert ("fd_mtp", "ops") in found and ("fd_mtp", "proposer") in found and ("fd_mtp", "config") in found
+    assert (
+        ("fd_mtp", "ops") in found
+        and ("fd_mtp", "proposer") in found
+        and ("fd_mtp", "config") in found
+    )
     found = {tuple(m[:3]) for m, _ in imports_of(ROOT / "engine" / "runner.py")}
-    assert ("fd_mtp", "batch") in {f[:2] for f in found} and ("fd_mtp", "engine", "sampler") in found
+    assert ("fd_mtp", "batch") in {f[:2] for f in found} and (
+        "fd_mtp",
+        "engine",
+        "sampler",
+    ) in found
     found = {tuple(m[:2]) for m, _ in imports_of(ROOT / "llm.py")}
     assert ("fd_mtp", "engine") in found and ("fd_mtp", "model") in found  # function-level imports
 
@@ -155,7 +179,11 @@ def test_no_environment_reads_above_envs():
         for path in sorted(p.rglob("*.py") if p.is_dir() else [p]):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
-                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv") \
-                        and isinstance(node.value, ast.Name) and node.value.id == "os":
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in ("environ", "getenv", "putenv")
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "os"
+                ):
                     offenders.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
     assert not offenders, offenders

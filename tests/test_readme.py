@@ -19,7 +19,8 @@ python block whose fence is on line 60).
 
 Blocks that depend on earlier ones: before a block runs, the earlier executed blocks of its ``## ``
 section run (each once per session, in README order), so ``pytest tests/test_readme.py -k L<line>``
-works alone; when one of them failed, the later block fails and names it. ``<!-- readme-test: skip (REASON) -->`` on the line before a fence skips that block
+works alone; when one of them failed, the later block fails and names it.
+``<!-- readme-test: skip (REASON) -->`` on the line before a fence skips that block
 with REASON (blocks that cannot run here: the full build and test suite behind ``make demo`` /
 ``make test``). A failing block's message starts with ``README.md:LINE``.
 
@@ -28,6 +29,7 @@ repository path quoted in backticks exists, every ``--option`` written after ``f
 ``python -m fd_mtp.demo`` or ``benchmarks/*.py`` is defined in that program's source, and every
 ``make TARGET`` is a Makefile target.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,7 +47,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 README_LINES = README.read_text(encoding="utf-8").splitlines()
-VENV_BIN = ROOT / ".venv" / "bin" if (ROOT / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+VENV_BIN = (
+    ROOT / ".venv" / "bin" if (ROOT / ".venv" / "bin").is_dir() else Path(sys.executable).parent
+)
 BLOCK_TIMEOUT_S = 300
 
 EXECUTED = {"python": "python", "bash": "bash", "sh": "bash", "console": "console"}
@@ -101,8 +105,15 @@ def parse_blocks(lines: list[str]) -> list[Block]:
         while k >= 0 and not lines[k].strip():
             k -= 1
         tag = _TAG.match(lines[k].strip()) if k >= 0 else None
-        blocks.append(Block(line=start + 1, lang=m.group(2).lower(), code="\n".join(lines[start + 1:j]),
-                            section=section, tag=tag.group(1) if tag else None))
+        blocks.append(
+            Block(
+                line=start + 1,
+                lang=m.group(2).lower(),
+                code="\n".join(lines[start + 1 : j]),
+                section=section,
+                tag=tag.group(1) if tag else None,
+            )
+        )
         i = j + 1
     return blocks
 
@@ -120,7 +131,9 @@ class Section:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.namespace: dict = {"__name__": "__main__"}
-        self.results: dict[int, str | None] = {}  # block line -> None (passed) or the failure message
+        self.results: dict[
+            int, str | None
+        ] = {}  # block line -> None (passed) or the failure message
 
 
 _SECTIONS: dict[str, Section] = {}
@@ -156,8 +169,14 @@ def _env() -> dict:
 def _run_bash(script: str, cwd: Path, first_line: int) -> subprocess.CompletedProcess:
     """``bash -e -c script``; a failing command prints the README line it is on (trap ERR)."""
     trap = f"trap 'echo \"README.md:$((LINENO + {first_line - 2})): exit status $?\" >&2' ERR\n"
-    return subprocess.run(["bash", "-e", "-c", trap + script], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, timeout=BLOCK_TIMEOUT_S)
+    return subprocess.run(
+        ["bash", "-e", "-c", trap + script],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+    )
 
 
 def _report(proc: subprocess.CompletedProcess) -> str:
@@ -169,7 +188,9 @@ def run_python(block: Block, section: Section) -> None:
     try:
         tree = ast.parse(src, filename=str(README))
     except SyntaxError as exc:
-        raise AssertionError(f"{block.where()}: syntax error at README.md:{exc.lineno}: {exc.msg}") from None
+        raise AssertionError(
+            f"{block.where()}: syntax error at README.md:{exc.lineno}: {exc.msg}"
+        ) from None
     with _chdir(section.tmp):
         for stmt in tree.body:
             code = compile(ast.Module(body=[stmt], type_ignores=[]), str(README), "exec")
@@ -179,14 +200,17 @@ def run_python(block: Block, section: Section) -> None:
                 with contextlib.redirect_stdout(out):
                     exec(code, section.namespace)  # noqa: S102 - running the README's example is the test
             except Exception as exc:
-                raise AssertionError(f"{block.where()}: README.md:{stmt.lineno} raised {type(exc).__name__}: "
-                                     f"{exc}") from exc
+                raise AssertionError(
+                    f"{block.where()}: README.md:{stmt.lineno} raised {type(exc).__name__}: {exc}"
+                ) from exc
             finally:
                 sys.stdout.write(out.getvalue())
             if expect is not None:
                 got = out.getvalue().strip()
-                assert got == expect.group(1), (f"{block.where()}: README.md:{stmt.end_lineno} printed {got!r}, "
-                                                f"the README says {expect.group(1)!r}")
+                assert got == expect.group(1), (
+                    f"{block.where()}: README.md:{stmt.end_lineno} printed {got!r}, "
+                    f"the README says {expect.group(1)!r}"
+                )
 
 
 def run_bash(block: Block, section: Section) -> None:
@@ -194,7 +218,9 @@ def run_bash(block: Block, section: Section) -> None:
     proc = _run_bash(block.code, cwd, block.line + 1)
     print(proc.stdout, end="")
     print(proc.stderr, end="", file=sys.stderr)
-    assert proc.returncode == 0, f"{block.where()} failed (exit status {proc.returncode})\n{_report(proc)}"
+    assert proc.returncode == 0, (
+        f"{block.where()} failed (exit status {proc.returncode})\n{_report(proc)}"
+    )
 
 
 def _mask(line: str) -> str:
@@ -212,7 +238,9 @@ def console_commands(block: Block) -> list[tuple[int, str, list[str]]]:
     lines, cmds, i = block.code.splitlines(), [], 0
     while i < len(lines):
         if not lines[i].startswith("$ "):
-            raise AssertionError(f"{block.where()}: README.md:{block.line + 1 + i}: expected a '$ ' command")
+            raise AssertionError(
+                f"{block.where()}: README.md:{block.line + 1 + i}: expected a '$ ' command"
+            )
         line_no, cmd = block.line + 1 + i, lines[i][2:]
         while cmd.endswith("\\") and i + 1 < len(lines):
             i += 1
@@ -232,14 +260,20 @@ def run_console(block: Block, section: Section) -> None:
         proc = _run_bash(cmd, cwd, line_no)
         print(proc.stdout, end="")
         print(proc.stderr, end="", file=sys.stderr)
-        assert proc.returncode == 0, (f"{block.where()}: the command at README.md:{line_no} failed (exit status "
-                                      f"{proc.returncode})\n{_report(proc)}")
+        assert proc.returncode == 0, (
+            f"{block.where()}: the command at README.md:{line_no} failed (exit status "
+            f"{proc.returncode})\n{_report(proc)}"
+        )
         got = proc.stdout.splitlines()
         for k, (g, w) in enumerate(zip(got, want)):
-            assert _mask(g) == _mask(w), (f"{block.where()}: README.md:{line_no + 1 + k + cmd.count(chr(10))}: "
-                                          f"the command printed\n  {g}\nbut the README shows\n  {w}")
-        assert len(got) == len(want), (f"{block.where()}: the command at README.md:{line_no} printed {len(got)} "
-                                       f"lines, the README shows {len(want)}\n{_report(proc)}")
+            assert _mask(g) == _mask(w), (
+                f"{block.where()}: README.md:{line_no + 1 + k + cmd.count(chr(10))}: "
+                f"the command printed\n  {g}\nbut the README shows\n  {w}"
+            )
+        assert len(got) == len(want), (
+            f"{block.where()}: the command at README.md:{line_no} printed {len(got)} "
+            f"lines, the README shows {len(want)}\n{_report(proc)}"
+        )
 
 
 RUNNERS = {"python": run_python, "bash": run_bash, "console": run_console}
@@ -259,8 +293,10 @@ def run_block(block: Block, section: Section) -> None:
             except Exception as exc:  # noqa: BLE001 - recorded, reported by the later block
                 section.results[earlier.line] = str(exc).splitlines()[0] if str(exc) else repr(exc)
         if section.results[earlier.line] is not None:
-            pytest.fail(f"{block.where()}: not run, because the earlier block it follows, README.md:{earlier.line}, "
-                        f"failed: {section.results[earlier.line]}")
+            pytest.fail(
+                f"{block.where()}: not run, because the earlier block it follows, README.md:{earlier.line}, "
+                f"failed: {section.results[earlier.line]}"
+            )
     if block.line in section.results:  # already run as an earlier block of another test
         if section.results[block.line] is not None:
             pytest.fail(section.results[block.line])
@@ -284,20 +320,29 @@ def test_readme_block(block: Block, sections):
 # Static checks
 # ------------------------------------------------------------------------------------------------
 def test_blocks_have_known_languages_and_tags():
-    assert len(RUNNABLE) >= 5, f"found only {len(RUNNABLE)} runnable blocks in README.md: is the parser broken?"
+    assert len(RUNNABLE) >= 5, (
+        f"found only {len(RUNNABLE)} runnable blocks in README.md: is the parser broken?"
+    )
     for b in BLOCKS:
         assert b.lang in EXECUTED or b.lang in NOT_EXECUTED, (
             f"README.md:{b.line}: fence language {b.lang!r}; this test knows {sorted(EXECUTED)} (executed) and "
-            f"{sorted(NOT_EXECUTED)} (not executed)")
+            f"{sorted(NOT_EXECUTED)} (not executed)"
+        )
         if b.tag is not None:
-            assert b.kind is not None, f"README.md:{b.line}: readme-test tag on a block that is not executed"
+            assert b.kind is not None, (
+                f"README.md:{b.line}: readme-test tag on a block that is not executed"
+            )
             assert b.skip_reason is not None or b.tag == "tmpdir", (
-                f"README.md:{b.line}: unknown tag {b.tag!r} (use 'skip (reason)' or 'tmpdir')")
+                f"README.md:{b.line}: unknown tag {b.tag!r} (use 'skip (reason)' or 'tmpdir')"
+            )
     for i, line in enumerate(README_LINES, 1):
         if "readme-test" in line:
             nxt = next((j for j in range(i, len(README_LINES)) if README_LINES[j].strip()), None)
-            assert _TAG.match(line.strip()) and nxt is not None and _FENCE.match(README_LINES[nxt]), (
-                f"README.md:{i}: a readme-test tag must be a whole-line comment right before a code fence")
+            assert (
+                _TAG.match(line.strip()) and nxt is not None and _FENCE.match(README_LINES[nxt])
+            ), (
+                f"README.md:{i}: a readme-test tag must be a whole-line comment right before a code fence"
+            )
 
 
 def _prose() -> list[tuple[int, str, str]]:
@@ -333,7 +378,12 @@ def test_paths_quoted_in_backticks_exist():
     missing = []
     for line, _, span in _spans():
         for word in span.split():
-            if "/" not in word or word.startswith(("../", "/", "-", "$")) or "<" in word or "://" in word:
+            if (
+                "/" not in word
+                or word.startswith(("../", "/", "-", "$"))
+                or "<" in word
+                or "://" in word
+            ):
                 continue
             if not re.fullmatch(r"[\w.][\w./-]*", word) or word.startswith(generated):
                 continue
@@ -361,7 +411,9 @@ def _option_uses() -> list[tuple[int, Path, str]]:
         for k, line in enumerate(b.code.splitlines()):
             texts.append((b.line + 1 + k, line.split(" # ")[0], b.section))
     for line, text, section in texts:
-        hits = sorted((m.end(), prog) for pat, prog in PROGRAMS.items() for m in re.finditer(pat, text))
+        hits = sorted(
+            (m.end(), prog) for pat, prog in PROGRAMS.items() for m in re.finditer(pat, text)
+        )
         if not hits and section == "Command line":
             hits = [(0, PROGRAMS[r"\bfd-mtp\b"])]
         for n, (pos, prog) in enumerate(hits):
@@ -385,9 +437,19 @@ def test_command_options_exist():
 def test_make_targets_exist():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     targets = set(re.findall(r"(?m)^([\w-]+)\s*:(?!=)", makefile))
-    uses = [(line, t) for line, _, span in _spans() for t in re.findall(r"(?<![\w-])make ([a-z][\w-]*)", span)]
-    uses += [(b.line + 1 + k, t) for b in RUNNABLE for k, ln in enumerate(b.code.splitlines())
-             for t in re.findall(r"^\s*make ([a-z][\w-]*)", ln)]
+    uses = [
+        (line, t)
+        for line, _, span in _spans()
+        for t in re.findall(r"(?<![\w-])make ([a-z][\w-]*)", span)
+    ]
+    uses += [
+        (b.line + 1 + k, t)
+        for b in RUNNABLE
+        for k, ln in enumerate(b.code.splitlines())
+        for t in re.findall(r"^\s*make ([a-z][\w-]*)", ln)
+    ]
     missing = [f"README.md:{line}: make {t}" for line, t in uses if t not in targets]
     assert uses, "found no `make` commands in README.md: is the scan broken?"
-    assert not missing, "README uses make targets the Makefile does not define:\n" + "\n".join(missing)
+    assert not missing, "README uses make targets the Makefile does not define:\n" + "\n".join(
+        missing
+    )

@@ -30,6 +30,7 @@ Hoeffding's inequality gives ``P(|err| > lam sigma) <= 2 exp(-lam**2 / 2)`` wher
 with every op's result perturbed by ``+-D_k`` (random signs): the spread of those evaluations
 is ``sigma`` (first order), computed from the actual weights and inputs.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ import math
 import numpy as np
 
 #: float32 unit roundoff
-U = 2.0 ** -24
+U = 2.0**-24
 #: accuracy assumed of a float32 transcendental function (exp, sin, cos, pow, rsqrt, sigmoid)
 FUNC_ULPS = 4
 #: the same as a relative error
@@ -70,7 +71,9 @@ def softmax_rounding_rel(n, max_gap):
     ``FUNC_REL + U`` (``n + 1`` of them), the sum ``gamma(n)``, the division ``2 U``, and the
     weight's numerator and the denominator both carry these (factor 2)."""
     n = np.asarray(n, np.float64)
-    return 2 * (2 * U * np.asarray(max_gap, np.float64) + (n + 1) * (FUNC_REL + U)) + gamma(n) + 2 * U
+    return (
+        2 * (2 * U * np.asarray(max_gap, np.float64) + (n + 1) * (FUNC_REL + U)) + gamma(n) + 2 * U
+    )
 
 
 def softmax_perturbation_rel(err, axis=-1):
@@ -117,7 +120,7 @@ def rope_truth64(x, positions, theta: float):
     """Interleaved RoPE of ``x [T, H, D]`` in float64: pair ``(x[2i], x[2i+1])`` of token t rotated
     by angle ``pos_t * theta ** (-2i / D)``: ``(a cos - b sin, a sin + b cos)``."""
     x = np.asarray(x, np.float64)
-    ang = rope_angles64(positions, x.shape[-1], theta)[:, None, :]          # [T, 1, D/2]
+    ang = rope_angles64(positions, x.shape[-1], theta)[:, None, :]  # [T, 1, D/2]
     a, b = x[..., 0::2], x[..., 1::2]
     c, s = np.cos(ang), np.sin(ang)
     out = np.empty_like(x)
@@ -139,7 +142,7 @@ def rope_angle_error_bound(positions, head_dim: int, theta: float):
     error ``|pos| theta**-e_i rho_i``: it grows with the position (0.08 rad at pos 131071, i = 0;
     float32 numbers near 1.3e5 are 2**-7 apart, so no float32 angle there is better than 0.004)."""
     positions = np.asarray(positions, np.float64)
-    assert np.all(np.abs(positions) < 2 ** 24), "positions must be exact in float32"
+    assert np.all(np.abs(positions) < 2**24), "positions must be exact in float32"
     e = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
     rho = e * math.log(theta) * (2 * U + FUNC_REL) + FUNC_REL + 2 * U
     return np.abs(rope_angles64(positions, head_dim, theta)) * rho[None, :]
@@ -224,6 +227,8 @@ def assert_within(got, want, bound, what: str = "") -> None:
     err = np.abs(got - want)
     ratio = np.nan_to_num(err / np.maximum(bound, np.finfo(np.float64).tiny), nan=np.inf)
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), got.shape))
-    assert np.all(err <= bound), (f"{what}: |got - want| = {err[worst]:.3g} > bound {bound[worst]:.3g} at {worst} "
-                                  f"(got {got[worst]!r}, want {want[worst]!r}; {int((err > bound).sum())} of "
-                                  f"{err.size} elements out of bound)")
+    assert np.all(err <= bound), (
+        f"{what}: |got - want| = {err[worst]:.3g} > bound {bound[worst]:.3g} at {worst} "
+        f"(got {got[worst]!r}, want {want[worst]!r}; {int((err > bound).sum())} of "
+        f"{err.size} elements out of bound)"
+    )

@@ -47,6 +47,7 @@ Example (the demo checkpoint's run; ``--help`` lists every option)::
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python tools/train_demo_model.py --threads 1 \\
         --out runs/demo --max-minutes 55
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,6 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run from a source checkout without installing
     sys.path.insert(0, str(REPO))
 from fd_mtp.assets.corpus import MAX_FILE_BYTES, SPLIT_RULE, read_text, split_corpus, stdlib_root  # noqa: E402
+
 DEFAULT_EXPORT = REPO / "fd_mtp" / "assets" / "ernie45_tiny_mtp"
 STATE_FILES = ("state.pdparams", "state.pdopt", "state.json")
 FINAL_RESERVE_S = 60  # --max-minutes: seconds kept for the final evaluation, snapshot and export
@@ -72,30 +74,52 @@ FINAL_RESERVE_S = 60  # --max-minutes: seconds kept for the final evaluation, sn
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Train the tiny ERNIE-4.5 + MTP demo model on the Python standard library's sources "
-                    "(CPU, float32) and export it as an fd_mtp checkpoint directory.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "(CPU, float32) and export it as an fd_mtp checkpoint directory.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     g = p.add_argument_group("run")
-    g.add_argument("--out", type=Path, default=REPO / "runs" / "demo",
-                   help="work directory: tokenizer, token cache, state snapshots, log, plot")
+    g.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "runs" / "demo",
+        help="work directory: tokenizer, token cache, state snapshots, log, plot",
+    )
     g.add_argument("--export", type=Path, default=DEFAULT_EXPORT, help="final checkpoint directory")
     g.add_argument("--resume", action="store_true", help="continue from the snapshot in --out")
-    g.add_argument("--export-only", action="store_true",
-                   help="no training: export the snapshot of --from-state (default --out) to --export")
-    g.add_argument("--from-state", type=Path, default=None, help="snapshot directory for --export-only")
-    g.add_argument("--max-minutes", type=float, default=None,
-                   help="wall-clock budget of this invocation, from its start: training stops "
-                        f"{FINAL_RESERVE_S} s before it to leave time for the final evaluation, save and export")
-    g.add_argument("--stop-after", type=int, default=None,
-                   help="stop cleanly (save + export) after this step, as an interruption would; "
-                        "--resume continues to --steps (the schedule is that of --steps)")
+    g.add_argument(
+        "--export-only",
+        action="store_true",
+        help="no training: export the snapshot of --from-state (default --out) to --export",
+    )
+    g.add_argument(
+        "--from-state", type=Path, default=None, help="snapshot directory for --export-only"
+    )
+    g.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="wall-clock budget of this invocation, from its start: training stops "
+        f"{FINAL_RESERVE_S} s before it to leave time for the final evaluation, save and export",
+    )
+    g.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="stop cleanly (save + export) after this step, as an interruption would; "
+        "--resume continues to --steps (the schedule is that of --steps)",
+    )
     g.add_argument("--threads", type=int, default=2, help="CPU threads (OMP / MKL / Paddle)")
     g.add_argument("--seed", type=int, default=1234)
     g.add_argument("--save-every", type=int, default=50, help="snapshot every N steps")
     g.add_argument("--eval-every", type=int, default=50, help="validation every N steps")
     g.add_argument("--eval-windows", type=int, default=24, help="validation windows (fixed)")
     g.add_argument("--no-progress", action="store_true", help="no tqdm bar (log lines instead)")
-    g.add_argument("--corpus-dir", type=Path, default=None,
-                   help="read *.py files here instead of the standard library (tests)")
+    g.add_argument(
+        "--corpus-dir",
+        type=Path,
+        default=None,
+        help="read *.py files here instead of the standard library (tests)",
+    )
     g = p.add_argument_group("optimisation")
     g.add_argument("--steps", type=int, default=850)
     g.add_argument("--batch-size", type=int, default=4)
@@ -105,9 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
     g.add_argument("--weight-decay", type=float, default=0.1)
     g.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
-    g.add_argument("--mtp-weight", type=float, default=0.5, help="lambda1: MTP step-1 loss (x[t+2])")
-    g.add_argument("--mtp2-weight", type=float, default=0.25,
-                   help="lambda2: MTP step-2 loss (x[t+3], the block fed its own hidden); 0 disables")
+    g.add_argument(
+        "--mtp-weight", type=float, default=0.5, help="lambda1: MTP step-1 loss (x[t+2])"
+    )
+    g.add_argument(
+        "--mtp2-weight",
+        type=float,
+        default=0.25,
+        help="lambda2: MTP step-2 loss (x[t+3], the block fed its own hidden); 0 disables",
+    )
     g = p.add_argument_group("model")
     g.add_argument("--vocab-size", type=int, default=3072)
     g.add_argument("--hidden-size", type=int, default=192)
@@ -117,8 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kv-heads", type=int, default=2)
     g.add_argument("--max-position-embeddings", type=int, default=2048)
     g.add_argument("--rope-theta", type=float, default=10000.0)
-    g.add_argument("--tokenizer-chars", type=int, default=3_000_000,
-                   help="characters of training files the tokenizer is trained on")
+    g.add_argument(
+        "--tokenizer-chars",
+        type=int,
+        default=3_000_000,
+        help="characters of training files the tokenizer is trained on",
+    )
     g.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float32"])
     return p
 
@@ -131,8 +165,13 @@ def set_threads(n: int) -> None:
 
 # --------------------------------------------------------------------------- corpus
 TOKENIZER_OPTIONS = dict(
-    normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
-    allow_whitespace_only_pieces=True, user_defined_symbols=["\n"], split_digits=True, byte_fallback=True,
+    normalization_rule_name="identity",
+    remove_extra_whitespaces=False,
+    add_dummy_prefix=False,
+    allow_whitespace_only_pieces=True,
+    user_defined_symbols=["\n"],
+    split_digits=True,
+    byte_fallback=True,
 )
 
 
@@ -140,12 +179,18 @@ def build_tokenizer(out: Path, train_files, vocab_size: int, max_chars: int):
     from fd_mtp.model.tokenizer import SentencePieceTokenizer, train_sentencepiece
 
     tok_dir = out / "tokenizer"
-    settings = {"vocab_size": vocab_size, "max_chars": max_chars, "options": TOKENIZER_OPTIONS,
-                "train_files": [r for r, _ in train_files]}
+    settings = {
+        "vocab_size": vocab_size,
+        "max_chars": max_chars,
+        "options": TOKENIZER_OPTIONS,
+        "train_files": [r for r, _ in train_files],
+    }
     if (tok_dir / "settings.json").is_file():
         if json.loads((tok_dir / "settings.json").read_text()) != json.loads(json.dumps(settings)):
-            raise SystemExit(f"{tok_dir} was trained with other settings or files (vocab size, corpus); "
-                             "use a fresh --out")
+            raise SystemExit(
+                f"{tok_dir} was trained with other settings or files (vocab size, corpus); "
+                "use a fresh --out"
+            )
     if not (tok_dir / "tokenizer.model").is_file():
         sample, n = [], 0
         for _, p in train_files:  # sorted, deterministic: the first max_chars characters
@@ -185,12 +230,23 @@ def make_config(args, tok):
     from fd_mtp.model.config import ErnieConfig
 
     return ErnieConfig(
-        vocab_size=tok.vocab_size, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
-        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-        rms_norm_eps=1e-5, rope_theta=args.rope_theta, max_position_embeddings=args.max_position_embeddings,
-        tie_word_embeddings=True, use_bias=False, num_nextn_predict_layers=1,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        dtype="float32")
+        vocab_size=tok.vocab_size,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        rms_norm_eps=1e-5,
+        rope_theta=args.rope_theta,
+        max_position_embeddings=args.max_position_embeddings,
+        tie_word_embeddings=True,
+        use_bias=False,
+        num_nextn_predict_layers=1,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        dtype="float32",
+    )
 
 
 def build_models(cfg, seed: int, trainable: bool = True):
@@ -210,7 +266,9 @@ def build_models(cfg, seed: int, trainable: bool = True):
             if len(prm.shape) == 1:
                 val = np.ones(prm.shape, np.float32)
             else:
-                std = 0.02 * (depth_scale if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0)
+                std = 0.02 * (
+                    depth_scale if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+                )
                 val = (std * rng.standard_normal(prm.shape)).astype(np.float32)
             prm.set_value(paddle.to_tensor(val))
             prm.stop_gradient = not trainable
@@ -242,20 +300,20 @@ def layer_forward(layer, x, cos, sin, mask, return_kv: bool = False):
     import paddle
     import paddle.nn.functional as F
 
-    from fd_mtp.model.ernie import apply_rope_interleaved
+    from fd_mtp.model.attention import apply_rope_interleaved
 
     attn = layer.self_attn
     nh, nkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
     h = layer.input_layernorm(x)
-    q = apply_rope_interleaved(_heads(attn.q_proj(h), nh, d), cos, sin)     # [B, S, Hq, D]
-    k = apply_rope_interleaved(_heads(attn.k_proj(h), nkv, d), cos, sin)    # [B, S, Hkv, D]
+    q = apply_rope_interleaved(_heads(attn.q_proj(h), nh, d), cos, sin)  # [B, S, Hq, D]
+    k = apply_rope_interleaved(_heads(attn.k_proj(h), nkv, d), cos, sin)  # [B, S, Hkv, D]
     v = _heads(attn.v_proj(h), nkv, d)
     g = nh // nkv
     qh = q.transpose([0, 2, 1, 3])
     kh = _expand_kv(k, g).transpose([0, 2, 1, 3])
     vh = _expand_kv(v, g).transpose([0, 2, 1, 3])
     scores = paddle.matmul(qh, kh, transpose_y=True) * (1.0 / math.sqrt(d)) + mask
-    o = paddle.matmul(F.softmax(scores, axis=-1), vh)                      # [B, Hq, S, D]
+    o = paddle.matmul(F.softmax(scores, axis=-1), vh)  # [B, Hq, S, D]
     o = o.transpose([0, 2, 1, 3]).reshape([x.shape[0], x.shape[1], nh * d])
     x = x + attn.o_proj(o)
     x = x + layer.mlp(layer.post_attention_layernorm(x))
@@ -269,20 +327,22 @@ def mtp_step2_layer(layer, x, cos_next, sin_next, kv1, mask):
     import paddle
     import paddle.nn.functional as F
 
-    from fd_mtp.model.ernie import apply_rope_interleaved
+    from fd_mtp.model.attention import apply_rope_interleaved
 
     attn = layer.self_attn
     nh, nkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
     g = nh // nkv
     h = layer.input_layernorm(x)
-    q = apply_rope_interleaved(_heads(attn.q_proj(h), nh, d), cos_next, sin_next).transpose([0, 2, 1, 3])
+    q = apply_rope_interleaved(_heads(attn.q_proj(h), nh, d), cos_next, sin_next).transpose(
+        [0, 2, 1, 3]
+    )
     k = _expand_kv(apply_rope_interleaved(_heads(attn.k_proj(h), nkv, d), cos_next, sin_next), g)
     v = _expand_kv(_heads(attn.v_proj(h), nkv, d), g)
-    k, v = k.transpose([0, 2, 1, 3]), v.transpose([0, 2, 1, 3])                 # [B, Hq, S, D]
+    k, v = k.transpose([0, 2, 1, 3]), v.transpose([0, 2, 1, 3])  # [B, Hq, S, D]
     k1, v1 = kv1
     scale = 1.0 / math.sqrt(d)
-    cross = paddle.matmul(q, k1, transpose_y=True) * scale + mask                # keys 0..i
-    own = (q * k).sum(axis=-1, keepdim=True) * scale                             # [B, Hq, S, 1]
+    cross = paddle.matmul(q, k1, transpose_y=True) * scale + mask  # keys 0..i
+    own = (q * k).sum(axis=-1, keepdim=True) * scale  # [B, Hq, S, 1]
     p = F.softmax(paddle.concat([cross, own], axis=-1), axis=-1)
     o = paddle.matmul(p[..., :-1], v1) + p[..., -1:] * v
     o = o.transpose([0, 2, 1, 3]).reshape([x.shape[0], x.shape[1], nh * d])
@@ -304,7 +364,7 @@ def batched_forward(model, mtp, window, *, steps: int = 2):
     position t+1 on embed(x[t+2]) and mtp1 hidden t, predicts x[t+3])."""
     import paddle
 
-    from fd_mtp.model.ernie import rope_cos_sin
+    from fd_mtp.model.attention import rope_cos_sin
 
     cfg = model.config
     s = window.shape[1] - 1 - steps
@@ -316,11 +376,11 @@ def batched_forward(model, mtp, window, *, steps: int = 2):
     for layer in model.layers:
         x = layer_forward(layer, x, cos, sin, mask)
     out = {"main": model.norm(x)}
-    x = mtp_project(mtp, window[:, 1:s + 1], out["main"])
+    x = mtp_project(mtp, window[:, 1 : s + 1], out["main"])
     x, kv1 = layer_forward(mtp.mtp_block, x, cos, sin, mask, return_kv=True)
     out["mtp1"] = model.norm(x)
     if steps >= 2:
-        x = mtp_project(mtp, window[:, 2:s + 2], out["mtp1"])
+        x = mtp_project(mtp, window[:, 2 : s + 2], out["mtp1"])
         x = mtp_step2_layer(mtp.mtp_block, x, cos_all[1:], sin_all[1:], kv1, mask)
         out["mtp2"] = model.norm(x)
     return out
@@ -337,8 +397,10 @@ def losses(model, mtp, window, steps: int):
     out = {}
     for k, (name, h) in enumerate(hidden.items()):
         logits = model.compute_logits(h)
-        target = window[:, 1 + k:s + 1 + k]
-        out[name] = F.cross_entropy(logits.reshape([-1, logits.shape[-1]]), target.reshape([-1, 1])).mean()
+        target = window[:, 1 + k : s + 1 + k]
+        out[name] = F.cross_entropy(
+            logits.reshape([-1, logits.shape[-1]]), target.reshape([-1, 1])
+        ).mean()
         out[name + "_correct"] = (paddle.argmax(logits, axis=-1) == target).astype("float32").sum()
     return out
 
@@ -348,7 +410,9 @@ def lr_at(step: int, args) -> float:
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     t = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
-    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+    return args.lr * (
+        args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+    )
 
 
 def all_parameters(model, mtp):
@@ -361,9 +425,15 @@ def make_optimizer(args, model, mtp):
     params = all_parameters(model, mtp)
     decay = {p.name for p in params if len(p.shape) >= 2}
     return paddle.optimizer.AdamW(
-        learning_rate=args.lr, parameters=params, beta1=0.9, beta2=0.95, epsilon=1e-8,
-        weight_decay=args.weight_decay, apply_decay_param_fun=lambda n: n in decay,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(args.clip))
+        learning_rate=args.lr,
+        parameters=params,
+        beta1=0.9,
+        beta2=0.95,
+        epsilon=1e-8,
+        weight_decay=args.weight_decay,
+        apply_decay_param_fun=lambda n: n in decay,
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(args.clip),
+    )
 
 
 def checkpoint_tensors(model, mtp) -> dict:
@@ -387,7 +457,7 @@ def optimizer_state(opt, model, mtp) -> dict:
     out = {}
     for key, v in opt.state_dict().items():
         owner = next((n for n in names if key.startswith(n + "_")), None)
-        out[f"{names[owner]}/{key[len(owner) + 1:]}" if owner else key] = v
+        out[f"{names[owner]}/{key[len(owner) + 1 :]}" if owner else key] = v
     return out
 
 
@@ -421,8 +491,10 @@ def load_params(state_dir: Path, model, mtp) -> None:
     sd = paddle.load(str(state_dir / "state.pdparams"))
     want = set(checkpoint_tensors(model, mtp))
     if set(sd) != want:
-        raise SystemExit(f"{state_dir / 'state.pdparams'} does not match the model: missing "
-                         f"{sorted(want - set(sd))[:5]}, unexpected {sorted(set(sd) - want)[:5]}")
+        raise SystemExit(
+            f"{state_dir / 'state.pdparams'} does not match the model: missing "
+            f"{sorted(want - set(sd))[:5]}, unexpected {sorted(set(sd) - want)[:5]}"
+        )
     model.set_state_dict({k: v for k, v in sd.items() if not k.startswith("ernie.mtp_")})
     mtp.set_state_dict({k: v for k, v in sd.items() if k.startswith("ernie.mtp_")})
 
@@ -433,7 +505,7 @@ def validation_windows(val_tokens, n: int, length: int):
     import numpy as np
 
     n = min(n, len(val_tokens) // length)
-    return np.stack([val_tokens[i * length:(i + 1) * length] for i in range(n)]).astype(np.int64)
+    return np.stack([val_tokens[i * length : (i + 1) * length] for i in range(n)]).astype(np.int64)
 
 
 def evaluate(model, mtp, windows, steps: int, batch: int) -> dict:
@@ -445,11 +517,13 @@ def evaluate(model, mtp, windows, steps: int, batch: int) -> dict:
     n_tok = 0
     with paddle.no_grad():
         for i in range(0, len(windows), batch):
-            w = paddle.to_tensor(windows[i:i + batch])
+            w = paddle.to_tensor(windows[i : i + batch])
             r = losses(model, mtp, w, steps)
             s = w.shape[1] - 1 - steps
             for k, v in r.items():
-                tot[k] = tot.get(k, 0.0) + float(v) * (w.shape[0] * s if not k.endswith("_correct") else 1)
+                tot[k] = tot.get(k, 0.0) + float(v) * (
+                    w.shape[0] * s if not k.endswith("_correct") else 1
+                )
             n_tok += w.shape[0] * s
     model.train()
     mtp.train()
@@ -460,8 +534,21 @@ def evaluate(model, mtp, windows, steps: int, batch: int) -> dict:
 
 
 # --------------------------------------------------------------------------- outputs
-LOG_FIELDS = ["step", "elapsed_s", "lr", "loss", "main", "mtp1", "mtp2", "val_main", "val_mtp1", "val_mtp2",
-              "val_main_acc", "val_mtp1_acc", "val_mtp2_acc"]
+LOG_FIELDS = [
+    "step",
+    "elapsed_s",
+    "lr",
+    "loss",
+    "main",
+    "mtp1",
+    "mtp2",
+    "val_main",
+    "val_mtp1",
+    "val_mtp2",
+    "val_main_acc",
+    "val_mtp1_acc",
+    "val_mtp2_acc",
+]
 
 
 def write_log(path: Path, rows: list[dict]) -> None:
@@ -474,13 +561,17 @@ def write_log(path: Path, rows: list[dict]) -> None:
 
 def plot(path: Path, rows: list[dict]) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     train = [r for r in rows if "main" in r]
-    for key, label in (("main", "train main CE (x[t+1])"), ("mtp1", "train MTP CE (x[t+2])"),
-                       ("mtp2", "train MTP step-2 CE (x[t+3])")):
+    for key, label in (
+        ("main", "train main CE (x[t+1])"),
+        ("mtp1", "train MTP CE (x[t+2])"),
+        ("mtp2", "train MTP step-2 CE (x[t+3])"),
+    ):
         pts = [(r["step"], r[key]) for r in train if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), lw=0.8, alpha=0.8, label=label)
@@ -516,7 +607,9 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
     dest.mkdir(parents=True, exist_ok=True)
     for stale in dest.glob("model*.safetensors*"):
         stale.unlink()
-    save_checkpoint(dest, cfg, sd, dtype=None if args.export_dtype == "float32" else args.export_dtype)
+    save_checkpoint(
+        dest, cfg, sd, dtype=None if args.export_dtype == "float32" else args.export_dtype
+    )
     for name in ("tokenizer.model", "tokenizer_config.json"):
         shutil.copyfile(state_dir / "tokenizer" / name, dest / name)
     rows = meta["log"]
@@ -528,19 +621,32 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
     n_mtp = count_params(mtp.state_dict())
     size = sum(f.stat().st_size for f in dest.glob("model*.safetensors"))
     info = {
-        "step": meta["step"], "steps_planned": meta["args"]["steps"], "seed": meta["args"]["seed"],
-        "wall_time_s": round(meta["elapsed_s"], 1), "threads": meta["args"]["threads"],
-        "command": meta["command"], "python_version_of_corpus": meta["python_version"],
-        "corpus": meta["corpus"], "tokenizer": meta["tokenizer"],
-        "batch_size": meta["args"]["batch_size"], "seq_len": meta["args"]["seq_len"],
+        "step": meta["step"],
+        "steps_planned": meta["args"]["steps"],
+        "seed": meta["args"]["seed"],
+        "wall_time_s": round(meta["elapsed_s"], 1),
+        "threads": meta["args"]["threads"],
+        "command": meta["command"],
+        "python_version_of_corpus": meta["python_version"],
+        "corpus": meta["corpus"],
+        "tokenizer": meta["tokenizer"],
+        "batch_size": meta["args"]["batch_size"],
+        "seq_len": meta["args"]["seq_len"],
         "tokens_seen": meta["step"] * meta["args"]["batch_size"] * meta["args"]["seq_len"],
-        "lr": meta["args"]["lr"], "warmup": meta["args"]["warmup"],
-        "mtp_weight": meta["args"]["mtp_weight"], "mtp2_weight": meta["args"]["mtp2_weight"],
-        "params_main": n_main, "params_mtp": n_mtp, "weights_dtype": args.export_dtype,
-        "weights_bytes": size, "final_train": {k: last_train.get(k) for k in ("main", "mtp1", "mtp2")},
+        "lr": meta["args"]["lr"],
+        "warmup": meta["args"]["warmup"],
+        "mtp_weight": meta["args"]["mtp_weight"],
+        "mtp2_weight": meta["args"]["mtp2_weight"],
+        "params_main": n_main,
+        "params_mtp": n_mtp,
+        "weights_dtype": args.export_dtype,
+        "weights_bytes": size,
+        "final_train": {k: last_train.get(k) for k in ("main", "mtp1", "mtp2")},
         "final_val": {k: v for k, v in last_val.items() if k.startswith("val_")},
-        "stopped_early": meta.get("stopped_early", False), "finished": meta.get("finished", False),
-        "paddle_version": meta.get("paddle_version"), "platform": meta.get("platform"),
+        "stopped_early": meta.get("stopped_early", False),
+        "finished": meta.get("finished", False),
+        "paddle_version": meta.get("paddle_version"),
+        "platform": meta.get("platform"),
     }
     (dest / "train_info.json").write_text(json.dumps(info, indent=2) + "\n")
     (dest / "README.md").write_text(readme(cfg, info))
@@ -556,12 +662,18 @@ def _fmt(v, pct=False):
 def readme(cfg, info: dict) -> str:
     v, t = info["final_val"], info["final_train"]
     c = info["corpus"]
-    stop_note = ("\nThe run stopped at its time budget (`--max-minutes`) after step "
-                 f"{info['step']} of the {info['steps_planned']} planned; on another machine it stops at another "
-                 f"step: add `--steps {info['steps_planned']} --stop-after {info['step']}` without `--max-minutes` "
-                 "to stop at the same one.\n" if info.get("stopped_early") else "")
-    stop_note += ("\nThe same weights need the same corpus (this Python version's standard library), seed and "
-                  "Paddle build; the loss curve should match closely elsewhere.\n")
+    stop_note = (
+        "\nThe run stopped at its time budget (`--max-minutes`) after step "
+        f"{info['step']} of the {info['steps_planned']} planned; on another machine it stops at another "
+        f"step: add `--steps {info['steps_planned']} --stop-after {info['step']}` without `--max-minutes` "
+        "to stop at the same one.\n"
+        if info.get("stopped_early")
+        else ""
+    )
+    stop_note += (
+        "\nThe same weights need the same corpus (this Python version's standard library), seed and "
+        "Paddle build; the loss curve should match closely elsewhere.\n"
+    )
     return f"""# ernie45_tiny_mtp: a tiny ERNIE-4.5 with an MTP block, trained on Python code
 
 A dense ERNIE-4.5 ({cfg.num_hidden_layers} decoder layers, hidden {cfg.hidden_size}, intermediate
@@ -573,31 +685,32 @@ demonstrate MTP speculative decoding on a CPU with `fd_mtp`: the MTP block was t
 the main model so that its drafts are accepted. It is a toy: it writes plausible-looking Python,
 not correct programs.
 
-* Parameters: {info['params_main']:,} main model + {info['params_mtp']:,} MTP block; weights stored as
-  {info['weights_dtype']} ({info['weights_bytes'] / 1e6:.1f} MB; `fd_mtp.model.load_checkpoint` loads them as
+* Parameters: {info["params_main"]:,} main model + {info["params_mtp"]:,} MTP block; weights stored as
+  {info["weights_dtype"]} ({info["weights_bytes"] / 1e6:.1f} MB; `fd_mtp.model.load_checkpoint` loads them as
   float32 on CPU).
-* Corpus: the `.py` sources of the Python {info['python_version_of_corpus']} standard library
-  ({c['train_files']} training files, {c['train_tokens']:,} tokens; {c['val_files']} validation files,
-  {c['val_tokens']:,} tokens), licensed under the Python Software Foundation License (PSF-2.0).
-  Left out: {c['excluded']}. Validation split: `{c['split_rule']}`.
+* Corpus: the `.py` sources of the Python {info["python_version_of_corpus"]} standard library
+  ({c["train_files"]} training files, {c["train_tokens"]:,} tokens; {c["val_files"]} validation files,
+  {c["val_tokens"]:,} tokens), licensed under the Python Software Foundation License (PSF-2.0).
+  Left out: {c["excluded"]}. Validation split: `{c["split_rule"]}`.
 * Tokenizer: SentencePiece BPE, {cfg.vocab_size} pieces, byte fallback, identity normalisation (whitespace
   and newlines round-trip exactly); ids 0 `<unk>`, 1 `<s>`, 2 `</s>` (eos, also between files), 3 `<pad>`.
-* Training: {info['step']} steps of {info['batch_size']} x {info['seq_len']} tokens ({info['tokens_seen']:,} tokens),
-  AdamW, peak lr {info['lr']:g}, {info['warmup']} warmup steps, cosine decay, float32, seed {info['seed']},
-  {info['threads']} CPU thread(s), {info['wall_time_s'] / 60:.1f} minutes.
-  Loss = CE(x[t+1]) + {info['mtp_weight']:g} CE_MTP(x[t+2]) + {info['mtp2_weight']:g} CE_MTP-step-2(x[t+3]) (the
+* Training: {info["step"]} steps of {info["batch_size"]} x {info["seq_len"]} tokens ({info["tokens_seen"]:,} tokens),
+  AdamW, peak lr {info["lr"]:g}, {info["warmup"]} warmup steps, cosine decay, float32, seed {info["seed"]},
+  {info["threads"]} CPU thread(s), {info["wall_time_s"] / 60:.1f} minutes.
+  Loss = CE(x[t+1]) + {info["mtp_weight"]:g} CE_MTP(x[t+2]) + {info["mtp2_weight"]:g} CE_MTP-step-2(x[t+3]) (the
   MTP block applied a second time to its own output hidden state, as with `num_model_steps > 1`).
-* Final training losses (nats/token): main {_fmt(t.get('main'))}, MTP {_fmt(t.get('mtp1'))}, MTP step 2 {_fmt(t.get('mtp2'))}.
-* Validation (held-out stdlib files): main CE {_fmt(v.get('val_main'))} (top-1 {_fmt(v.get('val_main_acc'), True)}),
-  MTP CE {_fmt(v.get('val_mtp1'))} (top-1 of x[t+2] {_fmt(v.get('val_mtp1_acc'), True)}),
-  MTP step 2 CE {_fmt(v.get('val_mtp2'))} (top-1 of x[t+3] {_fmt(v.get('val_mtp2_acc'), True)}).
+* Final training losses (nats/token): main {_fmt(t.get("main"))}, MTP {_fmt(t.get("mtp1"))},
+  MTP step 2 {_fmt(t.get("mtp2"))}.
+* Validation (held-out stdlib files): main CE {_fmt(v.get("val_main"))} (top-1 {_fmt(v.get("val_main_acc"), True)}),
+  MTP CE {_fmt(v.get("val_mtp1"))} (top-1 of x[t+2] {_fmt(v.get("val_mtp1_acc"), True)}),
+  MTP step 2 CE {_fmt(v.get("val_mtp2"))} (top-1 of x[t+3] {_fmt(v.get("val_mtp2_acc"), True)}).
 
 Files: `train_log.csv` (per-step losses, periodic validation), `loss_curve.png`, `train_info.json`.
 
 Reproduce (from the repository root; `--help` lists the options):
 
 ```
-{info['command']}
+{info["command"]}
 ```
 {stop_note}"""
 
@@ -633,7 +746,9 @@ def main(argv=None) -> int:
     steps_ahead = 2 if args.mtp2_weight > 0 else 1
     win = args.seq_len + 1 + steps_ahead
     if len(train_tokens) <= win:
-        raise SystemExit(f"training stream has {len(train_tokens)} tokens, fewer than one window ({win})")
+        raise SystemExit(
+            f"training stream has {len(train_tokens)} tokens, fewer than one window ({win})"
+        )
     val_windows = validation_windows(val_tokens, args.eval_windows, win)
 
     paddle.seed(args.seed)
@@ -643,8 +758,14 @@ def main(argv=None) -> int:
     sampler = np.random.default_rng(args.seed)
     rows: list[dict] = []
     step, elapsed0 = 0, 0.0
-    command = " ".join(["OMP_NUM_THREADS={0} MKL_NUM_THREADS={0}".format(args.threads), "python",
-                        "tools/train_demo_model.py", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(
+        [
+            f"OMP_NUM_THREADS={args.threads} MKL_NUM_THREADS={args.threads}",
+            "python",
+            "tools/train_demo_model.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+    )
     if args.resume and (out / "state.json").is_file():
         meta = json.loads((out / "state.json").read_text())
         load_params(out, model, mtp)
@@ -656,43 +777,79 @@ def main(argv=None) -> int:
     elif args.resume:
         print(f"--resume: no snapshot in {out}, starting from step 0", flush=True)
 
-    corpus = {"train_files": len(train_files), "val_files": len(val_files), "train_tokens": int(len(train_tokens)),
-              "val_tokens": int(len(val_tokens)), "split_rule": SPLIT_RULE, "root": str(root),
-              "excluded": "site-packages, test/tests directories (test/, lib2to3/tests, ...), idlelib/, "
-                          f"pydoc_data/, encodings/, files over {MAX_FILE_BYTES // 1000} kB"}
-    tokenizer = {"type": "SentencePiece BPE", "vocab_size": tok.vocab_size, "options": TOKENIZER_OPTIONS,
-                 "trained_on_chars": args.tokenizer_chars,
-                 "chars_per_token_val": round(sum(len(read_text(p)) for _, p in val_files) / len(val_tokens), 3)}
+    corpus = {
+        "train_files": len(train_files),
+        "val_files": len(val_files),
+        "train_tokens": int(len(train_tokens)),
+        "val_tokens": int(len(val_tokens)),
+        "split_rule": SPLIT_RULE,
+        "root": str(root),
+        "excluded": "site-packages, test/tests directories (test/, lib2to3/tests, ...), idlelib/, "
+        f"pydoc_data/, encodings/, files over {MAX_FILE_BYTES // 1000} kB",
+    }
+    tokenizer = {
+        "type": "SentencePiece BPE",
+        "vocab_size": tok.vocab_size,
+        "options": TOKENIZER_OPTIONS,
+        "trained_on_chars": args.tokenizer_chars,
+        "chars_per_token_val": round(
+            sum(len(read_text(p)) for _, p in val_files) / len(val_tokens), 3
+        ),
+    }
 
     def snapshot(finished=False, stopped_early=False):
-        meta = {"step": step, "elapsed_s": elapsed0 + time.time() - t0, "sampler_state": sampler.bit_generator.state,
-                "log": rows, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                "config": cfg.to_dict(), "command": command, "python_version": platform.python_version(),
-                "corpus": corpus, "tokenizer": tokenizer, "finished": finished, "stopped_early": stopped_early,
-                "paddle_version": paddle.__version__, "platform": platform.platform()}
+        meta = {
+            "step": step,
+            "elapsed_s": elapsed0 + time.time() - t0,
+            "sampler_state": sampler.bit_generator.state,
+            "log": rows,
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "config": cfg.to_dict(),
+            "command": command,
+            "python_version": platform.python_version(),
+            "corpus": corpus,
+            "tokenizer": tokenizer,
+            "finished": finished,
+            "stopped_early": stopped_early,
+            "paddle_version": paddle.__version__,
+            "platform": platform.platform(),
+        }
         save_state(out, model, mtp, opt, meta)
         return meta
 
     n_params = count_params(checkpoint_tensors(model, mtp))
-    print(f"corpus: {len(train_files)} train files ({len(train_tokens):,} tokens), {len(val_files)} val files "
-          f"({len(val_tokens):,} tokens); vocab {tok.vocab_size}; params {n_params:,}; threads {args.threads}",
-          flush=True)
+    print(
+        f"corpus: {len(train_files)} train files ({len(train_tokens):,} tokens), {len(val_files)} val files "
+        f"({len(val_tokens):,} tokens); vocab {tok.vocab_size}; params {n_params:,}; threads {args.threads}",
+        flush=True,
+    )
     t0 = time.time()
-    deadline = None if args.max_minutes is None else t_start + 60 * args.max_minutes - FINAL_RESERVE_S
+    deadline = (
+        None if args.max_minutes is None else t_start + 60 * args.max_minutes - FINAL_RESERVE_S
+    )
     bar = None
     if not args.no_progress:
         from tqdm import tqdm
-        bar = tqdm(total=args.steps, initial=step, desc="train", dynamic_ncols=True, file=sys.stdout, mininterval=5)
+
+        bar = tqdm(
+            total=args.steps,
+            initial=step,
+            desc="train",
+            dynamic_ncols=True,
+            file=sys.stdout,
+            mininterval=5,
+        )
     stopped_early = False
     model.train()
     mtp.train()
     while step < args.steps:
-        if (deadline is not None and time.time() >= deadline) or (args.stop_after is not None
-                                                                  and step >= args.stop_after):
+        if (deadline is not None and time.time() >= deadline) or (
+            args.stop_after is not None and step >= args.stop_after
+        ):
             stopped_early = True
             break
         starts = sampler.integers(0, len(train_tokens) - win, size=args.batch_size)
-        batch = np.stack([train_tokens[s:s + win] for s in starts]).astype(np.int64)
+        batch = np.stack([train_tokens[s : s + win] for s in starts]).astype(np.int64)
         lr = lr_at(step, args)
         opt.set_lr(lr)
         r = losses(model, mtp, paddle.to_tensor(batch), steps_ahead)
@@ -703,8 +860,14 @@ def main(argv=None) -> int:
         opt.step()
         opt.clear_grad()
         step += 1
-        row = {"step": step, "elapsed_s": round(elapsed0 + time.time() - t0, 2), "lr": lr, "loss": float(loss),
-               "main": float(r["main"]), "mtp1": float(r["mtp1"])}
+        row = {
+            "step": step,
+            "elapsed_s": round(elapsed0 + time.time() - t0, 2),
+            "lr": lr,
+            "loss": float(loss),
+            "main": float(r["main"]),
+            "mtp1": float(r["mtp1"]),
+        }
         if steps_ahead == 2:
             row["mtp2"] = float(r["mtp2"])
         if not math.isfinite(row["loss"]):
@@ -714,9 +877,13 @@ def main(argv=None) -> int:
         rows.append(row)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", main=f"{row['main']:.3f}", mtp=f"{row['mtp1']:.3f}")
+            bar.set_postfix(
+                loss=f"{row['loss']:.3f}", main=f"{row['main']:.3f}", mtp=f"{row['mtp1']:.3f}"
+            )
         if "val_main" in row or bar is None and step % 10 == 0:
-            msg = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+            msg = " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            )
             (bar.write if bar is not None else print)(msg)
         if step % args.save_every == 0:
             snapshot()
@@ -728,9 +895,11 @@ def main(argv=None) -> int:
     write_log(out / "train_log.csv", rows)
     plot(out / "loss_curve.png", rows)
     info = export(args, out, args.export, meta)
-    summary = (f"done: step {step}/{args.steps}{' (stopped early)' if stopped_early else ''}, "
-               f"{info['wall_time_s'] / 60:.1f} min, {info['tokens_seen']:,} tokens; final train "
-               f"{info['final_train']}; validation {info['final_val']}; exported to {args.export}")
+    summary = (
+        f"done: step {step}/{args.steps}{' (stopped early)' if stopped_early else ''}, "
+        f"{info['wall_time_s'] / 60:.1f} min, {info['tokens_seen']:,} tokens; final train "
+        f"{info['final_train']}; validation {info['final_val']}; exported to {args.export}"
+    )
     print(summary, flush=True)
     (out / "summary.txt").write_text(summary + "\n")
     return 0

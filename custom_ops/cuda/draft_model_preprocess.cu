@@ -10,8 +10,7 @@ __global__ void draft_model_preprocess_check_kernel(DraftModelPreprocessParams p
 }
 
 __global__ void draft_model_preprocess_apply_kernel(DraftModelPreprocessParams p,
-                                                    const KernelStatus* status,
-                                                    int64_t* running) {
+                                                    const KernelStatus* status, int64_t* running) {
   if (status->code != 0) return;  // bad input: write nothing
   int64_t local = 0;
   for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
@@ -19,9 +18,8 @@ __global__ void draft_model_preprocess_apply_kernel(DraftModelPreprocessParams p
   block_add(local, running);
 }
 
-cudaError_t draft_model_preprocess_cuda(const DraftModelPreprocessParams& p,
-                                        KernelStatus* status, int64_t* running,
-                                        cudaStream_t stream) {
+cudaError_t draft_model_preprocess_cuda(const DraftModelPreprocessParams& p, KernelStatus* status,
+                                        int64_t* running, cudaStream_t stream) {
   cudaError_t err = reset_status(status, running, stream);
   if (err != cudaSuccess || p.bsz == 0) return err;
   const unsigned grid = grid_for(p.bsz);

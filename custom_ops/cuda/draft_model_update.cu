@@ -3,15 +3,13 @@
 
 namespace fd_mtp {
 
-__global__ void draft_model_update_check_kernel(DraftModelUpdateParams p,
-                                                KernelStatus* status) {
+__global__ void draft_model_update_check_kernel(DraftModelUpdateParams p, KernelStatus* status) {
   for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
     draft_model_update_check(p, b, status);
 }
 
 __global__ void draft_model_update_apply_kernel(DraftModelUpdateParams p,
-                                                const KernelStatus* status,
-                                                int64_t* stopped) {
+                                                const KernelStatus* status, int64_t* stopped) {
   if (status->code != 0) return;  // bad input: write nothing
   int64_t local = 0;
   for (int64_t b = global_thread(); b < p.bsz; b += global_stride())

@@ -24,9 +24,8 @@ struct SelfHiddenStatesPlan {
 // prefix-summing the per-request plans, and writes the source row of every
 // output row to src_rows (sized input_rows: output never exceeds input).
 template <typename Params, typename PlanFn>
-__global__ void row_gather_plan_kernel(Params p, PlanFn plan, int64_t input_rows,
-                                       int64_t* src_rows, KernelStatus* status,
-                                       int64_t* out_rows) {
+__global__ void row_gather_plan_kernel(Params p, PlanFn plan, int64_t input_rows, int64_t* src_rows,
+                                       KernelStatus* status, int64_t* out_rows) {
   using Scan = cub::BlockScan<int64_t, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int64_t carry_in, carry_out;
@@ -60,9 +59,8 @@ __global__ void row_gather_plan_kernel(Params p, PlanFn plan, int64_t input_rows
 }
 
 template <typename Params, typename PlanFn>
-cudaError_t row_gather_plan(const Params& p, PlanFn plan, int64_t input_rows,
-                            int64_t* src_rows, KernelStatus* status, int64_t* out_rows,
-                            cudaStream_t stream) {
+cudaError_t row_gather_plan(const Params& p, PlanFn plan, int64_t input_rows, int64_t* src_rows,
+                            KernelStatus* status, int64_t* out_rows, cudaStream_t stream) {
   cudaError_t err = reset_status(status, out_rows, stream);
   if (err != cudaSuccess) return err;
   // A single block on purpose: the plan is a prefix sum over the batch, which
@@ -83,8 +81,8 @@ __global__ void row_gather_copy_kernel(const Unit* in, Unit* out, const int64_t*
 }
 
 template <typename Unit>
-cudaError_t row_gather_copy_as(const void* in, void* out, const int64_t* src_rows,
-                               int64_t out_rows, int64_t row_bytes, cudaStream_t stream) {
+cudaError_t row_gather_copy_as(const void* in, void* out, const int64_t* src_rows, int64_t out_rows,
+                               int64_t row_bytes, cudaStream_t stream) {
   const int64_t row_units = row_bytes / static_cast<int64_t>(sizeof(Unit));
   row_gather_copy_kernel<Unit><<<grid_for(out_rows * row_units), kThreads, 0, stream>>>(
       static_cast<const Unit*>(in), static_cast<Unit*>(out), src_rows, out_rows, row_units);
@@ -97,10 +95,9 @@ bool aligned(const void* ptr, int64_t bytes, int64_t unit) {
 
 }  // namespace
 
-cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p,
-                                              int64_t input_rows, int64_t* src_rows,
-                                              KernelStatus* status, int64_t* out_rows,
-                                              cudaStream_t stream) {
+cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p, int64_t input_rows,
+                                              int64_t* src_rows, KernelStatus* status,
+                                              int64_t* out_rows, cudaStream_t stream) {
   return row_gather_plan(p, HiddenStatesPlan{}, input_rows, src_rows, status, out_rows, stream);
 }
 
@@ -108,8 +105,7 @@ cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesPa
                                                    int64_t input_rows, int64_t* src_rows,
                                                    KernelStatus* status, int64_t* out_rows,
                                                    cudaStream_t stream) {
-  return row_gather_plan(p, SelfHiddenStatesPlan{}, input_rows, src_rows, status, out_rows,
-                         stream);
+  return row_gather_plan(p, SelfHiddenStatesPlan{}, input_rows, src_rows, status, out_rows, stream);
 }
 
 cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t* src_rows,

@@ -11,8 +11,7 @@ namespace fd_mtp {
 constexpr int kThreads = 256;
 
 // Blocks for `n` independent items, `threads` per block (at least 1 block).
-inline unsigned grid_for(int64_t n, int threads = kThreads,
-                         int64_t max_blocks = 4096) {
+inline unsigned grid_for(int64_t n, int threads = kThreads, int64_t max_blocks = 4096) {
   int64_t blocks = (n + threads - 1) / threads;
   if (blocks < 1) blocks = 1;
   if (blocks > max_blocks) blocks = max_blocks;
@@ -23,9 +22,7 @@ __device__ inline int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
-__device__ inline int64_t global_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
+__device__ inline int64_t global_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 }  // namespace fd_mtp
 
@@ -41,8 +38,7 @@ __device__ inline void block_add(int64_t local, int64_t* total) {
   __shared__ typename Reduce::TempStorage tmp;
   const int64_t sum = Reduce(tmp).Sum(local);
   if (threadIdx.x == 0 && sum != 0)
-    atomicAdd(reinterpret_cast<unsigned long long*>(total),
-              static_cast<unsigned long long>(sum));
+    atomicAdd(reinterpret_cast<unsigned long long*>(total), static_cast<unsigned long long>(sum));
 }
 
 // Zeroes a status record and a counter before a check/apply launch pair.

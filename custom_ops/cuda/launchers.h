@@ -32,24 +32,21 @@
 namespace fd_mtp {
 
 // *running = number of requests that draft this step.
-cudaError_t draft_model_preprocess_cuda(const DraftModelPreprocessParams& p,
-                                        KernelStatus* status, int64_t* running,
-                                        cudaStream_t stream);
+cudaError_t draft_model_preprocess_cuda(const DraftModelPreprocessParams& p, KernelStatus* status,
+                                        int64_t* running, cudaStream_t stream);
 
 // *stopped = number of requests stopped after the update.
 cudaError_t draft_model_update_cuda(const DraftModelUpdateParams& p, KernelStatus* status,
                                     int64_t* stopped, cudaStream_t stream);
 
-cudaError_t draft_model_postprocess_cuda(const DraftModelPostprocessParams& p,
-                                         cudaStream_t stream);
+cudaError_t draft_model_postprocess_cuda(const DraftModelPostprocessParams& p, cudaStream_t stream);
 
 // Row gathers of the eagle ops, in two launches around a host read of
 // *out_rows (the output's row count): a plan writing the source row of each
 // output row into src_rows ([input_rows] int64 workspace), then the copy.
-cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p,
-                                              int64_t input_rows, int64_t* src_rows,
-                                              KernelStatus* status, int64_t* out_rows,
-                                              cudaStream_t stream);
+cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p, int64_t input_rows,
+                                              int64_t* src_rows, KernelStatus* status,
+                                              int64_t* out_rows, cudaStream_t stream);
 cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesParams& p,
                                                    int64_t input_rows, int64_t* src_rows,
                                                    KernelStatus* status, int64_t* out_rows,
@@ -115,8 +112,7 @@ cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* st
 // int32, all zero on entry and left all zero; workspace_rows (>= 1) is the
 // grid size (token_penalty_workspace_rows). Writes p.logits in place.
 cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
-                               int64_t workspace_rows, KernelStatus* status,
-                               cudaStream_t stream);
+                               int64_t workspace_rows, KernelStatus* status, cudaStream_t stream);
 inline int64_t token_penalty_workspace_rows(int64_t rows) {
   return rows < 1 ? 1 : (rows < 128 ? rows : 128);
 }

@@ -66,7 +66,8 @@ __global__ void ngram_budget_kernel(NgramParams p, const int64_t* hits,
   __shared__ typename Reduce::TempStorage tmp;
 
   int64_t local = 0;
-  for (int64_t b = threadIdx.x; b < p.bsz; b += blockDim.x) local += ngram_counts_as_remaining(p, b);
+  for (int64_t b = threadIdx.x; b < p.bsz; b += blockDim.x)
+    local += ngram_counts_as_remaining(p, b);
   int64_t remaining = Reduce(tmp).Sum(local);  // valid in thread 0
   int64_t sum = 0;                             // thread 0's running Σ seq_lens_this_time
 

@@ -4,7 +4,8 @@
 namespace fd_mtp {
 
 __global__ void clear_accept_nums_kernel(ClearAcceptNumsParams p) {
-  for (int64_t b = global_thread(); b < p.bsz; b += global_stride()) clear_accept_nums_request(p, b);
+  for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
+    clear_accept_nums_request(p, b);
 }
 
 cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p, cudaStream_t stream) {

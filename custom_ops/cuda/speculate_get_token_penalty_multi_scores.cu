@@ -82,8 +82,7 @@ __global__ void token_penalty_apply_kernel(TokenPenaltyParams p, int32_t* worksp
 }  // namespace
 
 cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
-                               int64_t workspace_rows, KernelStatus* status,
-                               cudaStream_t stream) {
+                               int64_t workspace_rows, KernelStatus* status, cudaStream_t stream) {
   cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess || p.rows == 0) return err;
   if (workspace_rows < 1) return cudaErrorInvalidValue;

@@ -85,8 +85,7 @@ cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, Kern
   return cudaGetLastError();
 }
 
-cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
-                                               cudaStream_t stream) {
+cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p, cudaStream_t stream) {
   if (p.bsz == 0) return cudaSuccess;
   seq_lens_output_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -101,7 +100,7 @@ cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetPa
       p, p.seq_lens_output, OutputPaddingOffsetCheck{}, status, total);
   packed_total_kernel<<<1, 1, 0, stream>>>(p.out_token_num, total, kOutTokenNum, status);
   output_padding_offset_apply_kernel<<<request_blocks(p.bsz), kTokenThreads, 0, stream>>>(p,
-                                                                                         status);
+                                                                                          status);
   return cudaGetLastError();
 }
 

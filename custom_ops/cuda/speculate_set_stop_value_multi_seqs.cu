@@ -4,7 +4,8 @@
 namespace fd_mtp {
 
 __global__ void set_stop_value_check_kernel(SetStopValueParams p, KernelStatus* status) {
-  for (int64_t b = global_thread(); b < p.bs; b += global_stride()) set_stop_value_check(p, b, status);
+  for (int64_t b = global_thread(); b < p.bs; b += global_stride())
+    set_stop_value_check(p, b, status);
 }
 
 // One thread per request walks all of the request's stop sequences, so the

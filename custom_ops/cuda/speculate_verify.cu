@@ -10,11 +10,9 @@ __global__ void speculate_verify_check_kernel(SpeculateVerifyParams p, KernelSta
 
 // One thread per request (grid-stride, no batch cap). For kVerifyRejection a
 // thread walks the vocabulary of its rows on its own (O(V) per sampled token).
-__global__ void speculate_verify_apply_kernel(SpeculateVerifyParams p,
-                                              const KernelStatus* status) {
+__global__ void speculate_verify_apply_kernel(SpeculateVerifyParams p, const KernelStatus* status) {
   if (status->code != 0) return;  // bad input: write nothing
-  for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
-    speculate_verify_apply(p, b);
+  for (int64_t b = global_thread(); b < p.bsz; b += global_stride()) speculate_verify_apply(p, b);
 }
 
 cudaError_t speculate_verify_cuda(const SpeculateVerifyParams& p, KernelStatus* status,

@@ -27,7 +27,9 @@ inline void sync(uintptr_t stream, const char* op) {
 }
 
 template <typename T>
-T* as_ptr(uintptr_t v) { return reinterpret_cast<T*>(v); }
+T* as_ptr(uintptr_t v) {
+  return reinterpret_cast<T*>(v);
+}
 
 // A null device address is always a caller bug here: refuse it before launch.
 inline void require(uintptr_t v, const char* op, const char* what) {
@@ -55,13 +57,11 @@ inline int64_t fetch_int64(uintptr_t ptr, uintptr_t stream, const char* op) {
 
 // Binds `Struct::field` (a pointer) as an integer address property.
 template <typename Struct, typename T>
-void pointer_field(py::class_<Struct>& cls, const char* name, T* Struct::*field) {
+void pointer_field(py::class_<Struct>& cls, const char* name, T* Struct::* field) {
   cls.def_property(
-      name,
-      [field](const Struct& s) { return reinterpret_cast<uintptr_t>(s.*field); },
+      name, [field](const Struct& s) { return reinterpret_cast<uintptr_t>(s.*field); },
       [field](Struct& s, uintptr_t v) { s.*field = reinterpret_cast<T*>(v); });
 }
-
 
 }  // namespace pybind
 }  // namespace fd_mtp

@@ -8,117 +8,135 @@ void bind_draft(py::module_& m) {
   // ------------------------------------------------------ preprocess ---
   {
     using P = DraftModelPreprocessParams;
-    m.def("draft_model_preprocess", [](const P& p, uintptr_t status, uintptr_t running,
-                                       uintptr_t stream) {
-      constexpr const char* op = "draft_model_preprocess";
-      require(status, op, "status");
-      require(running, op, "running");
-      throw_if(draft_model_preprocess_cuda(p, as_ptr<KernelStatus>(status),
-                                           as_ptr<int64_t>(running), as_stream(stream)),
-               op);
-      const KernelStatus st = fetch_status(status, stream, op);
-      return py::make_tuple(status_tuple(st), fetch_int64(running, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("running"), py::arg("stream") = 0,
-       "Returns ((code, request, value, limit), running): running = requests that draft.");
+    m.def(
+        "draft_model_preprocess",
+        [](const P& p, uintptr_t status, uintptr_t running, uintptr_t stream) {
+          constexpr const char* op = "draft_model_preprocess";
+          require(status, op, "status");
+          require(running, op, "running");
+          throw_if(draft_model_preprocess_cuda(p, as_ptr<KernelStatus>(status),
+                                               as_ptr<int64_t>(running), as_stream(stream)),
+                   op);
+          const KernelStatus st = fetch_status(status, stream, op);
+          return py::make_tuple(status_tuple(st), fetch_int64(running, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("running"), py::arg("stream") = 0,
+        "Returns ((code, request, value, limit), running): running = requests that draft.");
   }
 
   // ---------------------------------------------------------- update ---
   {
     using P = DraftModelUpdateParams;
-    m.def("draft_model_update", [](const P& p, uintptr_t status, uintptr_t stopped,
-                                   uintptr_t stream) {
-      constexpr const char* op = "draft_model_update";
-      require(status, op, "status");
-      require(stopped, op, "stopped");
-      throw_if(draft_model_update_cuda(p, as_ptr<KernelStatus>(status),
-                                       as_ptr<int64_t>(stopped), as_stream(stream)),
-               op);
-      const KernelStatus st = fetch_status(status, stream, op);
-      return py::make_tuple(status_tuple(st), fetch_int64(stopped, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("stopped"), py::arg("stream") = 0,
-       "Returns ((code, request, value, limit), stopped): stopped = requests stopped after.");
+    m.def(
+        "draft_model_update",
+        [](const P& p, uintptr_t status, uintptr_t stopped, uintptr_t stream) {
+          constexpr const char* op = "draft_model_update";
+          require(status, op, "status");
+          require(stopped, op, "stopped");
+          throw_if(draft_model_update_cuda(p, as_ptr<KernelStatus>(status),
+                                           as_ptr<int64_t>(stopped), as_stream(stream)),
+                   op);
+          const KernelStatus st = fetch_status(status, stream, op);
+          return py::make_tuple(status_tuple(st), fetch_int64(stopped, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("stopped"), py::arg("stream") = 0,
+        "Returns ((code, request, value, limit), stopped): stopped = requests stopped after.");
   }
 
   // ----------------------------------------------------- postprocess ---
   {
     using P = DraftModelPostprocessParams;
-    m.def("draft_model_postprocess", [](const P& p, uintptr_t stream) {
-      throw_if(draft_model_postprocess_cuda(p, as_stream(stream)), "draft_model_postprocess");
-      sync(stream, "draft_model_postprocess");
-    }, py::arg("params"), py::arg("stream") = 0);
+    m.def(
+        "draft_model_postprocess",
+        [](const P& p, uintptr_t stream) {
+          throw_if(draft_model_postprocess_cuda(p, as_stream(stream)), "draft_model_postprocess");
+          sync(stream, "draft_model_postprocess");
+        },
+        py::arg("params"), py::arg("stream") = 0);
   }
 
   // ----------------------------------------------------------- eagle ---
   {
     using P = EagleHiddenStatesParams;
-    m.def("eagle_get_hidden_states_plan", [](const P& p, int64_t input_rows, uintptr_t src_rows,
-                                             uintptr_t status, uintptr_t out_rows,
-                                             uintptr_t stream) {
-      constexpr const char* op = "eagle_get_hidden_states_plan";
-      require(src_rows, op, "src_rows");
-      require(status, op, "status");
-      require(out_rows, op, "out_rows");
-      throw_if(eagle_get_hidden_states_plan_cuda(p, input_rows, as_ptr<int64_t>(src_rows),
-                                                 as_ptr<KernelStatus>(status),
-                                                 as_ptr<int64_t>(out_rows), as_stream(stream)),
-               op);
-      const KernelStatus st = fetch_status(status, stream, op);
-      return py::make_tuple(status_tuple(st), fetch_int64(out_rows, stream, op));
-    }, py::arg("params"), py::arg("input_rows"), py::arg("src_rows"), py::arg("status"),
-       py::arg("out_rows"), py::arg("stream") = 0,
-       "Plans the gather into src_rows ([max(input_rows, 1)] int64). "
-       "Returns ((code, request, value, limit), out_rows).");
+    m.def(
+        "eagle_get_hidden_states_plan",
+        [](const P& p, int64_t input_rows, uintptr_t src_rows, uintptr_t status, uintptr_t out_rows,
+           uintptr_t stream) {
+          constexpr const char* op = "eagle_get_hidden_states_plan";
+          require(src_rows, op, "src_rows");
+          require(status, op, "status");
+          require(out_rows, op, "out_rows");
+          throw_if(eagle_get_hidden_states_plan_cuda(p, input_rows, as_ptr<int64_t>(src_rows),
+                                                     as_ptr<KernelStatus>(status),
+                                                     as_ptr<int64_t>(out_rows), as_stream(stream)),
+                   op);
+          const KernelStatus st = fetch_status(status, stream, op);
+          return py::make_tuple(status_tuple(st), fetch_int64(out_rows, stream, op));
+        },
+        py::arg("params"), py::arg("input_rows"), py::arg("src_rows"), py::arg("status"),
+        py::arg("out_rows"), py::arg("stream") = 0,
+        "Plans the gather into src_rows ([max(input_rows, 1)] int64). "
+        "Returns ((code, request, value, limit), out_rows).");
   }
   {
     using P = EagleSelfHiddenStatesParams;
-    m.def("eagle_get_self_hidden_states_plan", [](const P& p, int64_t input_rows,
-                                                  uintptr_t src_rows, uintptr_t status,
-                                                  uintptr_t out_rows, uintptr_t stream) {
-      constexpr const char* op = "eagle_get_self_hidden_states_plan";
-      require(src_rows, op, "src_rows");
-      require(status, op, "status");
-      require(out_rows, op, "out_rows");
-      throw_if(eagle_get_self_hidden_states_plan_cuda(
-                   p, input_rows, as_ptr<int64_t>(src_rows), as_ptr<KernelStatus>(status),
-                   as_ptr<int64_t>(out_rows), as_stream(stream)),
-               op);
-      const KernelStatus st = fetch_status(status, stream, op);
-      return py::make_tuple(status_tuple(st), fetch_int64(out_rows, stream, op));
-    }, py::arg("params"), py::arg("input_rows"), py::arg("src_rows"), py::arg("status"),
-       py::arg("out_rows"), py::arg("stream") = 0,
-       "Plans the gather into src_rows ([max(input_rows, 1)] int64). "
-       "Returns ((code, request, value, limit), out_rows).");
+    m.def(
+        "eagle_get_self_hidden_states_plan",
+        [](const P& p, int64_t input_rows, uintptr_t src_rows, uintptr_t status, uintptr_t out_rows,
+           uintptr_t stream) {
+          constexpr const char* op = "eagle_get_self_hidden_states_plan";
+          require(src_rows, op, "src_rows");
+          require(status, op, "status");
+          require(out_rows, op, "out_rows");
+          throw_if(eagle_get_self_hidden_states_plan_cuda(
+                       p, input_rows, as_ptr<int64_t>(src_rows), as_ptr<KernelStatus>(status),
+                       as_ptr<int64_t>(out_rows), as_stream(stream)),
+                   op);
+          const KernelStatus st = fetch_status(status, stream, op);
+          return py::make_tuple(status_tuple(st), fetch_int64(out_rows, stream, op));
+        },
+        py::arg("params"), py::arg("input_rows"), py::arg("src_rows"), py::arg("status"),
+        py::arg("out_rows"), py::arg("stream") = 0,
+        "Plans the gather into src_rows ([max(input_rows, 1)] int64). "
+        "Returns ((code, request, value, limit), out_rows).");
   }
-  m.def("row_gather_copy", [](uintptr_t input, uintptr_t output, uintptr_t src_rows,
-                              int64_t out_rows, int64_t row_bytes, uintptr_t stream) {
-    constexpr const char* op = "row_gather_copy";
-    if (out_rows < 0 || row_bytes < 0)
-      throw std::invalid_argument("row_gather_copy: out_rows and row_bytes must be >= 0");
-    if (out_rows > 0 && row_bytes > 0) {
-      require(input, op, "input");
-      require(output, op, "output");
-      require(src_rows, op, "src_rows");
-    }
-    throw_if(row_gather_copy_cuda(as_ptr<const void>(input), as_ptr<void>(output),
-                                  as_ptr<const int64_t>(src_rows), out_rows, row_bytes,
-                                  as_stream(stream)),
-             op);
-    sync(stream, op);
-  }, py::arg("input"), py::arg("output"), py::arg("src_rows"), py::arg("out_rows"),
-     py::arg("row_bytes"), py::arg("stream") = 0,
-     "output[k] = input[src_rows[k]] for k < out_rows, rows of row_bytes bytes.");
+  m.def(
+      "row_gather_copy",
+      [](uintptr_t input, uintptr_t output, uintptr_t src_rows, int64_t out_rows, int64_t row_bytes,
+         uintptr_t stream) {
+        constexpr const char* op = "row_gather_copy";
+        if (out_rows < 0 || row_bytes < 0)
+          throw std::invalid_argument("row_gather_copy: out_rows and row_bytes must be >= 0");
+        if (out_rows > 0 && row_bytes > 0) {
+          require(input, op, "input");
+          require(output, op, "output");
+          require(src_rows, op, "src_rows");
+        }
+        throw_if(row_gather_copy_cuda(as_ptr<const void>(input), as_ptr<void>(output),
+                                      as_ptr<const int64_t>(src_rows), out_rows, row_bytes,
+                                      as_stream(stream)),
+                 op);
+        sync(stream, op);
+      },
+      py::arg("input"), py::arg("output"), py::arg("src_rows"), py::arg("out_rows"),
+      py::arg("row_bytes"), py::arg("stream") = 0,
+      "output[k] = input[src_rows[k]] for k < out_rows, rows of row_bytes bytes.");
 
   // -------------------------------------------------------- mtp_step ---
   {
     using P = MtpStepParams;
-    m.def("mtp_step", [](const P& p, uintptr_t status, uintptr_t stream) {
-      constexpr const char* op = "mtp_step";
-      require(status, op, "status");
-      if (p.need_list == nullptr) throw std::invalid_argument("mtp_step: params.need_list is null");
-      throw_if(mtp_step_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-       "params.need_list: [max(bsz, 1)] int32 workspace. Returns (code, request, value, limit).");
+    m.def(
+        "mtp_step",
+        [](const P& p, uintptr_t status, uintptr_t stream) {
+          constexpr const char* op = "mtp_step";
+          require(status, op, "status");
+          if (p.need_list == nullptr)
+            throw std::invalid_argument("mtp_step: params.need_list is null");
+          throw_if(mtp_step_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("stream") = 0,
+        "params.need_list: [max(bsz, 1)] int32 workspace. Returns (code, request, value, limit).");
   }
 }
 

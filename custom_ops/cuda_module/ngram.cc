@@ -7,29 +7,36 @@ namespace pybind {
 void bind_ngram(py::module_& m) {
   using P = NgramParams;
 
-  m.def("ngram", [](const P& p, uintptr_t hits, uintptr_t status, uintptr_t stream) {
-    constexpr const char* op = "ngram";
-    require(hits, op, "hits");
-    require(status, op, "status");
-    throw_if(ngram_cuda(p, as_ptr<int64_t>(hits), as_ptr<KernelStatus>(status), as_stream(stream)),
-             op);
-    return status_tuple(fetch_status(status, stream, op));
-  }, py::arg("params"), py::arg("hits"), py::arg("status"), py::arg("stream") = 0,
-     "ngram_match (params.hybrid false) or hybrid_mtp_ngram (true) on device pointers. "
-     "hits: [max(bsz, 1)] int64 workspace. Returns (code, request, value, limit).");
+  m.def(
+      "ngram",
+      [](const P& p, uintptr_t hits, uintptr_t status, uintptr_t stream) {
+        constexpr const char* op = "ngram";
+        require(hits, op, "hits");
+        require(status, op, "status");
+        throw_if(
+            ngram_cuda(p, as_ptr<int64_t>(hits), as_ptr<KernelStatus>(status), as_stream(stream)),
+            op);
+        return status_tuple(fetch_status(status, stream, op));
+      },
+      py::arg("params"), py::arg("hits"), py::arg("status"), py::arg("stream") = 0,
+      "ngram_match (params.hybrid false) or hybrid_mtp_ngram (true) on device pointers. "
+      "hits: [max(bsz, 1)] int64 workspace. Returns (code, request, value, limit).");
 
   // The CPU driver on host pointers (e.g. numpy arrays' addresses): the CPU op
   // without paddle, so that a paddle-less GPU machine can compare and time it.
-  m.def("ngram_host", [](const P& p) {
-    KernelStatus st{};
-    {
-      py::gil_scoped_release release;
-      st = ngram_cpu(p);
-    }
-    return status_tuple(st);
-  }, py::arg("params"),
-     "The CPU driver of ngram_match / hybrid_mtp_ngram on HOST pointers. "
-     "Returns (code, request, value, limit).");
+  m.def(
+      "ngram_host",
+      [](const P& p) {
+        KernelStatus st{};
+        {
+          py::gil_scoped_release release;
+          st = ngram_cpu(p);
+        }
+        return status_tuple(st);
+      },
+      py::arg("params"),
+      "The CPU driver of ngram_match / hybrid_mtp_ngram on HOST pointers. "
+      "Returns (code, request, value, limit).");
 }
 
 }  // namespace pybind

@@ -8,61 +8,70 @@ void bind_packing(py::module_& m) {
   // -------------------------------------------- speculate_get_padding_offset ---
   {
     using P = PaddingOffsetParams;
-    m.def("speculate_get_padding_offset", [](const P& p, uintptr_t status, uintptr_t total,
-                                             uintptr_t stream) {
-      constexpr const char* op = "speculate_get_padding_offset";
-      require(status, op, "status");
-      require(total, op, "total");
-      throw_if(speculate_get_padding_offset_cuda(p, as_ptr<KernelStatus>(status),
-                                                 as_ptr<int64_t>(total), as_stream(stream)),
-               op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
-       "total: int64 scratch (sum of seq_len). Returns (code, request, value, limit); "
-       "the outputs are written only when code is 0.");
+    m.def(
+        "speculate_get_padding_offset",
+        [](const P& p, uintptr_t status, uintptr_t total, uintptr_t stream) {
+          constexpr const char* op = "speculate_get_padding_offset";
+          require(status, op, "status");
+          require(total, op, "total");
+          throw_if(speculate_get_padding_offset_cuda(p, as_ptr<KernelStatus>(status),
+                                                     as_ptr<int64_t>(total), as_stream(stream)),
+                   op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
+        "total: int64 scratch (sum of seq_len). Returns (code, request, value, limit); "
+        "the outputs are written only when code is 0.");
   }
 
   // ------------------------------------------- speculate_get_seq_lens_output ---
   {
     using P = SeqLensOutputParams;
-    m.def("speculate_get_seq_lens_output", [](const P& p, uintptr_t stream) {
-      throw_if(speculate_get_seq_lens_output_cuda(p, as_stream(stream)),
-               "speculate_get_seq_lens_output");
-      sync(stream, "speculate_get_seq_lens_output");
-    }, py::arg("params"), py::arg("stream") = 0);
+    m.def(
+        "speculate_get_seq_lens_output",
+        [](const P& p, uintptr_t stream) {
+          throw_if(speculate_get_seq_lens_output_cuda(p, as_stream(stream)),
+                   "speculate_get_seq_lens_output");
+          sync(stream, "speculate_get_seq_lens_output");
+        },
+        py::arg("params"), py::arg("stream") = 0);
   }
 
   // ------------------------------------- speculate_get_output_padding_offset ---
   {
     using P = OutputPaddingOffsetParams;
-    m.def("speculate_get_output_padding_offset", [](const P& p, uintptr_t status,
-                                                    uintptr_t total, uintptr_t stream) {
-      constexpr const char* op = "speculate_get_output_padding_offset";
-      require(status, op, "status");
-      require(total, op, "total");
-      throw_if(speculate_get_output_padding_offset_cuda(p, as_ptr<KernelStatus>(status),
-                                                        as_ptr<int64_t>(total),
-                                                        as_stream(stream)),
-               op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
-       "total: int64 scratch (sum of seq_lens_output). Returns (code, request, value, limit); "
-       "the outputs are written only when code is 0.");
+    m.def(
+        "speculate_get_output_padding_offset",
+        [](const P& p, uintptr_t status, uintptr_t total, uintptr_t stream) {
+          constexpr const char* op = "speculate_get_output_padding_offset";
+          require(status, op, "status");
+          require(total, op, "total");
+          throw_if(speculate_get_output_padding_offset_cuda(
+                       p, as_ptr<KernelStatus>(status), as_ptr<int64_t>(total), as_stream(stream)),
+                   op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
+        "total: int64 scratch (sum of seq_lens_output). Returns (code, request, value, limit); "
+        "the outputs are written only when code is 0.");
   }
 
   // --------------------------------------------------------- rebuild_padding ---
   {
     using P = RebuildPaddingParams;
-    m.def("rebuild_padding", [](const P& p, uintptr_t status, uintptr_t stream) {
-      constexpr const char* op = "rebuild_padding";
-      require(status, op, "status");
-      if (p.output_padding_offset != nullptr && p.max_input_length < 1)
-        throw std::invalid_argument("rebuild_padding: max_input_length must be >= 1");
-      throw_if(rebuild_padding_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-       "params.output_padding_offset = 0 selects the plain branch (out_rows = bsz). "
-       "Returns (code, request, value, limit); out is written only when code is 0.");
+    m.def(
+        "rebuild_padding",
+        [](const P& p, uintptr_t status, uintptr_t stream) {
+          constexpr const char* op = "rebuild_padding";
+          require(status, op, "status");
+          if (p.output_padding_offset != nullptr && p.max_input_length < 1)
+            throw std::invalid_argument("rebuild_padding: max_input_length must be >= 1");
+          throw_if(rebuild_padding_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("stream") = 0,
+        "params.output_padding_offset = 0 selects the plain branch (out_rows = bsz). "
+        "Returns (code, request, value, limit); out is written only when code is 0.");
   }
 }
 

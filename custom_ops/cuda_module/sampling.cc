@@ -10,31 +10,37 @@ void bind_sampling(py::module_& m) {
     using P = TokenPenaltyParams;
     m.def("token_penalty_workspace_rows", &token_penalty_workspace_rows, py::arg("rows"),
           "Rows of the [rows, vocab] int32 zero workspace token_penalty needs.");
-    m.def("token_penalty", [](const P& p, uintptr_t workspace, int64_t workspace_rows,
-                              uintptr_t status, uintptr_t stream) {
-      constexpr const char* op = "speculate_get_token_penalty_multi_scores";
-      require(status, op, "status");
-      if (p.rows > 0) require(workspace, op, "workspace");
-      throw_if(token_penalty_cuda(p, as_ptr<int32_t>(workspace), workspace_rows,
-                                  as_ptr<KernelStatus>(status), as_stream(stream)),
-               op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("workspace"), py::arg("workspace_rows"), py::arg("status"),
-       py::arg("stream") = 0,
-       "workspace: [workspace_rows, vocab] int32, zero (left zero). "
-       "Returns (code, request, value, limit).");
+    m.def(
+        "token_penalty",
+        [](const P& p, uintptr_t workspace, int64_t workspace_rows, uintptr_t status,
+           uintptr_t stream) {
+          constexpr const char* op = "speculate_get_token_penalty_multi_scores";
+          require(status, op, "status");
+          if (p.rows > 0) require(workspace, op, "workspace");
+          throw_if(token_penalty_cuda(p, as_ptr<int32_t>(workspace), workspace_rows,
+                                      as_ptr<KernelStatus>(status), as_stream(stream)),
+                   op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("workspace"), py::arg("workspace_rows"), py::arg("status"),
+        py::arg("stream") = 0,
+        "workspace: [workspace_rows, vocab] int32, zero (left zero). "
+        "Returns (code, request, value, limit).");
   }
 
   // ------------------------------------------------------ top_p_candidates ---
   {
     using P = TopPCandidatesParams;
-    m.def("top_p_candidates", [](const P& p, uintptr_t status, uintptr_t stream) {
-      constexpr const char* op = "top_p_candidates";
-      require(status, op, "status");
-      throw_if(top_p_candidates_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-      return status_tuple(fetch_status(status, stream, op));
-    }, py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-       "Returns (code, request, value, limit).");
+    m.def(
+        "top_p_candidates",
+        [](const P& p, uintptr_t status, uintptr_t stream) {
+          constexpr const char* op = "top_p_candidates";
+          require(status, op, "status");
+          throw_if(top_p_candidates_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
+          return status_tuple(fetch_status(status, stream, op));
+        },
+        py::arg("params"), py::arg("status"), py::arg("stream") = 0,
+        "Returns (code, request, value, limit).");
   }
 }
 

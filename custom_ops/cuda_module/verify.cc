@@ -7,26 +7,32 @@ namespace pybind {
 
 void bind_verify(py::module_& m) {
   using P = SpeculateVerifyParams;
-  m.def("speculate_verify", [](const P& p, uintptr_t status, uintptr_t stream) {
-    constexpr const char* op = "speculate_verify";
-    require(status, op, "status");
-    throw_if(speculate_verify_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-    return status_tuple(fetch_status(status, stream, op));
-  }, py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-     "Returns (code, request, value, limit); code 0: fine.");
+  m.def(
+      "speculate_verify",
+      [](const P& p, uintptr_t status, uintptr_t stream) {
+        constexpr const char* op = "speculate_verify";
+        require(status, op, "status");
+        throw_if(speculate_verify_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
+        return status_tuple(fetch_status(status, stream, op));
+      },
+      py::arg("params"), py::arg("status"), py::arg("stream") = 0,
+      "Returns (code, request, value, limit); code 0: fine.");
 
-  m.def("philox4x32_10", [](uintptr_t input, uintptr_t output, int64_t n, uintptr_t stream) {
-    constexpr const char* op = "philox4x32_10";
-    if (n > 0) {
-      require(input, op, "input");
-      require(output, op, "output");
-    }
-    throw_if(philox4x32_10_cuda(as_ptr<const uint32_t>(input), as_ptr<uint32_t>(output), n,
-                                as_stream(stream)),
-             op);
-    sync(stream, op);
-  }, py::arg("input"), py::arg("output"), py::arg("n"), py::arg("stream") = 0,
-     "output[i, 0:4] = Philox4x32-10(counter = input[i, 0:4], key = input[i, 4:6]) (uint32).");
+  m.def(
+      "philox4x32_10",
+      [](uintptr_t input, uintptr_t output, int64_t n, uintptr_t stream) {
+        constexpr const char* op = "philox4x32_10";
+        if (n > 0) {
+          require(input, op, "input");
+          require(output, op, "output");
+        }
+        throw_if(philox4x32_10_cuda(as_ptr<const uint32_t>(input), as_ptr<uint32_t>(output), n,
+                                    as_stream(stream)),
+                 op);
+        sync(stream, op);
+      },
+      py::arg("input"), py::arg("output"), py::arg("n"), py::arg("stream") = 0,
+      "output[i, 0:4] = Philox4x32-10(counter = input[i, 0:4], key = input[i, 4:6]) (uint32).");
 }
 
 }  // namespace pybind

@@ -32,9 +32,8 @@ struct KernelStatus {
 // Records a problem unless one was recorded before (first writer wins; on
 // the GPU the winner is the first to reach the atomic, which is enough: the
 // caller only needs one concrete example to name).
-FD_HOST_DEVICE inline void report(KernelStatus* status, int32_t code,
-                                  int32_t request, int64_t value,
-                                  int64_t limit) {
+FD_HOST_DEVICE inline void report(KernelStatus* status, int32_t code, int32_t request,
+                                  int64_t value, int64_t limit) {
 #if defined(__CUDA_ARCH__)
   if (atomicCAS(&status->code, 0, code) == 0) {
     status->request = request;

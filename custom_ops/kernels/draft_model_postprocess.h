@@ -18,8 +18,8 @@ struct DraftModelPostprocessParams {
 // One request. A running decode request verifies every entry of its draft row
 // that is not -1 (the whole row, not a prefix); a stopped one verifies none;
 // a prefilling one keeps its count.
-FD_HOST_DEVICE inline void draft_model_postprocess_request(
-    const DraftModelPostprocessParams& p, int64_t b) {
+FD_HOST_DEVICE inline void draft_model_postprocess_request(const DraftModelPostprocessParams& p,
+                                                           int64_t b) {
   if (p.base_model_stop_flags[b]) {
     p.base_model_seq_lens_this_time[b] = 0;
     return;

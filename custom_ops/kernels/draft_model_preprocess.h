@@ -49,11 +49,10 @@ struct DraftModelPreprocessParams {
 
 // Validates request b against the writes apply() will make; reads entry values
 // only, so all checks can run before anything is written.
-FD_HOST_DEVICE inline void draft_model_preprocess_check(
-    const DraftModelPreprocessParams& p, int64_t b, KernelStatus* st) {
+FD_HOST_DEVICE inline void draft_model_preprocess_check(const DraftModelPreprocessParams& p,
+                                                        int64_t b, KernelStatus* st) {
   const int32_t enc = p.seq_lens_encoder[b];
-  const bool prefill_runs =
-      p.splitwise_prefill || !(p.base_model_stop_flags[b] || p.batch_drop[b]);
+  const bool prefill_runs = p.splitwise_prefill || !(p.base_model_stop_flags[b] || p.batch_drop[b]);
   if (enc > 0 && prefill_runs) {
     const int64_t col = p.truncate_first_token ? enc - 1 : enc;
     if (!in_range(col, p.input_ids_cols))
@@ -63,9 +62,8 @@ FD_HOST_DEVICE inline void draft_model_preprocess_check(
   if (p.splitwise_prefill || !prefill_runs) return;
   // Decode: copies accept_num tokens into draft_tokens and pre_ids.
   const int32_t a = p.accept_num[b];
-  const int64_t max_a = p.draft_tokens_cols < p.accept_tokens_cols
-                            ? p.draft_tokens_cols
-                            : p.accept_tokens_cols;
+  const int64_t max_a =
+      p.draft_tokens_cols < p.accept_tokens_cols ? p.draft_tokens_cols : p.accept_tokens_cols;
   if (a < 0 || a > max_a) {
     report(st, kPreprocessAcceptNum, b, a, max_a);
     return;
@@ -81,8 +79,9 @@ FD_HOST_DEVICE inline void draft_model_preprocess_check(
 
 // Writes first accepted token `first` into the draft prompt of a prefilling
 // request (E = seq_lens_encoder) and sets its token count.
-FD_HOST_DEVICE inline void draft_model_preprocess_prefill_input(
-    const DraftModelPreprocessParams& p, int64_t b, int32_t enc, int64_t first) {
+FD_HOST_DEVICE inline void draft_model_preprocess_prefill_input(const DraftModelPreprocessParams& p,
+                                                                int64_t b, int32_t enc,
+                                                                int64_t first) {
   int64_t* ids = p.input_ids + b * p.input_ids_cols;
   if (p.truncate_first_token) {
     ids[enc - 1] = first;
@@ -93,8 +92,8 @@ FD_HOST_DEVICE inline void draft_model_preprocess_prefill_input(
   }
 }
 
-FD_HOST_DEVICE inline void draft_model_preprocess_stop(
-    const DraftModelPreprocessParams& p, int64_t b) {
+FD_HOST_DEVICE inline void draft_model_preprocess_stop(const DraftModelPreprocessParams& p,
+                                                       int64_t b) {
   p.stop_flags[b] = true;
   p.seq_lens_this_time[b] = 0;
   p.seq_lens_decoder[b] = 0;
@@ -102,8 +101,8 @@ FD_HOST_DEVICE inline void draft_model_preprocess_stop(
 }
 
 // Applies the op to request b; returns 1 when the request drafts this step.
-FD_HOST_DEVICE inline int draft_model_preprocess_apply(
-    const DraftModelPreprocessParams& p, int64_t b) {
+FD_HOST_DEVICE inline int draft_model_preprocess_apply(const DraftModelPreprocessParams& p,
+                                                       int64_t b) {
   const int32_t enc = p.seq_lens_encoder[b];
   const int64_t first_accepted = p.accept_tokens[b * p.accept_tokens_cols];
 
@@ -149,8 +148,7 @@ FD_HOST_DEVICE inline int draft_model_preprocess_apply(
   }
 
   // decode
-  if (p.kvcache_scheduler_v1 && !base_block_step && p.is_block_step[b])
-    p.is_block_step[b] = false;
+  if (p.kvcache_scheduler_v1 && !base_block_step && p.is_block_step[b]) p.is_block_step[b] = false;
   if (p.stop_flags[b]) {  // the draft had stopped (EOS draft, or recovered)
     p.stop_flags[b] = false;
     p.seq_lens_decoder[b] = base_dec - base_this_time;
@@ -179,8 +177,7 @@ FD_HOST_DEVICE inline int draft_model_preprocess_apply(
 inline KernelStatus draft_model_preprocess_cpu(const DraftModelPreprocessParams& p,
                                                bool* not_need_stop) {
   KernelStatus st{};
-  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b)
-    draft_model_preprocess_check(p, b, &st);
+  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) draft_model_preprocess_check(p, b, &st);
   if (st.code != 0) return st;
   int64_t running = 0;
   for (int64_t b = 0; b < p.bsz; ++b) running += draft_model_preprocess_apply(p, b);

@@ -36,21 +36,19 @@ struct DraftModelUpdateParams {
   bool prefill_one_step_stop;
 };
 
-FD_HOST_DEVICE inline bool draft_model_update_is_decode(
-    const DraftModelUpdateParams& p, int64_t b) {
+FD_HOST_DEVICE inline bool draft_model_update_is_decode(const DraftModelUpdateParams& p,
+                                                        int64_t b) {
   return p.seq_lens_decoder[b] > 0 && p.seq_lens_encoder[b] <= 0;
 }
 
 // Row of inter_next_tokens holding request b's sampled token.
-FD_HOST_DEVICE inline int64_t draft_model_update_row(const DraftModelUpdateParams& p,
-                                                     int64_t b) {
+FD_HOST_DEVICE inline int64_t draft_model_update_row(const DraftModelUpdateParams& p, int64_t b) {
   const int64_t start = b * p.max_seq_len - p.output_cum_offsets[b];
-  return draft_model_update_is_decode(p, b) ? start + p.seq_lens_this_time[b] - 1
-                                            : start;
+  return draft_model_update_is_decode(p, b) ? start + p.seq_lens_this_time[b] - 1 : start;
 }
 
-FD_HOST_DEVICE inline void draft_model_update_check(const DraftModelUpdateParams& p,
-                                                    int64_t b, KernelStatus* st) {
+FD_HOST_DEVICE inline void draft_model_update_check(const DraftModelUpdateParams& p, int64_t b,
+                                                    KernelStatus* st) {
   if (p.stop_flags[b]) return;
   if (p.seq_lens_this_time[b] <= 0) {
     report(st, kUpdateEmptyRunningRequest, b, p.seq_lens_this_time[b], 1);
@@ -61,15 +59,13 @@ FD_HOST_DEVICE inline void draft_model_update_check(const DraftModelUpdateParams
     report(st, kUpdateNextTokensRow, b, row, p.num_next_tokens);
     return;
   }
-  const int64_t col = draft_model_update_is_decode(p, b)
-                          ? p.step_idx[b] + p.seq_lens_this_time[b]
-                          : 1;
+  const int64_t col =
+      draft_model_update_is_decode(p, b) ? p.step_idx[b] + p.seq_lens_this_time[b] : 1;
   if (!in_range(col, p.pre_ids_cols)) report(st, kUpdatePreIdsColumn, b, col, p.pre_ids_cols);
 }
 
 // Applies the op to request b; returns 1 when the request is (now) stopped.
-FD_HOST_DEVICE inline int draft_model_update_apply(const DraftModelUpdateParams& p,
-                                                   int64_t b) {
+FD_HOST_DEVICE inline int draft_model_update_apply(const DraftModelUpdateParams& p, int64_t b) {
   int64_t* draft_row = p.draft_tokens + b * p.draft_tokens_cols;
   int64_t* base_slot =
       p.base_model_draft_tokens + b * p.base_model_draft_tokens_cols + p.substep + 1;
@@ -119,8 +115,7 @@ FD_HOST_DEVICE inline int draft_model_update_apply(const DraftModelUpdateParams&
 
 // CPU driver: checks every request, then applies; on a bad request nothing is
 // written. *not_need_stop = not every request is stopped.
-inline KernelStatus draft_model_update_cpu(const DraftModelUpdateParams& p,
-                                           bool* not_need_stop) {
+inline KernelStatus draft_model_update_cpu(const DraftModelUpdateParams& p, bool* not_need_stop) {
   KernelStatus st{};
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) draft_model_update_check(p, b, &st);
   if (st.code != 0) return st;

@@ -34,8 +34,8 @@ struct EagleHiddenStatesParams {
   int64_t bsz;
 };
 
-FD_HOST_DEVICE inline RowPlan eagle_hidden_states_plan(const EagleHiddenStatesParams& p,
-                                                       int64_t b, KernelStatus* st) {
+FD_HOST_DEVICE inline RowPlan eagle_hidden_states_plan(const EagleHiddenStatesParams& p, int64_t b,
+                                                       KernelStatus* st) {
   const int32_t enc = p.seq_lens_encoder[b];
   const int32_t this_time = p.seq_lens_this_time[b];
   const int32_t base_this_time = p.base_model_seq_lens_this_time[b];
@@ -45,7 +45,7 @@ FD_HOST_DEVICE inline RowPlan eagle_hidden_states_plan(const EagleHiddenStatesPa
     return RowPlan{0, 0, 0};
   }
   if (this_time == 0) return RowPlan{base_this_time, 0, 0};  // skip (or nothing)
-  const int32_t acc = p.accept_nums[b];  // decode: the accepted rows
+  const int32_t acc = p.accept_nums[b];                      // decode: the accepted rows
   if (acc < 0 || acc > base_this_time) {
     report(st, kEagleAcceptNums, b, acc, base_this_time);
     return RowPlan{0, 0, 0};
@@ -60,8 +60,8 @@ struct EagleSelfHiddenStatesParams {
   int64_t bsz;
 };
 
-FD_HOST_DEVICE inline RowPlan eagle_self_hidden_states_plan(
-    const EagleSelfHiddenStatesParams& p, int64_t b, KernelStatus* st) {
+FD_HOST_DEVICE inline RowPlan eagle_self_hidden_states_plan(const EagleSelfHiddenStatesParams& p,
+                                                            int64_t b, KernelStatus* st) {
   const int32_t q = p.seq_lens_this_time[b];
   const int32_t q_last = p.last_seq_lens_this_time[b];
   const bool from_prefill = p.step_idx[b] == 1;  // its single output row
@@ -101,8 +101,8 @@ inline KernelStatus row_gather_count_cpu(const Params& p, PlanFn plan, int64_t i
 // CPU: copy the planned rows (row_bytes each) from `input` to `output`.
 // Call after row_gather_count_cpu succeeded.
 template <typename Params, typename PlanFn>
-inline void row_gather_copy_cpu(const Params& p, PlanFn plan, const void* input,
-                                void* output, int64_t row_bytes) {
+inline void row_gather_copy_cpu(const Params& p, PlanFn plan, const void* input, void* output,
+                                int64_t row_bytes) {
   KernelStatus unused{};
   const char* src = static_cast<const char*>(input);
   char* dst = static_cast<char*>(output);

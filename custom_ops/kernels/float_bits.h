@@ -49,7 +49,8 @@ FD_HOST_DEVICE inline uint16_t float_to_half_bits(float f) {
   const uint32_t x = f32_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
   if (a < 0x38800000u) {  // below 2^-14: a float16 subnormal (or zero)
     if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // below 2^-25: rounds to 0

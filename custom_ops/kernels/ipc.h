@@ -33,34 +33,35 @@
 namespace fd_mtp {
 namespace ipc {
 
-constexpr size_t kMaxNameLen = 255;     // NAME_MAX, counting the leading '/'
+constexpr size_t kMaxNameLen = 255;  // NAME_MAX, counting the leading '/'
 constexpr int kMaxRank = 8;
-constexpr size_t kUpstreamBytes = 72;   // sizeof(FastDeploy's shmStruct)
+constexpr size_t kUpstreamBytes = 72;               // sizeof(FastDeploy's shmStruct)
 constexpr uint64_t kMagic = 0x3143504950544d46ull;  // "FMTPIPC1" little-endian
 // Names of backing segments created by shared_empty without a name start
 // with this prefix; set_data_ipc refuses to publish under it.
 constexpr const char* kBackingPrefix = "/fd_mtp.";
-constexpr mode_t kMode = 0600;          // owner only (FastDeploy: 0777)
+constexpr mode_t kMode = 0600;  // owner only (FastDeploy: 0777)
 
 enum Kind : uint32_t { kCpu = 1, kCuda = 2 };
 
 struct Header {
   // FastDeploy's shmStruct.
-  uint64_t nprocesses;             // unused, 0
-  unsigned char cuda_handle[64];   // cudaIpcMemHandle_t (kCuda)
+  uint64_t nprocesses;            // unused, 0
+  unsigned char cuda_handle[64];  // cudaIpcMemHandle_t (kCuda)
   // fd_mtp extension.
-  uint64_t magic;                  // kMagic
-  uint32_t kind;                   // Kind
-  int32_t device;                  // CUDA device of the producer (kCuda), -1 on CPU
-  uint64_t offset;                 // bytes from the base of the backing memory
-  uint64_t nbytes;                 // bytes of the published tensor
-  int32_t rank;                    // shape of the published tensor (informational)
+  uint64_t magic;   // kMagic
+  uint32_t kind;    // Kind
+  int32_t device;   // CUDA device of the producer (kCuda), -1 on CPU
+  uint64_t offset;  // bytes from the base of the backing memory
+  uint64_t nbytes;  // bytes of the published tensor
+  int32_t rank;     // shape of the published tensor (informational)
   int32_t elem_size;
   int64_t shape[kMaxRank];
-  char dtype[16];                  // e.g. "float32" (informational)
-  char backing[kMaxNameLen + 1];   // kCpu: name of the backing segment
+  char dtype[16];                 // e.g. "float32" (informational)
+  char backing[kMaxNameLen + 1];  // kCpu: name of the backing segment
 };
-static_assert(offsetof(Header, magic) == kUpstreamBytes, "Header must start with FastDeploy's shmStruct");
+static_assert(offsetof(Header, magic) == kUpstreamBytes,
+              "Header must start with FastDeploy's shmStruct");
 
 inline std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
@@ -150,12 +151,12 @@ inline bool read_header(const std::string& name, Header* h, bool* extended, std:
   if (size < static_cast<int64_t>(kUpstreamBytes)) {
     close(fd);
     *err = "is a shared-memory segment of " + std::to_string(size) +
-           " bytes, not a publication of set_data_ipc (at least " +
-           std::to_string(kUpstreamBytes) + " bytes)";
+           " bytes, not a publication of set_data_ipc (at least " + std::to_string(kUpstreamBytes) +
+           " bytes)";
     return false;
   }
-  const size_t len = size < static_cast<int64_t>(sizeof(Header)) ? static_cast<size_t>(size)
-                                                                  : sizeof(Header);
+  const size_t len =
+      size < static_cast<int64_t>(sizeof(Header)) ? static_cast<size_t>(size) : sizeof(Header);
   void* p = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
@@ -206,7 +207,8 @@ inline void* map_segment(const std::string& name, size_t* size, std::string* err
 
 // A publication header for a tensor of `shape` (rank <= kMaxRank).
 inline Header make_header(Kind kind, int device, uint64_t offset, uint64_t nbytes,
-                          const std::vector<int64_t>& shape, int elem_size, const std::string& dtype) {
+                          const std::vector<int64_t>& shape, int elem_size,
+                          const std::string& dtype) {
   Header h;
   std::memset(&h, 0, sizeof(h));
   h.magic = kMagic;
@@ -216,7 +218,8 @@ inline Header make_header(Kind kind, int device, uint64_t offset, uint64_t nbyte
   h.nbytes = nbytes;
   h.rank = static_cast<int32_t>(shape.size());
   h.elem_size = elem_size;
-  for (size_t i = 0; i < shape.size() && i < static_cast<size_t>(kMaxRank); ++i) h.shape[i] = shape[i];
+  for (size_t i = 0; i < shape.size() && i < static_cast<size_t>(kMaxRank); ++i)
+    h.shape[i] = shape[i];
   std::strncpy(h.dtype, dtype.c_str(), sizeof(h.dtype) - 1);
   return h;
 }

@@ -20,9 +20,9 @@
 namespace fd_mtp {
 namespace msgqueue {
 
-constexpr int64_t kMaxBsz = 256;          // MAX_BSZ: requests per message
-constexpr int64_t kMaxDraftTokens = 6;    // MAX_DRAFT_TOKENS: tokens per request
-constexpr int64_t kCountsOffset = 2;      // mtext[2 + i]: count of request i
+constexpr int64_t kMaxBsz = 256;                // MAX_BSZ: requests per message
+constexpr int64_t kMaxDraftTokens = 6;          // MAX_DRAFT_TOKENS: tokens per request
+constexpr int64_t kCountsOffset = 2;            // mtext[2 + i]: count of request i
 constexpr int64_t kTokensOffset = 2 + kMaxBsz;  // mtext[258 + 6 i + j]
 constexpr int64_t kMessageInts = 2 + kMaxBsz + kMaxBsz * kMaxDraftTokens;  // 1794
 constexpr int64_t kMessageBytes = kMessageInts * 4;                        // 7176
@@ -50,9 +50,9 @@ inline void message_check(int64_t bsz, int64_t msg_id, KernelStatus* status) {
 // ------------------------------------------------ speculate_save_output ---
 
 struct SaveOutputParams {
-  const int64_t* accept_tokens;  // [bsz, width]
-  int64_t width;                 // columns of accept_tokens (any, even < 6)
-  const int32_t* accept_num;     // [>= bsz]
+  const int64_t* accept_tokens;     // [bsz, width]
+  int64_t width;                    // columns of accept_tokens (any, even < 6)
+  const int32_t* accept_num;        // [>= bsz]
   const int32_t* seq_lens_decoder;  // [>= bsz]
   const int64_t* prompt_lens;       // [>= bsz]
   int64_t bsz;                      // <= kMaxBsz (message_check)
@@ -62,8 +62,7 @@ struct SaveOutputParams {
 };
 
 inline bool save_output_in_prefill(const SaveOutputParams& p, int64_t i) {
-  return p.skip_prefill &&
-         static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
+  return p.skip_prefill && static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
 }
 
 // Every count that is sent must fit its request's slot and row: at most
@@ -130,8 +129,7 @@ inline void first_token_slot(const FirstTokenParams& p, int64_t i, int32_t* mtex
   mtext[kCountsOffset + i] = 0;
   if (i >= p.bsz) return;
   const bool chunk =
-      p.skip_chunk_prefill &&
-      static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
+      p.skip_chunk_prefill && static_cast<int64_t>(p.seq_lens_decoder[i]) < p.prompt_lens[i];
   if (chunk || p.step_idx[i] != 1) return;
   const int64_t* row = p.x + i * p.width;
   mtext[kCountsOffset + i] = 2;

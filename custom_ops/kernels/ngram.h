@@ -34,10 +34,10 @@
 namespace fd_mtp {
 
 enum NgramStatus : int32_t {
-  kNgramInputIdsLen = 1,    // input_ids_len outside [0, input_ids columns]
-  kNgramStepIdx = 2,        // step_idx >= pre_ids columns
+  kNgramInputIdsLen = 1,      // input_ids_len outside [0, input_ids columns]
+  kNgramStepIdx = 2,          // step_idx >= pre_ids columns
   kNgramDraftTokensCols = 3,  // the copy could run past the draft_tokens row
-  kNgramThisTime = 4,       // hybrid: negative seq_lens_this_time
+  kNgramThisTime = 4,         // hybrid: negative seq_lens_this_time
 };
 
 struct NgramParams {
@@ -46,14 +46,14 @@ struct NgramParams {
   const int64_t* input_ids_len;  // [>=bsz]
   const int64_t* pre_ids;        // [>=bsz, pre_ids_cols]: generated tokens (and the query)
   int64_t pre_ids_cols;
-  const int64_t* step_idx;           // [>=bsz]
-  const int32_t* draft_token_num;    // [>=bsz] (ngram_match only; unused by hybrid)
-  int64_t* draft_tokens;             // [>=bsz, draft_tokens_cols], written
+  const int64_t* step_idx;         // [>=bsz]
+  const int32_t* draft_token_num;  // [>=bsz] (ngram_match only; unused by hybrid)
+  int64_t* draft_tokens;           // [>=bsz, draft_tokens_cols], written
   int64_t draft_tokens_cols;
-  int32_t* seq_lens_this_time;       // [bsz], written
-  const int32_t* seq_lens_encoder;   // [>=bsz] (ngram_match only)
-  const int32_t* seq_lens_decoder;   // [>=bsz]
-  const int64_t* max_dec_len;        // [>=bsz]
+  int32_t* seq_lens_this_time;      // [bsz], written
+  const int32_t* seq_lens_encoder;  // [>=bsz] (ngram_match only)
+  const int32_t* seq_lens_decoder;  // [>=bsz]
+  const int64_t* max_dec_len;       // [>=bsz]
   int64_t bsz;
   int32_t max_ngram_size;    // >= 1
   int32_t min_ngram_size;    // 1 <= min <= max (ngram_match: 1)
@@ -173,8 +173,7 @@ FD_HOST_DEVICE inline bool ngram_better(const NgramCandidate& a, const NgramCand
 }
 
 struct NgramBest {
-  FD_HOST_DEVICE NgramCandidate operator()(const NgramCandidate& a,
-                                           const NgramCandidate& b) const {
+  FD_HOST_DEVICE NgramCandidate operator()(const NgramCandidate& a, const NgramCandidate& b) const {
     return ngram_better(b, a) ? b : a;
   }
 };

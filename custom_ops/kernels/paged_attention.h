@@ -26,28 +26,28 @@
 namespace fd_mtp {
 
 enum PagedAttentionStatus : int32_t {
-  kPagedBatchId = 1,      // batch_id_per_token[t] outside [0, bsz)
-  kPagedTokenIndex = 2,   // token t outside its request's [cu_seqlens_q[b], cu_seqlens_q[b+1])
-  kPagedDecoder = 3,      // seq_lens_decoder[b] < 0
-  kPagedTableWidth = 4,   // a needed position's block column is beyond the table width
-  kPagedBlockId = 5,      // a needed block id outside [0, num_blocks)
+  kPagedBatchId = 1,     // batch_id_per_token[t] outside [0, bsz)
+  kPagedTokenIndex = 2,  // token t outside its request's [cu_seqlens_q[b], cu_seqlens_q[b+1])
+  kPagedDecoder = 3,     // seq_lens_decoder[b] < 0
+  kPagedTableWidth = 4,  // a needed position's block column is beyond the table width
+  kPagedBlockId = 5,     // a needed block id outside [0, num_blocks)
 };
 
 struct PagedAttentionParams {
-  const float* q;  // [T, Hq, D]
-  const float* k;  // [T, Hkv, D]
-  const float* v;  // [T, Hkv, D]
-  float* key_cache;    // [num_blocks, Hkv, block_size, D], written
-  float* value_cache;  // [num_blocks, Hkv, block_size, D], written
+  const float* q;                     // [T, Hq, D]
+  const float* k;                     // [T, Hkv, D]
+  const float* v;                     // [T, Hkv, D]
+  float* key_cache;                   // [num_blocks, Hkv, block_size, D], written
+  float* value_cache;                 // [num_blocks, Hkv, block_size, D], written
   const int32_t* block_tables;        // [>= bsz, table_width]
   const int32_t* cu_seqlens_q;        // [bsz + 1]
   const int32_t* batch_id_per_token;  // [>= T]
   const int32_t* seq_lens_decoder;    // [>= bsz]
-  int64_t num_tokens;   // T
+  int64_t num_tokens;                 // T
   int64_t bsz;
-  int64_t q_heads;      // Hq
-  int64_t kv_heads;     // Hkv (divides Hq)
-  int64_t head_dim;     // D
+  int64_t q_heads;   // Hq
+  int64_t kv_heads;  // Hkv (divides Hq)
+  int64_t head_dim;  // D
   int64_t num_blocks;
   int64_t block_size;
   int64_t table_width;  // NB
@@ -104,7 +104,8 @@ FD_HOST_DEVICE inline void paged_attention_write(const PagedAttentionParams& p, 
                                                  int64_t g) {
   const PagedToken tk = paged_attention_token(p, t);
   const int64_t block = p.block_tables[tk.request * p.table_width + tk.pos / p.block_size];
-  const int64_t slot = ((block * p.kv_heads + g) * p.block_size + tk.pos % p.block_size) * p.head_dim;
+  const int64_t slot =
+      ((block * p.kv_heads + g) * p.block_size + tk.pos % p.block_size) * p.head_dim;
   const int64_t src = (t * p.kv_heads + g) * p.head_dim;
   for (int64_t d = 0; d < p.head_dim; ++d) {
     p.key_cache[slot + d] = p.k[src + d];

@@ -43,8 +43,8 @@ FD_HOST_DEVICE inline Philox4x32 philox4x32_10(Philox4x32 c, uint32_t k0, uint32
 // ((word0 >> 8) + 1) * 2^-24 is exact in float32.
 FD_HOST_DEVICE inline float philox_uniform(uint64_t seed, uint64_t offset, uint32_t stream,
                                            uint32_t draw) {
-  const Philox4x32 ctr{{draw, stream, static_cast<uint32_t>(offset),
-                        static_cast<uint32_t>(offset >> 32)}};
+  const Philox4x32 ctr{
+      {draw, stream, static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)}};
   const Philox4x32 out =
       philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return static_cast<float>((out.v[0] >> 8) + 1u) * 5.9604644775390625e-08f;  // 2^-24

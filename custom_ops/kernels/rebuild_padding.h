@@ -26,13 +26,13 @@ enum RebuildPaddingStatus : int32_t {
 };
 
 struct RebuildPaddingParams {
-  const void* tmp_out;  // [tmp_rows, row_bytes]
-  int64_t tmp_rows;     // T
-  int64_t row_bytes;    // H * itemsize
-  const int32_t* cu_seqlens_q;       // [bsz + 1]
-  const int32_t* seq_len_this_time;  // [>= bsz]
-  const int32_t* seq_lens_decoder;   // [>= bsz]
-  const int32_t* seq_lens_encoder;   // [>= bsz]
+  const void* tmp_out;                   // [tmp_rows, row_bytes]
+  int64_t tmp_rows;                      // T
+  int64_t row_bytes;                     // H * itemsize
+  const int32_t* cu_seqlens_q;           // [bsz + 1]
+  const int32_t* seq_len_this_time;      // [>= bsz]
+  const int32_t* seq_lens_decoder;       // [>= bsz]
+  const int32_t* seq_lens_encoder;       // [>= bsz]
   const int32_t* output_padding_offset;  // [>= out_rows], or null: plain branch
   int64_t bsz;
   int64_t max_input_length;

@@ -34,7 +34,7 @@ struct RecoverDecodeParams {
   int64_t num_blocks_per_seq;
   bool* is_block_step;
   // Speculative variant (all three set) or nullptr (non-speculative variant).
-  int64_t* draft_tokens;  // [>=bsz, draft_cols]
+  int64_t* draft_tokens;             // [>=bsz, draft_cols]
   const int64_t* step_draft_tokens;  // [>=bsz, step_draft_cols]
   const int32_t* step_seq_lens_this_time;
   int64_t draft_cols;

@@ -9,7 +9,7 @@
 namespace fd_mtp {
 
 struct ClearAcceptNumsParams {
-  int32_t* accept_num;  // written
+  int32_t* accept_num;              // written
   const int32_t* seq_lens_decoder;  // [bsz]
   int64_t bsz;
 };

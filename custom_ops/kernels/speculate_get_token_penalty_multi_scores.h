@@ -104,8 +104,8 @@ FD_HOST_DEVICE inline void penalty_check_eos(const TokenPenaltyParams& p, int64_
 
 // Validates row r's request index and the ids its repeat count visits in
 // lane `lane` (0 <= lane < penalty_lanes).
-FD_HOST_DEVICE inline void penalty_check_lane(const TokenPenaltyParams& p, int64_t b,
-                                              int64_t lane, KernelStatus* st) {
+FD_HOST_DEVICE inline void penalty_check_lane(const TokenPenaltyParams& p, int64_t b, int64_t lane,
+                                              KernelStatus* st) {
   const int64_t bd = penalty_lanes(p.pre_ids_cols);
   const int64_t* row = p.pre_ids + b * p.pre_ids_cols;
   for (int64_t j = lane; j < p.pre_ids_cols; j += bd) {
@@ -189,9 +189,8 @@ inline KernelStatus token_penalty_cpu_typed(const TokenPenaltyParams& p) {
 }
 
 inline KernelStatus token_penalty_cpu(const TokenPenaltyParams& p) {
-  return dispatch_float(p.float_kind, [&](auto traits) {
-    return token_penalty_cpu_typed<decltype(traits)>(p);
-  });
+  return dispatch_float(p.float_kind,
+                        [&](auto traits) { return token_penalty_cpu_typed<decltype(traits)>(p); });
 }
 
 }  // namespace fd_mtp

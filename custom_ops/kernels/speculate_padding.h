@@ -51,19 +51,19 @@ enum PaddingOffsetStatus : int32_t {
 };
 
 struct PaddingOffsetParams {
-  const int64_t* input_ids;  // [>= bsz, input_ids_cols]: prefill tokens
-  int64_t input_ids_cols;    // L_in, the width of cum_offsets
+  const int64_t* input_ids;     // [>= bsz, input_ids_cols]: prefill tokens
+  int64_t input_ids_cols;       // L_in, the width of cum_offsets
   const int64_t* draft_tokens;  // [>= bsz, draft_tokens_cols]: decode tokens
   int64_t draft_tokens_cols;
   const int32_t* cum_offsets;  // [bsz] inclusive prefix sum of L_in - seq_len
   const int32_t* seq_len;      // [bsz]
   const int32_t* seq_lens_encoder;
   int64_t bsz;
-  int64_t token_num;             // T, read on the host
-  int64_t* x_remove_padding;     // [T], written
-  int32_t* batch_id_per_token;   // [T], written
-  int32_t* cu_seqlens_q;         // [bsz + 1], written
-  int32_t* cu_seqlens_k;         // [bsz + 1], written
+  int64_t token_num;            // T, read on the host
+  int64_t* x_remove_padding;    // [T], written
+  int32_t* batch_id_per_token;  // [T], written
+  int32_t* cu_seqlens_q;        // [bsz + 1], written
+  int32_t* cu_seqlens_k;        // [bsz + 1], written
 };
 
 // Request b reads its tokens from a row that must hold them all, and its
@@ -75,7 +75,8 @@ FD_HOST_DEVICE inline void padding_offset_check(const PaddingOffsetParams& p, in
     return;
   const int64_t n = p.seq_len[b];
   if (p.seq_lens_encoder[b] > 0) {
-    if (n > p.input_ids_cols) report(st, kPadInputIdsRow, static_cast<int32_t>(b), n, p.input_ids_cols);
+    if (n > p.input_ids_cols)
+      report(st, kPadInputIdsRow, static_cast<int32_t>(b), n, p.input_ids_cols);
   } else if (n > p.draft_tokens_cols) {
     report(st, kPadDraftTokensRow, static_cast<int32_t>(b), n, p.draft_tokens_cols);
   }
@@ -87,9 +88,8 @@ FD_HOST_DEVICE inline void padding_offset_token(const PaddingOffsetParams& p, in
                                                 int64_t i) {
   const int64_t t = packed_start(p.cum_offsets, p.input_ids_cols, b) + i;
   p.batch_id_per_token[t] = static_cast<int32_t>(b);
-  p.x_remove_padding[t] = p.seq_lens_encoder[b] > 0
-                              ? p.input_ids[b * p.input_ids_cols + i]
-                              : p.draft_tokens[b * p.draft_tokens_cols + i];
+  p.x_remove_padding[t] = p.seq_lens_encoder[b] > 0 ? p.input_ids[b * p.input_ids_cols + i]
+                                                    : p.draft_tokens[b * p.draft_tokens_cols + i];
 }
 
 // cu_seqlens_q/k[b + 1] = (b + 1) * L_in - cum_offsets[b]; index 0 is 0.
@@ -171,8 +171,8 @@ FD_HOST_DEVICE inline void output_padding_offset_check(const OutputPaddingOffset
 
 // Row i of request b: output_padding_offset[b*max_seq_len - ce + i] = ce,
 // with ce = output_cum_offsets_tmp[b - 1] (0 for b = 0).
-FD_HOST_DEVICE inline void output_padding_offset_row(const OutputPaddingOffsetParams& p,
-                                                     int64_t b, int64_t i) {
+FD_HOST_DEVICE inline void output_padding_offset_row(const OutputPaddingOffsetParams& p, int64_t b,
+                                                     int64_t i) {
   const int64_t start = packed_start(p.output_cum_offsets_tmp, p.max_seq_len, b);
   p.output_padding_offset[start + i] = b == 0 ? 0 : p.output_cum_offsets_tmp[b - 1];
 }

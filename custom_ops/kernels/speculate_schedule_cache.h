@@ -46,13 +46,11 @@ struct ScheduleCacheParams {
 
 // The slot a decoding request needs for its next step.
 FD_HOST_DEVICE inline int64_t schedule_cache_slot(const ScheduleCacheParams& p, int64_t b) {
-  return (static_cast<int64_t>(p.seq_lens_decoder[b]) + 2 * p.max_draft_tokens + 2) /
-         p.block_size;
+  return (static_cast<int64_t>(p.seq_lens_decoder[b]) + 2 * p.max_draft_tokens + 2) / p.block_size;
 }
 
 FD_HOST_DEVICE inline bool schedule_cache_reads_slot(const ScheduleCacheParams& p, int64_t b) {
-  return !p.stop_flags[b] && !p.prefill_one_step_stop &&
-         p.seq_lens_decoder[b] >= p.prompt_lens[b];
+  return !p.stop_flags[b] && !p.prefill_one_step_stop && p.seq_lens_decoder[b] >= p.prompt_lens[b];
 }
 
 FD_HOST_DEVICE inline void schedule_cache_check(const ScheduleCacheParams& p, int64_t b,

@@ -25,11 +25,11 @@ enum SetStopValueStatus : int32_t {
 struct SetStopValueParams {
   int64_t* accept_tokens;  // [bs, accept_tokens_cols], written
   int64_t accept_tokens_cols;
-  int32_t* accept_num;  // [bs], written
+  int32_t* accept_num;     // [bs], written
   const int64_t* pre_ids;  // [bs, pre_ids_cols]
   int64_t pre_ids_cols;
   const int64_t* step_idx;
-  bool* stop_flags;  // written
+  bool* stop_flags;          // written
   const int64_t* stop_seqs;  // [bs, num_stop_seqs, stop_seq_cols]
   int64_t num_stop_seqs;
   int64_t stop_seq_cols;
@@ -40,8 +40,8 @@ struct SetStopValueParams {
 
 // Whether stop sequence s of request b ends just before accepted token idx.
 // A pre_ids index <= 0 fails the comparison (upstream: index 0 holds no token).
-FD_HOST_DEVICE inline bool set_stop_value_matches(const SetStopValueParams& p, int64_t b,
-                                                  int64_t s, int64_t idx) {
+FD_HOST_DEVICE inline bool set_stop_value_matches(const SetStopValueParams& p, int64_t b, int64_t s,
+                                                  int64_t idx) {
   const int64_t a = p.accept_num[b];
   const int64_t t = p.step_idx[b];
   const int64_t len = p.stop_seqs_len[b * p.num_stop_seqs + s];

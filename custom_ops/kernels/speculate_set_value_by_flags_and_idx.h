@@ -47,8 +47,10 @@ FD_HOST_DEVICE inline void set_value_check(const SetValueByFlagsParams& p, int64
   if (a == 0) return;
   const int64_t last = p.step_idx[b];
   const int64_t first = last - a + 1;
-  if (last >= p.pre_ids_cols) report(st, kSetValuePreIdsColumn, b, last, p.pre_ids_cols);
-  else if (first < 0) report(st, kSetValuePreIdsColumn, b, first, p.pre_ids_cols);
+  if (last >= p.pre_ids_cols)
+    report(st, kSetValuePreIdsColumn, b, last, p.pre_ids_cols);
+  else if (first < 0)
+    report(st, kSetValuePreIdsColumn, b, first, p.pre_ids_cols);
 }
 
 FD_HOST_DEVICE inline void set_value_apply(const SetValueByFlagsParams& p, int64_t b) {

@@ -60,10 +60,10 @@ struct SpeculateStepParams {
   bool* is_block_step;
   int32_t* step_block_list;  // [step_list_capacity]
   int64_t step_list_capacity;
-  int32_t* step_lens;  // [1]
+  int32_t* step_lens;           // [1]
   int32_t* recover_block_list;  // [recover_list_capacity]
   int64_t recover_list_capacity;
-  int32_t* recover_lens;  // [1]
+  int32_t* recover_lens;     // [1]
   int32_t* need_block_list;  // [need_list_capacity]
   int64_t need_list_capacity;
   int32_t* need_block_len;  // [1]
@@ -71,7 +71,7 @@ struct SpeculateStepParams {
   int32_t* free_list;  // [free_list_capacity]
   int64_t free_list_capacity;
   int32_t* free_list_len;  // [1]
-  int64_t* input_ids;  // [>=bsz, input_ids_cols]
+  int64_t* input_ids;      // [>=bsz, input_ids_cols]
   int64_t input_ids_cols;
   const int64_t* pre_ids;  // [>=bsz, pre_ids_cols]
   int64_t pre_ids_cols;

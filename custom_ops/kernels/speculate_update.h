@@ -23,7 +23,7 @@ struct SpeculateUpdateParams {
   const int64_t* accept_tokens;      // [max_bsz, accept_tokens_cols]
   int64_t accept_tokens_cols;
   const int32_t* accept_num;
-  const bool* stop_flags;  // [max_bsz]
+  const bool* stop_flags;             // [max_bsz]
   const int32_t* seq_lens_this_time;  // [real_bsz]
   const bool* is_block_step;
   int32_t* mask_rollback;  // written
@@ -35,7 +35,8 @@ FD_HOST_DEVICE inline void speculate_update_check(const SpeculateUpdateParams& p
                                                   KernelStatus* st) {
   if (b >= p.real_bsz || p.is_block_step[b]) return;
   const int32_t a = p.accept_num[b];
-  if (a < 0 || a > p.accept_tokens_cols) report(st, kSpecUpdateAcceptNum, b, a, p.accept_tokens_cols);
+  if (a < 0 || a > p.accept_tokens_cols)
+    report(st, kSpecUpdateAcceptNum, b, a, p.accept_tokens_cols);
 }
 
 // Applies the op to slot b < max_bsz; returns 1 when the slot counts as
@@ -75,7 +76,8 @@ FD_HOST_DEVICE inline int speculate_update_apply(const SpeculateUpdateParams& p,
     p.seq_lens_encoder[b] = 0;
   }
   // With a == 0 upstream reads the element before the row; we keep the draft.
-  if (a > 0) p.draft_tokens[b * p.draft_tokens_cols] = p.accept_tokens[b * p.accept_tokens_cols + a - 1];
+  if (a > 0)
+    p.draft_tokens[b * p.draft_tokens_cols] = p.accept_tokens[b * p.accept_tokens_cols + a - 1];
   return stopped;
 }
 

@@ -151,8 +151,7 @@ FD_HOST_DEVICE inline float verify_uniform(const SpeculateVerifyParams& p, int64
 }
 
 // TOPP(row) of §5.7 with draw 0 of request b.
-FD_HOST_DEVICE inline int64_t verify_topp(const SpeculateVerifyParams& p, int64_t b,
-                                          int64_t row) {
+FD_HOST_DEVICE inline int64_t verify_topp(const SpeculateVerifyParams& p, int64_t b, int64_t row) {
   const int64_t* tokens = p.verify_tokens + row * p.num_candidates;
   const float* scores = p.verify_scores + row * p.num_candidates;
   int64_t m = p.actual_candidate_len[row];
@@ -169,8 +168,8 @@ FD_HOST_DEVICE inline int64_t verify_topp(const SpeculateVerifyParams& p, int64_
 // Weight of token v at `row` for kVerifyRejection sampling: max(0, p_v - q_v)
 // where q is the draft distribution (draft_probs row, or one-hot on `draft`
 // for a greedy drafter) when `residual`, else 0.
-FD_HOST_DEVICE inline float verify_weight(const SpeculateVerifyParams& p, int64_t row,
-                                          int64_t v, bool residual, int64_t draft) {
+FD_HOST_DEVICE inline float verify_weight(const SpeculateVerifyParams& p, int64_t row, int64_t v,
+                                          bool residual, int64_t draft) {
   float q = 0.f;
   if (residual)
     q = p.draft_probs != nullptr ? p.draft_probs[row * p.vocab + v] : (v == draft ? 1.f : 0.f);
@@ -188,8 +187,8 @@ constexpr int kVerifySampleMarks = 64;
 // ends; the second walk re-sums only the block where the threshold is
 // crossed, starting from that block's recorded sum, so every running sum is
 // bit-identical to one sequential walk. O(V) per sampled token.
-FD_HOST_DEVICE inline int64_t verify_sample(const SpeculateVerifyParams& p, int64_t row,
-                                            float u, bool residual, int64_t draft) {
+FD_HOST_DEVICE inline int64_t verify_sample(const SpeculateVerifyParams& p, int64_t row, float u,
+                                            bool residual, int64_t draft) {
   const int64_t block = (p.vocab + kVerifySampleMarks - 1) / kVerifySampleMarks;
   float marks[kVerifySampleMarks];
   float total = 0.f;

@@ -155,9 +155,8 @@ inline KernelStatus top_p_candidates_cpu_typed(const TopPCandidatesParams& p) {
 }
 
 inline KernelStatus top_p_candidates_cpu(const TopPCandidatesParams& p) {
-  return dispatch_float(p.float_kind, [&](auto traits) {
-    return top_p_candidates_cpu_typed<decltype(traits)>(p);
-  });
+  return dispatch_float(
+      p.float_kind, [&](auto traits) { return top_p_candidates_cpu_typed<decltype(traits)>(p); });
 }
 
 }  // namespace fd_mtp

@@ -34,8 +34,7 @@ template <typename... Parts>
 
 inline void dtype(const char* op, const char* arg, const paddle::Tensor& t,
                   paddle::DataType expected) {
-  if (t.dtype() != expected)
-    fail(op, arg, "must be ", expected, ", got ", t.dtype());
+  if (t.dtype() != expected) fail(op, arg, "must be ", expected, ", got ", t.dtype());
 }
 
 inline void dtype_in(const char* op, const char* arg, const paddle::Tensor& t,
@@ -51,14 +50,13 @@ inline void dtype_in(const char* op, const char* arg, const paddle::Tensor& t,
 inline void same_place(const char* op, const char* arg, const paddle::Tensor& t,
                        const paddle::Tensor& ref, const char* ref_arg) {
   if (t.place() != ref.place())
-    fail(op, arg, "must be on the same device as ", ref_arg, " (",
-         ref.place().DebugString(), "), got ", t.place().DebugString());
+    fail(op, arg, "must be on the same device as ", ref_arg, " (", ref.place().DebugString(),
+         "), got ", t.place().DebugString());
 }
 
 // Every tensor in `args` must be on the same device as `ref`.
-inline void same_place(
-    const char* op, const char* ref_arg, const paddle::Tensor& ref,
-    std::initializer_list<std::pair<const char*, const paddle::Tensor*>> args) {
+inline void same_place(const char* op, const char* ref_arg, const paddle::Tensor& ref,
+                       std::initializer_list<std::pair<const char*, const paddle::Tensor*>> args) {
   for (const auto& a : args) same_place(op, a.first, *a.second, ref, ref_arg);
 }
 
@@ -66,19 +64,17 @@ inline void same_place(
 // build supports.
 [[noreturn]] inline void unsupported_place(const char* op, const char* arg,
                                            const paddle::Tensor& t) {
-  fail(op, arg, "is on a device this build of fd_mtp does not support (",
-       t.place().DebugString(), "); rebuild with a CUDA-enabled paddle");
+  fail(op, arg, "is on a device this build of fd_mtp does not support (", t.place().DebugString(),
+       "); rebuild with a CUDA-enabled paddle");
 }
 
 inline void on_cpu(const char* op, const char* arg, const paddle::Tensor& t) {
-  if (!t.is_cpu())
-    fail(op, arg, "must be a CPU tensor, got one on ", t.place().DebugString());
+  if (!t.is_cpu()) fail(op, arg, "must be a CPU tensor, got one on ", t.place().DebugString());
 }
 
 // A per-request vector: shape [n] or [n, 1] with n >= bsz. Returns n.
-inline int64_t per_request(const char* op, const char* arg,
-                           const paddle::Tensor& t, paddle::DataType dt,
-                           int64_t bsz) {
+inline int64_t per_request(const char* op, const char* arg, const paddle::Tensor& t,
+                           paddle::DataType dt, int64_t bsz) {
   dtype(op, arg, t, dt);
   const auto& s = t.shape();
   if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
@@ -90,26 +86,22 @@ inline int64_t per_request(const char* op, const char* arg,
 }
 
 // A 2-D per-request matrix [rows >= bsz, cols >= min_cols]. Returns cols.
-inline int64_t matrix(const char* op, const char* arg, const paddle::Tensor& t,
-                      paddle::DataType dt, int64_t bsz, int64_t min_cols = 1) {
+inline int64_t matrix(const char* op, const char* arg, const paddle::Tensor& t, paddle::DataType dt,
+                      int64_t bsz, int64_t min_cols = 1) {
   dtype(op, arg, t, dt);
   const auto& s = t.shape();
   if (s.size() != 2) fail(op, arg, "must be 2-D, got shape ", shape_str(s));
-  if (s[0] < bsz)
-    fail(op, arg, "has ", s[0], " rows but the batch has ", bsz, " requests");
+  if (s[0] < bsz) fail(op, arg, "has ", s[0], " rows but the batch has ", bsz, " requests");
   if (s[1] < min_cols)
-    fail(op, arg, "needs at least ", min_cols, " columns, got shape ",
-         shape_str(s));
+    fail(op, arg, "needs at least ", min_cols, " columns, got shape ", shape_str(s));
   return s[1];
 }
 
 // A tensor that holds exactly one element (e.g. not_need_stop).
-inline void scalar(const char* op, const char* arg, const paddle::Tensor& t,
-                   paddle::DataType dt) {
+inline void scalar(const char* op, const char* arg, const paddle::Tensor& t, paddle::DataType dt) {
   dtype(op, arg, t, dt);
   if (t.numel() != 1)
-    fail(op, arg, "must hold exactly one element, got shape ",
-         shape_str(t.shape()));
+    fail(op, arg, "must hold exactly one element, got shape ", shape_str(t.shape()));
 }
 
 // Turns a kernel's status record into an exception naming the argument.
@@ -124,10 +116,8 @@ inline void status(const char* op, const KernelStatus& st, const StatusInfo (&ta
     std::string what = info.what;
     for (const char* key : {"{value}", "{limit}"}) {
       size_t pos;
-      const std::string rep =
-          std::to_string(key[1] == 'v' ? st.value : st.limit);
-      while ((pos = what.find(key)) != std::string::npos)
-        what.replace(pos, 7, rep);
+      const std::string rep = std::to_string(key[1] == 'v' ? st.value : st.limit);
+      while ((pos = what.find(key)) != std::string::npos) what.replace(pos, 7, rep);
     }
     fail(op, info.argument, os.str(), what);
   }
@@ -206,7 +196,8 @@ inline void contiguous(const char* op, const char* arg, const paddle::Tensor& t)
 inline int64_t vec(const char* op, const char* arg, const paddle::Tensor& t, bool batch) {
   const auto& s = t.shape();
   if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
-    fail(op, arg, batch ? "must have shape [bsz] or [bsz, 1], got " : "must have shape [n] or [n, 1], got ",
+    fail(op, arg,
+         batch ? "must have shape [bsz] or [bsz, 1], got " : "must have shape [n] or [n, 1], got ",
          shape_str(s));
   return s[0];
 }
@@ -239,8 +230,8 @@ inline void dim_at_least(const char* op, const char* arg, const paddle::Tensor& 
 inline void dim_equal(const char* op, const char* arg, const paddle::Tensor& t, size_t axis,
                       int64_t value, const char* name, const char* from) {
   if (t.shape()[axis] == value) return;
-  fail(op, arg, "must have ", value, " ", axis_word(axis, t.shape().size()), " (", name,
-       ", from ", from, "), got shape ", shape_str(t.shape()));
+  fail(op, arg, "must have ", value, " ", axis_word(axis, t.shape().size()), " (", name, ", from ",
+       from, "), got shape ", shape_str(t.shape()));
 }
 
 inline void numel_at_least(const char* op, const char* arg, const paddle::Tensor& t, int64_t n) {

@@ -2,7 +2,8 @@
 // fd_mtp/schema/draft.py (generated into draft_model_postprocess.gen.h).
 #include "draft_model_postprocess.gen.h"
 
-void draft_model_postprocess_apply(DraftModelPostprocessArgs& a, fd_mtp::DraftModelPostprocessParams& p) {
+void draft_model_postprocess_apply(DraftModelPostprocessArgs& a,
+                                   fd_mtp::DraftModelPostprocessParams& p) {
   using namespace fd_mtp;
   const auto& ref = a.base_model_seq_lens_this_time;
   if (ref.is_cpu()) {

@@ -13,7 +13,8 @@ void draft_model_preprocess_apply(DraftModelPreprocessArgs& a,
   }
 #ifdef PADDLE_WITH_CUDA
   GpuScratch scratch(ref);
-  check::cuda(a.op, draft_model_preprocess_cuda(p, scratch.status(), scratch.count(), ref.stream()));
+  check::cuda(a.op,
+              draft_model_preprocess_cuda(p, scratch.status(), scratch.count(), ref.stream()));
   const auto result = scratch.fetch(ref.stream());
   check::status(a.op, result.status, kDraftModelPreprocessStatus);
   *out_flag = result.count > 0;

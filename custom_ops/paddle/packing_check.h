@@ -33,10 +33,11 @@ inline int64_t host_count(const char* op, const char* arg, const paddle::Tensor&
   if (t.numel() != 1)
     check::fail(op, arg, "must hold exactly one element, got shape ", check::shape_str(t.shape()));
   const paddle::Tensor host = t.is_cpu() ? t : t.copy_to(paddle::CPUPlace(), true);
-  const int64_t v = t.dtype() == paddle::DataType::INT64 ? host.data<int64_t>()[0]
-                                                          : host.data<int32_t>()[0];
+  const int64_t v =
+      t.dtype() == paddle::DataType::INT64 ? host.data<int64_t>()[0] : host.data<int32_t>()[0];
   if (v < 0 || v > std::numeric_limits<int32_t>::max())
-    check::fail(op, arg, "is ", v, "; it must be in [0, ", std::numeric_limits<int32_t>::max(), "]");
+    check::fail(op, arg, "is ", v, "; it must be in [0, ", std::numeric_limits<int32_t>::max(),
+                "]");
   return v;
 }
 

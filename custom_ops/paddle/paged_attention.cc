@@ -3,28 +3,31 @@
 // (generated into paged_attention.gen.h).
 #include "paged_attention.gen.h"
 
-std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a, fd_mtp::PagedAttentionParams& p) {
+std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a,
+                                                  fd_mtp::PagedAttentionParams& p) {
   using namespace fd_mtp;
   using paddle::DataType;
   const int64_t tokens = a.dims.T, hq = a.dims.Hq, hkv = a.dims.Hkv, dim = a.dims.D;
   // Shape relations the schema cannot express (messages of the former binding).
   if (hq % hkv != 0)
-    check::fail(a.op, "k", "must be [", tokens, ", Hkv, ", dim, "] with Hkv dividing ", hq, ", got shape ",
-                check::shape_str(a.k.shape()));
+    check::fail(a.op, "k", "must be [", tokens, ", Hkv, ", dim, "] with Hkv dividing ", hq,
+                ", got shape ", check::shape_str(a.k.shape()));
   if (a.dims.Hv != hkv)
     check::fail(a.op, "v", "must have k's shape ", check::shape_str(a.k.shape()), ", got ",
                 check::shape_str(a.v.shape()));
   if (a.dims.Hc != hkv)
-    check::fail(a.op, "key_cache", "must be [num_blocks, ", hkv, ", block_size, ", dim, "], got shape ",
-                check::shape_str(a.key_cache.shape()));
+    check::fail(a.op, "key_cache", "must be [num_blocks, ", hkv, ", block_size, ", dim,
+                "], got shape ", check::shape_str(a.key_cache.shape()));
   if (a.cu_seqlens_q.shape().size() != 1 || a.cu_seqlens_q.shape()[0] < 1)
-    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ", check::shape_str(a.cu_seqlens_q.shape()));
+    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ",
+                check::shape_str(a.cu_seqlens_q.shape()));
   const int64_t bsz = a.cu_seqlens_q.shape()[0] - 1;
   check::matrix(a.op, "block_tables", a.block_tables, DataType::INT32, bsz);
-  check::per_request_from(a.op, "seq_lens_decoder", a.seq_lens_decoder, DataType::INT32, bsz, "cu_seqlens_q");
+  check::per_request_from(a.op, "seq_lens_decoder", a.seq_lens_decoder, DataType::INT32, bsz,
+                          "cu_seqlens_q");
   if (a.batch_id_per_token.numel() < tokens)
-    check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(), " entries but q has ", tokens,
-                " tokens");
+    check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(),
+                " entries but q has ", tokens, " tokens");
 
   auto out = paddle::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
   p.bsz = bsz;
@@ -51,8 +54,8 @@ std::vector<std::vector<int64_t>> paged_attention_infer_shape(
 }
 
 std::vector<paddle::DataType> paged_attention_infer_dtype(
-    const paddle::DataType& q_dtype, const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
-    const paddle::DataType&, const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
-    const paddle::DataType&) {
+    const paddle::DataType& q_dtype, const paddle::DataType&, const paddle::DataType&,
+    const paddle::DataType&, const paddle::DataType&, const paddle::DataType&,
+    const paddle::DataType&, const paddle::DataType&, const paddle::DataType&) {
   return {q_dtype};
 }

@@ -14,7 +14,8 @@ void speculate_schedule_cache_apply(SpeculateScheduleCacheArgs& a, fd_mtp::Sched
   }
 #ifdef PADDLE_WITH_CUDA
   GpuScratch scratch(ref);
-  check::cuda(a.op, speculate_schedule_cache_cuda(p, scratch.status(), scratch.count(), ref.stream()));
+  check::cuda(a.op,
+              speculate_schedule_cache_cuda(p, scratch.status(), scratch.count(), ref.stream()));
   const auto result = scratch.fetch(ref.stream());
   check::status(a.op, result.status, kSpeculateScheduleCacheStatus);
   *out_flag = result.count + (p.max_bsz - p.bsz) < limit;

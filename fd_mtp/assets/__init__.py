@@ -5,6 +5,7 @@ the Python standard library's sources by ``tools/train_demo_model.py``, in the E
 layout (config.json, model.safetensors, tokenizer.model; see its README.md). Load it with
 ``fd_mtp.model.load_checkpoint(default_model_path())``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,9 +24,14 @@ def default_model_path() -> Path:
             a source checkout where it has not been trained yet; the message names the command that
             writes it.
     """
-    missing = [n for n in ("config.json", "model.safetensors", "tokenizer.model") if not (DEMO_MODEL / n).is_file()]
+    missing = [
+        n
+        for n in ("config.json", "model.safetensors", "tokenizer.model")
+        if not (DEMO_MODEL / n).is_file()
+    ]
     if missing:
         raise FileNotFoundError(
             f"demo checkpoint {DEMO_MODEL} is missing {', '.join(missing)}; train it (about an hour on "
-            f"a 2-core CPU) from the repository root with: {TRAIN_COMMAND}")
+            f"a 2-core CPU) from the repository root with: {TRAIN_COMMAND}"
+        )
     return DEMO_MODEL

@@ -4,16 +4,34 @@ They are on every machine with Python, offline, under the PSF licence. The train
 (``tools/train_demo_model.py``) trains on the files `is_validation` rejects; the demo and the
 benchmarks prompt the model with the held-out ones.
 """
+
 from __future__ import annotations
 
 import sysconfig
 import zlib
 from pathlib import Path
 
-__all__ = ["EXCLUDED_DIRS", "MAX_FILE_BYTES", "SPLIT_RULE", "stdlib_root", "corpus_files", "is_validation",
-           "read_text", "split_corpus", "held_out_prompts"]
+__all__ = [
+    "EXCLUDED_DIRS",
+    "MAX_FILE_BYTES",
+    "SPLIT_RULE",
+    "stdlib_root",
+    "corpus_files",
+    "is_validation",
+    "read_text",
+    "split_corpus",
+    "held_out_prompts",
+]
 
-EXCLUDED_DIRS = {"test", "tests", "idlelib", "site-packages", "pydoc_data", "encodings", "__pycache__"}
+EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "site-packages",
+    "pydoc_data",
+    "encodings",
+    "__pycache__",
+}
 MAX_FILE_BYTES = 200_000
 SPLIT_RULE = "zlib.crc32(relpath.encode()) % 20 == 0 -> validation"
 
@@ -54,12 +72,16 @@ def split_corpus(root: Path):
     train = [(r, p) for r, p in files if not is_validation(r)]
     val = [(r, p) for r, p in files if is_validation(r)]
     if not train or not val:
-        raise SystemExit(f"{root}: corpus split left no training or no validation file "
-                         f"({len(train)} / {len(val)}); rule: {SPLIT_RULE}")
+        raise SystemExit(
+            f"{root}: corpus split left no training or no validation file "
+            f"({len(train)} / {len(val)}); rule: {SPLIT_RULE}"
+        )
     return train, val
 
 
-def held_out_prompts(n: int, *, chars: int = 300, root: Path | None = None) -> list[tuple[str, str]]:
+def held_out_prompts(
+    n: int, *, chars: int = 300, root: Path | None = None
+) -> list[tuple[str, str]]:
     """``n`` prompts of about ``chars`` characters from held-out files: ``(relpath, text)``, the
     first ``chars`` characters (cut at a line end) of the body of ``n`` validation files, spread
     evenly over the sorted list. Deterministic for a given standard library."""
@@ -72,7 +94,7 @@ def held_out_prompts(n: int, *, chars: int = 300, root: Path | None = None) -> l
         text = read_text(path)
         # skip the licence / module docstring header: start at the first "def " or "class "
         start = min((i for i in (text.find("\ndef "), text.find("\nclass ")) if i >= 0), default=0)
-        body = text[start + 1 if start else 0:]
+        body = text[start + 1 if start else 0 :]
         cut = body.rfind("\n", 0, chars)
         out.append((rel, body[: cut + 1 if cut > 0 else chars]))
     return out

@@ -11,10 +11,19 @@ this package (tests/test_layers.py checks the whole import graph):
 * `pack_step` (`packing`): FastDeploy's per-step ``pre_process`` over a buffer dict.
 * `Proposer`, `ProposerStats` (`interface`): what a speculative runner calls on its drafter.
 """
+
 from .input_batch import HOST_KEYS, InputBatch, TransferStats
 from .interface import Proposer, ProposerStats
 from .packing import pack_step
 from .task import Task, TaskKind
 
-__all__ = ["HOST_KEYS", "InputBatch", "Proposer", "ProposerStats", "Task", "TaskKind", "TransferStats",
-           "pack_step"]
+__all__ = [
+    "HOST_KEYS",
+    "InputBatch",
+    "Proposer",
+    "ProposerStats",
+    "Task",
+    "TaskKind",
+    "TransferStats",
+    "pack_step",
+]

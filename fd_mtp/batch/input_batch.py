@@ -29,6 +29,7 @@ The float64 buffer carries integers exactly up to 2**53 (token ids, lengths, blo
 seeds, the only wider values, live in host tensors. `push` raises ValueError for a wider integer.
 Outside a step (tests, debugging) `flush` pushes the pending writes so the tensors show them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -49,11 +50,24 @@ MIRRORED = {
     "block_tables": "block_tables",
 }
 #: the mirrored tensors the ops of a speculative step write (the runner pulls them after the step)
-WRITTEN_BY_OPS = ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags")
+WRITTEN_BY_OPS = (
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "stop_flags",
+)
 
 _EXACT = 2**53  # integers the float64 transfer buffer holds exactly
-_NP_DTYPES = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float32": np.float32,
-              "float64": np.float64, "int8": np.int8, "uint8": np.uint8}  # fmt: skip
+_NP_DTYPES = {
+    "bool": np.bool_,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float32": np.float32,
+    "float64": np.float64,
+    "int8": np.int8,
+    "uint8": np.uint8,
+}
 
 
 def _dtype_name(tensor) -> str:
@@ -112,7 +126,7 @@ class _Writer:
 
     __slots__ = ("_batch", "_tensors")
 
-    def __init__(self, batch: "InputBatch", tensors: Mapping):
+    def __init__(self, batch: InputBatch, tensors: Mapping):
         self._batch = batch
         self._tensors = tensors
 
@@ -145,7 +159,7 @@ class InputBatch:
             setattr(self, attr, host)
             self._shadow[key] = host.copy()
         # slot metadata the host alone uses
-        self.chunk = np.zeros(B, bool)          # between two prefill chunks
+        self.chunk = np.zeros(B, bool)  # between two prefill chunks
         self.greedy = np.ones(B, bool)
         self.top_k = np.zeros(B, np.int64)
         self.top_p = np.ones(B, np.float64)
@@ -184,7 +198,9 @@ class InputBatch:
     def has_pending(self) -> bool:
         """Whether a `push` has something to send."""
         return any(st.dirty.any() for st in self._staged.values()) or any(
-            not np.array_equal(getattr(self, attr), self._shadow[key]) for key, attr in MIRRORED.items())
+            not np.array_equal(getattr(self, attr), self._shadow[key])
+            for key, attr in MIRRORED.items()
+        )
 
     # -- transfers ----------------------------------------------------------------------------------
     def push(self, step: Mapping[str, np.ndarray] | None = None) -> dict:
@@ -219,7 +235,9 @@ class InputBatch:
             shape = st.values.shape
             dims = [d for d in range(len(shape)) if shape[d] != 1]  # size-1 dims: index 0, not sent
             parts += [index[d] for d in dims] + [self._exact(values, "a staged write")]
-            plan.append(("scatter", st.tensor, (values.size, dims), _dtype_name(st.tensor), list(shape)))
+            plan.append(
+                ("scatter", st.tensor, (values.size, dims), _dtype_name(st.tensor), list(shape))
+            )
         out_plan = []
         for name, arr in (step or {}).items():
             arr = np.asarray(arr)
@@ -236,7 +254,7 @@ class InputBatch:
         def take(n):
             nonlocal off
             off += n
-            return dev[off - n: off]
+            return dev[off - n : off]
 
         for kind, t, size, dtype, shape in plan:
             if kind == "full":
@@ -248,10 +266,14 @@ class InputBatch:
             for d in range(len(shape)):
                 index.append(sent[d] if d in sent else paddle.zeros([n], "int64"))
             paddle.index_put_(t, tuple(index), take(n).astype(dtype))
-        return {name: take(n).astype("bool" if dtype == "bool" else dtype).reshape(shape)
-                for name, n, dtype, shape in out_plan}
+        return {
+            name: take(n).astype("bool" if dtype == "bool" else dtype).reshape(shape)
+            for name, n, dtype, shape in out_plan
+        }
 
-    def pull(self, tensors: Mapping | None = None, *, mirrored: bool = False) -> dict[str, np.ndarray]:
+    def pull(
+        self, tensors: Mapping | None = None, *, mirrored: bool = False
+    ) -> dict[str, np.ndarray]:
         """The step's one device-to-host transfer: ``tensors`` (name -> integer or bool device
         tensor) and, with ``mirrored``, the mirrored tensors the ops write (`WRITTEN_BY_OPS`), cast
         to int64 and concatenated on the device, read with one ``.numpy()``. The mirrored host
@@ -262,14 +284,16 @@ class InputBatch:
         items += list((tensors or {}).items())
         if not items:
             return {}
-        flat = paddle.concat([t.reshape([-1]).astype("int64") for _, t in items]).numpy()  # the one D2H
+        flat = paddle.concat(
+            [t.reshape([-1]).astype("int64") for _, t in items]
+        ).numpy()  # the one D2H
         self.stats.d2h += 1
         self.stats.d2h_bytes += flat.nbytes
         out, off = {}, 0
         for name, t in items:
             shape = [int(d) for d in t.shape]
             n = int(np.prod(shape))
-            out[name] = flat[off: off + n].reshape(shape).astype(_np_dtype(t))
+            out[name] = flat[off : off + n].reshape(shape).astype(_np_dtype(t))
             off += n
         if mirrored:
             for key in WRITTEN_BY_OPS:
@@ -286,6 +310,8 @@ class InputBatch:
     @staticmethod
     def _exact(values: np.ndarray, what: str) -> np.ndarray:
         if values.dtype.kind in "iu" and values.size and int(np.abs(values).max()) > _EXACT:
-            raise ValueError(f"InputBatch: {what} holds an integer beyond 2**53 "
-                             f"({int(np.abs(values).max())}), which the transfer buffer cannot carry exactly")
+            raise ValueError(
+                f"InputBatch: {what} holds an integer beyond 2**53 "
+                f"({int(np.abs(values).max())}), which the transfer buffer cannot carry exactly"
+            )
         return values

@@ -8,6 +8,7 @@ its own (the runner's `InputBatch` makes the step's one each way). On insertion,
 ``insert_tasks_v1(tasks)`` runs right after the target's own (spec §4.2) and writes the proposer's
 buffers through the `InputBatch`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

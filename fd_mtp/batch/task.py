@@ -1,4 +1,5 @@
 """The entries of ``insert_tasks_v1`` (spec/ops.md §4.2, v1 scheduler), shared by runners and proposers."""
+
 from __future__ import annotations
 
 import enum
@@ -7,9 +8,13 @@ from typing import Any
 
 
 class TaskKind(enum.Enum):
-    PREFILL = "prefill"      # a (chunk of a) prompt, or a preempted request's prompt + output
-    DECODE = "decode"        # new KV blocks granted to a decoding request: its block-table row is replaced
-    PREEMPTED = "preempted"  # the slot is emptied (preempted or finished): row -1, stopped, no tokens
+    PREFILL = "prefill"  # a (chunk of a) prompt, or a preempted request's prompt + output
+    DECODE = (
+        "decode"  # new KV blocks granted to a decoding request: its block-table row is replaced
+    )
+    PREEMPTED = (
+        "preempted"  # the slot is emptied (preempted or finished): row -1, stopped, no tokens
+    )
 
 
 @dataclass

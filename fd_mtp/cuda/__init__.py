@@ -14,6 +14,7 @@ from another directory (an out-of-tree build's output dir).
 
 Importing this module needs neither CuPy nor the compiled module; both load on first use.
 """
+
 from ._common import BUILD_HINT, MODULE_DIR_ENV, load
 from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
 from .draft import (
@@ -25,12 +26,7 @@ from .draft import (
     mtp_step_paddle,
 )
 from .ipc import set_data_ipc, share_external_data, unset_data_ipc
-from .update import (
-    speculate_clear_accept_nums,
-    speculate_set_stop_value_multi_seqs,
-    speculate_set_value_by_flags_and_idx,
-    speculate_update,
-)
+from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
 from .packing import (
     pre_process,
     rebuild_padding,
@@ -39,8 +35,13 @@ from .packing import (
     speculate_get_seq_lens_output,
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 from .verify import speculate_verify
-from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
 
 __all__ = [
     "BUILD_HINT",

@@ -1,5 +1,6 @@
 """Shared helpers of fd_mtp.cuda: loading the compiled module, CuPy, argument checks that
 mirror custom_ops/paddle/check.h, kernel-status decoding and scratch buffers."""
+
 from __future__ import annotations
 
 import functools
@@ -36,7 +37,9 @@ def load():
                 sys.path.remove(directory)
         return importlib.import_module("fd_mtp._lib.fd_mtp_cuda")
     except ImportError as exc:
-        raise ImportError(f"fd_mtp.cuda cannot load the CUDA module fd_mtp_cuda ({exc}); {BUILD_HINT}") from exc
+        raise ImportError(
+            f"fd_mtp.cuda cannot load the CUDA module fd_mtp_cuda ({exc}); {BUILD_HINT}"
+        ) from exc
 
 
 def _cupy():
@@ -75,8 +78,12 @@ def _per_request(op, arg, a, dt, bsz):
     if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
         _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
     if s[0] < bsz:
-        _fail(op, arg, f"has {s[0]} entries but the batch has {bsz} requests "
-              "(bsz is taken from seq_lens_this_time)")
+        _fail(
+            op,
+            arg,
+            f"has {s[0]} entries but the batch has {bsz} requests "
+            "(bsz is taken from seq_lens_this_time)",
+        )
     return s[0]
 
 
@@ -147,7 +154,9 @@ def prepare(op_name, values):
     values = dict(values)
     dims = arrays.check_arrays(op, values, lambda x: isinstance(x, cp.ndarray), _host_array)
     for a in op.attrs:
-        values[a.name] = arrays.convert_attr(op, a, schema.resolve_kw(op_name, a.name, values[a.name]))
+        values[a.name] = arrays.convert_attr(
+            op, a, schema.resolve_kw(op_name, a.name, values[a.name])
+        )
     params = None
     if op.params:
         params = getattr(load(), op.params)()

@@ -21,6 +21,7 @@ Lifetime (GPU part of the rules in fd_mtp.ops.ipc):
 A CUDA allocation cannot be opened through IPC by the process that exported it
 (CUDA's rule): attach from another process.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -58,8 +59,12 @@ def _name(op, shm_name):
         shm_name = "/" + shm_name  # FastDeploy's names have none; glibc's shm_open adds it too
     problem = load().ipc_name_problem(shm_name)
     if problem:
-        _fail(op, "shm_name", f"{problem} (a POSIX shared-memory name: a leading '/', no other '/', "
-              f"at most {load().IPC_MAX_NAME_LEN} characters)")
+        _fail(
+            op,
+            "shm_name",
+            f"{problem} (a POSIX shared-memory name: a leading '/', no other '/', "
+            f"at most {load().IPC_MAX_NAME_LEN} characters)",
+        )
     return shm_name
 
 
@@ -80,14 +85,25 @@ def set_data_ipc(tensor, shm_name) -> None:
     _device_array(op, "tensor", tensor)
     shm_name = _name(op, shm_name)
     if shm_name.startswith(mod.IPC_BACKING_PREFIX):
-        _fail(op, "shm_name", f"'{shm_name}' starts with '{mod.IPC_BACKING_PREFIX}', which is reserved "
-              "for the backing segments of fd_mtp.ops.shared_empty")
+        _fail(
+            op,
+            "shm_name",
+            f"'{shm_name}' starts with '{mod.IPC_BACKING_PREFIX}', which is reserved "
+            "for the backing segments of fd_mtp.ops.shared_empty",
+        )
     if tensor.ndim > mod.IPC_MAX_RANK:
         _fail(op, "tensor", f"must have rank <= {mod.IPC_MAX_RANK}, got shape {list(tensor.shape)}")
     if tensor.data.ptr == 0:
         _fail(op, "tensor", "has no device memory (an empty array); publish an array with elements")
-    mod.ipc_publish_cuda(tensor.data.ptr, tensor.nbytes, shm_name, tensor.device.id,
-                         list(tensor.shape), tensor.itemsize, str(tensor.dtype))
+    mod.ipc_publish_cuda(
+        tensor.data.ptr,
+        tensor.nbytes,
+        shm_name,
+        tensor.device.id,
+        list(tensor.shape),
+        tensor.itemsize,
+        str(tensor.dtype),
+    )
     with _lock:
         _published[shm_name] = os.getpid()
 
@@ -118,17 +134,29 @@ def share_external_data(input, shm_name, shape):
     shm_name = _name(op, shm_name)
     rec = load().ipc_read(shm_name)
     if rec["kind"] != "cuda":
-        _fail(op, "input", f"is a GPU array but '{shm_name}' publishes a {rec['kind']} tensor "
-              "(POSIX shared memory); attach to it with fd_mtp.ops.share_external_data and a CPU input")
+        _fail(
+            op,
+            "input",
+            f"is a GPU array but '{shm_name}' publishes a {rec['kind']} tensor "
+            "(POSIX shared memory); attach to it with fd_mtp.ops.share_external_data and a CPU input",
+        )
     need = int(np.prod(dims, dtype=np.int64)) * input.itemsize
     if rec["nbytes"] is not None and need > rec["nbytes"]:
-        _fail(op, "shape", f"{dims} with dtype {input.dtype} needs {need} bytes but the tensor published "
-              f"under '{shm_name}' has {rec['nbytes']} bytes ({rec['dtype']} {rec['shape']})")
+        _fail(
+            op,
+            "shape",
+            f"{dims} with dtype {input.dtype} needs {need} bytes but the tensor published "
+            f"under '{shm_name}' has {rec['nbytes']} bytes ({rec['dtype']} {rec['shape']})",
+        )
     mem = _open(rec["handle"], input.device.id)
     offset = rec["offset"]
     if mem.size and offset + need > mem.size:
-        _fail(op, "shape", f"{dims} needs {need} bytes but the allocation behind '{shm_name}' has "
-              f"{mem.size - offset} bytes after the tensor's start")
+        _fail(
+            op,
+            "shape",
+            f"{dims} needs {need} bytes but the allocation behind '{shm_name}' has "
+            f"{mem.size - offset} bytes after the tensor's start",
+        )
     span = max(mem.size - offset if mem.size else need, 1)
     owned = cp.cuda.UnownedMemory(mem.ptr + offset, span, mem, input.device.id)
     return cp.ndarray(dims, dtype=input.dtype, memptr=cp.cuda.MemoryPointer(owned, 0))
@@ -158,8 +186,12 @@ def unset_data_ipc(tensor, shm_name, close_ipc, unlink_shm) -> None:
                     hit = key, mem
                     break
         if hit is None:
-            _fail(op, "tensor", "was not attached with share_external_data (or is already closed); "
-                  "close_ipc=True closes an attachment, never a producer's own array")
+            _fail(
+                op,
+                "tensor",
+                "was not attached with share_external_data (or is already closed); "
+                "close_ipc=True closes an attachment, never a producer's own array",
+            )
     if unlink_shm:
         load().ipc_unlink(shm_name)
         with _lock:

@@ -1,4 +1,5 @@
 """fd_mtp.cuda versions of the packed-layout ops (spec §5.1-§5.4) on CuPy arrays."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +8,18 @@ import numpy as np
 
 from .. import schema
 from ..schema import arrays
-from ._common import _cupy, _dtype, _fail, _host_array, _ptr, _scratch, _stream, load, prepare, raise_status
+from ._common import (
+    _cupy,
+    _dtype,
+    _fail,
+    _host_array,
+    _ptr,
+    _scratch,
+    _stream,
+    load,
+    prepare,
+    raise_status,
+)
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -20,7 +32,11 @@ def _host_count(op, arg, value):
         cp = _cupy()
         a = cp.asnumpy(value) if isinstance(value, cp.ndarray) else np.asarray(value)
         if a.size != 1 or a.dtype not in (np.int64, np.int32):
-            _fail(op, arg, f"must hold exactly one int64 or int32 element, got {a.dtype}{list(a.shape)}")
+            _fail(
+                op,
+                arg,
+                f"must hold exactly one int64 or int32 element, got {a.dtype}{list(a.shape)}",
+            )
         v = int(a.reshape(-1)[0])
     if not 0 <= v <= _INT32_MAX:
         _fail(op, arg, f"is {v}; it must be in [0, {_INT32_MAX}]")
@@ -52,11 +68,17 @@ def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
     if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
         _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
     if s[0] < bsz:
-        _fail(op, arg, f"has {s[0]} entries but the batch has {bsz} requests (bsz is taken from {bsz_arg})")
+        _fail(
+            op,
+            arg,
+            f"has {s[0]} entries but the batch has {bsz} requests (bsz is taken from {bsz_arg})",
+        )
     return s[0]
 
 
-def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder):
+def speculate_get_padding_offset(
+    input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder
+):
     """fd_mtp.ops.speculate_get_padding_offset on CuPy arrays (token_num: int or one-element array).
     Returns [x_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k] as new CuPy arrays."""
     op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", locals(), "token_num")
@@ -85,10 +107,14 @@ def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens
     return out
 
 
-def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len):
+def speculate_get_output_padding_offset(
+    output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len
+):
     """fd_mtp.ops.speculate_get_output_padding_offset on CuPy arrays (out_token_num: int or
     one-element array). Returns [output_padding_offset, output_cum_offsets] as new CuPy arrays."""
-    op, _, dims, p, to = _prepare_counted("speculate_get_output_padding_offset", locals(), "out_token_num")
+    op, _, dims, p, to = _prepare_counted(
+        "speculate_get_output_padding_offset", locals(), "out_token_num"
+    )
     cp = _cupy()
     padding = cp.empty(to, dtype=cp.int32)
     cum = cp.empty(dims["B"], dtype=cp.int32)
@@ -96,12 +122,20 @@ def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, s
     p.output_padding_offset = _ptr(padding)
     p.output_cum_offsets = _ptr(cum)
     status, total = _scratch(), _scratch(1)
-    raise_status(op, load().speculate_get_output_padding_offset(p, _ptr(status), _ptr(total), _stream()))
+    raise_status(
+        op, load().speculate_get_output_padding_offset(p, _ptr(status), _ptr(total), _stream())
+    )
     return [padding, cum]
 
 
-def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_tokens=None, seq_lens_encoder=None,
-                seq_lens_decoder=None):
+def pre_process(
+    input_ids,
+    seq_lens_this_time,
+    speculative_decoding,
+    draft_tokens=None,
+    seq_lens_encoder=None,
+    seq_lens_decoder=None,
+):
     """fd_mtp.ops.pre_process on CuPy arrays (the same glue: cumsums on the device, counts read on the host)."""
     cp = _cupy()
     _dtype("pre_process", "seq_lens_this_time", seq_lens_this_time, np.int32)
@@ -110,24 +144,43 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
     if not speculative_decoding:
         ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time)
+            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time
+        )
         return ids, batch_id, cu_q, cu_k, None, None
-    for name, value in (("draft_tokens", draft_tokens), ("seq_lens_encoder", seq_lens_encoder),
-                        ("seq_lens_decoder", seq_lens_decoder)):
+    for name, value in (
+        ("draft_tokens", draft_tokens),
+        ("seq_lens_encoder", seq_lens_encoder),
+        ("seq_lens_decoder", seq_lens_decoder),
+    ):
         if value is None:
             _fail("pre_process", name, "is required when speculative_decoding is True")
     ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-        input_ids, draft_tokens, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_encoder)
-    seq_lens_output = speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+        input_ids, draft_tokens, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_encoder
+    )
+    seq_lens_output = speculate_get_seq_lens_output(
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    )
     out_token_num = int(seq_lens_output.sum(dtype=cp.int64))
     out_cum_tmp = cp.cumsum(max_len - seq_lens_output, dtype=cp.int32)
-    padding, out_cum = speculate_get_output_padding_offset(out_cum_tmp, out_token_num, seq_lens_output, max_len)
+    padding, out_cum = speculate_get_output_padding_offset(
+        out_cum_tmp, out_token_num, seq_lens_output, max_len
+    )
     return ids, batch_id, cu_q, cu_k, out_cum, padding
 
 
-def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
-                    use_output_padding_offset=None):
+def rebuild_padding(
+    tmp_out,
+    cu_seqlens_q,
+    seq_len_this_time,
+    seq_lens_decoder,
+    seq_lens_encoder,
+    output_padding_offset,
+    first_token_out,
+    max_input_length,
+    enable_logprob,
+    *,
+    use_output_padding_offset=None,
+):
     """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array."""
     if use_output_padding_offset is None:
         use_output_padding_offset = output_padding_offset is not None
@@ -153,12 +206,20 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         enc = cp.asnumpy(seq_lens_encoder).reshape(-1)[:bsz].astype(np.int64)
         out_rows = rows - int(np.sum(np.where(enc > 0, enc - 1, 0)))
         if out_rows < 0:
-            _fail(name, "seq_lens_encoder", f"sums to more prefill tokens than tmp_out has rows ({rows}): "
-                  f"the output would have {out_rows} rows")
+            _fail(
+                name,
+                "seq_lens_encoder",
+                f"sums to more prefill tokens than tmp_out has rows ({rows}): "
+                f"the output would have {out_rows} rows",
+            )
         if entries < out_rows:
-            _fail(name, "output_padding_offset", f"has {entries} entries but the output has R = {out_rows} rows "
-                  "(R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which assumes "
-                  "seq_len_this_time == seq_lens_encoder for them)")
+            _fail(
+                name,
+                "output_padding_offset",
+                f"has {entries} entries but the output has R = {out_rows} rows "
+                "(R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which assumes "
+                "seq_len_this_time == seq_lens_encoder for them)",
+            )
         if out_rows > 0:
             offsets = _ptr(output_padding_offset)
     out = cp.empty((out_rows, dims["H"]), dtype=tmp_out.dtype)

@@ -3,6 +3,7 @@
 Float arrays are CuPy float32 / float16 arrays, or uint16 arrays holding bfloat16 bit patterns
 (as in fd_mtp.reference).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,15 +21,29 @@ def _same_dtype(op, arg, a, like):
 
 
 def speculate_get_token_penalty_multi_scores(
-    pre_ids, logits, penalty_scores, frequency_scores, presence_scores, temperatures, bad_tokens,
-    cur_len, min_len, eos_token_id, seq_lens_this_time, output_padding_offset, output_cum_offsets,
+    pre_ids,
+    logits,
+    penalty_scores,
+    frequency_scores,
+    presence_scores,
+    temperatures,
+    bad_tokens,
+    cur_len,
+    min_len,
+    eos_token_id,
+    seq_lens_this_time,
+    output_padding_offset,
+    output_cum_offsets,
     max_seq_len,
 ):
     """fd_mtp.ops.speculate_get_token_penalty_multi_scores on CuPy arrays; returns ``logits``."""
     op, _, dims, p = prepare("speculate_get_token_penalty_multi_scores", locals())
     name = op.name
-    for arg, a in (("penalty_scores", penalty_scores), ("frequency_scores", frequency_scores),
-                   ("presence_scores", presence_scores)):
+    for arg, a in (
+        ("penalty_scores", penalty_scores),
+        ("frequency_scores", frequency_scores),
+        ("presence_scores", presence_scores),
+    ):
         _same_dtype(name, arg, a, logits)
     if bad_tokens.ndim not in (1, 2):
         _fail(name, "bad_tokens", f"must be [Lb] or [rows, Lb], got shape {list(bad_tokens.shape)}")

@@ -1,4 +1,5 @@
 """fd_mtp.cuda versions of the target-side update ops (spec §5.8, §5.10, §5.12, §5.16)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,15 @@ def _host_value(x):
 
 
 def speculate_set_stop_value_multi_seqs(
-    accept_tokens, accept_num, pre_ids, step_idx, stop_flags, seq_lens, stop_seqs, stop_seqs_len, end_ids,
+    accept_tokens,
+    accept_num,
+    pre_ids,
+    step_idx,
+    stop_flags,
+    seq_lens,
+    stop_seqs,
+    stop_seqs_len,
+    end_ids,
 ):
     """fd_mtp.ops.speculate_set_stop_value_multi_seqs on CuPy arrays (seq_lens unused)."""
     op, _, _, p = prepare("speculate_set_stop_value_multi_seqs", locals())
@@ -41,8 +50,18 @@ def speculate_set_stop_value_multi_seqs(
 
 
 def speculate_update(
-    seq_lens_encoder, seq_lens_decoder, not_need_stop, draft_tokens, actual_draft_token_nums,
-    accept_tokens, accept_num, stop_flags, seq_lens_this_time, is_block_step, stop_nums, mask_rollback,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    not_need_stop,
+    draft_tokens,
+    actual_draft_token_nums,
+    accept_tokens,
+    accept_num,
+    stop_flags,
+    seq_lens_this_time,
+    is_block_step,
+    stop_nums,
+    mask_rollback,
 ):
     """fd_mtp.ops.speculate_update on CuPy arrays (not_need_stop: host numpy [1] bool; stop_nums:
     one int64 element, CuPy or numpy, read on the host)."""
@@ -55,8 +74,14 @@ def speculate_update(
 
 
 def speculate_set_value_by_flags_and_idx(
-    pre_ids_all, accept_tokens, accept_num, stop_flags, seq_lens_this_time, seq_lens_encoder,
-    seq_lens_decoder, step_idx,
+    pre_ids_all,
+    accept_tokens,
+    accept_num,
+    stop_flags,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    step_idx,
 ):
     """fd_mtp.ops.speculate_set_value_by_flags_and_idx on CuPy arrays."""
     op, _, _, p = prepare("speculate_set_value_by_flags_and_idx", locals())

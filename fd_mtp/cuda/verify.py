@@ -1,4 +1,5 @@
 """fd_mtp.cuda version of the target-side verify op (spec §5.7) and the device Philox generator."""
+
 from __future__ import annotations
 
 from .._verify_options import STRATEGIES, resolve_verify_options
@@ -10,11 +11,35 @@ _counter = 0
 
 
 def speculate_verify(
-    sampled_token_ids, accept_tokens, accept_num, step_idx, stop_flags, seq_lens_encoder,
-    seq_lens_decoder, draft_tokens, seq_lens_this_time, verify_tokens, verify_scores, max_dec_len,
-    end_tokens, is_block_step, output_cum_offsets, actual_candidate_len, actual_draft_token_nums,
-    topp, max_seq_len, verify_window, enable_topp, benchmark_mode, accept_all_drafts, *,
-    seed=None, offset=None, verify_strategy=None, prefill_one_step_stop=None, target_probs=None,
+    sampled_token_ids,
+    accept_tokens,
+    accept_num,
+    step_idx,
+    stop_flags,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    draft_tokens,
+    seq_lens_this_time,
+    verify_tokens,
+    verify_scores,
+    max_dec_len,
+    end_tokens,
+    is_block_step,
+    output_cum_offsets,
+    actual_candidate_len,
+    actual_draft_token_nums,
+    topp,
+    max_seq_len,
+    verify_window,
+    enable_topp,
+    benchmark_mode,
+    accept_all_drafts,
+    *,
+    seed=None,
+    offset=None,
+    verify_strategy=None,
+    prefill_one_step_stop=None,
+    target_probs=None,
     draft_probs=None,
 ):
     """fd_mtp.ops.speculate_verify on CuPy arrays (own default seed/offset counter)."""
@@ -30,7 +55,11 @@ def speculate_verify(
     op, _, dims, p = prepare("speculate_verify", locals())
     # As custom_ops/paddle/speculate_verify.cc: draft_probs has target_probs' vocabulary.
     if draft_probs is not None and dims["Vq"] != dims["V"]:
-        _fail(op.name, "draft_probs", f"must have {dims['V']} columns, got shape {list(draft_probs.shape)}")
+        _fail(
+            op.name,
+            "draft_probs",
+            f"must have {dims['V']} columns, got shape {list(draft_probs.shape)}",
+        )
     status = _scratch()
     raise_status(op, load().speculate_verify(p, _ptr(status), _stream()))
 
@@ -40,8 +69,15 @@ def philox4x32_10(counter, key):
     uint32 host array (the device side of the Random123 known-answer test)."""
     cp = _cupy()
     m = load()
-    inp = cp.ascontiguousarray(cp.concatenate([cp.asarray(counter, cp.uint32).reshape(-1, 4),
-                                               cp.asarray(key, cp.uint32).reshape(-1, 2)], axis=1))
+    inp = cp.ascontiguousarray(
+        cp.concatenate(
+            [
+                cp.asarray(counter, cp.uint32).reshape(-1, 4),
+                cp.asarray(key, cp.uint32).reshape(-1, 2),
+            ],
+            axis=1,
+        )
+    )
     out = cp.zeros((inp.shape[0], 4), dtype=cp.uint32)
     m.philox4x32_10(_ptr(inp), _ptr(out), inp.shape[0], _stream())
     return cp.asnumpy(out)

@@ -5,6 +5,7 @@ in-kernel free lists stay empty) and a request's block-table row is its list of 
 position order: position p of the request lives in block ``row[p // block_size]``, slot
 ``p % block_size``.
 """
+
 from __future__ import annotations
 
 
@@ -37,7 +38,7 @@ class BlockManager:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free = list(range(num_blocks))      # pop() takes the highest id first
+        self._free = list(range(num_blocks))  # pop() takes the highest id first
         self._used: set[int] = set()
 
     @property

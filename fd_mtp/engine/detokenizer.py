@@ -14,6 +14,7 @@ Work per token is bounded: a window holds the last settled chunk plus the unsett
 after `MAX_UNSETTLED` unsettled tokens (a long run of partial characters) the part that can no
 longer change is settled by force (a UTF-8 character spans at most 4 byte tokens).
 """
+
 from __future__ import annotations
 
 REPLACEMENT = "\ufffd"
@@ -67,7 +68,7 @@ class IncrementalDetokenizer:
         if n <= self.read_offset:
             self.tail = ""
             return self.text
-        window = self._decode(ids[self.prefix_offset:n])
+        window = self._decode(ids[self.prefix_offset : n])
         if not window.startswith(self._prefix_text):
             # this tokenizer's decode is not prefix-stable here (SentencePiece and byte-level BPE
             # are): start over from token 0, which is exact (the whole output, once)
@@ -75,18 +76,18 @@ class IncrementalDetokenizer:
             window = self._decode(ids[:n])
         prefix = self._prefix_text
         if not window.endswith(REPLACEMENT):
-            self._settle(window[len(prefix):], n, ids)
+            self._settle(window[len(prefix) :], n, ids)
         elif n - self.read_offset > MAX_UNSETTLED:
             self._force(ids, n, window)
         else:
-            self.tail = window[len(prefix):]
+            self.tail = window[len(prefix) :]
         return self.text
 
     def _settle(self, new: str, upto: int, ids) -> None:
         self.settled += new
         self.tail = ""
         self.prefix_offset, self.read_offset = self.read_offset, upto
-        self._prefix_text = self._decode(ids[self.prefix_offset:self.read_offset])
+        self._prefix_text = self._decode(ids[self.prefix_offset : self.read_offset])
 
     def _force(self, ids, n: int, window: str) -> None:
         """Settle the part of the window later tokens cannot change: the text up to a split point
@@ -94,13 +95,13 @@ class IncrementalDetokenizer:
         that is a prefix of the window's text (the split is between two characters)."""
         prefix = self._prefix_text
         for s in range(n - _OPEN_TAIL, max(self.read_offset, n - _OPEN_TAIL - 4), -1):
-            part = self._decode(ids[self.prefix_offset:s])
+            part = self._decode(ids[self.prefix_offset : s])
             if window.startswith(part) and len(part) >= len(prefix):
-                self._settle(part[len(prefix):], s, ids)
-                window = self._decode(ids[self.prefix_offset:n])
-                self.tail = window[len(self._prefix_text):]
+                self._settle(part[len(prefix) :], s, ids)
+                window = self._decode(ids[self.prefix_offset : n])
+                self.tail = window[len(self._prefix_text) :]
                 return
-        self.tail = window[len(prefix):]
+        self.tail = window[len(prefix) :]
 
     def finish(self, ids, n: int | None = None) -> str:
         """The final text of ``ids[:n]``: everything settles (a trailing partial character stays)."""
@@ -108,4 +109,3 @@ class IncrementalDetokenizer:
         self.settled += self.tail
         self.tail = ""
         return self.settled
-

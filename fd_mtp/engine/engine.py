@@ -21,6 +21,7 @@ The engine meets the runner through `ModelRunner`'s attributes and methods (no p
 speculative runner overrides ``spec_config``, ``num_speculative_tokens``, ``lookahead`` and
 ``last_drafted``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -69,17 +70,23 @@ class LLMEngine:
         # speculative decoding: every decoding request runs every step and may write drafts'
         # K/V past its tokens (runner.lookahead positions)
         self.speculative = runner.num_speculative_tokens > 0
-        self.spec_metrics = SpeculativeMetrics(runner.num_speculative_tokens) if self.speculative else None
+        self.spec_metrics = (
+            SpeculativeMetrics(runner.num_speculative_tokens) if self.speculative else None
+        )
 
     # -- requests -----------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
-            raise ValueError("a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer")
+            raise ValueError(
+                "a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer"
+            )
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ValueError(f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start:exc.end]!r} "
-                             f"at character {exc.start}") from None
+            raise ValueError(
+                f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start : exc.end]!r} "
+                f"at character {exc.start}"
+            ) from None
         tok = self.tokenizer
         try:
             if hasattr(tok, "encode"):
@@ -90,12 +97,16 @@ class LLMEngine:
                 ids = tok(text)["input_ids"]
             return [int(i) for i in ids]
         except Exception as exc:  # a tokenizer failing on this text fails this request only
-            raise ValueError(f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def validate_prompt(self, prompt, params) -> list[int]:
         """The prompt's token ids, or ValueError saying what is wrong with this request."""
         if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+            raise ValueError(
+                f"sampling params must be a SamplingParams, got {type(params).__name__}"
+            )
         if isinstance(prompt, str):
             ids = self.encode(prompt)
         elif isinstance(prompt, (list, tuple, np.ndarray)):
@@ -105,7 +116,9 @@ class LLMEngine:
                     raise ValueError(f"prompt token {i} is {t!r}, not an int")
             ids = [int(t) for t in ids]
         else:
-            raise ValueError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+            raise ValueError(
+                f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}"
+            )
         if not ids:
             raise ValueError("the prompt is empty")
         V = self.runner.vocab_size
@@ -114,20 +127,30 @@ class LLMEngine:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {V})")
         L = self.runner.max_model_len
         if len(ids) >= L:
-            raise ValueError(f"the prompt has {len(ids)} tokens; max_model_len is {L} (prompt + at least one "
-                             "generated token must fit)")
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; max_model_len is {L} (prompt + at least one "
+                "generated token must fit)"
+            )
         spec = self.runner.spec_config
         if spec is not None and spec.verification == "greedy" and not params.greedy:
-            raise ValueError("speculative_config.verification='greedy' emits the argmax: it needs greedy sampling "
-                             "(temperature 0); use verification='target_match' or 'rejection' to sample")
-        need = blocks_for(min(len(ids) + params.max_tokens, L) + self.runner.max_extra_positions,
-                          self.runner.block_size)
+            raise ValueError(
+                "speculative_config.verification='greedy' emits the argmax: it needs greedy sampling "
+                "(temperature 0); use verification='target_match' or 'rejection' to sample"
+            )
+        need = blocks_for(
+            min(len(ids) + params.max_tokens, L) + self.runner.max_extra_positions,
+            self.runner.block_size,
+        )
         if need > self.block_manager.num_blocks:
-            raise ValueError(f"the request needs up to {need} KV blocks; the cache has "
-                             f"{self.block_manager.num_blocks} (lower max_tokens or raise num_gpu_blocks)")
+            raise ValueError(
+                f"the request needs up to {need} KV blocks; the cache has "
+                f"{self.block_manager.num_blocks} (lower max_tokens or raise num_gpu_blocks)"
+            )
         return ids
 
-    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
+    def add_request(
+        self, prompt, params: SamplingParams | None = None, request_id: str | None = None
+    ) -> str:
         """Queue a request (text or token ids); it joins the running batch at the next `step`.
 
         Raises ValueError (nothing queued) for an empty prompt, ids outside the vocabulary, a
@@ -145,9 +168,13 @@ class LLMEngine:
         if params.seed is not None:
             seed = params.seed
         else:
-            mixed = _splitmix64(np.array([self.seed % SEED_MODULUS], np.uint64) ^ np.uint64(arrival))[0]
+            mixed = _splitmix64(
+                np.array([self.seed % SEED_MODULUS], np.uint64) ^ np.uint64(arrival)
+            )[0]
             seed = int(mixed % np.uint64(SEED_MODULUS))
-        req = Request(rid, ids, params, seed, arrival, prompt=prompt if isinstance(prompt, str) else None)
+        req = Request(
+            rid, ids, params, seed, arrival, prompt=prompt if isinstance(prompt, str) else None
+        )
         req.metrics.arrival_time = time.perf_counter()
         if self.speculative:
             req.metrics.spec = SpeculativeMetrics(self.runner.num_speculative_tokens)
@@ -216,7 +243,11 @@ class LLMEngine:
                     continue  # a later decoding request still runs (every one does, every step)
                 break
             # a speculative decode feeds up to 1 + K tokens and always runs (its drafts are pending)
-            n = self.runner.decode_tokens if decoding else min(req.num_tokens - req.num_computed, budget)
+            n = (
+                self.runner.decode_tokens
+                if decoding
+                else min(req.num_tokens - req.num_computed, budget)
+            )
             old_len = len(req.block_ids)
             while not self.block_manager.grow(req.block_ids, req.num_computed + n + extra):
                 victims = [r for r in self.running if r.slot not in plan]
@@ -250,9 +281,17 @@ class LLMEngine:
         return tasks, decode_slots, plan
 
     def _prefill_task(self, req: Request, end: int) -> Task:
-        return Task(TaskKind.PREFILL, req.slot, block_ids=list(req.block_ids), token_ids=req.all_token_ids,
-                    start=req.num_computed, end=end, num_output=len(req.output_token_ids),
-                    params=req.sampling_params, seed=req.seed)
+        return Task(
+            TaskKind.PREFILL,
+            req.slot,
+            block_ids=list(req.block_ids),
+            token_ids=req.all_token_ids,
+            start=req.num_computed,
+            end=end,
+            num_output=len(req.output_token_ids),
+            params=req.sampling_params,
+            seed=req.seed,
+        )
 
     # -- one step -----------------------------------------------------------------------------------
     def step(self) -> list[StreamDelta]:
@@ -280,8 +319,9 @@ class LLMEngine:
                 # a decode: the fed token and the accepted drafts are now in the cache
                 req.num_computed += len(tokens)
                 if self.speculative:
-                    step = SpeculativeMetrics.of_step(self.runner.num_speculative_tokens, drafted.get(slot, 0),
-                                                      len(tokens))
+                    step = SpeculativeMetrics.of_step(
+                        self.runner.num_speculative_tokens, drafted.get(slot, 0), len(tokens)
+                    )
                     req.metrics.spec.add(step)
                     self.spec_metrics.add(step)
             else:
@@ -330,7 +370,9 @@ class LLMEngine:
         if ids and ids[-1] in self.runner.eos_token_ids and not req.sampling_params.ignore_eos:
             n -= 1
         if req.detokenizer is None:
-            req.detokenizer = IncrementalDetokenizer(self.tokenizer, req.sampling_params.skip_special_tokens)
+            req.detokenizer = IncrementalDetokenizer(
+                self.tokenizer, req.sampling_params.skip_special_tokens
+            )
         req.text = req.detokenizer.update(ids, n)
 
     def _find_stop(self, req: Request) -> int | None:
@@ -352,7 +394,7 @@ class LLMEngine:
         req.metrics.finished_time = time.perf_counter() if now is None else now
 
     def _delta(self, req: Request) -> StreamDelta:
-        new_ids = req.output_token_ids[req.tokens_sent:]
+        new_ids = req.output_token_ids[req.tokens_sent :]
         req.tokens_sent = len(req.output_token_ids)
         text_end = len(req.text)
         if not req.finished:
@@ -361,6 +403,6 @@ class LLMEngine:
             text_end = max(req.text_sent, text_end - hold)
             while text_end > req.text_sent and req.text[text_end - 1] == "\ufffd":
                 text_end -= 1
-        new_text = req.text[req.text_sent:text_end]
+        new_text = req.text[req.text_sent : text_end]
         req.text_sent = text_end
         return StreamDelta(req.request_id, -1, new_ids, new_text, req.finished, req.finish_reason)

@@ -1,4 +1,5 @@
 """Request state inside the engine, and what the engine hands back (outputs, stream deltas, metrics)."""
+
 from __future__ import annotations
 
 import enum
@@ -9,8 +10,10 @@ from .sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):
-    WAITING = "waiting"        # not in a slot: new, or preempted (re-prefilled from prompt + output later)
-    RUNNING = "running"        # holds a slot and KV blocks
+    WAITING = (
+        "waiting"  # not in a slot: new, or preempted (re-prefilled from prompt + output later)
+    )
+    RUNNING = "running"  # holds a slot and KV blocks
     FINISHED = "finished"
 
 
@@ -50,14 +53,21 @@ class SpeculativeMetrics:
         self.accepted_per_position = list(self.accepted_per_position) or [0] * k
 
     @classmethod
-    def of_step(cls, num_speculative_tokens: int, drafted: int, emitted: int) -> "SpeculativeMetrics":
+    def of_step(cls, num_speculative_tokens: int, drafted: int, emitted: int) -> SpeculativeMetrics:
         """One decode step that verified ``drafted`` drafts and emitted ``emitted`` tokens."""
         accepted = max(0, min(emitted - 1, drafted))
         k = num_speculative_tokens
-        return cls(k, 1, drafted, accepted, emitted, [1 if i < drafted else 0 for i in range(k)],
-                   [1 if i < accepted else 0 for i in range(k)])
+        return cls(
+            k,
+            1,
+            drafted,
+            accepted,
+            emitted,
+            [1 if i < drafted else 0 for i in range(k)],
+            [1 if i < accepted else 0 for i in range(k)],
+        )
 
-    def add(self, other: "SpeculativeMetrics") -> None:
+    def add(self, other: SpeculativeMetrics) -> None:
         self.num_steps += other.num_steps
         self.num_drafted += other.num_drafted
         self.num_accepted += other.num_accepted
@@ -72,7 +82,10 @@ class SpeculativeMetrics:
 
     @property
     def acceptance_per_position(self) -> list:
-        return [a / d if d else None for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+        return [
+            a / d if d else None
+            for a, d in zip(self.accepted_per_position, self.drafted_per_position)
+        ]
 
     @property
     def mean_accepted_length(self) -> float | None:
@@ -84,12 +97,14 @@ class SpeculativeMetrics:
             return "speculative: no decode step"
         pos = " ".join("-" if p is None else f"{p:.2f}" for p in self.acceptance_per_position)
         rate = self.acceptance_rate
-        return (f"mean accepted length {self.mean_accepted_length:.2f} tokens/step over {self.num_steps} steps, "
-                f"accepted {self.num_accepted}/{self.num_drafted} drafts"
-                f" ({0.0 if rate is None else rate:.1%}), per position [{pos}]")
+        return (
+            f"mean accepted length {self.mean_accepted_length:.2f} tokens/step over {self.num_steps} steps, "
+            f"accepted {self.num_accepted}/{self.num_drafted} drafts"
+            f" ({0.0 if rate is None else rate:.1%}), per position [{pos}]"
+        )
 
     @classmethod
-    def total(cls, outputs) -> "SpeculativeMetrics | None":
+    def total(cls, outputs) -> SpeculativeMetrics | None:
         """Sum over `RequestOutput`s (or RequestMetrics); None when none has speculative metrics."""
         parts = [getattr(o, "metrics", o).spec for o in outputs]
         parts = [p for p in parts if p is not None]
@@ -129,7 +144,11 @@ class RequestMetrics:
 
     @property
     def tokens_per_s(self) -> float | None:
-        if self.finished_time is None or self.first_scheduled_time is None or self.num_generated_tokens == 0:
+        if (
+            self.finished_time is None
+            or self.first_scheduled_time is None
+            or self.num_generated_tokens == 0
+        ):
             return None
         elapsed = self.finished_time - self.first_scheduled_time
         return self.num_generated_tokens / elapsed if elapsed > 0 else None
@@ -156,11 +175,11 @@ class Request:
     slot: int = -1
     block_ids: list[int] = field(default_factory=list)
     num_computed: int = 0
-    prefilled: bool = False         # the last (re-)prefill chunk ran: the request decodes
+    prefilled: bool = False  # the last (re-)prefill chunk ran: the request decodes
     finish_reason: str | None = None
     text: str = ""
-    text_sent: int = 0              # characters of ``text`` already streamed
-    tokens_sent: int = 0            # output tokens already streamed
+    text_sent: int = 0  # characters of ``text`` already streamed
+    tokens_sent: int = 0  # output tokens already streamed
     stop_text_len: int | None = None  # text cut here by a stop string
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
     detokenizer: object = field(default=None, repr=False)  # the engine's IncrementalDetokenizer
@@ -222,12 +241,30 @@ class RequestOutput:
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
 
     @classmethod
-    def from_request(cls, req: Request) -> "RequestOutput":
-        return cls(req.request_id, req.prompt, list(req.prompt_token_ids), list(req.output_token_ids), req.text,
-                   req.finished, req.finish_reason, None, req.metrics)
+    def from_request(cls, req: Request) -> RequestOutput:
+        return cls(
+            req.request_id,
+            req.prompt,
+            list(req.prompt_token_ids),
+            list(req.output_token_ids),
+            req.text,
+            req.finished,
+            req.finish_reason,
+            None,
+            req.metrics,
+        )
 
     @classmethod
-    def rejected(cls, request_id: str, prompt, prompt_token_ids, error: str) -> "RequestOutput":
+    def rejected(cls, request_id: str, prompt, prompt_token_ids, error: str) -> RequestOutput:
         now = time.perf_counter()
-        return cls(request_id, prompt if isinstance(prompt, str) else None, list(prompt_token_ids or []), [], "",
-                   True, "error", error, RequestMetrics(arrival_time=now, finished_time=now))
+        return cls(
+            request_id,
+            prompt if isinstance(prompt, str) else None,
+            list(prompt_token_ids or []),
+            [],
+            "",
+            True,
+            "error",
+            error,
+            RequestMetrics(arrival_time=now, finished_time=now),
+        )

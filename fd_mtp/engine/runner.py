@@ -30,6 +30,7 @@ host-to-device transfer (the changed per-slot integers, the staged insertion wri
 tokens for ``pre_ids`` / ``draft_tokens`` and the sampling rows, in one buffer) and one
 device-to-host transfer (the sampled tokens); the update after sampling runs on the host arrays.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,12 +75,19 @@ class ModelRunner:
     def __init__(self, model, *, scheduler_config: SchedulerConfig, cache_config: CacheConfig):
         from ..model.attention import allocate_kv_caches
 
-        if not isinstance(scheduler_config, SchedulerConfig) or scheduler_config.max_model_len is None:
-            raise ValueError("ModelRunner: scheduler_config must be a SchedulerConfig with max_model_len set "
-                             f"(SchedulerConfig.resolve), got {scheduler_config!r}")
+        if (
+            not isinstance(scheduler_config, SchedulerConfig)
+            or scheduler_config.max_model_len is None
+        ):
+            raise ValueError(
+                "ModelRunner: scheduler_config must be a SchedulerConfig with max_model_len set "
+                f"(SchedulerConfig.resolve), got {scheduler_config!r}"
+            )
         if not isinstance(cache_config, CacheConfig) or cache_config.num_gpu_blocks is None:
-            raise ValueError("ModelRunner: cache_config must be a CacheConfig with num_gpu_blocks set "
-                             f"(CacheConfig.resolve), got {cache_config!r}")
+            raise ValueError(
+                "ModelRunner: cache_config must be a CacheConfig with num_gpu_blocks set "
+                f"(CacheConfig.resolve), got {cache_config!r}"
+            )
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
         self.model = model
@@ -91,10 +99,17 @@ class ModelRunner:
         self.vocab_size = self.config.vocab_size
         eos = self.config.eos_token_id
         self.eos_token_ids = [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
-        self.max_block_num_per_seq = (blocks_for(self.max_model_len + self.max_extra_positions, self.block_size)
-                                      + cache_config.enc_dec_block_num)
-        self.caches = allocate_kv_caches(self.config, self.config.num_hidden_layers, self.num_blocks,
-                                         self.block_size, self.config.dtype)
+        self.max_block_num_per_seq = (
+            blocks_for(self.max_model_len + self.max_extra_positions, self.block_size)
+            + cache_config.enc_dec_block_num
+        )
+        self.caches = allocate_kv_caches(
+            self.config,
+            self.config.num_hidden_layers,
+            self.num_blocks,
+            self.block_size,
+            self.config.dtype,
+        )
         self.sampler = Sampler()
         self.share_inputs = self._init_share_inputs(self.max_num_seqs)
         #: the one owner of per-slot state; ``share_inputs`` is its dict of device tensors
@@ -128,7 +143,9 @@ class ModelRunner:
             "pre_ids": full([B, L + (K + 2 if K else 0)], -1, "int64"),
             "input_ids": full([B, L], pad, "int64"),
             "prompt_ids": full([B, L], pad, "int64"),
-            "eos_token_id": paddle.to_tensor(np.array(self.eos_token_ids, np.int64).reshape([-1, 1])),
+            "eos_token_id": paddle.to_tensor(
+                np.array(self.eos_token_ids, np.int64).reshape([-1, 1])
+            ),
             "top_p": full([B, 1], 1.0, "float32"),
             "temperature": full([B, 1], 1.0, "float32"),
             "penalty_score": full([B, 1], 1.0, "float32"),
@@ -200,19 +217,25 @@ class ModelRunner:
                 w["is_block_step"][b] = False
                 continue
             if len(t.block_ids) > self.max_block_num_per_seq:
-                raise ValueError(f"insert_tasks_v1: slot {b} has {len(t.block_ids)} blocks, the row holds "
-                                 f"{self.max_block_num_per_seq}")
+                raise ValueError(
+                    f"insert_tasks_v1: slot {b} has {len(t.block_ids)} blocks, the row holds "
+                    f"{self.max_block_num_per_seq}"
+                )
             n = len(t.token_ids)
-            if t.kind is not TaskKind.DECODE and not (0 <= t.start < t.end <= n <= self.max_model_len):
-                raise ValueError(f"insert_tasks_v1: bad chunk [{t.start}, {t.end}) of {n} tokens "
-                                 f"(max_model_len {self.max_model_len})")
+            if t.kind is not TaskKind.DECODE and not (
+                0 <= t.start < t.end <= n <= self.max_model_len
+            ):
+                raise ValueError(
+                    f"insert_tasks_v1: bad chunk [{t.start}, {t.end}) of {n} tokens "
+                    f"(max_model_len {self.max_model_len})"
+                )
             ib.block_tables[b] = -1
             ib.block_tables[b, : len(t.block_ids)] = t.block_ids
             if t.kind is TaskKind.DECODE:
                 continue
             length = t.end - t.start
             last_chunk = t.end >= n
-            w["input_ids"][b, :length] = t.token_ids[t.start:t.end]
+            w["input_ids"][b, :length] = t.token_ids[t.start : t.end]
             ib.this_time[b] = ib.enc[b] = length
             ib.dec[b] = t.start
             ib.step_idx[b] = t.num_output if last_chunk else 0
@@ -226,7 +249,7 @@ class ModelRunner:
             # the history row is rebuilt for every chunk: a speculative step writes the (discarded)
             # token of a non-final chunk into it
             w["pre_ids"][b] = -1
-            w["pre_ids"][b, 1: 1 + t.num_output] = t.token_ids[n - t.num_output:]
+            w["pre_ids"][b, 1 : 1 + t.num_output] = t.token_ids[n - t.num_output :]
             if t.start == 0:
                 w["prompt_ids"][b, : n - t.num_output] = t.token_ids[: n - t.num_output]
                 self._set_params(b, t.params, t.seed, n - t.num_output)
@@ -242,7 +265,9 @@ class ModelRunner:
         greedy = p.greedy
         w["temperature"][b] = 1.0 if greedy else p.temperature
         w["top_p"][b] = p.top_p
-        w["top_k"][b] = min(p.top_k, self.vocab_size)  # no op reads it; the sampler uses the host copy
+        w["top_k"][b] = min(
+            p.top_k, self.vocab_size
+        )  # no op reads it; the sampler uses the host copy
         w["penalty_score"][b] = p.repetition_penalty
         w["frequency_score"][b] = p.frequency_penalty
         w["presence_score"][b] = p.presence_penalty
@@ -267,21 +292,39 @@ class ModelRunner:
         meta = pack_step(si, self.caches, self.block_size)
         with paddle.no_grad():
             hidden = self.model(meta.ids_remove_padding, meta)
-            rows = ops.rebuild_padding(hidden, meta.cu_seqlens_q, meta.seq_lens_this_time, meta.seq_lens_decoder,
-                                       meta.seq_lens_encoder, si["output_padding_offset"], None, self.max_model_len,
-                                       False)
+            rows = ops.rebuild_padding(
+                hidden,
+                meta.cu_seqlens_q,
+                meta.seq_lens_this_time,
+                meta.seq_lens_decoder,
+                meta.seq_lens_encoder,
+                si["output_padding_offset"],
+                None,
+                self.max_model_len,
+                False,
+            )
             logits = self.model.compute_logits(rows).astype("float32")
         return meta, hidden, logits
 
     def _penalties(self, logits, rows: SamplingRows, meta) -> None:
         si = self.share_inputs
         self.sampler.apply_penalties(
-            logits, rows, pre_ids=si["pre_ids"], penalty_score=si["penalty_score"],
-            frequency_score=si["frequency_score"], presence_score=si["presence_score"],
-            temperature=si["temperature"], bad_tokens=si["bad_tokens"], step_idx=si["step_idx"],
-            min_dec_len=si["min_dec_len"], eos_token_id=si["eos_token_id"],
-            seq_lens_this_time=meta.seq_lens_this_time, output_padding_offset=si["output_padding_offset"],
-            output_cum_offsets=si["output_cum_offsets"], max_seq_len=self.max_model_len)
+            logits,
+            rows,
+            pre_ids=si["pre_ids"],
+            penalty_score=si["penalty_score"],
+            frequency_score=si["frequency_score"],
+            presence_score=si["presence_score"],
+            temperature=si["temperature"],
+            bad_tokens=si["bad_tokens"],
+            step_idx=si["step_idx"],
+            min_dec_len=si["min_dec_len"],
+            eos_token_id=si["eos_token_id"],
+            seq_lens_this_time=meta.seq_lens_this_time,
+            output_padding_offset=si["output_padding_offset"],
+            output_cum_offsets=si["output_cum_offsets"],
+            max_seq_len=self.max_model_len,
+        )
 
     def execute_model(self, decode_slots) -> dict[int, int]:
         """Run one packed step.
@@ -309,7 +352,9 @@ class ModelRunner:
         rows.device = ib.push(rows.arrays())  # the step's one host-to-device transfer
         meta, _, logits = self._forward()
         self._penalties(logits, rows, meta)
-        tokens = ib.pull({"tokens": self.sampler.sample_tensor(logits, rows)})["tokens"]  # the one D2H
+        tokens = ib.pull({"tokens": self.sampler.sample_tensor(logits, rows)})[
+            "tokens"
+        ]  # the one D2H
         self._update(ran, tokens, prefill)
         return {int(b): int(t) for b, t in zip(ran, tokens)}
 
@@ -330,9 +375,15 @@ class ModelRunner:
         banned_rows, banned_ids = self._banned(ran, ib.step_idx[ran])
         greedy = ib.greedy[ran].copy()
         return SamplingRows(
-            greedy=greedy, top_k=ib.top_k[ran].copy(), top_p=ib.top_p[ran].copy(),
-            uniform=np.zeros(ran.size) if greedy.all() else uniforms(ib.seed[ran], ib.step_idx[ran]),
-            banned_rows=banned_rows, banned_ids=banned_ids)
+            greedy=greedy,
+            top_k=ib.top_k[ran].copy(),
+            top_p=ib.top_p[ran].copy(),
+            uniform=np.zeros(ran.size)
+            if greedy.all()
+            else uniforms(ib.seed[ran], ib.step_idx[ran]),
+            banned_rows=banned_rows,
+            banned_ids=banned_ids,
+        )
 
     def _update(self, ran: np.ndarray, tokens: np.ndarray, prefill: np.ndarray) -> None:
         """After sampling (FastDeploy's update_inputs role), on the host arrays: caches advanced by

@@ -12,6 +12,7 @@ runs on CPU and GPU. The per-row parameters (`SamplingRows`) are host arrays; a 
 with its step's one host-to-device transfer (`SamplingRows.arrays` -> `InputBatch.push`) and puts
 the device copies in ``rows.device``; without them (direct use, tests) they are converted here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -93,9 +94,25 @@ class SamplingRows:
 class Sampler:
     """Samples one token per logits row; see the module docstring for the order of operations."""
 
-    def __call__(self, logits, rows: SamplingRows, *, pre_ids, penalty_score, frequency_score, presence_score,
-                 temperature, bad_tokens, step_idx, min_dec_len, eos_token_id, seq_lens_this_time,
-                 output_padding_offset, output_cum_offsets, max_seq_len) -> np.ndarray:
+    def __call__(
+        self,
+        logits,
+        rows: SamplingRows,
+        *,
+        pre_ids,
+        penalty_score,
+        frequency_score,
+        presence_score,
+        temperature,
+        bad_tokens,
+        step_idx,
+        min_dec_len,
+        eos_token_id,
+        seq_lens_this_time,
+        output_padding_offset,
+        output_cum_offsets,
+        max_seq_len,
+    ) -> np.ndarray:
         """Sample.
 
         Args:
@@ -110,27 +127,69 @@ class Sampler:
         """
         if logits.shape[0] == 0:
             return np.zeros([0], dtype=np.int64)
-        self.apply_penalties(logits, rows, pre_ids=pre_ids, penalty_score=penalty_score,
-                             frequency_score=frequency_score, presence_score=presence_score,
-                             temperature=temperature, bad_tokens=bad_tokens, step_idx=step_idx,
-                             min_dec_len=min_dec_len, eos_token_id=eos_token_id,
-                             seq_lens_this_time=seq_lens_this_time, output_padding_offset=output_padding_offset,
-                             output_cum_offsets=output_cum_offsets, max_seq_len=max_seq_len)
+        self.apply_penalties(
+            logits,
+            rows,
+            pre_ids=pre_ids,
+            penalty_score=penalty_score,
+            frequency_score=frequency_score,
+            presence_score=presence_score,
+            temperature=temperature,
+            bad_tokens=bad_tokens,
+            step_idx=step_idx,
+            min_dec_len=min_dec_len,
+            eos_token_id=eos_token_id,
+            seq_lens_this_time=seq_lens_this_time,
+            output_padding_offset=output_padding_offset,
+            output_cum_offsets=output_cum_offsets,
+            max_seq_len=max_seq_len,
+        )
         return self.sample(logits, rows)
 
-    def apply_penalties(self, logits, rows: SamplingRows, *, pre_ids, penalty_score, frequency_score,
-                        presence_score, temperature, bad_tokens, step_idx, min_dec_len, eos_token_id,
-                        seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len) -> None:
+    def apply_penalties(
+        self,
+        logits,
+        rows: SamplingRows,
+        *,
+        pre_ids,
+        penalty_score,
+        frequency_score,
+        presence_score,
+        temperature,
+        bad_tokens,
+        step_idx,
+        min_dec_len,
+        eos_token_id,
+        seq_lens_this_time,
+        output_padding_offset,
+        output_cum_offsets,
+        max_seq_len,
+    ) -> None:
         """The penalty op (min-length EOS mask, repetition / frequency / presence, temperature), then
         the banned (row, id) pairs set to -inf; ``logits`` is written in place."""
         import paddle
 
         ops.speculate_get_token_penalty_multi_scores(
-            pre_ids, logits, penalty_score, frequency_score, presence_score, temperature, bad_tokens, step_idx,
-            min_dec_len, eos_token_id, seq_lens_this_time, output_padding_offset, output_cum_offsets, max_seq_len)
+            pre_ids,
+            logits,
+            penalty_score,
+            frequency_score,
+            presence_score,
+            temperature,
+            bad_tokens,
+            step_idx,
+            min_dec_len,
+            eos_token_id,
+            seq_lens_this_time,
+            output_padding_offset,
+            output_cum_offsets,
+            max_seq_len,
+        )
         if len(rows.banned_rows):
             idx = [rows.tensor("banned_rows"), rows.tensor("banned_ids")]
-            paddle.index_put_(logits, idx, paddle.full([len(rows.banned_rows)], float("-inf"), dtype=logits.dtype))
+            paddle.index_put_(
+                logits, idx, paddle.full([len(rows.banned_rows)], float("-inf"), dtype=logits.dtype)
+            )
 
     def _kept(self, logits, rows: SamplingRows):
         """Softmax -> top-k -> top-p over the penalised logits: ``(order, keep, kept)`` where ``order``
@@ -144,7 +203,9 @@ class Sampler:
         order = paddle.argsort(probs, axis=-1, descending=True, stable=True)  # ties: lower id first
         sorted_probs = paddle.take_along_axis(probs, order, axis=-1)
         k = rows.tensor("top_k")
-        top_k = paddle.where(k > 0, paddle.minimum(k, paddle.full_like(k, vocab)), paddle.full_like(k, vocab))
+        top_k = paddle.where(
+            k > 0, paddle.minimum(k, paddle.full_like(k, vocab)), paddle.full_like(k, vocab)
+        )
         col = paddle.arange(vocab, dtype="int64").unsqueeze(0)
         exclusive = paddle.cumsum(sorted_probs, axis=-1) - sorted_probs
         top_p = rows.tensor("top_p").unsqueeze(-1)
@@ -187,7 +248,9 @@ class Sampler:
         import paddle
 
         vocab = logits.shape[1]
-        onehot = paddle.nn.functional.one_hot(paddle.argmax(logits, axis=-1), vocab).astype("float32")
+        onehot = paddle.nn.functional.one_hot(paddle.argmax(logits, axis=-1), vocab).astype(
+            "float32"
+        )
         if bool(rows.greedy.all()):
             return onehot
         order, _, kept = self._kept(logits, rows)

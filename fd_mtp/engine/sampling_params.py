@@ -2,6 +2,7 @@
 
 numpy-free and paddle-free, so ``fd_mtp.SamplingParams`` can be built without loading paddle.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,13 @@ class SamplingParams:
         def bad(name, why):
             raise ValueError(f"SamplingParams.{name} {why}, got {getattr(self, name)!r}")
 
-        for name in ("temperature", "top_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+        for name in (
+            "temperature",
+            "top_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+        ):
             value = getattr(self, name)
             if not _is_number(value) or not math.isfinite(value):
                 bad(name, "must be a finite number")

@@ -44,6 +44,7 @@ Speculative steps therefore produce exactly what plain steps produce under greed
 the penalty op counts repeats over the accepted history only, not over the earlier drafts of the
 same step.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,13 +76,25 @@ class SpeculativeModelRunner(ModelRunner):
             (``draft_end_ids``: an end list that matches nothing, unless ``proposer_options`` gives one).
     """
 
-    def __init__(self, model, speculative_config: SpeculativeConfig, *, scheduler_config, cache_config,
-                 mtp_model=None, seed: int = 0, proposer_options: dict | None = None, proposer_factory=None):
+    def __init__(
+        self,
+        model,
+        speculative_config: SpeculativeConfig,
+        *,
+        scheduler_config,
+        cache_config,
+        mtp_model=None,
+        seed: int = 0,
+        proposer_options: dict | None = None,
+        proposer_factory=None,
+    ):
         import paddle
 
         if not isinstance(speculative_config, SpeculativeConfig):
-            raise ValueError("SpeculativeModelRunner: speculative_config must be a SpeculativeConfig "
-                             f"(SpeculativeConfig.from_value parses a dict), got {type(speculative_config).__name__}")
+            raise ValueError(
+                "SpeculativeModelRunner: speculative_config must be a SpeculativeConfig "
+                f"(SpeculativeConfig.from_value parses a dict), got {type(speculative_config).__name__}"
+            )
         cfg = speculative_config
         self.spec_config = cfg
         self.num_speculative_tokens = cfg.num_speculative_tokens
@@ -92,21 +105,30 @@ class SpeculativeModelRunner(ModelRunner):
         self.num_steps = 0
         factory = make_proposer if proposer_factory is None else proposer_factory
         options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
-        self.proposer = factory(cfg, self.input_batch, mtp_model=mtp_model, max_model_len=self.max_model_len,
-                                block_size=self.block_size, num_main_blocks=self.num_blocks, **options)
+        self.proposer = factory(
+            cfg,
+            self.input_batch,
+            mtp_model=mtp_model,
+            max_model_len=self.max_model_len,
+            block_size=self.block_size,
+            num_main_blocks=self.num_blocks,
+            **options,
+        )
 
     def _init_share_inputs(self, B: int) -> dict:
         import paddle
 
         si = super()._init_share_inputs(B)
         K = self.num_speculative_tokens
-        si.update({
-            "input_ids_cpu": paddle.full([B, self.max_model_len], 1, "int64").cpu(),
-            "step_draft_tokens": paddle.full([B, K + 1], 0, "int64"),
-            "step_seq_lens_this_time": paddle.full([B, 1], 0, "int32"),
-            "mask_rollback": paddle.full([B, 1], 0, "int32"),
-            "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
-        })  # fmt: skip
+        si.update(
+            {
+                "input_ids_cpu": paddle.full([B, self.max_model_len], 1, "int64").cpu(),
+                "step_draft_tokens": paddle.full([B, K + 1], 0, "int64"),
+                "step_seq_lens_this_time": paddle.full([B, 1], 0, "int32"),
+                "mask_rollback": paddle.full([B, 1], 0, "int32"),
+                "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
+            }
+        )
         return si
 
     # -- insertion ----------------------------------------------------------------------------------
@@ -142,13 +164,17 @@ class SpeculativeModelRunner(ModelRunner):
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
         if missing:
-            raise ValueError(f"execute_model: decoding slots {missing} were not scheduled; speculative "
-                             "decoding runs every decoding request every step")
+            raise ValueError(
+                f"execute_model: decoding slots {missing} were not scheduled; speculative "
+                "decoding runs every decoding request every step"
+            )
         parked = (ib.enc == 0) & ~ib.stop & ib.chunk
         ib.stop[parked] = True
         ib.this_time[parked] = 0
         if np.any(ib.this_time[decoding] < 1):
-            raise ValueError("execute_model: a decoding slot has no token to feed (seq_lens_this_time 0)")
+            raise ValueError(
+                "execute_model: a decoding slot has no token to feed (seq_lens_this_time 0)"
+            )
         ran = np.flatnonzero(ib.this_time > 0)
         if ran.size == 0:
             return {}
@@ -159,22 +185,47 @@ class SpeculativeModelRunner(ModelRunner):
         step = rows.arrays()
         if self.spec_config.verification in ("topp", "topk"):
             # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
-            step["verify_top_p"] = np.where(ib.greedy, 0.0, ib.top_p).astype(np.float32).reshape(-1, 1)
+            step["verify_top_p"] = (
+                np.where(ib.greedy, 0.0, ib.top_p).astype(np.float32).reshape(-1, 1)
+            )
         rows.device = ib.push(step)  # the step's one host-to-device transfer
         meta, hidden, logits = self._forward()
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
         self._penalties(logits, rows, meta)
-        self._verify(logits, rows, this_time, enc, dec, si["output_padding_offset"], si["output_cum_offsets"])
-        ops.speculate_update(enc, dec, si["not_need_stop"], si["draft_tokens"], si["actual_draft_token_num"],
-                             si["accept_tokens"], si["accept_num"], si["stop_flags"], this_time,
-                             si["is_block_step"], si["stop_nums"], si["mask_rollback"])
+        self._verify(
+            logits, rows, this_time, enc, dec, si["output_padding_offset"], si["output_cum_offsets"]
+        )
+        ops.speculate_update(
+            enc,
+            dec,
+            si["not_need_stop"],
+            si["draft_tokens"],
+            si["actual_draft_token_num"],
+            si["accept_tokens"],
+            si["accept_num"],
+            si["stop_flags"],
+            this_time,
+            si["is_block_step"],
+            si["stop_nums"],
+            si["mask_rollback"],
+        )
         # set_value_by_flags zeroes accept_num of stopped requests: keep verify's count (on the device)
         accepted = si["accept_num"].clone()
-        ops.speculate_set_value_by_flags_and_idx(si["pre_ids"], si["accept_tokens"], si["accept_num"],
-                                                 si["stop_flags"], this_time, enc, dec, si["step_idx"])
+        ops.speculate_set_value_by_flags_and_idx(
+            si["pre_ids"],
+            si["accept_tokens"],
+            si["accept_num"],
+            si["stop_flags"],
+            this_time,
+            enc,
+            dec,
+            si["step_idx"],
+        )
         self.proposer.run(hidden)
         # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
-        host = ib.pull({"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True)
+        host = ib.pull(
+            {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True
+        )
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
         result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
         # drafts compared by verify: all of them, unless the op ended the request inside the run
@@ -183,7 +234,8 @@ class SpeculativeModelRunner(ModelRunner):
         stopped = ib.stop
         self.last_drafted = {
             int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
-            for b, p, c in zip(ran, prefilling, counts)}
+            for b, p, c in zip(ran, prefilling, counts)
+        }
         self.num_steps += 1
         return result
 
@@ -197,9 +249,13 @@ class SpeculativeModelRunner(ModelRunner):
         banned_rows, banned_ids = self._banned(row_b, index)
         greedy = ib.greedy[row_b].copy()
         return SamplingRows(
-            greedy=greedy, top_k=ib.top_k[row_b].copy(), top_p=ib.top_p[row_b].copy(),
+            greedy=greedy,
+            top_k=ib.top_k[row_b].copy(),
+            top_p=ib.top_p[row_b].copy(),
             uniform=np.zeros(row_b.size) if greedy.all() else uniforms(ib.seed[row_b], index),
-            banned_rows=banned_rows, banned_ids=banned_ids)
+            banned_rows=banned_rows,
+            banned_ids=banned_ids,
+        )
 
     def _verify(self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum) -> None:
         import paddle
@@ -213,8 +269,9 @@ class SpeculativeModelRunner(ModelRunner):
         if strategy in ("topp", "topk"):
             top_p = rows.device["verify_top_p"]
             probs = paddle.nn.functional.softmax(logits, axis=-1)
-            scores, tokens, lens = ops.top_p_candidates(probs, top_p, out_pad, cfg.max_candidate_len,
-                                                        self.max_model_len)
+            scores, tokens, lens = ops.top_p_candidates(
+                probs, top_p, out_pad, cfg.max_candidate_len, self.max_model_len
+            )
             sampled = self.sampler.sample_tensor(logits, rows).reshape([-1, 1])
         else:
             if strategy == "greedy" or bool(rows.greedy.all()):  # argmax rows
@@ -228,8 +285,32 @@ class SpeculativeModelRunner(ModelRunner):
             lens = paddle.ones([R], dtype="int32")
         # the Philox key and counter are explicit: the runner's seed and its step number
         ops.speculate_verify(
-            sampled, si["accept_tokens"], si["accept_num"], si["step_idx"], si["stop_flags"], enc, dec,
-            si["draft_tokens"], this_time, tokens, scores, si["max_dec_len"], self._end_tokens,
-            si["is_block_step"], out_cum, lens, si["actual_draft_token_num"], top_p, self.max_model_len,
-            cfg.verify_window, True, cfg.benchmark_mode, False, seed=self.verify_seed, offset=self.num_steps,
-            verify_strategy=strategy, prefill_one_step_stop=False, target_probs=target_probs)  # fmt: skip
+            sampled,
+            si["accept_tokens"],
+            si["accept_num"],
+            si["step_idx"],
+            si["stop_flags"],
+            enc,
+            dec,
+            si["draft_tokens"],
+            this_time,
+            tokens,
+            scores,
+            si["max_dec_len"],
+            self._end_tokens,
+            si["is_block_step"],
+            out_cum,
+            lens,
+            si["actual_draft_token_num"],
+            top_p,
+            self.max_model_len,
+            cfg.verify_window,
+            True,
+            cfg.benchmark_mode,
+            False,
+            seed=self.verify_seed,
+            offset=self.num_steps,
+            verify_strategy=strategy,
+            prefill_one_step_stop=False,
+            target_probs=target_probs,
+        )

@@ -3,6 +3,7 @@
 Importing this package is cheap: ``ErnieConfig`` needs only the standard library, and the Paddle
 modules (``ernie``, ``attention``) are imported on first attribute access.
 """
+
 import importlib
 
 from .config import ErnieConfig

@@ -24,6 +24,7 @@ cos / sin rounded once to float32), and two forms of applying it that consume th
 batched per-token rotation-matrix matmul for decode-sized steps and the elementwise form
 (:func:`apply_rope_interleaved`) for large ones.
 """
+
 from __future__ import annotations
 
 import functools
@@ -71,15 +72,17 @@ def token_positions(meta: ForwardMeta, num_tokens: int) -> paddle.Tensor:
 
 
 # --------------------------------------------------------------------------- RoPE
-def _rope_cos_sin64(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+def _rope_cos_sin64(
+    positions: np.ndarray, head_dim: int, theta: float
+) -> tuple[np.ndarray, np.ndarray]:
     d = int(head_dim)
     inv_freq = float(theta) ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    angles = np.asarray(positions, dtype=np.float64).reshape(-1, 1) * inv_freq[None, :]      # [T, D/2]
+    angles = np.asarray(positions, dtype=np.float64).reshape(-1, 1) * inv_freq[None, :]  # [T, D/2]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-_ROPE_TABLE_MIN = 1024       # positions in the smallest cached table
-_ROPE_TABLE_MAX = 1 << 15    # beyond this position the step's rows are computed directly
+_ROPE_TABLE_MIN = 1024  # positions in the smallest cached table
+_ROPE_TABLE_MAX = 1 << 15  # beyond this position the step's rows are computed directly
 
 
 @functools.lru_cache(maxsize=4)
@@ -157,7 +160,7 @@ class Rope:
 
     def __init__(self, positions, head_dim: int, theta: float, matrix_form: bool | None = None):
         d = int(head_dim)
-        cos, sin = rope_tables(positions, d, theta)                                   # [T, D/2]
+        cos, sin = rope_tables(positions, d, theta)  # [T, D/2]
         t = cos.shape[0]
         if matrix_form is None:
             matrix_form = t * d * d <= self.MAX_MATRIX_ELEMENTS
@@ -171,15 +174,16 @@ class Rope:
             rot[:, 2 * i + 1, 2 * i] = -sin
             self.rotation = paddle.to_tensor(rot)
         else:
-            both = paddle.to_tensor(np.stack([np.repeat(cos, 2, axis=-1),
-                                              np.repeat(sin, 2, axis=-1) * _pair_sign(d)]))
-            self.cos, self.signed_sin = both[0].unsqueeze(1), both[1].unsqueeze(1)        # [T, 1, D]
+            both = paddle.to_tensor(
+                np.stack([np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1) * _pair_sign(d)])
+            )
+            self.cos, self.signed_sin = both[0].unsqueeze(1), both[1].unsqueeze(1)  # [T, 1, D]
 
     def apply(self, x):
         if self.rotation is None:
             return _rotate_elementwise(x, self.cos, self.signed_sin)
         xf = x if x.dtype == paddle.float32 else x.astype("float32")
-        out = paddle.matmul(xf, self.rotation)                                           # [T, H, D]
+        out = paddle.matmul(xf, self.rotation)  # [T, H, D]
         return out if x.dtype == paddle.float32 else out.astype(x.dtype)
 
 
@@ -195,7 +199,9 @@ class AttentionBackend:
     with grouped-query heads (q head h reads kv head ``h // (Hq // Hkv)``).
     """
 
-    def init_attention_metadata(self, meta: ForwardMeta, layer_ids=None) -> None:  # pragma: no cover
+    def init_attention_metadata(
+        self, meta: ForwardMeta, layer_ids=None
+    ) -> None:  # pragma: no cover
         """Build per-step bookkeeping once for the layers ``layer_ids`` (optional)."""
 
     def rope(self, meta: ForwardMeta, num_tokens: int, head_dim: int, theta: float) -> Rope:
@@ -204,7 +210,9 @@ class AttentionBackend:
         backend may override it to reuse its host metadata or choose the form."""
         return Rope(token_positions(meta, num_tokens).numpy(), head_dim, theta)
 
-    def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:  # pragma: no cover
+    def forward(
+        self, q, k, v, layer_id: int, meta: ForwardMeta
+    ) -> paddle.Tensor:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -218,12 +226,14 @@ class _PagedMetadata:
     kernel_args: tuple
     # Paddle-ops path only (None when built for the kernel path):
     # write: one (block, offset) per packed token
-    write_block: paddle.Tensor = None      # [T] int64
-    write_offset: paddle.Tensor = None     # [T] int64
+    write_block: paddle.Tensor = None  # [T] int64
+    write_offset: paddle.Tensor = None  # [T] int64
     # read: active requests only (seq_lens_this_time > 0); nbm = most context blocks of any of them
-    gather_blocks: paddle.Tensor = None    # [Ba * nbm] int64 block ids (padding -> block 0, masked out)
-    q_rows: paddle.Tensor = None           # [T] int64: row of token t in the padded [Ba * Qmax] query layout
-    bias: paddle.Tensor = None             # [Ba, nbm, 1, Qmax, 1, block_size] float32: 0 visible, -inf masked
+    gather_blocks: paddle.Tensor = (
+        None  # [Ba * nbm] int64 block ids (padding -> block 0, masked out)
+    )
+    q_rows: paddle.Tensor = None  # [T] int64: row of token t in the padded [Ba * Qmax] query layout
+    bias: paddle.Tensor = None  # [Ba, nbm, 1, Qmax, 1, block_size] float32: 0 visible, -inf masked
     num_active: int = 0
     max_q: int = 0
     max_blocks: int = 0
@@ -279,22 +289,34 @@ class PagedAttentionCPU(AttentionBackend):
         bid = _flat_host(meta.batch_id_per_token, "batch_id_per_token")
         bt = meta.block_tables.numpy()
         if bt.ndim != 2:
-            raise ValueError(f"ForwardMeta.block_tables must be [B, NB], got shape {list(bt.shape)}")
+            raise ValueError(
+                f"ForwardMeta.block_tables must be [B, NB], got shape {list(bt.shape)}"
+            )
         bsz = q_lens.shape[0]
         if bt.shape[0] < bsz:
-            raise ValueError(f"ForwardMeta.block_tables has {bt.shape[0]} rows, fewer than the batch ({bsz})")
+            raise ValueError(
+                f"ForwardMeta.block_tables has {bt.shape[0]} rows, fewer than the batch ({bsz})"
+            )
         if cu.shape[0] != bsz + 1:
-            raise ValueError(f"ForwardMeta.cu_seqlens_q must have B+1 = {bsz + 1} entries, got {cu.shape[0]}")
+            raise ValueError(
+                f"ForwardMeta.cu_seqlens_q must have B+1 = {bsz + 1} entries, got {cu.shape[0]}"
+            )
         if (q_lens < 0).any() or (dec < 0).any():
-            raise ValueError("ForwardMeta.seq_lens_this_time / seq_lens_decoder must be non-negative")
+            raise ValueError(
+                "ForwardMeta.seq_lens_this_time / seq_lens_decoder must be non-negative"
+            )
         if cu[0] != 0 or not np.array_equal(np.diff(cu), q_lens):
-            raise ValueError("ForwardMeta.cu_seqlens_q must be the exclusive prefix sum of seq_lens_this_time, "
-                             f"got {cu.tolist()} for seq_lens_this_time {q_lens.tolist()}")
+            raise ValueError(
+                "ForwardMeta.cu_seqlens_q must be the exclusive prefix sum of seq_lens_this_time, "
+                f"got {cu.tolist()} for seq_lens_this_time {q_lens.tolist()}"
+            )
         t = int(cu[-1])
         expect_bid = np.repeat(np.arange(bsz), q_lens)
         if bid.shape[0] < t or not np.array_equal(bid[:t], expect_bid):
-            raise ValueError("ForwardMeta.batch_id_per_token does not match cu_seqlens_q "
-                             f"(expected {expect_bid.tolist()[:16]}..., got {bid.tolist()[:16]}...)")
+            raise ValueError(
+                "ForwardMeta.batch_id_per_token does not match cu_seqlens_q "
+                f"(expected {expect_bid.tolist()[:16]}..., got {bid.tolist()[:16]}...)"
+            )
         bs = int(meta.block_size)
         if bs <= 0:
             raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
@@ -303,8 +325,10 @@ class PagedAttentionCPU(AttentionBackend):
         try:
             num_blocks = min(int(meta.caches[i][0].shape[0]) for i in layer_ids)
         except (IndexError, TypeError, ValueError):
-            raise ValueError(f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
-                             f"({len(meta.caches)} entries)") from None
+            raise ValueError(
+                f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
+                f"({len(meta.caches)} entries)"
+            ) from None
         nb = bt.shape[1]
 
         active = np.nonzero(q_lens > 0)[0]
@@ -313,7 +337,7 @@ class PagedAttentionCPU(AttentionBackend):
         max_ctx = int(ctx.max()) if active.size else 0
         ba = active.size
         pos = np.arange(max_ctx)
-        need = pos[None, :] < ctx[:, None]                              # [Ba, L]
+        need = pos[None, :] < ctx[:, None]  # [Ba, L]
         col = np.minimum(pos // bs, max(nb - 1, 0))
         blocks = bt[active][:, col] if nb else np.full((ba, max_ctx), -1)  # [Ba, L]
         bad = need & ((pos[None, :] // bs >= nb) | (blocks < 0) | (blocks >= num_blocks))
@@ -323,7 +347,9 @@ class PagedAttentionCPU(AttentionBackend):
             entry = "beyond the table width" if p // bs >= nb else f"= {int(blocks[r, p])}"
             raise ValueError(
                 f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
-                f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})")
+                f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})"
+            )
+
         def i32(a):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
 
@@ -333,14 +359,18 @@ class PagedAttentionCPU(AttentionBackend):
                 return tensor.reshape([-1]) if tensor.ndim != 1 else tensor
             return i32(host)
 
-        kernel_args = (meta.block_tables if meta.block_tables.dtype == paddle.int32 and meta.block_tables.place.is_cpu_place()
-                       else i32(bt[:bsz]),
-                       as_i32(meta.cu_seqlens_q, cu), as_i32(meta.batch_id_per_token, bid),
-                       as_i32(meta.seq_lens_decoder, dec))
+        kernel_args = (
+            meta.block_tables
+            if meta.block_tables.dtype == paddle.int32 and meta.block_tables.place.is_cpu_place()
+            else i32(bt[:bsz]),
+            as_i32(meta.cu_seqlens_q, cu),
+            as_i32(meta.batch_id_per_token, bid),
+            as_i32(meta.seq_lens_decoder, dec),
+        )
         positions = dec[expect_bid] + (np.arange(t) - cu[expect_bid])
         if not ops_path:
             return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args)
-        gather_block = np.where(need, blocks, 0)                       # [Ba, L]
+        gather_block = np.where(need, blocks, 0)  # [Ba, L]
 
         row_of_req = np.full(bsz, -1)
         row_of_req[active] = np.arange(ba)
@@ -354,18 +384,28 @@ class PagedAttentionCPU(AttentionBackend):
 
         # the context is read whole blocks at a time: block column n holds positions n*bs .. n*bs+bs-1
         nbm = -(-max_ctx // bs)
-        gather_blocks = gather_block[:, ::bs] if ba else np.zeros((0, 0), np.int64)   # [Ba, nbm]
+        gather_blocks = gather_block[:, ::bs] if ba else np.zeros((0, 0), np.int64)  # [Ba, nbm]
         kpos = (np.arange(nbm)[:, None] * bs + np.arange(bs)[None, :]).reshape(1, nbm, 1, bs)
         qpos = (dec[active][:, None] + np.arange(max_q)[None, :]).reshape(ba, 1, max_q, 1)
-        visible = (kpos <= qpos) & (kpos < ctx.reshape(ba, 1, 1, 1))                   # [Ba, nbm, Qmax, bs]
+        visible = (kpos <= qpos) & (kpos < ctx.reshape(ba, 1, 1, 1))  # [Ba, nbm, Qmax, bs]
         bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, nbm, 1, max_q, 1, bs)
 
         def i64(a):
             return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
 
-        return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args, write_block=i64(write_block), write_offset=i64(write_offset),
-                              gather_blocks=i64(gather_blocks), q_rows=i64(q_rows), bias=paddle.to_tensor(bias),
-                              num_active=ba, max_q=max_q, max_blocks=nbm)
+        return _PagedMetadata(
+            num_tokens=t,
+            positions=positions,
+            kernel_args=kernel_args,
+            write_block=i64(write_block),
+            write_offset=i64(write_offset),
+            gather_blocks=i64(gather_blocks),
+            q_rows=i64(q_rows),
+            bias=paddle.to_tensor(bias),
+            num_active=ba,
+            max_q=max_q,
+            max_blocks=nbm,
+        )
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:
         md = self._metadata(meta, layer_id)
@@ -377,12 +417,19 @@ class PagedAttentionCPU(AttentionBackend):
         if t == 0:
             return paddle.zeros([0, hq * d], dtype=q.dtype)
         key_cache, value_cache = meta.caches[layer_id]
-        if (self.use_kernel and q.dtype == paddle.float32 and key_cache.dtype == paddle.float32
-                and value_cache.dtype == paddle.float32 and q.place.is_cpu_place()
-                and key_cache.place.is_cpu_place()):
+        if (
+            self.use_kernel
+            and q.dtype == paddle.float32
+            and key_cache.dtype == paddle.float32
+            and value_cache.dtype == paddle.float32
+            and q.place.is_cpu_place()
+            and key_cache.place.is_cpu_place()
+        ):
             from fd_mtp.ops import paged_attention
-            return paged_attention(q, k.astype("float32"), v.astype("float32"), key_cache, value_cache,
-                                   *md.kernel_args)
+
+            return paged_attention(
+                q, k.astype("float32"), v.astype("float32"), key_cache, value_cache, *md.kernel_args
+            )
         if md.bias is None:  # built for the kernel path: add the Paddle-ops index tensors
             md = self._build(meta, [layer_id], ops_path=True)
             meta.attn_metadata = md
@@ -393,18 +440,34 @@ class PagedAttentionCPU(AttentionBackend):
         # 2. every active request's context blocks, [Ba, nbm, Hkv, bs, D]: a row gather of the cache
         #    (no transpose of the context; scores are formed block by block)
         ba, mq, nbm = md.num_active, md.max_q, md.max_blocks
-        kc = paddle.gather(key_cache, md.gather_blocks).astype("float32").reshape([ba, nbm, hkv, bs, d])
-        vc = paddle.gather(value_cache, md.gather_blocks).astype("float32").reshape([ba, nbm, hkv, bs, d])
+        kc = (
+            paddle.gather(key_cache, md.gather_blocks)
+            .astype("float32")
+            .reshape([ba, nbm, hkv, bs, d])
+        )
+        vc = (
+            paddle.gather(value_cache, md.gather_blocks)
+            .astype("float32")
+            .reshape([ba, nbm, hkv, bs, d])
+        )
         # 3. queries padded per request: [Ba * Qmax, Hq, D] -> [Ba, 1, Hkv, Qmax * G, D]
         qp = paddle.zeros([ba * mq, hq, d], dtype="float32")
         qp = paddle.scatter(qp, md.q_rows, q.astype("float32"), overwrite=True)
-        qp = qp.reshape([ba, mq, hkv, g, d]).transpose([0, 2, 1, 3, 4]).reshape([ba, 1, hkv, mq * g, d])
-        scores = paddle.matmul(qp, kc, transpose_y=True) * (1.0 / float(d) ** 0.5)   # [Ba, nbm, Hkv, Qmax*G, bs]
+        qp = (
+            qp.reshape([ba, mq, hkv, g, d])
+            .transpose([0, 2, 1, 3, 4])
+            .reshape([ba, 1, hkv, mq * g, d])
+        )
+        scores = paddle.matmul(qp, kc, transpose_y=True) * (
+            1.0 / float(d) ** 0.5
+        )  # [Ba, nbm, Hkv, Qmax*G, bs]
         scores = scores.reshape([ba, nbm, hkv, mq, g, bs]) + md.bias
         # softmax over the whole context = over (block, offset): axes 1 and 5
         scores = paddle.exp(scores - paddle.max(scores, axis=[1, 5], keepdim=True))
-        probs = (scores / paddle.sum(scores, axis=[1, 5], keepdim=True)).reshape([ba, nbm, hkv, mq * g, bs])
-        out = paddle.matmul(probs, vc).sum(axis=1)                                     # [Ba, Hkv, Qmax*G, D]
+        probs = (scores / paddle.sum(scores, axis=[1, 5], keepdim=True)).reshape(
+            [ba, nbm, hkv, mq * g, bs]
+        )
+        out = paddle.matmul(probs, vc).sum(axis=1)  # [Ba, Hkv, Qmax*G, D]
         out = out.reshape([ba, hkv, mq, g, d]).transpose([0, 2, 1, 3, 4]).reshape([ba * mq, hq * d])
         return paddle.gather(out, md.q_rows).astype(q.dtype)
 
@@ -414,9 +477,14 @@ def kv_cache_shape(config, num_blocks: int, block_size: int) -> list[int]:
     return [int(num_blocks), int(config.num_key_value_heads), int(block_size), int(config.head_dim)]
 
 
-def allocate_kv_caches(config, num_layers: int, num_blocks: int, block_size: int, dtype=None) -> list[tuple]:
+def allocate_kv_caches(
+    config, num_layers: int, num_blocks: int, block_size: int, dtype=None
+) -> list[tuple]:
     """Zero-filled ``(key_cache, value_cache)`` per layer index ``0 .. num_layers-1`` (the MTP block
     uses index ``config.num_hidden_layers``, so pass ``num_hidden_layers + 1`` to include it)."""
     shape = kv_cache_shape(config, num_blocks, block_size)
     dtype = dtype or config.dtype
-    return [(paddle.zeros(shape, dtype=dtype), paddle.zeros(shape, dtype=dtype)) for _ in range(num_layers)]
+    return [
+        (paddle.zeros(shape, dtype=dtype), paddle.zeros(shape, dtype=dtype))
+        for _ in range(num_layers)
+    ]

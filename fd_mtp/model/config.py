@@ -19,6 +19,7 @@ Which layers are MoE (:meth:`ErnieConfig.is_moe_layer`): Hugging Face's rule
 model's decoder-layer class and decides MoE by ``layer_id >= moe_layer_start_index`` (spec §10:
 "MoE/dense follows the main config").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,14 +75,19 @@ class ErnieConfig:
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.head_dim is None and isinstance(self.hidden_size, int) and isinstance(
-                self.num_attention_heads, int) and self.num_attention_heads > 0:
+        if (
+            self.head_dim is None
+            and isinstance(self.hidden_size, int)
+            and isinstance(self.num_attention_heads, int)
+            and self.num_attention_heads > 0
+        ):
             self.head_dim = self.hidden_size // self.num_attention_heads
         self.validate()
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
+
         def positive_int(name):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -94,16 +100,36 @@ class ErnieConfig:
 
         def positive_float(name):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v <= 0
+            ):
                 raise ValueError(f"ErnieConfig.{name} must be a positive finite number, got {v!r}")
 
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "max_position_embeddings", "moe_layer_interval"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "moe_layer_interval",
+        ):
             positive_int(name)
-        for name in ("moe_num_experts", "moe_intermediate_size", "moe_layer_start_index",
-                     "moe_num_shared_experts", "num_nextn_predict_layers", "bos_token_id",
-                     "pad_token_id", "moe_k"):
+        for name in (
+            "moe_num_experts",
+            "moe_intermediate_size",
+            "moe_layer_start_index",
+            "moe_num_shared_experts",
+            "num_nextn_predict_layers",
+            "bos_token_id",
+            "pad_token_id",
+            "moe_k",
+        ):
             nonneg_int(name)
         for name in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
             positive_float(name)
@@ -113,27 +139,38 @@ class ErnieConfig:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"ErnieConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
-                f"num_attention_heads ({self.num_attention_heads})")
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
         if self.head_dim % 2:
             raise ValueError(f"ErnieConfig.head_dim must be even for RoPE, got {self.head_dim}")
         if self.moe_num_experts > 0:
             if not 1 <= self.moe_k <= self.moe_num_experts:
-                raise ValueError(f"ErnieConfig.moe_k must be in [1, moe_num_experts={self.moe_num_experts}], "
-                                 f"got {self.moe_k}")
+                raise ValueError(
+                    f"ErnieConfig.moe_k must be in [1, moe_num_experts={self.moe_num_experts}], "
+                    f"got {self.moe_k}"
+                )
             if self.moe_intermediate_size <= 0:
-                raise ValueError("ErnieConfig.moe_intermediate_size must be positive when moe_num_experts > 0, "
-                                 f"got {self.moe_intermediate_size}")
+                raise ValueError(
+                    "ErnieConfig.moe_intermediate_size must be positive when moe_num_experts > 0, "
+                    f"got {self.moe_intermediate_size}"
+                )
         e = self.moe_layer_end_index
         if isinstance(e, bool) or not isinstance(e, int) or e < -1:
             raise ValueError(f"ErnieConfig.moe_layer_end_index must be an int >= -1, got {e!r}")
         if self.num_nextn_predict_layers > 1:
-            raise ValueError("ErnieConfig.num_nextn_predict_layers: only 0 or 1 MTP block is supported, "
-                             f"got {self.num_nextn_predict_layers}")
+            raise ValueError(
+                "ErnieConfig.num_nextn_predict_layers: only 0 or 1 MTP block is supported, "
+                f"got {self.num_nextn_predict_layers}"
+            )
         eos = self.eos_token_id
         eos_list = eos if isinstance(eos, list) else [eos]
-        if not eos_list or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in eos_list):
-            raise ValueError(f"ErnieConfig.eos_token_id must be a non-negative int or a non-empty list of them, "
-                             f"got {eos!r}")
+        if not eos_list or any(
+            isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in eos_list
+        ):
+            raise ValueError(
+                f"ErnieConfig.eos_token_id must be a non-negative int or a non-empty list of them, "
+                f"got {eos!r}"
+            )
         if self.dtype not in _DTYPES:
             raise ValueError(f"ErnieConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
 
@@ -144,7 +181,9 @@ class ErnieConfig:
 
     @property
     def eos_token_ids(self) -> list[int]:
-        return list(self.eos_token_id) if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        return (
+            list(self.eos_token_id) if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        )
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer ``i`` has routed experts (``i == num_hidden_layers`` is the MTP block)."""
@@ -159,7 +198,7 @@ class ErnieConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     @classmethod
-    def from_dict(cls, d: dict) -> "ErnieConfig":
+    def from_dict(cls, d: dict) -> ErnieConfig:
         """Build from an ERNIE-4.5 ``config.json`` dict. Unknown keys are ignored (kept in ``extra``);
         a missing required key or a bad value raises ValueError naming the field. A ``model_type``
         other than ERNIE-4.5's (:data:`MODEL_TYPES`; absent is accepted) is refused: another
@@ -168,8 +207,10 @@ class ErnieConfig:
             raise ValueError(f"ErnieConfig.from_dict expects a dict, got {type(d).__name__}")
         model_type = d.get("model_type")
         if model_type is not None and model_type not in MODEL_TYPES:
-            raise ValueError(f"ErnieConfig.model_type {model_type!r} is not supported: fd_mtp runs ERNIE-4.5 "
-                             f"checkpoints only (model_type one of {list(MODEL_TYPES)})")
+            raise ValueError(
+                f"ErnieConfig.model_type {model_type!r} is not supported: fd_mtp runs ERNIE-4.5 "
+                f"checkpoints only (model_type one of {list(MODEL_TYPES)})"
+            )
         names = {f.name for f in dataclasses.fields(cls) if f.name != "extra"}
         kw = {k: v for k, v in d.items() if k in names}
         # aliases seen in ERNIE / Hugging Face configs
@@ -177,8 +218,11 @@ class ErnieConfig:
             kw["dtype"] = d["torch_dtype"]
         if kw.get("dtype") is None:
             kw.pop("dtype", None)
-        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict) \
-                and "rope_theta" in d["rope_parameters"]:
+        if (
+            "rope_theta" not in d
+            and isinstance(d.get("rope_parameters"), dict)
+            and "rope_theta" in d["rope_parameters"]
+        ):
             kw["rope_theta"] = d["rope_parameters"]["rope_theta"]
         if kw.get("num_key_value_heads") is None and "num_attention_heads" in d:
             kw["num_key_value_heads"] = d["num_attention_heads"]
@@ -188,14 +232,23 @@ class ErnieConfig:
             kw["moe_num_experts"] = d["num_experts"]
         for key in ("rope_scaling",):
             rs = d.get(key)
-            if rs is not None and not (isinstance(rs, dict) and rs.get("rope_type", rs.get("type")) in
-                                       (None, "default")):
+            if rs is not None and not (
+                isinstance(rs, dict) and rs.get("rope_type", rs.get("type")) in (None, "default")
+            ):
                 raise ValueError(f"ErnieConfig.{key}: only plain RoPE is supported, got {rs!r}")
         act = d.get("hidden_act", "silu")
         if act not in ("silu", "swish"):
-            raise ValueError(f"ErnieConfig.hidden_act: only 'silu' (SwiGLU) is supported, got {act!r}")
-        for f in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                  "num_attention_heads", "num_key_value_heads"):
+            raise ValueError(
+                f"ErnieConfig.hidden_act: only 'silu' (SwiGLU) is supported, got {act!r}"
+            )
+        for f in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        ):
             if kw.get(f) is None:
                 raise ValueError(f"ErnieConfig.{f} is missing from the config")
         for f in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
@@ -206,7 +259,7 @@ class ErnieConfig:
         return cfg
 
     @classmethod
-    def from_file(cls, path) -> "ErnieConfig":
+    def from_file(cls, path) -> ErnieConfig:
         """Read ``path`` (a ``config.json`` or a directory holding one)."""
         p = Path(path)
         if p.is_dir():
@@ -225,6 +278,9 @@ class ErnieConfig:
         if isinstance(d["eos_token_id"], list):
             d["eos_token_id"] = list(d["eos_token_id"])
         arch = "Ernie4_5_MoeForCausalLM" if self.is_moe else "Ernie4_5_ForCausalLM"
-        d.update(architectures=[arch], model_type="ernie4_5_moe" if self.is_moe else "ernie4_5",
-                 hidden_act="silu")
+        d.update(
+            architectures=[arch],
+            model_type="ernie4_5_moe" if self.is_moe else "ernie4_5",
+            hidden_act="silu",
+        )
         return d

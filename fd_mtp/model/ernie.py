@@ -66,16 +66,19 @@ fused in-memory names (``qkv_proj``, ``up_gate_proj``) are not checkpoint names.
 
 The dense no-cache test oracle is :mod:`fd_mtp.model.oracles` (``dense_forward`` below defers to it).
 """
+
 from __future__ import annotations
 
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-# apply_rope_interleaved / rope_cos_sin: the model's RoPE in batched form, imported from here by
-# tools/train_demo_model.py (the demo checkpoint is trained with the RoPE the model runs)
-from .attention import (AttentionBackend, ForwardMeta, PagedAttentionCPU, Rope,  # noqa: F401
-                        apply_rope_interleaved, rope_cos_sin)
+from .attention import (
+    AttentionBackend,
+    ForwardMeta,
+    PagedAttentionCPU,
+    Rope,  # noqa: F401
+)
 from .config import ErnieConfig
 
 
@@ -84,11 +87,15 @@ class RMSNorm(nn.Layer):
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
         self.eps = eps
-        self.weight = self.create_parameter([hidden_size], default_initializer=nn.initializer.Constant(1.0))
+        self.weight = self.create_parameter(
+            [hidden_size], default_initializer=nn.initializer.Constant(1.0)
+        )
 
     def forward(self, x):
         if x.dtype == paddle.float32 and self.weight.dtype == paddle.float32:
-            return x * paddle.rsqrt(paddle.mean(x * x, axis=-1, keepdim=True) + self.eps) * self.weight
+            return (
+                x * paddle.rsqrt(paddle.mean(x * x, axis=-1, keepdim=True) + self.eps) * self.weight
+            )
         xf = x.astype("float32")
         y = xf * paddle.rsqrt(paddle.mean(xf * xf, axis=-1, keepdim=True) + self.eps)
         return (y * self.weight.astype("float32")).astype(x.dtype)
@@ -146,7 +153,8 @@ class MoeStatics(nn.Layer):
     def __init__(self, num_experts: int):
         super().__init__()
         self.e_score_correction_bias = self.create_parameter(
-            [1, num_experts], dtype="float32", default_initializer=nn.initializer.Constant(0.0))
+            [1, num_experts], dtype="float32", default_initializer=nn.initializer.Constant(0.0)
+        )
 
 
 class Ernie4_5MoE(nn.Layer):
@@ -159,10 +167,14 @@ class Ernie4_5MoE(nn.Layer):
         self.norm_min = cfg.moe_norm_min
         self.gate = nn.Linear(cfg.hidden_size, cfg.moe_num_experts, bias_attr=False)
         self.moe_statics = MoeStatics(cfg.moe_num_experts) if cfg.moe_use_aux_free else None
-        self.experts = nn.LayerList([Ernie4_5MLP(cfg, cfg.moe_intermediate_size)
-                                     for _ in range(cfg.moe_num_experts)])
-        self.shared_experts = (Ernie4_5MLP(cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
-                               if cfg.moe_num_shared_experts > 0 else None)
+        self.experts = nn.LayerList(
+            [Ernie4_5MLP(cfg, cfg.moe_intermediate_size) for _ in range(cfg.moe_num_experts)]
+        )
+        self.shared_experts = (
+            Ernie4_5MLP(cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
+            if cfg.moe_num_shared_experts > 0
+            else None
+        )
 
     def route(self, x):
         """``(probs [T, E] float32, chosen [T, k] int64, weights [T, k] float32)``."""
@@ -188,7 +200,7 @@ class Ernie4_5MoE(nn.Layer):
         _, chosen, w = self.route(x)
         combine = paddle.zeros([x.shape[0], self.num_experts], dtype="float32")
         combine = paddle.put_along_axis(combine, chosen, w, axis=-1, reduce="add")
-        outs = paddle.stack([e(x).astype("float32") for e in self.experts], axis=1)   # [T, E, H]
+        outs = paddle.stack([e(x).astype("float32") for e in self.experts], axis=1)  # [T, E, H]
         out = (outs * combine.unsqueeze(-1)).sum(axis=1).astype(x.dtype)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
@@ -237,7 +249,9 @@ class Ernie4_5Model(nn.Layer):
     def __init__(self, cfg: ErnieConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.LayerList([Ernie4_5DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.layers = nn.LayerList(
+            [Ernie4_5DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)]
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -274,8 +288,10 @@ def _freeze(layer: nn.Layer) -> None:
 def _check_dtype_supported(config: ErnieConfig) -> None:
     """Paddle's CPU build has no float16 / bfloat16 matmul kernel: refuse early with a clear message."""
     if config.dtype != "float32" and paddle.device.get_device() == "cpu":
-        raise ValueError(f"ErnieConfig.dtype={config.dtype!r}: Paddle has no CPU matmul kernel for it; "
-                         "use dtype='float32' on CPU (load_checkpoint(..., dtype='float32'))")
+        raise ValueError(
+            f"ErnieConfig.dtype={config.dtype!r}: Paddle has no CPU matmul kernel for it; "
+            "use dtype='float32' on CPU (load_checkpoint(..., dtype='float32'))"
+        )
 
 
 class Ernie4_5ForCausalLM(nn.Layer):
@@ -318,7 +334,9 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def run_layers(self, h, layers, meta: ForwardMeta):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
         self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
-        rope = self.attn_backend.rope(meta, h.shape[0], self.config.head_dim, self.config.rope_theta)
+        rope = self.attn_backend.rope(
+            meta, h.shape[0], self.config.head_dim, self.config.rope_theta
+        )
         residual = None
         for layer in layers:
             h, residual = layer(h, residual, rope, meta, self.attn_backend)
@@ -335,6 +353,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def dense_forward(self, input_ids):
         """Test oracle: :func:`fd_mtp.model.oracles.dense_forward` (imported on call)."""
         from .oracles import dense_forward
+
         return dense_forward(self, input_ids)
 
 
@@ -345,7 +364,9 @@ class _MTPWeights(nn.Layer):
         super().__init__()
         self.mtp_emb_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
         self.mtp_hidden_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
-        self.mtp_linear_proj = nn.LayerList([nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias_attr=False)])
+        self.mtp_linear_proj = nn.LayerList(
+            [nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias_attr=False)]
+        )
         self.mtp_block = nn.LayerList([Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers)])
 
 
@@ -407,7 +428,9 @@ class Ernie4_5MTP(nn.Layer):
 
     def _project(self, ids, previous_hidden_states):
         e = self.embed_tokens(ids.reshape([-1]))
-        x = paddle.concat([self.enorm(e), self.hnorm(previous_hidden_states.astype(e.dtype))], axis=-1)
+        x = paddle.concat(
+            [self.enorm(e), self.hnorm(previous_hidden_states.astype(e.dtype))], axis=-1
+        )
         return _mm(self.eh_proj, x)
 
     def forward(self, ids_remove_padding, previous_hidden_states, meta: ForwardMeta):
@@ -421,6 +444,7 @@ class Ernie4_5MTP(nn.Layer):
     def dense_forward(self, input_ids, previous_hidden_states):
         """Test oracle: :func:`fd_mtp.model.oracles.mtp_dense_forward` (imported on call)."""
         from .oracles import mtp_dense_forward
+
         return mtp_dense_forward(self, input_ids, previous_hidden_states)
 
 

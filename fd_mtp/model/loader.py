@@ -53,6 +53,7 @@ Decisions
 * A tqdm progress bar over the tensors is shown for checkpoints over 256 MiB (``progress=None``), or
   as asked with ``progress=True/False``.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,9 +68,16 @@ import numpy as np
 from .config import ErnieConfig
 
 __all__ = [
-    "CONFIG_FILE", "SAFETENSORS_FILE", "SAFETENSORS_INDEX_FILE",
-    "SafetensorsCheckpoint", "load_checkpoint", "load_weights", "load_tokenizer",
-    "save_checkpoint", "save_safetensors", "checkpoint_files",
+    "CONFIG_FILE",
+    "SAFETENSORS_FILE",
+    "SAFETENSORS_INDEX_FILE",
+    "SafetensorsCheckpoint",
+    "load_checkpoint",
+    "load_weights",
+    "load_tokenizer",
+    "save_checkpoint",
+    "save_safetensors",
+    "checkpoint_files",
 ]
 
 CONFIG_FILE = "config.json"
@@ -80,8 +88,18 @@ _MAX_LISTED = 12
 
 _SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")
 _IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
-_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-          "BOOL": 1}
+_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 
 
 # --------------------------------------------------------------------------- reading safetensors
@@ -96,7 +114,9 @@ def checkpoint_files(path) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{index}: not a safetensors index (needs a 'weight_map' dict): {e}") from None
+            raise ValueError(
+                f"{index}: not a safetensors index (needs a 'weight_map' dict): {e}"
+            ) from None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ValueError(f"{index}: 'weight_map' must be a non-empty dict")
         files = [d / f for f in sorted(set(weight_map.values()))]
@@ -111,9 +131,13 @@ def checkpoint_files(path) -> list[Path]:
     if shards:
         total = {int(_SHARD_RE.match(p.name).group(2)) for p in shards}
         if len(total) != 1 or len(shards) != total.pop():
-            raise ValueError(f"{d}: incomplete shard set {[p.name for p in shards]} and no {SAFETENSORS_INDEX_FILE}")
+            raise ValueError(
+                f"{d}: incomplete shard set {[p.name for p in shards]} and no {SAFETENSORS_INDEX_FILE}"
+            )
         return shards
-    raise FileNotFoundError(f"{d}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or model-*-of-*.safetensors")
+    raise FileNotFoundError(
+        f"{d}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or model-*-of-*.safetensors"
+    )
 
 
 class SafetensorsCheckpoint(Mapping):
@@ -124,6 +148,7 @@ class SafetensorsCheckpoint(Mapping):
 
     def __init__(self, files):
         from safetensors import safe_open
+
         self._files = [Path(f) for f in files]
         self._handles = []
         self._where: dict[str, int] = {}
@@ -133,20 +158,23 @@ class SafetensorsCheckpoint(Mapping):
             self._handles.append(h)
             for name in h.keys():
                 if name in self._where:
-                    raise ValueError(f"tensor {name!r} is stored twice: in {self._files[self._where[name]].name} "
-                                     f"and {f.name}")
+                    raise ValueError(
+                        f"tensor {name!r} is stored twice: in {self._files[self._where[name]].name} "
+                        f"and {f.name}"
+                    )
                 s = h.get_slice(name)
                 self._where[name] = i
                 self._info[name] = (tuple(int(x) for x in s.get_shape()), s.get_dtype())
 
     @classmethod
-    def from_dir(cls, path) -> "SafetensorsCheckpoint":
+    def from_dir(cls, path) -> SafetensorsCheckpoint:
         return cls(checkpoint_files(path))
 
     def __getitem__(self, name: str) -> np.ndarray:
         i = self._where[name]
         if self._info[name][1] == "BF16":
             from safetensors import safe_open
+
             with safe_open(str(self._files[i]), framework="paddle") as f:
                 return f.get_tensor(name).astype("float32").numpy()
         return self._handles[i].get_tensor(name)
@@ -212,6 +240,7 @@ class _Source:
     """Where a parameter's value comes from: stored tensor ``name`` (shape ``shape``); for a fused
     tensor, ``part`` = (start, stop) along the Paddle-layout output axis and ``full`` = the fused
     tensor's Paddle-layout shape."""
+
     name: str
     shape: tuple[int, ...]
     part: tuple[int, int] | None = None
@@ -220,12 +249,15 @@ class _Source:
 
 def _canonical(name: str) -> str:
     """HF/torch prefix ``model.`` -> contract prefix ``ernie.``."""
-    return "ernie." + name[len("model."):] if name.startswith("model.") else name
+    return "ernie." + name[len("model.") :] if name.startswith("model.") else name
 
 
 def _is_linear_weight(name: str) -> bool:
-    return name.endswith(("_proj.weight", ".mlp.gate.weight")) or name in ("lm_head.weight",) \
+    return (
+        name.endswith(("_proj.weight", ".mlp.gate.weight"))
+        or name in ("lm_head.weight",)
         or bool(re.search(r"mtp_linear_proj\.\d+\.weight$", name))
+    )
 
 
 def _qkv_widths(cfg: ErnieConfig) -> list[int]:
@@ -291,8 +323,10 @@ def _orient(param: str, src: _Source, expected: tuple[int, ...], torch_layout: b
         elif stored == rev:
             return True, None
         what = f"fused {src.name!r} " if src.full is not None else ""
-        return False, (f"{param}: {what}shape {list(stored)} matches neither the expected Paddle layout "
-                       f"{list(target)} ([in, out]) nor the torch layout {list(rev)} ([out, in])")
+        return False, (
+            f"{param}: {what}shape {list(stored)} matches neither the expected Paddle layout "
+            f"{list(target)} ([in, out]) nor the torch layout {list(rev)} ([out, in])"
+        )
     if param.endswith("e_score_correction_bias") and stored == target[1:] and target[:1] == (1,):
         return False, None  # [E] stored for [1, E]: reshaped
     if stored != target:
@@ -301,12 +335,14 @@ def _orient(param: str, src: _Source, expected: tuple[int, ...], torch_layout: b
     return False, None
 
 
-def _value(tensors: Mapping, src: _Source, transpose: bool, shape: tuple[int, ...] | None = None) -> np.ndarray:
+def _value(
+    tensors: Mapping, src: _Source, transpose: bool, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
     a = _as_numpy(tensors[src.name])
     if transpose:
         a = a.T
     if src.part is not None:
-        a = a[..., src.part[0]:src.part[1]]
+        a = a[..., src.part[0] : src.part[1]]
     if shape is not None:
         a = a.reshape(shape)
     return np.ascontiguousarray(a)
@@ -318,8 +354,14 @@ def _listing(names, limit=_MAX_LISTED) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout: str = "auto",
-                 progress: bool | None = None) -> None:
+def load_weights(
+    model_or_mtp,
+    tensors: Mapping,
+    *,
+    strict: bool = True,
+    layout: str = "auto",
+    progress: bool | None = None,
+) -> None:
     """Copy ``tensors`` (``{name: array}``; a :class:`SafetensorsCheckpoint` reads lazily) into an
     :class:`Ernie4_5ForCausalLM` or :class:`Ernie4_5MTP` (see the module docstring for the names,
     layouts and fused tensors accepted).
@@ -346,8 +388,10 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
     wanted = {k: list(v.shape) for k, v in params.items()}
     everything = state_dict_names(cfg, mtp=True)
     everything.update(wanted)
-    torch_layout = layout == "torch" or (layout == "auto" and any(
-        str(n).startswith("model.") and not _IGNORED.search(str(n)) for n in tensors))
+    torch_layout = layout == "torch" or (
+        layout == "auto"
+        and any(str(n).startswith("model.") and not _IGNORED.search(str(n)) for n in tensors)
+    )
 
     plan, unexpected, errors = _build_plan(tensors, cfg, everything)
     tied_head = None
@@ -370,10 +414,14 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
             errors.append(err)
         orient[name] = t
     if errors:
-        raise ValueError(f"{type(model_or_mtp).__name__}: cannot load weights: " + "; ".join(errors))
+        raise ValueError(
+            f"{type(model_or_mtp).__name__}: cannot load weights: " + "; ".join(errors)
+        )
     if unexpected:
-        msg = (f"{type(model_or_mtp).__name__}: unexpected tensor(s) in the checkpoint: "
-               f"{_listing(sorted(set(unexpected)))}")
+        msg = (
+            f"{type(model_or_mtp).__name__}: unexpected tensor(s) in the checkpoint: "
+            f"{_listing(sorted(set(unexpected)))}"
+        )
         if strict:
             raise ValueError(msg + " (load with strict=False to ignore them)")
         warnings.warn(msg, UserWarning, stacklevel=2)
@@ -384,6 +432,7 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
     bar = None
     if progress:
         from tqdm import tqdm
+
         bar = tqdm(total=len(plan), desc=f"loading {type(model_or_mtp).__name__}", unit="tensor")
     cache: dict[tuple[str, bool], np.ndarray] = {}  # a fused tensor is read once for its parts
     try:
@@ -394,7 +443,7 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
                     cache.clear()
                     cache[key] = _value(tensors, _Source(src.name, src.shape), orient[name])
                 full = cache[key]
-                value = np.ascontiguousarray(full[..., src.part[0]:src.part[1]])
+                value = np.ascontiguousarray(full[..., src.part[0] : src.part[1]])
             else:
                 value = _value(tensors, src, orient[name], tuple(wanted[name]))
             _assign(paddle, params[name], value)
@@ -405,14 +454,20 @@ def load_weights(model_or_mtp, tensors: Mapping, *, strict: bool = True, layout:
             bar.close()
 
     if tied_head is not None:
-        t, err = _orient("lm_head.weight", tied_head, (cfg.hidden_size, cfg.vocab_size), torch_layout)
+        t, err = _orient(
+            "lm_head.weight", tied_head, (cfg.hidden_size, cfg.vocab_size), torch_layout
+        )
         emb = params.get("ernie.embed_tokens.weight")
         if err is None and emb is not None:
             head = paddle.to_tensor(np.asarray(_value(tensors, tied_head, t), dtype=np.float32))
             head = head.astype(emb.dtype).astype("float32").numpy()
             if not np.array_equal(head, emb.astype("float32").numpy().T):
-                warnings.warn("lm_head.weight is in the checkpoint but tie_word_embeddings is true: it is "
-                              "ignored, and it differs from the transposed embedding", UserWarning, stacklevel=2)
+                warnings.warn(
+                    "lm_head.weight is in the checkpoint but tie_word_embeddings is true: it is "
+                    "ignored, and it differs from the transposed embedding",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
 
 def _assign(paddle, param, value: np.ndarray) -> None:
@@ -425,8 +480,15 @@ def _assign(paddle, param, value: np.ndarray) -> None:
 
 
 # --------------------------------------------------------------------------- load_checkpoint
-def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict: bool = True,
-                    layout: str = "auto", progress: bool | None = None):
+def load_checkpoint(
+    path,
+    *,
+    dtype: str | None = None,
+    attn_backend=None,
+    strict: bool = True,
+    layout: str = "auto",
+    progress: bool | None = None,
+):
     """Build the models of checkpoint directory ``path``.
 
     Args:
@@ -457,6 +519,7 @@ def load_checkpoint(path, *, dtype: str | None = None, attn_backend=None, strict
     config = ErnieConfig.from_file(d / CONFIG_FILE)
     if dtype is None and config.dtype != "float32":
         import paddle
+
         if paddle.device.get_device() == "cpu":
             dtype = "float32"  # Paddle's CPU build has no half-precision matmul
     if dtype is not None:
@@ -481,7 +544,12 @@ def _to_storable(value, dtype: str | None):
     """numpy array (or paddle tensor) -> something safetensors can write, in ``dtype``."""
     if dtype in ("bfloat16",):
         import paddle
-        t = value if isinstance(value, paddle.Tensor) else paddle.to_tensor(np.asarray(value, dtype=np.float32))
+
+        t = (
+            value
+            if isinstance(value, paddle.Tensor)
+            else paddle.to_tensor(np.asarray(value, dtype=np.float32))
+        )
         return t.astype("bfloat16")
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
@@ -489,8 +557,14 @@ def _to_storable(value, dtype: str | None):
     return arr.astype(dtype) if dtype is not None else arr
 
 
-def save_safetensors(tensors: Mapping, directory, *, shard_size: int | None = None,
-                     dtype: str | None = None, keep_float32: tuple[str, ...] = ()) -> list[Path]:
+def save_safetensors(
+    tensors: Mapping,
+    directory,
+    *,
+    shard_size: int | None = None,
+    dtype: str | None = None,
+    keep_float32: tuple[str, ...] = (),
+) -> list[Path]:
     """Write ``tensors`` into ``directory`` as ``model.safetensors``, or, when ``shard_size`` (bytes)
     is given and exceeded, as ``model-0000x-of-0000y.safetensors`` + ``model.safetensors.index.json``.
     ``dtype`` converts floating tensors (``"float16"``, ``"bfloat16"``, ``"float32"``) except those
@@ -501,14 +575,17 @@ def save_safetensors(tensors: Mapping, directory, *, shard_size: int | None = No
     for name in tensors:
         v = tensors[name]
         dt = dtype
-        if dt is not None and (any(k in name for k in keep_float32)
-                               or not np.issubdtype(np.asarray(v).dtype, np.floating)):
+        if dt is not None and (
+            any(k in name for k in keep_float32)
+            or not np.issubdtype(np.asarray(v).dtype, np.floating)
+        ):
             dt = None
         items.append((name, _to_storable(v, dt)))
 
     def nbytes(v):
-        return int(np.prod(v.shape, dtype=np.int64)) * (2 if str(getattr(v, "dtype", "")).endswith("bfloat16")
-                                                        else np.dtype(v.dtype).itemsize)
+        return int(np.prod(v.shape, dtype=np.int64)) * (
+            2 if str(getattr(v, "dtype", "")).endswith("bfloat16") else np.dtype(v.dtype).itemsize
+        )
 
     groups: list[list] = [[]]
     size = 0
@@ -523,10 +600,18 @@ def save_safetensors(tensors: Mapping, directory, *, shard_size: int | None = No
         if any(not isinstance(v, np.ndarray) for _, v in group):
             import paddle
             from safetensors.paddle import save_file
-            save_file({n: (v if not isinstance(v, np.ndarray) else paddle.to_tensor(v)) for n, v in group},
-                      str(path), metadata={"format": "pd"})
+
+            save_file(
+                {
+                    n: (v if not isinstance(v, np.ndarray) else paddle.to_tensor(v))
+                    for n, v in group
+                },
+                str(path),
+                metadata={"format": "pd"},
+            )
         else:
             from safetensors.numpy import save_file
+
             save_file(dict(group), str(path), metadata={"format": "np"})
 
     if len(groups) == 1:
@@ -541,25 +626,46 @@ def save_safetensors(tensors: Mapping, directory, *, shard_size: int | None = No
         for name, _ in group:
             weight_map[name] = path.name
     total = sum(nbytes(v) for _, v in items)
-    (d / SAFETENSORS_INDEX_FILE).write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n")
+    (d / SAFETENSORS_INDEX_FILE).write_text(
+        json.dumps(
+            {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True
+        )
+        + "\n"
+    )
     return files
 
 
-def save_checkpoint(directory, config: ErnieConfig, tensors: Mapping, *, shard_size: int | None = None,
-                    dtype: str | None = None) -> Path:
+def save_checkpoint(
+    directory,
+    config: ErnieConfig,
+    tensors: Mapping,
+    *,
+    shard_size: int | None = None,
+    dtype: str | None = None,
+) -> Path:
     """Write ``config.json`` and the safetensors file(s) of ``tensors`` into ``directory``. The MoE
     router (``mlp.gate.weight``) and ``e_score_correction_bias`` stay float32 whatever ``dtype``."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
-    save_safetensors(tensors, d, shard_size=shard_size, dtype=dtype,
-                     keep_float32=(".mlp.gate.weight", "e_score_correction_bias"))
+    save_safetensors(
+        tensors,
+        d,
+        shard_size=shard_size,
+        dtype=dtype,
+        keep_float32=(".mlp.gate.weight", "e_score_correction_bias"),
+    )
     return d
 
 
 # --------------------------------------------------------------------------- tokenizer
-_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json", "spm.model")
+_TOKENIZER_FILES = (
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "spm.model",
+)
 
 
 def load_tokenizer(path):
@@ -578,7 +684,9 @@ def load_tokenizer(path):
     if not d.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {d}")
     if not any((d / f).is_file() for f in _TOKENIZER_FILES):
-        raise FileNotFoundError(f"{d}: no tokenizer files (looked for {', '.join(_TOKENIZER_FILES)})")
+        raise FileNotFoundError(
+            f"{d}: no tokenizer files (looked for {', '.join(_TOKENIZER_FILES)})"
+        )
     try:
         from paddleformers.transformers import AutoTokenizer
     except ImportError as e:
@@ -588,5 +696,6 @@ def load_tokenizer(path):
             return SentencePieceTokenizer(d)
         raise ImportError(
             f"{d} has no tokenizer.model, and its tokenizer files need paddleformers, which is not "
-            "installed (`pip install paddleformers`); without it, pass prompts as token-id lists") from e
+            "installed (`pip install paddleformers`); without it, pass prompts as token-id lists"
+        ) from e
     return AutoTokenizer.from_pretrained(str(d), local_files_only=True)

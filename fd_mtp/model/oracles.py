@@ -8,6 +8,7 @@ list), GQA by repeating the kv heads, plain full causal softmax over the whole s
 per-expert dispatch (:meth:`Ernie4_5MoE.forward_per_expert`). Shared with the product: the
 parameters and the projection / norm / MLP Layers.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,9 @@ def rope_pairs(x, positions, theta: float):
     sn = paddle.to_tensor(np.sin(ang).astype(np.float32))
     xp = x.astype("float32").reshape([s, hh, d // 2, 2])
     a, b = xp[..., 0], xp[..., 1]
-    return paddle.stack([a * c - b * sn, a * sn + b * c], axis=-1).reshape([s, hh, d]).astype(x.dtype)
+    return (
+        paddle.stack([a * c - b * sn, a * sn + b * c], axis=-1).reshape([s, hh, d]).astype(x.dtype)
+    )
 
 
 def dense_layer(layer, x, cfg: ErnieConfig, start_pos: int = 0):
@@ -43,15 +46,20 @@ def dense_layer(layer, x, cfg: ErnieConfig, start_pos: int = 0):
     q = rope_pairs(q, pos, cfg.rope_theta)
     k = rope_pairs(k, pos, cfg.rope_theta)
     g = attn.num_heads // attn.num_kv_heads
-    k = paddle.repeat_interleave(k, g, axis=1)          # [S, Hq, D]
+    k = paddle.repeat_interleave(k, g, axis=1)  # [S, Hq, D]
     v = paddle.repeat_interleave(v, g, axis=1)
-    qh = q.astype("float32").transpose([1, 0, 2])       # [Hq, S, D]
+    qh = q.astype("float32").transpose([1, 0, 2])  # [Hq, S, D]
     kh = k.astype("float32").transpose([1, 0, 2])
     vh = v.astype("float32").transpose([1, 0, 2])
     scores = paddle.matmul(qh, kh, transpose_y=True) / math.sqrt(attn.head_dim)
     causal = paddle.tril(paddle.ones([s, s], dtype="bool"))
     scores = paddle.where(causal.unsqueeze(0), scores, paddle.full_like(scores, float("-inf")))
-    o = paddle.matmul(F.softmax(scores, axis=-1), vh).transpose([1, 0, 2]).reshape([s, -1]).astype(x.dtype)
+    o = (
+        paddle.matmul(F.softmax(scores, axis=-1), vh)
+        .transpose([1, 0, 2])
+        .reshape([s, -1])
+        .astype(x.dtype)
+    )
     x = x + attn.o_proj(o)
     hn = layer.post_attention_layernorm(x)
     return x + (layer.mlp.forward_per_expert(hn) if layer.is_moe else layer.mlp(hn))

@@ -7,6 +7,7 @@ about 70 packages and pins numpy <= 1.26.4, so fd_mtp does not require it: this 
 ``tokenizer.model`` with the ``sentencepiece`` package alone and offers what the engine uses
 (``encode``, ``decode``, special token ids).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,9 @@ class SentencePieceTokenizer:
         try:
             import sentencepiece
         except ImportError as exc:
-            raise ImportError("SentencePieceTokenizer needs the sentencepiece package (pip install sentencepiece)") from exc
+            raise ImportError(
+                "SentencePieceTokenizer needs the sentencepiece package (pip install sentencepiece)"
+            ) from exc
         p = Path(path)
         model = p / "tokenizer.model" if p.is_dir() else p
         if not model.is_file():
@@ -91,8 +94,15 @@ class SentencePieceTokenizer:
         return self._sp.decode(ids)
 
 
-def train_sentencepiece(text: str, directory, *, vocab_size: int, model_type: str = "bpe",
-                        byte_fallback: bool | None = None, **trainer_options) -> Path:
+def train_sentencepiece(
+    text: str,
+    directory,
+    *,
+    vocab_size: int,
+    model_type: str = "bpe",
+    byte_fallback: bool | None = None,
+    **trainer_options,
+) -> Path:
     """Train a SentencePiece model on ``text`` (offline, a second or so for small texts) and write
     ``tokenizer.model`` + ``tokenizer_config.json`` into ``directory``. ids: 0 unk, 1 bos, 2 eos, 3 pad
     (ERNIE-4.5's special-token order). ``byte_fallback`` (default: when ``vocab_size >= 1024``)
@@ -114,14 +124,35 @@ def train_sentencepiece(text: str, directory, *, vocab_size: int, model_type: st
         raise ValueError("train_sentencepiece: text has no non-empty line")
     buf = io.BytesIO()
     options = dict(
-        vocab_size=vocab_size, model_type=model_type, unk_id=0, bos_id=1, eos_id=2, pad_id=3,
-        hard_vocab_limit=False, character_coverage=1.0, num_threads=1, minloglevel=2, byte_fallback=byte_fallback,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        model_type=model_type,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=3,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        byte_fallback=byte_fallback,
+    )
     options.update(trainer_options)
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, **options)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buf, **options
+    )
     (d / "tokenizer.model").write_bytes(buf.getvalue())
-    (d / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "Ernie4_5_Tokenizer", "add_bos_token": False,
-        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
-    }, indent=2) + "\n")  # fmt: skip
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "Ernie4_5_Tokenizer",
+                "add_bos_token": False,
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return d

@@ -4,6 +4,7 @@ Every op takes its arguments positionally in FastDeploy's order and writes the
 arguments its docstring marks "written" in place. Bad input raises ValueError
 naming the argument. The compiled library is loaded on the first call.
 """
+
 from ._loader import load
 from .attention import paged_attention
 from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
@@ -14,6 +15,13 @@ from .draft import (
     eagle_get_hidden_states,
     eagle_get_self_hidden_states,
     mtp_step_paddle,
+)
+from .ipc import (
+    set_data_ipc,
+    share_external_data,
+    shared_empty,
+    shared_zeros,
+    unset_data_ipc,
 )
 from .msgqueue import (
     MAX_BSZ,
@@ -29,19 +37,7 @@ from .msgqueue import (
     speculate_save_output,
     speculate_save_output_dynamic,
 )
-from .ipc import (
-    set_data_ipc,
-    share_external_data,
-    shared_empty,
-    shared_zeros,
-    unset_data_ipc,
-)
-from .update import (
-    speculate_clear_accept_nums,
-    speculate_set_stop_value_multi_seqs,
-    speculate_set_value_by_flags_and_idx,
-    speculate_update,
-)
+from .ngram import hybrid_mtp_ngram, ngram_match
 from .packing import (
     pre_process,
     rebuild_padding,
@@ -50,8 +46,13 @@ from .packing import (
     speculate_get_seq_lens_output,
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 from .verify import speculate_verify
-from .ngram import hybrid_mtp_ngram, ngram_match
 
 __all__ = [
     "load",

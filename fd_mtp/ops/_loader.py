@@ -7,6 +7,7 @@ use them). In dynamic mode `call` runs an op through the pybind11 module
 ``_C_ops._run_custom_op`` copies the registry of every loaded custom op on each
 call (tens of microseconds with a few dozen ops), a direct call costs ~2 us.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,7 +27,9 @@ def _module():
     try:
         return importlib.import_module("fd_mtp._lib.fd_mtp_ops_pybind")
     except ImportError as exc:
-        raise ImportError(f"cannot load fd_mtp's op module fd_mtp_ops_pybind ({exc}): {BUILD_HINT}") from exc
+        raise ImportError(
+            f"cannot load fd_mtp's op module fd_mtp_ops_pybind ({exc}): {BUILD_HINT}"
+        ) from exc
 
 
 @functools.cache
@@ -127,7 +130,9 @@ def _convert_attr(op: str, attr, value):
             value = float(value)
         except (TypeError, ValueError):
             raise TypeError(f"{op}: {name} must be a float, got {_type_name(value)}") from None
-        if (attr.min is not None and value < attr.min) or (attr.max is not None and value > attr.max):
+        if (attr.min is not None and value < attr.min) or (
+            attr.max is not None and value > attr.max
+        ):
             raise ValueError(f"{op}: {name} must be in [{attr.min}, {attr.max}], got {value}")
         return value
     if attr.type == "str":

@@ -1,12 +1,24 @@
 """Paged KV-cache attention of one packed batch: the float32 kernel behind
 ``fd_mtp.model.attention.PagedAttentionCPU``."""
+
 from __future__ import annotations
 
 from ._loader import invoke
 
 
-def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q, batch_id_per_token,
-                    seq_lens_decoder, *, scale=None):
+def paged_attention(
+    q,
+    k,
+    v,
+    key_cache,
+    value_cache,
+    block_tables,
+    cu_seqlens_q,
+    batch_id_per_token,
+    seq_lens_decoder,
+    *,
+    scale=None,
+):
     """Append this step's k/v to the paged cache, then causal attention of every packed token.
 
     Token ``t`` belongs to request ``b = batch_id_per_token[t]``, is its local token
@@ -48,7 +60,10 @@ def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
         >>> out.tolist(), vc[1, 0].tolist()
         ([[1.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]])
     """
-    q, k, v = (x.contiguous() if hasattr(x, "is_contiguous") and not x.is_contiguous() else x for x in (q, k, v))
+    q, k, v = (
+        x.contiguous() if hasattr(x, "is_contiguous") and not x.is_contiguous() else x
+        for x in (q, k, v)
+    )
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
         if hasattr(cache, "is_contiguous") and not cache.is_contiguous():
             raise ValueError(f"paged_attention: {name} must be contiguous (it is written in place)")

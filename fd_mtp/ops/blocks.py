@@ -1,4 +1,5 @@
 """Target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11."""
+
 from __future__ import annotations
 
 from ._loader import invoke

@@ -1,6 +1,6 @@
 """Draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 from ._loader import invoke
 

@@ -73,6 +73,7 @@ fd_mtp.reference; tests/ops/test_ipc.py checks them with two real processes.
 Arguments and the generated binding: fd_mtp/schema/ipc.py; the work:
 custom_ops/paddle/ipc.cc.
 """
+
 from __future__ import annotations
 
 from ._loader import invoke

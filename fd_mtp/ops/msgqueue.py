@@ -27,10 +27,8 @@ Errors: bad arguments raise ValueError naming the argument, before anything is s
 EIDRM when the queue is removed) raises OSError with the system's message (upstream printed
 "full msg buffer" and carried on, or reported "no message").
 """
+
 from __future__ import annotations
-
-
-from ._loader import invoke
 
 # The wire constants and the paddle-free queue helpers live in fd_mtp.sysv_queue (below the ops and
 # the references, which both use them); re-exported here as part of fd_mtp.ops' API.
@@ -50,6 +48,7 @@ from ..sysv_queue import (  # noqa: E402,F401
     resolve_msg_id,
     resolve_msg_queue_id,
 )
+from ._loader import invoke
 
 
 def _invoke(op: str, values: dict) -> None:
@@ -104,7 +103,8 @@ def speculate_save_output(
 
     Returns:
         None; no tensor is written. Raises ValueError naming the argument on bad input (bs > 256,
-        wrong dtype or shape, a count outside ``[0, min(W, 6)]``, msg_id 2) with nothing sent, checked on every rank (upstream returned
+        wrong dtype or shape, a count outside ``[0, min(W, 6)]``, msg_id 2) with nothing sent,
+        checked on every rank (upstream returned
         on ranks that do not save before looking at the input); OSError when msgsnd fails.
         GPU tensors (all but not_need_stop) are copied to the host first.
 

@@ -1,4 +1,5 @@
 """N-gram drafting ops: ngram_match (spec ../shared/spec/ops.md §5.17) and hybrid_mtp_ngram (§6.7)."""
+
 from __future__ import annotations
 
 from ._loader import invoke

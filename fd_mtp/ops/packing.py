@@ -4,12 +4,15 @@ A step's tokens are packed request after request: token i of request b sits at p
 ``sum(seq_lens_this_time[:b]) + i``. ``pre_process`` builds the packed ids and the offset tensors
 before the forward pass; ``rebuild_padding`` picks the hidden rows that get logits after it.
 """
+
 from __future__ import annotations
 
 from ._loader import invoke
 
 
-def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder):
+def speculate_get_padding_offset(
+    input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder
+):
     """Pack the step's tokens (spec §5.1).
 
     ``bsz = seq_len.shape[0]``, ``L_in = input_ids.shape[1]``, ``T = token_num``. Token i of request
@@ -80,7 +83,9 @@ def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens
     return invoke("speculate_get_seq_lens_output", locals())[0]
 
 
-def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len):
+def speculate_get_output_padding_offset(
+    output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len
+):
     """Offsets of the packed logits rows (spec §5.3).
 
     ``bsz = output_cum_offsets_tmp.shape[0]``, ``To = out_token_num``. With ``ce =
@@ -115,8 +120,14 @@ def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, s
     return invoke("speculate_get_output_padding_offset", locals())
 
 
-def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_tokens=None, seq_lens_encoder=None,
-                seq_lens_decoder=None):
+def pre_process(
+    input_ids,
+    seq_lens_this_time,
+    speculative_decoding,
+    draft_tokens=None,
+    seq_lens_encoder=None,
+    seq_lens_decoder=None,
+):
     """FastDeploy's ``pre_process`` glue (spec §5.3): pack the step's tokens and build the offsets.
 
     Speculative (``speculative_decoding=True``; needs draft_tokens, seq_lens_encoder,
@@ -163,27 +174,65 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     if not speculative_decoding:
         # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
         # as seq_lens_encoder (so a request with tokens reads input_ids[b, i] and errors name input_ids).
-        ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time)
+        ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
+            speculate_get_padding_offset(
+                input_ids,
+                input_ids,
+                cum_offsets_now,
+                token_num,
+                seq_lens_this_time,
+                seq_lens_this_time,
+            )
+        )
         return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
-    for name, value in (("draft_tokens", draft_tokens), ("seq_lens_encoder", seq_lens_encoder),
-                        ("seq_lens_decoder", seq_lens_decoder)):
+    for name, value in (
+        ("draft_tokens", draft_tokens),
+        ("seq_lens_encoder", seq_lens_encoder),
+        ("seq_lens_decoder", seq_lens_decoder),
+    ):
         if value is None:
             raise ValueError(f"pre_process: {name} is required when speculative_decoding is True")
-    ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = speculate_get_padding_offset(
-        input_ids, draft_tokens, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_encoder)
-    seq_lens_output = speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+    ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
+        speculate_get_padding_offset(
+            input_ids,
+            draft_tokens,
+            cum_offsets_now,
+            token_num,
+            seq_lens_this_time,
+            seq_lens_encoder,
+        )
+    )
+    seq_lens_output = speculate_get_seq_lens_output(
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    )
     output_token_num = paddle.sum(seq_lens_output, dtype="int64")
     output_cum_offsets_tmp = paddle.cumsum(max_len - seq_lens_output, dtype="int32")
     output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
-        output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len)
-    return (ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, output_cum_offsets,
-            output_padding_offset)
+        output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
+    )
+    return (
+        ids_remove_padding,
+        batch_id_per_token,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        output_cum_offsets,
+        output_padding_offset,
+    )
 
 
-def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
-                    use_output_padding_offset=None):
+def rebuild_padding(
+    tmp_out,
+    cu_seqlens_q,
+    seq_len_this_time,
+    seq_lens_decoder,
+    seq_lens_encoder,
+    output_padding_offset,
+    first_token_out,
+    max_input_length,
+    enable_logprob,
+    *,
+    use_output_padding_offset=None,
+):
     """Select the hidden rows that get logits from the packed model output (spec §5.4).
 
     ``bsz = cu_seqlens_q.shape[0] - 1``. A request with ``seq_len_this_time == 0``, or with

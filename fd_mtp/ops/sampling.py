@@ -1,4 +1,5 @@
 """Target-side sampling ops: spec ../shared/spec/ops.md §5.5 (penalties) and §5.6 (top-p candidates)."""
+
 from __future__ import annotations
 
 from ._loader import invoke

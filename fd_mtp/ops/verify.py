@@ -1,4 +1,5 @@
 """Target-side verify op: spec ../shared/spec/ops.md §5.7, §9.1."""
+
 from __future__ import annotations
 
 from .._verify_options import STRATEGIES, resolve_verify_options

@@ -7,6 +7,7 @@
 Layer: below the engine (which calls the factory), above ``fd_mtp.batch`` (the shared batch types:
 `Task`, `InputBatch`, `pack_step`, `Proposer`, `ProposerStats`), ``fd_mtp.model`` and ``fd_mtp.ops``.
 """
+
 from __future__ import annotations
 
 from ..batch import InputBatch, Proposer, ProposerStats
@@ -14,16 +15,50 @@ from ..config import SpeculativeConfig
 from .mtp import MTPProposer
 from .ngram import NgramProposer
 
-__all__ = ["PROPOSERS", "MTPProposer", "NgramProposer", "Proposer", "ProposerStats", "make_proposer"]
+__all__ = [
+    "PROPOSERS",
+    "MTPProposer",
+    "NgramProposer",
+    "Proposer",
+    "ProposerStats",
+    "make_proposer",
+]
 
 
-def _mtp(cfg, input_batch, *, mtp_model, max_model_len, block_size, num_main_blocks, draft_end_ids=None, **options):
-    return MTPProposer(cfg, mtp_model, input_batch, max_model_len=max_model_len, block_size=block_size,
-                       num_main_blocks=num_main_blocks, draft_end_ids=draft_end_ids, **options)
+def _mtp(
+    cfg,
+    input_batch,
+    *,
+    mtp_model,
+    max_model_len,
+    block_size,
+    num_main_blocks,
+    draft_end_ids=None,
+    **options,
+):
+    return MTPProposer(
+        cfg,
+        mtp_model,
+        input_batch,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_main_blocks=num_main_blocks,
+        draft_end_ids=draft_end_ids,
+        **options,
+    )
 
 
-def _ngram(cfg, input_batch, *, max_model_len, mtp_model=None, block_size=None, num_main_blocks=None,
-           draft_end_ids=None, **options):
+def _ngram(
+    cfg,
+    input_batch,
+    *,
+    max_model_len,
+    mtp_model=None,
+    block_size=None,
+    num_main_blocks=None,
+    draft_end_ids=None,
+    **options,
+):
     return NgramProposer(cfg, input_batch, max_model_len=max_model_len, **options)
 
 
@@ -31,9 +66,17 @@ def _ngram(cfg, input_batch, *, max_model_len, mtp_model=None, block_size=None, 
 PROPOSERS = {"mtp": _mtp, "ngram": _ngram}
 
 
-def make_proposer(speculative_config: SpeculativeConfig, input_batch: InputBatch, *, mtp_model=None,
-                  max_model_len: int, block_size: int, num_main_blocks: int, draft_end_ids=None,
-                  **options) -> Proposer:
+def make_proposer(
+    speculative_config: SpeculativeConfig,
+    input_batch: InputBatch,
+    *,
+    mtp_model=None,
+    max_model_len: int,
+    block_size: int,
+    num_main_blocks: int,
+    draft_end_ids=None,
+    **options,
+) -> Proposer:
     """The drafter of ``speculative_config.method`` for the runner owning ``input_batch``.
 
     Args:
@@ -47,11 +90,23 @@ def make_proposer(speculative_config: SpeculativeConfig, input_batch: InputBatch
             ...; `NgramProposer`: threshold).
     """
     if not isinstance(speculative_config, SpeculativeConfig):
-        raise ValueError(f"make_proposer: speculative_config must be a SpeculativeConfig, got "
-                         f"{type(speculative_config).__name__}")
+        raise ValueError(
+            f"make_proposer: speculative_config must be a SpeculativeConfig, got "
+            f"{type(speculative_config).__name__}"
+        )
     build = PROPOSERS.get(speculative_config.method)
     if build is None:
-        raise ValueError(f"make_proposer: no proposer for method {speculative_config.method!r}; "
-                         f"known: {sorted(PROPOSERS)}")
-    return build(speculative_config, input_batch, mtp_model=mtp_model, max_model_len=max_model_len,
-                 block_size=block_size, num_main_blocks=num_main_blocks, draft_end_ids=draft_end_ids, **options)
+        raise ValueError(
+            f"make_proposer: no proposer for method {speculative_config.method!r}; "
+            f"known: {sorted(PROPOSERS)}"
+        )
+    return build(
+        speculative_config,
+        input_batch,
+        mtp_model=mtp_model,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_main_blocks=num_main_blocks,
+        draft_end_ids=draft_end_ids,
+        **options,
+    )

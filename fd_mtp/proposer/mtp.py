@@ -23,7 +23,8 @@ target's own insertion) and `insert_prefill_inputs` (v0 scheduler), with chunked
 `update_task_chunk_prefill`. Every host write into ``model_inputs`` goes through the runner's
 `fd_mtp.batch.InputBatch` (staged: the device tensors receive it with the next step's one
 host-to-device transfer). `run` itself makes no transfer: every op works on the device tensors,
-including the hybrid n-gram extension (``hybrid_mtp_ngram`` runs where its tensors are). Roles: "mixed" (default), "prefill" (PD prefill node: drafts for the
+including the hybrid n-gram extension (``hybrid_mtp_ngram`` runs where its tensors are). Roles:
+"mixed" (default), "prefill" (PD prefill node: drafts for the
 first token only and sends [first token, first draft] with ``mtp_save_first_token``) and "decode"
 (PD decode node: requests arrive prefilled; insertion sets encoder 0, recompute_token_num 0,
 mask_rollback 1).
@@ -33,15 +34,17 @@ Deliberate differences from FastDeploy's ``mtp.py`` (each documented where it ha
 bfloat16 buffer; the tensor-parallel broadcast of the drafted tokens is a hook (`tp_broadcast`)
 instead of a collective call; on a prefill node the step_idx of stopped requests is zeroed after
 ``eagle_get_self_hidden_states``, not before it (see `_propose`); environment variables
-(``PREFILL_NODE_ONE_STEP_STOP``, thresholds) are explicit constructor arguments; multimodal attention-mask offsets, draft logprobs and CUDA
+(``PREFILL_NODE_ONE_STEP_STOP``, thresholds) are explicit constructor arguments; multimodal
+attention-mask offsets, draft logprobs and CUDA
 graphs are not implemented; between substeps, a request that prefilled in the substep is shown
 to ``eagle_get_self_hidden_states`` with ``step_idx = 1`` (FastDeploy passes a re-prefilled request's
 real step_idx, which the op mistakes for a decode and reads the wrong rows, spec §6.4 edge).
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -83,28 +86,49 @@ class MTPProposer:
             seq_lens_this_time instead of accept_num (spec §14.5) and shifts the draft's positions.
     """
 
-    def __init__(self, speculative_config: SpeculativeConfig, mtp_model, input_batch: InputBatch, *,
-                 max_model_len: int, block_size: int, num_main_blocks: int, role: str = "mixed",
-                 scheduler: str = "v1", tp_broadcast: Callable | None = None,
-                 prefill_one_step_stop: bool | None = None, rank_id: int = 0, msg_queue_id: int | None = None,
-                 ngram_threshold: int | None = None, draft_end_ids=None):
+    def __init__(
+        self,
+        speculative_config: SpeculativeConfig,
+        mtp_model,
+        input_batch: InputBatch,
+        *,
+        max_model_len: int,
+        block_size: int,
+        num_main_blocks: int,
+        role: str = "mixed",
+        scheduler: str = "v1",
+        tp_broadcast: Callable | None = None,
+        prefill_one_step_stop: bool | None = None,
+        rank_id: int = 0,
+        msg_queue_id: int | None = None,
+        ngram_threshold: int | None = None,
+        draft_end_ids=None,
+    ):
         import paddle
 
         from ..model.attention import allocate_kv_caches
 
         cfg = speculative_config
         if not isinstance(cfg, SpeculativeConfig) or cfg.method != "mtp":
-            raise ValueError(f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
-                             f"{getattr(cfg, 'method', cfg)!r}")
+            raise ValueError(
+                f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
+                f"{getattr(cfg, 'method', cfg)!r}"
+            )
         if not isinstance(input_batch, InputBatch):
-            raise ValueError(f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}")
+            raise ValueError(
+                f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}"
+            )
         if role not in ROLES:
             raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
         if scheduler not in SCHEDULERS:
-            raise ValueError(f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}")
+            raise ValueError(
+                f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}"
+            )
         if mtp_model is None:
-            raise ValueError("MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
-                             "num_nextn_predict_layers = 0)")
+            raise ValueError(
+                "MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
+                "num_nextn_predict_layers = 0)"
+            )
         self._paddle = paddle
         self.config = cfg
         self.model = mtp_model
@@ -118,7 +142,9 @@ class MTPProposer:
         self.role = role
         self.scheduler = scheduler
         self.tp_broadcast = tp_broadcast
-        self.prefill_one_step_stop = role == "prefill" if prefill_one_step_stop is None else bool(prefill_one_step_stop)
+        self.prefill_one_step_stop = (
+            role == "prefill" if prefill_one_step_stop is None else bool(prefill_one_step_stop)
+        )
         self.rank_id = int(rank_id)
         self.msg_queue_id = msg_queue_id
         self.ngram_threshold = ngram_threshold
@@ -127,16 +153,20 @@ class MTPProposer:
         self.stats = ProposerStats()
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
-            raise ValueError(f"MTPProposer: target draft_tokens has {draft.shape[1]} columns, "
-                             f"num_speculative_tokens + 1 = {self.K + 1}")
+            raise ValueError(
+                f"MTPProposer: target draft_tokens has {draft.shape[1]} columns, "
+                f"num_speculative_tokens + 1 = {self.K + 1}"
+            )
         self.max_num_seqs = int(draft.shape[0])
         ratio = cfg.num_gpu_block_expand_ratio
         self.num_main_blocks = int(num_main_blocks)
         self.num_gpu_blocks = int(num_main_blocks * ratio)
         if scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
-            raise ValueError(f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
-                             f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
-                             "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1")
+            raise ValueError(
+                f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
+                f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
+                "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1"
+            )
         self.kv_cache_ratio = KV_CACHE_RATIO[scheduler]
         layer = self.model_config.num_hidden_layers
         mtp_cache = allocate_kv_caches(self.model_config, 1, self.num_gpu_blocks, self.block_size)
@@ -158,14 +188,40 @@ class MTPProposer:
             return t[key].clone()
 
         mi = {}
-        for key in ("block_tables", "input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx",
-                    "stop_flags", "stop_nums", "pre_ids", "output_cum_offsets", "output_padding_offset",
-                    "ids_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k",
-                    "encoder_block_lens"):
+        for key in (
+            "block_tables",
+            "input_ids",
+            "seq_lens_encoder",
+            "seq_lens_decoder",
+            "step_idx",
+            "stop_flags",
+            "stop_nums",
+            "pre_ids",
+            "output_cum_offsets",
+            "output_padding_offset",
+            "ids_remove_padding",
+            "batch_id_per_token",
+            "cu_seqlens_q",
+            "cu_seqlens_k",
+            "encoder_block_lens",
+        ):
             mi[key] = clone(key)
-        for key in ("prompt_lens", "top_p", "top_k", "temperature", "eos_token_id", "penalty_score",
-                    "frequency_score", "presence_score", "infer_seed", "max_dec_len", "min_dec_len",
-                    "bad_tokens", "accept_num", "accept_tokens"):
+        for key in (
+            "prompt_lens",
+            "top_p",
+            "top_k",
+            "temperature",
+            "eos_token_id",
+            "penalty_score",
+            "frequency_score",
+            "presence_score",
+            "infer_seed",
+            "max_dec_len",
+            "min_dec_len",
+            "bad_tokens",
+            "accept_num",
+            "accept_tokens",
+        ):
             mi[key] = t[key]  # aliases: the very same tensors
         mi["base_model_draft_tokens"] = t["draft_tokens"]
         # the hybrid haystack, where the op runs: on the target's device (FastDeploy: on the CPU)
@@ -181,7 +237,9 @@ class MTPProposer:
         top = self.num_gpu_blocks
         bottom = min(int(self.num_main_blocks * self.kv_cache_ratio), top)
         free = np.arange(top - 1, bottom - 1, -1, dtype=np.int32)
-        mi["free_list"] = paddle.to_tensor(free if free.size else np.zeros([0], np.int32), dtype="int32")
+        mi["free_list"] = paddle.to_tensor(
+            free if free.size else np.zeros([0], np.int32), dtype="int32"
+        )
         mi["free_list_len"] = paddle.to_tensor([free.size], dtype="int32")
         mi["is_block_step"] = paddle.full([B, 1], False, "bool")
         mi["batch_drop"] = paddle.full([B, 1], False, "bool")
@@ -197,7 +255,9 @@ class MTPProposer:
         # Python attributes of FastDeploy's proposer
         self.seq_lens_this_time_buffer = t["seq_lens_this_time"].clone()
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer  # always the full [B, 1] buffer
-        self.last_seq_lens_this_time = paddle.full([B, 1], -1, "int32") if self.num_model_steps > 1 else None
+        self.last_seq_lens_this_time = (
+            paddle.full([B, 1], -1, "int32") if self.num_model_steps > 1 else None
+        )
         self.input_ids_len = paddle.full([B, 1], 0, "int64").to(place)
         return mi
 
@@ -242,7 +302,7 @@ class MTPProposer:
             n = len(task.token_ids)
             length = task.end - task.start
             last_chunk = task.end >= n
-            draft_prompt = task.token_ids[task.start + 1: task.end]
+            draft_prompt = task.token_ids[task.start + 1 : task.end]
             self.batch.stage(self.input_ids_len)[b] = length - 1
             w["pre_ids"][b] = -1
             self._write_row("input_ids", b, draft_prompt)
@@ -263,8 +323,9 @@ class MTPProposer:
                 w["mask_rollback"][b] = 0
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
 
-    def insert_prefill_inputs(self, slot: int, prompt_token_ids, *, block_ids, chunk_sizes=None,
-                              seq_lens_decoder: int = 0) -> None:
+    def insert_prefill_inputs(
+        self, slot: int, prompt_token_ids, *, block_ids, chunk_sizes=None, seq_lens_decoder: int = 0
+    ) -> None:
         """v0 insertion of a new request (spec §4.2 ``insert_prefill_inputs``, normal request).
 
         ``input_ids[:n-1] = prompt[1:]`` (or the first chunk shifted, with chunked prefill:
@@ -282,13 +343,17 @@ class MTPProposer:
             chunk_sizes = [n]
         chunk_sizes = [int(c) for c in chunk_sizes]
         if sum(chunk_sizes) != n or any(c < 1 for c in chunk_sizes):
-            raise ValueError(f"insert_prefill_inputs: chunk_sizes {chunk_sizes} must be >= 1 and sum to the "
-                             f"prompt length {n}")
+            raise ValueError(
+                f"insert_prefill_inputs: chunk_sizes {chunk_sizes} must be >= 1 and sum to the "
+                f"prompt length {n}"
+            )
         if self.role == "decode":
-            raise ValueError("insert_prefill_inputs: the decode role is only offered with the v1 scheduler")
+            raise ValueError(
+                "insert_prefill_inputs: the decode role is only offered with the v1 scheduler"
+            )
         b = int(slot)
         c0 = chunk_sizes[0]
-        first = prompt[1:c0 + 1] if len(chunk_sizes) > 1 else prompt[1:]
+        first = prompt[1 : c0 + 1] if len(chunk_sizes) > 1 else prompt[1:]
         self._write_row("input_ids", b, first)
         self._write_row("input_ids_cpu", b, prompt[1:], fill=-1)
         self.batch.stage(self.input_ids_len)[b] = n - 1
@@ -331,7 +396,7 @@ class MTPProposer:
             return
         c = sizes[idx]
         final = idx == len(sizes) - 1
-        ids = prompt[start + 1: start + c] if final else prompt[start + 1: start + c + 1]
+        ids = prompt[start + 1 : start + c] if final else prompt[start + 1 : start + c + 1]
         self._write_row("input_ids", b, ids)
         w["seq_lens_this_time"][b] = c
         w["seq_lens_encoder"][b] = c
@@ -358,17 +423,44 @@ class MTPProposer:
         # FastDeploy's call site passes batch_drop at the is_block_step position and is_block_step at
         # the batch_drop position (spec §6.1 "call-site quirk"); kept so the pipeline is the same.
         ops.draft_model_preprocess(
-            mi["draft_tokens"], mi["input_ids"], mi["stop_flags"], mi["seq_lens_this_time"],
-            mi["seq_lens_encoder"], mi["seq_lens_decoder"], mi["step_idx"], mi["not_need_stop"],
-            mi["batch_drop"], mi["is_block_step"], mi["pre_ids"], mi["mask_rollback"],
-            mi["recompute_token_num"], t["accept_tokens"], t["accept_num"], t["seq_lens_this_time"],
-            t["seq_lens_encoder"], t["seq_lens_decoder"], t["step_idx"], t["stop_flags"],
-            t["is_block_step"], t["draft_tokens"], self.num_model_steps, True, self.role == "prefill",
-            self.scheduler == "v1")  # fmt: skip
+            mi["draft_tokens"],
+            mi["input_ids"],
+            mi["stop_flags"],
+            mi["seq_lens_this_time"],
+            mi["seq_lens_encoder"],
+            mi["seq_lens_decoder"],
+            mi["step_idx"],
+            mi["not_need_stop"],
+            mi["batch_drop"],
+            mi["is_block_step"],
+            mi["pre_ids"],
+            mi["mask_rollback"],
+            mi["recompute_token_num"],
+            t["accept_tokens"],
+            t["accept_num"],
+            t["seq_lens_this_time"],
+            t["seq_lens_encoder"],
+            t["seq_lens_decoder"],
+            t["step_idx"],
+            t["stop_flags"],
+            t["is_block_step"],
+            t["draft_tokens"],
+            self.num_model_steps,
+            True,
+            self.role == "prefill",
+            self.scheduler == "v1",
+        )
         mi["target_hidden_states"] = ops.eagle_get_hidden_states(
-            full_hidden_states, mi["seq_lens_this_time"], mi["seq_lens_encoder"], mi["seq_lens_decoder"],
-            mi["stop_flags"], t["accept_num"], t["seq_lens_this_time"], t["seq_lens_encoder"],
-            self.num_model_steps)  # fmt: skip
+            full_hidden_states,
+            mi["seq_lens_this_time"],
+            mi["seq_lens_encoder"],
+            mi["seq_lens_decoder"],
+            mi["stop_flags"],
+            t["accept_num"],
+            t["seq_lens_this_time"],
+            t["seq_lens_encoder"],
+            self.num_model_steps,
+        )
 
     def _propose(self) -> None:
         paddle = self._paddle
@@ -379,7 +471,11 @@ class MTPProposer:
                 continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
             mi["substep"] = substep
             meta = pack_step(mi, self.caches, self.block_size)
-            ids, cu_q, this_time = meta.ids_remove_padding, meta.cu_seqlens_q, meta.seq_lens_this_time
+            ids, cu_q, this_time = (
+                meta.ids_remove_padding,
+                meta.cu_seqlens_q,
+                meta.seq_lens_this_time,
+            )
             enc, dec = meta.seq_lens_encoder, meta.seq_lens_decoder
             out_cum, out_pad = mi["output_cum_offsets"], mi["output_padding_offset"]
             if self.last_seq_lens_this_time is not None:
@@ -387,7 +483,9 @@ class MTPProposer:
             f0 = time.perf_counter()
             with paddle.no_grad():
                 hidden = self.model(ids, mi["target_hidden_states"], meta)
-                rows = ops.rebuild_padding(hidden, cu_q, this_time, dec, enc, out_pad, None, L, False)
+                rows = ops.rebuild_padding(
+                    hidden, cu_q, this_time, dec, enc, out_pad, None, L, False
+                )
                 logits = self.model.compute_logits(rows)
             self.stats.forward += time.perf_counter() - f0
             next_tokens = self._sample(logits, this_time, out_pad, out_cum)
@@ -395,16 +493,36 @@ class MTPProposer:
             if self.tp_broadcast is not None:
                 self.tp_broadcast(next_tokens)
             ops.draft_model_update(
-                next_tokens, mi["draft_tokens"], mi["pre_ids"], mi["seq_lens_this_time"], mi["seq_lens_encoder"],
-                mi["seq_lens_decoder"], mi["step_idx"], out_cum, mi["stop_flags"], mi["not_need_stop"],
-                mi["max_dec_len"], self.draft_end_ids, mi["base_model_draft_tokens"], L, substep,
-                prefill_one_step_stop=self.prefill_one_step_stop)  # fmt: skip
+                next_tokens,
+                mi["draft_tokens"],
+                mi["pre_ids"],
+                mi["seq_lens_this_time"],
+                mi["seq_lens_encoder"],
+                mi["seq_lens_decoder"],
+                mi["step_idx"],
+                out_cum,
+                mi["stop_flags"],
+                mi["not_need_stop"],
+                mi["max_dec_len"],
+                self.draft_end_ids,
+                mi["base_model_draft_tokens"],
+                L,
+                substep,
+                prefill_one_step_stop=self.prefill_one_step_stop,
+            )
             sent_first = self.role == "prefill" and self.rank_id == 0
             if sent_first:
                 ops.mtp_save_first_token(
-                    mi["base_model_draft_tokens"], mi["not_need_stop"], mi["seq_lens_decoder"], mi["prompt_lens"],
-                    mi["step_idx"], self.rank_id, False, self.scheduler == "v1",
-                    msg_queue_id=self.msg_queue_id)  # fmt: skip
+                    mi["base_model_draft_tokens"],
+                    mi["not_need_stop"],
+                    mi["seq_lens_decoder"],
+                    mi["prompt_lens"],
+                    mi["step_idx"],
+                    self.rank_id,
+                    False,
+                    self.scheduler == "v1",
+                    msg_queue_id=self.msg_queue_id,
+                )
             if substep < self.num_model_steps - 1:
                 # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
                 # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
@@ -413,7 +531,8 @@ class MTPProposer:
                 step = mi["step_idx"]
                 step = paddle.where(prefilled.reshape(step.shape), paddle.ones_like(step), step)
                 mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
-                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step)
+                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step
+                )
             if sent_first:
                 # Stopped requests' step_idx <- 0, so the first token is not sent twice. Done after
                 # eagle_get_self_hidden_states (FastDeploy zeroes before it): that op walks a request that
@@ -421,7 +540,12 @@ class MTPProposer:
                 # step_idx 0 it would skip last_seq_lens_this_time rows (the whole chunk), misaligning the
                 # rows of every later request (our op raises; upstream read the wrong rows).
                 step = mi["step_idx"]
-                paddle.assign(paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step), step)
+                paddle.assign(
+                    paddle.where(
+                        mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step
+                    ),
+                    step,
+                )
 
     def _sample(self, logits, this_time, out_pad, out_cum):
         """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""
@@ -430,20 +554,44 @@ class MTPProposer:
         if logits.shape[0] == 0:
             return paddle.zeros([0], dtype="int64")
         ops.speculate_get_token_penalty_multi_scores(
-            mi["pre_ids"], logits, mi["penalty_score"], mi["frequency_score"], mi["presence_score"],
-            mi["temperature"], mi["bad_tokens"], mi["step_idx"], mi["min_dec_len"], mi["eos_token_id"],
-            this_time, out_pad, out_cum, self.max_model_len)  # fmt: skip
+            mi["pre_ids"],
+            logits,
+            mi["penalty_score"],
+            mi["frequency_score"],
+            mi["presence_score"],
+            mi["temperature"],
+            mi["bad_tokens"],
+            mi["step_idx"],
+            mi["min_dec_len"],
+            mi["eos_token_id"],
+            this_time,
+            out_pad,
+            out_cum,
+            self.max_model_len,
+        )
         return paddle.argmax(logits, axis=-1).astype("int64")
 
     def _update_status(self) -> None:
         mi, t = self.model_inputs, self.target
-        ops.draft_model_postprocess(t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"],
-                                    t["stop_flags"])
+        ops.draft_model_postprocess(
+            t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"], t["stop_flags"]
+        )
         if self.scheduler == "v0":
             ops.mtp_step_paddle(
-                t["stop_flags"], mi["stop_flags"], mi["batch_drop"], mi["seq_lens_this_time"],
-                mi["seq_lens_encoder"], mi["seq_lens_decoder"], mi["block_tables"], mi["encoder_block_lens"],
-                mi["used_list_len"], mi["free_list"], mi["free_list_len"], self.block_size, self.K)  # fmt: skip
+                t["stop_flags"],
+                mi["stop_flags"],
+                mi["batch_drop"],
+                mi["seq_lens_this_time"],
+                mi["seq_lens_encoder"],
+                mi["seq_lens_decoder"],
+                mi["block_tables"],
+                mi["encoder_block_lens"],
+                mi["used_list_len"],
+                mi["free_list"],
+                mi["free_list_len"],
+                self.block_size,
+                self.K,
+            )
 
     def _extend_draft_token_with_ngram_match(self) -> None:
         """Hybrid mode (spec §6.7): fill the draft slots after the MTP's with prompt/history n-gram
@@ -453,6 +601,17 @@ class MTPProposer:
         mi, t = self.model_inputs, self.target
         cfg = self.config
         ops.hybrid_mtp_ngram(
-            mi["input_ids_cpu"], self.input_ids_len, mi["pre_ids"], mi["step_idx"], t["actual_draft_token_num"],
-            t["draft_tokens"], t["seq_lens_this_time"], mi["seq_lens_decoder"], mi["max_dec_len"],
-            cfg.max_ngram_size, cfg.min_ngram_size, self.K, threshold=self.ngram_threshold)  # fmt: skip
+            mi["input_ids_cpu"],
+            self.input_ids_len,
+            mi["pre_ids"],
+            mi["step_idx"],
+            t["actual_draft_token_num"],
+            t["draft_tokens"],
+            t["seq_lens_this_time"],
+            mi["seq_lens_decoder"],
+            mi["max_dec_len"],
+            cfg.max_ngram_size,
+            cfg.min_ngram_size,
+            self.K,
+            threshold=self.ngram_threshold,
+        )

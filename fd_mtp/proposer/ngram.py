@@ -8,6 +8,7 @@ kernels on a GPU), so the proposer keeps its haystack (the prompts) on the targe
 makes no copy (upstream copies to the CPU and back every step); its insertion writes go through
 the runner's `fd_mtp.batch.InputBatch`.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,14 +32,22 @@ class NgramProposer:
             (``mtp_model``, ``block_size``, ``num_main_blocks``, ``draft_end_ids``).
     """
 
-    def __init__(self, speculative_config: SpeculativeConfig, input_batch: InputBatch, *, max_model_len: int,
-                 threshold: int | None = None):
+    def __init__(
+        self,
+        speculative_config: SpeculativeConfig,
+        input_batch: InputBatch,
+        *,
+        max_model_len: int,
+        threshold: int | None = None,
+    ):
         import paddle
 
         cfg = speculative_config
         if not isinstance(cfg, SpeculativeConfig) or cfg.method != "ngram":
-            raise ValueError(f"NgramProposer: speculative_config must be a SpeculativeConfig with method 'ngram', "
-                             f"got {getattr(cfg, 'method', cfg)!r}")
+            raise ValueError(
+                f"NgramProposer: speculative_config must be a SpeculativeConfig with method 'ngram', "
+                f"got {getattr(cfg, 'method', cfg)!r}"
+            )
         self.config = cfg
         self.batch = input_batch
         self.target = input_batch.tensors
@@ -68,8 +77,19 @@ class NgramProposer:
         t0 = time.perf_counter()
         t = self.target
         ops.ngram_match(
-            self.input_ids_cpu, self.input_ids_len, t["pre_ids"], t["step_idx"], t["actual_draft_token_num"],
-            t["draft_tokens"], t["seq_lens_this_time"], t["seq_lens_encoder"], t["seq_lens_decoder"],
-            t["max_dec_len"], self.config.max_ngram_size, self.K, threshold=self.threshold)  # fmt: skip
+            self.input_ids_cpu,
+            self.input_ids_len,
+            t["pre_ids"],
+            t["step_idx"],
+            t["actual_draft_token_num"],
+            t["draft_tokens"],
+            t["seq_lens_this_time"],
+            t["seq_lens_encoder"],
+            t["seq_lens_decoder"],
+            t["max_dec_len"],
+            self.config.max_ngram_size,
+            self.K,
+            threshold=self.threshold,
+        )
         self.stats.calls += 1
         self.stats.run += time.perf_counter() - t0

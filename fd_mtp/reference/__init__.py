@@ -11,12 +11,7 @@ from .draft import (
     mtp_step_paddle,
 )
 from .msgqueue import mtp_save_first_token, speculate_get_output, speculate_save_output
-from .update import (
-    speculate_clear_accept_nums,
-    speculate_set_stop_value_multi_seqs,
-    speculate_set_value_by_flags_and_idx,
-    speculate_update,
-)
+from .ngram import hybrid_mtp_ngram, ngram_match
 from .packing import (
     pre_process,
     rebuild_padding,
@@ -25,8 +20,13 @@ from .packing import (
     speculate_get_seq_lens_output,
 )
 from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
+from .update import (
+    speculate_clear_accept_nums,
+    speculate_set_stop_value_multi_seqs,
+    speculate_set_value_by_flags_and_idx,
+    speculate_update,
+)
 from .verify import speculate_verify
-from .ngram import hybrid_mtp_ngram, ngram_match
 
 __all__ = [
     "draft_model_preprocess",

@@ -3,8 +3,19 @@
 import numpy as np
 
 
-def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q, batch_id_per_token,
-                    seq_lens_decoder, *, scale=None):
+def paged_attention(
+    q,
+    k,
+    v,
+    key_cache,
+    value_cache,
+    block_tables,
+    cu_seqlens_q,
+    batch_id_per_token,
+    seq_lens_decoder,
+    *,
+    scale=None,
+):
     """Same contract as :func:`fd_mtp.ops.paged_attention`: writes ``key_cache`` / ``value_cache``
     in place, returns ``[T, Hq * D]`` float32. Bad metadata -> ValueError naming the argument,
     raised before anything is written."""
@@ -22,18 +33,26 @@ def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
     for t in range(t_count):
         b = int(bid[t])
         if not 0 <= b < bsz:
-            raise ValueError(f"paged_attention: batch_id_per_token names request {b} but the batch has {bsz}")
+            raise ValueError(
+                f"paged_attention: batch_id_per_token names request {b} but the batch has {bsz}"
+            )
         if not cu[b] <= t < cu[b + 1]:
-            raise ValueError(f"paged_attention: batch_id_per_token does not match cu_seqlens_q at token {t}")
+            raise ValueError(
+                f"paged_attention: batch_id_per_token does not match cu_seqlens_q at token {t}"
+            )
         if dec[b] < 0:
             raise ValueError(f"paged_attention: seq_lens_decoder is {dec[b]} for request {b}")
         pos = int(dec[b] + t - cu[b])
         if pos // bs >= nb:
-            raise ValueError(f"paged_attention: block_tables is too narrow for position {pos} of request {b}")
+            raise ValueError(
+                f"paged_attention: block_tables is too narrow for position {pos} of request {b}"
+            )
         for c in range(pos // bs + 1):
             if not 0 <= bt[b, c] < num_blocks:
-                raise ValueError(f"paged_attention: block_tables[{b}, {c}] = {bt[b, c]} is not a block id "
-                                 f"in [0, {num_blocks})")
+                raise ValueError(
+                    f"paged_attention: block_tables[{b}, {c}] = {bt[b, c]} is not a block id "
+                    f"in [0, {num_blocks})"
+                )
         tokens.append((b, pos))
     for t, (b, pos) in enumerate(tokens):
         key_cache[bt[b, pos // bs], :, pos % bs, :] = k[t]
@@ -44,9 +63,9 @@ def paged_attention(q, k, v, key_cache, value_cache, block_tables, cu_seqlens_q,
         p = np.arange(pos + 1)
         blocks = bt[b, p // bs]
         for h in range(hq):
-            kc = key_cache[blocks, h // g, p % bs, :].astype(np.float64)   # [pos + 1, D]
+            kc = key_cache[blocks, h // g, p % bs, :].astype(np.float64)  # [pos + 1, D]
             vc = value_cache[blocks, h // g, p % bs, :].astype(np.float64)
             s = kc @ q[t, h].astype(np.float64) * scale
             w = np.exp(s - s.max())
-            out[t, h * d:(h + 1) * d] = (w / w.sum()) @ vc
+            out[t, h * d : (h + 1) * d] = (w / w.sum()) @ vc
     return out

@@ -19,7 +19,9 @@ __all__ = ["speculate_schedule_cache", "recover_decode_task", "speculate_step_pa
 def _flat(a):
     """A flat view of ``a``; writes through it land in ``a``."""
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -75,8 +77,10 @@ def speculate_schedule_cache(
 
     for b in range(bsz):
         if decoding(b) and dec[b] < 0:
-            raise ValueError(f"{op}: seq_lens_decoder (request {b}) is {int(dec[b])} for a decoding request; "
-                             "it must be >= 0")
+            raise ValueError(
+                f"{op}: seq_lens_decoder (request {b}) is {int(dec[b])} for a decoding request; "
+                "it must be >= 0"
+            )
 
     enc = _flat(seq_lens_encoder)
     step_dec = _flat(step_seq_lens_decoder)
@@ -137,8 +141,10 @@ def recover_decode_task(
     op = "recover_decode_task"
     spec = draft_tokens is not None
     if (step_draft_tokens is not None) != spec or (step_seq_lens_this_time is not None) != spec:
-        raise ValueError(f"{op}: draft_tokens and step_draft_tokens and step_seq_lens_this_time must all be "
-                         "given (speculative variant) or all be None")
+        raise ValueError(
+            f"{op}: draft_tokens and step_draft_tokens and step_seq_lens_this_time must all be "
+            "given (speculative variant) or all be None"
+        )
     this_time = _flat(seq_lens_this_time)
     block_step = _flat(is_block_step)
     step_dec = _flat(step_seq_lens_decoder)
@@ -157,11 +163,15 @@ def recover_decode_task(
         if not block_step[b]:
             continue
         if step_dec[b] < 0:
-            raise ValueError(f"{op}: step_seq_lens_decoder (request {b}) is {int(step_dec[b])} for a "
-                             "block-stepped request; it must be >= 0")
+            raise ValueError(
+                f"{op}: step_seq_lens_decoder (request {b}) is {int(step_dec[b])} for a "
+                "block-stepped request; it must be >= 0"
+            )
         if spec and ready(b) and not 0 <= step_n[b] <= cols:
-            raise ValueError(f"{op}: step_seq_lens_this_time (request {b}) is {int(step_n[b])}; the draft row "
-                             f"it restores must fit [0, {cols}] columns")
+            raise ValueError(
+                f"{op}: step_seq_lens_this_time (request {b}) is {int(step_n[b])}; the draft row "
+                f"it restores must fit [0, {cols}] columns"
+            )
 
     stop = _flat(stop_flags)
     enc = _flat(seq_lens_encoder)
@@ -185,11 +195,26 @@ def recover_decode_task(
 # §5.13 speculate_step_paddle
 # --------------------------------------------------------------------------------------------
 _STEP_WRITTEN = (
-    "stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "block_tables",
-    "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
-    "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len",
-    "input_ids", "first_token_ids", "accept_num",
-)  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "is_block_step",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "input_ids",
+    "first_token_ids",
+    "accept_num",
+)
 
 
 def speculate_step_paddle(
@@ -241,16 +266,31 @@ def speculate_step_paddle(
     read/write outside a list, a block-table row, a pre_ids row or an input_ids row.
     """
     args = dict(
-        stop_flags=stop_flags, seq_lens_this_time=seq_lens_this_time, seq_lens_encoder=seq_lens_encoder,
-        seq_lens_decoder=seq_lens_decoder, block_tables=block_tables, encoder_block_lens=encoder_block_lens,
-        is_block_step=is_block_step, step_block_list=step_block_list, step_lens=step_lens,
-        recover_block_list=recover_block_list, recover_lens=recover_lens, need_block_list=need_block_list,
-        need_block_len=need_block_len, used_list_len=used_list_len, free_list=free_list,
-        free_list_len=free_list_len, input_ids=input_ids, first_token_ids=first_token_ids, accept_num=accept_num,
-    )  # fmt: skip
+        stop_flags=stop_flags,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_encoder=seq_lens_encoder,
+        seq_lens_decoder=seq_lens_decoder,
+        block_tables=block_tables,
+        encoder_block_lens=encoder_block_lens,
+        is_block_step=is_block_step,
+        step_block_list=step_block_list,
+        step_lens=step_lens,
+        recover_block_list=recover_block_list,
+        recover_lens=recover_lens,
+        need_block_list=need_block_list,
+        need_block_len=need_block_len,
+        used_list_len=used_list_len,
+        free_list=free_list,
+        free_list_len=free_list_len,
+        input_ids=input_ids,
+        first_token_ids=first_token_ids,
+        accept_num=accept_num,
+    )
     written = [args[n] for n in _STEP_WRITTEN]
     work = {n: a.copy() for n, a in args.items()}
-    _speculate_step(work, _flat(ori_seq_lens_encoder), pre_ids, _flat(step_idx), block_size, max_draft_tokens)
+    _speculate_step(
+        work, _flat(ori_seq_lens_encoder), pre_ids, _flat(step_idx), block_size, max_draft_tokens
+    )
     _commit(written, [work[n] for n in _STEP_WRITTEN])
 
 
@@ -294,10 +334,16 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
         fail("recover_lens", f"is {int(recover_lens[0])} on entry; it must be 0")
     for b in range(bsz):
         if used[b] < 0 or enc_blocks[b] < 0 or enc_blocks[b] + used[b] > nb:
-            fail("used_list_len", f"(request {b}) is {int(used[b])}; with encoder_block_lens it must fit the "
-                 f"block table row ({nb} slots)")
+            fail(
+                "used_list_len",
+                f"(request {b}) is {int(used[b])}; with encoder_block_lens it must fit the "
+                f"block table row ({nb} slots)",
+            )
         if not (stop[b] and not block_step[b]) and this_time[b] != 0 and dec[b] < 0:
-            fail("seq_lens_decoder", f"(request {b}) is {int(dec[b])} for a running request; it must be >= 0")
+            fail(
+                "seq_lens_decoder",
+                f"(request {b}) is {int(dec[b])} for a running request; it must be >= 0",
+            )
 
     def slot(b):
         return (int(dec[b]) + k + 1) // block_size
@@ -305,8 +351,11 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
     def append_decode_blocks(b):
         first_slot, n, top = int(enc_blocks[b]), int(used[b]), int(free_len[0])
         if top + n > free_list.size:
-            fail("free_list", f"is too small: returned blocks would fill {top + n} entries but it has "
-                 f"{free_list.size}")
+            fail(
+                "free_list",
+                f"is too small: returned blocks would fill {top + n} entries but it has "
+                f"{free_list.size}",
+            )
         free_list[top : top + n] = tables[b, first_slot : first_slot + n]
         tables[b, first_slot : first_slot + n] = -1
         free_len[0] = top + n
@@ -323,7 +372,10 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
         elif this_time[b] != 0 and slot(b) < nb and tables[b, slot(b)] == -1:
             need.append(b)
     if len(need) > need_list.size:
-        fail("need_block_list", f"is too small: {len(need)} requests need a block but it has {need_list.size} entries")
+        fail(
+            "need_block_list",
+            f"is too small: {len(need)} requests need a block but it has {need_list.size} entries",
+        )
     need_list[: len(need)] = need
     need_len[0] = len(need)
     listed = len(need)
@@ -338,14 +390,20 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
         victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
         if held[victim] == 0:
             if flag:
-                fail("free_list", f"is exhausted: {int(need_len[0])} requests need a decode block, "
-                     f"{int(free_len[0])} are free, and no running request holds a decode block to preempt "
-                     "(upstream loops forever)")
+                fail(
+                    "free_list",
+                    f"is exhausted: {int(need_len[0])} requests need a decode block, "
+                    f"{int(free_len[0])} are free, and no running request holds a decode block to preempt "
+                    "(upstream loops forever)",
+                )
             flag = True
             continue
         if step_lens[0] >= step_list.size:
-            fail("step_block_list", f"is too small: preemption pushes entry {int(step_lens[0]) + 1} but it has "
-                 f"{step_list.size}")
+            fail(
+                "step_block_list",
+                f"is too small: preemption pushes entry {int(step_lens[0]) + 1} but it has "
+                f"{step_list.size}",
+            )
         append_decode_blocks(victim)  # used_list_len is kept: the recovery re-grants used + 1
         step_list[step_lens[0]] = victim
         step_lens[0] += 1
@@ -379,8 +437,11 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
             if recover_list.size < 1:
                 fail("recover_block_list", "is too small: a recovery needs 1 entry but it has 0")
             if want < 0 or enc_blocks[r] + want > nb:
-                fail("encoder_block_lens", f"(request {r}): with the blocks granted on recovery the row needs "
-                     f"{int(enc_blocks[r]) + want} slots but it has {nb}")
+                fail(
+                    "encoder_block_lens",
+                    f"(request {r}): with the blocks granted on recovery the row needs "
+                    f"{int(enc_blocks[r]) + want} slots but it has {nb}",
+                )
             recover_list[recover_lens[0]] = r
             recover_lens[0] += 1
             block_step[r] = False
@@ -394,13 +455,22 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
         r = int(recover_list[i])
         o, s = int(ori[r]), int(step_idx[r])
         if o < 0:
-            fail("ori_seq_lens_encoder", f"(request {r}) is {o} for the request to recover; it must be >= 0")
+            fail(
+                "ori_seq_lens_encoder",
+                f"(request {r}) is {o} for the request to recover; it must be >= 0",
+            )
         if s < 0 or (s > 0 and s + 1 > pre_ids.shape[1]):
-            fail("step_idx", f"(request {r}) is {s} for the request to recover; its generated tokens "
-                 f"pre_ids[1..step_idx] must fit pre_ids")
+            fail(
+                "step_idx",
+                f"(request {r}) is {s} for the request to recover; its generated tokens "
+                f"pre_ids[1..step_idx] must fit pre_ids",
+            )
         if input_ids.shape[1] < 1 or o + s > input_ids.shape[1]:
-            fail("input_ids", f"(request {r}): the re-prefill needs {o + s} columns but the row has "
-                 f"{input_ids.shape[1]}")
+            fail(
+                "input_ids",
+                f"(request {r}): the re-prefill needs {o + s} columns but the row has "
+                f"{input_ids.shape[1]}",
+            )
         this_time[r] = enc[r] = o + s
         stop[r] = False
         input_ids[r, 0] = first[r]

@@ -31,7 +31,9 @@ __all__ = [
 def _flat(a):
     """A flat view of ``a``; writes through it land in ``a``."""
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -162,7 +164,9 @@ def draft_model_preprocess(
             stop[b] = False
             first = int(accept_tokens[b, 0])
             pre_ids[b, 0] = first
-            this_time[b] = _write_first_token(input_ids, b, int(enc[b]), first, truncate_first_token)
+            this_time[b] = _write_first_token(
+                input_ids, b, int(enc[b]), first, truncate_first_token
+            )
         else:  # decode
             if kvcache_scheduler_v1 and not b_block_step and block_step[b]:
                 block_step[b] = False
@@ -276,7 +280,9 @@ def draft_model_update(
     ``not_need_stop[0]`` = fewer than bsz requests stopped (entry-stopped ones included).
     ``prefill_one_step_stop=None`` reads the variable, as the op does (`fd_mtp.schema.resolve_kw`).
     """
-    prefill_one_step_stop = resolve_kw("draft_model_update", "prefill_one_step_stop", prefill_one_step_stop)
+    prefill_one_step_stop = resolve_kw(
+        "draft_model_update", "prefill_one_step_stop", prefill_one_step_stop
+    )
     next_tokens = inter_next_tokens.reshape(-1)
     this_time = _flat(seq_lens_this_time)
     enc = _flat(seq_lens_encoder)

@@ -58,7 +58,9 @@ def _per_request(name, a, dtype, bsz):
 def _flag(not_need_stop):
     _dtype("not_need_stop", not_need_stop, np.bool_)
     if not_need_stop.size != 1:
-        raise ValueError(f"not_need_stop must hold exactly one element, got {list(not_need_stop.shape)}")
+        raise ValueError(
+            f"not_need_stop must hold exactly one element, got {list(not_need_stop.shape)}"
+        )
     return bool(not_need_stop.reshape(-1)[0])
 
 
@@ -104,7 +106,9 @@ def speculate_save_output(
     in_prompt = [bool(skip_prefill) and int(dec[i]) < int(prompt[i]) for i in range(bsz)]
     for i in range(bsz):  # a sent count must fit the slot and the row
         if not in_prompt[i] and not 0 <= int(num[i]) <= width:
-            raise ValueError(f"accept_num (request {i}) is {int(num[i])} but must be in [0, {width}]")
+            raise ValueError(
+                f"accept_num (request {i}) is {int(num[i])} but must be in [0, {width}]"
+            )
     if not save_each_rank and rank_id > 0:
         return None
     msg = _header(msg_id, go_on, bsz)
@@ -179,7 +183,9 @@ def speculate_get_output_from_message(x, message, rank_id=0, get_each_rank=False
     return True
 
 
-def speculate_get_output(x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=None, ftok_path=None):
+def speculate_get_output(
+    x, rank_id, wait_flag, get_each_rank, *, msg_queue_id=None, ftok_path=None
+):
     """`fd_mtp.ops.speculate_get_output` with libc's ``msgrcv``: receives the next message of the
     queue (``msg_queue_id`` None: ``INFERENCE_MSG_QUEUE_ID`` or 1; ``ftok_path`` None: ``"./"``),
     blocking when ``wait_flag``, and writes it into ``x`` (numpy int64, flat >= 1794) as the op

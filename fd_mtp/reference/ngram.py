@@ -20,7 +20,9 @@ __all__ = ["ngram_match", "hybrid_mtp_ngram"]
 
 def _flat(a):
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -63,27 +65,52 @@ def _search(input_ids, input_ids_len, pre_ids, step, q, n_max, n_min):
     return None
 
 
-def _check_rows(op, b, input_ids, pre_ids, input_ids_len, step_idx, base, q, draft_cols, n_max, n_min):
+def _check_rows(
+    op, b, input_ids, pre_ids, input_ids_len, step_idx, base, q, draft_cols, n_max, n_min
+):
     """The ops' data checks of a request that drafts with q >= 1 (see fd_mtp.ops.ngram)."""
     if base < 1:
-        raise ValueError(f"{op}: seq_lens_this_time (request {b}) is {base} for a request that drafts; "
-                         "it must be >= 1")
+        raise ValueError(
+            f"{op}: seq_lens_this_time (request {b}) is {base} for a request that drafts; "
+            "it must be >= 1"
+        )
     if base + q > draft_cols:
-        raise ValueError(f"{op}: draft_tokens (request {b}) row needs {base + q} columns for the drafts "
-                         f"this request may receive but has {draft_cols}")
+        raise ValueError(
+            f"{op}: draft_tokens (request {b}) row needs {base + q} columns for the drafts "
+            f"this request may receive but has {draft_cols}"
+        )
     if min(int(step_idx[b]), n_max) < n_min:
         return  # nothing is read
     ln = int(input_ids_len[b])
     if ln < 0 or ln > input_ids.shape[1]:
-        raise ValueError(f"{op}: input_ids_len (request {b}) is {ln}; it must be in [0, {input_ids.shape[1]}]")
+        raise ValueError(
+            f"{op}: input_ids_len (request {b}) is {ln}; it must be in [0, {input_ids.shape[1]}]"
+        )
     if int(step_idx[b]) >= pre_ids.shape[1]:
-        raise ValueError(f"{op}: step_idx (request {b}) is {int(step_idx[b])}; the query ends at "
-                         f"pre_ids[step_idx] but the row has {pre_ids.shape[1]} columns")
+        raise ValueError(
+            f"{op}: step_idx (request {b}) is {int(step_idx[b])}; the query ends at "
+            f"pre_ids[step_idx] but the row has {pre_ids.shape[1]} columns"
+        )
 
 
-def _run(op, hybrid, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
-         seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, n_max, n_min, k,
-         threshold):
+def _run(
+    op,
+    hybrid,
+    input_ids,
+    input_ids_len,
+    pre_ids,
+    step_idx,
+    draft_token_num,
+    draft_tokens,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    max_dec_len,
+    n_max,
+    n_min,
+    k,
+    threshold,
+):
     n_max, n_min = int(n_max), int(n_min)
     if n_max < 1:
         raise ValueError(f"{op}: max_ngram_size must be >= 1, got {n_max}")
@@ -111,7 +138,19 @@ def _run(op, hybrid, input_ids, input_ids_len, pre_ids, step_idx, draft_token_nu
     for b in range(bsz):  # every check before any write
         drafts, base, q = plan(b)
         if drafts and q >= 1:
-            _check_rows(op, b, input_ids, pre_ids, in_len, step, base, q, draft_tokens.shape[1], n_max, n_min)
+            _check_rows(
+                op,
+                b,
+                input_ids,
+                pre_ids,
+                in_len,
+                step,
+                base,
+                q,
+                draft_tokens.shape[1],
+                n_max,
+                n_min,
+            )
 
     if hybrid:
         remaining = int(np.count_nonzero(dec[:bsz] > 0))
@@ -146,27 +185,83 @@ def _run(op, hybrid, input_ids, input_ids_len, pre_ids, step_idx, draft_token_nu
         this_time[b] = base + (e - s)
 
 
-def ngram_match(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
-                seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, max_ngram_size,
-                max_draft_tokens, *, threshold=None):
+def ngram_match(
+    input_ids,
+    input_ids_len,
+    pre_ids,
+    step_idx,
+    draft_token_num,
+    draft_tokens,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    max_dec_len,
+    max_ngram_size,
+    max_draft_tokens,
+    *,
+    threshold=None,
+):
     """Reference of fd_mtp.ops.ngram_match (spec §5.17). Returns None.
 
     ``threshold=None``: INFER_WITH_REFERENCE_TOKENUM_THRESHOLD, else 128 (read by fd_mtp.envs).
     """
     threshold = _threshold("ngram_match", threshold)
-    _run("ngram_match", False, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
-         seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_dec_len, max_ngram_size, 1,
-         max_draft_tokens, threshold)
+    _run(
+        "ngram_match",
+        False,
+        input_ids,
+        input_ids_len,
+        pre_ids,
+        step_idx,
+        draft_token_num,
+        draft_tokens,
+        seq_lens_this_time,
+        seq_lens_encoder,
+        seq_lens_decoder,
+        max_dec_len,
+        max_ngram_size,
+        1,
+        max_draft_tokens,
+        threshold,
+    )
 
 
-def hybrid_mtp_ngram(input_ids, input_ids_len, pre_ids, step_idx, draft_token_num, draft_tokens,
-                     seq_lens_this_time, seq_lens_decoder, max_dec_len, max_ngram_size, min_ngram_size,
-                     max_draft_tokens, *, threshold=None):
+def hybrid_mtp_ngram(
+    input_ids,
+    input_ids_len,
+    pre_ids,
+    step_idx,
+    draft_token_num,
+    draft_tokens,
+    seq_lens_this_time,
+    seq_lens_decoder,
+    max_dec_len,
+    max_ngram_size,
+    min_ngram_size,
+    max_draft_tokens,
+    *,
+    threshold=None,
+):
     """Reference of fd_mtp.ops.hybrid_mtp_ngram (spec §6.7). Returns None.
 
     ``threshold=None``: SPEC_TOKENUM_THRESHOLD, else 1024 (read by fd_mtp.envs).
     """
     threshold = _threshold("hybrid_mtp_ngram", threshold)
-    _run("hybrid_mtp_ngram", True, input_ids, input_ids_len, pre_ids, step_idx, draft_token_num,
-         draft_tokens, seq_lens_this_time, None, seq_lens_decoder, max_dec_len, max_ngram_size,
-         min_ngram_size, max_draft_tokens, threshold)
+    _run(
+        "hybrid_mtp_ngram",
+        True,
+        input_ids,
+        input_ids_len,
+        pre_ids,
+        step_idx,
+        draft_token_num,
+        draft_tokens,
+        seq_lens_this_time,
+        None,
+        seq_lens_decoder,
+        max_dec_len,
+        max_ngram_size,
+        min_ngram_size,
+        max_draft_tokens,
+        threshold,
+    )

@@ -67,7 +67,9 @@ def _check_layout(op, cum, lens, width, b, len_arg, cum_arg, width_name):
 # --------------------------------------------------------------------------------------------
 # §5.1 speculate_get_padding_offset
 # --------------------------------------------------------------------------------------------
-def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder):
+def speculate_get_padding_offset(
+    input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder
+):
     """Pack the step's tokens (spec §5.1).
 
     Returns ``[x_remove_padding [T] int64, batch_id_per_token [T] int32, cu_seqlens_q [bsz+1] int32,
@@ -90,11 +92,15 @@ def speculate_get_padding_offset(input_ids, draft_tokens, cum_offsets, token_num
         _check_layout(op, cum, lens, l_in, b, "seq_len", "cum_offsets", "input_ids.shape[1]")
         n = int(lens[b])
         if enc[b] > 0 and n > l_in:
-            raise ValueError(f"{op}: seq_len (request {b}) is {n} for a prefilling request but its "
-                             f"input_ids row has {l_in} columns")
+            raise ValueError(
+                f"{op}: seq_len (request {b}) is {n} for a prefilling request but its "
+                f"input_ids row has {l_in} columns"
+            )
         if enc[b] <= 0 and n > kd:
-            raise ValueError(f"{op}: seq_len (request {b}) is {n} for a decoding request but its "
-                             f"draft_tokens row has {kd} columns")
+            raise ValueError(
+                f"{op}: seq_len (request {b}) is {n} for a decoding request but its "
+                f"draft_tokens row has {kd} columns"
+            )
     total = int(lens.astype(np.int64).sum())
     if total != t:
         raise ValueError(f"{op}: token_num is {t} but seq_len sums to {total}")
@@ -146,7 +152,9 @@ def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens
 # --------------------------------------------------------------------------------------------
 # §5.3 speculate_get_output_padding_offset
 # --------------------------------------------------------------------------------------------
-def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len):
+def speculate_get_output_padding_offset(
+    output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len
+):
     """Offsets of the packed logits rows (spec §5.3).
 
     Returns ``[output_padding_offset [To] int32, output_cum_offsets [bsz] int32]`` with ``bsz =
@@ -163,10 +171,21 @@ def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, s
         raise ValueError(f"{op}: max_seq_len must be >= 1, got {max_seq_len}")
     to = _count(op, "out_token_num", out_token_num)
     for b in range(bsz):
-        _check_layout(op, cum, lens, max_seq_len, b, "seq_lens_output", "output_cum_offsets_tmp", "max_seq_len")
+        _check_layout(
+            op,
+            cum,
+            lens,
+            max_seq_len,
+            b,
+            "seq_lens_output",
+            "output_cum_offsets_tmp",
+            "max_seq_len",
+        )
         if lens[b] > max_seq_len:
-            raise ValueError(f"{op}: seq_lens_output (request {b}) is {int(lens[b])}; it must be <= "
-                             f"max_seq_len = {max_seq_len}")
+            raise ValueError(
+                f"{op}: seq_lens_output (request {b}) is {int(lens[b])}; it must be <= "
+                f"max_seq_len = {max_seq_len}"
+            )
     total = int(lens[:bsz].astype(np.int64).sum())
     if total != to:
         raise ValueError(f"{op}: out_token_num is {to} but seq_lens_output sums to {total}")
@@ -184,8 +203,14 @@ def speculate_get_output_padding_offset(output_cum_offsets_tmp, out_token_num, s
 # --------------------------------------------------------------------------------------------
 # §5.3 pre_process (FastDeploy's Python glue)
 # --------------------------------------------------------------------------------------------
-def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_tokens=None,
-                seq_lens_encoder=None, seq_lens_decoder=None):
+def pre_process(
+    input_ids,
+    seq_lens_this_time,
+    speculative_decoding,
+    draft_tokens=None,
+    seq_lens_encoder=None,
+    seq_lens_decoder=None,
+):
     """FastDeploy's ``pre_process`` (spec §5.3 glue) on numpy arrays.
 
     Returns ``(ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k,
@@ -200,24 +225,39 @@ def pre_process(input_ids, seq_lens_this_time, speculative_decoding, draft_token
     cum_offsets = np.cumsum(l_in - this_time.astype(np.int64)).astype(np.int32)
     if not speculative_decoding:
         ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets, token_num, seq_lens_this_time, seq_lens_this_time)
+            input_ids, input_ids, cum_offsets, token_num, seq_lens_this_time, seq_lens_this_time
+        )
         return ids, batch_id, cu_q, cu_k, None, None
     ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-        input_ids, draft_tokens, cum_offsets, token_num, seq_lens_this_time, seq_lens_encoder)
-    seq_lens_output = speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder)
+        input_ids, draft_tokens, cum_offsets, token_num, seq_lens_this_time, seq_lens_encoder
+    )
+    seq_lens_output = speculate_get_seq_lens_output(
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    )
     out_token_num = np.int64(seq_lens_output.astype(np.int64).sum())
     out_cum_tmp = np.cumsum(l_in - seq_lens_output.astype(np.int64)).astype(np.int32)
     output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
-        out_cum_tmp, out_token_num, seq_lens_output, l_in)
+        out_cum_tmp, out_token_num, seq_lens_output, l_in
+    )
     return ids, batch_id, cu_q, cu_k, output_cum_offsets, output_padding_offset
 
 
 # --------------------------------------------------------------------------------------------
 # §5.4 rebuild_padding
 # --------------------------------------------------------------------------------------------
-def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, seq_lens_encoder,
-                    output_padding_offset, first_token_out, max_input_length, enable_logprob, *,
-                    use_output_padding_offset=None):
+def rebuild_padding(
+    tmp_out,
+    cu_seqlens_q,
+    seq_len_this_time,
+    seq_lens_decoder,
+    seq_lens_encoder,
+    output_padding_offset,
+    first_token_out,
+    max_input_length,
+    enable_logprob,
+    *,
+    use_output_padding_offset=None,
+):
     """The hidden rows that get logits (spec §5.4). Returns a new array of tmp_out's dtype.
 
     ``tmp_out`` [T, H] (any dtype: a row copy; bfloat16 as uint16 bits), ``bsz =
@@ -241,17 +281,23 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         use_output_padding_offset = output_padding_offset is not None
     speculative = bool(use_output_padding_offset)
     if speculative:
-        opo = np.zeros(0, np.int32) if output_padding_offset is None else _flat(output_padding_offset)
+        opo = (
+            np.zeros(0, np.int32) if output_padding_offset is None else _flat(output_padding_offset)
+        )
         max_input_length = int(max_input_length)
         if max_input_length < 1:
             raise ValueError(f"{op}: max_input_length must be >= 1, got {max_input_length}")
         rows = t - sum(int(enc[b]) - 1 for b in range(bsz) if enc[b] > 0)
         if rows < 0:
-            raise ValueError(f"{op}: seq_lens_encoder sums to more prefill tokens than tmp_out has rows "
-                             f"({t}): the output would have {rows} rows")
+            raise ValueError(
+                f"{op}: seq_lens_encoder sums to more prefill tokens than tmp_out has rows "
+                f"({t}): the output would have {rows} rows"
+            )
         if opo.size < rows:
-            raise ValueError(f"{op}: output_padding_offset has {opo.size} entries but the output has "
-                             f"R = {rows} rows")
+            raise ValueError(
+                f"{op}: output_padding_offset has {opo.size} entries but the output has "
+                f"R = {rows} rows"
+            )
     else:
         rows = bsz
 
@@ -261,8 +307,10 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
             p = r + int(opo[r])
             b = p // max_input_length if p >= 0 else -1
             if not 0 <= b < bsz:
-                raise ValueError(f"{op}: output_padding_offset maps an output row to request {b} but "
-                                 f"the batch has {bsz} requests")
+                raise ValueError(
+                    f"{op}: output_padding_offset maps an output row to request {b} but "
+                    f"the batch has {bsz} requests"
+                )
             local = p - b * max_input_length
         else:
             b, local = r, 0
@@ -271,8 +319,10 @@ def rebuild_padding(tmp_out, cu_seqlens_q, seq_len_this_time, seq_lens_decoder, 
         s = int(enc[b]) - 1 if enc[b] > 0 else 0
         row = int(cu[b]) + local + s
         if not 0 <= row < t:
-            raise ValueError(f"{op}: cu_seqlens_q (request {b}) with seq_lens_encoder selects tmp_out "
-                             f"row {row} but tmp_out has {t} rows")
+            raise ValueError(
+                f"{op}: cu_seqlens_q (request {b}) with seq_lens_encoder selects tmp_out "
+                f"row {row} but tmp_out has {t} rows"
+            )
         src[r] = row
 
     out = np.zeros((rows, h), dtype=tmp_out.dtype)

@@ -18,7 +18,9 @@ _F32 = np.float32
 
 def _flat(a):
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -49,7 +51,9 @@ def _from_f32(values, dtype):
 
 def _check_float(name, a):
     if a.dtype not in (np.float32, np.float16, np.uint16):
-        raise ValueError(f"{name} must be float32, float16 or bfloat16 (uint16 bits), got {a.dtype}")
+        raise ValueError(
+            f"{name} must be float32, float16 or bfloat16 (uint16 bits), got {a.dtype}"
+        )
 
 
 def _request(r, offset, max_seq_len):
@@ -111,7 +115,9 @@ def speculate_get_token_penalty_multi_scores(
     cur, mn = _flat(cur_len), _flat(min_len)
     eos = _flat(eos_token_id)
     bad = _flat(bad_tokens)[: (bad_tokens.shape[-1] if bad_tokens.size else 0)]
-    alpha_all, beta_all, gamma_all = (_to_f32(_flat(a)) for a in (penalty_scores, frequency_scores, presence_scores))
+    alpha_all, beta_all, gamma_all = (
+        _to_f32(_flat(a)) for a in (penalty_scores, frequency_scores, presence_scores)
+    )
     temps = _flat(temperatures).astype(np.float32)
 
     # Checks first: nothing is written on bad input.
@@ -122,7 +128,9 @@ def speculate_get_token_penalty_multi_scores(
     for r in range(rows):
         b = _request(r, offset, max_seq_len)
         if b < 0:
-            raise ValueError(f"output_padding_offset gives logits row {r} the offset {offset[r]}: a negative position")
+            raise ValueError(
+                f"output_padding_offset gives logits row {r} the offset {offset[r]}: a negative position"
+            )
         if b >= bs:
             continue
         ids = np.empty(0, dtype=np.int64)
@@ -130,8 +138,10 @@ def speculate_get_token_penalty_multi_scores(
             row = pre_ids[b]
             ids = row[_counted(row)]
             if ids.size and ids.max() >= vocab:
-                raise ValueError(f"pre_ids (request {b}) holds id {ids.max()} among the counted ids; "
-                                 f"ids must be < vocab = {vocab}")
+                raise ValueError(
+                    f"pre_ids (request {b}) holds id {ids.max()} among the counted ids; "
+                    f"ids must be < vocab = {vocab}"
+                )
         plan.append((r, b, ids))
 
     dtype = logits.dtype
@@ -188,9 +198,13 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
     for r in range(rows):
         b = _request(r, offset, max_seq_len)
         if b < 0:
-            raise ValueError(f"output_padding_offset gives probs row {r} the offset {offset[r]}: a negative position")
+            raise ValueError(
+                f"output_padding_offset gives probs row {r} the offset {offset[r]}: a negative position"
+            )
         if b >= bs:
-            raise ValueError(f"output_padding_offset maps a probs row to request {b} but top_p has {bs} entries")
+            raise ValueError(
+                f"output_padding_offset maps a probs row to request {b} but top_p has {bs} entries"
+            )
         requests.append(b)
 
     scores = np.zeros((rows, c), dtype=probs.dtype)

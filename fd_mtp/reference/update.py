@@ -20,7 +20,9 @@ __all__ = [
 def _flat(a):
     """A flat view of ``a``; writes through it land in ``a``."""
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -48,7 +50,15 @@ def _stop_seq_matches(accept_tokens, pre_ids, seq, length, b, a, t, idx):
 
 
 def speculate_set_stop_value_multi_seqs(
-    accept_tokens, accept_num, pre_ids, step_idx, stop_flags, seq_lens, stop_seqs, stop_seqs_len, end_ids
+    accept_tokens,
+    accept_num,
+    pre_ids,
+    step_idx,
+    stop_flags,
+    seq_lens,
+    stop_seqs,
+    stop_seqs_len,
+    end_ids,
 ):
     """Stop requests whose output completes a stop sequence (spec §5.8). Returns None.
 
@@ -89,16 +99,28 @@ def speculate_set_stop_value_multi_seqs(
             continue
         a, t = int(n_accept[b]), int(step[b])
         if not 0 <= a <= wa:
-            _fail(op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)")
+            _fail(
+                op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)"
+            )
         reads_pre_ids = False
         for s in range(n_seqs):
             length = int(stop_seqs_len[b, s])
             if not 0 <= length <= ls:
-                _fail(op, "stop_seqs_len", b, f"is {length}; it must be in [0, {ls}] (stop_seqs.shape[2])")
+                _fail(
+                    op,
+                    "stop_seqs_len",
+                    b,
+                    f"is {length}; it must be in [0, {ls}] (stop_seqs.shape[2])",
+                )
             # Candidate idx reads pre_ids (down from column t - a) when the sequence is longer than idx.
             reads_pre_ids |= any(idx <= length - 1 for idx in candidates(b, length))
         if reads_pre_ids and t - a >= lp:
-            _fail(op, "pre_ids", b, f"column {t - a} (step_idx - accept_num) is compared but the row has {lp} columns")
+            _fail(
+                op,
+                "pre_ids",
+                b,
+                f"column {t - a} (step_idx - accept_num) is compared but the row has {lp} columns",
+            )
 
     for b in range(bs):
         if stop[b]:
@@ -172,7 +194,12 @@ def speculate_update(
 
     for b in range(real_bsz):
         if not block_step[b] and not 0 <= int(n_accept[b]) <= wa:
-            _fail(op, "accept_num", b, f"is {int(n_accept[b])}; it must be in [0, {wa}] (columns of accept_tokens)")
+            _fail(
+                op,
+                "accept_num",
+                b,
+                f"is {int(n_accept[b])}; it must be in [0, {wa}] (columns of accept_tokens)",
+            )
 
     n_stopped = max_bsz - real_bsz
     for b in range(real_bsz):
@@ -243,11 +270,18 @@ def speculate_set_value_by_flags_and_idx(
             continue
         a, t = int(n_accept[b]), int(step[b])
         if not 0 <= a <= wa:
-            _fail(op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)")
+            _fail(
+                op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)"
+            )
         if a > 0 and (t >= lp or t - a + 1 < 0):
             col = t if t >= lp else t - a + 1
-            _fail(op, "pre_ids_all", b, f"accepted tokens go to column {col} (from step_idx and accept_num) "
-                  f"but the row has {lp} columns")
+            _fail(
+                op,
+                "pre_ids_all",
+                b,
+                f"accepted tokens go to column {col} (from step_idx and accept_num) "
+                f"but the row has {lp} columns",
+            )
 
     for b in range(bs):
         if stop[b]:

@@ -11,6 +11,7 @@ bits) and counter = (draw, request index, offset low, offset high); a draw is th
 "rejection" strategy uses draw 2i for the accept test at position i and 2i+1 for the token
 sampled there.
 """
+
 import numpy as np
 
 from .._verify_options import STRATEGIES, resolve_verify_options
@@ -40,7 +41,12 @@ def philox4x32_10(counter, key):
             k1 = (k1 + _PHILOX_W[1]) & _M32
         p0 = c0 * _PHILOX_M[0]  # < 2**64: exact in uint64
         p1 = c2 * _PHILOX_M[1]
-        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & _M32, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & _M32
+        c0, c1, c2, c3 = (
+            (p1 >> np.uint64(32)) ^ c1 ^ k0,
+            p1 & _M32,
+            (p0 >> np.uint64(32)) ^ c3 ^ k1,
+            p0 & _M32,
+        )
     return np.stack(np.broadcast_arrays(c0, c1, c2, c3), axis=-1).astype(np.uint32)
 
 
@@ -51,7 +57,12 @@ def philox_uniform(seed, offset, stream, draw):
     draw = np.asarray(draw, dtype=np.uint64) & _M32
     stream, draw = np.broadcast_arrays(stream, draw)
     counter = np.stack(
-        [draw, stream, np.full_like(draw, offset & 0xFFFFFFFF), np.full_like(draw, (offset >> 32) & 0xFFFFFFFF)],
+        [
+            draw,
+            stream,
+            np.full_like(draw, offset & 0xFFFFFFFF),
+            np.full_like(draw, (offset >> 32) & 0xFFFFFFFF),
+        ],
         axis=-1,
     )
     key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF], dtype=np.uint64)
@@ -64,7 +75,9 @@ _counter = 0
 
 def _flat(a):
     flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), "reshape(-1) made a copy; pass a contiguous array"
+    assert a.size == 0 or np.may_share_memory(flat, a), (
+        "reshape(-1) made a copy; pass a contiguous array"
+    )
     return flat
 
 
@@ -168,15 +181,27 @@ def speculate_verify(
         used = used_of(b)
         where = f"(request {b}) "
         if used > draft_tokens.shape[1]:
-            _fail("draft_tokens", where + f"the request verifies {used} tokens but the row has {draft_tokens.shape[1]} columns")
+            _fail(
+                "draft_tokens",
+                where
+                + f"the request verifies {used} tokens but the row has {draft_tokens.shape[1]} columns",
+            )
         if used > accept_tokens.shape[1]:
-            _fail("accept_tokens", where + f"the request may accept {used} tokens but the row has {accept_tokens.shape[1]} columns")
+            _fail(
+                "accept_tokens",
+                where
+                + f"the request may accept {used} tokens but the row has {accept_tokens.shape[1]} columns",
+            )
         start = b * int(max_seq_len) - int(cum[b])
         if start < 0:
             _fail("output_cum_offsets", where + f"gives first output row {start}; it must be >= 0")
         last = start + used - 1
-        tensors = [("verify_tokens", verify_tokens), ("verify_scores", verify_scores),
-                   ("actual_candidate_len", cand_len), ("sampled_token_ids", sampled)]  # fmt: skip
+        tensors = [
+            ("verify_tokens", verify_tokens),
+            ("verify_scores", verify_scores),
+            ("actual_candidate_len", cand_len),
+            ("sampled_token_ids", sampled),
+        ]
         if name == "rejection":
             tensors.append(("target_probs", target_probs))
             if draft_probs is not None:
@@ -188,7 +213,11 @@ def speculate_verify(
             for i in range(1, used):
                 d = int(draft_tokens[b, i])
                 if not 0 <= d < vocab:
-                    _fail("draft_tokens", where + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs")
+                    _fail(
+                        "draft_tokens",
+                        where
+                        + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs",
+                    )
 
     # ---- apply ---------------------------------------------------------------------------------
     for b in range(bsz):
@@ -242,8 +271,11 @@ def speculate_verify(
                     # Top-2 window rule.
                     if C >= 2 and int(verify_tokens[row, 1]) == d:
                         j, ii = 0, i + 1
-                        while (j < verify_window and ii < n - 1
-                               and int(verify_tokens[start + ii, 0]) == int(draft_tokens[b, ii + 1])):  # fmt: skip
+                        while (
+                            j < verify_window
+                            and ii < n - 1
+                            and int(verify_tokens[start + ii, 0]) == int(draft_tokens[b, ii + 1])
+                        ):
                             j += 1
                             ii += 1
                         if j >= verify_window:

@@ -31,6 +31,7 @@ Tensor specs are strings ``"<dtype>[<dims>]"``:
 A name bound by one tensor and used by a later one must agree ("must have C columns, got ...").
 Named dims are available to the Params fill and to the hand-written apply as ``a.dims.<name>``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -77,7 +78,8 @@ class Tensor:
     """A tensor argument. ``role``: read / written (in place: ``SetInplaceMap``) / unused (still
     checked: FastDeploy passes it). ``optional``: may be None (``paddle::Optional``). ``cpu``: must
     live on the CPU (e.g. ``not_need_stop``); ``any_place``: on any device (e.g. a count the binding
-    reads on the host); otherwise on the op's place (its first tensor's, or ``Op.place``). ``param``: the kernel Params field taking its data pointer (None: filled by
+    reads on the host); otherwise on the op's place (its first tensor's, or ``Op.place``).
+    ``param``: the kernel Params field taking its data pointer (None: filled by
     hand). ``kw``: keyword-only in Python."""
 
     name: str
@@ -226,7 +228,18 @@ class Op:
         return f"{self.name}: input is invalid (kernel status {code})"
 
 
-FAMILIES = ("draft", "update", "blocks", "packing", "sampling", "verify", "ngram", "ipc", "msgqueue", "attention")
+FAMILIES = (
+    "draft",
+    "update",
+    "blocks",
+    "packing",
+    "sampling",
+    "verify",
+    "ngram",
+    "ipc",
+    "msgqueue",
+    "attention",
+)
 
 _OPS: dict[str, Op] | None = None
 

@@ -5,6 +5,7 @@ arguments): fd_mtp.cuda's wrappers use these so that they raise what the Paddle 
 Only the array protocol is used (``shape``, ``dtype``, ``size``, ``flags.c_contiguous``); the
 caller supplies ``is_device(x)`` (the type check) and ``ptr(x)`` (the device address).
 """
+
 from __future__ import annotations
 
 import operator
@@ -51,10 +52,19 @@ def _check_tensor(op: Op, t: Tensor, x, dims: dict, bound: dict, is_device, host
     elif len(spec) == 1 and spec[0].name == "1":
         if x.size != 1:
             _fail(op, t.name, f"must hold exactly one element, got shape {shape}")
-    elif len(spec) == 1 and spec[0].at_least is not None and spec[0].name is None and spec[0].lower_name is None:
+    elif (
+        len(spec) == 1
+        and spec[0].at_least is not None
+        and spec[0].name is None
+        and spec[0].lower_name is None
+    ):
         if x.size < spec[0].at_least:
             n = spec[0].at_least
-            _fail(op, t.name, f"must hold at least {n} element{'s' if n != 1 else ''}, got shape {shape}")
+            _fail(
+                op,
+                t.name,
+                f"must hold at least {n} element{'s' if n != 1 else ''}, got shape {shape}",
+            )
     elif t.name == op.batch:
         if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
             _fail(op, t.name, f"must have shape [bsz] or [bsz, 1], got {shape}")
@@ -75,26 +85,46 @@ def _check_tensor(op: Op, t: Tensor, x, dims: dict, bound: dict, is_device, host
                 low = dims[d.lower_name]
                 if n < low:
                     if d.lower_name == "B":
-                        _fail(op, t.name, f"has {n} {_words(axis, rank)} but the batch has {low} requests "
-                              f"(bsz is taken from {bound['B']})")
-                    _fail(op, t.name, f"has {n} {_words(axis, rank)} but needs at least {d.lower_name} = {low} "
-                          f"(from {bound[d.lower_name]})")
+                        _fail(
+                            op,
+                            t.name,
+                            f"has {n} {_words(axis, rank)} but the batch has {low} requests "
+                            f"(bsz is taken from {bound['B']})",
+                        )
+                    _fail(
+                        op,
+                        t.name,
+                        f"has {n} {_words(axis, rank)} but needs at least {d.lower_name} = {low} "
+                        f"(from {bound[d.lower_name]})",
+                    )
                 if d.name is None:
                     continue
             if d.name is not None and d.name not in dims:
                 low = d.at_least if d.at_least is not None else (1 if axis > 0 else None)
                 if low is not None and n < low:
-                    _fail(op, t.name, f"needs at least {low} {_words(axis, rank)}, got shape {shape}")
+                    _fail(
+                        op, t.name, f"needs at least {low} {_words(axis, rank)}, got shape {shape}"
+                    )
                 dims[d.name] = n
                 bound[d.name] = t.name
             elif d.name is not None:
                 if n != dims[d.name]:
-                    _fail(op, t.name, f"must have {dims[d.name]} {_words(axis, rank)} ({d.name}, from "
-                          f"{bound[d.name]}), got shape {shape}")
+                    _fail(
+                        op,
+                        t.name,
+                        f"must have {dims[d.name]} {_words(axis, rank)} ({d.name}, from "
+                        f"{bound[d.name]}), got shape {shape}",
+                    )
             elif d.at_least is not None and n < d.at_least:
-                _fail(op, t.name, f"needs at least {d.at_least} {_words(axis, rank)}, got shape {shape}")
+                _fail(
+                    op,
+                    t.name,
+                    f"needs at least {d.at_least} {_words(axis, rank)}, got shape {shape}",
+                )
     if not x.flags.c_contiguous:
-        _fail(op, t.name, f"must be contiguous, got a strided view of shape {shape} (pass x.copy())")
+        _fail(
+            op, t.name, f"must be contiguous, got a strided view of shape {shape} (pass x.copy())"
+        )
 
 
 def convert_attr(op: Op, a: Attr, value):
@@ -106,7 +136,9 @@ def convert_attr(op: Op, a: Attr, value):
         try:
             value = operator.index(value)
         except TypeError:
-            raise TypeError(f"{op.name}: {name} must be an int, got {type(value).__name__}") from None
+            raise TypeError(
+                f"{op.name}: {name} must be an int, got {type(value).__name__}"
+            ) from None
         lo, hi = _INT_RANGE[a.type]
         if a.min is not None and value < a.min:
             _fail(op, name, f"must be >= {a.min}, got {value}")
@@ -142,7 +174,11 @@ def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:
 
 
 def _value(op: Op, expr: str, values: dict, dims: dict):
-    for fn, get in (("numel(", lambda x: x.size), ("rows(", lambda x: x.shape[0]), ("cols(", lambda x: x.shape[1])):
+    for fn, get in (
+        ("numel(", lambda x: x.size),
+        ("rows(", lambda x: x.shape[0]),
+        ("cols(", lambda x: x.shape[1]),
+    ):
         if expr.startswith(fn):
             x = values[expr[len(fn) : -1]]
             return 0 if x is None else get(x)

@@ -1,5 +1,6 @@
 """Schemas of the attention ops: paged_attention, the float32 kernel of fd_mtp.model's
 PagedAttentionCPU (not a FastDeploy op; see fd_mtp/schema/__init__.py for the format)."""
+
 from . import Attr, Op, Status, Tensor
 
 OPS = [
@@ -33,8 +34,12 @@ OPS = [
             Tensor("q", "float32[T, Hq>=0, D>=0]", doc="no head or head_dim minimum, as before"),
             Tensor("k", "float32[T, Hkv, D]"),
             Tensor("v", "float32[T, Hv, D]"),
-            Tensor("key_cache", "float32[NBlk, Hc, BS, D]", "written", doc="the slot of every token"),
-            Tensor("value_cache", "float32[NBlk, Hc, BS, D]", "written", doc="the slot of every token"),
+            Tensor(
+                "key_cache", "float32[NBlk, Hc, BS, D]", "written", doc="the slot of every token"
+            ),
+            Tensor(
+                "value_cache", "float32[NBlk, Hc, BS, D]", "written", doc="the slot of every token"
+            ),
             Tensor("block_tables", "int32[R, NB]"),
             Tensor("cu_seqlens_q", "int32[]", doc="[bsz + 1]: defines bsz"),
             Tensor("batch_id_per_token", "int32[]", doc="[>=T] entries, any shape"),
@@ -42,7 +47,12 @@ OPS = [
             Attr("scale", "float", kw=True, doc="None: 1 / sqrt(D), computed by the wrappers"),
         ),
         status=(
-            Status("kPagedBatchId", 1, "batch_id_per_token", "names request {value} but the batch has {limit} requests"),
+            Status(
+                "kPagedBatchId",
+                1,
+                "batch_id_per_token",
+                "names request {value} but the batch has {limit} requests",
+            ),
             Status(
                 "kPagedTokenIndex",
                 2,

@@ -1,5 +1,6 @@
 """Schemas of the target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11 (see
 fd_mtp/schema/__init__.py for the format)."""
+
 from . import Attr, Op, Status, Tensor
 
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
@@ -36,7 +37,10 @@ OPS = [
         ),
         status=(
             Status(
-                "kRecoverSlot", 1, "step_seq_lens_decoder", "is {value} for a block-stepped request; it must be >= {limit}"
+                "kRecoverSlot",
+                1,
+                "step_seq_lens_decoder",
+                "is {value} for a block-stepped request; it must be >= {limit}",
             ),
             Status(
                 "kRecoverThisTime",
@@ -67,11 +71,18 @@ OPS = [
             Tensor("block_tables", "int32[>=B, NB]", doc="read (upstream lists it as an output)"),
             Tensor("stop_flags", "bool[>=B]", "written", doc="defines max_bsz"),
             Tensor("prompt_lens", "int64[>=B]"),
-            Tensor("seq_lens_this_time", "int32[B]", "written", doc="defines bsz (the running slice)"),
+            Tensor(
+                "seq_lens_this_time", "int32[B]", "written", doc="defines bsz (the running slice)"
+            ),
             Tensor("seq_lens_encoder", "int32[>=B]", "written"),
             Tensor("seq_lens_decoder", "int32[>=B]", "written"),
             Tensor("step_seq_lens_decoder", "int32[>=B]", "written"),
-            Tensor("step_draft_tokens", "int64[>=B, >=Dd]", "written", doc="the first Dd columns written"),
+            Tensor(
+                "step_draft_tokens",
+                "int64[>=B, >=Dd]",
+                "written",
+                doc="the first Dd columns written",
+            ),
             Tensor("step_seq_lens_this_time", "int32[>=B]", "written"),
             Tensor("accept_num", "int32[>=B]", "written"),
             Tensor("accept_tokens", "int64[>=B, Wa]", "written"),
@@ -84,7 +95,10 @@ OPS = [
         ),
         status=(
             Status(
-                "kScheduleCacheSlot", 1, "seq_lens_decoder", "is {value} for a decoding request; it must be >= {limit}"
+                "kScheduleCacheSlot",
+                1,
+                "seq_lens_decoder",
+                "is {value} for a decoding request; it must be >= {limit}",
             ),
         ),
     ),
@@ -108,7 +122,11 @@ OPS = [
         args=(
             Tensor("stop_flags", "bool[>=B]", "written"),
             Tensor("seq_lens_this_time", "int32[B]", "written"),
-            Tensor("ori_seq_lens_encoder", "int32[>=B]", doc="prompt lengths (FastDeploy: step_seq_lens_encoder)"),
+            Tensor(
+                "ori_seq_lens_encoder",
+                "int32[>=B]",
+                doc="prompt lengths (FastDeploy: step_seq_lens_encoder)",
+            ),
             Tensor("seq_lens_encoder", "int32[>=B]", "written"),
             Tensor("seq_lens_decoder", "int32[>=B]", "written"),
             Tensor("block_tables", "int32[>=B, NB]", "written"),
@@ -142,7 +160,10 @@ OPS = [
                 "request holds a decode block to preempt",
             ),
             Status(
-                "kStepFreeListFull", 2, "free_list", "is too small: returned blocks would fill {value} entries but it has {limit}"
+                "kStepFreeListFull",
+                2,
+                "free_list",
+                "is too small: returned blocks would fill {value} entries but it has {limit}",
             ),
             Status(
                 "kStepUsedListLen",
@@ -150,14 +171,31 @@ OPS = [
                 "used_list_len",
                 "is {value}; with encoder_block_lens it must fit the block table row ({limit} slots)",
             ),
-            Status("kStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"),
-            Status("kStepStepLens", 5, "step_lens", "is {value}; it must be in [0, {limit}] (step_block_list size)"),
             Status(
-                "kStepStepListFull", 6, "step_block_list", "is too small: preemption pushes entry {value} but it has {limit}"
+                "kStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"
             ),
-            Status("kStepStepListEntry", 7, "step_block_list", "the request to recover is {value}; it must be in [0, {limit})"),
+            Status(
+                "kStepStepLens",
+                5,
+                "step_lens",
+                "is {value}; it must be in [0, {limit}] (step_block_list size)",
+            ),
+            Status(
+                "kStepStepListFull",
+                6,
+                "step_block_list",
+                "is too small: preemption pushes entry {value} but it has {limit}",
+            ),
+            Status(
+                "kStepStepListEntry",
+                7,
+                "step_block_list",
+                "the request to recover is {value}; it must be in [0, {limit})",
+            ),
             Status("kStepNeedLen", 8, "need_block_len", "is {value} on entry; it must be {limit}"),
-            Status("kStepRecoverLens", 9, "recover_lens", "is {value} on entry; it must be {limit}"),
+            Status(
+                "kStepRecoverLens", 9, "recover_lens", "is {value} on entry; it must be {limit}"
+            ),
             Status(
                 "kStepNeedListFull",
                 10,
@@ -170,7 +208,12 @@ OPS = [
                 "recover_block_list",
                 "is too small: a recovery needs {value} entry but it has {limit}",
             ),
-            Status("kStepDecoder", 12, "seq_lens_decoder", "is {value} for a running request; it must be >= {limit}"),
+            Status(
+                "kStepDecoder",
+                12,
+                "seq_lens_decoder",
+                "is {value} for a running request; it must be >= {limit}",
+            ),
             Status(
                 "kStepRecoverBlocks",
                 13,
@@ -179,7 +222,10 @@ OPS = [
                 "(or max_decoder_block_num = input_ids columns / block_size is below encoder_block_lens)",
             ),
             Status(
-                "kStepOriLen", 14, "ori_seq_lens_encoder", "is {value} for the request to recover; it must be >= {limit}"
+                "kStepOriLen",
+                14,
+                "ori_seq_lens_encoder",
+                "is {value} for the request to recover; it must be >= {limit}",
             ),
             Status(
                 "kStepStepIdx",

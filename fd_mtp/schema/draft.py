@@ -1,4 +1,5 @@
 """Schemas of the draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
+
 from . import Attr, Op, Status, Tensor
 
 OPS = [
@@ -36,7 +37,12 @@ OPS = [
             Tensor("draft_tokens", "int64[>=B, Dd]", "written"),
             Tensor("input_ids", "int64[>=B, Li]", "written"),
             Tensor("stop_flags", "bool[>=B]", "written"),
-            Tensor("seq_lens_this_time", "int32[B]", "written", doc="may be base_model_seq_lens_this_time itself"),
+            Tensor(
+                "seq_lens_this_time",
+                "int32[B]",
+                "written",
+                doc="may be base_model_seq_lens_this_time itself",
+            ),
             Tensor("seq_lens_encoder", "int32[>=B]", "written"),
             Tensor("seq_lens_decoder", "int32[>=B]", "written"),
             Tensor("step_idx", "int64[>=B]", "written"),
@@ -54,7 +60,12 @@ OPS = [
             Tensor("base_model_step_idx", "int64[>=B]"),
             Tensor("base_model_stop_flags", "bool[>=B]"),
             Tensor("base_model_is_block_step", "bool[>=B]"),
-            Tensor("base_model_draft_tokens", "int64[>=B, Db]", "written", doc="columns 1..Db-1 reset to -1"),
+            Tensor(
+                "base_model_draft_tokens",
+                "int64[>=B, Db]",
+                "written",
+                doc="columns 1..Db-1 reset to -1",
+            ),
             Attr("num_model_step", "int", min=1),
             Attr("truncate_first_token", "bool"),
             Attr("splitwise_prefill", "bool"),
@@ -68,7 +79,10 @@ OPS = [
                 "the first accepted token goes to column {value} but the row has {limit} columns",
             ),
             Status(
-                "kPreprocessPreIdsColumn", 2, "pre_ids", "accepted tokens go to column {value} but the row has {limit} columns"
+                "kPreprocessPreIdsColumn",
+                2,
+                "pre_ids",
+                "accepted tokens go to column {value} but the row has {limit} columns",
             ),
             Status(
                 "kPreprocessAcceptNum",
@@ -106,7 +120,12 @@ OPS = [
             Tensor("not_need_stop", "bool[1]", "written", cpu=True, param=None),
             Tensor("max_dec_len", "int64[>=B]"),
             Tensor("end_ids", "int64[>=1]"),
-            Tensor("base_model_draft_tokens", "int64[>=B, Db]", "written", doc="column substep + 1 written"),
+            Tensor(
+                "base_model_draft_tokens",
+                "int64[>=B, Db]",
+                "written",
+                doc="column substep + 1 written",
+            ),
             Attr("max_seq_len", "int", min=1),
             Attr("substep", "int", min=0),
             Attr("prefill_one_step_stop", "bool", kw=True, env="PREFILL_NODE_ONE_STEP_STOP"),
@@ -120,7 +139,10 @@ OPS = [
                 "seq_lens_this_time and max_seq_len)",
             ),
             Status(
-                "kUpdatePreIdsColumn", 2, "pre_ids", "the sampled token goes to column {value} but the row has {limit} columns"
+                "kUpdatePreIdsColumn",
+                2,
+                "pre_ids",
+                "the sampled token goes to column {value} but the row has {limit} columns",
             ),
             Status(
                 "kUpdateEmptyRunningRequest",
@@ -141,7 +163,12 @@ OPS = [
         extra_params={"bsz": "B"},
         returns=("out",),
         args=(
-            Tensor("input", "float32|float16|bfloat16[T, H>=0]", param=None, doc="the target's hidden states"),
+            Tensor(
+                "input",
+                "float32|float16|bfloat16[T, H>=0]",
+                param=None,
+                doc="the target's hidden states",
+            ),
             Tensor("seq_lens_this_time", "int32[B]", doc="draft, after draft_model_preprocess"),
             Tensor("seq_lens_encoder", "int32[>=B]", doc="draft"),
             Tensor("seq_lens_decoder", "int32[>=B]", "unused", param=None),
@@ -152,14 +179,24 @@ OPS = [
             Attr("actual_draft_token_num", "int", param=None, doc="unused"),
         ),
         status=(
-            Status("kEagleInputRows", 1, "input", "the requests consume {value} rows but input has {limit} rows"),
+            Status(
+                "kEagleInputRows",
+                1,
+                "input",
+                "the requests consume {value} rows but input has {limit} rows",
+            ),
             Status(
                 "kEagleAcceptNums",
                 2,
                 "accept_nums",
                 "is {value}; it must be in [0, base_model_seq_lens_this_time] = [0, {limit}]",
             ),
-            Status("kEagleNegativeCount", 4, "seq_lens", "a token count is {value}; counts must be >= {limit}"),
+            Status(
+                "kEagleNegativeCount",
+                4,
+                "seq_lens",
+                "a token count is {value}; counts must be >= {limit}",
+            ),
         ),
     ),
     Op(
@@ -173,20 +210,35 @@ OPS = [
         extra_params={"bsz": "B"},
         returns=("out",),
         args=(
-            Tensor("input", "float32|float16|bfloat16[T, H>=0]", param=None, doc="this substep's hidden states"),
+            Tensor(
+                "input",
+                "float32|float16|bfloat16[T, H>=0]",
+                param=None,
+                doc="this substep's hidden states",
+            ),
             Tensor("last_seq_lens_this_time", "int32[>=B]", doc="this_time before the substep"),
             Tensor("seq_lens_this_time", "int32[B]", doc="after draft_model_update"),
             Tensor("step_idx", "int64[>=B]", doc="after draft_model_update"),
         ),
         status=(
-            Status("kEagleInputRows", 1, "input", "the requests consume {value} rows but input has {limit} rows"),
+            Status(
+                "kEagleInputRows",
+                1,
+                "input",
+                "the requests consume {value} rows but input has {limit} rows",
+            ),
             Status(
                 "kEagleLastSeqLens",
                 3,
                 "last_seq_lens_this_time",
                 "is {value} for a request that runs this substep (it must be >= {limit})",
             ),
-            Status("kEagleNegativeCount", 4, "seq_lens", "a token count is {value}; counts must be >= {limit}"),
+            Status(
+                "kEagleNegativeCount",
+                4,
+                "seq_lens",
+                "a token count is {value}; counts must be >= {limit}",
+            ),
         ),
     ),
     Op(
@@ -196,7 +248,11 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="mtp_step",
         params="MtpStepParams",
-        extra_params={"num_blocks_per_seq": "NB", "free_list_capacity": "numel(free_list)", "bsz": "B"},
+        extra_params={
+            "num_blocks_per_seq": "NB",
+            "free_list_capacity": "numel(free_list)",
+            "bsz": "B",
+        },
         args=(
             Tensor("base_model_stop_flags", "bool[>=B]"),
             Tensor("stop_flags", "bool[>=B]", "written"),
@@ -232,7 +288,9 @@ OPS = [
                 "used_list_len",
                 "is {value}; with encoder_block_lens it must fit the block table row ({limit} slots)",
             ),
-            Status("kMtpStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"),
+            Status(
+                "kMtpStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"
+            ),
         ),
     ),
 ]

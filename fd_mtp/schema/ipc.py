@@ -6,6 +6,7 @@ checked arguments) and no numpy reference (these ops move no data). The generate
 contiguity and places; custom_ops/paddle/ipc.cc's apply() functions keep the shared-memory and CUDA
 IPC work and their own checks. fd_mtp.cuda's versions keep their own checks (CUDA IPC handles on CuPy
 arrays; see fd_mtp/cuda/ipc.py)."""
+
 from . import Attr, Op, Tensor
 
 OPS = [
@@ -17,7 +18,11 @@ OPS = [
         place="dtype",  # its only tensor, on the CPU
         returns=("out",),
         args=(
-            Attr("shape", "int64[]", doc="the new tensor's shape (dims >= 0; at most physical memory)"),
+            Attr(
+                "shape",
+                "int64[]",
+                doc="the new tensor's shape (dims >= 0; at most physical memory)",
+            ),
             Tensor(
                 "dtype",
                 "any[]",
@@ -26,7 +31,11 @@ OPS = [
                 doc="a zero-size CPU tensor of the new tensor's dtype, made by fd_mtp.ops.shared_empty from "
                 "its dtype argument (the op's input; upstream has no such op)",
             ),
-            Attr("name", "str", doc="the backing segment's POSIX name; '' for a generated /fd_mtp.<pid>.<n>"),
+            Attr(
+                "name",
+                "str",
+                doc="the backing segment's POSIX name; '' for a generated /fd_mtp.<pid>.<n>",
+            ),
         ),
     ),
     Op(

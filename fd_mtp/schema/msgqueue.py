@@ -8,15 +8,20 @@ The tensors the binding copies to the host one by one (GPU ones synchronously, a
 ``INFERENCE_MSG_QUEUE_ID`` (fd_mtp.envs); ``msg_id`` to ``INFERENCE_MSG_ID`` and ``ftok_path`` to
 ``"./"``, resolved by fd_mtp.ops.msgqueue (``resolve_msg_id``, which reads INFERENCE_MSG_ID through
 fd_mtp.envs and refuses the reserved id 2)."""
+
 from . import Attr, Op, Status, Tensor
 
-_BATCH_TOO_LARGE = "has {value} rows but a message holds at most {limit} requests (MAX_BSZ of the wire format)"
+_BATCH_TOO_LARGE = (
+    "has {value} rows but a message holds at most {limit} requests (MAX_BSZ of the wire format)"
+)
 _BAD_MSG_ID = 'is {value}; 2 and negative ids are reserved (-2 means "no output")'
 
 
 def _ids(msg_id: bool) -> tuple:
     """The keyword-only queue / message / key attributes every op of the family takes."""
-    out = (Attr("msg_queue_id", "int", kw=True, env="INFERENCE_MSG_QUEUE_ID", doc="the SysV queue id"),)
+    out = (
+        Attr("msg_queue_id", "int", kw=True, env="INFERENCE_MSG_QUEUE_ID", doc="the SysV queue id"),
+    )
     if msg_id:
         out += (
             Attr(
@@ -26,7 +31,11 @@ def _ids(msg_id: bool) -> tuple:
                 doc="the message id (header word); None: INFERENCE_MSG_ID or 1 (fd_mtp.ops.msgqueue.resolve_msg_id)",
             ),
         )
-    return out + (Attr("ftok_path", "str", kw=True, doc='the directory whose inode keys the queue; None: "./"'),)
+    return out + (
+        Attr(
+            "ftok_path", "str", kw=True, doc='the directory whose inode keys the queue; None: "./"'
+        ),
+    )
 
 
 OPS = [
@@ -45,7 +54,9 @@ OPS = [
                 doc="defines bs (<= 256); first min(W, 6) columns sent",
             ),
             Tensor("accept_num", "int32[>=B]", any_place=True, param=None),
-            Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
+            Tensor(
+                "not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"
+            ),
             Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
             Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
             Attr("rank_id", "int64"),
@@ -73,7 +84,14 @@ OPS = [
         params=None,
         place="x",
         args=(
-            Tensor("x", "int64[>=1794]", "written", cpu=True, param=None, doc="x[0 .. 1793] (flat) = the message"),
+            Tensor(
+                "x",
+                "int64[>=1794]",
+                "written",
+                cpu=True,
+                param=None,
+                doc="x[0 .. 1793] (flat) = the message",
+            ),
             Attr("rank_id", "int64"),
             Attr("wait_flag", "bool"),
             Attr("get_each_rank", "bool"),
@@ -88,9 +106,15 @@ OPS = [
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
             Tensor(
-                "x", "int64[B, W>=2]", any_place=True, param=None, doc="base_model_draft_tokens; defines bs (<= 256)"
+                "x",
+                "int64[B, W>=2]",
+                any_place=True,
+                param=None,
+                doc="base_model_draft_tokens; defines bs (<= 256)",
             ),
-            Tensor("not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"),
+            Tensor(
+                "not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"
+            ),
             Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
             Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
             Tensor("step_idx", "int64[>=B]", any_place=True, param=None),

@@ -1,12 +1,21 @@
 """Schemas of the n-gram drafting ops: spec ../shared/spec/ops.md §5.17 (ngram_match) and §6.7
 (hybrid_mtp_ngram) (see fd_mtp/schema/__init__.py for the format)."""
+
 from . import Attr, Op, Status, Tensor
 
 # Both ops run the same kernel (custom_ops/kernels/ngram.h) and share its status table.
 _STATUS = (
-    Status("kNgramInputIdsLen", 1, "input_ids_len", "is {value}; it must be in [0, {limit}] (the columns of input_ids)"),
     Status(
-        "kNgramStepIdx", 2, "step_idx", "is {value}; the query ends at pre_ids[step_idx] but the row has {limit} columns"
+        "kNgramInputIdsLen",
+        1,
+        "input_ids_len",
+        "is {value}; it must be in [0, {limit}] (the columns of input_ids)",
+    ),
+    Status(
+        "kNgramStepIdx",
+        2,
+        "step_idx",
+        "is {value}; the query ends at pre_ids[step_idx] but the row has {limit} columns",
     ),
     Status(
         "kNgramDraftTokensCols",
@@ -14,7 +23,12 @@ _STATUS = (
         "draft_tokens",
         "row needs {value} columns for the drafts this request may receive but has {limit}",
     ),
-    Status("kNgramThisTime", 4, "seq_lens_this_time", "is {value} for a request that drafts; it must be >= 1"),
+    Status(
+        "kNgramThisTime",
+        4,
+        "seq_lens_this_time",
+        "is {value} for a request that drafts; it must be >= 1",
+    ),
 )
 _EXTRA = {"input_ids_cols": "Li", "pre_ids_cols": "Lp", "draft_tokens_cols": "Dd", "bsz": "B"}
 _ANY = "int64|int32|bool|float32|float16|bfloat16|uint8[]"
@@ -58,7 +72,13 @@ OPS = [
             Tensor("input_ids_len", "int64[>=B]"),
             Tensor("pre_ids", "int64[>=B, Lp]", doc="the proposer's history"),
             Tensor("step_idx", "int64[>=B]"),
-            Tensor("draft_token_num", _ANY, "unused", param=None, doc="kept for the signature; any tensor"),
+            Tensor(
+                "draft_token_num",
+                _ANY,
+                "unused",
+                param=None,
+                doc="kept for the signature; any tensor",
+            ),
             Tensor("draft_tokens", "int64[>=B, Dd]", "written", doc="columns q0 .. K"),
             Tensor("seq_lens_this_time", "int32[B]", "written"),
             Tensor("seq_lens_decoder", "int32[>=B]"),

@@ -5,6 +5,7 @@ The token counts (``token_num``, ``out_token_num``) are read on the host by the 
 ``cu_seqlens_q.shape[0] - 1``, which no tensor spec expresses, so its per-request shapes are
 checked by hand too.
 """
+
 from . import Attr, Op, Status, Tensor
 
 OPS = [
@@ -22,12 +23,16 @@ OPS = [
             Tensor("input_ids", "int64[>=B, L>=0]", doc="prefill tokens; L = the offsets' width"),
             Tensor("draft_tokens", "int64[>=B, Kd>=0]", doc="decode tokens"),
             Tensor("cum_offsets", "int32[>=B]", doc="inclusive cumsum of L - seq_len"),
-            Tensor("token_num", "int64|int32[1]", any_place=True, param=None, doc="T, read on the host"),
+            Tensor(
+                "token_num", "int64|int32[1]", any_place=True, param=None, doc="T, read on the host"
+            ),
             Tensor("seq_len", "int32[B]"),
             Tensor("seq_lens_encoder", "int32[>=B]", doc="> 0: prefilling, tokens from input_ids"),
         ),
         status=(
-            Status("kPadNegativeSeqLen", 1, "seq_len", "is {value}; token counts must be >= {limit}"),
+            Status(
+                "kPadNegativeSeqLen", 1, "seq_len", "is {value}; token counts must be >= {limit}"
+            ),
             Status(
                 "kPadInputIdsRow",
                 2,
@@ -74,21 +79,43 @@ OPS = [
         extra_params={"bsz": "B"},
         returns=("output_padding_offset", "output_cum_offsets"),
         args=(
-            Tensor("output_cum_offsets_tmp", "int32[B]", doc="inclusive cumsum of max_seq_len - seq_lens_output"),
-            Tensor("out_token_num", "int64|int32[1]", any_place=True, param=None, doc="To, read on the host"),
+            Tensor(
+                "output_cum_offsets_tmp",
+                "int32[B]",
+                doc="inclusive cumsum of max_seq_len - seq_lens_output",
+            ),
+            Tensor(
+                "out_token_num",
+                "int64|int32[1]",
+                any_place=True,
+                param=None,
+                doc="To, read on the host",
+            ),
             Tensor("seq_lens_output", "int32[>=B]"),
             Attr("max_seq_len", "int", min=1, doc="the L_in the offsets are built with"),
         ),
         status=(
-            Status("kOutNegativeSeqLens", 1, "seq_lens_output", "is {value}; row counts must be >= {limit}"),
-            Status("kOutSeqLensTooLong", 2, "seq_lens_output", "is {value}; it must be <= max_seq_len = {limit}"),
+            Status(
+                "kOutNegativeSeqLens",
+                1,
+                "seq_lens_output",
+                "is {value}; row counts must be >= {limit}",
+            ),
+            Status(
+                "kOutSeqLensTooLong",
+                2,
+                "seq_lens_output",
+                "is {value}; it must be <= max_seq_len = {limit}",
+            ),
             Status(
                 "kOutCumOffsets",
                 3,
                 "output_cum_offsets_tmp",
                 "is {value}; it must be the inclusive prefix sum of max_seq_len - seq_lens_output, {limit}",
             ),
-            Status("kOutTokenNum", 4, "out_token_num", "is {value} but seq_lens_output sums to {limit}"),
+            Status(
+                "kOutTokenNum", 4, "out_token_num", "is {value} but seq_lens_output sums to {limit}"
+            ),
         ),
     ),
     Op(
@@ -100,12 +127,27 @@ OPS = [
         extra_params={"tmp_rows": "T"},
         returns=("out",),
         args=(
-            Tensor("tmp_out", "float32|float16|bfloat16[T, H>=0]", param=None, doc="packed model output"),
+            Tensor(
+                "tmp_out",
+                "float32|float16|bfloat16[T, H>=0]",
+                param=None,
+                doc="packed model output",
+            ),
             Tensor("cu_seqlens_q", "int32[]", doc="[bsz + 1], checked by hand; defines bsz"),
             Tensor("seq_len_this_time", "int32[]", doc="[>=bsz], checked by hand"),
             Tensor("seq_lens_decoder", "int32[]", doc="[>=bsz], checked by hand"),
-            Tensor("seq_lens_encoder", "int32[]", doc="[>=bsz], checked by hand; copied to the host for R"),
-            Tensor("output_padding_offset", "int32[]", optional=True, param=None, doc="[>=R]: speculative branch"),
+            Tensor(
+                "seq_lens_encoder",
+                "int32[]",
+                doc="[>=bsz], checked by hand; copied to the host for R",
+            ),
+            Tensor(
+                "output_padding_offset",
+                "int32[]",
+                optional=True,
+                param=None,
+                doc="[>=R]: speculative branch",
+            ),
             Tensor(
                 "first_token_out",
                 "any[]",
@@ -114,7 +156,11 @@ OPS = [
                 param=None,
                 doc="accepted for the signature",
             ),
-            Attr("max_input_length", "int", doc="the width the offsets were built with (>= 1: checked by hand)"),
+            Attr(
+                "max_input_length",
+                "int",
+                doc="the width the offsets were built with (>= 1: checked by hand)",
+            ),
             Attr("enable_logprob", "bool", param=None, doc="no effect"),
             Attr(
                 "use_output_padding_offset",

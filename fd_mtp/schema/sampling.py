@@ -4,6 +4,7 @@
 Float tensors of the logits' / probs' dtype are declared ``float32|float16|bfloat16``; the apply
 checks that they match it and fills their (untyped) Params pointers and ``float_kind`` by hand.
 """
+
 from . import Attr, Op, Status, Tensor
 
 _FLOAT = "float32|float16|bfloat16"
@@ -41,10 +42,23 @@ OPS = [
             Attr("max_seq_len", "int64", min=1, doc="the L_in the offsets were built with"),
         ),
         status=(
-            Status("kPenaltyEosId", 1, "eos_token_id", "holds id {value}; ids must be in [0, vocab) = [0, {limit})"),
-            Status("kPenaltyPreIds", 2, "pre_ids", "holds id {value} among the counted ids; ids must be < vocab = {limit}"),
             Status(
-                "kPenaltyOffset", 3, "output_padding_offset", "gives logits row {value} the offset {limit}: a negative position"
+                "kPenaltyEosId",
+                1,
+                "eos_token_id",
+                "holds id {value}; ids must be in [0, vocab) = [0, {limit})",
+            ),
+            Status(
+                "kPenaltyPreIds",
+                2,
+                "pre_ids",
+                "holds id {value} among the counted ids; ids must be < vocab = {limit}",
+            ),
+            Status(
+                "kPenaltyOffset",
+                3,
+                "output_padding_offset",
+                "gives logits row {value} the offset {limit}: a negative position",
             ),
         ),
     ),
@@ -62,15 +76,26 @@ OPS = [
             Tensor("probs", f"{_FLOAT}[T, V>=0]", param=None),
             Tensor("top_p", f"{_FLOAT}[B]", param=None, doc="probs' dtype"),
             Tensor("output_padding_offset", "int32[>=T]"),
-            Attr("candidates_len", "int", param="candidates", doc="1..10 or a multiple of 10 up to 100, <= V"),
+            Attr(
+                "candidates_len",
+                "int",
+                param="candidates",
+                doc="1..10 or a multiple of 10 up to 100, <= V",
+            ),
             Attr("max_seq_len", "int", min=1, doc="the L_in the offsets were built with"),
         ),
         status=(
             Status(
-                "kTopPNegativeRow", 1, "output_padding_offset", "gives probs row {value} the offset {limit}: a negative position"
+                "kTopPNegativeRow",
+                1,
+                "output_padding_offset",
+                "gives probs row {value} the offset {limit}: a negative position",
             ),
             Status(
-                "kTopPRequestRow", 2, "output_padding_offset", "maps a probs row to request {value} but top_p has {limit} entries"
+                "kTopPRequestRow",
+                2,
+                "output_padding_offset",
+                "maps a probs row to request {value} but top_p has {limit} entries",
             ),
         ),
     ),

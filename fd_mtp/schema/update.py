@@ -1,5 +1,6 @@
 """Schemas of the target-side update ops of one engine step: spec ../shared/spec/ops.md §5.8, §5.10,
 §5.12, §5.16 (see fd_mtp/schema/__init__.py for the format)."""
+
 from . import Attr, Op, Status, Tensor  # noqa: F401
 
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
@@ -48,7 +49,12 @@ OPS = [
         ),
         status=(
             Status("kStopAcceptNum", 1, "accept_num", _ACCEPT_NUM_RANGE),
-            Status("kStopSeqLen", 2, "stop_seqs_len", "is {value}; it must be in [0, {limit}] (stop_seqs.shape[2])"),
+            Status(
+                "kStopSeqLen",
+                2,
+                "stop_seqs_len",
+                "is {value}; it must be in [0, {limit}] (stop_seqs.shape[2])",
+            ),
             Status(
                 "kStopPreIdsColumn",
                 3,

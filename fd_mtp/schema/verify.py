@@ -1,5 +1,6 @@
 """Schemas of the verify ops: spec ../shared/spec/ops.md §5.7 (see fd_mtp/schema/__init__.py for the
 format)."""
+
 from . import Attr, Op, Status, Tensor
 
 _ROWS = "row {value} is read but there are {limit} rows"
@@ -75,7 +76,12 @@ OPS = [
                 "accept_tokens",
                 "the request may accept {value} tokens (seq_lens_this_time) but the row has {limit} columns",
             ),
-            Status("kVerifyRowStart", 3, "output_cum_offsets", "gives first output row {value}; it must be >= {limit}"),
+            Status(
+                "kVerifyRowStart",
+                3,
+                "output_cum_offsets",
+                "gives first output row {value}; it must be >= {limit}",
+            ),
             Status(
                 "kVerifyRowsVerifyTokens",
                 4,

@@ -4,6 +4,7 @@ No tokenizer is written: producing a tokenizer paddleformers can load needs sent
 paddleformers, which are not dependencies (paddleformers 1.2.0 pins numpy <= 1.26.4 through
 fast_dataindex, against our numpy 2.x). Tests and benchmarks on these checkpoints use token ids.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -11,20 +12,43 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TINY_CONFIG", "TINY_MOE", "tiny_config", "random_weights", "write_random_checkpoint",
-           "exact_draft_weights", "write_exact_draft_checkpoint"]
+__all__ = [
+    "TINY_CONFIG",
+    "TINY_MOE",
+    "tiny_config",
+    "random_weights",
+    "write_random_checkpoint",
+    "exact_draft_weights",
+    "write_exact_draft_checkpoint",
+]
 
 #: The default tiny dense config (with an MTP block): hidden 64, 2 layers, vocab 300.
 TINY_CONFIG = dict(
-    vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
-    max_position_embeddings=4096, tie_word_embeddings=True, num_nextn_predict_layers=1,
-    bos_token_id=1, eos_token_id=2, pad_token_id=0, dtype="float32",
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+    num_nextn_predict_layers=1,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+    dtype="float32",
 )
 #: Defaults filled in when an override asks for experts (``moe_num_experts > 0``): layer 0 dense,
 #: later layers MoE (as ERNIE-4.5-MoE), one shared expert, router correction bias (``moe_use_aux_free``).
-TINY_MOE = dict(moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1, moe_layer_start_index=1,
-                moe_use_aux_free=True)
+TINY_MOE = dict(
+    moe_k=2,
+    moe_intermediate_size=32,
+    moe_num_shared_experts=1,
+    moe_layer_start_index=1,
+    moe_use_aux_free=True,
+)
 
 
 def tiny_config(**overrides):
@@ -65,8 +89,15 @@ def random_weights(config, *, seed: int = 0, mtp: bool = True) -> dict[str, np.n
     return out
 
 
-def write_random_checkpoint(path, *, seed: int = 0, shard_size: int | None = None, with_mtp: bool = True,
-                            with_tokenizer: bool = False, **config_overrides) -> Path:
+def write_random_checkpoint(
+    path,
+    *,
+    seed: int = 0,
+    shard_size: int | None = None,
+    with_mtp: bool = True,
+    with_tokenizer: bool = False,
+    **config_overrides,
+) -> Path:
     """Write a tiny ERNIE-4.5 checkpoint directory: ``config.json`` + ``model.safetensors`` with random
     weights, MTP weights included (``num_nextn_predict_layers=1`` by default), deterministic per
     ``seed``. Dense by default; MoE with e.g. ``moe_num_experts=4``. Weights are stored in the config's
@@ -126,8 +157,12 @@ def exact_draft_weights(config, *, seed: int = 0, context: float = 0.0) -> dict[
     for name in w:
         if name.endswith("self_attn.o_proj.weight") and name.startswith("ernie.layers."):
             w[name] = (context * w[name]).astype(np.float32)
-        elif name.endswith("self_attn.o_proj.weight") or name.endswith("mlp.down_proj.weight") \
-                or name.endswith("o_proj.bias") or name.endswith("down_proj.bias"):
+        elif (
+            name.endswith("self_attn.o_proj.weight")
+            or name.endswith("mlp.down_proj.weight")
+            or name.endswith("o_proj.bias")
+            or name.endswith("down_proj.bias")
+        ):
             w[name] = np.zeros_like(w[name])
         if name.endswith("mtp_emb_norm.0.weight"):
             w[name] = np.ones_like(w[name])
@@ -138,10 +173,14 @@ def exact_draft_weights(config, *, seed: int = 0, context: float = 0.0) -> dict[
     return w
 
 
-def write_exact_draft_checkpoint(path, *, seed: int = 0, context: float = 0.0, **config_overrides) -> Path:
+def write_exact_draft_checkpoint(
+    path, *, seed: int = 0, context: float = 0.0, **config_overrides
+) -> Path:
     """Write a checkpoint with :func:`exact_draft_weights` (tiny dense config + ``overrides``; the
     lm_head is not tied to the embedding by default, so that ``f`` is not the identity)."""
     from ..model.loader import save_checkpoint
 
     config = tiny_config(**{"tie_word_embeddings": False, **config_overrides})
-    return save_checkpoint(Path(path), config, exact_draft_weights(config, seed=seed, context=context))
+    return save_checkpoint(
+        Path(path), config, exact_draft_weights(config, seed=seed, context=context)
+    )

@@ -8,6 +8,7 @@ string. A batch mixes decode / prefill / stopped requests (K = 3 draft tokens, m
 for input_ids / pre_ids, hidden size 1024 in bfloat16 bits for the eagle ops, a block manager with
 free blocks to spare). Entries named ``"op[variant]"`` run ``op``. Pure numpy: no paddle import.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,6 +28,8 @@ PREFILL_TOKEN_BUDGET = 2048  # chunked-prefill tokens per step, shared by the pr
 
 SAMPLING_VOCABS = (32_000, 100_000)  # vocab sizes of the sampling-op entries
 CANDIDATES = 5  # top_p_candidates' C (FastDeploy's default max_candidate_len)
+
+
 class Case:
     """One op call: positional args (numpy arrays and python scalars), kwargs, the names of the
     written array args (by position), and a config string for the CSV."""
@@ -123,13 +126,35 @@ def preprocess_state(batch, seed=0):
 
 def build_preprocess(batch):
     s, _ = preprocess_state(batch)
-    names = list(s) + ["num_model_step", "truncate_first_token", "splitwise_prefill",
-                       "kvcache_scheduler_v1"]  # fmt: skip
+    names = list(s) + [
+        "num_model_step",
+        "truncate_first_token",
+        "splitwise_prefill",
+        "kvcache_scheduler_v1",
+    ]
     args = list(s.values()) + [NUM_MODEL_STEP, True, False, True]
-    written = ["draft_tokens", "input_ids", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-               "seq_lens_decoder", "step_idx", "not_need_stop", "is_block_step", "batch_drop",
-               "pre_ids", "mask_rollback", "recompute_token_num", "base_model_draft_tokens"]  # fmt: skip
-    return Case(args, names, written, f"K={K};L={L};num_model_step={NUM_MODEL_STEP};v1=1;mix=dec/pf/stop/resync")
+    written = [
+        "draft_tokens",
+        "input_ids",
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+        "not_need_stop",
+        "is_block_step",
+        "batch_drop",
+        "pre_ids",
+        "mask_rollback",
+        "recompute_token_num",
+        "base_model_draft_tokens",
+    ]
+    return Case(
+        args,
+        names,
+        written,
+        f"K={K};L={L};num_model_step={NUM_MODEL_STEP};v1=1;mix=dec/pf/stop/resync",
+    )
 
 
 def _after_preprocess(batch):
@@ -151,12 +176,28 @@ def build_eagle_hidden(batch):
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
     hidden = _bf16_bits(np.random.default_rng(1), t_in)
-    names = ["input", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags",
-             "accept_nums", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
-             "actual_draft_token_num"]  # fmt: skip
-    args = [hidden, c["seq_lens_this_time"], c["seq_lens_encoder"], c["seq_lens_decoder"],
-            c["stop_flags"], c["accept_num"], c["base_model_seq_lens_this_time"],
-            c["base_model_seq_lens_encoder"], 1]  # fmt: skip
+    names = [
+        "input",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "stop_flags",
+        "accept_nums",
+        "base_model_seq_lens_this_time",
+        "base_model_seq_lens_encoder",
+        "actual_draft_token_num",
+    ]
+    args = [
+        hidden,
+        c["seq_lens_this_time"],
+        c["seq_lens_encoder"],
+        c["seq_lens_decoder"],
+        c["stop_flags"],
+        c["accept_num"],
+        c["base_model_seq_lens_this_time"],
+        c["base_model_seq_lens_encoder"],
+        1,
+    ]
     return Case(args, names, [], f"K={K};H={H};dtype=bfloat16;Tin={t_in}", returns=True)
 
 
@@ -180,21 +221,59 @@ def _update_args(batch):
             next_tokens[first_row[b] + out_lens[b] - 1] = EOS_IDS[1]
         for b in decoding[-max(1, len(decoding) // 50) :]:
             max_dec_len[b] = int(c["step_idx"][b, 0]) + 1
-    names = ["inter_next_tokens", "draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder",
-             "seq_lens_decoder", "step_idx", "output_cum_offsets", "stop_flags", "not_need_stop",
-             "max_dec_len", "end_ids", "base_model_draft_tokens", "max_seq_len", "substep"]  # fmt: skip
-    args = [next_tokens, c["draft_tokens"], c["pre_ids"], c["seq_lens_this_time"],
-            c["seq_lens_encoder"], c["seq_lens_decoder"], c["step_idx"], offsets.reshape(-1, 1),
-            c["stop_flags"], c["not_need_stop"], max_dec_len,
-            np.array(EOS_IDS, np.int64).reshape(-1, 1), c["base_model_draft_tokens"], L, 0]  # fmt: skip
+    names = [
+        "inter_next_tokens",
+        "draft_tokens",
+        "pre_ids",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+        "output_cum_offsets",
+        "stop_flags",
+        "not_need_stop",
+        "max_dec_len",
+        "end_ids",
+        "base_model_draft_tokens",
+        "max_seq_len",
+        "substep",
+    ]
+    args = [
+        next_tokens,
+        c["draft_tokens"],
+        c["pre_ids"],
+        c["seq_lens_this_time"],
+        c["seq_lens_encoder"],
+        c["seq_lens_decoder"],
+        c["step_idx"],
+        offsets.reshape(-1, 1),
+        c["stop_flags"],
+        c["not_need_stop"],
+        max_dec_len,
+        np.array(EOS_IDS, np.int64).reshape(-1, 1),
+        c["base_model_draft_tokens"],
+        L,
+        0,
+    ]
     return args, names
 
 
 def build_update(batch):
     args, names = _update_args(batch)
-    written = ["draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
-               "step_idx", "stop_flags", "not_need_stop", "base_model_draft_tokens"]  # fmt: skip
-    return Case(args, names, written, f"K={K};L={L};substep=0", kwargs={"prefill_one_step_stop": False})
+    written = [
+        "draft_tokens",
+        "pre_ids",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+        "stop_flags",
+        "not_need_stop",
+        "base_model_draft_tokens",
+    ]
+    return Case(
+        args, names, written, f"K={K};L={L};substep=0", kwargs={"prefill_one_step_stop": False}
+    )
 
 
 def build_self_hidden(batch):
@@ -211,9 +290,13 @@ def build_self_hidden(batch):
         else:
             t_in += int(q_last[b])
     hidden = _bf16_bits(np.random.default_rng(3), t_in)
-    return Case([hidden, last, a["seq_lens_this_time"], a["step_idx"]],
-                ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"], [],
-                f"K={K};H={H};dtype=bfloat16;Tin={t_in}", returns=True)  # fmt: skip
+    return Case(
+        [hidden, last, a["seq_lens_this_time"], a["step_idx"]],
+        ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"],
+        [],
+        f"K={K};H={H};dtype=bfloat16;Tin={t_in}",
+        returns=True,
+    )
 
 
 def build_postprocess(batch):
@@ -224,13 +307,24 @@ def build_postprocess(batch):
     for b in range(batch):
         cut = int(rng.integers(1, K + 2))
         drafts[b, cut:] = -1
-    enc = np.where(roles == "prefill", s["seq_lens_encoder"].ravel(), 0).astype(np.int32).reshape(-1, 1)
+    enc = (
+        np.where(roles == "prefill", s["seq_lens_encoder"].ravel(), 0)
+        .astype(np.int32)
+        .reshape(-1, 1)
+    )
     stop = (roles == "stopped").reshape(-1, 1)
     this_time = s["base_model_seq_lens_this_time"].copy()
-    return Case([drafts, this_time, enc, stop],
-                ["base_model_draft_tokens", "base_model_seq_lens_this_time",
-                 "base_model_seq_lens_encoder", "base_model_stop_flags"],
-                ["base_model_seq_lens_this_time"], f"K={K}")  # fmt: skip
+    return Case(
+        [drafts, this_time, enc, stop],
+        [
+            "base_model_draft_tokens",
+            "base_model_seq_lens_this_time",
+            "base_model_seq_lens_encoder",
+            "base_model_stop_flags",
+        ],
+        ["base_model_seq_lens_this_time"],
+        f"K={K}",
+    )
 
 
 def build_mtp_step(batch):
@@ -261,14 +355,47 @@ def build_mtp_step(batch):
     n_free = 2 * batch + 8
     free_list = np.zeros(next_id + n_free, np.int32)
     free_list[:n_free] = np.arange(next_id, next_id + n_free)
-    names = ["base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time",
-             "seq_lens_encoder", "seq_lens_decoder", "block_tables", "encoder_block_lens",
-             "used_list_len", "free_list", "free_list_len", "block_size", "max_draft_tokens"]  # fmt: skip
-    args = [base_stop, base_stop.copy(), np.zeros((batch, 1), bool),
-            np.where(base_stop, 0, K + 1).astype(np.int32), np.zeros((batch, 1), np.int32), dec, tables,
-            enc_blocks, used, free_list, np.array([n_free], np.int32), BLOCK_SIZE, K]  # fmt: skip
-    written = ["stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_decoder", "block_tables",
-               "encoder_block_lens", "used_list_len", "free_list", "free_list_len"]  # fmt: skip
+    names = [
+        "base_model_stop_flags",
+        "stop_flags",
+        "batch_drop",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "block_tables",
+        "encoder_block_lens",
+        "used_list_len",
+        "free_list",
+        "free_list_len",
+        "block_size",
+        "max_draft_tokens",
+    ]
+    args = [
+        base_stop,
+        base_stop.copy(),
+        np.zeros((batch, 1), bool),
+        np.where(base_stop, 0, K + 1).astype(np.int32),
+        np.zeros((batch, 1), np.int32),
+        dec,
+        tables,
+        enc_blocks,
+        used,
+        free_list,
+        np.array([n_free], np.int32),
+        BLOCK_SIZE,
+        K,
+    ]
+    written = [
+        "stop_flags",
+        "batch_drop",
+        "seq_lens_this_time",
+        "seq_lens_decoder",
+        "block_tables",
+        "encoder_block_lens",
+        "used_list_len",
+        "free_list",
+        "free_list_len",
+    ]
     return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};free={n_free}")
 
 
@@ -330,41 +457,99 @@ def build_set_stop_value(batch):
         history = list(s["pre_ids"][b, 1 : t - a + 1]) + list(s["accept_tokens"][b, :idx])
         n = lens[b, 0] = min(int(lens[b, 0]), len(history))
         seqs[b, 0, :n] = history[-n:]
-    names = ["accept_tokens", "accept_num", "pre_ids", "step_idx", "stop_flags", "seq_lens", "stop_seqs",
-             "stop_seqs_len", "end_ids"]  # fmt: skip
-    args = [s["accept_tokens"], s["accept_num"], s["pre_ids"], s["step_idx"], s["stop_flags"],
-            s["seq_lens_this_time"], seqs, lens, np.array(EOS_IDS, np.int64)]  # fmt: skip
-    return Case(args, names, ["accept_tokens", "accept_num", "stop_flags"],
-                f"K={K};L={L};S={NUM_STOP_SEQS};Ls={STOP_SEQ_LEN}")  # fmt: skip
+    names = [
+        "accept_tokens",
+        "accept_num",
+        "pre_ids",
+        "step_idx",
+        "stop_flags",
+        "seq_lens",
+        "stop_seqs",
+        "stop_seqs_len",
+        "end_ids",
+    ]
+    args = [
+        s["accept_tokens"],
+        s["accept_num"],
+        s["pre_ids"],
+        s["step_idx"],
+        s["stop_flags"],
+        s["seq_lens_this_time"],
+        seqs,
+        lens,
+        np.array(EOS_IDS, np.int64),
+    ]
+    return Case(
+        args,
+        names,
+        ["accept_tokens", "accept_num", "stop_flags"],
+        f"K={K};L={L};S={NUM_STOP_SEQS};Ls={STOP_SEQ_LEN}",
+    )
 
 
 def build_speculate_update(batch):
     s, _ = target_state(batch)
-    names = ["seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
-             "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
-             "mask_rollback"]  # fmt: skip
+    names = [
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "not_need_stop",
+        "draft_tokens",
+        "actual_draft_token_nums",
+        "accept_tokens",
+        "accept_num",
+        "stop_flags",
+        "seq_lens_this_time",
+        "is_block_step",
+        "stop_nums",
+        "mask_rollback",
+    ]
     s["not_need_stop"] = np.zeros(1, bool)
     s["stop_nums"] = np.array([batch], np.int64)
-    written = ["seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
-               "mask_rollback"]  # fmt: skip
+    written = [
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "not_need_stop",
+        "draft_tokens",
+        "actual_draft_token_nums",
+        "mask_rollback",
+    ]
     return Case([s[n] for n in names], names, written, f"K={K};real_bsz=max_bsz")
 
 
 def build_set_value(batch):
     s, _ = target_state(batch)
-    s["seq_lens_decoder"][s["seq_lens_encoder"] > 0] = 0  # after speculate_update: enc moved into dec
+    s["seq_lens_decoder"][s["seq_lens_encoder"] > 0] = (
+        0  # after speculate_update: enc moved into dec
+    )
     s["seq_lens_decoder"] += s["seq_lens_encoder"]
     s["seq_lens_encoder"][:] = 0
-    names = ["pre_ids_all", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-             "seq_lens_decoder", "step_idx"]  # fmt: skip
+    names = [
+        "pre_ids_all",
+        "accept_tokens",
+        "accept_num",
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+    ]
     s["pre_ids_all"] = s["pre_ids"]
-    return Case([s[n] for n in names], names, ["pre_ids_all", "accept_num", "seq_lens_decoder"], f"K={K};L={L}")
+    return Case(
+        [s[n] for n in names],
+        names,
+        ["pre_ids_all", "accept_num", "seq_lens_decoder"],
+        f"K={K};L={L}",
+    )
 
 
 def build_clear_accept_nums(batch):
     s, _ = target_state(batch)
     dec = np.where(s["stop_flags"], 0, s["seq_lens_decoder"]).astype(np.int32)
-    return Case([s["accept_num"], dec], ["accept_num", "seq_lens_decoder"], ["accept_num"], f"K={K}")
+    return Case(
+        [s["accept_num"], dec], ["accept_num", "seq_lens_decoder"], ["accept_num"], f"K={K}"
+    )
+
+
 def _decode_rows(batch, rng, nb):
     """Per request: prompt length, decoder length and a block-table row holding the blocks of
     its positions (prompt blocks first); block ids are unique across the batch."""
@@ -396,21 +581,64 @@ def build_schedule_cache(batch):
     stop = rng.random(batch) < 1 / 20
     chunk = rng.random(batch) < 1 / 32
     prompt_lens = np.where(chunk, dec.astype(np.int64) + 64, prompt)
-    names = ["draft_tokens", "block_tables", "stop_flags", "prompt_lens", "seq_lens_this_time",
-             "seq_lens_encoder", "seq_lens_decoder", "step_seq_lens_decoder", "step_draft_tokens",
-             "step_seq_lens_this_time", "accept_num", "accept_tokens", "is_block_step", "not_need_stop",
-             "stop_nums", "block_size", "max_draft_tokens"]  # fmt: skip
-    args = [_tokens(rng, batch, K + 1), tables, stop.reshape(-1, 1), prompt_lens.reshape(-1, 1),
-            np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1), np.zeros((batch, 1), np.int32),
-            dec.reshape(-1, 1), np.zeros((batch, 1), np.int32), np.zeros((batch, K + 1), np.int64),
-            np.zeros((batch, 1), np.int32), rng.integers(1, K + 2, batch).astype(np.int32),
-            _tokens(rng, batch, K + 1), np.zeros(batch, bool), np.zeros(1, bool),
-            np.array([batch], np.int64), BLOCK_SIZE, K]  # fmt: skip
-    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
-               "step_seq_lens_decoder", "step_draft_tokens", "step_seq_lens_this_time", "accept_num",
-               "accept_tokens", "is_block_step", "not_need_stop"]  # fmt: skip
-    return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};v1=1",
-                kwargs={"prefill_one_step_stop": False})
+    names = [
+        "draft_tokens",
+        "block_tables",
+        "stop_flags",
+        "prompt_lens",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_seq_lens_decoder",
+        "step_draft_tokens",
+        "step_seq_lens_this_time",
+        "accept_num",
+        "accept_tokens",
+        "is_block_step",
+        "not_need_stop",
+        "stop_nums",
+        "block_size",
+        "max_draft_tokens",
+    ]
+    args = [
+        _tokens(rng, batch, K + 1),
+        tables,
+        stop.reshape(-1, 1),
+        prompt_lens.reshape(-1, 1),
+        np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
+        np.zeros((batch, 1), np.int32),
+        dec.reshape(-1, 1),
+        np.zeros((batch, 1), np.int32),
+        np.zeros((batch, K + 1), np.int64),
+        np.zeros((batch, 1), np.int32),
+        rng.integers(1, K + 2, batch).astype(np.int32),
+        _tokens(rng, batch, K + 1),
+        np.zeros(batch, bool),
+        np.zeros(1, bool),
+        np.array([batch], np.int64),
+        BLOCK_SIZE,
+        K,
+    ]
+    written = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_seq_lens_decoder",
+        "step_draft_tokens",
+        "step_seq_lens_this_time",
+        "accept_num",
+        "accept_tokens",
+        "is_block_step",
+        "not_need_stop",
+    ]
+    return Case(
+        args,
+        names,
+        written,
+        f"K={K};block_size={BLOCK_SIZE};NB={nb};v1=1",
+        kwargs={"prefill_one_step_stop": False},
+    )
 
 
 def build_recover_decode(batch):
@@ -425,16 +653,42 @@ def build_recover_decode(batch):
         tables[b, slot:] = -1
         if rng.random() < 0.5 and slot < nb:
             tables[b, slot] = 10**6 + b
-    names = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
-             "step_seq_lens_decoder", "block_tables", "is_block_step", "draft_tokens", "step_draft_tokens",
-             "step_seq_lens_this_time", "block_size", "max_draft_tokens"]  # fmt: skip
-    args = [parked.reshape(-1, 1), np.where(parked, 0, K + 1).astype(np.int32).reshape(-1, 1),
-            np.zeros((batch, 1), np.int32), np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1),
-            np.where(parked, dec, 0).astype(np.int32).reshape(-1, 1), tables, parked.copy(),
-            np.full((batch, K + 1), -1, np.int64), _tokens(rng, batch, K + 1),
-            np.where(parked, K + 1, 0).astype(np.int32).reshape(-1, 1), BLOCK_SIZE, K]  # fmt: skip
-    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "is_block_step",
-               "draft_tokens"]  # fmt: skip
+    names = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_seq_lens_decoder",
+        "block_tables",
+        "is_block_step",
+        "draft_tokens",
+        "step_draft_tokens",
+        "step_seq_lens_this_time",
+        "block_size",
+        "max_draft_tokens",
+    ]
+    args = [
+        parked.reshape(-1, 1),
+        np.where(parked, 0, K + 1).astype(np.int32).reshape(-1, 1),
+        np.zeros((batch, 1), np.int32),
+        np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1),
+        np.where(parked, dec, 0).astype(np.int32).reshape(-1, 1),
+        tables,
+        parked.copy(),
+        np.full((batch, K + 1), -1, np.int64),
+        _tokens(rng, batch, K + 1),
+        np.where(parked, K + 1, 0).astype(np.int32).reshape(-1, 1),
+        BLOCK_SIZE,
+        K,
+    ]
+    written = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "is_block_step",
+        "draft_tokens",
+    ]
     return Case(args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};parked=1/8")
 
 
@@ -447,7 +701,9 @@ def build_speculate_step(batch):
     rng = np.random.default_rng(8)
     nb = L // BLOCK_SIZE + 2
     prompt, dec, tables, enc_blocks, next_id = _decode_rows(batch, rng, nb)
-    used = np.array([int((tables[b] != -1).sum()) - int(enc_blocks[b]) for b in range(batch)], np.int32)
+    used = np.array(
+        [int((tables[b] != -1).sum()) - int(enc_blocks[b]) for b in range(batch)], np.int32
+    )
     finished = np.zeros(batch, bool)
     parked = np.zeros(batch, bool)
     if batch > 1:
@@ -463,26 +719,88 @@ def build_speculate_step(batch):
     stack = np.full(batch, -1, np.int32)
     stack[: int(parked.sum())] = np.flatnonzero(parked)
     stop = finished | parked
-    names = ["stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder",
-             "seq_lens_decoder", "block_tables", "encoder_block_lens", "is_block_step", "step_block_list",
-             "step_lens", "recover_block_list", "recover_lens", "need_block_list", "need_block_len",
-             "used_list_len", "free_list", "free_list_len", "input_ids", "pre_ids", "step_idx",
-             "next_tokens", "first_token_ids", "accept_num", "block_size", "encoder_decoder_block_num",
-             "max_draft_tokens"]  # fmt: skip
-    args = [stop.reshape(-1, 1), np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
-            prompt.astype(np.int32).reshape(-1, 1), np.zeros((batch, 1), np.int32),
-            np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1), tables, enc_blocks, parked.copy(),
-            stack, np.array([int(parked.sum())], np.int32), np.full(batch, -1, np.int32),
-            np.zeros(1, np.int32), np.full(batch, -1, np.int32), np.zeros(1, np.int32), used, free_list,
-            np.array([n_free], np.int32), _tokens(rng, batch, L), _tokens(rng, batch, L),
-            step_idx.reshape(-1, 1), np.full((batch, 1), -1, np.int64), _tokens(rng, batch),
-            rng.integers(1, K + 2, batch).astype(np.int32), BLOCK_SIZE, 2, K]  # fmt: skip
-    written = ["stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "block_tables",
-               "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
-               "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list",
-               "free_list_len", "input_ids", "first_token_ids", "accept_num"]  # fmt: skip
-    return Case(args, names, written,
-                f"K={K};block_size={BLOCK_SIZE};NB={nb};L={L};free={n_free};recover=1")
+    names = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "ori_seq_lens_encoder",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "block_tables",
+        "encoder_block_lens",
+        "is_block_step",
+        "step_block_list",
+        "step_lens",
+        "recover_block_list",
+        "recover_lens",
+        "need_block_list",
+        "need_block_len",
+        "used_list_len",
+        "free_list",
+        "free_list_len",
+        "input_ids",
+        "pre_ids",
+        "step_idx",
+        "next_tokens",
+        "first_token_ids",
+        "accept_num",
+        "block_size",
+        "encoder_decoder_block_num",
+        "max_draft_tokens",
+    ]
+    args = [
+        stop.reshape(-1, 1),
+        np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
+        prompt.astype(np.int32).reshape(-1, 1),
+        np.zeros((batch, 1), np.int32),
+        np.where(parked, 0, dec).astype(np.int32).reshape(-1, 1),
+        tables,
+        enc_blocks,
+        parked.copy(),
+        stack,
+        np.array([int(parked.sum())], np.int32),
+        np.full(batch, -1, np.int32),
+        np.zeros(1, np.int32),
+        np.full(batch, -1, np.int32),
+        np.zeros(1, np.int32),
+        used,
+        free_list,
+        np.array([n_free], np.int32),
+        _tokens(rng, batch, L),
+        _tokens(rng, batch, L),
+        step_idx.reshape(-1, 1),
+        np.full((batch, 1), -1, np.int64),
+        _tokens(rng, batch),
+        rng.integers(1, K + 2, batch).astype(np.int32),
+        BLOCK_SIZE,
+        2,
+        K,
+    ]
+    written = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "block_tables",
+        "encoder_block_lens",
+        "is_block_step",
+        "step_block_list",
+        "step_lens",
+        "recover_block_list",
+        "recover_lens",
+        "need_block_list",
+        "need_block_len",
+        "used_list_len",
+        "free_list",
+        "free_list_len",
+        "input_ids",
+        "first_token_ids",
+        "accept_num",
+    ]
+    return Case(
+        args, names, written, f"K={K};block_size={BLOCK_SIZE};NB={nb};L={L};free={n_free};recover=1"
+    )
+
+
 # Packing ops (spec §5.1-§5.4): one target step's layout. Prefill chunks share the chunked-prefill
 # token budget, decodes verify K + 1 tokens, stopped slots have none.
 # ------------------------------------------------------------------------------------------------
@@ -502,8 +820,13 @@ def packing_state(batch, seed=7):
         elif role != "stopped":  # decode / resync: verify the last token and K drafts
             this_time[b] = K + 1
             dec[b] = int(rng.integers(64, L - 4 * (K + 1)))
-    return dict(input_ids=_tokens(rng, batch, L), draft_tokens=_tokens(rng, batch, K + 1),
-                seq_lens_this_time=this_time, seq_lens_encoder=enc, seq_lens_decoder=dec)  # fmt: skip
+    return dict(
+        input_ids=_tokens(rng, batch, L),
+        draft_tokens=_tokens(rng, batch, K + 1),
+        seq_lens_this_time=this_time,
+        seq_lens_encoder=enc,
+        seq_lens_decoder=dec,
+    )
 
 
 def _packing_config(s):
@@ -516,7 +839,14 @@ def build_padding_offset(batch):
     q = s["seq_lens_this_time"]
     cum = np.cumsum(L - q.astype(np.int64)).astype(np.int32)
     names = ["input_ids", "draft_tokens", "cum_offsets", "token_num", "seq_len", "seq_lens_encoder"]
-    args = [s["input_ids"], s["draft_tokens"], cum, np.array(int(q.sum()), np.int64), q, s["seq_lens_encoder"]]
+    args = [
+        s["input_ids"],
+        s["draft_tokens"],
+        cum,
+        np.array(int(q.sum()), np.int64),
+        q,
+        s["seq_lens_encoder"],
+    ]
     return Case(args, names, [], _packing_config(s), returns=True)
 
 
@@ -528,34 +858,84 @@ def build_seq_lens_output(batch):
 
 def build_output_padding_offset(batch):
     s = packing_state(batch)
-    o = ref.speculate_get_seq_lens_output(s["seq_lens_this_time"], s["seq_lens_encoder"], s["seq_lens_decoder"])
+    o = ref.speculate_get_seq_lens_output(
+        s["seq_lens_this_time"], s["seq_lens_encoder"], s["seq_lens_decoder"]
+    )
     tmp = np.cumsum(L - o.astype(np.int64)).astype(np.int32)
     names = ["output_cum_offsets_tmp", "out_token_num", "seq_lens_output", "max_seq_len"]
-    return Case([tmp, np.array(int(o.sum()), np.int64), o, L], names, [], f"L={L};To={int(o.sum())}",
-                returns=True)  # fmt: skip
+    return Case(
+        [tmp, np.array(int(o.sum()), np.int64), o, L],
+        names,
+        [],
+        f"L={L};To={int(o.sum())}",
+        returns=True,
+    )
 
 
 def build_pre_process(batch):
     s = packing_state(batch)
-    names = ["input_ids", "seq_lens_this_time", "speculative_decoding", "draft_tokens", "seq_lens_encoder",
-             "seq_lens_decoder"]  # fmt: skip
-    args = [s["input_ids"], s["seq_lens_this_time"], True, s["draft_tokens"], s["seq_lens_encoder"],
-            s["seq_lens_decoder"]]  # fmt: skip
+    names = [
+        "input_ids",
+        "seq_lens_this_time",
+        "speculative_decoding",
+        "draft_tokens",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+    ]
+    args = [
+        s["input_ids"],
+        s["seq_lens_this_time"],
+        True,
+        s["draft_tokens"],
+        s["seq_lens_encoder"],
+        s["seq_lens_decoder"],
+    ]
     return Case(args, names, [], _packing_config(s) + ";speculative=1", returns=True)
 
 
 def build_rebuild_padding(batch):
     s = packing_state(batch)
-    pre = ref.pre_process(s["input_ids"], s["seq_lens_this_time"], True, s["draft_tokens"], s["seq_lens_encoder"],
-                          s["seq_lens_decoder"])  # fmt: skip
+    pre = ref.pre_process(
+        s["input_ids"],
+        s["seq_lens_this_time"],
+        True,
+        s["draft_tokens"],
+        s["seq_lens_encoder"],
+        s["seq_lens_decoder"],
+    )
     cu_q, opo = pre[2], pre[5]
     tmp_out = _bf16_bits(np.random.default_rng(8), int(cu_q[-1]))
-    names = ["tmp_out", "cu_seqlens_q", "seq_len_this_time", "seq_lens_decoder", "seq_lens_encoder",
-             "output_padding_offset", "first_token_out", "max_input_length", "enable_logprob"]  # fmt: skip
-    args = [tmp_out, cu_q, s["seq_lens_this_time"], s["seq_lens_decoder"], s["seq_lens_encoder"], opo, None, L,
-            False]  # fmt: skip
-    return Case(args, names, [], f"H={H};dtype=bfloat16;T={tmp_out.shape[0]};R={opo.size};speculative=1",
-                returns=True)  # fmt: skip
+    names = [
+        "tmp_out",
+        "cu_seqlens_q",
+        "seq_len_this_time",
+        "seq_lens_decoder",
+        "seq_lens_encoder",
+        "output_padding_offset",
+        "first_token_out",
+        "max_input_length",
+        "enable_logprob",
+    ]
+    args = [
+        tmp_out,
+        cu_q,
+        s["seq_lens_this_time"],
+        s["seq_lens_decoder"],
+        s["seq_lens_encoder"],
+        opo,
+        None,
+        L,
+        False,
+    ]
+    return Case(
+        args,
+        names,
+        [],
+        f"H={H};dtype=bfloat16;T={tmp_out.shape[0]};R={opo.size};speculative=1",
+        returns=True,
+    )
+
+
 def _sampling_rows(batch):
     """Every request verifies K + 1 tokens: T = batch * (K + 1) logits rows, offsets for L."""
     out_rows = [K + 1] * batch
@@ -576,13 +956,38 @@ def build_penalty(batch, vocab):
         pre_ids[b, 1 : 1 + gen[b]] = rng.integers(0, vocab, gen[b])
     min_len = np.where(rng.random(batch) < 0.125, gen + K + 1, 1).astype(np.int64)
     per = lambda lo, hi: rng.uniform(lo, hi, (batch, 1)).astype(np.float32)  # noqa: E731
-    names = ["pre_ids", "logits", "penalty_scores", "frequency_scores", "presence_scores", "temperatures",
-             "bad_tokens", "cur_len", "min_len", "eos_token_id", "seq_lens_this_time",
-             "output_padding_offset", "output_cum_offsets", "max_seq_len"]  # fmt: skip
-    args = [pre_ids, rng.standard_normal((rows, vocab), dtype=np.float32), per(1.0, 1.5), per(0.0, 0.5),
-            per(0.0, 0.5), per(0.5, 1.2), rng.integers(0, vocab, (1, 8)), gen.reshape(-1, 1).astype(np.int64),
-            min_len.reshape(-1, 1), np.array(EOS_IDS, np.int64).reshape(-1, 1),
-            np.full((batch, 1), K + 1, np.int32), pad, cum, L]  # fmt: skip
+    names = [
+        "pre_ids",
+        "logits",
+        "penalty_scores",
+        "frequency_scores",
+        "presence_scores",
+        "temperatures",
+        "bad_tokens",
+        "cur_len",
+        "min_len",
+        "eos_token_id",
+        "seq_lens_this_time",
+        "output_padding_offset",
+        "output_cum_offsets",
+        "max_seq_len",
+    ]
+    args = [
+        pre_ids,
+        rng.standard_normal((rows, vocab), dtype=np.float32),
+        per(1.0, 1.5),
+        per(0.0, 0.5),
+        per(0.0, 0.5),
+        per(0.5, 1.2),
+        rng.integers(0, vocab, (1, 8)),
+        gen.reshape(-1, 1).astype(np.int64),
+        min_len.reshape(-1, 1),
+        np.array(EOS_IDS, np.int64).reshape(-1, 1),
+        np.full((batch, 1), K + 1, np.int32),
+        pad,
+        cum,
+        L,
+    ]
     return Case(args, names, ["logits"], f"V={vocab};T={rows};K={K};L={L};dtype=float32")
 
 
@@ -595,9 +1000,15 @@ def build_top_p(batch, vocab):
     np.exp(probs, out=probs)
     probs /= probs.sum(axis=1, keepdims=True)
     top_p = rng.choice(np.array([0.7, 0.8, 0.95, 1.0], np.float32), (batch, 1))
-    return Case([probs, top_p, pad, CANDIDATES, L],
-                ["probs", "top_p", "output_padding_offset", "candidates_len", "max_seq_len"], [],
-                f"V={vocab};T={rows};C={CANDIDATES};K={K};dtype=float32", returns=True)  # fmt: skip
+    return Case(
+        [probs, top_p, pad, CANDIDATES, L],
+        ["probs", "top_p", "output_padding_offset", "candidates_len", "max_seq_len"],
+        [],
+        f"V={vocab};T={rows};C={CANDIDATES};K={K};dtype=float32",
+        returns=True,
+    )
+
+
 VERIFY_C = 5  # max_candidate_len of top_p_candidates
 VERIFY_V = 100_000  # vocabulary of the candidate ids (topp strategy)
 
@@ -644,7 +1055,9 @@ def _verify_state(batch, vocab, seed=6):
         max_dec_len=max_dec.reshape(-1, 1),
         end_tokens=np.array(EOS_IDS, np.int64).reshape(-1, 1),
         is_block_step=np.zeros(batch, bool),
-        output_cum_offsets=np.concatenate([[0], np.cumsum(L - outs)[:-1]]).astype(np.int32).reshape(-1, 1),
+        output_cum_offsets=np.concatenate([[0], np.cumsum(L - outs)[:-1]])
+        .astype(np.int32)
+        .reshape(-1, 1),
         actual_candidate_len=rng.integers(1, VERIFY_C + 1, T).astype(np.int32),
         actual_draft_token_nums=np.full(batch, K, np.int32),
         topp=rng.uniform(0.5, 1.0, (batch, 1)).astype(np.float32),
@@ -657,10 +1070,18 @@ VERIFY_WRITTEN = ["accept_tokens", "accept_num", "step_idx", "stop_flags"]
 
 def build_verify(batch):
     s, T = _verify_state(batch, VERIFY_V)
-    names = list(s) + ["max_seq_len", "verify_window", "enable_topp", "benchmark_mode", "accept_all_drafts"]
+    names = list(s) + [
+        "max_seq_len",
+        "verify_window",
+        "enable_topp",
+        "benchmark_mode",
+        "accept_all_drafts",
+    ]
     args = list(s.values()) + [L, 2, True, False, False]
     kwargs = dict(verify_strategy="topp", seed=1, offset=2, prefill_one_step_stop=False)
-    return Case(args, names, VERIFY_WRITTEN, f"strategy=topp;K={K};C={VERIFY_C};T={T}", kwargs=kwargs)
+    return Case(
+        args, names, VERIFY_WRITTEN, f"strategy=topp;K={K};C={VERIFY_C};T={T}", kwargs=kwargs
+    )
 
 
 def build_verify_rejection(batch, vocab):
@@ -674,18 +1095,36 @@ def build_verify_rejection(batch, vocab):
     for c in range(1, VERIFY_C):
         probs[rows, s["verify_tokens"][:, c]] += np.float32(0.3 / (VERIFY_C - 1))
     probs *= rng.uniform(0.98, 1.02, (T, 1)).astype(np.float32)
-    names = list(s) + ["max_seq_len", "verify_window", "enable_topp", "benchmark_mode", "accept_all_drafts"]
+    names = list(s) + [
+        "max_seq_len",
+        "verify_window",
+        "enable_topp",
+        "benchmark_mode",
+        "accept_all_drafts",
+    ]
     args = list(s.values()) + [L, 2, True, False, False]
-    kwargs = dict(verify_strategy="rejection", seed=1, offset=2, prefill_one_step_stop=False,
-                  target_probs=probs)  # fmt: skip
-    return Case(args, names, VERIFY_WRITTEN, f"strategy=rejection;K={K};V={vocab};T={T};drafter=greedy",
-                kwargs=kwargs)  # fmt: skip
+    kwargs = dict(
+        verify_strategy="rejection",
+        seed=1,
+        offset=2,
+        prefill_one_step_stop=False,
+        target_probs=probs,
+    )
+    return Case(
+        args,
+        names,
+        VERIFY_WRITTEN,
+        f"strategy=rejection;K={K};V={vocab};T={T};drafter=greedy",
+        kwargs=kwargs,
+    )
 
 
 BUILDERS = {
     "speculate_verify": build_verify,
     "speculate_verify[rejection,V=32000]": functools.partial(build_verify_rejection, vocab=32_000),
-    "speculate_verify[rejection,V=100000]": functools.partial(build_verify_rejection, vocab=100_000),
+    "speculate_verify[rejection,V=100000]": functools.partial(
+        build_verify_rejection, vocab=100_000
+    ),
     "draft_model_preprocess": build_preprocess,
     "eagle_get_hidden_states": build_eagle_hidden,
     "draft_model_update": build_update,
@@ -704,9 +1143,15 @@ BUILDERS = {
     "speculate_get_output_padding_offset": build_output_padding_offset,
     "pre_process": build_pre_process,
     "rebuild_padding": build_rebuild_padding,
-    **{f"speculate_get_token_penalty_multi_scores[V={v}]": functools.partial(build_penalty, vocab=v)
-       for v in SAMPLING_VOCABS},
-    **{f"top_p_candidates[V={v}]": functools.partial(build_top_p, vocab=v) for v in SAMPLING_VOCABS},
+    **{
+        f"speculate_get_token_penalty_multi_scores[V={v}]": functools.partial(
+            build_penalty, vocab=v
+        )
+        for v in SAMPLING_VOCABS
+    },
+    **{
+        f"top_p_candidates[V={v}]": functools.partial(build_top_p, vocab=v) for v in SAMPLING_VOCABS
+    },
 }
 # Row buffers not restored between calls: their writes are the same each call (see module doc).
 STEADY_BUFFERS = {"input_ids", "pre_ids", "pre_ids_all"}

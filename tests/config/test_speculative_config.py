@@ -1,4 +1,5 @@
 """SpeculativeConfig: FastDeploy defaults, dict input, validation errors naming the field."""
+
 import pytest
 
 from fd_mtp.config import CANDIDATE_LENS, SpeculativeConfig
@@ -6,15 +7,32 @@ from fd_mtp.config import CANDIDATE_LENS, SpeculativeConfig
 
 def test_defaults_follow_fastdeploy():
     c = SpeculativeConfig()
-    assert (c.method, c.num_speculative_tokens, c.num_model_steps, c.mtp_strategy) == ("mtp", 1, 1, "default")
-    assert (c.max_candidate_len, c.verify_window, c.max_ngram_size, c.min_ngram_size) == (5, 2, 5, 2)
+    assert (c.method, c.num_speculative_tokens, c.num_model_steps, c.mtp_strategy) == (
+        "mtp",
+        1,
+        1,
+        "default",
+    )
+    assert (c.max_candidate_len, c.verify_window, c.max_ngram_size, c.min_ngram_size) == (
+        5,
+        2,
+        5,
+        2,
+    )
     assert c.num_gpu_block_expand_ratio == 1.0 and c.benchmark_mode is False and c.model is None
     assert not c.hybrid_mode
 
 
 def test_dict_input_as_fastdeploy_accepts_it():
-    c = SpeculativeConfig.from_value({"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 2,
-                                      "mtp_strategy": "with_ngram", "enable_draft_logprob": False})
+    c = SpeculativeConfig.from_value(
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 3,
+            "num_model_steps": 2,
+            "mtp_strategy": "with_ngram",
+            "enable_draft_logprob": False,
+        }
+    )
     assert (c.num_speculative_tokens, c.num_model_steps, c.hybrid_mode) == (3, 2, True)
     assert c.extra == {"enable_draft_logprob": False}
     assert SpeculativeConfig.from_value(None) is None
@@ -23,31 +41,45 @@ def test_dict_input_as_fastdeploy_accepts_it():
 
 
 def test_mtp_raises_k_to_num_model_steps_like_fastdeploy():
-    assert SpeculativeConfig(num_speculative_tokens=1, num_model_steps=3).num_speculative_tokens == 3
-    assert SpeculativeConfig(method="ngram", num_speculative_tokens=1, num_model_steps=3).num_speculative_tokens == 1
+    assert (
+        SpeculativeConfig(num_speculative_tokens=1, num_model_steps=3).num_speculative_tokens == 3
+    )
+    assert (
+        SpeculativeConfig(
+            method="ngram", num_speculative_tokens=1, num_model_steps=3
+        ).num_speculative_tokens
+        == 1
+    )
 
 
 def test_hybrid_mode_needs_more_drafts_than_substeps():
-    assert not SpeculativeConfig(num_speculative_tokens=2, num_model_steps=2, mtp_strategy="with_ngram").hybrid_mode
-    assert SpeculativeConfig(num_speculative_tokens=3, num_model_steps=2, mtp_strategy="with_ngram").hybrid_mode
+    assert not SpeculativeConfig(
+        num_speculative_tokens=2, num_model_steps=2, mtp_strategy="with_ngram"
+    ).hybrid_mode
+    assert SpeculativeConfig(
+        num_speculative_tokens=3, num_model_steps=2, mtp_strategy="with_ngram"
+    ).hybrid_mode
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("method", "eagle", "method must be one of"),
-    ("num_speculative_tokens", 0, r"num_speculative_tokens must be in \[1, 5\], got 0"),
-    ("num_speculative_tokens", 6, r"num_speculative_tokens must be in \[1, 5\], got 6"),
-    ("num_speculative_tokens", 2.0, "num_speculative_tokens must be an int"),
-    ("num_speculative_tokens", True, "num_speculative_tokens must be an int"),
-    ("num_model_steps", 0, "num_model_steps must be in"),
-    ("mtp_strategy", "ngram_first", "mtp_strategy must be one of"),
-    ("verification", "sampling", "verification must be one of"),
-    ("max_candidate_len", 11, "max_candidate_len must be one of"),
-    ("verify_window", -1, "verify_window must be >= 0"),
-    ("min_ngram_size", 6, r"min_ngram_size must be in \[1, 5\]"),
-    ("num_gpu_block_expand_ratio", 0, "num_gpu_block_expand_ratio must be a number > 0"),
-    ("benchmark_mode", 1, "benchmark_mode must be a bool"),
-    ("model", 3, "model must be a path string or None"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("method", "eagle", "method must be one of"),
+        ("num_speculative_tokens", 0, r"num_speculative_tokens must be in \[1, 5\], got 0"),
+        ("num_speculative_tokens", 6, r"num_speculative_tokens must be in \[1, 5\], got 6"),
+        ("num_speculative_tokens", 2.0, "num_speculative_tokens must be an int"),
+        ("num_speculative_tokens", True, "num_speculative_tokens must be an int"),
+        ("num_model_steps", 0, "num_model_steps must be in"),
+        ("mtp_strategy", "ngram_first", "mtp_strategy must be one of"),
+        ("verification", "sampling", "verification must be one of"),
+        ("max_candidate_len", 11, "max_candidate_len must be one of"),
+        ("verify_window", -1, "verify_window must be >= 0"),
+        ("min_ngram_size", 6, r"min_ngram_size must be in \[1, 5\]"),
+        ("num_gpu_block_expand_ratio", 0, "num_gpu_block_expand_ratio must be a number > 0"),
+        ("benchmark_mode", 1, "benchmark_mode must be a bool"),
+        ("model", 3, "model must be a path string or None"),
+    ],
+)
 def test_bad_values_raise_naming_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         SpeculativeConfig(**{field: value})
@@ -69,7 +101,9 @@ def test_every_candidate_len_top_p_candidates_accepts_is_valid():
 
 def test_a_separate_draft_model_is_refused_not_ignored():
     for value in ("/nonexistent", "baidu/ERNIE-4.5-0.3B-Paddle"):
-        with pytest.raises(ValueError, match=r"SpeculativeConfig.model=.*MTP block of the main checkpoint"):
+        with pytest.raises(
+            ValueError, match=r"SpeculativeConfig.model=.*MTP block of the main checkpoint"
+        ):
             SpeculativeConfig.from_value({"method": "mtp", "model": value})
         with pytest.raises(ValueError, match="leave model unset"):
             SpeculativeConfig(model=value)

@@ -10,6 +10,7 @@ Sampling: "target_match" verification reproduces plain seeded sampling token for
 seeded chi-square test). Invariants of spec §1.4 between the target and the proposer hold after
 every step.
 """
+
 import numpy as np
 import pytest
 
@@ -59,8 +60,13 @@ def plain_tokens(ckpt, ps, params):
 
 
 def mtp(k, steps=None, **kw):
-    return {"method": "mtp", "num_speculative_tokens": k, "num_model_steps": k if steps is None else steps,
-            "verification": "greedy", **kw}
+    return {
+        "method": "mtp",
+        "num_speculative_tokens": k,
+        "num_model_steps": k if steps is None else steps,
+        "verification": "greedy",
+        **kw,
+    }
 
 
 def check_equal(ckpt, spec, ps, max_tokens, **llm_kw):
@@ -125,7 +131,12 @@ def test_random_drafter_changes_nothing(ckpts):
 def test_ngram_method_equals_plain(ckpts):
     base = prompts([5, 7], seed=60)
     ps = [b * 3 for b in base] + prompts([9], seed=61)
-    spec = {"method": "ngram", "num_speculative_tokens": 3, "verification": "greedy", "max_ngram_size": 3}
+    spec = {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "verification": "greedy",
+        "max_ngram_size": 3,
+    }
     llm, _ = check_equal(ckpts["mixed"], spec, ps, [14, 12, 9])
     assert llm.speculative_metrics.num_drafted > 0
 
@@ -148,7 +159,9 @@ def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
         engine.step()
         steps += 1
         if steps in (1, 2, 4, 7) and len(ids) < 16:
-            ids += [engine.add_request(ps[i], params[i]) for i in range(len(ids), min(len(ids) + 3, 16))]
+            ids += [
+                engine.add_request(ps[i], params[i]) for i in range(len(ids), min(len(ids) + 3, 16))
+            ]
     while len(ids) < 16:  # late arrivals into an idle engine
         ids.append(engine.add_request(ps[len(ids)], params[len(ids)]))
         while engine.has_unfinished():
@@ -169,13 +182,15 @@ def test_kv_blocks_running_out(ckpts):
     ps = prompts([9, 12, 6, 10], seed=90)
     n = [14, 12, 16, 13]
     # block_size 4: each request needs up to 8 blocks (+ draft lookahead); 18 blocks for 4 slots
-    llm, outs = check_equal(ckpts["mixed"], mtp(3, 2), ps, n, block_size=4, num_gpu_blocks=18,
-                            max_num_batched_tokens=16)
+    llm, outs = check_equal(
+        ckpts["mixed"], mtp(3, 2), ps, n, block_size=4, num_gpu_blocks=18, max_num_batched_tokens=16
+    )
     assert llm.engine.num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
     assert llm.engine.block_manager.num_free == 18
-    llm, _ = check_equal(ckpts["exact"], mtp(4, 4), ps, n, block_size=4, num_gpu_blocks=12,
-                         max_num_batched_tokens=32)
+    llm, _ = check_equal(
+        ckpts["exact"], mtp(4, 4), ps, n, block_size=4, num_gpu_blocks=12, max_num_batched_tokens=32
+    )
     assert llm.engine.num_preemptions > 0
 
 
@@ -208,9 +223,9 @@ def test_proposer_agrees_with_the_target_after_every_step(ckpts):
             assert n == len(req.output_token_ids)
             assert t_dec[b] == req.num_computed == req.num_tokens - 1
             assert d_step[b] == n + steps - 1 and d_dec[b] == t_dec[b] + steps - 1
-            assert list(t_pre[b, 1:n + 1]) == req.output_token_ids
+            assert list(t_pre[b, 1 : n + 1]) == req.output_token_ids
             assert list(d_pre[b, :n]) == req.output_token_ids
-            drafts = list(d_pre[b, n:n + steps - 1]) + [int(t_draft[b, steps])]
+            drafts = list(d_pre[b, n : n + steps - 1]) + [int(t_draft[b, steps])]
             assert list(t_draft[b, : steps + 1]) == [req.output_token_ids[-1]] + drafts
             assert t_this[b] == 1 + steps and d_this[b] == 1
             checked += 1
@@ -224,7 +239,10 @@ SAMPLED = dict(temperature=0.9, top_p=0.95, top_k=40, ignore_eos=True)
 @pytest.mark.parametrize("which,k,steps", [("mixed", 3, 3), ("exact", 2, 1), ("random", 2, 2)])
 def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps):
     ps = prompts([6, 15, 2, 9], seed=110)
-    params = [SamplingParams(max_tokens=12, seed=s, repetition_penalty=1.0, **SAMPLED) for s in (5, 6, 7, 8)]
+    params = [
+        SamplingParams(max_tokens=12, seed=s, repetition_penalty=1.0, **SAMPLED)
+        for s in (5, 6, 7, 8)
+    ]
     want = plain_tokens(ckpts[which], ps, params)
     spec = mtp(k, steps, verification="target_match")
     llm = llm_for(ckpts[which], spec, block_size=4, num_gpu_blocks=22, max_num_batched_tokens=12)
@@ -240,7 +258,9 @@ def test_candidate_verification(ckpts, verification):
     ps = prompts([6, 15, 2], seed=140)
     greedy = [SamplingParams(max_tokens=12, **GREEDY)] * 3
     llm = llm_for(ckpts["mixed"], mtp(3, 2, verification=verification), seed=5)
-    assert [o.token_ids for o in llm.generate(ps, greedy, use_tqdm=False)] == plain_tokens(ckpts["mixed"], ps, greedy)
+    assert [o.token_ids for o in llm.generate(ps, greedy, use_tqdm=False)] == plain_tokens(
+        ckpts["mixed"], ps, greedy
+    )
     sampled = [SamplingParams(max_tokens=12, seed=s, **SAMPLED) for s in (1, 2, 3)]
     outs = llm.generate(ps, sampled, use_tqdm=False)
     assert all(o.finish_reason == "length" and len(o.token_ids) == 12 for o in outs)
@@ -273,8 +293,10 @@ def test_rejection_sampling_matches_plain_sampling_in_distribution(ckpts):
     ckpt = ckpts["mixed"]
     n_req = 1200
     prompt = prompts([6], seed=120)[0]
-    params = [SamplingParams(max_tokens=3, seed=1000 + i, temperature=1.0, top_k=3, ignore_eos=True)
-              for i in range(n_req)]
+    params = [
+        SamplingParams(max_tokens=3, seed=1000 + i, temperature=1.0, top_k=3, ignore_eos=True)
+        for i in range(n_req)
+    ]
     plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
     llm = llm_for(ckpt, mtp(2, 2, verification="rejection"), max_num_seqs=64, seed=11)
     spec = llm.generate([prompt] * n_req, params, use_tqdm=False)
@@ -286,8 +308,9 @@ def test_rejection_sampling_matches_plain_sampling_in_distribution(ckpts):
     # 99.9% quantile of chi-square is below dof + 3.1 * sqrt(2 dof) + 10 for these dof
     assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
     # the same test tells a different distribution apart: greedy tokens
-    greedy = llm_for(ckpt, max_num_seqs=64).generate([prompt] * 50, SamplingParams(max_tokens=3, **GREEDY),
-                                                      use_tqdm=False)
+    greedy = llm_for(ckpt, max_num_seqs=64).generate(
+        [prompt] * 50, SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False
+    )
     g = np.array([o.token_ids for o in greedy] * (n_req // 50))
     stat_g, dof_g = _chi2_homogeneity(a, g)
     assert stat_g > dof_g + 3.1 * np.sqrt(2 * dof_g) + 10
@@ -300,13 +323,18 @@ def test_bad_speculative_settings(ckpts, tmp_path):
         llm_for(ckpts["mixed"], {"method": "mtp", "num_gpu_block_expand_ratio": 0.5})
     with pytest.raises(ValueError, match="unknown fields"):
         llm_for(ckpts["mixed"], {"method": "mtp", "num_speculative_token": 2})
-    no_mtp = write_random_checkpoint(tmp_path / "nomtp", seed=1, with_mtp=False, num_nextn_predict_layers=0)
+    no_mtp = write_random_checkpoint(
+        tmp_path / "nomtp", seed=1, with_mtp=False, num_nextn_predict_layers=0
+    )
     with pytest.raises(ValueError, match="needs an MTP block"):
         llm_for(no_mtp, {"method": "mtp"})
     # greedy verification refuses a sampled request (its output would silently be greedy)
     llm = llm_for(ckpts["mixed"], mtp(2))
-    outs = llm.generate([[5, 6], [7, 8]], [SamplingParams(max_tokens=3, temperature=0.7),
-                                           SamplingParams(max_tokens=3, **GREEDY)], use_tqdm=False)
+    outs = llm.generate(
+        [[5, 6], [7, 8]],
+        [SamplingParams(max_tokens=3, temperature=0.7), SamplingParams(max_tokens=3, **GREEDY)],
+        use_tqdm=False,
+    )
     assert outs[0].finish_reason == "error" and "verification='greedy'" in outs[0].error
     assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 3
 
@@ -318,8 +346,10 @@ def test_stops_inside_an_accepted_run(ckpts):
     ps = prompts([5, 8], seed=130)
     plain = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=24, **GREEDY)] * 2)
     stop_tok = plain[0][9]  # the 10th token of request 0
-    params = [SamplingParams(max_tokens=24, temperature=0.0, stop_token_ids=[stop_tok]),
-              SamplingParams(max_tokens=13, **GREEDY)]
+    params = [
+        SamplingParams(max_tokens=24, temperature=0.0, stop_token_ids=[stop_tok]),
+        SamplingParams(max_tokens=13, **GREEDY),
+    ]
     want = plain_tokens(ckpt, ps, params)
     llm = llm_for(ckpt, mtp(4))
     outs = llm.generate(ps, params, use_tqdm=False)
@@ -333,7 +363,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_random_engines_equal_plain_greedy(ckpts, data):
     """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
@@ -343,7 +375,9 @@ def test_random_engines_equal_plain_greedy(ckpts, data):
     hybrid = data.draw(st.booleans(), label="hybrid") and k > steps
     which = data.draw(st.sampled_from(["mixed", "exact", "random"]), label="checkpoint")
     n = data.draw(st.integers(1, 7), label="requests")
-    lengths = data.draw(st.lists(st.integers(1, 40), min_size=n, max_size=n), label="prompt lengths")
+    lengths = data.draw(
+        st.lists(st.integers(1, 40), min_size=n, max_size=n), label="prompt lengths"
+    )
     max_tokens = data.draw(st.lists(st.integers(1, 20), min_size=n, max_size=n), label="max_tokens")
     slots = data.draw(st.integers(1, 4), label="max_num_seqs")
     budget = data.draw(st.integers(4, 64), label="max_num_batched_tokens")
@@ -353,6 +387,14 @@ def test_random_engines_equal_plain_greedy(ckpts, data):
     blocks = data.draw(st.integers(need, need * slots + 2), label="num_gpu_blocks")
     ps = prompts(lengths, seed=data.draw(st.integers(0, 10**6), label="prompt seed"))
     spec = mtp(k, steps, mtp_strategy="with_ngram" if hybrid else "default")
-    llm, _ = check_equal(ckpts[which], spec, ps, max_tokens, max_num_seqs=slots, max_num_batched_tokens=budget,
-                         block_size=block_size, num_gpu_blocks=blocks)
+    llm, _ = check_equal(
+        ckpts[which],
+        spec,
+        ps,
+        max_tokens,
+        max_num_seqs=slots,
+        max_num_batched_tokens=budget,
+        block_size=block_size,
+        num_gpu_blocks=blocks,
+    )
     assert llm.engine.block_manager.num_free == blocks and not llm.engine.running

@@ -1,4 +1,5 @@
 """benchmarks/bench_e2e.py end to end at a tiny size: --check passes, the CSV holds every metric."""
+
 import csv
 import importlib.util
 from pathlib import Path
@@ -21,8 +22,25 @@ def load_bench():
 
 def test_bench_e2e_check_and_csv(tmp_path, capsys):
     bench = load_bench()
-    bench.main(["--modes", "plain,mtp_k2,hybrid_k3", "--batches", "1,3", "--max-tokens", "9", "--prompt-len", "6",
-                "--repeats", "1", "--check", "--context", "0", "--out", str(tmp_path)])
+    bench.main(
+        [
+            "--modes",
+            "plain,mtp_k2,hybrid_k3",
+            "--batches",
+            "1,3",
+            "--max-tokens",
+            "9",
+            "--prompt-len",
+            "6",
+            "--repeats",
+            "1",
+            "--check",
+            "--context",
+            "0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "check: passed" in out and "synthetic MTP head" in out
     rows = list(csv.DictReader(open(tmp_path / "bench_e2e.csv")))
@@ -32,12 +50,25 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
         # context=0: MTP drafts always right, so every draft is accepted.
         assert got[("mtp_k2", b, "acceptance_pos0")] == got[("mtp_k2", b, "acceptance_pos1")] == 1.0
         assert got[("mtp_k2", b, "mean_accepted_length")] == 3.0
-        assert got[("plain", b, "mean_accepted_length")] == 1.0 and ("plain", b, "acceptance_pos0") not in got
+        assert (
+            got[("plain", b, "mean_accepted_length")] == 1.0
+            and ("plain", b, "acceptance_pos0") not in got
+        )
         assert got[("mtp_k2", b, "steps")] < got[("plain", b, "steps")] == 9
-        assert got[("hybrid_k3", b, "proposer_host_ms_per_step")] > 0 and got[("plain", b, "tokens_per_s")] > 0
+        assert (
+            got[("hybrid_k3", b, "proposer_host_ms_per_step")] > 0
+            and got[("plain", b, "tokens_per_s")] > 0
+        )
     assert {r["metric"] for r in rows if r["provider"] == "hybrid_k3"} == {
-        "tokens_per_s", "step_latency", "steps", "mean_accepted_length", "acceptance_pos0", "acceptance_pos1",
-        "acceptance_pos2", "proposer_host_ms_per_step"}
+        "tokens_per_s",
+        "step_latency",
+        "steps",
+        "mean_accepted_length",
+        "acceptance_pos0",
+        "acceptance_pos1",
+        "acceptance_pos2",
+        "proposer_host_ms_per_step",
+    }
 
 
 def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
@@ -52,6 +83,23 @@ def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
         return outs
 
     monkeypatch.setattr(bench.fd_mtp.LLM, "generate", corrupt_speculative)
-    with pytest.raises(AssertionError, match=r"mode mtp_k1, batch 1, request 0: .*first difference at token 3"):
-        bench.main(["--modes", "plain,mtp_k1", "--batches", "1", "--max-tokens", "6", "--prompt-len", "4",
-                    "--repeats", "1", "--check", "--out", str(tmp_path)])
+    with pytest.raises(
+        AssertionError, match=r"mode mtp_k1, batch 1, request 0: .*first difference at token 3"
+    ):
+        bench.main(
+            [
+                "--modes",
+                "plain,mtp_k1",
+                "--batches",
+                "1",
+                "--max-tokens",
+                "6",
+                "--prompt-len",
+                "4",
+                "--repeats",
+                "1",
+                "--check",
+                "--out",
+                str(tmp_path),
+            ]
+        )

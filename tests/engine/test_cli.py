@@ -1,5 +1,6 @@
 """`fd-mtp generate` on a tiny random checkpoint (main(argv) in process; subprocess runs for the console
 entry point and Ctrl-C)."""
+
 import ast
 import os
 import selectors
@@ -39,9 +40,28 @@ def parse(out: str) -> dict[int, list[int]]:
 
 
 def test_generate_greedy_matches_naive(ckpt, capsys):
-    rc = main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6 7 8", "--prompt-ids", "9,10",
-               "--max-tokens", "6", "--ignore-eos", "--batch", "3", "--no-progress", "--max-model-len", "64",
-               "--block-size", "8", "--stream"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(ckpt),
+            "--prompt-ids",
+            "5 6 7 8",
+            "--prompt-ids",
+            "9,10",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--batch",
+            "3",
+            "--no-progress",
+            "--max-model-len",
+            "64",
+            "--block-size",
+            "8",
+            "--stream",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     model, _, _ = load_checkpoint(ckpt)
@@ -75,8 +95,24 @@ class FlushRecorder:
 def test_stream_one_request_writes_one_line_as_it_goes(ckpt, monkeypatch):
     rec = FlushRecorder()
     monkeypatch.setattr(sys, "stdout", rec)
-    rc = main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6 7 8", "--max-tokens", "6", "--ignore-eos",
-               "--no-progress", "--max-model-len", "64", "--block-size", "8", "--stream"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(ckpt),
+            "--prompt-ids",
+            "5 6 7 8",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--no-progress",
+            "--max-model-len",
+            "64",
+            "--block-size",
+            "8",
+            "--stream",
+        ]
+    )
     monkeypatch.undo()
     assert rc == 0
     out = rec.text()
@@ -94,27 +130,83 @@ def test_stream_one_request_writes_one_line_as_it_goes(ckpt, monkeypatch):
 
 def test_stream_text_with_a_tokenizer(capsys):
     # the demo model has a tokenizer: the text streams, then the report repeats it
-    assert main(["generate", "--prompt", "def f(", "--max-tokens", "8", "--ignore-eos", "--no-progress",
-                 "--max-model-len", "64", "--stream"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--prompt",
+                "def f(",
+                "--max-tokens",
+                "8",
+                "--ignore-eos",
+                "--no-progress",
+                "--max-model-len",
+                "64",
+                "--stream",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    text = ast.literal_eval(next(x for x in out.splitlines() if x.startswith("[0] text: ")).split(": ", 1)[1])
+    text = ast.literal_eval(
+        next(x for x in out.splitlines() if x.startswith("[0] text: ")).split(": ", 1)[1]
+    )
     assert text and out.startswith(text + "\n[0] token_ids: ")
 
 
 def test_generate_reports_rejected_prompts(ckpt, capsys):
-    rc = main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--prompt-ids", "5 999",
-               "--max-tokens", "2", "--no-progress", "--max-model-len", "32"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(ckpt),
+            "--prompt-ids",
+            "5 6",
+            "--prompt-ids",
+            "5 999",
+            "--max-tokens",
+            "2",
+            "--no-progress",
+            "--max-model-len",
+            "32",
+        ]
+    )
     out = capsys.readouterr().out
-    assert rc == 1 and "[1] error: prompt token id 999 is outside the vocabulary" in out and "[0] token_ids" in out
+    assert (
+        rc == 1
+        and "[1] error: prompt token id 999 is outside the vocabulary" in out
+        and "[0] token_ids" in out
+    )
     assert main(["generate", "--model", str(ckpt), "--prompt-ids", "5", "--top-p", "0"]) == 2
     assert "SamplingParams.top_p" in capsys.readouterr().err
     assert main(["generate", "--model", str(ckpt)]) == 2
 
 
 def test_console_entry_point_runs(ckpt):
-    r = subprocess.run([sys.executable, "-m", "fd_mtp.cli", "generate", "--model", str(ckpt), "--prompt-ids", "4 5",
-                        "--max-tokens", "3", "--temperature", "0.7", "--seed", "1", "--max-model-len", "32"],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fd_mtp.cli",
+            "generate",
+            "--model",
+            str(ckpt),
+            "--prompt-ids",
+            "4 5",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0.7",
+            "--seed",
+            "1",
+            "--max-model-len",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert len(parse(r.stdout)[0]) == 3 and "tokens/s" in r.stdout
 
@@ -125,16 +217,40 @@ def exact_ckpt(tmp_path_factory):
     return write_exact_draft_checkpoint(tmp_path_factory.mktemp("exact"), seed=1)
 
 
-SPEC_ARGS = ["--prompt-ids", "5 6 7 8", "--prompt-ids", "9 10", "--max-tokens", "13", "--ignore-eos",
-             "--no-progress", "--max-model-len", "64", "--block-size", "8"]
+SPEC_ARGS = [
+    "--prompt-ids",
+    "5 6 7 8",
+    "--prompt-ids",
+    "9 10",
+    "--max-tokens",
+    "13",
+    "--ignore-eos",
+    "--no-progress",
+    "--max-model-len",
+    "64",
+    "--block-size",
+    "8",
+]
 
 
 def test_generate_speculative_prints_metrics_and_matches_plain(exact_ckpt, capsys):
     assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
     plain = capsys.readouterr().out
     assert "spec:" not in plain and "speculative" not in plain and "proposer" not in plain
-    rc = main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, "--speculative-method", "mtp",
-               "--num-speculative-tokens", "3", "--num-model-steps", "3"])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(exact_ckpt),
+            *SPEC_ARGS,
+            "--speculative-method",
+            "mtp",
+            "--num-speculative-tokens",
+            "3",
+            "--num-model-steps",
+            "3",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     ids = parse(out)
@@ -142,23 +258,46 @@ def test_generate_speculative_prints_metrics_and_matches_plain(exact_ckpt, capsy
     lines = out.splitlines()
     # 13 tokens: the prefill token, then 3 decode steps of 4 (3 drafts accepted + bonus).
     for i in range(2):
-        assert (f"[{i}] spec: mean accepted length 4.00 tokens/step over 3 steps, accepted 9/9 drafts (100.0%), "
-                "per position [1.00 1.00 1.00]") in lines
+        assert (
+            f"[{i}] spec: mean accepted length 4.00 tokens/step over 3 steps, accepted 9/9 drafts (100.0%), "
+            "per position [1.00 1.00 1.00]"
+        ) in lines
     total = next(x for x in lines if x.startswith("speculative ("))
-    assert total == ("speculative (mtp, K=3, model steps 3, verification target_match): mean accepted length 4.00 "
-                     "tokens/step over 6 steps, accepted 18/18 drafts (100.0%), per position [1.00 1.00 1.00]")
+    assert total == (
+        "speculative (mtp, K=3, model steps 3, verification target_match): mean accepted length 4.00 "
+        "tokens/step over 6 steps, accepted 18/18 drafts (100.0%), per position [1.00 1.00 1.00]"
+    )
     prop = next(x for x in lines if x.startswith("proposer: "))
     calls = int(prop.split()[1])
-    host, run, fwd = (float(prop.split(word)[1].split()[0]) for word in ("host ", "run ", "forward "))
+    host, run, fwd = (
+        float(prop.split(word)[1].split()[0]) for word in ("host ", "run ", "forward ")
+    )
     assert calls >= 4 and run > 0 and fwd > 0 and abs(run - fwd - host) < 2e-3
 
 
 def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
     assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
     plain = parse(capsys.readouterr().out)
-    for extra in (["--speculative-method", "ngram", "--num-speculative-tokens", "2", "--verification", "greedy"],
-                  ["--speculative-method", "mtp", "--num-speculative-tokens", "3", "--num-model-steps", "1",
-                   "--mtp-strategy", "with_ngram"]):
+    for extra in (
+        [
+            "--speculative-method",
+            "ngram",
+            "--num-speculative-tokens",
+            "2",
+            "--verification",
+            "greedy",
+        ],
+        [
+            "--speculative-method",
+            "mtp",
+            "--num-speculative-tokens",
+            "3",
+            "--num-model-steps",
+            "1",
+            "--mtp-strategy",
+            "with_ngram",
+        ],
+    ):
         assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, *extra]) == 0
         out = capsys.readouterr().out
         assert parse(out) == plain, extra
@@ -168,35 +307,70 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
     assert "hybrid n-gram" in total
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--speculative-method", "mtp", "--num-speculative-tokens", "9"], "SpeculativeConfig.num_speculative_tokens"),
-    (["--speculative-method", "mtp", "--num-model-steps", "0"], "SpeculativeConfig.num_model_steps"),
-    (["--num-speculative-tokens", "2"], "--num-speculative-tokens needs --speculative-method"),
-    (["--verification", "rejection"], "--verification needs --speculative-method mtp or ngram"),
-    (["--verification", "target_match"], "--verification needs --speculative-method"),
-    (["--num-model-steps", "2", "--verification", "greedy"],
-     "--num-model-steps, --verification need --speculative-method"),
-    (["--speculative-method", "ngram", "--num-model-steps", "2"],
-     "--num-model-steps applies to --speculative-method mtp only, not ngram"),
-    (["--speculative-method", "ngram", "--mtp-strategy", "with_ngram"],
-     "--mtp-strategy applies to --speculative-method mtp only"),
-    (["--speculative-method", "ngram", "--num-model-steps", "1", "--mtp-strategy", "default"],
-     "--num-model-steps, --mtp-strategy apply to --speculative-method mtp only"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (
+            ["--speculative-method", "mtp", "--num-speculative-tokens", "9"],
+            "SpeculativeConfig.num_speculative_tokens",
+        ),
+        (
+            ["--speculative-method", "mtp", "--num-model-steps", "0"],
+            "SpeculativeConfig.num_model_steps",
+        ),
+        (["--num-speculative-tokens", "2"], "--num-speculative-tokens needs --speculative-method"),
+        (["--verification", "rejection"], "--verification needs --speculative-method mtp or ngram"),
+        (["--verification", "target_match"], "--verification needs --speculative-method"),
+        (
+            ["--num-model-steps", "2", "--verification", "greedy"],
+            "--num-model-steps, --verification need --speculative-method",
+        ),
+        (
+            ["--speculative-method", "ngram", "--num-model-steps", "2"],
+            "--num-model-steps applies to --speculative-method mtp only, not ngram",
+        ),
+        (
+            ["--speculative-method", "ngram", "--mtp-strategy", "with_ngram"],
+            "--mtp-strategy applies to --speculative-method mtp only",
+        ),
+        (
+            [
+                "--speculative-method",
+                "ngram",
+                "--num-model-steps",
+                "1",
+                "--mtp-strategy",
+                "default",
+            ],
+            "--num-model-steps, --mtp-strategy apply to --speculative-method mtp only",
+        ),
+    ],
+)
 def test_generate_speculative_bad_values_exit_2(exact_ckpt, capsys, argv, field):
     assert main(["generate", "--model", str(exact_ckpt), "--prompt-ids", "5 6", *argv]) == 2
     err = capsys.readouterr().err
     assert field in err and err.startswith("fd-mtp generate: ") and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--block-size", "65536"], r"fd-mtp generate: --block-size must be an int in [1, 1024]"),
-    (["--max-num-seqs", "0"], "fd-mtp generate: --max-num-seqs must be an int >= 1"),
-    (["--dtype", "bfloat16"], "fd-mtp generate: --dtype bfloat16 is not supported with --device cpu"),
-    (["--dtype", "float16", "--device", "cpu"], "on cpu use --dtype float32, or leave --dtype out"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--block-size", "65536"], r"fd-mtp generate: --block-size must be an int in [1, 1024]"),
+        (["--max-num-seqs", "0"], "fd-mtp generate: --max-num-seqs must be an int >= 1"),
+        (
+            ["--dtype", "bfloat16"],
+            "fd-mtp generate: --dtype bfloat16 is not supported with --device cpu",
+        ),
+        (
+            ["--dtype", "float16", "--device", "cpu"],
+            "on cpu use --dtype float32, or leave --dtype out",
+        ),
+    ],
+)
 def test_bad_options_exit_2_naming_the_option(ckpt, capsys, argv, message):
-    assert main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--no-progress", *argv]) == 2
+    assert (
+        main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--no-progress", *argv]) == 2
+    )
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "load_checkpoint" not in err
 
@@ -206,7 +380,10 @@ def test_bad_options_exit_2_naming_the_option(ckpt, capsys, argv, message):
 def test_gpu_device_on_a_cpu_build_exits_2(ckpt, capsys, device):
     assert main(["generate", "--model", str(ckpt), "--prompt-ids", "5 6", "--device", device]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fd-mtp generate: --device gpu: this PaddlePaddle (") and "is a CPU build" in err
+    assert (
+        err.startswith("fd-mtp generate: --device gpu: this PaddlePaddle (")
+        and "is a CPU build" in err
+    )
 
 
 def test_bad_device_and_dtype_choices_are_refused_by_the_parser(capsys):
@@ -219,7 +396,9 @@ def test_bad_device_and_dtype_choices_are_refused_by_the_parser(capsys):
 
 def test_every_option_has_help_and_choices():
     parser = build_parser()
-    gen = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    gen = next(
+        a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction)
+    )
     g = gen.choices["generate"]
     for action in g._actions:
         assert action.help, action.option_strings
@@ -239,13 +418,33 @@ def test_version(capsys):
 
 def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
     """A real SIGINT to a real `fd-mtp generate`, sent once streaming has begun."""
-    cmd = [sys.executable, "-m", "fd_mtp.cli", "generate", "--model", str(ckpt), "--prompt-ids", "5 6 7",
-           "--prompt-ids", "8 9", "--max-tokens", "4000", "--max-model-len", "4096", "--ignore-eos",
-           "--stream", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fd_mtp.cli",
+        "generate",
+        "--model",
+        str(ckpt),
+        "--prompt-ids",
+        "5 6 7",
+        "--prompt-ids",
+        "8 9",
+        "--max-tokens",
+        "4000",
+        "--max-model-len",
+        "4096",
+        "--ignore-eos",
+        "--stream",
+        "--no-progress",
+    ]
     # a shell that starts us in the background ignores SIGINT, and the child would inherit that
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env={**os.environ, "PYTHONPATH": ROOT},
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         sel = selectors.DefaultSelector()
         sel.register(p.stdout, selectors.EVENT_READ)
@@ -270,11 +469,24 @@ def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
     assert "[0] finish_reason: aborted" in out and "[1] finish_reason: aborted" in out
     assert "2 requests, " in out and "tokens/s" in out
     # what request 0 streamed before the interrupt is a prefix of what the report lists
-    streamed = out.splitlines()[0][len("[0] "):].split()
-    assert streamed and [int(t) for t in streamed] == ids[0][:len(streamed)]
+    streamed = out.splitlines()[0][len("[0] ") :].split()
+    assert streamed and [int(t) for t in streamed] == ids[0][: len(streamed)]
 
 
 def test_generate_mtp_without_mtp_block_exits_2(tmp_path, capsys):
     no_mtp = write_random_checkpoint(tmp_path, seed=3, with_mtp=False, num_nextn_predict_layers=0)
-    assert main(["generate", "--model", str(no_mtp), "--prompt-ids", "5 6", "--speculative-method", "mtp"]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(no_mtp),
+                "--prompt-ids",
+                "5 6",
+                "--speculative-method",
+                "mtp",
+            ]
+        )
+        == 2
+    )
     assert "needs an MTP block" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Incremental detokenization: the text after every token equals the full decode of the output,
 and the decode work per token is bounded (it does not grow with the output's length)."""
+
 from __future__ import annotations
 
 import doctest
@@ -41,8 +42,12 @@ def random_ids(rng, tok, n):
     sp = tok._sp
     byte_ids = [i for i in range(tok.vocab_size) if sp.is_byte(i)]
     mix = rng.random()
-    return [int(rng.choice(byte_ids)) if rng.random() < mix else int(rng.integers(0, tok.vocab_size + 8))
-            for _ in range(n)]
+    return [
+        int(rng.choice(byte_ids))
+        if rng.random() < mix
+        else int(rng.integers(0, tok.vocab_size + 8))
+        for _ in range(n)
+    ]
 
 
 def test_docstring_example():
@@ -51,7 +56,9 @@ def test_docstring_example():
 
 
 @pytest.mark.parametrize("skip_special_tokens", [True, False])
-def test_incremental_text_equals_the_full_decode_after_every_token(demo_tokenizer, skip_special_tokens):
+def test_incremental_text_equals_the_full_decode_after_every_token(
+    demo_tokenizer, skip_special_tokens
+):
     tok = demo_tokenizer
     rng = np.random.default_rng(7 + skip_special_tokens)
     for _ in range(80):
@@ -83,7 +90,9 @@ def test_work_per_token_is_bounded(demo_tokenizer):
         worst = max(worst, tok.tokens - before)
     # a window is the last settled chunk plus the unsettled tokens: a constant, whatever n is
     assert worst <= 12 * (MAX_UNSETTLED + 1), worst
-    assert tok.tokens <= 8 * n, tok.tokens  # re-decoding the whole output every token: n * (n + 1) / 2
+    assert tok.tokens <= 8 * n, (
+        tok.tokens
+    )  # re-decoding the whole output every token: n * (n + 1) / 2
     assert d.text == demo_tokenizer.decode(ids)
 
 
@@ -105,12 +114,21 @@ def test_the_engine_decodes_a_window_per_token_and_stop_strings_still_cut(demo_t
     assert o.text == demo_tokenizer.decode(ids) and len(ids) == 120
     assert tok.tokens <= 8 * len(ids) + 4 * len(tok.encode(prompt)), tok.tokens
     full = o.text
-    stop = full[len(full) // 2: len(full) // 2 + 3]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
     # the full-decode rule: the first prefix of the output whose text contains the stop string
     n = next(k for k in range(1, len(ids) + 1) if stop in demo_tokenizer.decode(ids[:k]))
     want = demo_tokenizer.decode(ids[:n])
     for include in (False, True):
-        o2 = llm.generate([prompt], SamplingParams(max_tokens=120, temperature=0.0, ignore_eos=True, stop=[stop],
-                                                   include_stop_str_in_output=include), use_tqdm=False)[0]
+        o2 = llm.generate(
+            [prompt],
+            SamplingParams(
+                max_tokens=120,
+                temperature=0.0,
+                ignore_eos=True,
+                stop=[stop],
+                include_stop_str_in_output=include,
+            ),
+            use_tqdm=False,
+        )[0]
         cut = want.find(stop) + (len(stop) if include else 0)
         assert o2.finish_reason == "stop" and o2.token_ids == ids[:n] and o2.text == want[:cut]

@@ -1,6 +1,7 @@
 """End-to-end engine tests on a tiny random ERNIE model: greedy generation equals a naive
 full-recompute loop token for token, under batching, mid-run arrivals, chunked prefill and
 preemption; streaming order; stop conditions; seeded sampling; bad input."""
+
 import pytest
 
 paddle = pytest.importorskip("paddle")
@@ -51,7 +52,9 @@ def test_moe_checkpoint_greedy_equals_naive(tmp_path):
     from fd_mtp.model.loader import load_checkpoint
     from fd_mtp.testing import write_random_checkpoint
 
-    ckpt = write_random_checkpoint(tmp_path / "moe", seed=5, moe_num_experts=4, moe_k=2, moe_intermediate_size=32)
+    ckpt = write_random_checkpoint(
+        tmp_path / "moe", seed=5, moe_num_experts=4, moe_k=2, moe_intermediate_size=32
+    )
     llm = fd_mtp.LLM(ckpt, max_num_seqs=3, max_model_len=48, block_size=8, max_num_batched_tokens=8)
     model, _, cfg = load_checkpoint(ckpt)
     assert cfg.moe_num_experts == 4
@@ -66,7 +69,10 @@ def test_abandoned_stream_frees_everything():
     gen = llm.generate_stream(prompts([5, 6, 7], seed=13), SamplingParams(max_tokens=20, **GREEDY))
     next(gen)
     gen.close()
-    assert not llm.engine.has_unfinished() and llm.engine.block_manager.num_free == llm.runner.num_blocks
+    assert (
+        not llm.engine.has_unfinished()
+        and llm.engine.block_manager.num_free == llm.runner.num_blocks
+    )
     assert llm.engine.free_slots and len(llm.engine.free_slots) == 4
 
 
@@ -75,8 +81,10 @@ def test_requests_arriving_mid_run():
     engine = llm.engine
     ps = prompts([9, 4, 17, 6, 12], seed=2)
     n = [7, 5, 6, 4, 8]
-    ids = [engine.add_request(ps[0], SamplingParams(max_tokens=n[0], **GREEDY)),
-           engine.add_request(ps[1], SamplingParams(max_tokens=n[1], **GREEDY))]
+    ids = [
+        engine.add_request(ps[0], SamplingParams(max_tokens=n[0], **GREEDY)),
+        engine.add_request(ps[1], SamplingParams(max_tokens=n[1], **GREEDY)),
+    ]
     steps = 0
     while engine.has_unfinished():
         engine.step()
@@ -94,8 +102,12 @@ def test_blocks_running_out_preempt_and_recover():
     llm = make_llm(block_size=4, num_gpu_blocks=14, max_num_batched_tokens=64)
     ps = prompts([6, 8, 5, 7], seed=3)
     deltas = []
-    outs = llm.generate(ps, [SamplingParams(max_tokens=k, **GREEDY) for k in (9, 8, 10, 9)], use_tqdm=False,
-                        stream_callback=deltas.append)
+    outs = llm.generate(
+        ps,
+        [SamplingParams(max_tokens=k, **GREEDY) for k in (9, 8, 10, 9)],
+        use_tqdm=False,
+        stream_callback=deltas.append,
+    )
     assert llm.engine.num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
     for p, k, o in zip(ps, (9, 8, 10, 9), outs):
@@ -109,8 +121,18 @@ def test_blocks_running_out_preempt_and_recover():
 
 def test_preemption_with_chunked_prefill_and_seeded_sampling():
     ps = prompts([10, 12, 9], seed=4)
-    params = [SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_tokens=10, seed=s, ignore_eos=True,
-                             repetition_penalty=1.3) for s in (1, 2, 3)]
+    params = [
+        SamplingParams(
+            temperature=0.8,
+            top_p=0.9,
+            top_k=50,
+            max_tokens=10,
+            seed=s,
+            ignore_eos=True,
+            repetition_penalty=1.3,
+        )
+        for s in (1, 2, 3)
+    ]
     roomy = make_llm().generate(ps, params, use_tqdm=False)
     tight = make_llm(block_size=4, num_gpu_blocks=12, max_num_batched_tokens=6)
     squeezed = tight.generate(ps, params, use_tqdm=False)
@@ -119,9 +141,21 @@ def test_preemption_with_chunked_prefill_and_seeded_sampling():
     alone = make_llm(max_num_seqs=1).generate(ps[1:2], params[1:2], use_tqdm=False)
     assert alone[0].token_ids == roomy[1].token_ids
     # another seed gives another continuation
-    other = make_llm().generate(ps[1:2], [SamplingParams(temperature=0.8, top_p=0.9, top_k=50, max_tokens=10,
-                                                         seed=99, ignore_eos=True, repetition_penalty=1.3)],
-                                use_tqdm=False)
+    other = make_llm().generate(
+        ps[1:2],
+        [
+            SamplingParams(
+                temperature=0.8,
+                top_p=0.9,
+                top_k=50,
+                max_tokens=10,
+                seed=99,
+                ignore_eos=True,
+                repetition_penalty=1.3,
+            )
+        ],
+        use_tqdm=False,
+    )
     assert other[0].token_ids != roomy[1].token_ids
 
 
@@ -157,16 +191,22 @@ def test_stop_token_ids_eos_min_tokens_and_max_model_len():
     llm = make_llm()
     stop_tok = ref[3]
     first = ref.index(stop_tok)
-    o = llm.generate([p], SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[stop_tok]), use_tqdm=False)[0]
+    o = llm.generate(
+        [p], SamplingParams(max_tokens=12, temperature=0, stop_token_ids=[stop_tok]), use_tqdm=False
+    )[0]
     assert o.token_ids == ref[: first + 1] and o.finish_reason == "stop"
     # the model's EOS: a model whose eos_token_id is a token greedy decoding produces
     eos_llm = fd_mtp.LLM(tiny_model(eos=ref[2]), max_num_seqs=2, max_model_len=64, block_size=8)
     o = eos_llm.generate([p], SamplingParams(max_tokens=12, temperature=0), use_tqdm=False)[0]
     assert o.token_ids == ref[: ref.index(ref[2]) + 1] and o.finish_reason == "stop"
-    o = eos_llm.generate([p], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True), use_tqdm=False)[0]
+    o = eos_llm.generate(
+        [p], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True), use_tqdm=False
+    )[0]
     assert o.token_ids == ref and o.finish_reason == "length"
     # min_tokens masks EOS until reached
-    o = eos_llm.generate([p], SamplingParams(max_tokens=12, min_tokens=5, temperature=0), use_tqdm=False)[0]
+    o = eos_llm.generate(
+        [p], SamplingParams(max_tokens=12, min_tokens=5, temperature=0), use_tqdm=False
+    )[0]
     assert len(o.token_ids) >= 5 and ref[2] not in o.token_ids[:4]
     # max_model_len ends generation with "length"
     short = make_llm(max_model_len=10)
@@ -185,12 +225,21 @@ def test_stop_strings_and_text():
     stop = full[4:6]
     cut = full.find(stop)
     deltas = []
-    o = llm.generate([p], SamplingParams(max_tokens=10, stop=[stop], **GREEDY), use_tqdm=False,
-                     stream_callback=deltas.append)[0]
-    assert o.finish_reason == "stop" and o.text == full[:cut] and o.token_ids == ref[: cut + len(stop)]
+    o = llm.generate(
+        [p],
+        SamplingParams(max_tokens=10, stop=[stop], **GREEDY),
+        use_tqdm=False,
+        stream_callback=deltas.append,
+    )[0]
+    assert (
+        o.finish_reason == "stop" and o.text == full[:cut] and o.token_ids == ref[: cut + len(stop)]
+    )
     assert "".join(d.new_text for d in deltas) == o.text
-    o = llm.generate([p], SamplingParams(max_tokens=10, stop=stop, include_stop_str_in_output=True, **GREEDY),
-                     use_tqdm=False)[0]
+    o = llm.generate(
+        [p],
+        SamplingParams(max_tokens=10, stop=stop, include_stop_str_in_output=True, **GREEDY),
+        use_tqdm=False,
+    )[0]
     assert o.text == full[: cut + len(stop)]
     # a text prompt goes through the tokenizer
     o = llm.generate("hello", SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)[0]
@@ -206,8 +255,15 @@ def test_bad_input_is_a_per_request_error():
     assert len(outs) == len(batch)
     for i, g in ((0, good[0]), (6, good[1])):
         assert outs[i].error is None and outs[i].token_ids == naive_greedy(tiny_model(), g, 4)
-    expect = {1: "empty", 2: "max_model_len is 32", 3: "token id 300 is outside the vocabulary",
-              4: "token id -1 is outside", 5: "needs a tokenizer", 7: "not an int", 8: "must be a string or a list"}
+    expect = {
+        1: "empty",
+        2: "max_model_len is 32",
+        3: "token id 300 is outside the vocabulary",
+        4: "token id -1 is outside",
+        5: "needs a tokenizer",
+        7: "not an int",
+        8: "must be a string or a list",
+    }
     for i, msg in expect.items():
         assert outs[i].finish_reason == "error" and msg in outs[i].error and outs[i].token_ids == []
     # a request that could never fit the KV cache
@@ -221,10 +277,13 @@ def test_bad_input_is_a_per_request_error():
     with pytest.raises(ValueError, match="must be a SamplingParams"):
         llm.engine.add_request(good[0], {"max_tokens": 3})
     with pytest.raises(ValueError, match="needs an MTP block"):
-        fd_mtp.LLM(tiny_model(), speculative_config={"method": "mtp"})  # a model instance without mtp_model
+        fd_mtp.LLM(
+            tiny_model(), speculative_config={"method": "mtp"}
+        )  # a model instance without mtp_model
     # the engine is still usable
-    assert llm.generate([good[1]], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=False)[0].token_ids == \
-        naive_greedy(tiny_model(), good[1], 2)
+    assert llm.generate([good[1]], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=False)[
+        0
+    ].token_ids == naive_greedy(tiny_model(), good[1], 2)
 
 
 def test_share_inputs_layout():
@@ -232,8 +291,17 @@ def test_share_inputs_layout():
     s = llm.runner.share_inputs
     for key in ("pre_ids", "input_ids", "prompt_ids"):
         assert s[key].shape == [3, 40]
-    for key in ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags", "top_p",
-                "temperature", "max_dec_len", "min_dec_len"):
+    for key in (
+        "seq_lens_this_time",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+        "stop_flags",
+        "top_p",
+        "temperature",
+        "max_dec_len",
+        "min_dec_len",
+    ):
         assert s[key].shape == [3, 1], key
     assert s["block_tables"].shape == [3, 5 + 2]  # ceil(40 / 8) + enc_dec_block_num
     assert bool(s["stop_flags"].all()) and int(s["pre_ids"].min()) == -1
@@ -253,7 +321,9 @@ def test_mid_run_arrivals_with_preemption_and_chunks():
     step = 0
     while len(ids) < len(ps) or engine.has_unfinished():
         if len(ids) < len(ps) and step in (0, 1, 2, 5, 8):
-            ids.append(engine.add_request(ps[len(ids)], SamplingParams(max_tokens=n[len(ids)], **GREEDY)))
+            ids.append(
+                engine.add_request(ps[len(ids)], SamplingParams(max_tokens=n[len(ids)], **GREEDY))
+            )
         engine.step()
         step += 1
     assert engine.num_preemptions > 0

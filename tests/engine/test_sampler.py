@@ -1,4 +1,5 @@
 """Sampler: greedy, seeded reproducibility, top-k / top-p masks, penalties, min-length masks."""
+
 import numpy as np
 import pytest
 
@@ -9,31 +10,63 @@ from fd_mtp.engine.sampler import Sampler, SamplingRows, uniforms  # noqa: E402
 L = 16  # max_seq_len of the fake packed layout: one logits row per slot
 
 
-def run(logits, *, greedy=None, top_k=None, top_p=None, seeds=None, counters=None, pre_ids=None,
-        penalty=1.0, frequency=0.0, presence=0.0, temperature=1.0, step_idx=None, min_len=None, eos=(0,),
-        banned=((), ())):
+def run(
+    logits,
+    *,
+    greedy=None,
+    top_k=None,
+    top_p=None,
+    seeds=None,
+    counters=None,
+    pre_ids=None,
+    penalty=1.0,
+    frequency=0.0,
+    presence=0.0,
+    temperature=1.0,
+    step_idx=None,
+    min_len=None,
+    eos=(0,),
+    banned=((), ()),
+):
     """Sample every row r of ``logits`` as slot r; returns (tokens, logits after the in-place passes)."""
     logits = np.asarray(logits, np.float32)
     R, V = logits.shape
-    f32 = lambda v: paddle.to_tensor(np.broadcast_to(np.asarray(v, np.float32), [R]).reshape([R, 1]).copy())  # noqa: E731
-    i64 = lambda v: paddle.to_tensor(np.broadcast_to(np.asarray(v, np.int64), [R]).reshape([R, 1]).copy())  # noqa: E731
+    f32 = lambda v: paddle.to_tensor(
+        np.broadcast_to(np.asarray(v, np.float32), [R]).reshape([R, 1]).copy()
+    )  # noqa: E731
+    i64 = lambda v: paddle.to_tensor(
+        np.broadcast_to(np.asarray(v, np.int64), [R]).reshape([R, 1]).copy()
+    )  # noqa: E731
     rows = SamplingRows(
         greedy=np.asarray(greedy if greedy is not None else [False] * R, bool),
         top_k=np.asarray(top_k if top_k is not None else [0] * R, np.int64),
         top_p=np.asarray(top_p if top_p is not None else [1.0] * R, np.float64),
-        uniform=uniforms(seeds if seeds is not None else [0] * R, counters if counters is not None else [0] * R),
-        banned_rows=np.asarray(banned[0], np.int64), banned_ids=np.asarray(banned[1], np.int64))
+        uniform=uniforms(
+            seeds if seeds is not None else [0] * R, counters if counters is not None else [0] * R
+        ),
+        banned_rows=np.asarray(banned[0], np.int64),
+        banned_ids=np.asarray(banned[1], np.int64),
+    )
     pre = np.full([R, L], -1, np.int64) if pre_ids is None else np.asarray(pre_ids, np.int64)
     t = paddle.to_tensor(logits)
     offsets = np.arange(R, dtype=np.int32) * (L - 1)
     tokens = Sampler()(
-        t, rows, pre_ids=paddle.to_tensor(pre), penalty_score=f32(penalty), frequency_score=f32(frequency),
-        presence_score=f32(presence), temperature=f32(temperature),
-        bad_tokens=paddle.full([R, 1], -1, "int64"), step_idx=i64(0 if step_idx is None else step_idx),
+        t,
+        rows,
+        pre_ids=paddle.to_tensor(pre),
+        penalty_score=f32(penalty),
+        frequency_score=f32(frequency),
+        presence_score=f32(presence),
+        temperature=f32(temperature),
+        bad_tokens=paddle.full([R, 1], -1, "int64"),
+        step_idx=i64(0 if step_idx is None else step_idx),
         min_dec_len=i64(0 if min_len is None else min_len),
         eos_token_id=paddle.to_tensor(np.asarray(eos, np.int64).reshape([-1, 1])),
-        seq_lens_this_time=paddle.ones([R], "int32"), output_padding_offset=paddle.to_tensor(offsets),
-        output_cum_offsets=paddle.to_tensor(offsets), max_seq_len=L)
+        seq_lens_this_time=paddle.ones([R], "int32"),
+        output_padding_offset=paddle.to_tensor(offsets),
+        output_cum_offsets=paddle.to_tensor(offsets),
+        max_seq_len=L,
+    )
     return tokens, t.numpy()
 
 
@@ -111,8 +144,16 @@ def test_penalties_hand_case():
     # generated tokens (pre_ids, token k at index k): 0 once, 1 twice
     pre = np.full([1, L], -1, np.int64)
     pre[0, 1:4] = [0, 1, 1]
-    tokens, out = run([[1.0, -1.0, 2.0, 4.0]], greedy=[True], pre_ids=pre, penalty=2.0, frequency=0.5,
-                      presence=0.25, step_idx=3, eos=(3,))
+    tokens, out = run(
+        [[1.0, -1.0, 2.0, 4.0]],
+        greedy=[True],
+        pre_ids=pre,
+        penalty=2.0,
+        frequency=0.5,
+        presence=0.25,
+        step_idx=3,
+        eos=(3,),
+    )
     # x0 = 1/2 - 1*0.5 - 0.25; x1 = -1*2 - 2*0.5 - 0.25; unseen ids unchanged: every operand and
     # intermediate is a short binary fraction, so each correctly rounded float32 op is exact
     np.testing.assert_array_equal(out[0], np.array([-0.25, -3.25, 2.0, 4.0], np.float32))
@@ -123,10 +164,14 @@ def test_repetition_penalty_changes_the_greedy_token():
     pre = np.full([1, L], -1, np.int64)
     pre[0, 1] = 0
     assert run([[3.0, 2.9]], greedy=[True], eos=(1,))[0].tolist() == [0]
-    assert run([[3.0, 2.9]], greedy=[True], pre_ids=pre, penalty=1.5, step_idx=1, eos=(1,))[0].tolist() == [1]
+    assert run([[3.0, 2.9]], greedy=[True], pre_ids=pre, penalty=1.5, step_idx=1, eos=(1,))[
+        0
+    ].tolist() == [1]
 
 
 def test_min_tokens_masks_eos_and_stop_token_ids():
     logits = [[0.0, 0.0, 9.0, 8.0, 7.0]]  # EOS = 2, a stop token id = 3
-    assert run(logits, greedy=[True], eos=(2,), step_idx=1, min_len=2, banned=([0], [3]))[0].tolist() == [4]
+    assert run(logits, greedy=[True], eos=(2,), step_idx=1, min_len=2, banned=([0], [3]))[
+        0
+    ].tolist() == [4]
     assert run(logits, greedy=[True], eos=(2,), step_idx=2, min_len=2)[0].tolist() == [2]

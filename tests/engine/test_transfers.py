@@ -11,6 +11,7 @@ FastDeploy keeps on the CPU (``not_need_stop``: registered as host tensors) and 
 built with ``place=CPUPlace()`` are not transfers. (The model's attention backend builds its
 metadata on the host: fd_mtp/model is outside this check.)
 """
+
 from __future__ import annotations
 
 import sys
@@ -81,15 +82,48 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 CASES = {
     "plain-greedy": (None, GREEDY),
     "plain-sampled": (None, dict(SAMPLED, stop_token_ids=[7, 9], min_tokens=4)),
-    "mtp-greedy": ({"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2, "verification": "greedy"}, GREEDY),
-    "mtp-target-match": ({"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 2}, SAMPLED),
-    "mtp-rejection": ({"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 1,
-                       "verification": "rejection"}, SAMPLED),
-    "mtp-topp": ({"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2, "verification": "topp"},
-                 SAMPLED),
+    "mtp-greedy": (
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 2,
+            "num_model_steps": 2,
+            "verification": "greedy",
+        },
+        GREEDY,
+    ),
+    "mtp-target-match": (
+        {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 2},
+        SAMPLED,
+    ),
+    "mtp-rejection": (
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 2,
+            "num_model_steps": 1,
+            "verification": "rejection",
+        },
+        SAMPLED,
+    ),
+    "mtp-topp": (
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 2,
+            "num_model_steps": 2,
+            "verification": "topp",
+        },
+        SAMPLED,
+    ),
     "ngram": ({"method": "ngram", "num_speculative_tokens": 3, "verification": "greedy"}, GREEDY),
-    "hybrid": ({"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 1, "mtp_strategy": "with_ngram",
-                "verification": "greedy"}, GREEDY),
+    "hybrid": (
+        {
+            "method": "mtp",
+            "num_speculative_tokens": 3,
+            "num_model_steps": 1,
+            "mtp_strategy": "with_ngram",
+            "verification": "greedy",
+        },
+        GREEDY,
+    ),
 }
 
 
@@ -97,8 +131,15 @@ CASES = {
 def test_one_transfer_each_way_per_step(ckpt, case, monkeypatch):
     spec, sampling = CASES[case]
     # chunked prefill (8 tokens per step) and preemption (14 blocks of 4 for 4 slots)
-    llm = fd_mtp.LLM(str(ckpt), max_num_seqs=4, max_model_len=64, block_size=4, num_gpu_blocks=14,
-                     max_num_batched_tokens=8, speculative_config=spec)
+    llm = fd_mtp.LLM(
+        str(ckpt),
+        max_num_seqs=4,
+        max_model_len=64,
+        block_size=4,
+        num_gpu_blocks=14,
+        max_num_batched_tokens=8,
+        speculative_config=spec,
+    )
     runner, ib = llm.runner, llm.runner.input_batch
     hook = StrayTransfers(monkeypatch)
     hook.batches.append(ib)
@@ -146,12 +187,16 @@ def test_push_and_pull_move_exactly_what_changed():
 
     B = 3
     t = {
-        "seq_lens_this_time": paddle.full([B, 1], 0, "int32"), "seq_lens_encoder": paddle.full([B, 1], 0, "int32"),
-        "seq_lens_decoder": paddle.full([B, 1], 0, "int32"), "step_idx": paddle.full([B, 1], 0, "int64"),
-        "stop_flags": paddle.full([B, 1], True, "bool"), "block_tables": paddle.full([B, 4], -1, "int32"),
-        "pre_ids": paddle.full([B, 6], -1, "int64"), "top_p": paddle.full([B, 1], 1.0, "float32"),
+        "seq_lens_this_time": paddle.full([B, 1], 0, "int32"),
+        "seq_lens_encoder": paddle.full([B, 1], 0, "int32"),
+        "seq_lens_decoder": paddle.full([B, 1], 0, "int32"),
+        "step_idx": paddle.full([B, 1], 0, "int64"),
+        "stop_flags": paddle.full([B, 1], True, "bool"),
+        "block_tables": paddle.full([B, 4], -1, "int32"),
+        "pre_ids": paddle.full([B, 6], -1, "int64"),
+        "top_p": paddle.full([B, 1], 1.0, "float32"),
         "not_need_stop": paddle.full([1], False, "bool").cpu(),
-    }  # fmt: skip
+    }
     ib = InputBatch(t)
     assert ib.push() == {} and ib.stats.h2d == 0  # nothing to send: no transfer
     ib.this_time[1] = 5
@@ -168,11 +213,16 @@ def test_push_and_pull_move_exactly_what_changed():
     dev = ib.push({"uniform": np.array([0.25, 0.5], np.float32), "greedy": np.array([True, False])})
     assert ib.stats.h2d == 1
     assert t["seq_lens_this_time"].numpy().ravel().tolist() == [0, 5, 0]
-    assert t["stop_flags"].numpy().ravel().tolist() == [True, False, True] and bool(t["not_need_stop"][0])
+    assert t["stop_flags"].numpy().ravel().tolist() == [True, False, True] and bool(
+        t["not_need_stop"][0]
+    )
     assert t["block_tables"][1].tolist() == [7, 3, -1, -1]
     assert t["pre_ids"].numpy().tolist() == [[-1] * 6, [-1, 40, 41, -1, -1, -1], [-1] * 5 + [10]]
     assert abs(float(t["top_p"][1, 0]) - 0.8) < 1e-7
-    assert dev["uniform"].numpy().tolist() == [0.25, 0.5] and dev["greedy"].numpy().tolist() == [True, False]
+    assert dev["uniform"].numpy().tolist() == [0.25, 0.5] and dev["greedy"].numpy().tolist() == [
+        True,
+        False,
+    ]
     assert ib.push() == {} and ib.stats.h2d == 1  # everything was sent
     # the ops write the tensors; the pull brings them back into the mirrored arrays
     paddle.assign(paddle.to_tensor([[1], [6], [0]], dtype="int32"), t["seq_lens_decoder"])

@@ -1,6 +1,7 @@
 """The speculative runner passes speculate_verify's randomness explicitly (``seed`` = the runner's
 verify seed, ``offset`` = its step number) and never relies on a wrapper's global counter: the
 same generation gives the same tokens whatever ran before it in the process."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,12 @@ import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams, ops  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint  # noqa: E402
 
-SPEC = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2, "verification": "rejection"}
+SPEC = {
+    "method": "mtp",
+    "num_speculative_tokens": 2,
+    "num_model_steps": 2,
+    "verification": "rejection",
+}
 PARAMS = SamplingParams(max_tokens=10, temperature=0.9, top_p=0.95, ignore_eos=True, seed=5)
 
 
@@ -22,7 +28,14 @@ def ckpt(tmp_path_factory):
 
 
 def run(ckpt, seed=11):
-    llm = fd_mtp.LLM(str(ckpt), max_num_seqs=2, max_model_len=64, block_size=8, speculative_config=SPEC, seed=seed)
+    llm = fd_mtp.LLM(
+        str(ckpt),
+        max_num_seqs=2,
+        max_model_len=64,
+        block_size=8,
+        speculative_config=SPEC,
+        seed=seed,
+    )
     rng = np.random.default_rng(0)
     ps = [[int(t) for t in rng.integers(3, 300, n)] for n in (6, 9)]
     return llm, [o.token_ids for o in llm.generate(ps, PARAMS, use_tqdm=False)]

@@ -1,4 +1,5 @@
 """Shared helpers of the engine tests: a tiny random ERNIE model and the naive greedy oracle."""
+
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,16 @@ VOCAB = 300
 @functools.cache
 def tiny_model(eos: int = 2, seed: int = 0) -> Ernie4_5ForCausalLM:
     paddle.seed(seed)
-    cfg = ErnieConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=eos)
+    cfg = ErnieConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=eos,
+    )
     model = Ernie4_5ForCausalLM(cfg)
     model.eval()
     return model

@@ -4,8 +4,10 @@ These tests need neither paddle nor hypothesis. tools/gpu_check.sh runs them wit
 ``--confcutdir=tests/gpu`` so that tests/conftest.py (which imports hypothesis) is not loaded;
 under a plain ``pytest tests`` that conftest loads first, which is fine where hypothesis exists.
 
-Each test_gpu_*.py skips its whole module (gpu_util.skip_module_without_gpu) (never fails) when a requirement is missing.
+Each test_gpu_*.py skips its whole module (gpu_util.skip_module_without_gpu) (never fails) when a
+requirement is missing.
 """
+
 import pathlib
 import sys
 

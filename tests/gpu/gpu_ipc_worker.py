@@ -1,6 +1,7 @@
 """The second process of tests/gpu/test_gpu_ipc.py (multiprocessing 'spawn'): runs fd_mtp.cuda
 IPC commands on CuPy arrays sent over a Pipe, answering ("ok", result) or ("err", type, message).
 Arrays cross the pipe as numpy; "exit" returns normally (atexit handlers run)."""
+
 import gc
 import sys
 

@@ -2,6 +2,7 @@
 
 Import `skip_module_without_gpu()` at the top of a test module before importing cupy.
 """
+
 import numpy as np
 import pytest
 
@@ -26,7 +27,6 @@ def gpu_skip_reason():
     return None
 
 
-
 def skip_module_without_gpu():
     """Skip the calling test module (never fail it) when CuPy, a GPU or fd_mtp_cuda is missing."""
     reason = gpu_skip_reason()
@@ -35,8 +35,12 @@ def skip_module_without_gpu():
 
 
 def assert_exact(actual, expected, name):
-    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
+    assert actual.dtype == expected.dtype, (
+        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
+    )
+    assert actual.shape == expected.shape, (
+        f"{name}: shape {actual.shape}, expected {expected.shape}"
+    )
     diff = np.argwhere(actual != expected)
     if diff.size:
         at = [tuple(int(i) for i in d) for d in diff[:5]]

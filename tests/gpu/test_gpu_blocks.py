@@ -7,6 +7,7 @@ argument, nothing written.
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module; skipped otherwise (never fails). Needs neither
 paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
@@ -24,17 +25,33 @@ SEEDS = [0, 1]
 # speculate_schedule_cache
 # ------------------------------------------------------------------------------------------------
 SCHEDULE_ORDER = [
-    "draft_tokens", "block_tables", "stop_flags", "prompt_lens", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_seq_lens_decoder", "step_draft_tokens", "step_seq_lens_this_time", "accept_num",
-    "accept_tokens", "is_block_step", "not_need_stop", "stop_nums", "block_size", "max_draft_tokens",
-]  # fmt: skip
+    "draft_tokens",
+    "block_tables",
+    "stop_flags",
+    "prompt_lens",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_seq_lens_decoder",
+    "step_draft_tokens",
+    "step_seq_lens_this_time",
+    "accept_num",
+    "accept_tokens",
+    "is_block_step",
+    "not_need_stop",
+    "stop_nums",
+    "block_size",
+    "max_draft_tokens",
+]
 
 
 def schedule_batch(rng, bsz, extra=3, k=3, bs=16, nb=6):
     m = bsz + extra
     return dict(
         draft_tokens=rng.integers(0, 1000, (m, k + 1)),
-        block_tables=np.where(rng.random((m, nb)) < 0.3, -1, rng.integers(0, 10**4, (m, nb))).astype(np.int32),
+        block_tables=np.where(
+            rng.random((m, nb)) < 0.3, -1, rng.integers(0, 10**4, (m, nb))
+        ).astype(np.int32),
         stop_flags=rng.random(m) < 0.2,
         prompt_lens=rng.integers(0, nb * bs, m).astype(np.int64),
         seq_lens_this_time=rng.integers(0, k + 2, bsz).astype(np.int32),
@@ -80,10 +97,19 @@ def test_schedule_cache_bad_input_writes_nothing():
 # recover_decode_task
 # ------------------------------------------------------------------------------------------------
 RECOVER_ORDER = [
-    "stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_seq_lens_decoder",
-    "block_tables", "is_block_step", "draft_tokens", "step_draft_tokens", "step_seq_lens_this_time",
-    "block_size", "max_draft_tokens",
-]  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_seq_lens_decoder",
+    "block_tables",
+    "is_block_step",
+    "draft_tokens",
+    "step_draft_tokens",
+    "step_seq_lens_this_time",
+    "block_size",
+    "max_draft_tokens",
+]
 
 
 def recover_batch(rng, n, spec=True, k=3, bs=16, nb=5):
@@ -93,7 +119,9 @@ def recover_batch(rng, n, spec=True, k=3, bs=16, nb=5):
         seq_lens_encoder=rng.integers(0, 5, n).astype(np.int32),
         seq_lens_decoder=rng.integers(0, 50, n).astype(np.int32),
         step_seq_lens_decoder=rng.integers(0, nb * bs + 2 * k + 2, n).astype(np.int32),
-        block_tables=np.where(rng.random((n, nb)) < 0.5, -1, rng.integers(0, 999, (n, nb))).astype(np.int32),
+        block_tables=np.where(rng.random((n, nb)) < 0.5, -1, rng.integers(0, 999, (n, nb))).astype(
+            np.int32
+        ),
         is_block_step=rng.random(n) < 0.6,
         draft_tokens=rng.integers(0, 999, (n, k + 1)),
         step_draft_tokens=rng.integers(0, 999, (n, k + 1)),
@@ -133,12 +161,33 @@ def test_recover_decode_task_bad_input_writes_nothing():
 # speculate_step_paddle
 # ------------------------------------------------------------------------------------------------
 STEP_ORDER = [
-    "stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder", "seq_lens_decoder",
-    "block_tables", "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
-    "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len",
-    "input_ids", "pre_ids", "step_idx", "next_tokens", "first_token_ids", "accept_num", "block_size",
-    "encoder_decoder_block_num", "max_draft_tokens",
-]  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "ori_seq_lens_encoder",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "is_block_step",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "input_ids",
+    "pre_ids",
+    "step_idx",
+    "next_tokens",
+    "first_token_ids",
+    "accept_num",
+    "block_size",
+    "encoder_decoder_block_num",
+    "max_draft_tokens",
+]
 
 
 def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
@@ -158,21 +207,38 @@ def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
     step_list[: len(parked)] = parked
     free = np.zeros(free_len + int(used.sum()) + 2, np.int32)
     free[:free_len] = [next(ids) for _ in range(free_len)]
-    dec = np.maximum(0, (enc + used + rng.integers(-2, 2, bsz)) * bs - k - 1 + rng.integers(0, bs, bsz))
+    dec = np.maximum(
+        0, (enc + used + rng.integers(-2, 2, bsz)) * bs - k - 1 + rng.integers(0, bs, bsz)
+    )
     ori = rng.integers(1, width // 2, bsz).astype(np.int32)
     return dict(
-        stop_flags=stop, seq_lens_this_time=np.where(stop, 0, rng.integers(1, k + 2, bsz)).astype(np.int32),
-        ori_seq_lens_encoder=ori, seq_lens_encoder=np.zeros(bsz, np.int32),
-        seq_lens_decoder=np.where(bstep, 0, dec).astype(np.int32), block_tables=tables, encoder_block_lens=enc,
-        is_block_step=bstep, step_block_list=step_list, step_lens=np.array([len(parked)], np.int32),
-        recover_block_list=np.full(bsz, -1, np.int32), recover_lens=np.zeros(1, np.int32),
-        need_block_list=np.full(bsz, -1, np.int32), need_block_len=np.zeros(1, np.int32), used_list_len=used,
-        free_list=free, free_list_len=np.array([free_len], np.int32),
-        input_ids=rng.integers(0, 100, (bsz, width)), pre_ids=rng.integers(0, 100, (bsz, width)),
-        step_idx=(rng.random(bsz) * (width - ori + 1)).astype(np.int64), next_tokens=np.zeros((bsz, 1), np.int64),
-        first_token_ids=rng.integers(0, 100, bsz), accept_num=rng.integers(0, k + 2, bsz).astype(np.int32),
-        block_size=bs, encoder_decoder_block_num=2, max_draft_tokens=k,
-    )  # fmt: skip
+        stop_flags=stop,
+        seq_lens_this_time=np.where(stop, 0, rng.integers(1, k + 2, bsz)).astype(np.int32),
+        ori_seq_lens_encoder=ori,
+        seq_lens_encoder=np.zeros(bsz, np.int32),
+        seq_lens_decoder=np.where(bstep, 0, dec).astype(np.int32),
+        block_tables=tables,
+        encoder_block_lens=enc,
+        is_block_step=bstep,
+        step_block_list=step_list,
+        step_lens=np.array([len(parked)], np.int32),
+        recover_block_list=np.full(bsz, -1, np.int32),
+        recover_lens=np.zeros(1, np.int32),
+        need_block_list=np.full(bsz, -1, np.int32),
+        need_block_len=np.zeros(1, np.int32),
+        used_list_len=used,
+        free_list=free,
+        free_list_len=np.array([free_len], np.int32),
+        input_ids=rng.integers(0, 100, (bsz, width)),
+        pre_ids=rng.integers(0, 100, (bsz, width)),
+        step_idx=(rng.random(bsz) * (width - ori + 1)).astype(np.int64),
+        next_tokens=np.zeros((bsz, 1), np.int64),
+        first_token_ids=rng.integers(0, 100, bsz),
+        accept_num=rng.integers(0, k + 2, bsz).astype(np.int32),
+        block_size=bs,
+        encoder_decoder_block_num=2,
+        max_draft_tokens=k,
+    )
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
@@ -192,8 +258,10 @@ def test_speculate_step_parity(bsz, seed, scarce):
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case, argument", [("exhausted", "free_list"), ("input_ids", "input_ids"),
-                                            ("need_len", "need_block_len")])  # fmt: skip
+@pytest.mark.parametrize(
+    "case, argument",
+    [("exhausted", "free_list"), ("input_ids", "input_ids"), ("need_len", "need_block_len")],
+)
 def test_speculate_step_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(62)
     args = step_batch(rng, 600, free_len=4)
@@ -207,7 +275,9 @@ def test_speculate_step_bad_input_writes_nothing(case, argument):
         args["seq_lens_decoder"][:] = 0
         args["step_lens"][0] = 0
         args["free_list_len"][0] = 0
-    elif case == "input_ids":  # the parked request on top of the stack recovers past its input_ids row
+    elif (
+        case == "input_ids"
+    ):  # the parked request on top of the stack recovers past its input_ids row
         for b in range(600):
             args["stop_flags"][b] = args["is_block_step"][b] = True
             args["seq_lens_this_time"][b] = 0

@@ -8,6 +8,7 @@ data-dependent error: fd_mtp.cuda raises ValueError naming the argument and writ
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
 otherwise. Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import arrays_of, assert_exact, call, compare_all, skip_module_without_gpu, split
@@ -28,12 +29,31 @@ EOS = (2, 3)
 # draft_model_preprocess
 # ------------------------------------------------------------------------------------------------
 PRE_ORDER = [
-    "draft_tokens", "input_ids", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_idx", "not_need_stop", "is_block_step", "batch_drop", "pre_ids",
-    "mask_rollback", "recompute_token_num", "accept_tokens", "accept_num",
-    "base_model_seq_lens_this_time", "base_model_seq_lens_encoder", "base_model_seq_lens_decoder",
-    "base_model_step_idx", "base_model_stop_flags", "base_model_is_block_step",
-    "base_model_draft_tokens", "num_model_step", "truncate_first_token", "splitwise_prefill",
+    "draft_tokens",
+    "input_ids",
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "not_need_stop",
+    "is_block_step",
+    "batch_drop",
+    "pre_ids",
+    "mask_rollback",
+    "recompute_token_num",
+    "accept_tokens",
+    "accept_num",
+    "base_model_seq_lens_this_time",
+    "base_model_seq_lens_encoder",
+    "base_model_seq_lens_decoder",
+    "base_model_step_idx",
+    "base_model_stop_flags",
+    "base_model_is_block_step",
+    "base_model_draft_tokens",
+    "num_model_step",
+    "truncate_first_token",
+    "splitwise_prefill",
     "kvcache_scheduler_v1",
 ]
 
@@ -81,8 +101,12 @@ def preprocess_batch(rng, bsz, *, splitwise=False, truncate=False, v1=False, ext
 def test_preprocess_parity(bsz, seed, mode):
     rng = np.random.default_rng([seed, bsz, 1])
     args = preprocess_batch(
-        rng, bsz, splitwise=mode.startswith("splitwise"), truncate="truncate" in mode,
-        v1=mode == "v1", extra_rows=seed * 3,
+        rng,
+        bsz,
+        splitwise=mode.startswith("splitwise"),
+        truncate="truncate" in mode,
+        v1=mode == "v1",
+        extra_rows=seed * 3,
     )
     host, dev = split(args)
     call(ref.draft_model_preprocess, host, PRE_ORDER)
@@ -140,9 +164,21 @@ def test_preprocess_bad_input_writes_nothing(case, argument):
 # draft_model_update
 # ------------------------------------------------------------------------------------------------
 UPD_ORDER = [
-    "inter_next_tokens", "draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_idx", "output_cum_offsets", "stop_flags", "not_need_stop",
-    "max_dec_len", "end_ids", "base_model_draft_tokens", "max_seq_len", "substep",
+    "inter_next_tokens",
+    "draft_tokens",
+    "pre_ids",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "output_cum_offsets",
+    "stop_flags",
+    "not_need_stop",
+    "max_dec_len",
+    "end_ids",
+    "base_model_draft_tokens",
+    "max_seq_len",
+    "substep",
 ]
 
 
@@ -153,7 +189,9 @@ def update_batch(rng, bsz, *, substep=1, extra_rows=0):
     kind = rng.integers(0, 3, n)  # 0 decode, 1 prefill, 2 enc == dec == 0
     q = rng.integers(1, K + 1, n).astype(np.int32)  # <= Dd: the max_dec_len write stays in the row
     q[:bsz][stop[:bsz] & (rng.random(bsz) < 0.5)] = 0  # stopped requests may have q == 0
-    enc = np.where(kind == 1, rng.integers(1, 20, n), np.where(kind == 0, -rng.integers(0, 2, n), 0))
+    enc = np.where(
+        kind == 1, rng.integers(1, 20, n), np.where(kind == 0, -rng.integers(0, 2, n), 0)
+    )
     dec = np.where(kind == 0, rng.integers(1, 30, n), np.where(kind == 1, rng.integers(0, 5, n), 0))
     step = rng.integers(0, L - K - 2, n).astype(np.int64)
     max_dec = (step + rng.integers(0, 2 * K, n)).astype(np.int64)
@@ -207,7 +245,7 @@ def test_update_bad_input_writes_nothing(case, argument):
     if case == "empty":
         args["seq_lens_this_time"][b] = 0
     elif case == "row":
-        args["output_cum_offsets"][b] = -(10 ** 6)  # start far past the last row
+        args["output_cum_offsets"][b] = -(10**6)  # start far past the last row
     else:
         args["seq_lens_encoder"][b] = 0
         args["seq_lens_decoder"][b] = 5
@@ -222,7 +260,9 @@ def test_update_bad_input_writes_nothing(case, argument):
 # draft_model_postprocess
 # ------------------------------------------------------------------------------------------------
 POST_ORDER = [
-    "base_model_draft_tokens", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
+    "base_model_draft_tokens",
+    "base_model_seq_lens_this_time",
+    "base_model_seq_lens_encoder",
     "base_model_stop_flags",
 ]
 
@@ -238,7 +278,9 @@ def test_postprocess_parity(bsz, seed):
     args = dict(
         base_model_draft_tokens=draft,
         base_model_seq_lens_this_time=this_time.reshape(-1, 1) if seed else this_time,
-        base_model_seq_lens_encoder=np.where(rng.random(n) < 0.3, rng.integers(1, 9, n), 0).astype(np.int32),
+        base_model_seq_lens_encoder=np.where(rng.random(n) < 0.3, rng.integers(1, 9, n), 0).astype(
+            np.int32
+        ),
         base_model_stop_flags=rng.random(n) < 0.3,
     )
     host, dev = split(args)
@@ -257,13 +299,19 @@ EAGLE_BATCHES = [1, 7, 33, 257, 600, 1024]
 
 def hidden_input(rng, rows, hidden, dtype):
     if dtype == "bfloat16":  # bfloat16 as its uint16 bit patterns: a row gather is bit exact
-        return rng.integers(0, 2 ** 16, (rows, hidden), dtype=np.uint16)
+        return rng.integers(0, 2**16, (rows, hidden), dtype=np.uint16)
     return rng.standard_normal((rows, hidden)).astype(dtype)
 
 
 EAGLE_ORDER = [
-    "input", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "stop_flags",
-    "accept_nums", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder",
+    "input",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "stop_flags",
+    "accept_nums",
+    "base_model_seq_lens_this_time",
+    "base_model_seq_lens_encoder",
     "actual_draft_token_num",
 ]
 
@@ -274,7 +322,9 @@ def eagle_batch(rng, bsz, hidden, dtype, slack=2):
     enc = np.where(kind == 0, rng.integers(1, 6, bsz), 0).astype(np.int32)
     base_this = np.where(kind == 2, 0, rng.integers(1, K + 2, bsz)).astype(np.int32)
     base_this[kind == 0] = rng.integers(0, K + 2, int((kind == 0).sum()))
-    this_time = np.where(kind == 1, 0, np.where(kind == 2, 0, rng.integers(1, K + 2, bsz))).astype(np.int32)
+    this_time = np.where(kind == 1, 0, np.where(kind == 2, 0, rng.integers(1, K + 2, bsz))).astype(
+        np.int32
+    )
     acc = (rng.random(bsz) * (base_this + 1)).astype(np.int32)  # in [0, base_this]
     in_rows = int(np.where(kind == 0, enc, base_this).sum())
     return dict(
@@ -393,9 +443,19 @@ def test_eagle_self_hidden_states_bad_input(case, argument):
 # mtp_step_paddle
 # ------------------------------------------------------------------------------------------------
 MTP_ORDER = [
-    "base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "block_tables", "encoder_block_lens", "used_list_len", "free_list",
-    "free_list_len", "block_size", "max_draft_tokens",
+    "base_model_stop_flags",
+    "stop_flags",
+    "batch_drop",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "block_size",
+    "max_draft_tokens",
 ]
 
 
@@ -414,7 +474,7 @@ def mtp_batch(rng, bsz, *, free_len=None, extra_rows=0):
     if free_len is None:
         free_len = int(rng.integers(0, bsz + 1))
     capacity = free_len + int(used.sum()) + 4
-    free_list = np.arange(10 ** 5, 10 ** 5 + capacity, dtype=np.int32)
+    free_list = np.arange(10**5, 10**5 + capacity, dtype=np.int32)
     return dict(
         base_model_stop_flags=rng.random(n) < 0.2,
         stop_flags=rng.random(n) < 0.2,
@@ -449,8 +509,15 @@ def test_mtp_step_parity(bsz, seed, scarce):
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case, argument", [("exhausted", "free_list"), ("full", "free_list"),
-                                            ("used", "used_list_len"), ("free_len", "free_list_len")])
+@pytest.mark.parametrize(
+    "case, argument",
+    [
+        ("exhausted", "free_list"),
+        ("full", "free_list"),
+        ("used", "used_list_len"),
+        ("free_len", "free_list_len"),
+    ],
+)
 def test_mtp_step_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(61)
     bsz = 33

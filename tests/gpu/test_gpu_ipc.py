@@ -9,6 +9,7 @@ data; expected arrays are the values written. Checks at the end that /dev/shm is
 
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module; skipped otherwise. Needs no paddle.
 """
+
 import gc
 import itertools
 import multiprocessing as mp
@@ -22,9 +23,9 @@ from gpu_util import assert_exact, skip_module_without_gpu
 skip_module_without_gpu()
 
 import cupy as cp  # noqa: E402
+import gpu_ipc_worker  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
-import gpu_ipc_worker  # noqa: E402
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 # bfloat16 has no CuPy dtype: its 2-byte storage (uint16 bits) stands in; the ops see only bytes.
@@ -122,7 +123,9 @@ def test_parent_publishes_child_attaches_both_write(child, dtype):
 
     child.call("attach", "kv", name, dtype, KV_SHAPE)
     zeros = np.zeros([3] + KV_SHAPE[1:], dtype)
-    assert_exact(child.call("read", "kv"), np.concatenate([a, zeros]), "child sees the parent's write")
+    assert_exact(
+        child.call("read", "kv"), np.concatenate([a, zeros]), "child sees the parent's write"
+    )
 
     child.call("write", "kv", 3, 6, b)
     assert_exact(cp.asnumpy(cache), np.concatenate([a, b]), "parent sees the child's write")
@@ -130,7 +133,9 @@ def test_parent_publishes_child_attaches_both_write(child, dtype):
     c = values(dtype, [1] + KV_SHAPE[1:], seed=3)
     cache[5:6] = cp.asarray(c)
     sync()
-    assert_exact(child.call("read", "kv"), np.concatenate([a, b[:2], c]), "child sees the overwrite")
+    assert_exact(
+        child.call("read", "kv"), np.concatenate([a, b[:2], c]), "child sees the overwrite"
+    )
 
     child.call("free", "kv")
     fcuda.unset_data_ipc(cache, name, False, True)
@@ -162,7 +167,9 @@ def test_child_publishes_parent_attaches_closes_and_child_exit_removes_the_name(
         producer.call("publish", "kv", name)
         like = cp.empty(1, cp.float32)
         mine = fcuda.share_external_data(like, name, KV_SHAPE)
-        again = fcuda.share_external_data(like, name, [int(np.prod(KV_SHAPE))])  # same handle: reused
+        again = fcuda.share_external_data(
+            like, name, [int(np.prod(KV_SHAPE))]
+        )  # same handle: reused
         assert_exact(cp.asnumpy(mine), data, "parent sees the child's data")
         mine[2] = 5.0
         sync()
@@ -215,9 +222,14 @@ def test_fastdeploy_72_byte_record_is_accepted():
 def test_bad_input_raises_naming_the_argument():
     like = cp.empty(1, cp.float32)
     name = fresh_name()
-    with pytest.raises(ValueError, match=rf"share_external_data: shm_name '{name}' names no shared-memory"):
+    with pytest.raises(
+        ValueError, match=rf"share_external_data: shm_name '{name}' names no shared-memory"
+    ):
         fcuda.share_external_data(like, name, [4])
-    with pytest.raises(ValueError, match=r"share_external_data: shm_name '/no_slash_fd_mtp_missing' names no shared-memory"):
+    with pytest.raises(
+        ValueError,
+        match=r"share_external_data: shm_name '/no_slash_fd_mtp_missing' names no shared-memory",
+    ):
         fcuda.share_external_data(like, "no_slash_fd_mtp_missing", [4])
     with pytest.raises(ValueError, match=r"set_data_ipc: shm_name '/a/b' must not contain"):
         fcuda.set_data_ipc(like, "/a/b")
@@ -225,7 +237,9 @@ def test_bad_input_raises_naming_the_argument():
         fcuda.set_data_ipc(np.zeros(4, np.float32), name)
     with pytest.raises(ValueError, match=r"unset_data_ipc: tensor was not attached"):
         fcuda.unset_data_ipc(like, name, True, False)
-    with pytest.raises(ValueError, match=rf"unset_data_ipc: shm_name '{name}' names no shared-memory"):
+    with pytest.raises(
+        ValueError, match=rf"unset_data_ipc: shm_name '{name}' names no shared-memory"
+    ):
         fcuda.unset_data_ipc(like, name, False, True)
     own = cp.zeros(16, cp.float32)
     fcuda.set_data_ipc(own, name)

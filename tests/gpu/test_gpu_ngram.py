@@ -11,6 +11,7 @@ input: ValueError naming the argument, nothing written.
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
 otherwise. Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import assert_exact, skip_module_without_gpu
@@ -22,15 +23,47 @@ import cupy as cp  # noqa: E402
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
 
-NGRAM_ORDER = ["input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-               "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "max_dec_len"]  # fmt: skip
-HYBRID_ORDER = ["input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-                "seq_lens_this_time", "seq_lens_decoder", "max_dec_len"]  # fmt: skip
+NGRAM_ORDER = [
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "max_dec_len",
+]
+HYBRID_ORDER = [
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_decoder",
+    "max_dec_len",
+]
 TILE = 256  # positions per tile of the search kernel (kThreads)
 
 
-def make_batch(rng, bsz, *, hybrid, prompt, generated, vocab, k=3, max_n=3, plant=0.6, column=False,
-               edge_plants=False, roles=True):
+def make_batch(
+    rng,
+    bsz,
+    *,
+    hybrid,
+    prompt,
+    generated,
+    vocab,
+    k=3,
+    max_n=3,
+    plant=0.6,
+    column=False,
+    edge_plants=False,
+    roles=True,
+):
     """A valid batch: prompts of up to `prompt` tokens, `generated`-ish generated tokens, random
     tokens below `vocab`, and for a fraction `plant` of the requests the last g tokens (and what
     follows) copied to a random earlier place (prompt or history)."""
@@ -113,8 +146,9 @@ def run_three(d, hybrid, sizes, threshold):
 @pytest.mark.parametrize("hybrid", [False, True])
 def test_random_batches(bsz, seed, hybrid):
     rng = np.random.default_rng(seed * 7919 + bsz)
-    d = make_batch(rng, bsz, hybrid=hybrid, prompt=96, generated=64, vocab=12, k=4, max_n=4,
-                   column=bool(seed))  # fmt: skip
+    d = make_batch(
+        rng, bsz, hybrid=hybrid, prompt=96, generated=64, vocab=12, k=4, max_n=4, column=bool(seed)
+    )
     sizes = (4, 2, 4) if hybrid else (4, 4)
     for threshold in (1 << 30, 6 * bsz, 3):
         run_three(d, hybrid, sizes, threshold)
@@ -126,8 +160,18 @@ def test_batch_256_with_8k_histories(hybrid, vocab):
     """The shape the kernels are designed for: 256 requests, ~6k-token prompts + ~2k generated."""
     rng = np.random.default_rng(vocab + hybrid)
     k, max_n = 5, 5
-    d = make_batch(rng, 256, hybrid=hybrid, prompt=6144, generated=2048, vocab=vocab, k=k, max_n=max_n,
-                   plant=0.7, edge_plants=True)  # fmt: skip
+    d = make_batch(
+        rng,
+        256,
+        hybrid=hybrid,
+        prompt=6144,
+        generated=2048,
+        vocab=vocab,
+        k=k,
+        max_n=max_n,
+        plant=0.7,
+        edge_plants=True,
+    )
     sizes = (max_n, 2, k) if hybrid else (max_n, k)
     changed = run_three(d, hybrid, sizes, 1 << 30)
     if vocab > 100:  # planted repeats drafted (most requests; some have q <= 0 or are not decoding)
@@ -138,7 +182,9 @@ def test_batch_256_with_8k_histories(hybrid, vocab):
 def test_ngram_match_rows_longer_than_the_batch():
     rng = np.random.default_rng(5)
     d = make_batch(rng, 40, hybrid=False, prompt=300, generated=300, vocab=8)
-    big = {n: (np.concatenate([v, v[:9]]) if n != "seq_lens_this_time" else v) for n, v in d.items()}
+    big = {
+        n: (np.concatenate([v, v[:9]]) if n != "seq_lens_this_time" else v) for n, v in d.items()
+    }
     run_three(big, False, (3, 3), 1 << 20)
 
 
@@ -161,7 +207,9 @@ def test_empty_batch():
 )
 def test_bad_input_writes_nothing(hybrid, field, value, arg):
     rng = np.random.default_rng(7)
-    d = make_batch(rng, 300, hybrid=hybrid, prompt=64, generated=64, vocab=8, roles=False, plant=1.0)
+    d = make_batch(
+        rng, 300, hybrid=hybrid, prompt=64, generated=64, vocab=8, roles=False, plant=1.0
+    )
     d["max_dec_len"][:] = 1 << 40
     if hybrid:
         d["seq_lens_this_time"][:] = 1

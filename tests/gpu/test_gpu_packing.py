@@ -11,6 +11,7 @@ Then bad input: ValueError naming the argument, inputs untouched.
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped otherwise.
 Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import assert_exact, skip_module_without_gpu
@@ -104,11 +105,18 @@ def test_padding_offset_long_prefills_and_no_tokens():
     rng = np.random.default_rng(3)
     b = mixed_batch(rng, 40, width=1000)
     args = padding_args(b)
-    compare(fcuda.speculate_get_padding_offset(*[dev(a) if isinstance(a, np.ndarray) else a for a in args]),
-            ref.speculate_get_padding_offset(*args), PAD_NAMES)
+    compare(
+        fcuda.speculate_get_padding_offset(
+            *[dev(a) if isinstance(a, np.ndarray) else a for a in args]
+        ),
+        ref.speculate_get_padding_offset(*args),
+        PAD_NAMES,
+    )
     b["seq_lens_this_time"][:] = 0
     args = padding_args(b)
-    got = fcuda.speculate_get_padding_offset(*[dev(a) if isinstance(a, np.ndarray) else a for a in args])
+    got = fcuda.speculate_get_padding_offset(
+        *[dev(a) if isinstance(a, np.ndarray) else a for a in args]
+    )
     compare(got, ref.speculate_get_padding_offset(*args), PAD_NAMES)
     assert got[0].size == 0 and host(got[2]).tolist() == [0] * 41
 
@@ -118,7 +126,9 @@ def test_seq_lens_output_and_output_padding_offset_parity(bsz):
     b = mixed_batch(np.random.default_rng([bsz, 2]), bsz)
     args = [b["seq_lens_this_time"], b["seq_lens_encoder"], b["seq_lens_decoder"]]
     o = ref.speculate_get_seq_lens_output(*args)
-    assert_exact(host(fcuda.speculate_get_seq_lens_output(*[dev(a) for a in args])), o, "seq_lens_output")
+    assert_exact(
+        host(fcuda.speculate_get_seq_lens_output(*[dev(a) for a in args])), o, "seq_lens_output"
+    )
     for width in (WIDTH, 2048):
         tmp = np.cumsum(width - o.astype(np.int64)).astype(np.int32)
         expected = ref.speculate_get_output_padding_offset(tmp, np.int64(o.sum()), o, width)
@@ -148,8 +158,14 @@ def hidden_rows(rng, rows, hidden, dtype):
 
 def rebuild_case(rng, bsz, hidden, dtype):
     b = mixed_batch(rng, bsz)
-    pre = ref.pre_process(b["input_ids"], b["seq_lens_this_time"], True, b["draft_tokens"],
-                          b["seq_lens_encoder"], b["seq_lens_decoder"])  # fmt: skip
+    pre = ref.pre_process(
+        b["input_ids"],
+        b["seq_lens_this_time"],
+        True,
+        b["draft_tokens"],
+        b["seq_lens_encoder"],
+        b["seq_lens_decoder"],
+    )
     cu_q, opo = pre[2], pre[5]
     tmp = hidden_rows(rng, int(cu_q[-1]), hidden, dtype)
     return [tmp, cu_q, b["seq_lens_this_time"], b["seq_lens_decoder"], b["seq_lens_encoder"], opo]
@@ -179,7 +195,9 @@ def test_rebuild_padding_misaligned_rows_and_many_units():
     base = cp.asarray(np.concatenate([np.zeros(1, np.float16), args[0].reshape(-1)]))
     tmp_dev = base[1:].reshape(args[0].shape)
     got = fcuda.rebuild_padding(tmp_dev, *[dev(a) for a in args[1:]], None, WIDTH, False)
-    assert_exact(host(got), ref.rebuild_padding(*args, None, WIDTH, False), "out (misaligned input)")
+    assert_exact(
+        host(got), ref.rebuild_padding(*args, None, WIDTH, False), "out (misaligned input)"
+    )
 
     bsz, q = 5000, 4
     this_time = np.full(bsz, q, np.int32)
@@ -195,16 +213,32 @@ def test_rebuild_padding_misaligned_rows_and_many_units():
 
 def test_rebuild_padding_no_rows():
     empty = np.zeros(0, np.int32)
-    got = fcuda.rebuild_padding(cp.zeros((0, 8), cp.float32), dev(np.zeros(3, np.int32)), dev(np.zeros(2, np.int32)),
-                                dev(np.zeros(2, np.int32)), dev(np.zeros(2, np.int32)), dev(empty), None, 4, False)
+    got = fcuda.rebuild_padding(
+        cp.zeros((0, 8), cp.float32),
+        dev(np.zeros(3, np.int32)),
+        dev(np.zeros(2, np.int32)),
+        dev(np.zeros(2, np.int32)),
+        dev(np.zeros(2, np.int32)),
+        dev(empty),
+        None,
+        4,
+        False,
+    )
     assert got.shape == (0, 8)
 
 
 # ------------------------------------------------------------------------------------------------
 # Bad input
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("case, argument", [("cum", "cum_offsets"), ("count", "token_num"),
-                                            ("draft_row", "seq_len"), ("negative", "seq_len")])
+@pytest.mark.parametrize(
+    "case, argument",
+    [
+        ("cum", "cum_offsets"),
+        ("count", "token_num"),
+        ("draft_row", "seq_len"),
+        ("negative", "seq_len"),
+    ],
+)
 def test_padding_offset_bad_input(case, argument):
     b = mixed_batch(np.random.default_rng(7), 700)
     q = b["seq_lens_this_time"]
@@ -228,8 +262,10 @@ def test_padding_offset_bad_input(case, argument):
             assert_exact(host(d), a, "input (unchanged)")
 
 
-@pytest.mark.parametrize("case, argument", [("cum", "output_cum_offsets_tmp"), ("count", "out_token_num"),
-                                            ("long", "seq_lens_output")])
+@pytest.mark.parametrize(
+    "case, argument",
+    [("cum", "output_cum_offsets_tmp"), ("count", "out_token_num"), ("long", "seq_lens_output")],
+)
 def test_output_padding_offset_bad_input(case, argument):
     o = np.random.default_rng(8).integers(0, 5, 900).astype(np.int32)
     width = 8
@@ -245,8 +281,14 @@ def test_output_padding_offset_bad_input(case, argument):
         ref.speculate_get_output_padding_offset(tmp, np.int64(count), o, width)
 
 
-@pytest.mark.parametrize("case, argument", [("offset", "output_padding_offset"), ("cu", "cu_seqlens_q"),
-                                            ("short", "output_padding_offset")])
+@pytest.mark.parametrize(
+    "case, argument",
+    [
+        ("offset", "output_padding_offset"),
+        ("cu", "cu_seqlens_q"),
+        ("short", "output_padding_offset"),
+    ],
+)
 def test_rebuild_padding_bad_input(case, argument):
     rng = np.random.default_rng(9)
     args = rebuild_case(rng, 600, 16, "float32")

@@ -9,6 +9,7 @@ data-dependent bad-input cases: ValueError naming the argument, nothing written.
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
 otherwise. Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import assert_exact, skip_module_without_gpu
@@ -35,7 +36,9 @@ def as_dtype(values, dtype):
 
 
 def offsets(out_rows, max_seq_len):
-    cum = np.concatenate([[0], np.cumsum([max_seq_len - o for o in out_rows])[:-1]]).astype(np.int32)
+    cum = np.concatenate([[0], np.cumsum([max_seq_len - o for o in out_rows])[:-1]]).astype(
+        np.int32
+    )
     pad = np.concatenate([np.full(o, cum[b], np.int32) for b, o in enumerate(out_rows)])
     return pad.astype(np.int32), cum
 
@@ -155,9 +158,13 @@ def top_p_args(rng, n, dtype, vocab, levels=None, max_seq_len=64):
 
 
 def run_top_p(probs, top_p, pad, c, max_seq_len=64):
-    got = fcuda.top_p_candidates(cp.asarray(probs), cp.asarray(top_p), cp.asarray(pad), c, max_seq_len)
+    got = fcuda.top_p_candidates(
+        cp.asarray(probs), cp.asarray(top_p), cp.asarray(pad), c, max_seq_len
+    )
     expected = ref.top_p_candidates(probs.copy(), top_p.copy(), pad.copy(), c, max_seq_len)
-    for g, e, name in zip(got, expected, ["verify_scores", "verify_tokens", "actual_candidate_lens"]):
+    for g, e, name in zip(
+        got, expected, ["verify_scores", "verify_tokens", "actual_candidate_lens"]
+    ):
         assert_exact(cp.asnumpy(g), e, name)
     values = (probs.astype(np.uint32) << 16).view(np.float32) if probs.dtype == np.uint16 else probs
     first = np.argmax(values, axis=1)
@@ -182,9 +189,16 @@ def test_top_p_vocab_100k(dtype, c):
 
 def test_top_p_all_equal_row_takes_the_lowest_ids():
     probs = np.full((3, 5000), 1 / 5000, np.float32)
-    got = fcuda.top_p_candidates(cp.asarray(probs), cp.asarray(np.ones(3, np.float32)),
-                                 cp.asarray(np.array([0, 63, 126], np.int32)), 100, 64)  # fmt: skip
-    assert_exact(cp.asnumpy(got[1]), np.tile(np.arange(100, dtype=np.int64), (3, 1)), "verify_tokens")
+    got = fcuda.top_p_candidates(
+        cp.asarray(probs),
+        cp.asarray(np.ones(3, np.float32)),
+        cp.asarray(np.array([0, 63, 126], np.int32)),
+        100,
+        64,
+    )
+    assert_exact(
+        cp.asnumpy(got[1]), np.tile(np.arange(100, dtype=np.int64), (3, 1)), "verify_tokens"
+    )
 
 
 def test_top_p_bad_input():

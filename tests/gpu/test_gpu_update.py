@@ -11,6 +11,7 @@ Then one bad-input case per data-dependent check: ValueError naming the argument
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
 otherwise. Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
@@ -31,8 +32,17 @@ def per(values, column):
 # ------------------------------------------------------------------------------------------------
 # speculate_set_stop_value_multi_seqs
 # ------------------------------------------------------------------------------------------------
-STOP_ORDER = ["accept_tokens", "accept_num", "pre_ids", "step_idx", "stop_flags", "seq_lens", "stop_seqs",
-              "stop_seqs_len", "end_ids"]  # fmt: skip
+STOP_ORDER = [
+    "accept_tokens",
+    "accept_num",
+    "pre_ids",
+    "step_idx",
+    "stop_flags",
+    "seq_lens",
+    "stop_seqs",
+    "stop_seqs_len",
+    "end_ids",
+]
 
 
 def stop_batch(rng, bs, column=False, extra_rows=0, wa=4, n_seqs=3, ls=4, lp=32, vocab=4):
@@ -65,8 +75,10 @@ def test_set_stop_value_parity(bs, seed):
         assert (host["stop_flags"] != args["stop_flags"]).any(), "the batch must exercise hits"
 
 
-@pytest.mark.parametrize("case, argument", [("accept_num", "accept_num"), ("len", "stop_seqs_len"),
-                                            ("pre_ids", "pre_ids")])  # fmt: skip
+@pytest.mark.parametrize(
+    "case, argument",
+    [("accept_num", "accept_num"), ("len", "stop_seqs_len"), ("pre_ids", "pre_ids")],
+)
 def test_set_stop_value_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(7)
     args = stop_batch(rng, 600)
@@ -81,7 +93,9 @@ def test_set_stop_value_bad_input_writes_nothing(case, argument):
         args["accept_num"][b] = 1
         args["step_idx"][b] = args["pre_ids"].shape[1] + 1  # compares pre_ids[Lp]
     host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"speculate_set_stop_value_multi_seqs: {argument} \(request {b}\)"):
+    with pytest.raises(
+        ValueError, match=rf"speculate_set_stop_value_multi_seqs: {argument} \(request {b}\)"
+    ):
         call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
     compare_all(dev, host, arrays_of(args))
 
@@ -89,14 +103,29 @@ def test_set_stop_value_bad_input_writes_nothing(case, argument):
 # ------------------------------------------------------------------------------------------------
 # speculate_update
 # ------------------------------------------------------------------------------------------------
-UPDATE_ORDER = ["seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
-                "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
-                "mask_rollback"]  # fmt: skip
+UPDATE_ORDER = [
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "not_need_stop",
+    "draft_tokens",
+    "actual_draft_token_nums",
+    "accept_tokens",
+    "accept_num",
+    "stop_flags",
+    "seq_lens_this_time",
+    "is_block_step",
+    "stop_nums",
+    "mask_rollback",
+]
 
 
 def update_batch(rng, max_bsz, real_bsz, d=4, wa=4, column=False, stop_nums=None):
     kind = rng.integers(0, 3, max_bsz)  # 0 decode, 1 prefill, 2 stopped
-    enc = np.where(kind == 1, rng.integers(1, 30, max_bsz), np.where(kind == 2, rng.integers(0, 2, max_bsz) * 3, 0))
+    enc = np.where(
+        kind == 1,
+        rng.integers(1, 30, max_bsz),
+        np.where(kind == 2, rng.integers(0, 2, max_bsz) * 3, 0),
+    )
     this_time = np.where(kind == 1, enc, rng.integers(0, d + 1, max_bsz))
     return dict(
         seq_lens_encoder=per(enc.astype(np.int32), column),
@@ -168,8 +197,16 @@ def test_update_bad_accept_num_writes_nothing():
 # ------------------------------------------------------------------------------------------------
 # speculate_set_value_by_flags_and_idx
 # ------------------------------------------------------------------------------------------------
-SET_VALUE_ORDER = ["pre_ids_all", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time",
-                   "seq_lens_encoder", "seq_lens_decoder", "step_idx"]  # fmt: skip
+SET_VALUE_ORDER = [
+    "pre_ids_all",
+    "accept_tokens",
+    "accept_num",
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+]
 
 
 def set_value_batch(rng, bs, extra_rows=0, wa=4, lp=64, column=False):
@@ -183,8 +220,12 @@ def set_value_batch(rng, bs, extra_rows=0, wa=4, lp=64, column=False):
         accept_num=per(a.astype(np.int32), column),
         stop_flags=per(rng.random(n) < 0.25, column),
         seq_lens_this_time=per(rng.integers(0, 5, bs).astype(np.int32), column),
-        seq_lens_encoder=per(np.where(rng.random(n) < 0.2, rng.integers(1, 9, n), 0).astype(np.int32), column),
-        seq_lens_decoder=per(np.where(rng.random(n) < 0.8, rng.integers(1, 50, n), 0).astype(np.int32), column),
+        seq_lens_encoder=per(
+            np.where(rng.random(n) < 0.2, rng.integers(1, 9, n), 0).astype(np.int32), column
+        ),
+        seq_lens_decoder=per(
+            np.where(rng.random(n) < 0.8, rng.integers(1, 50, n), 0).astype(np.int32), column
+        ),
         step_idx=per(step.astype(np.int64), column),
     )
 
@@ -200,8 +241,10 @@ def test_set_value_parity(bs, seed):
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case, argument", [("accept_num", "accept_num"), ("last", "pre_ids_all"),
-                                            ("first", "pre_ids_all")])  # fmt: skip
+@pytest.mark.parametrize(
+    "case, argument",
+    [("accept_num", "accept_num"), ("last", "pre_ids_all"), ("first", "pre_ids_all")],
+)
 def test_set_value_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(514)
     args = set_value_batch(rng, 700)
@@ -218,7 +261,9 @@ def test_set_value_bad_input_writes_nothing(case, argument):
         args["accept_num"][b] = 4
         args["step_idx"][b] = 2  # first column 2 - 4 + 1 = -1
     host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"speculate_set_value_by_flags_and_idx: {argument} \(request {b}\)"):
+    with pytest.raises(
+        ValueError, match=rf"speculate_set_value_by_flags_and_idx: {argument} \(request {b}\)"
+    ):
         call(fcuda.speculate_set_value_by_flags_and_idx, dev, SET_VALUE_ORDER)
     compare_all(dev, host, arrays_of(args))
 
@@ -229,8 +274,10 @@ def test_set_value_bad_input_writes_nothing(case, argument):
 @pytest.mark.parametrize("bsz", BATCHES)
 def test_clear_accept_nums_parity(bsz):
     rng = np.random.default_rng([bsz, 516])
-    args = dict(accept_num=rng.integers(-2, 6, bsz + 3).astype(np.int32),
-                seq_lens_decoder=rng.integers(0, 3, bsz).astype(np.int32))  # fmt: skip
+    args = dict(
+        accept_num=rng.integers(-2, 6, bsz + 3).astype(np.int32),
+        seq_lens_decoder=rng.integers(0, 3, bsz).astype(np.int32),
+    )
     host, dev = split(args)
     call(ref.speculate_clear_accept_nums, host, ["accept_num", "seq_lens_decoder"])
     call(fcuda.speculate_clear_accept_nums, dev, ["accept_num", "seq_lens_decoder"])

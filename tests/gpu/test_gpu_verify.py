@@ -11,6 +11,7 @@ vocabulary (V = 32000), and bad input (ValueError naming the argument, nothing w
 Needs CuPy, a CUDA GPU and the fd_mtp_cuda module (tools/gpu_check.sh builds it); skipped
 otherwise. Needs neither paddle nor hypothesis.
 """
+
 import numpy as np
 import pytest
 from gpu_util import arrays_of, assert_exact, call, compare_all, skip_module_without_gpu, split
@@ -24,16 +25,47 @@ BATCHES = [1, 7, 33, 257, 600, 1024]
 STRATEGIES = ["topp", "topk", "target_match", "greedy", "rejection"]
 L = 64
 ORDER = [
-    "sampled_token_ids", "accept_tokens", "accept_num", "step_idx", "stop_flags", "seq_lens_encoder",
-    "seq_lens_decoder", "draft_tokens", "seq_lens_this_time", "verify_tokens", "verify_scores",
-    "max_dec_len", "end_tokens", "is_block_step", "output_cum_offsets", "actual_candidate_len",
-    "actual_draft_token_nums", "topp", "max_seq_len", "verify_window", "enable_topp", "benchmark_mode",
+    "sampled_token_ids",
+    "accept_tokens",
+    "accept_num",
+    "step_idx",
+    "stop_flags",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "verify_tokens",
+    "verify_scores",
+    "max_dec_len",
+    "end_tokens",
+    "is_block_step",
+    "output_cum_offsets",
+    "actual_candidate_len",
+    "actual_draft_token_nums",
+    "topp",
+    "max_seq_len",
+    "verify_window",
+    "enable_topp",
+    "benchmark_mode",
     "accept_all_drafts",
-]  # fmt: skip
+]
 
 
-def verify_batch(rng, bsz, *, K=3, C=3, V=8, extra_rows=0, rejection=False, draft_probs=False,
-                 verify_window=2, enable_topp=True, benchmark_mode=False, accept_all_drafts=False):  # fmt: skip
+def verify_batch(
+    rng,
+    bsz,
+    *,
+    K=3,
+    C=3,
+    V=8,
+    extra_rows=0,
+    rejection=False,
+    draft_probs=False,
+    verify_window=2,
+    enable_topp=True,
+    benchmark_mode=False,
+    accept_all_drafts=False,
+):
     """A valid random batch (numpy). Output rows: n per decode, 1 per prefill, 0 when skipped."""
     n_req = bsz + extra_rows
     role = rng.choice(4, size=bsz, p=[0.7, 0.1, 0.12, 0.08])  # decode, prefill, stopped, block
@@ -51,9 +83,13 @@ def verify_batch(rng, bsz, *, K=3, C=3, V=8, extra_rows=0, rejection=False, draf
             elif u < 0.75 and C > 1:
                 draft[b, k] = cands[first[b] + k - 1, 1]
     scores = np.sort(rng.random((T, C)).astype(np.float32), axis=1)[:, ::-1]
-    scores = (scores / (scores.sum(1, keepdims=True) * rng.uniform(1.0, 1.5, (T, 1)))).astype(np.float32)
+    scores = (scores / (scores.sum(1, keepdims=True) * rng.uniform(1.0, 1.5, (T, 1)))).astype(
+        np.float32
+    )
     step = rng.integers(0, 30, n_req).astype(np.int64)
-    max_dec = np.where(rng.random(n_req) < 0.3, step + rng.integers(1, K + 3, n_req), 1000).astype(np.int64)
+    max_dec = np.where(rng.random(n_req) < 0.3, step + rng.integers(1, K + 3, n_req), 1000).astype(
+        np.int64
+    )
     block = np.zeros(n_req, bool)
     block[:bsz] = role == 3
     stop = np.zeros(n_req, bool)
@@ -106,24 +142,35 @@ def run_parity(args, kw, **extra):
 
 
 def test_philox_known_answers_on_device():
-    counter = np.array([[0, 0, 0, 0], [0xFFFFFFFF] * 4, [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]], np.uint32)
+    counter = np.array(
+        [[0, 0, 0, 0], [0xFFFFFFFF] * 4, [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]],
+        np.uint32,
+    )
     key = np.array([[0, 0], [0xFFFFFFFF] * 2, [0xA4093822, 0x299F31D0]], np.uint32)
-    want = np.array([[0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8],
-                     [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD],
-                     [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]], np.uint32)  # fmt: skip
+    want = np.array(
+        [
+            [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8],
+            [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD],
+            [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+        ],
+        np.uint32,
+    )
     assert_exact(fcuda.philox4x32_10(counter, key), want, "philox4x32_10 (device)")
     rng = np.random.default_rng(0)
     c = rng.integers(0, 2**32, (5000, 4), dtype=np.uint64).astype(np.uint32)
     k = rng.integers(0, 2**32, (5000, 2), dtype=np.uint64).astype(np.uint32)
-    assert_exact(fcuda.philox4x32_10(c, k), ref.verify.philox4x32_10(c, k), "philox4x32_10 device vs numpy")
+    assert_exact(
+        fcuda.philox4x32_10(c, k), ref.verify.philox4x32_10(c, k), "philox4x32_10 device vs numpy"
+    )
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_verify_parity(bsz, strategy):
     rng = np.random.default_rng([bsz, STRATEGIES.index(strategy)])
-    args, kw = verify_batch(rng, bsz, extra_rows=bsz % 3, rejection=strategy == "rejection",
-                            draft_probs=bsz % 2 == 1)  # fmt: skip
+    args, kw = verify_batch(
+        rng, bsz, extra_rows=bsz % 3, rejection=strategy == "rejection", draft_probs=bsz % 2 == 1
+    )
     run_parity(args, kw, verify_strategy=strategy, seed=bsz * 7919, offset=2**33 + bsz)
 
 
@@ -134,12 +181,24 @@ def test_verify_parity(bsz, strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_verify_parity_modes(mode, strategy):
     rng = np.random.default_rng([17, STRATEGIES.index(strategy), len(mode)])
-    opts = dict(verify_window={"window0": 0, "window3": 3}.get(mode, 2), enable_topp=mode != "no_topp",
-                benchmark_mode=mode == "benchmark", accept_all_drafts=mode == "accept_all",
-                K=5 if mode == "K5C1" else 3, C={"K5C1": 1, "C10": 10}.get(mode, 3),
-                V=16 if mode == "C10" else 8)  # fmt: skip
+    opts = dict(
+        verify_window={"window0": 0, "window3": 3}.get(mode, 2),
+        enable_topp=mode != "no_topp",
+        benchmark_mode=mode == "benchmark",
+        accept_all_drafts=mode == "accept_all",
+        K=5 if mode == "K5C1" else 3,
+        C={"K5C1": 1, "C10": 10}.get(mode, 3),
+        V=16 if mode == "C10" else 8,
+    )
     args, kw = verify_batch(rng, 600, rejection=strategy == "rejection", draft_probs=True, **opts)
-    run_parity(args, kw, verify_strategy=strategy, seed=3, offset=4, prefill_one_step_stop=mode == "one_step_stop")
+    run_parity(
+        args,
+        kw,
+        verify_strategy=strategy,
+        seed=3,
+        offset=4,
+        prefill_one_step_stop=mode == "one_step_stop",
+    )
 
 
 @pytest.mark.parametrize("draft_probs", [False, True])
@@ -160,13 +219,26 @@ def test_default_counter_advances():
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case,argument", [("draft_id", "draft_tokens"), ("rows", "verify_tokens"),
-                                           ("width", "draft_tokens"), ("target_rows", "target_probs")])  # fmt: skip
+@pytest.mark.parametrize(
+    "case,argument",
+    [
+        ("draft_id", "draft_tokens"),
+        ("rows", "verify_tokens"),
+        ("width", "draft_tokens"),
+        ("target_rows", "target_probs"),
+    ],
+)
 def test_verify_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(5)
     args, kw = verify_batch(rng, 257, rejection=True)
-    b = int(np.flatnonzero((args["seq_lens_this_time"] >= 2) & (args["seq_lens_encoder"][:257] == 0)
-                           & ~args["stop_flags"][:257] & ~args["is_block_step"][:257])[-1])  # fmt: skip
+    b = int(
+        np.flatnonzero(
+            (args["seq_lens_this_time"] >= 2)
+            & (args["seq_lens_encoder"][:257] == 0)
+            & ~args["stop_flags"][:257]
+            & ~args["is_block_step"][:257]
+        )[-1]
+    )
     if case == "draft_id":
         args["draft_tokens"][b, 1] = 8
     elif case == "rows":
@@ -175,10 +247,23 @@ def test_verify_bad_input_writes_nothing(case, argument):
         args["seq_lens_this_time"][b] = args["draft_tokens"].shape[1] + 1
     else:
         kw["target_probs"] = np.ascontiguousarray(kw["target_probs"][:-1])
-        b = int(np.flatnonzero((args["seq_lens_this_time"] > 0) & ~args["stop_flags"][:257]
-                               & ~args["is_block_step"][:257])[-1])  # fmt: skip
+        b = int(
+            np.flatnonzero(
+                (args["seq_lens_this_time"] > 0)
+                & ~args["stop_flags"][:257]
+                & ~args["is_block_step"][:257]
+            )[-1]
+        )
     host, dev = split(args)
     dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
     with pytest.raises(ValueError, match=rf"speculate_verify: {argument} \(request {b}\)"):
-        call(fcuda.speculate_verify, dev, ORDER, verify_strategy="rejection", seed=1, offset=1, **dev_kw)
+        call(
+            fcuda.speculate_verify,
+            dev,
+            ORDER,
+            verify_strategy="rejection",
+            seed=1,
+            offset=1,
+            **dev_kw,
+        )
     compare_all(dev, host, arrays_of(args))  # nothing written

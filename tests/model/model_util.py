@@ -1,6 +1,7 @@
 """Tiny ERNIE-4.5 models with random weights, a paged-batch harness, and the float64 truth of a
 forward with its float32 error bound (:func:`forward64`, :func:`dense_reference`) for the model
 tests (imported by tests/model/* and usable by the engine and proposer tests)."""
+
 from __future__ import annotations
 
 import math
@@ -8,18 +9,40 @@ from dataclasses import dataclass
 
 import numpy as np
 import paddle
-from tolerances import (FUNC_REL, FUNC_ULPS, U, Float32Noise, assert_within, gamma, rope_angle_error_bound,
-                        rope_angles64, softmax_rounding_rel)
+from tolerances import (
+    FUNC_REL,
+    FUNC_ULPS,
+    Float32Noise,
+    U,
+    assert_within,
+    gamma,
+    rope_angle_error_bound,
+    rope_angles64,
+    softmax_rounding_rel,
+)
 
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.attention import ForwardMeta, allocate_kv_caches
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP
 
-TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0,
-            num_nextn_predict_layers=1)
-MOE = dict(moe_num_experts=4, moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=1,
-           moe_layer_start_index=1, moe_use_aux_free=True)
+TINY = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rope_theta=10000.0,
+    num_nextn_predict_layers=1,
+)
+MOE = dict(
+    moe_num_experts=4,
+    moe_k=2,
+    moe_intermediate_size=32,
+    moe_num_shared_experts=1,
+    moe_layer_start_index=1,
+    moe_use_aux_free=True,
+)
 
 
 def randomize(layer: paddle.nn.Layer, seed: int) -> None:
@@ -27,8 +50,13 @@ def randomize(layer: paddle.nn.Layer, seed: int) -> None:
     rng = np.random.default_rng(seed)
     for name, p in sorted(layer.named_parameters()):
         shape = list(p.shape)
-        if name.endswith("norm.weight") or ".norm." in name or "layernorm" in name or "mtp_emb_norm" in name \
-                or "mtp_hidden_norm" in name:
+        if (
+            name.endswith("norm.weight")
+            or ".norm." in name
+            or "layernorm" in name
+            or "mtp_emb_norm" in name
+            or "mtp_hidden_norm" in name
+        ):
             val = 1.0 + 0.2 * rng.standard_normal(shape)
         elif "e_score_correction_bias" in name:
             val = 0.05 * rng.standard_normal(shape)
@@ -54,11 +82,23 @@ class PagedHarness:
     """Slots with their own block lists (blocks drawn from a shuffled free list, so a request's
     block ids are not contiguous) and lengths; ``step`` runs one packed forward."""
 
-    def __init__(self, cfg, model, *, max_num_seqs=6, block_size=4, num_blocks=64, max_blocks=16, seed=0,
-                 mtp=None):
+    def __init__(
+        self,
+        cfg,
+        model,
+        *,
+        max_num_seqs=6,
+        block_size=4,
+        num_blocks=64,
+        max_blocks=16,
+        seed=0,
+        mtp=None,
+    ):
         self.cfg, self.model, self.mtp = cfg, model, mtp
         self.bs, self.max_blocks, self.B = block_size, max_blocks, max_num_seqs
-        self.caches = allocate_kv_caches(cfg, cfg.num_hidden_layers + 1, num_blocks, block_size, "float32")
+        self.caches = allocate_kv_caches(
+            cfg, cfg.num_hidden_layers + 1, num_blocks, block_size, "float32"
+        )
         self.free = list(np.random.default_rng(seed).permutation(num_blocks))
         self.blocks = [[] for _ in range(max_num_seqs)]
         self.lens = [0] * max_num_seqs
@@ -74,21 +114,32 @@ class PagedHarness:
         enc = np.where((dec == 0) & (q > 0), q, 0).astype(np.int32)
         tables = np.full((self.B, self.max_blocks), -1, np.int32)
         for s, bl in enumerate(self.blocks):
-            tables[s, :len(bl)] = bl
-        ids = np.concatenate([np.asarray(batch.get(s, []), np.int64) for s in range(self.B)] + [np.zeros(0, np.int64)])
+            tables[s, : len(bl)] = bl
+        ids = np.concatenate(
+            [np.asarray(batch.get(s, []), np.int64) for s in range(self.B)]
+            + [np.zeros(0, np.int64)]
+        )
         cu = np.concatenate([[0], np.cumsum(q)]).astype(np.int32)
         bid = np.repeat(np.arange(self.B), q).astype(np.int32)
         t = paddle.to_tensor
-        return ForwardMeta(ids_remove_padding=t(ids), cu_seqlens_q=t(cu), batch_id_per_token=t(bid),
-                           seq_lens_this_time=t(q), seq_lens_encoder=t(enc), seq_lens_decoder=t(dec),
-                           block_tables=t(tables), caches=self.caches, block_size=self.bs)
+        return ForwardMeta(
+            ids_remove_padding=t(ids),
+            cu_seqlens_q=t(cu),
+            batch_id_per_token=t(bid),
+            seq_lens_this_time=t(q),
+            seq_lens_encoder=t(enc),
+            seq_lens_decoder=t(dec),
+            block_tables=t(tables),
+            caches=self.caches,
+            block_size=self.bs,
+        )
 
     def _split(self, batch, out):
         res, off = {}, 0
         for s in range(self.B):
             if s in batch:
                 n = len(batch[s])
-                res[s] = out[off:off + n].numpy()
+                res[s] = out[off : off + n].numpy()
                 off += n
                 self.lens[s] += n
         return res
@@ -97,9 +148,13 @@ class PagedHarness:
         meta = self.meta(batch)
         return self._split(batch, self.model(meta.ids_remove_padding, meta))
 
-    def step_mtp(self, batch: dict[int, list[int]], hidden: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def step_mtp(
+        self, batch: dict[int, list[int]], hidden: dict[int, np.ndarray]
+    ) -> dict[int, np.ndarray]:
         meta = self.meta(batch)
-        prev = np.concatenate([hidden[s] for s in range(self.B) if s in batch], axis=0).astype(np.float32)
+        prev = np.concatenate([hidden[s] for s in range(self.B) if s in batch], axis=0).astype(
+            np.float32
+        )
         return self._split(batch, self.mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta))
 
 
@@ -190,7 +245,7 @@ class Forward64:
         v = self.linear(attn.v_proj, h).reshape(*lead, s, hkv, d)
         self.kv[attn.layer_id] = (k, v)
         g = hq // hkv
-        qh = np.swapaxes(q, -3, -2)                                      # [K+1, *B, Hq, S, D]
+        qh = np.swapaxes(q, -3, -2)  # [K+1, *B, Hq, S, D]
         kt = np.swapaxes(np.repeat(k, g, axis=-2), -3, -2).swapaxes(-1, -2)  # [K+1, *B, Hq, D, S]
         vh = np.swapaxes(np.repeat(v, g, axis=-2), -3, -2)
         scale = 1.0 / math.sqrt(d)
@@ -202,7 +257,7 @@ class Forward64:
         m = sc.max(axis=-1, keepdims=True)
         p = np.exp(sc - m)
         p /= p.sum(axis=-1, keepdims=True)
-        n = np.arange(1, s + 1, dtype=np.float64)[:, None]               # visible positions per query
+        n = np.arange(1, s + 1, dtype=np.float64)[:, None]  # visible positions per query
         gap = np.where(causal, m - sc, 0.0).max(axis=-1, keepdims=True)
         p = self.rnd(p, softmax_rounding_rel(n, gap) * p)
         # output: per position a product and a sum, and the final 1 / sum scaling
@@ -222,29 +277,34 @@ class Forward64:
         m = logits.max(axis=-1, keepdims=True)
         p = np.exp(logits - m)
         p /= p.sum(axis=-1, keepdims=True)
-        p = self.rnd(p, softmax_rounding_rel(moe.num_experts, (m - logits).max(axis=-1, keepdims=True)) * p)
+        p = self.rnd(
+            p, softmax_rounding_rel(moe.num_experts, (m - logits).max(axis=-1, keepdims=True)) * p
+        )
         scores = p
         if moe.moe_statics is not None:
             scores = p + _f64(moe.moe_statics.e_score_correction_bias)
             scores = self.rnd(scores, U * np.abs(scores))
         k = moe.top_k
-        chosen = np.argsort(-scores[0], axis=-1, kind="stable")[..., :k]        # the truth's choice
+        chosen = np.argsort(-scores[0], axis=-1, kind="stable")[..., :k]  # the truth's choice
         picked = np.zeros(scores.shape[1:], bool)
         np.put_along_axis(picked, chosen, True, axis=-1)
         # float32 routes like the truth only if the top-k boundary is not a near-tie at the float32
         # noise level (an exact comparison of a discrete choice needs this margin)
         if picked.shape[-1] > k:
-            margin = np.where(picked, scores, np.inf).min(-1) - np.where(picked, -np.inf, scores).max(-1)
+            margin = np.where(picked, scores, np.inf).min(-1) - np.where(
+                picked, -np.inf, scores
+            ).max(-1)
             _, sigma_bound = Float32Noise.bound(margin[..., None])
-            assert np.all(margin[0] > sigma_bound[..., 0]), \
+            assert np.all(margin[0] > sigma_bound[..., 0]), (
                 f"MoE routing near-tie: top-{k} margins {margin[0]} within float32 error {sigma_bound[..., 0]}"
+            )
         w = np.take_along_axis(p, np.broadcast_to(chosen, p.shape[:1] + chosen.shape), axis=-1)
         denom = np.maximum(w.sum(axis=-1, keepdims=True), moe.norm_min)
         w = w / self.rnd(denom, gamma(k) * denom)
         w = self.rnd(w, U * w)
         out, acc = 0.0, 0.0
         for e in range(moe.num_experts):
-            we = (w * (chosen == e)).sum(axis=-1)[..., None]                     # [K+1, (B,) S, 1]
+            we = (w * (chosen == e)).sum(axis=-1)[..., None]  # [K+1, (B,) S, 1]
             if not np.any(we):
                 continue
             y = self.mlp(moe.experts[e], x)
@@ -257,7 +317,9 @@ class Forward64:
         return out
 
     def layer(self, layer, x, cos_sin):
-        x = self.add(x, self.attention(layer.self_attn, self.rmsnorm(layer.input_layernorm, x), cos_sin))
+        x = self.add(
+            x, self.attention(layer.self_attn, self.rmsnorm(layer.input_layernorm, x), cos_sin)
+        )
         hn = self.rmsnorm(layer.post_attention_layernorm, x)
         return self.add(x, self.moe(layer.mlp, hn) if layer.is_moe else self.mlp(layer.mlp, hn))
 
@@ -266,6 +328,7 @@ class Forward64:
 class Reference:
     """A float32 oracle's rows with their float64 truth and probabilistic float32 error bound;
     indexing slices all three alike."""
+
     f32: np.ndarray
     truth: np.ndarray
     bound: np.ndarray

@@ -3,6 +3,7 @@
 The asset tests skip when the checkpoint has not been trained yet (``python tools/train_demo_model.py``).
 The training-script tests need no asset: a few steps on a tiny config and a tiny corpus.
 """
+
 from __future__ import annotations
 
 import csv
@@ -15,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
+from model_util import PagedHarness, assert_matches_reference, forward64, mtp_forward64, reference
 
 from fd_mtp.assets import DEMO_MODEL, default_model_path
 from fd_mtp.model.loader import load_checkpoint, load_tokenizer
-
-from model_util import PagedHarness, assert_matches_reference, forward64, mtp_forward64, reference
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,7 +94,9 @@ RANDOM_ACC_MAX = 0.06
 
 
 def _train_module():
-    spec = importlib.util.spec_from_file_location("train_demo_model", REPO / "tools" / "train_demo_model.py")
+    spec = importlib.util.spec_from_file_location(
+        "train_demo_model", REPO / "tools" / "train_demo_model.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -108,7 +110,9 @@ def T():
 @pytest.fixture(scope="module")
 def demo():
     if not (DEMO_MODEL / "model.safetensors").is_file():
-        pytest.skip(f"demo checkpoint not trained yet ({DEMO_MODEL}); run python tools/train_demo_model.py")
+        pytest.skip(
+            f"demo checkpoint not trained yet ({DEMO_MODEL}); run python tools/train_demo_model.py"
+        )
     model, mtp, cfg = load_checkpoint(default_model_path())
     return model, mtp, cfg, load_tokenizer(DEMO_MODEL)
 
@@ -139,16 +143,23 @@ def test_llm_and_cli_default_to_the_demo_model(monkeypatch, tmp_path):
     monkeypatch.setattr(assets, "DEMO_MODEL", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="tools/train_demo_model.py"):
         fd_mtp.LLM()
-    assert main(["generate", "--prompt", "x", "--no-progress"]) == 2  # the message names the command
+    assert (
+        main(["generate", "--prompt", "x", "--no-progress"]) == 2
+    )  # the message names the command
 
 
 def test_llm_generates_code_with_the_demo_model(demo):
     import fd_mtp
 
-    llm = fd_mtp.LLM(max_model_len=512, speculative_config={"method": "mtp", "num_speculative_tokens": 2,
-                                                              "num_model_steps": 2})
-    out = llm.generate("def read_config(path):\n", fd_mtp.SamplingParams(temperature=0, max_tokens=24),
-                       use_tqdm=False)[0]
+    llm = fd_mtp.LLM(
+        max_model_len=512,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2},
+    )
+    out = llm.generate(
+        "def read_config(path):\n",
+        fd_mtp.SamplingParams(temperature=0, max_tokens=24),
+        use_tqdm=False,
+    )[0]
     assert out.error is None and len(out.token_ids) > 0 and out.text
     assert out.metrics.spec.num_steps > 0
 
@@ -161,13 +172,24 @@ def test_demo_loads(demo):
     assert cfg.num_hidden_layers >= 4
     assert model.embed_tokens.weight.dtype == paddle.float32
     assert tok.vocab_size == cfg.vocab_size
-    assert (tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (cfg.eos_token_id, cfg.bos_token_id,
-                                                                       cfg.pad_token_id)
-    for name in ("README.md", "train_info.json", "train_log.csv", "loss_curve.png", "tokenizer_config.json"):
+    assert (tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (
+        cfg.eos_token_id,
+        cfg.bos_token_id,
+        cfg.pad_token_id,
+    )
+    for name in (
+        "README.md",
+        "train_info.json",
+        "train_log.csv",
+        "loss_curve.png",
+        "tokenizer_config.json",
+    ):
         assert (DEMO_MODEL / name).is_file(), name
 
 
-@pytest.mark.parametrize("text", [SNIPPET, "\tx  =  1\n\n\n    # caf\u00e9 \u2603\r\n", "  leading and trailing  \n"])
+@pytest.mark.parametrize(
+    "text", [SNIPPET, "\tx  =  1\n\n\n    # caf\u00e9 \u2603\r\n", "  leading and trailing  \n"]
+)
 def test_demo_tokenizer_round_trips(demo, text):
     tok = demo[3]
     ids = tok.encode(text)
@@ -187,20 +209,22 @@ def test_demo_paged_forward_equals_training_forward(demo, T):
     ids = tok.encode(SNIPPET)[:67]
     s = len(ids) - 3
     with paddle.no_grad():
-        want = T.batched_forward(model, mtp, paddle.to_tensor(np.asarray(ids, np.int64)[None]), steps=2)
+        want = T.batched_forward(
+            model, mtp, paddle.to_tensor(np.asarray(ids, np.int64)[None]), steps=2
+        )
         want = {k: v[0].numpy() for k, v in want.items()}
         main = PagedHarness(cfg, model, block_size=8, seed=3)
         got_main = np.concatenate([main.step({1: ids[:23]})[1], main.step({1: ids[23:s]})[1]])
-        main64, _ = forward64(model, ids[:s], seed=0)                         # [K + 1, s, H]
+        main64, _ = forward64(model, ids[:s], seed=0)  # [K + 1, s, H]
         assert_matches_reference(got_main, reference(want["main"], main64), "main")
         for i in (s // 2, s - 1):  # MTP prefill of positions 0..i, then the step-2 token at i + 1
             h = PagedHarness(cfg, model, mtp=mtp, block_size=8, seed=i)
-            got1 = h.step_mtp({2: ids[1:i + 2]}, {2: got_main[:i + 1]})[2]
-            mtp1 = mtp_forward64(mtp, ids[1:i + 2], main64[:, :i + 1], seed=1)
-            assert_matches_reference(got1, reference(want["mtp1"][:i + 1], mtp1), f"mtp1 0..{i}")
-            got2 = h.step_mtp({2: [ids[i + 2]]}, {2: got1[i:i + 1]})[2]
-            prev = np.concatenate([main64[:, :i + 1], mtp1[:, i:i + 1]], axis=1)
-            mtp2 = mtp_forward64(mtp, ids[1:i + 3], prev, seed=2)[:, -1]        # MTP position i + 1
+            got1 = h.step_mtp({2: ids[1 : i + 2]}, {2: got_main[: i + 1]})[2]
+            mtp1 = mtp_forward64(mtp, ids[1 : i + 2], main64[:, : i + 1], seed=1)
+            assert_matches_reference(got1, reference(want["mtp1"][: i + 1], mtp1), f"mtp1 0..{i}")
+            got2 = h.step_mtp({2: [ids[i + 2]]}, {2: got1[i : i + 1]})[2]
+            prev = np.concatenate([main64[:, : i + 1], mtp1[:, i : i + 1]], axis=1)
+            mtp2 = mtp_forward64(mtp, ids[1 : i + 3], prev, seed=2)[:, -1]  # MTP position i + 1
             assert_matches_reference(got2[0], reference(want["mtp2"][i], mtp2), f"mtp2 {i + 1}")
 
 
@@ -225,7 +249,9 @@ def _tiny_corpus(root: Path) -> Path:
     while not any(zlib.crc32(n.encode()) % 20 == 0 for n in names):
         names.append(f"pkg/mod_{i}.py")
         i += 1
-    names = [n for n in names if zlib.crc32(n.encode()) % 20 == 0] + [f"pkg/train_{j}.py" for j in range(3)]
+    names = [n for n in names if zlib.crc32(n.encode()) % 20 == 0] + [
+        f"pkg/train_{j}.py" for j in range(3)
+    ]
     for j, n in enumerate(names):
         (d / n).write_text(sources[j % len(sources)].read_text())
     (d / "test").mkdir()
@@ -233,10 +259,39 @@ def _tiny_corpus(root: Path) -> Path:
     return d
 
 
-TINY_ARGS = ["--threads", "1", "--vocab-size", "400", "--hidden-size", "32", "--intermediate-size", "64",
-             "--layers", "2", "--heads", "4", "--kv-heads", "2", "--seq-len", "32", "--batch-size", "2",
-             "--warmup", "2", "--eval-every", "2", "--eval-windows", "2", "--save-every", "2",
-             "--tokenizer-chars", "20000", "--no-progress", "--export-dtype", "float32"]
+TINY_ARGS = [
+    "--threads",
+    "1",
+    "--vocab-size",
+    "400",
+    "--hidden-size",
+    "32",
+    "--intermediate-size",
+    "64",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "2",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "2",
+    "--warmup",
+    "2",
+    "--eval-every",
+    "2",
+    "--eval-windows",
+    "2",
+    "--save-every",
+    "2",
+    "--tokenizer-chars",
+    "20000",
+    "--no-progress",
+    "--export-dtype",
+    "float32",
+]
 
 
 def _train_rows(out: Path) -> list[dict]:
@@ -261,8 +316,16 @@ def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
     rows = _train_rows(full)
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
     assert all(np.isfinite(float(r["loss"])) for r in rows)
-    for name in ("config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json", "README.md",
-                 "train_log.csv", "loss_curve.png", "train_info.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.model",
+        "tokenizer_config.json",
+        "README.md",
+        "train_log.csv",
+        "loss_curve.png",
+        "train_info.json",
+    ):
         assert (full_exp / name).is_file(), name
     info = json.loads((full_exp / "train_info.json").read_text())
     assert info["step"] == 4 and info["threads"] == 1 and info["finished"]
@@ -272,7 +335,9 @@ def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
     assert tok.decode(tok.encode(SNIPPET)) == SNIPPET
 
     part, part_exp = tmp_path / "part", tmp_path / "part_export"
-    assert T.main(common + ["--out", str(part), "--export", str(part_exp), "--stop-after", "2"]) == 0
+    assert (
+        T.main(common + ["--out", str(part), "--export", str(part_exp), "--stop-after", "2"]) == 0
+    )
     assert json.loads((part / "state.json").read_text())["step"] == 2
     assert T.main(common + ["--out", str(part), "--export", str(part_exp), "--resume"]) == 0
     resumed = _train_rows(part)
@@ -282,8 +347,22 @@ def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
             assert a[k] == b[k], (a["step"], k, a[k], b[k])
     # a snapshot exports on its own
     again = tmp_path / "again"
-    assert T.main(["--export-only", "--from-state", str(part), "--export", str(again), "--out", str(part),
-                   "--export-dtype", "float32"]) == 0
+    assert (
+        T.main(
+            [
+                "--export-only",
+                "--from-state",
+                str(part),
+                "--export",
+                str(again),
+                "--out",
+                str(part),
+                "--export-dtype",
+                "float32",
+            ]
+        )
+        == 0
+    )
     for name in ("model.safetensors", "config.json"):
         assert (again / name).read_bytes() == (part_exp / name).read_bytes(), name
     shutil.rmtree(tmp_path / "corpus")

@@ -1,4 +1,5 @@
 """ERNIE-4.5 model: packed paged forward == dense no-cache oracle; MTP block; config; bad input."""
+
 from __future__ import annotations
 
 import json
@@ -6,15 +7,38 @@ import json
 import numpy as np
 import paddle
 import pytest
+from model_util import (
+    MOE,
+    TINY,
+    Forward64,
+    PagedHarness,
+    assert_matches_reference,
+    dense_reference,
+    forward64,
+    make_models,
+    mtp_forward64,
+    reference,
+)
+from tolerances import (
+    Float32Noise,
+    U,
+    assert_within,
+    gamma,
+    matmul_error_bound,
+    rope_error_bound,
+    rope_truth64,
+    softmax_perturbation_rel,
+    softmax_rounding_rel,
+)
 
 from fd_mtp.model import ErnieConfig
-from fd_mtp.model.attention import ForwardMeta, PagedAttentionCPU, allocate_kv_caches, kv_cache_shape
+from fd_mtp.model.attention import (
+    ForwardMeta,
+    PagedAttentionCPU,
+    allocate_kv_caches,
+    kv_cache_shape,
+)
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
-
-from model_util import (MOE, TINY, Forward64, PagedHarness, assert_matches_reference, dense_reference,
-                        forward64, make_models, mtp_forward64, reference)
-from tolerances import (U, Float32Noise, assert_within, gamma, matmul_error_bound, rope_error_bound, rope_truth64,
-                        softmax_perturbation_rel, softmax_rounding_rel)
 
 
 @pytest.fixture(params=[False, True], ids=["dense", "moe"])
@@ -81,12 +105,12 @@ def test_mixed_prefill_chunk_and_decode_in_one_batch(models):
     cfg, model, _ = models
     a, b, c = prompts(3, [5, 9, 6], seed=4)
     h = PagedHarness(cfg, model, block_size=4, seed=5)
-    h.step({0: a, 1: b[:4]})                     # a: full prefill, b: first chunk
-    out = h.step({0: [17], 1: b[4:], 2: c})      # a decodes, b's second chunk, c prefills
+    h.step({0: a, 1: b[:4]})  # a: full prefill, b: first chunk
+    out = h.step({0: [17], 1: b[4:], 2: c})  # a decodes, b's second chunk, c prefills
     assert_close(out[0], dense(model, a + [17])[-1:], "decode")
     assert_close(out[1], dense(model, b)[4:], "second chunk")
     assert_close(out[2], dense(model, c), "prefill")
-    out = h.step({2: [5, 6, 7], 0: [18]})        # several tokens for one request (speculative-style)
+    out = h.step({2: [5, 6, 7], 0: [18]})  # several tokens for one request (speculative-style)
     assert_close(out[2], dense(model, c + [5, 6, 7])[-3:], "multi-token decode")
     assert_close(out[0], dense(model, a + [17, 18])[-1:], "decode 2")
 
@@ -98,7 +122,9 @@ def test_random_schedule(models, seed):
     cfg, model, _ = models
     rng = np.random.default_rng(100 + seed)
     bs = int(rng.choice([1, 3, 8]))
-    h = PagedHarness(cfg, model, max_num_seqs=4, block_size=bs, num_blocks=160, max_blocks=40, seed=seed)
+    h = PagedHarness(
+        cfg, model, max_num_seqs=4, block_size=bs, num_blocks=160, max_blocks=40, seed=seed
+    )
     target = [rng.integers(3, 300, size=int(rng.integers(2, 24))).tolist() for _ in range(4)]
     fed = [[] for _ in range(4)]
     for _ in range(5):
@@ -109,7 +135,7 @@ def test_random_schedule(models, seed):
             n = int(rng.integers(1, 6))
             if len(fed[s]) >= len(target[s]):
                 target[s] += rng.integers(3, 300, size=n).tolist()
-            batch[s] = target[s][len(fed[s]):len(fed[s]) + n]
+            batch[s] = target[s][len(fed[s]) : len(fed[s]) + n]
         if not batch:
             continue
         out = h.step(batch)
@@ -130,14 +156,21 @@ def test_kernel_and_paddle_ops_backends_agree(models, block_size):
     for use_kernel in (True, False):
         model.attn_backend = PagedAttentionCPU(use_kernel=use_kernel)
         h = PagedHarness(cfg, model, block_size=block_size, num_blocks=64, max_blocks=24, seed=7)
-        outs = [h.step({0: a, 1: b[:5]}), h.step({0: [11], 1: b[5:], 2: c}), h.step({0: [12, 13, 14], 2: [9]})]
+        outs = [
+            h.step({0: a, 1: b[:5]}),
+            h.step({0: [11], 1: b[5:], 2: c}),
+            h.step({0: [12, 13, 14], 2: [9]}),
+        ]
         runs[use_kernel] = outs, [(k.numpy(), v.numpy()) for k, v in h.caches], h.blocks
     model.attn_backend = PagedAttentionCPU()
     (ko, kc, kblocks), (po, pc, pblocks) = runs[True], runs[False]
     assert kblocks == pblocks  # same seed: the same block ids
     seqs = {0: a + [11, 12, 13, 14], 1: b, 2: c + [9]}
-    rows = [{0: slice(0, 7), 1: slice(0, 5)}, {0: slice(7, 8), 1: slice(5, 12), 2: slice(0, 5)},
-            {0: slice(8, 11), 2: slice(5, 6)}]
+    rows = [
+        {0: slice(0, 7), 1: slice(0, 5)},
+        {0: slice(7, 8), 1: slice(5, 12), 2: slice(0, 5)},
+        {0: slice(8, 11), 2: slice(5, 6)},
+    ]
     refs = {s: dense(model, seq) for s, seq in seqs.items()}
     for step, (x, y) in enumerate(zip(ko, po)):
         assert x.keys() == y.keys() == rows[step].keys()
@@ -156,21 +189,28 @@ def test_kernel_and_paddle_ops_backends_agree(models, block_size):
         bound = [np.zeros_like(w) for w in want]
         for s, seq in seqs.items():
             for j in (0, 1) if layer < cfg.num_hidden_layers else ():
-                truth, bnd = Float32Noise.bound(kv[s][layer][j])          # [S, Hkv, D]
+                truth, bnd = Float32Noise.bound(kv[s][layer][j])  # [S, Hkv, D]
                 for pos in range(len(seq)):
                     slot = (kblocks[s][pos // block_size], slice(None), pos % block_size)
                     want[j][slot], bound[j][slot] = truth[pos], bnd[pos]
         for j, name in ((0, "key"), (1, "value")):
             assert_within(kc[layer][j], want[j], bound[j], f"kernel {name} cache, layer {layer}")
-            assert_within(pc[layer][j], want[j], bound[j], f"paddle ops {name} cache, layer {layer}")
+            assert_within(
+                pc[layer][j], want[j], bound[j], f"paddle ops {name} cache, layer {layer}"
+            )
     assert_close(ko[2][0], dense(model, a + [11, 12, 13, 14])[-3:], "kernel multi-token decode")
     assert_close(ko[1][1], dense(model, b)[5:], "kernel second chunk")
 
 
 def test_mqa_and_single_layer_dense_head_dim_override():
     with paddle.no_grad():
-        cfg, model, _ = make_models(seed=9, num_key_value_heads=1, num_hidden_layers=1, head_dim=8,
-                                    tie_word_embeddings=False)
+        cfg, model, _ = make_models(
+            seed=9,
+            num_key_value_heads=1,
+            num_hidden_layers=1,
+            head_dim=8,
+            tie_word_embeddings=False,
+        )
         assert cfg.head_dim == 8 and model.ernie.layers[0].self_attn.q_proj.weight.shape == [64, 32]
         seqs = prompts(2, [5, 3], seed=6)
         h = PagedHarness(cfg, model, block_size=2)
@@ -181,13 +221,22 @@ def test_mqa_and_single_layer_dense_head_dim_override():
 
 def test_logits(models):
     cfg, model, _ = models
-    hid = paddle.to_tensor(np.random.default_rng(0).standard_normal((3, cfg.hidden_size)).astype(np.float32))
+    hid = paddle.to_tensor(
+        np.random.default_rng(0).standard_normal((3, cfg.hidden_size)).astype(np.float32)
+    )
     logits = model.compute_logits(hid)
     assert logits.dtype == paddle.float32 and logits.shape == [3, cfg.vocab_size]
-    w = model.embed_tokens.weight.numpy().T if cfg.tie_word_embeddings else model.lm_head.weight.numpy()
+    w = (
+        model.embed_tokens.weight.numpy().T
+        if cfg.tie_word_embeddings
+        else model.lm_head.weight.numpy()
+    )
     # Paddle's and numpy's float32 matmuls (different BLAS kernels): each within gamma(H) |hid| @ |w|
     # of the float64 product
-    truth, bound = hid.numpy().astype(np.float64) @ w.astype(np.float64), matmul_error_bound(hid.numpy(), w)
+    truth, bound = (
+        hid.numpy().astype(np.float64) @ w.astype(np.float64),
+        matmul_error_bound(hid.numpy(), w),
+    )
     assert_within(logits.numpy(), truth, bound, "compute_logits")
     assert_within(hid.numpy() @ w, truth, bound, "numpy float32 matmul")
 
@@ -198,7 +247,9 @@ def test_untied_lm_head_has_own_weight():
     assert list(model.lm_head.weight.shape) == [cfg.hidden_size, cfg.vocab_size]
     cfg2, model2, _ = make_models()
     assert "lm_head.weight" not in model2.state_dict()
-    np.testing.assert_array_equal(model2.lm_head.weight.numpy(), model2.embed_tokens.weight.numpy().T)
+    np.testing.assert_array_equal(
+        model2.lm_head.weight.numpy(), model2.embed_tokens.weight.numpy().T
+    )
 
 
 # --------------------------------------------------------------------------- MoE router
@@ -221,8 +272,9 @@ def test_moe_route_matches_numpy(experts):
         logits = x.astype(np.float64) @ gate.astype(np.float64)
         p = np.exp(logits - logits.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        p_rel = softmax_perturbation_rel(matmul_error_bound(x, gate)) \
-            + softmax_rounding_rel(experts, (logits.max(-1, keepdims=True) - logits).max(-1, keepdims=True))
+        p_rel = softmax_perturbation_rel(matmul_error_bound(x, gate)) + softmax_rounding_rel(
+            experts, (logits.max(-1, keepdims=True) - logits).max(-1, keepdims=True)
+        )
         score_err = p * p_rel + U * (p + bias)
         order = np.argsort(-(p + bias), axis=-1, kind="stable")
         want_idx = order[:, :3]
@@ -238,7 +290,11 @@ def test_moe_route_matches_numpy(experts):
         # renormalised weights: p's relative error twice (numerator, sum) + the k-term sum and division
         sel = np.take_along_axis(p, chosen, -1)
         sel_rel = np.take_along_axis(p_rel, chosen, -1)
-        w_bound = sel / sel.sum(-1, keepdims=True) * (sel_rel + sel_rel.max(-1, keepdims=True) + gamma(3 + 1))
+        w_bound = (
+            sel
+            / sel.sum(-1, keepdims=True)
+            * (sel_rel + sel_rel.max(-1, keepdims=True) + gamma(3 + 1))
+        )
         assert_within(w.numpy(), sel / sel.sum(-1, keepdims=True), w_bound, "route weights")
         # sum of k weights w_j = fl(p_j / fl(sum p)), summed again in float32: gamma(2k + 1) of 1
         assert_within(w.numpy().sum(-1), np.ones(9), gamma(2 * 3 + 1), "route weights sum")
@@ -249,7 +305,9 @@ def test_moe_route_matches_numpy(experts):
         for t in range(9):
             for j in range(3):
                 e = int(chosen[t, j])
-                want[t] += w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t:t + 1])).numpy()[0]
+                want[t] += (
+                    w.numpy()[t, j] * moe.experts[e](paddle.to_tensor(x[t : t + 1])).numpy()[0]
+                )
         noise = Float32Noise()
         ref = reference(want, Forward64(cfg, noise).moe(moe, noise.lift(x)))
         assert_matches_reference(out, ref, "MoE layer")
@@ -257,15 +315,26 @@ def test_moe_route_matches_numpy(experts):
 
 
 def test_moe_layer_selection():
-    c = ErnieConfig(**{**TINY, **MOE, "num_hidden_layers": 6, "moe_layer_start_index": 1,
-                       "moe_layer_interval": 2, "moe_layer_end_index": 4})
+    c = ErnieConfig(
+        **{
+            **TINY,
+            **MOE,
+            "num_hidden_layers": 6,
+            "moe_layer_start_index": 1,
+            "moe_layer_interval": 2,
+            "moe_layer_end_index": 4,
+        }
+    )
     assert [c.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, False]
-    assert c.is_moe_layer(7) is True   # MTP block index: end index not applied, interval is
+    assert c.is_moe_layer(7) is True  # MTP block index: end index not applied, interval is
     assert c.is_moe_layer(6) is False
     names = state_dict_names(c, mtp=True)
     assert "ernie.layers.3.mlp.experts.3.down_proj.weight" in names
-    assert "ernie.layers.2.mlp.gate_proj.weight" in names and "ernie.layers.2.mlp.gate.weight" not in names
-    assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names   # layer 6 is dense
+    assert (
+        "ernie.layers.2.mlp.gate_proj.weight" in names
+        and "ernie.layers.2.mlp.gate.weight" not in names
+    )
+    assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names  # layer 6 is dense
     dense = ErnieConfig(**TINY)
     assert not any(dense.is_moe_layer(i) for i in range(4))
     no_bias = ErnieConfig(**{**TINY, **MOE, "moe_use_aux_free": False})
@@ -276,9 +345,13 @@ def test_moe_layer_selection():
 
 
 # --------------------------------------------------------------------------- names
-@pytest.mark.parametrize("moe,tie,bias", [(False, True, False), (True, False, False), (True, True, True)])
+@pytest.mark.parametrize(
+    "moe,tie,bias", [(False, True, False), (True, False, False), (True, True, True)]
+)
 def test_state_dict_names_equal_parameters(moe, tie, bias):
-    cfg = ErnieConfig(**{**TINY, **(MOE if moe else {}), "tie_word_embeddings": tie, "use_bias": bias})
+    cfg = ErnieConfig(
+        **{**TINY, **(MOE if moe else {}), "tie_word_embeddings": tie, "use_bias": bias}
+    )
     model = Ernie4_5ForCausalLM(cfg)
     mtp = Ernie4_5MTP(cfg, model)
     main_sd = {k: list(v.shape) for k, v in model.state_dict().items()}
@@ -303,21 +376,27 @@ def test_mtp_shares_main_layers(models):
     assert list(mtp.eh_proj.weight.shape) == [2 * cfg.hidden_size, cfg.hidden_size]
     assert mtp.mtp_block.is_moe == cfg.is_moe_layer(cfg.num_hidden_layers)
     hid = paddle.ones([2, cfg.hidden_size])
-    np.testing.assert_array_equal(mtp.compute_logits(hid).numpy(), model.compute_logits(hid).numpy())
+    np.testing.assert_array_equal(
+        mtp.compute_logits(hid).numpy(), model.compute_logits(hid).numpy()
+    )
 
 
 def test_mtp_paged_equals_dense_oracle(models):
     cfg, model, mtp = models
     a, b = prompts(2, [6, 9], seed=12)
     rng = np.random.default_rng(13)
-    prev = {0: rng.standard_normal((6, cfg.hidden_size)).astype(np.float32),
-            3: rng.standard_normal((9, cfg.hidden_size)).astype(np.float32)}
+    prev = {
+        0: rng.standard_normal((6, cfg.hidden_size)).astype(np.float32),
+        3: rng.standard_normal((9, cfg.hidden_size)).astype(np.float32),
+    }
     h = PagedHarness(cfg, model, mtp=mtp, block_size=4, seed=14)
-    main_before = [c[0].numpy().copy() for c in h.caches[:cfg.num_hidden_layers]]
+    main_before = [c[0].numpy().copy() for c in h.caches[: cfg.num_hidden_layers]]
     out = h.step_mtp({0: a, 3: b}, prev)
     for s, seq in ((0, a), (3, b)):
         want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev[s])).numpy()
-        assert_close(out[s], reference(want, mtp_forward64(mtp, seq, prev[s])), f"mtp prefill slot {s}")
+        assert_close(
+            out[s], reference(want, mtp_forward64(mtp, seq, prev[s])), f"mtp prefill slot {s}"
+        )
     # the MTP writes only its own cache layer (index num_hidden_layers)
     for i, before in enumerate(main_before):
         np.testing.assert_array_equal(h.caches[i][0].numpy(), before)
@@ -346,7 +425,9 @@ def test_mtp_only_meta_with_its_own_cache_size(models):
     out = mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta).numpy()
     want = mtp.dense_forward(paddle.to_tensor(seq), paddle.to_tensor(prev)).numpy()
     assert_close(out, reference(want, mtp_forward64(mtp, seq, prev)), "mtp-only meta")
-    meta.block_tables = paddle.to_tensor(np.array([[2, 3]], np.int32))  # 3 is out of range for this cache
+    meta.block_tables = paddle.to_tensor(
+        np.array([[2, 3]], np.int32)
+    )  # 3 is out of range for this cache
     with pytest.raises(ValueError, match="block_tables"):
         mtp(meta.ids_remove_padding, paddle.to_tensor(prev), meta)
 
@@ -371,19 +452,28 @@ def _meta(cfg, tables, q, dec, num_blocks=4, bs=4):
     q = np.asarray(q, np.int32)
     ids = np.arange(3, 3 + int(q.sum()), dtype=np.int64)
     t = paddle.to_tensor
-    return ForwardMeta(ids_remove_padding=t(ids), cu_seqlens_q=t(np.r_[0, np.cumsum(q)].astype(np.int32)),
-                       batch_id_per_token=t(np.repeat(np.arange(len(q)), q).astype(np.int32)),
-                       seq_lens_this_time=t(q), seq_lens_encoder=t(np.zeros_like(q)),
-                       seq_lens_decoder=t(np.asarray(dec, np.int32)),
-                       block_tables=t(np.asarray(tables, np.int32)), caches=caches, block_size=bs)
+    return ForwardMeta(
+        ids_remove_padding=t(ids),
+        cu_seqlens_q=t(np.r_[0, np.cumsum(q)].astype(np.int32)),
+        batch_id_per_token=t(np.repeat(np.arange(len(q)), q).astype(np.int32)),
+        seq_lens_this_time=t(q),
+        seq_lens_encoder=t(np.zeros_like(q)),
+        seq_lens_decoder=t(np.asarray(dec, np.int32)),
+        block_tables=t(np.asarray(tables, np.int32)),
+        caches=caches,
+        block_size=bs,
+    )
 
 
-@pytest.mark.parametrize("tables,q,dec", [
-    ([[0, -1]], [6], [0]),          # second block needed but -1
-    ([[0, 7]], [2], [5]),           # block id out of range (num_blocks 4)
-    ([[0]], [3], [3]),              # position 5 needs column 1, table width 1
-    ([[1, 2], [-1, -1]], [1, 1], [2, 0]),  # second request has no block at all
-])
+@pytest.mark.parametrize(
+    "tables,q,dec",
+    [
+        ([[0, -1]], [6], [0]),  # second block needed but -1
+        ([[0, 7]], [2], [5]),  # block id out of range (num_blocks 4)
+        ([[0]], [3], [3]),  # position 5 needs column 1, table width 1
+        ([[1, 2], [-1, -1]], [1, 1], [2, 0]),  # second request has no block at all
+    ],
+)
 @pytest.mark.parametrize("use_kernel", [True, False], ids=["kernel", "paddle_ops"])
 def test_bad_block_table_raises_and_writes_nothing(tables, q, dec, use_kernel):
     cfg, model, _ = make_models()
@@ -405,8 +495,10 @@ def test_share_inputs_shapes_accepted(models):
     meta.ids_remove_padding = paddle.to_tensor(np.asarray(a + b, np.int64)).reshape([-1, 1])
     for name in ("seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "cu_seqlens_q"):
         setattr(meta, name, getattr(meta, name).reshape([-1, 1]))
-    meta.batch_id_per_token = paddle.to_tensor(np.r_[[0] * 5 + [1] * 3, [-1] * 6].astype(np.int32)).reshape([-1, 1])
-    meta.caches = meta.caches[:cfg.num_hidden_layers]
+    meta.batch_id_per_token = paddle.to_tensor(
+        np.r_[[0] * 5 + [1] * 3, [-1] * 6].astype(np.int32)
+    ).reshape([-1, 1])
+    meta.caches = meta.caches[: cfg.num_hidden_layers]
     out = model(meta.ids_remove_padding, meta).numpy()
     assert_close(out[:5], dense(model, a), "request 0")
     assert_close(out[5:], dense(model, b), "request 1")
@@ -424,8 +516,9 @@ def test_empty_batch_and_cache_shape():
     cfg, model, _ = make_models()
     assert kv_cache_shape(cfg, 10, 16) == [10, cfg.num_key_value_heads, 16, cfg.head_dim]
     meta = _meta(cfg, [[-1], [-1]], [0, 0], [0, 5])
-    out = PagedAttentionCPU().forward(paddle.zeros([0, 4, 16]), paddle.zeros([0, 2, 16]),
-                                      paddle.zeros([0, 2, 16]), 0, meta)
+    out = PagedAttentionCPU().forward(
+        paddle.zeros([0, 4, 16]), paddle.zeros([0, 2, 16]), paddle.zeros([0, 2, 16]), 0, meta
+    )
     assert out.shape == [0, 64]
 
 
@@ -443,11 +536,26 @@ def test_config_round_trip(tmp_path):
 
 
 def test_config_from_ernie_json_fields():
-    d = {"architectures": ["Ernie4_5_ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
-         "max_position_embeddings": 131072, "model_type": "ernie4_5", "num_attention_heads": 16,
-         "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 18, "rms_norm_eps": 1e-05,
-         "rope_theta": 500000, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_bias": False,
-         "vocab_size": 103424, "use_cache": False, "unknown_field": [1, 2], "hidden_act": "silu"}
+    d = {
+        "architectures": ["Ernie4_5_ForCausalLM"],
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 131072,
+        "model_type": "ernie4_5",
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "num_hidden_layers": 18,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 500000,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_bias": False,
+        "vocab_size": 103424,
+        "use_cache": False,
+        "unknown_field": [1, 2],
+        "hidden_act": "silu",
+    }
     c = ErnieConfig.from_dict(d)
     assert (c.head_dim, c.dtype, c.rope_theta, c.moe_num_experts) == (128, "bfloat16", 500000.0, 0)
     assert c.extra["unknown_field"] == [1, 2]
@@ -456,11 +564,23 @@ def test_config_from_ernie_json_fields():
     assert (c2.num_key_value_heads, c2.head_dim) == (16, 64)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("hidden_size", 0), ("num_key_value_heads", 3), ("vocab_size", -1), ("moe_k", 9),
-    ("rms_norm_eps", 0.0), ("dtype", "int8"), ("eos_token_id", []), ("tie_word_embeddings", "yes"),
-    ("num_nextn_predict_layers", 2), ("head_dim", 7), ("moe_layer_interval", 0), ("rope_theta", -1.0),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("hidden_size", 0),
+        ("num_key_value_heads", 3),
+        ("vocab_size", -1),
+        ("moe_k", 9),
+        ("rms_norm_eps", 0.0),
+        ("dtype", "int8"),
+        ("eos_token_id", []),
+        ("tie_word_embeddings", "yes"),
+        ("num_nextn_predict_layers", 2),
+        ("head_dim", 7),
+        ("moe_layer_interval", 0),
+        ("rope_theta", -1.0),
+    ],
+)
 def test_config_validation_names_field(field, value):
     d = {**TINY, **MOE, field: value}
     with pytest.raises(ValueError, match=field):
@@ -483,6 +603,7 @@ def test_config_missing_and_unsupported():
 def test_import_is_light():
     import subprocess
     import sys
+
     code = "import sys, fd_mtp.model; from fd_mtp.model import ErnieConfig; print('paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

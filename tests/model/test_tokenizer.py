@@ -1,4 +1,5 @@
 """The SentencePiece tokenizer path (no paddleformers needed) and text generation through it."""
+
 import sys
 
 import pytest
@@ -35,7 +36,9 @@ def test_round_trip_and_special_ids(tmp_path):
 def test_decode_of_ids_past_the_vocabulary_and_negative_ids(tmp_path):
     tok = SentencePieceTokenizer(train_sentencepiece(tokenizer_corpus(), tmp_path, vocab_size=300))
     ids = tok.encode("encoder")
-    assert tok.decode([*ids, 10_000]) == tok.decode([*ids, tok.unk_token_id])  # a padded model vocab
+    assert tok.decode([*ids, 10_000]) == tok.decode(
+        [*ids, tok.unk_token_id]
+    )  # a padded model vocab
     with pytest.raises(ValueError, match="negative"):
         tok.decode([5, -1])
 

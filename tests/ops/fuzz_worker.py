@@ -10,6 +10,7 @@ few, an extra axis; for attributes, an int out of range and a value of the wrong
 adds random-permutation strided views (transposes, step slices, stride-0 broadcasts) at more batch
 sizes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import fd_mtp  # noqa: E402,F401  (before paddle)
 import paddle  # noqa: E402
 
+import fd_mtp  # noqa: E402,F401  (before paddle)
 import fd_mtp.ops as ops  # noqa: E402
 from fd_mtp import schema  # noqa: E402
 from fd_mtp.testing.op_inputs import BUILDERS  # noqa: E402
 
-WRONG_DTYPE = np.float64  # no op takes float64: a wrong dtype for every tensor (unless it takes any)
+WRONG_DTYPE = (
+    np.float64
+)  # no op takes float64: a wrong dtype for every tensor (unless it takes any)
 
 
 def to_paddle(a, name):
@@ -73,10 +76,16 @@ def snapshot(values, names):
 
 def cases(op, case, batch, long):
     """(case name, argument name, mutate(values) -> extra tensors to check unchanged)."""
-    B = int(np.asarray(case.args[case.names.index(op.batch)]).shape[0]) if op.batch in case.names else None
+    B = (
+        int(np.asarray(case.args[case.names.index(op.batch)]).shape[0])
+        if op.batch in case.names
+        else None
+    )
     values = dict(zip(case.names, case.args)) | case.kwargs
     for t in op.tensors:
-        if not isinstance(values.get(t.name), np.ndarray):  # absent, None (optional) or a Python scalar
+        if not isinstance(
+            values.get(t.name), np.ndarray
+        ):  # absent, None (optional) or a Python scalar
             continue
 
         def set_numpy(v, t=t):
@@ -97,7 +106,13 @@ def cases(op, case, batch, long):
         if "any" not in t.dtypes:
             yield f"{t.name}:dtype", t.name, set_dtype
         # A view of at most one element is contiguous whatever its strides: nothing to refuse.
-        kinds = () if values[t.name].size <= 1 else ("stack", "transpose", "step") if long else ("stack",)
+        kinds = (
+            ()
+            if values[t.name].size <= 1
+            else ("stack", "transpose", "step")
+            if long
+            else ("stack",)
+        )
         for kind in kinds:
 
             def set_strided(v, t=t, kind=kind):
@@ -122,7 +137,11 @@ def cases(op, case, batch, long):
 
             def set_rank(v, t=t):
                 x = v[t.name]
-                v[t.name] = paddle.stack([x, x, x], axis=-1) if x.dtype != paddle.bfloat16 else x.unsqueeze(0)
+                v[t.name] = (
+                    paddle.stack([x, x, x], axis=-1)
+                    if x.dtype != paddle.bfloat16
+                    else x.unsqueeze(0)
+                )
 
             yield f"{t.name}:rank", t.name, set_rank
     for a in op.attrs:
@@ -168,9 +187,22 @@ def run(op_key, long):
                 outcome, error, message = "other", type(exc).__name__, str(exc)
             after = snapshot(values, written)
             changed = [n for n in before if not np.array_equal(before[n], after[n])]
-            changed += [f"base of {arg}" for b, x in zip(bases, extra) if not np.array_equal(b, _numpy(x))]
-            print(json.dumps({"case": f"B={batch} {name}", "arg": arg, "outcome": outcome, "error": error,
-                              "message": message[:300], "written_changed": changed}), flush=True)
+            changed += [
+                f"base of {arg}" for b, x in zip(bases, extra) if not np.array_equal(b, _numpy(x))
+            ]
+            print(
+                json.dumps(
+                    {
+                        "case": f"B={batch} {name}",
+                        "arg": arg,
+                        "outcome": outcome,
+                        "error": error,
+                        "message": message[:300],
+                        "written_changed": changed,
+                    }
+                ),
+                flush=True,
+            )
     print(json.dumps({"done": True}), flush=True)
 
 

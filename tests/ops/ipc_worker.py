@@ -5,6 +5,7 @@
 cross the pipe in their storage dtype (bfloat16 as uint16 bits). "exit" returns normally, so
 the interpreter's normal exit (and fd_mtp's exit cleanup) runs.
 """
+
 import gc
 import sys
 
@@ -52,7 +53,9 @@ def serve(conn, root):
                 ops.set_data_ipc(held[key], name)
             elif cmd == "attach":
                 key, name, dtype, shape = args
-                held[key] = ops.share_external_data(paddle.empty([0], dtype=dtype).cpu(), name, shape)
+                held[key] = ops.share_external_data(
+                    paddle.empty([0], dtype=dtype).cpu(), name, shape
+                )
             elif cmd == "write":
                 key, lo, hi, array, dtype = args
                 write_rows(held[key], lo, hi, array, dtype)

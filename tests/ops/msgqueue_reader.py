@@ -8,6 +8,7 @@ Two ways to read:
 
 Requests and replies are tuples over a multiprocessing Pipe (see `serve`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,7 +33,13 @@ def _libc():
     libc.msgget.restype = ctypes.c_int
     libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
     libc.msgrcv.restype = ctypes.c_ssize_t
-    libc.msgrcv.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long, ctypes.c_int)
+    libc.msgrcv.argtypes = (
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_long,
+        ctypes.c_int,
+    )
     return libc
 
 
@@ -61,7 +68,9 @@ def op_receive(ftok_path, msg_queue_id, rank_id, wait_flag, get_each_rank, fill,
     x = paddle.full(shape, fill, dtype="int64")
     try:
         if dynamic:
-            ops.speculate_get_output_dynamic(x, rank_id, wait_flag, msg_queue_id, get_each_rank, ftok_path=ftok_path)
+            ops.speculate_get_output_dynamic(
+                x, rank_id, wait_flag, msg_queue_id, get_each_rank, ftok_path=ftok_path
+            )
         else:
             ops.speculate_get_output(
                 x, rank_id, wait_flag, get_each_rank, msg_queue_id=msg_queue_id, ftok_path=ftok_path

@@ -1,29 +1,47 @@
 """Shared pieces of the ngram_match / hybrid_mtp_ngram tests: argument order, random batches
 with planted n-gram repeats (so that matches really happen), and the invariants of both ops."""
+
 from __future__ import annotations
 
 import numpy as np
+from util import assert_same, run_both
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import assert_same, run_both
 
 NGRAM_NAMES = (
-    "input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-    "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "max_dec_len",
-)  # fmt: skip
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "max_dec_len",
+)
 HYBRID_NAMES = (
-    "input_ids", "input_ids_len", "pre_ids", "step_idx", "draft_token_num", "draft_tokens",
-    "seq_lens_this_time", "seq_lens_decoder", "max_dec_len",
-)  # fmt: skip
+    "input_ids",
+    "input_ids_len",
+    "pre_ids",
+    "step_idx",
+    "draft_token_num",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "seq_lens_decoder",
+    "max_dec_len",
+)
 
 
 def run_ngram(d, max_ngram_size=3, max_draft_tokens=3, threshold=1024):
     """ngram_match op and reference on copies of `d`; asserts they agree; returns the op's arrays."""
     op_after, ref_after, _, _ = run_both(
-        ops.ngram_match, reference.ngram_match,
-        [d[n] for n in NGRAM_NAMES] + [max_ngram_size, max_draft_tokens], threshold=threshold,
-    )  # fmt: skip
+        ops.ngram_match,
+        reference.ngram_match,
+        [d[n] for n in NGRAM_NAMES] + [max_ngram_size, max_draft_tokens],
+        threshold=threshold,
+    )
     for name, a, e in zip(NGRAM_NAMES, op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return dict(zip(NGRAM_NAMES, op_after))
@@ -31,17 +49,30 @@ def run_ngram(d, max_ngram_size=3, max_draft_tokens=3, threshold=1024):
 
 def run_hybrid(d, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, threshold=1024):
     op_after, ref_after, _, _ = run_both(
-        ops.hybrid_mtp_ngram, reference.hybrid_mtp_ngram,
+        ops.hybrid_mtp_ngram,
+        reference.hybrid_mtp_ngram,
         [d[n] for n in HYBRID_NAMES] + [max_ngram_size, min_ngram_size, max_draft_tokens],
         threshold=threshold,
-    )  # fmt: skip
+    )
     for name, a, e in zip(HYBRID_NAMES, op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return dict(zip(HYBRID_NAMES, op_after))
 
 
-def random_batch(rng, bsz, *, hybrid=False, k=3, width=48, vocab=50, max_n=3, min_n=1, plant=0.6,
-                 column=False, extra_rows=0):
+def random_batch(
+    rng,
+    bsz,
+    *,
+    hybrid=False,
+    k=3,
+    width=48,
+    vocab=50,
+    max_n=3,
+    min_n=1,
+    plant=0.6,
+    column=False,
+    extra_rows=0,
+):
     """A valid random batch for either op: roles mixed (decode / prefill / idle), histories of
     random tokens, and for a fraction `plant` of the requests a copy of the request's last n
     tokens (plus what follows, n in [min_n, max_n]) planted earlier in the prompt or in the
@@ -108,7 +139,9 @@ def follows_suffix(hay, length, pre_row, step, drafts, n_min):
     for n in range(n_min, step + 1):
         query = pre_row[step - n + 1 : step + 1]
         for i in range(0, length - n - m + 1):
-            if np.array_equal(hay[i : i + n], query) and np.array_equal(hay[i + n : i + n + m], drafts):
+            if np.array_equal(hay[i : i + n], query) and np.array_equal(
+                hay[i + n : i + n + m], drafts
+            ):
                 return True
     return False
 
@@ -165,7 +198,9 @@ def check_invariants(before, after, *, hybrid, k, threshold, n_min=1):
             got = d1[b, base : base + count]
             pre_row = before["pre_ids"][b]
             s = int(step[b])
-            ok = follows_suffix(before["input_ids"][b], int(flat["input_ids_len"][b]), pre_row, s, got, n_min)
+            ok = follows_suffix(
+                before["input_ids"][b], int(flat["input_ids_len"][b]), pre_row, s, got, n_min
+            )
             ok = ok or follows_suffix(pre_row, s, pre_row, s, got, n_min)
             assert ok, f"request {b}: drafts {got} do not follow a suffix occurrence"
     return drafted

@@ -1,5 +1,6 @@
 """Batches for the packing-op tests (spec §1.3, §5.1-§5.4): a step's per-request state with a mix of
 prefill chunks, speculative decodes and empty slots, as numpy arrays, plus paddle helpers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +54,9 @@ def batches(draw, max_bsz=40):
     roles = draw(st.lists(st.sampled_from(ROLES), min_size=bsz, max_size=bsz))
     seed = draw(st.integers(0, 2**32 - 1))
     extra = draw(st.integers(0, 3))
-    return mixed_batch(np.random.default_rng(seed), bsz, width=width, k=k, extra_rows=extra, roles=roles)
+    return mixed_batch(
+        np.random.default_rng(seed), bsz, width=width, k=k, extra_rows=extra, roles=roles
+    )
 
 
 def cum_offsets(this_time, width):
@@ -64,8 +67,14 @@ def cum_offsets(this_time, width):
 def padding_offset_args(batch):
     """speculate_get_padding_offset's positional args (numpy) for a batch."""
     q = batch["seq_lens_this_time"]
-    return [batch["input_ids"], batch["draft_tokens"], cum_offsets(q, batch["input_ids"].shape[1]),
-            np.array(int(q.sum()), np.int64), q, batch["seq_lens_encoder"]]  # fmt: skip
+    return [
+        batch["input_ids"],
+        batch["draft_tokens"],
+        cum_offsets(q, batch["input_ids"].shape[1]),
+        np.array(int(q.sum()), np.int64),
+        q,
+        batch["seq_lens_encoder"],
+    ]
 
 
 def run_op(op_name, args, *extra):
@@ -77,5 +86,7 @@ def run_op(op_name, args, *extra):
 
 
 def run_ref(op_name, args, *extra):
-    out = getattr(reference, op_name)(*[a.copy() if isinstance(a, np.ndarray) else a for a in args], *extra)
+    out = getattr(reference, op_name)(
+        *[a.copy() if isinstance(a, np.ndarray) else a for a in args], *extra
+    )
     return list(out) if isinstance(out, (list, tuple)) else [out]

@@ -3,6 +3,7 @@
 Float arrays are numpy float32 / float16, or uint16 holding bfloat16 bits (as fd_mtp.reference
 takes them); `tensor` turns them into paddle CPU tensors of the matching dtype.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,9 +57,15 @@ def numpy_of(t):
 def offsets(out_rows, max_seq_len):
     """(output_padding_offset [T] int32, output_cum_offsets [n] int32, request of each row) for
     requests with out_rows[b] output rows each (spec §1.3)."""
-    cum = np.concatenate([[0], np.cumsum([max_seq_len - o for o in out_rows])[:-1]]).astype(np.int32)
-    pad = np.concatenate([np.full(o, cum[b], np.int32) for b, o in enumerate(out_rows)] or [np.zeros(0, np.int32)])
-    owner = np.concatenate([np.full(o, b, np.int64) for b, o in enumerate(out_rows)] or [np.zeros(0, np.int64)])
+    cum = np.concatenate([[0], np.cumsum([max_seq_len - o for o in out_rows])[:-1]]).astype(
+        np.int32
+    )
+    pad = np.concatenate(
+        [np.full(o, cum[b], np.int32) for b, o in enumerate(out_rows)] or [np.zeros(0, np.int32)]
+    )
+    owner = np.concatenate(
+        [np.full(o, b, np.int64) for b, o in enumerate(out_rows)] or [np.zeros(0, np.int64)]
+    )
     return pad.astype(np.int32), cum, owner
 
 

@@ -22,6 +22,7 @@ Each op call runs the Paddle op and the numpy reference on the same state and as
 Both scenarios run for three (block_size, K, pool size) settings. (With fewer free blocks than
 one request's decode blocks, v0 preempts and recovers that request forever, as upstream would.)
 """
+
 from __future__ import annotations
 
 import sys
@@ -64,7 +65,9 @@ def n_emit(q, generated):
 def call_both(op, ref, names, state, *attrs, **kwargs):
     """Runs the op and the reference on copies of state[names]; asserts they agree; stores the op's."""
     op_args, ref_args, _, _ = run_both(
-        lambda *a: op(*a, *attrs, **kwargs), lambda *a: ref(*a, *attrs, **kwargs), [state[n] for n in names]
+        lambda *a: op(*a, *attrs, **kwargs),
+        lambda *a: ref(*a, *attrs, **kwargs),
+        [state[n] for n in names],
     )
     for n, a, e in zip(names, op_args, ref_args):
         if e is not None:
@@ -74,7 +77,9 @@ def call_both(op, ref, names, state, *attrs, **kwargs):
 
 def assert_covered(state, b, first, count, what):
     for pos in range(first, first + count):
-        assert state["block_tables"][b, pos // BS] != -1, f"{what}: request {b} writes KV position {pos} without a block"
+        assert state["block_tables"][b, pos // BS] != -1, (
+            f"{what}: request {b} writes KV position {pos} without a block"
+        )
 
 
 def assert_unique_owners(tables, free):
@@ -87,7 +92,9 @@ def engine_step(s, v1):
     """Target forward + verify/update/set_value for every running request (numpy)."""
     for b in range(NREQ):
         if s["stop_flags"][b]:
-            if v1:  # a stopped row is clobbered upstream (preprocess/update); recovery must restore it
+            if (
+                v1
+            ):  # a stopped row is clobbered upstream (preprocess/update); recovery must restore it
                 s["draft_tokens"][b, :] = -1
             continue
         q = b
@@ -95,20 +102,28 @@ def engine_step(s, v1):
         if s["seq_lens_encoder"][b] > 0:  # prefill (first one, or v0 re-prefill after recovery)
             n = int(s["seq_lens_encoder"][b])
             assert_covered(s, b, 0, n, "prefill")
-            assert s["input_ids"][b, :n].tolist() == sequence(q, n), f"request {b}: prefill row is not the sequence"
+            assert s["input_ids"][b, :n].tolist() == sequence(q, n), (
+                f"request {b}: prefill row is not the sequence"
+            )
             tokens = [token(q, n)]
             s["seq_lens_decoder"][b] = n
             s["seq_lens_encoder"][b] = 0
         else:
             d = int(s["seq_lens_decoder"][b])
-            assert d == PROMPT_LENS[q] + step - 1, f"request {b}: decoder length {d} with step_idx {step}"
+            assert d == PROMPT_LENS[q] + step - 1, (
+                f"request {b}: decoder length {d} with step_idx {step}"
+            )
             assert_covered(s, b, d, int(s["seq_lens_this_time"][b]), "decode")
             if v1:
-                assert s["draft_tokens"][b, 0] == token(q, d), f"request {b}: first input token is not the last accepted"
+                assert s["draft_tokens"][b, 0] == token(q, d), (
+                    f"request {b}: first input token is not the last accepted"
+                )
             a = min(n_emit(q, step), MAX_GEN[q] - step)
             tokens = [token(q, d + 1 + i) for i in range(a)]
             s["seq_lens_decoder"][b] = d + a
-            s["input_ids"][b, 0] = tokens[-1]  # as upstream's update does; the v0 recovery restores column 0
+            s["input_ids"][b, 0] = tokens[
+                -1
+            ]  # as upstream's update does; the v0 recovery restores column 0
         a = len(tokens)
         s["pre_ids"][b, step + 1 : step + 1 + a] = tokens  # target convention: token k at index k
         s["step_idx"][b] = step + a
@@ -128,34 +143,71 @@ def engine_step(s, v1):
 
 
 def finished(s, q):
-    return bool(s["stop_flags"][q]) and not bool(s["is_block_step"][q]) and int(s["step_idx"][q]) >= MAX_GEN[q]
+    return (
+        bool(s["stop_flags"][q])
+        and not bool(s["is_block_step"][q])
+        and int(s["step_idx"][q]) >= MAX_GEN[q]
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # (a) v0: speculate_step_paddle
 # ------------------------------------------------------------------------------------------------
 V0_NAMES = (
-    "stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder", "seq_lens_decoder",
-    "block_tables", "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
-    "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len",
-    "input_ids", "pre_ids", "step_idx", "next_tokens", "first_token_ids", "accept_num",
-)  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "ori_seq_lens_encoder",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "is_block_step",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "input_ids",
+    "pre_ids",
+    "step_idx",
+    "next_tokens",
+    "first_token_ids",
+    "accept_num",
+)
 
 
 def v0_state(n_free):
     z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
     s = dict(
-        stop_flags=np.ones(BSZ, bool), seq_lens_this_time=z32(), ori_seq_lens_encoder=z32(), seq_lens_encoder=z32(),
-        seq_lens_decoder=z32(), block_tables=np.full((BSZ, NB), -1, np.int32), encoder_block_lens=z32(),
-        is_block_step=np.zeros(BSZ, bool), step_block_list=np.full(BSZ, -1, np.int32), step_lens=np.zeros(1, np.int32),
-        recover_block_list=np.full(BSZ, -1, np.int32), recover_lens=np.zeros(1, np.int32),
-        need_block_list=np.full(BSZ, -1, np.int32), need_block_len=np.zeros(1, np.int32), used_list_len=z32(),
+        stop_flags=np.ones(BSZ, bool),
+        seq_lens_this_time=z32(),
+        ori_seq_lens_encoder=z32(),
+        seq_lens_encoder=z32(),
+        seq_lens_decoder=z32(),
+        block_tables=np.full((BSZ, NB), -1, np.int32),
+        encoder_block_lens=z32(),
+        is_block_step=np.zeros(BSZ, bool),
+        step_block_list=np.full(BSZ, -1, np.int32),
+        step_lens=np.zeros(1, np.int32),
+        recover_block_list=np.full(BSZ, -1, np.int32),
+        recover_lens=np.zeros(1, np.int32),
+        need_block_list=np.full(BSZ, -1, np.int32),
+        need_block_len=np.zeros(1, np.int32),
+        used_list_len=z32(),
         # decode blocks: ids n_free-1 ... 0 (descending, spec §11), popped from the end
-        free_list=np.zeros(n_free + 8, np.int32), free_list_len=np.array([n_free], np.int32),
-        input_ids=np.zeros((BSZ, L), np.int64), pre_ids=np.full((BSZ, L), -1, np.int64),
-        step_idx=np.zeros(BSZ, np.int64), next_tokens=np.full((BSZ, 1), -1, np.int64),
-        first_token_ids=np.full(BSZ, -1, np.int64), accept_num=z32(),
-    )  # fmt: skip
+        free_list=np.zeros(n_free + 8, np.int32),
+        free_list_len=np.array([n_free], np.int32),
+        input_ids=np.zeros((BSZ, L), np.int64),
+        pre_ids=np.full((BSZ, L), -1, np.int64),
+        step_idx=np.zeros(BSZ, np.int64),
+        next_tokens=np.full((BSZ, 1), -1, np.int64),
+        first_token_ids=np.full(BSZ, -1, np.int64),
+        accept_num=z32(),
+    )
     s["free_list"][:n_free] = np.arange(n_free - 1, -1, -1)
     enc_ids = iter(range(1000, 2000))  # the scheduler's prompt blocks
     for q, plen in enumerate(PROMPT_LENS):  # insert_prefill_inputs, unchunked (spec §4.2)
@@ -182,7 +234,9 @@ def run_v0(n_free):
         assert s["need_block_len"][0] == 0 and s["recover_lens"][0] == 0
         newly = np.flatnonzero(s["is_block_step"] & ~before["is_block_step"])
         for b in newly:
-            assert s["stop_flags"][b] and s["accept_num"][b] == 0 and s["seq_lens_this_time"][b] == 0
+            assert (
+                s["stop_flags"][b] and s["accept_num"][b] == 0 and s["seq_lens_this_time"][b] == 0
+            )
             assert s["seq_lens_decoder"][b] == 0 and s["step_idx"][b] == before["step_idx"][b]
             log["preempted"].append((step, int(b)))
         back = np.flatnonzero(before["is_block_step"] & ~s["is_block_step"])
@@ -190,9 +244,14 @@ def run_v0(n_free):
         for r in back:
             assert r == before["step_block_list"][before["step_lens"][0] - 1] or r in newly, "LIFO"
             n = PROMPT_LENS[r] + int(s["step_idx"][r])
-            assert s["seq_lens_encoder"][r] == s["seq_lens_this_time"][r] == n and not s["stop_flags"][r]
+            assert (
+                s["seq_lens_encoder"][r] == s["seq_lens_this_time"][r] == n
+                and not s["stop_flags"][r]
+            )
             gen = s["pre_ids"][r, 1 : int(s["step_idx"][r]) + 1].tolist()
-            assert s["input_ids"][r, :n].tolist() == sequence(int(r), PROMPT_LENS[r]) + gen, "re-prefill row"
+            assert s["input_ids"][r, :n].tolist() == sequence(int(r), PROMPT_LENS[r]) + gen, (
+                "re-prefill row"
+            )
             log["recovered"].append((step, int(r)))
     else:
         pytest.fail(f"v0 scenario did not finish in {MAX_STEPS} steps")
@@ -231,27 +290,58 @@ def test_v0_preemption_and_recovery_lose_and_repeat_no_token(monkeypatch, block_
 # (b) v1: speculate_schedule_cache + recover_decode_task, the test as the scheduler
 # ------------------------------------------------------------------------------------------------
 SCHEDULE_NAMES = (
-    "draft_tokens", "block_tables", "stop_flags", "prompt_lens", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_seq_lens_decoder", "step_draft_tokens", "step_seq_lens_this_time", "accept_num",
-    "accept_tokens", "is_block_step", "not_need_stop", "stop_nums",
-)  # fmt: skip
+    "draft_tokens",
+    "block_tables",
+    "stop_flags",
+    "prompt_lens",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_seq_lens_decoder",
+    "step_draft_tokens",
+    "step_seq_lens_this_time",
+    "accept_num",
+    "accept_tokens",
+    "is_block_step",
+    "not_need_stop",
+    "stop_nums",
+)
 RECOVER_NAMES = (
-    "stop_flags", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder", "step_seq_lens_decoder",
-    "block_tables", "is_block_step", "draft_tokens", "step_draft_tokens", "step_seq_lens_this_time",
-)  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_seq_lens_decoder",
+    "block_tables",
+    "is_block_step",
+    "draft_tokens",
+    "step_draft_tokens",
+    "step_seq_lens_this_time",
+)
 
 
 def v1_state(pool, prealloc):
     z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
     s = dict(
-        stop_flags=np.ones(BSZ, bool), seq_lens_this_time=z32(), seq_lens_encoder=z32(), seq_lens_decoder=z32(),
-        step_seq_lens_decoder=z32(), block_tables=np.full((BSZ, NB), -1, np.int32), is_block_step=np.zeros(BSZ, bool),
-        draft_tokens=np.zeros((BSZ, K + 1), np.int64), step_draft_tokens=np.zeros((BSZ, K + 1), np.int64),
-        step_seq_lens_this_time=z32(), prompt_lens=np.zeros(BSZ, np.int64), accept_num=z32(),
-        accept_tokens=np.zeros((BSZ, K + 1), np.int64), not_need_stop=np.array([False]),
-        stop_nums=np.array([BSZ], np.int64), input_ids=np.zeros((BSZ, L), np.int64),
-        pre_ids=np.full((BSZ, L), -1, np.int64), step_idx=np.zeros(BSZ, np.int64),
-    )  # fmt: skip
+        stop_flags=np.ones(BSZ, bool),
+        seq_lens_this_time=z32(),
+        seq_lens_encoder=z32(),
+        seq_lens_decoder=z32(),
+        step_seq_lens_decoder=z32(),
+        block_tables=np.full((BSZ, NB), -1, np.int32),
+        is_block_step=np.zeros(BSZ, bool),
+        draft_tokens=np.zeros((BSZ, K + 1), np.int64),
+        step_draft_tokens=np.zeros((BSZ, K + 1), np.int64),
+        step_seq_lens_this_time=z32(),
+        prompt_lens=np.zeros(BSZ, np.int64),
+        accept_num=z32(),
+        accept_tokens=np.zeros((BSZ, K + 1), np.int64),
+        not_need_stop=np.array([False]),
+        stop_nums=np.array([BSZ], np.int64),
+        input_ids=np.zeros((BSZ, L), np.int64),
+        pre_ids=np.full((BSZ, L), -1, np.int64),
+        step_idx=np.zeros(BSZ, np.int64),
+    )
     for q, plen in enumerate(PROMPT_LENS):  # insert_tasks_v1, PREFILL task (spec §4.2)
         s["input_ids"][q, :plen] = sequence(q, plen)
         s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
@@ -287,12 +377,23 @@ def run_v1(pool_size, grants_per_step, prealloc=False):
         engine_step(s, v1=True)
         # 3. speculate_schedule_cache after the proposer
         before = {n: a.copy() for n, a in s.items()}
-        call_both(ops.speculate_schedule_cache, reference.speculate_schedule_cache, SCHEDULE_NAMES, s, BS, K,
-                  prefill_one_step_stop=False)  # fmt: skip
+        call_both(
+            ops.speculate_schedule_cache,
+            reference.speculate_schedule_cache,
+            SCHEDULE_NAMES,
+            s,
+            BS,
+            K,
+            prefill_one_step_stop=False,
+        )
         for b in np.flatnonzero(s["is_block_step"] & ~before["is_block_step"]):
             slot = (int(before["seq_lens_decoder"][b]) + 2 * K + 2) // BS
             assert before["block_tables"][b, slot] == -1
-            assert s["stop_flags"][b] and s["seq_lens_this_time"][b] == 0 and s["seq_lens_decoder"][b] == 0
+            assert (
+                s["stop_flags"][b]
+                and s["seq_lens_this_time"][b] == 0
+                and s["seq_lens_decoder"][b] == 0
+            )
             assert s["step_seq_lens_decoder"][b] == before["seq_lens_decoder"][b]
             assert s["accept_num"][b] == 0 and np.all(s["accept_tokens"][b] == -1)
             assert_same(s["step_draft_tokens"][b], before["draft_tokens"][b], "parked draft row")

@@ -5,11 +5,27 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_all_same, assert_same, flags, i32, i64, ragged, run_both, to_numpy, to_paddle
+from util import (
+    BATCH_GRID,
+    assert_all_same,
+    assert_same,
+    flags,
+    i32,
+    i64,
+    ragged,
+    run_both,
+    to_numpy,
+    to_paddle,
+)
 
 from fd_mtp import ops, reference
 
-NAMES = ("base_model_draft_tokens", "base_model_seq_lens_this_time", "base_model_seq_lens_encoder", "base_model_stop_flags")
+NAMES = (
+    "base_model_draft_tokens",
+    "base_model_seq_lens_this_time",
+    "base_model_seq_lens_encoder",
+    "base_model_stop_flags",
+)
 T1, T3, T4, D1, D2 = 21, 23, 24, 31, 32
 
 
@@ -17,7 +33,9 @@ def run(draft_rows, this_time, enc, stop, width=None):
     """Run op and reference on a batch built from lists; return the op's this_time (numpy)."""
     width = width or max(len(r) for r in draft_rows)
     args = [ragged(draft_rows, width), i32(this_time), i32(enc), flags(stop)]
-    op_args, ref_args, op_res, ref_res = run_both(ops.draft_model_postprocess, reference.draft_model_postprocess, args)
+    op_args, ref_args, op_res, ref_res = run_both(
+        ops.draft_model_postprocess, reference.draft_model_postprocess, args
+    )
     assert op_res is None and ref_res is None
     assert_all_same(op_args, ref_args, NAMES)
     assert_same(op_args[0], args[0], "base_model_draft_tokens (read only)")
@@ -46,8 +64,10 @@ def test_trace_k2_draft_stopped_after_one_substep_sends_two_tokens():
 def test_counts_every_non_minus_one_entry_of_the_row_not_a_prefix():
     this_time = run(
         [[T3, -1, D2], [T3, D1, D2], [T3, D1, -1], [T1, -1, -1]],
-        [9, 9, 9, 5], [0, 0, 0, 5], [False, False, True, False],
-    )  # fmt: skip
+        [9, 9, 9, 5],
+        [0, 0, 0, 5],
+        [False, False, True, False],
+    )
     assert_same(this_time, i32([2, 3, 0, 5]), "this_time")
 
 
@@ -57,7 +77,9 @@ def test_stopped_request_gets_zero_even_while_prefilling_and_empty_row_gives_zer
 
 
 def test_running_prefill_keeps_its_value_whatever_the_row():
-    assert_same(run([[1, 2, 3], [-1, -1, -1]], [17, 0], [17, 3], [False, False]), i32([17, 0]), "this_time")
+    assert_same(
+        run([[1, 2, 3], [-1, -1, -1]], [17, 0], [17, 3], [False, False]), i32([17, 0]), "this_time"
+    )
 
 
 def test_column_shaped_per_request_tensors_and_longer_read_tensors():
@@ -67,14 +89,20 @@ def test_column_shaped_per_request_tensors_and_longer_read_tensors():
     enc = i32([0, 0, 0])
     stop = flags([False, False, False])
     op_args, ref_args, _, _ = run_both(
-        ops.draft_model_postprocess, reference.draft_model_postprocess, [draft, this_time, enc, stop]
+        ops.draft_model_postprocess,
+        reference.draft_model_postprocess,
+        [draft, this_time, enc, stop],
     )
     assert_same(op_args[1], np.array([[2], [1]], np.int32), "this_time")
     assert_all_same(op_args, ref_args, NAMES)
 
 
 def test_example_from_the_docstring():
-    assert_same(run([[7, 8, -1], [5, -1, 6], [1, 2, 3]], [9, 9, 9], [0, 0, 4], [False] * 3), i32([2, 2, 9]), "this_time")
+    assert_same(
+        run([[7, 8, -1], [5, -1, 6], [1, 2, 3]], [9, 9, 9], [0, 0, 4], [False] * 3),
+        i32([2, 2, 9]),
+        "this_time",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +135,9 @@ def check_invariants(args, after):
 def test_grid_op_matches_reference(bsz, width):
     rng = np.random.default_rng(bsz * 10 + width)
     args = random_batch(rng, bsz, width)
-    op_args, ref_args, _, _ = run_both(ops.draft_model_postprocess, reference.draft_model_postprocess, args)
+    op_args, ref_args, _, _ = run_both(
+        ops.draft_model_postprocess, reference.draft_model_postprocess, args
+    )
     assert_all_same(op_args, ref_args, NAMES)
     check_invariants(args, op_args[1])
 
@@ -122,12 +152,16 @@ def test_grid_op_matches_reference(bsz, width):
 )
 def test_property_op_matches_reference(bsz, width, extra, column, seed):
     rng = np.random.default_rng(seed)
-    draft, this_time, enc, stop = random_batch(rng, bsz + extra, width)  # read tensors may be longer
+    draft, this_time, enc, stop = random_batch(
+        rng, bsz + extra, width
+    )  # read tensors may be longer
     this_time = this_time[:bsz].copy()
     if column:
         this_time = this_time.reshape(bsz, 1)
     args = [draft, this_time, enc, stop]
-    op_args, ref_args, _, _ = run_both(ops.draft_model_postprocess, reference.draft_model_postprocess, args)
+    op_args, ref_args, _, _ = run_both(
+        ops.draft_model_postprocess, reference.draft_model_postprocess, args
+    )
     assert_all_same(op_args, ref_args, NAMES)
     check_invariants(args, op_args[1])
 
@@ -136,11 +170,20 @@ def test_property_op_matches_reference(bsz, width, extra, column, seed):
 # Bad input: ValueError naming the argument, nothing written
 # ---------------------------------------------------------------------------------------------
 def good_args():
-    return [ragged([[1, 2], [3, -1], [-1, -1]], 2), i32([5, 5, 5]), i32([0, 0, 0]), flags([False, False, False])]
+    return [
+        ragged([[1, 2], [3, -1], [-1, -1]], 2),
+        i32([5, 5, 5]),
+        i32([0, 0, 0]),
+        flags([False, False, False]),
+    ]
 
 
 BAD = {
-    "draft_tokens_int32": (0, ragged([[1, 2], [3, -1], [-1, -1]], 2, dtype=np.int32), "base_model_draft_tokens"),
+    "draft_tokens_int32": (
+        0,
+        ragged([[1, 2], [3, -1], [-1, -1]], 2, dtype=np.int32),
+        "base_model_draft_tokens",
+    ),
     "draft_tokens_1d": (0, i64([1, 2, 3]), "base_model_draft_tokens"),
     "draft_tokens_too_few_rows": (0, ragged([[1, 2], [3, -1]], 2), "base_model_draft_tokens"),
     "this_time_int64": (1, i64([5, 5, 5]), "base_model_seq_lens_this_time"),

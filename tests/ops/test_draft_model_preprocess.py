@@ -4,16 +4,17 @@ Pyramid (style.md item 8): named hand cases with exact expected arrays, an odd-s
 (BATCH_GRID x K in 1, 3, 5), Hypothesis property tests, invariants on the outputs, and bad
 input (ValueError naming the argument, nothing written).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 L = 8  # width of input_ids / pre_ids in the hand cases
 P0, P1, P2, P3 = 10, 11, 12, 13  # prompt
@@ -21,13 +22,29 @@ T1, T3, T4 = 21, 23, 24  # target tokens
 D1, D2 = 31, 32  # draft tokens
 
 NAMES = (
-    "draft_tokens", "input_ids", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_idx", "not_need_stop", "is_block_step", "batch_drop", "pre_ids",
-    "mask_rollback", "recompute_token_num", "accept_tokens", "accept_num",
-    "base_model_seq_lens_this_time", "base_model_seq_lens_encoder", "base_model_seq_lens_decoder",
-    "base_model_step_idx", "base_model_stop_flags", "base_model_is_block_step",
+    "draft_tokens",
+    "input_ids",
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "not_need_stop",
+    "is_block_step",
+    "batch_drop",
+    "pre_ids",
+    "mask_rollback",
+    "recompute_token_num",
+    "accept_tokens",
+    "accept_num",
+    "base_model_seq_lens_this_time",
+    "base_model_seq_lens_encoder",
+    "base_model_seq_lens_decoder",
+    "base_model_step_idx",
+    "base_model_stop_flags",
+    "base_model_is_block_step",
     "base_model_draft_tokens",
-)  # fmt: skip
+)
 MATRICES = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "base_model_draft_tokens")
 ROW_FILL = {"input_ids": 0}  # other ragged rows are padded with -1
 
@@ -113,11 +130,17 @@ def check_case(d, expected, **attr):
 # ------------------------------------------------------------------------------------------------
 def prefill(**fields):
     base = dict(
-        input_ids=[[P1, P2, P3]], seq_lens_encoder=[4], seq_lens_this_time=[4],
-        accept_tokens=[[T1, 0, 0]], accept_num=[1], base_model_seq_lens_this_time=[4],
-        base_model_seq_lens_decoder=[4], base_model_step_idx=[1],
-        base_model_draft_tokens=[[T1, 5, 6]], stop_flags=[False],
-    )  # fmt: skip
+        input_ids=[[P1, P2, P3]],
+        seq_lens_encoder=[4],
+        seq_lens_this_time=[4],
+        accept_tokens=[[T1, 0, 0]],
+        accept_num=[1],
+        base_model_seq_lens_this_time=[4],
+        base_model_seq_lens_decoder=[4],
+        base_model_step_idx=[1],
+        base_model_draft_tokens=[[T1, 5, 6]],
+        stop_flags=[False],
+    )
     base.update(fields)
     return batch(1, **base)
 
@@ -125,37 +148,57 @@ def prefill(**fields):
 def test_prefill_with_truncation_puts_first_token_in_last_prompt_slot():
     check_case(
         prefill(),
-        dict(input_ids=[[P1, P2, P3, T1]], pre_ids=[[T1]], seq_lens_this_time=[4],
-             base_model_draft_tokens=[[T1, -1, -1]], not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            input_ids=[[P1, P2, P3, T1]],
+            pre_ids=[[T1]],
+            seq_lens_this_time=[4],
+            base_model_draft_tokens=[[T1, -1, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 def test_prefill_without_truncation_appends_first_token():
     d = prefill(input_ids=[[P0, P1, P2, P3]], seq_lens_this_time=[0])
     check_case(
         d,
-        dict(input_ids=[[P0, P1, P2, P3, T1]], pre_ids=[[T1]], seq_lens_this_time=[5],
-             base_model_draft_tokens=[[T1, -1, -1]], not_need_stop=[True]),
+        dict(
+            input_ids=[[P0, P1, P2, P3, T1]],
+            pre_ids=[[T1]],
+            seq_lens_this_time=[5],
+            base_model_draft_tokens=[[T1, -1, -1]],
+            not_need_stop=[True],
+        ),
         truncate=False,
-    )  # fmt: skip
+    )
 
 
 def test_prefill_clears_a_stale_stop_flag():
     check_case(
         prefill(stop_flags=[True]),
-        dict(input_ids=[[P1, P2, P3, T1]], pre_ids=[[T1]], stop_flags=[False],
-             base_model_draft_tokens=[[T1, -1, -1]], not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            input_ids=[[P1, P2, P3, T1]],
+            pre_ids=[[T1]],
+            stop_flags=[False],
+            base_model_draft_tokens=[[T1, -1, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 def decode(n=1, **fields):
     """A draft decode (dec 5, step 2) whose target accepted [T3, T4] of 3 verified rows."""
     base = dict(
-        seq_lens_decoder=[5] * n, step_idx=[2] * n, seq_lens_this_time=[1] * n,
-        accept_tokens=[[T3, T4, 0]] * n, accept_num=[2] * n,
-        base_model_seq_lens_this_time=[3] * n, base_model_seq_lens_decoder=[10] * n,
-        base_model_step_idx=[6] * n, base_model_draft_tokens=[[T4, D1, D2]] * n,
-    )  # fmt: skip
+        seq_lens_decoder=[5] * n,
+        step_idx=[2] * n,
+        seq_lens_this_time=[1] * n,
+        accept_tokens=[[T3, T4, 0]] * n,
+        accept_num=[2] * n,
+        base_model_seq_lens_this_time=[3] * n,
+        base_model_seq_lens_decoder=[10] * n,
+        base_model_step_idx=[6] * n,
+        base_model_draft_tokens=[[T4, D1, D2]] * n,
+    )
     base.update(fields)
     return batch(n, **base)
 
@@ -164,46 +207,71 @@ def test_decode_rewinds_by_recompute_token_num_and_mask_rollback():
     d = decode(recompute_token_num=[1], mask_rollback=[2])
     check_case(
         d,
-        dict(seq_lens_decoder=[4], step_idx=[1], mask_rollback=[3], recompute_token_num=[2],
-             draft_tokens=[[T3, T4, -1]], pre_ids=[[-1, -1, -1, -1, T3, T4]],
-             seq_lens_this_time=[2], base_model_draft_tokens=[[T4, -1, -1]],
-             not_need_stop=[True]),
+        dict(
+            seq_lens_decoder=[4],
+            step_idx=[1],
+            mask_rollback=[3],
+            recompute_token_num=[2],
+            draft_tokens=[[T3, T4, -1]],
+            pre_ids=[[-1, -1, -1, -1, T3, T4]],
+            seq_lens_this_time=[2],
+            base_model_draft_tokens=[[T4, -1, -1]],
+            not_need_stop=[True],
+        ),
         num_model_step=3,
-    )  # fmt: skip
+    )
 
 
 def test_decode_with_zero_accepted_tokens_runs_with_zero_length():
     d = decode(accept_num=[0], recompute_token_num=[0])
     check_case(
         d,
-        dict(seq_lens_this_time=[0], recompute_token_num=[1],
-             base_model_draft_tokens=[[T4, -1, -1]], not_need_stop=[True]),
+        dict(
+            seq_lens_this_time=[0],
+            recompute_token_num=[1],
+            base_model_draft_tokens=[[T4, -1, -1]],
+            not_need_stop=[True],
+        ),
         num_model_step=2,
-    )  # fmt: skip
+    )
 
 
 def test_stop_recovery_subtracts_base_seq_lens_this_time_not_accept_num():
     d = decode(stop_flags=[True], recompute_token_num=[1], mask_rollback=[4])
     check_case(
         d,
-        dict(stop_flags=[False], seq_lens_decoder=[10 - 3], step_idx=[6 - 3],
-             draft_tokens=[[T3, T4, -1]], pre_ids=[[-1, -1, -1, -1, T3, T4]],
-             seq_lens_this_time=[2], base_model_draft_tokens=[[T4, -1, -1]],
-             not_need_stop=[True]),
+        dict(
+            stop_flags=[False],
+            seq_lens_decoder=[10 - 3],
+            step_idx=[6 - 3],
+            draft_tokens=[[T3, T4, -1]],
+            pre_ids=[[-1, -1, -1, -1, T3, T4]],
+            seq_lens_this_time=[2],
+            base_model_draft_tokens=[[T4, -1, -1]],
+            not_need_stop=[True],
+        ),
         num_model_step=2,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("v1", [True, False], ids=["v1", "v0"])
 def test_block_stepped_target_stops_draft_v1_sets_is_block_step_v0_batch_drop(v1):
-    d = decode(2, base_model_stop_flags=[True, False], base_model_is_block_step=[True, False],
-               seq_lens_encoder=[3, 0])  # fmt: skip
+    d = decode(
+        2,
+        base_model_stop_flags=[True, False],
+        base_model_is_block_step=[True, False],
+        seq_lens_encoder=[3, 0],
+    )
     expected = dict(
-        stop_flags=[True, False], seq_lens_this_time=[0, 2], seq_lens_encoder=[0, 0],
-        seq_lens_decoder=[0, 5], draft_tokens=[[-1, -1, -1], [T3, T4, -1]],
-        pre_ids=[[], [-1, -1, -1, -1, T3, T4]], base_model_draft_tokens=[[T4, -1, -1]] * 2,
+        stop_flags=[True, False],
+        seq_lens_this_time=[0, 2],
+        seq_lens_encoder=[0, 0],
+        seq_lens_decoder=[0, 5],
+        draft_tokens=[[-1, -1, -1], [T3, T4, -1]],
+        pre_ids=[[], [-1, -1, -1, -1, T3, T4]],
+        base_model_draft_tokens=[[T4, -1, -1]] * 2,
         not_need_stop=[True],
-    )  # fmt: skip
+    )
     expected["is_block_step" if v1 else "batch_drop"] = [True, False]
     check_case(d, expected, v1=v1)
 
@@ -211,9 +279,13 @@ def test_block_stepped_target_stops_draft_v1_sets_is_block_step_v0_batch_drop(v1
 @pytest.mark.parametrize("v1", [True, False], ids=["v1", "v0"])
 def test_decode_clears_is_block_step_only_on_v1(v1):
     d = decode(is_block_step=[True])
-    expected = dict(draft_tokens=[[T3, T4, -1]], pre_ids=[[-1, -1, -1, -1, T3, T4]],
-                    seq_lens_this_time=[2], base_model_draft_tokens=[[T4, -1, -1]],
-                    not_need_stop=[True])  # fmt: skip
+    expected = dict(
+        draft_tokens=[[T3, T4, -1]],
+        pre_ids=[[-1, -1, -1, -1, T3, T4]],
+        seq_lens_this_time=[2],
+        base_model_draft_tokens=[[T4, -1, -1]],
+        not_need_stop=[True],
+    )
     if v1:
         expected["is_block_step"] = [False]
     check_case(d, expected, v1=v1)
@@ -223,53 +295,86 @@ def test_target_stopped_or_dropped_requests_stop_and_not_need_stop_false():
     d = decode(2, base_model_stop_flags=[True, False], batch_drop=[False, True])
     check_case(
         d,
-        dict(stop_flags=[True, True], seq_lens_this_time=[0, 0], seq_lens_decoder=[0, 0],
-             base_model_draft_tokens=[[T4, -1, -1]] * 2, not_need_stop=[False]),
-    )  # fmt: skip
+        dict(
+            stop_flags=[True, True],
+            seq_lens_this_time=[0, 0],
+            seq_lens_decoder=[0, 0],
+            base_model_draft_tokens=[[T4, -1, -1]] * 2,
+            not_need_stop=[False],
+        ),
+    )
 
 
 @pytest.mark.parametrize("truncate", [True, False])
 def test_splitwise_prefill_runs_only_prefills_and_leaves_target_rows(truncate):
     # 0: prefill of 3; 1: decode; 2: target stopped (no encoder).
-    d = decode(3, seq_lens_encoder=[3, 0, 0], input_ids=[[P1, P2], [5], [6]],
-               accept_tokens=[[T1, 0, 0], [T3, T4, 0], [0, 0, 0]],
-               base_model_stop_flags=[False, False, True], stop_flags=[True, False, False])  # fmt: skip
+    d = decode(
+        3,
+        seq_lens_encoder=[3, 0, 0],
+        input_ids=[[P1, P2], [5], [6]],
+        accept_tokens=[[T1, 0, 0], [T3, T4, 0], [0, 0, 0]],
+        base_model_stop_flags=[False, False, True],
+        stop_flags=[True, False, False],
+    )
     first_row = [P1, P2, T1] if truncate else [P1, P2, 0, T1]
     check_case(
         d,
-        dict(input_ids=[first_row, [5], [6]], stop_flags=[False, True, True],
-             seq_lens_this_time=[3 if truncate else 4, 0, 0], seq_lens_decoder=[5, 0, 0],
-             seq_lens_encoder=[3, 0, 0], not_need_stop=[True]),
-        splitwise=True, truncate=truncate,
-    )  # fmt: skip
+        dict(
+            input_ids=[first_row, [5], [6]],
+            stop_flags=[False, True, True],
+            seq_lens_this_time=[3 if truncate else 4, 0, 0],
+            seq_lens_decoder=[5, 0, 0],
+            seq_lens_encoder=[3, 0, 0],
+            not_need_stop=[True],
+        ),
+        splitwise=True,
+        truncate=truncate,
+    )
 
 
 def test_splitwise_prefill_without_prefills_stops_everything():
     d = decode(2)
     check_case(
         d,
-        dict(stop_flags=[True, True], seq_lens_this_time=[0, 0], seq_lens_decoder=[0, 0],
-             not_need_stop=[False]),
+        dict(
+            stop_flags=[True, True],
+            seq_lens_this_time=[0, 0],
+            seq_lens_decoder=[0, 0],
+            not_need_stop=[False],
+        ),
         splitwise=True,
-    )  # fmt: skip
+    )
 
 
 def test_base_seq_lens_this_time_may_be_the_same_tensor_as_seq_lens_this_time():
     # Stop recovery reads the target's this_time (3) before writing accept_num (2) into it.
-    d = decode(2, stop_flags=[True, True], seq_lens_this_time=[3, 3], accept_num=[2, 1],
-               base_model_seq_lens_this_time=[3, 3])  # fmt: skip
+    d = decode(
+        2,
+        stop_flags=[True, True],
+        seq_lens_this_time=[3, 3],
+        accept_num=[2, 1],
+        base_model_seq_lens_this_time=[3, 3],
+    )
     op_args = [to_paddle(a) for a in args_of(d)]
-    op_args[NAMES.index("base_model_seq_lens_this_time")] = op_args[NAMES.index("seq_lens_this_time")]
+    op_args[NAMES.index("base_model_seq_lens_this_time")] = op_args[
+        NAMES.index("seq_lens_this_time")
+    ]
     ops.draft_model_preprocess(*op_args, *attrs())
     ref_args = [a.copy() for a in args_of(d)]
-    ref_args[NAMES.index("base_model_seq_lens_this_time")] = ref_args[NAMES.index("seq_lens_this_time")]
+    ref_args[NAMES.index("base_model_seq_lens_this_time")] = ref_args[
+        NAMES.index("seq_lens_this_time")
+    ]
     reference.draft_model_preprocess(*ref_args, *attrs())
     expected = dict(
-        stop_flags=[False, False], seq_lens_decoder=[7, 7], step_idx=[3, 3],
-        seq_lens_this_time=[2, 1], draft_tokens=[[T3, T4, -1], [T3, -1, -1]],
+        stop_flags=[False, False],
+        seq_lens_decoder=[7, 7],
+        step_idx=[3, 3],
+        seq_lens_this_time=[2, 1],
+        draft_tokens=[[T3, T4, -1], [T3, -1, -1]],
         pre_ids=[[-1, -1, -1, -1, T3, T4], [-1, -1, -1, -1, -1, T3]],
-        base_model_draft_tokens=[[T4, -1, -1]] * 2, not_need_stop=[True],
-    )  # fmt: skip
+        base_model_draft_tokens=[[T4, -1, -1]] * 2,
+        not_need_stop=[True],
+    )
     for i, name in enumerate(NAMES):
         if name == "base_model_seq_lens_this_time":
             continue
@@ -281,12 +386,16 @@ def test_base_seq_lens_this_time_may_be_the_same_tensor_as_seq_lens_this_time():
 def mixed(column):
     # 0: prefill; 1: decode with rewind; 2: stop recovery; 3: target stopped; 4: dropped.
     return decode(
-        5, column=column, seq_lens_encoder=[4, 0, 0, 0, 0], stop_flags=[False, False, True, False, False],
-        input_ids=[[P1, P2, P3], [], [], [], []], recompute_token_num=[0, 1, 1, 0, 0],
+        5,
+        column=column,
+        seq_lens_encoder=[4, 0, 0, 0, 0],
+        stop_flags=[False, False, True, False, False],
+        input_ids=[[P1, P2, P3], [], [], [], []],
+        recompute_token_num=[0, 1, 1, 0, 0],
         base_model_stop_flags=[False, False, False, True, False],
         batch_drop=[False, False, False, False, True],
         accept_tokens=[[T1, 0, 0]] + [[T3, T4, 0]] * 4,
-    )  # fmt: skip
+    )
 
 
 MIXED_EXPECTED = dict(
@@ -319,7 +428,11 @@ def test_longer_per_request_buffers_are_untouched_past_bsz():
     d["seq_lens_this_time"] = d["seq_lens_this_time"][:2].copy()
     got = run_pair(d, num_model_step=2)
     for name in NAMES:
-        want = as_like(full[name], MIXED_EXPECTED[name], name) if name in MIXED_EXPECTED else full[name]
+        want = (
+            as_like(full[name], MIXED_EXPECTED[name], name)
+            if name in MIXED_EXPECTED
+            else full[name]
+        )
         if name == "seq_lens_this_time":
             assert_same(got[name], want[:2], name)
         elif name == "not_need_stop":
@@ -344,10 +457,18 @@ def random_batch(rng, n, k, width=12, kinds=KINDS, column=False, num_model_step=
     d["pre_ids"][:] = rng.integers(-1, 1000, size=d["pre_ids"].shape)
     d["draft_tokens"][:] = rng.integers(-1, 1000, size=d["draft_tokens"].shape)
     d["accept_tokens"][:] = rng.integers(0, 1000, size=d["accept_tokens"].shape)
-    d["base_model_draft_tokens"][:] = rng.integers(-1, 1000, size=d["base_model_draft_tokens"].shape)
-    for name in ("seq_lens_this_time", "seq_lens_decoder", "base_model_seq_lens_this_time",
-                 "base_model_seq_lens_decoder", "base_model_seq_lens_encoder", "mask_rollback"):
-        flat[name][:] = rng.integers(0, 50, size=n)  # fmt: skip
+    d["base_model_draft_tokens"][:] = rng.integers(
+        -1, 1000, size=d["base_model_draft_tokens"].shape
+    )
+    for name in (
+        "seq_lens_this_time",
+        "seq_lens_decoder",
+        "base_model_seq_lens_this_time",
+        "base_model_seq_lens_decoder",
+        "base_model_seq_lens_encoder",
+        "mask_rollback",
+    ):
+        flat[name][:] = rng.integers(0, 50, size=n)
     flat["step_idx"][:] = rng.integers(0, 50, size=n)
     flat["recompute_token_num"][:] = rng.integers(0, num_model_step, size=n)
     flat["is_block_step"][:] = rng.random(n) < 0.3
@@ -388,12 +509,21 @@ def check_invariants(before, got, splitwise):
     enc_in = before["seq_lens_encoder"].reshape(-1)[:n]
     decoding = ~stop & (enc_in == 0)
     if not splitwise:
-        assert (flat["seq_lens_this_time"][decoding] == before["accept_num"].reshape(-1)[:n][decoding]).all()
+        assert (
+            flat["seq_lens_this_time"][decoding] == before["accept_num"].reshape(-1)[:n][decoding]
+        ).all()
     else:
         assert not decoding.any(), "mode A runs only prefills"
     # Read-only tensors are never written.
-    for name in ("accept_tokens", "accept_num", "base_model_seq_lens_encoder", "base_model_seq_lens_decoder",
-                 "base_model_step_idx", "base_model_stop_flags", "base_model_is_block_step"):
+    for name in (
+        "accept_tokens",
+        "accept_num",
+        "base_model_seq_lens_encoder",
+        "base_model_seq_lens_decoder",
+        "base_model_step_idx",
+        "base_model_stop_flags",
+        "base_model_is_block_step",
+    ):
         assert_same(got[name], before[name], f"{name} (read-only)")
 
 
@@ -404,7 +534,11 @@ def check_invariants(before, got, splitwise):
 @pytest.mark.parametrize("n", BATCH_GRID)
 def test_grid_op_matches_reference(n, k):
     rng = np.random.default_rng(1000 * n + k)
-    for splitwise, v1, truncate in [(False, True, True), (False, False, False), (True, True, False)]:
+    for splitwise, v1, truncate in [
+        (False, True, True),
+        (False, False, False),
+        (True, True, False),
+    ]:
         d = random_batch(rng, n, k, column=bool(n % 2))
         got = run_pair(d, num_model_step=3, truncate=truncate, splitwise=splitwise, v1=v1)
         check_invariants(d, got, splitwise)
@@ -421,10 +555,21 @@ def cases(draw):
     num_model_step = draw(st.integers(1, 4))
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
     seed = draw(st.integers(0, 2**32 - 1))
-    d = random_batch(np.random.default_rng(seed), n, k, width=width, kinds=kinds,
-                     column=draw(st.booleans()), num_model_step=num_model_step)  # fmt: skip
-    attr = dict(num_model_step=num_model_step, truncate=draw(st.booleans()),
-                splitwise=draw(st.booleans()), v1=draw(st.booleans()))  # fmt: skip
+    d = random_batch(
+        np.random.default_rng(seed),
+        n,
+        k,
+        width=width,
+        kinds=kinds,
+        column=draw(st.booleans()),
+        num_model_step=num_model_step,
+    )
+    attr = dict(
+        num_model_step=num_model_step,
+        truncate=draw(st.booleans()),
+        splitwise=draw(st.booleans()),
+        v1=draw(st.booleans()),
+    )
     return d, attr
 
 
@@ -466,22 +611,35 @@ def test_wrong_dtype_names_the_argument(name):
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
 def test_wrong_rank_names_the_argument(name):
     a = valid()[name]
-    wrong = a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    wrong = (
+        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    )
     expect_error(replaced(name, wrong), name)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "seq_lens_this_time")])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if n not in ("not_need_stop", "seq_lens_this_time")]
+)
 def test_too_few_requests_names_the_argument(name):
     expect_error(replaced(name, valid()[name][:4].copy()), name)
 
 
-@pytest.mark.parametrize("name", ["draft_tokens", "input_ids", "pre_ids", "accept_tokens", "base_model_draft_tokens"])
+@pytest.mark.parametrize(
+    "name", ["draft_tokens", "input_ids", "pre_ids", "accept_tokens", "base_model_draft_tokens"]
+)
 def test_zero_columns_name_the_argument(name):
     # A [B, 0] matrix; draft_tokens/accept_tokens are also caught through accept_num otherwise.
-    expect_error(replaced(name, np.zeros((5, 0), np.int64)), name if name != "accept_tokens" else "accept_(tokens|num)")
+    expect_error(
+        replaced(name, np.zeros((5, 0), np.int64)),
+        name if name != "accept_tokens" else "accept_(tokens|num)",
+    )
 
 
-@pytest.mark.parametrize("bad", [np.zeros(1, np.int32), np.zeros(2, bool), np.zeros(0, bool)], ids=["int32", "2 elements", "empty"])
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros(1, np.int32), np.zeros(2, bool), np.zeros(0, bool)],
+    ids=["int32", "2 elements", "empty"],
+)
 def test_not_need_stop_must_be_one_cpu_bool(bad):
     d = valid()
     d["not_need_stop"] = bad

@@ -4,16 +4,17 @@ Pyramid (style.md item 8): named hand cases with exact expected arrays, an odd-s
 (BATCH_GRID x K in 1, 3, 5), Hypothesis property tests, invariants on the outputs, and bad
 input (ValueError naming the argument, nothing written).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 L = 8  # max_seq_len of the offsets and width of pre_ids in the hand cases
 T1, T3, T4 = 21, 23, 24  # target tokens
@@ -21,13 +22,32 @@ D1, D2 = 31, 32  # draft tokens
 EOS, EOS2 = 2, 3
 
 NAMES = (
-    "inter_next_tokens", "draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "step_idx", "output_cum_offsets", "stop_flags", "not_need_stop",
-    "max_dec_len", "end_ids", "base_model_draft_tokens",
-)  # fmt: skip
+    "inter_next_tokens",
+    "draft_tokens",
+    "pre_ids",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "output_cum_offsets",
+    "stop_flags",
+    "not_need_stop",
+    "max_dec_len",
+    "end_ids",
+    "base_model_draft_tokens",
+)
 MATRICES = ("draft_tokens", "pre_ids", "base_model_draft_tokens")
-WRITTEN = ("draft_tokens", "pre_ids", "seq_lens_this_time", "seq_lens_encoder", "seq_lens_decoder",
-           "step_idx", "stop_flags", "not_need_stop", "base_model_draft_tokens")  # fmt: skip
+WRITTEN = (
+    "draft_tokens",
+    "pre_ids",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "stop_flags",
+    "not_need_stop",
+    "base_model_draft_tokens",
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -39,7 +59,9 @@ def cum_offsets(output_lens, max_seq_len):
     return excl.astype(np.int32)
 
 
-def batch(n, k=2, width=L, column=False, next_tokens=(), output_lens=None, end_ids=(EOS,), **fields):
+def batch(
+    n, k=2, width=L, column=False, next_tokens=(), output_lens=None, end_ids=(EOS,), **fields
+):
     """Every tensor input for n requests, draft width k+1; `fields` from lists (matrices ragged, -1)."""
     per = (n, 1) if column else (n,)
     d = {
@@ -74,9 +96,11 @@ def set_fields(d, **fields):
 
 def run_pair(d, max_seq_len=L, substep=0, prefill_one_step_stop=False):
     op_after, ref_after, _, _ = run_both(
-        ops.draft_model_update, reference.draft_model_update,
-        [d[n] for n in NAMES] + [max_seq_len, substep], prefill_one_step_stop=prefill_one_step_stop,
-    )  # fmt: skip
+        ops.draft_model_update,
+        reference.draft_model_update,
+        [d[n] for n in NAMES] + [max_seq_len, substep],
+        prefill_one_step_stop=prefill_one_step_stop,
+    )
     for name, a, e in zip(NAMES, op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return dict(zip(NAMES, op_after))
@@ -97,10 +121,13 @@ def check_case(d, expected, **kw):
 def decoding(n=1, q=2, step=3, **fields):
     """Decode requests after preprocess: q input tokens each, dec 5; q output rows each."""
     base = dict(
-        seq_lens_decoder=[5] * n, step_idx=[step] * n, seq_lens_this_time=[q] * n,
-        draft_tokens=[[T3, T4, -1]] * n, base_model_draft_tokens=[[T4, -1, -1]] * n,
+        seq_lens_decoder=[5] * n,
+        step_idx=[step] * n,
+        seq_lens_this_time=[q] * n,
+        draft_tokens=[[T3, T4, -1]] * n,
+        base_model_draft_tokens=[[T4, -1, -1]] * n,
         output_lens=[q] * n,
-    )  # fmt: skip
+    )
     base.update(fields)
     return batch(n, **base)
 
@@ -109,30 +136,55 @@ def test_decode_takes_the_token_of_the_last_row_and_advances_by_q():
     d = decoding(next_tokens=[96, D2])
     check_case(
         d,
-        dict(draft_tokens=[[D2, T4, -1]], seq_lens_decoder=[7], step_idx=[5],
-             pre_ids=[[-1, -1, -1, -1, -1, D2]], seq_lens_this_time=[1],
-             base_model_draft_tokens=[[T4, D2, -1]], not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[D2, T4, -1]],
+            seq_lens_decoder=[7],
+            step_idx=[5],
+            pre_ids=[[-1, -1, -1, -1, -1, D2]],
+            seq_lens_this_time=[1],
+            base_model_draft_tokens=[[T4, D2, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 def test_prefill_takes_the_first_row_and_moves_encoder_into_decoder():
-    d = batch(1, seq_lens_encoder=[4], seq_lens_this_time=[4], next_tokens=[D1], output_lens=[1],
-              base_model_draft_tokens=[[T1, -1, -1]])  # fmt: skip
+    d = batch(
+        1,
+        seq_lens_encoder=[4],
+        seq_lens_this_time=[4],
+        next_tokens=[D1],
+        output_lens=[1],
+        base_model_draft_tokens=[[T1, -1, -1]],
+    )
     check_case(
         d,
-        dict(draft_tokens=[[D1, -1, -1]], seq_lens_encoder=[0], seq_lens_decoder=[4], step_idx=[1],
-             pre_ids=[[-1, D1]], seq_lens_this_time=[1], base_model_draft_tokens=[[T1, D1, -1]],
-             not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[D1, -1, -1]],
+            seq_lens_encoder=[0],
+            seq_lens_decoder=[4],
+            step_idx=[1],
+            pre_ids=[[-1, D1]],
+            seq_lens_this_time=[1],
+            base_model_draft_tokens=[[T1, D1, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 def test_running_request_with_enc_and_dec_zero_takes_the_prefill_branch():
     d = batch(1, seq_lens_this_time=[1], step_idx=[4], next_tokens=[D1], output_lens=[1])
     check_case(
         d,
-        dict(draft_tokens=[[D1, -1, -1]], step_idx=[5], pre_ids=[[-1, D1]], seq_lens_this_time=[1],
-             base_model_draft_tokens=[[-1, D1, -1]], not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[D1, -1, -1]],
+            step_idx=[5],
+            pre_ids=[[-1, D1]],
+            seq_lens_this_time=[1],
+            base_model_draft_tokens=[[-1, D1, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 @pytest.mark.parametrize("end_shape", ["[E]", "[E,1]"])
@@ -141,82 +193,148 @@ def test_eos_draft_stops_the_request_but_stays_proposed(end_shape):
     d["end_ids"] = np.array([EOS, EOS2], np.int64).reshape((2,) if end_shape == "[E]" else (2, 1))
     check_case(
         d,
-        dict(draft_tokens=[[EOS2, T4, -1]], stop_flags=[True], seq_lens_this_time=[0],
-             seq_lens_decoder=[7], step_idx=[5], pre_ids=[[-1, -1, -1, -1, -1, EOS2]],
-             base_model_draft_tokens=[[T4, EOS2, -1]], not_need_stop=[False]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[EOS2, T4, -1]],
+            stop_flags=[True],
+            seq_lens_this_time=[0],
+            seq_lens_decoder=[7],
+            step_idx=[5],
+            pre_ids=[[-1, -1, -1, -1, -1, EOS2]],
+            base_model_draft_tokens=[[T4, EOS2, -1]],
+            not_need_stop=[False],
+        ),
+    )
 
 
 def test_max_dec_len_writes_first_end_id_at_column_q_minus_1():
     d = decoding(next_tokens=[96, D2], max_dec_len=[5], end_ids=[EOS, EOS2])
     check_case(
         d,
-        dict(draft_tokens=[[D2, EOS, -1]], stop_flags=[True], seq_lens_this_time=[0],
-             seq_lens_decoder=[7], step_idx=[5], pre_ids=[[-1, -1, -1, -1, -1, D2]],
-             base_model_draft_tokens=[[T4, EOS, -1]], not_need_stop=[False]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[D2, EOS, -1]],
+            stop_flags=[True],
+            seq_lens_this_time=[0],
+            seq_lens_decoder=[7],
+            step_idx=[5],
+            pre_ids=[[-1, -1, -1, -1, -1, D2]],
+            base_model_draft_tokens=[[T4, EOS, -1]],
+            not_need_stop=[False],
+        ),
+    )
 
 
 def test_max_dec_len_with_q_1_overwrites_the_proposed_token():
     d = decoding(q=1, next_tokens=[D2], max_dec_len=[4])
     check_case(
         d,
-        dict(draft_tokens=[[EOS, T4, -1]], stop_flags=[True], seq_lens_this_time=[0],
-             seq_lens_decoder=[6], step_idx=[4], pre_ids=[[-1, -1, -1, -1, D2]],
-             base_model_draft_tokens=[[T4, EOS, -1]], not_need_stop=[False]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[EOS, T4, -1]],
+            stop_flags=[True],
+            seq_lens_this_time=[0],
+            seq_lens_decoder=[6],
+            step_idx=[4],
+            pre_ids=[[-1, -1, -1, -1, D2]],
+            base_model_draft_tokens=[[T4, EOS, -1]],
+            not_need_stop=[False],
+        ),
+    )
 
 
 def test_long_prefill_chunk_hitting_max_dec_len_skips_the_out_of_row_write_op_only():
     # q = 6 > draft_tokens cols (3): upstream writes draft_tokens[b, 5], outside the row.
-    d = batch(2, seq_lens_encoder=[6, 0], seq_lens_this_time=[6, 0], stop_flags=[False, True],
-              max_dec_len=[1, 100], next_tokens=[D1], output_lens=[1, 0],
-              draft_tokens=[[9, 9, 9], [8, 8, 8]])  # fmt: skip
+    d = batch(
+        2,
+        seq_lens_encoder=[6, 0],
+        seq_lens_this_time=[6, 0],
+        stop_flags=[False, True],
+        max_dec_len=[1, 100],
+        next_tokens=[D1],
+        output_lens=[1, 0],
+        draft_tokens=[[9, 9, 9], [8, 8, 8]],
+    )
     op_args = [to_paddle(d[n]) for n in NAMES]
     ops.draft_model_update(*op_args, L, 0, prefill_one_step_stop=False)
     got = dict(zip(NAMES, map(to_numpy, op_args)))
     expected = dict(
-        draft_tokens=[[D1, 9, 9], [-1, 8, 8]], seq_lens_encoder=[0, 0], seq_lens_decoder=[6, 0],
-        step_idx=[1, 0], pre_ids=[[-1, D1], []], stop_flags=[True, True], seq_lens_this_time=[0, 0],
-        base_model_draft_tokens=[[-1, EOS, -1], [-1, -1, -1]], not_need_stop=[False],
-    )  # fmt: skip
+        draft_tokens=[[D1, 9, 9], [-1, 8, 8]],
+        seq_lens_encoder=[0, 0],
+        seq_lens_decoder=[6, 0],
+        step_idx=[1, 0],
+        pre_ids=[[-1, D1], []],
+        stop_flags=[True, True],
+        seq_lens_this_time=[0, 0],
+        base_model_draft_tokens=[[-1, EOS, -1], [-1, -1, -1]],
+        not_need_stop=[False],
+    )
     for name in NAMES:
         want = as_like(d[name], expected[name], name) if name in expected else d[name]
         assert_same(got[name], want, name)
 
 
 def test_request_stopped_at_entry_gets_minus_one_and_zero_encoder():
-    d = batch(2, seq_lens_encoder=[3, 2], seq_lens_this_time=[0, 2], stop_flags=[True, False],
-              draft_tokens=[[D1, T1, 5], [-1, -1, -1]], base_model_draft_tokens=[[T1, D1, D2], [T3, -1, -1]],
-              next_tokens=[D2], output_lens=[0, 1])  # fmt: skip
+    d = batch(
+        2,
+        seq_lens_encoder=[3, 2],
+        seq_lens_this_time=[0, 2],
+        stop_flags=[True, False],
+        draft_tokens=[[D1, T1, 5], [-1, -1, -1]],
+        base_model_draft_tokens=[[T1, D1, D2], [T3, -1, -1]],
+        next_tokens=[D2],
+        output_lens=[0, 1],
+    )
     check_case(
         d,
-        dict(draft_tokens=[[-1, T1, 5], [D2, -1, -1]], seq_lens_encoder=[0, 0], seq_lens_decoder=[0, 2],
-             seq_lens_this_time=[0, 1], step_idx=[0, 1], pre_ids=[[], [-1, D2]],
-             base_model_draft_tokens=[[T1, -1, D2], [T3, D2, -1]], not_need_stop=[True]),
-    )  # fmt: skip
+        dict(
+            draft_tokens=[[-1, T1, 5], [D2, -1, -1]],
+            seq_lens_encoder=[0, 0],
+            seq_lens_decoder=[0, 2],
+            seq_lens_this_time=[0, 1],
+            step_idx=[0, 1],
+            pre_ids=[[], [-1, D2]],
+            base_model_draft_tokens=[[T1, -1, D2], [T3, D2, -1]],
+            not_need_stop=[True],
+        ),
+    )
 
 
 def test_every_request_stopped_at_entry_makes_not_need_stop_false():
-    d = batch(3, stop_flags=[True] * 3, seq_lens_this_time=[0, 1, 0], not_need_stop=[True],
-              draft_tokens=[[5, 6, 7]] * 3)  # fmt: skip
+    d = batch(
+        3,
+        stop_flags=[True] * 3,
+        seq_lens_this_time=[0, 1, 0],
+        not_need_stop=[True],
+        draft_tokens=[[5, 6, 7]] * 3,
+    )
     check_case(
         d,
         dict(draft_tokens=[[-1, 6, 7]] * 3, seq_lens_this_time=[0, 0, 0], not_need_stop=[False]),
-    )  # fmt: skip
+    )
 
 
 def test_prefill_one_step_stop_stops_every_running_request():
-    d = decoding(2, seq_lens_encoder=[4, 0], seq_lens_decoder=[0, 5], seq_lens_this_time=[4, 2],
-                 output_lens=[1, 2], next_tokens=[D1, 96, D2])  # fmt: skip
+    d = decoding(
+        2,
+        seq_lens_encoder=[4, 0],
+        seq_lens_decoder=[0, 5],
+        seq_lens_this_time=[4, 2],
+        output_lens=[1, 2],
+        next_tokens=[D1, 96, D2],
+    )
     check_case(
         d,
-        dict(draft_tokens=[[D1, T4, -1], [D2, T4, -1]], stop_flags=[True, True], seq_lens_this_time=[0, 0],
-             seq_lens_encoder=[0, 0], seq_lens_decoder=[4, 7], step_idx=[4, 5],
-             pre_ids=[[-1, D1], [-1, -1, -1, -1, -1, D2]],
-             base_model_draft_tokens=[[T4, D1, -1], [T4, D2, -1]], not_need_stop=[False]),
+        dict(
+            draft_tokens=[[D1, T4, -1], [D2, T4, -1]],
+            stop_flags=[True, True],
+            seq_lens_this_time=[0, 0],
+            seq_lens_encoder=[0, 0],
+            seq_lens_decoder=[4, 7],
+            step_idx=[4, 5],
+            pre_ids=[[-1, D1], [-1, -1, -1, -1, -1, D2]],
+            base_model_draft_tokens=[[T4, D1, -1], [T4, D2, -1]],
+            not_need_stop=[False],
+        ),
         prefill_one_step_stop=True,
-    )  # fmt: skip
+    )
 
 
 def test_prefill_one_step_stop_defaults_to_the_environment_variable(monkeypatch):
@@ -233,17 +351,28 @@ def test_prefill_one_step_stop_defaults_to_the_environment_variable(monkeypatch)
 
 def test_substep_selects_the_target_column_and_column_shapes():
     # [B, 1] per-request tensors; request 1 is stopped; 0 and 2 decode with 1 and 2 rows.
-    d = decoding(3, column=True, seq_lens_this_time=[1, 0, 2], stop_flags=[False, True, False],
-                 output_lens=[1, 0, 2], next_tokens=[D1, 96, D2],
-                 base_model_draft_tokens=[[T4, 40, -1]] * 3)  # fmt: skip
+    d = decoding(
+        3,
+        column=True,
+        seq_lens_this_time=[1, 0, 2],
+        stop_flags=[False, True, False],
+        output_lens=[1, 0, 2],
+        next_tokens=[D1, 96, D2],
+        base_model_draft_tokens=[[T4, 40, -1]] * 3,
+    )
     got = check_case(
         d,
-        dict(draft_tokens=[[D1, T4, -1], [-1, T4, -1], [D2, T4, -1]], seq_lens_this_time=[1, 0, 1],
-             seq_lens_decoder=[6, 5, 7], step_idx=[4, 3, 5],
-             pre_ids=[[-1, -1, -1, -1, D1], [], [-1, -1, -1, -1, -1, D2]],
-             base_model_draft_tokens=[[T4, 40, D1], [T4, 40, -1], [T4, 40, D2]], not_need_stop=[True]),
+        dict(
+            draft_tokens=[[D1, T4, -1], [-1, T4, -1], [D2, T4, -1]],
+            seq_lens_this_time=[1, 0, 1],
+            seq_lens_decoder=[6, 5, 7],
+            step_idx=[4, 3, 5],
+            pre_ids=[[-1, -1, -1, -1, D1], [], [-1, -1, -1, -1, -1, D2]],
+            base_model_draft_tokens=[[T4, 40, D1], [T4, 40, -1], [T4, 40, D2]],
+            not_need_stop=[True],
+        ),
         substep=1,
-    )  # fmt: skip
+    )
     assert got["seq_lens_this_time"].shape == (3, 1)
 
 
@@ -254,7 +383,9 @@ def test_longer_buffers_are_untouched_past_bsz():
     got = run_pair(d)
     for name in MATRICES + ("seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags"):
         assert_same(got[name][2:], full[name][2:], f"{name} past bsz")
-    assert_same(got["draft_tokens"][:2], np.array([[D1, T4, -1], [D2, T4, -1]], np.int64), "draft_tokens")
+    assert_same(
+        got["draft_tokens"][:2], np.array([[D1, T4, -1], [D2, T4, -1]], np.int64), "draft_tokens"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,9 +412,17 @@ def random_batch(rng, n, k, width=16, kinds=KINDS, column=False, n_end=2):
             this_time[b], out_lens[b] = q, 1
             if kind[b] == "prefill":
                 enc[b], dec[b] = q, int(rng.integers(0, 20))
-            max_dec[b] = step[b] + int(rng.integers(0, 3)) if q <= dd else step[b] + 2 + int(rng.integers(0, 5))
+            max_dec[b] = (
+                step[b] + int(rng.integers(0, 3))
+                if q <= dd
+                else step[b] + 2 + int(rng.integers(0, 5))
+            )
         else:
-            this_time[b], enc[b], dec[b] = int(rng.integers(0, 4)), int(rng.integers(0, 4)), int(rng.integers(0, 9))
+            this_time[b], enc[b], dec[b] = (
+                int(rng.integers(0, 4)),
+                int(rng.integers(0, 4)),
+                int(rng.integers(0, 9)),
+            )
             stop[b], max_dec[b] = True, int(rng.integers(0, 100))
     per = (n, 1) if column else (n,)
     d = {
@@ -298,10 +437,11 @@ def random_batch(rng, n, k, width=16, kinds=KINDS, column=False, n_end=2):
         "stop_flags": np.array(stop, bool).reshape(per),
         "not_need_stop": np.array([rng.random() < 0.5]),
         "max_dec_len": np.array(max_dec, np.int64).reshape(per),
-        "end_ids": rng.choice(12, size=n_end, replace=False).astype(np.int64).reshape(
-            (n_end,) if rng.random() < 0.5 else (n_end, 1)),
+        "end_ids": rng.choice(12, size=n_end, replace=False)
+        .astype(np.int64)
+        .reshape((n_end,) if rng.random() < 0.5 else (n_end, 1)),
         "base_model_draft_tokens": rng.integers(-1, 100, size=(n, dd)).astype(np.int64),
-    }  # fmt: skip
+    }
     return d
 
 
@@ -318,13 +458,19 @@ def check_invariants(before, got, substep):
     assert (got["base_model_draft_tokens"][:n, substep + 1][was_stopped] == -1).all()
     assert got["not_need_stop"][0] == (~stop).any()
     running = ~stop
-    assert (got["draft_tokens"][:n, 0][running] == got["base_model_draft_tokens"][:n, substep + 1][running]).all()
+    assert (
+        got["draft_tokens"][:n, 0][running]
+        == got["base_model_draft_tokens"][:n, substep + 1][running]
+    ).all()
     assert not np.isin(got["draft_tokens"][:n, 0][running], before["end_ids"].reshape(-1)).any()
     for name in ("inter_next_tokens", "output_cum_offsets", "max_dec_len", "end_ids"):
         assert_same(got[name], before[name], f"{name} (read-only)")
     other = [c for c in range(got["base_model_draft_tokens"].shape[1]) if c != substep + 1]
-    assert_same(got["base_model_draft_tokens"][:, other], before["base_model_draft_tokens"][:, other],
-                "base_model_draft_tokens other columns")  # fmt: skip
+    assert_same(
+        got["base_model_draft_tokens"][:, other],
+        before["base_model_draft_tokens"][:, other],
+        "base_model_draft_tokens other columns",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,7 +483,9 @@ def test_grid_op_matches_reference(n, k):
     for one_step_stop in (False, True):
         substep = int(rng.integers(0, k))
         d = random_batch(rng, n, k, column=bool(n % 2))
-        got = run_pair(d, max_seq_len=MAX_SEQ_LEN, substep=substep, prefill_one_step_stop=one_step_stop)
+        got = run_pair(
+            d, max_seq_len=MAX_SEQ_LEN, substep=substep, prefill_one_step_stop=one_step_stop
+        )
         check_invariants(d, got, substep)
 
 
@@ -349,9 +497,15 @@ def cases(draw):
     n = draw(st.integers(1, 40))
     k = draw(st.integers(1, 5))
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
-    d = random_batch(np.random.default_rng(draw(st.integers(0, 2**32 - 1))), n, k,
-                     width=draw(st.integers(k + 3, 20)), kinds=kinds, column=draw(st.booleans()),
-                     n_end=draw(st.integers(1, 3)))  # fmt: skip
+    d = random_batch(
+        np.random.default_rng(draw(st.integers(0, 2**32 - 1))),
+        n,
+        k,
+        width=draw(st.integers(k + 3, 20)),
+        kinds=kinds,
+        column=draw(st.booleans()),
+        n_end=draw(st.integers(1, 3)),
+    )
     return d, draw(st.integers(0, k - 1)), draw(st.booleans())
 
 
@@ -367,9 +521,14 @@ def test_property_op_matches_reference_and_invariants_hold(case):
 # ------------------------------------------------------------------------------------------------
 def valid():
     # 0: decode (2 rows), 1: stopped, 2: prefill (1 row), 3: decode (1 row).
-    return decoding(4, seq_lens_this_time=[2, 0, 3, 1], seq_lens_encoder=[0, 0, 3, 0],
-                    stop_flags=[False, True, False, False], output_lens=[2, 0, 1, 1],
-                    next_tokens=[96, D1, D2, T1])  # fmt: skip
+    return decoding(
+        4,
+        seq_lens_this_time=[2, 0, 3, 1],
+        seq_lens_encoder=[0, 0, 3, 0],
+        stop_flags=[False, True, False, False],
+        output_lens=[2, 0, 1, 1],
+        next_tokens=[96, D1, D2, T1],
+    )
 
 
 def expect_error(d, name, max_seq_len=L, substep=0):
@@ -397,21 +556,34 @@ def test_wrong_dtype_names_the_argument(name):
     expect_error(replaced(name, wrong), name)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "inter_next_tokens", "end_ids")])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if n not in ("not_need_stop", "inter_next_tokens", "end_ids")]
+)
 def test_wrong_rank_names_the_argument(name):
     a = valid()[name]
-    wrong = a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    wrong = (
+        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    )
     expect_error(replaced(name, wrong), name)
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("not_need_stop", "seq_lens_this_time", "inter_next_tokens", "end_ids")]
+    "name",
+    [
+        n
+        for n in NAMES
+        if n not in ("not_need_stop", "seq_lens_this_time", "inter_next_tokens", "end_ids")
+    ],
 )
 def test_too_few_requests_names_the_argument(name):
     expect_error(replaced(name, valid()[name][:3].copy()), name)
 
 
-@pytest.mark.parametrize("bad", [np.zeros(1, np.int32), np.zeros(2, bool), np.zeros(0, bool)], ids=["int32", "2 elements", "empty"])
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros(1, np.int32), np.zeros(2, bool), np.zeros(0, bool)],
+    ids=["int32", "2 elements", "empty"],
+)
 def test_not_need_stop_must_be_one_cpu_bool(bad):
     expect_error(replaced("not_need_stop", bad), "not_need_stop")
 

@@ -43,7 +43,15 @@ def hidden_op_and_ref(values, dtype, per_request):
     this_time, enc, accept, base_this_time = per_request
     bsz = this_time.size
     tensor, array = as_input(values, dtype)
-    args = [this_time, enc, i32(np.zeros(bsz)), flags(np.zeros(bsz)), accept, base_this_time, i32(np.zeros(bsz))]
+    args = [
+        this_time,
+        enc,
+        i32(np.zeros(bsz)),
+        flags(np.zeros(bsz)),
+        accept,
+        base_this_time,
+        i32(np.zeros(bsz)),
+    ]
     tensors = [to_paddle(a) for a in args]
     out = ops.eagle_get_hidden_states(tensor, *tensors, 2)
     expected = reference.eagle_get_hidden_states(array, *[a.copy() for a in args], 2)
@@ -69,7 +77,9 @@ def self_op_and_ref(values, dtype, last, this_time, step_idx):
 
 def check_gather(out, array, rows_expected):
     """Every output row is an input row, rows appear in input order, and there are rows_expected."""
-    assert out.shape == (rows_expected, array.shape[1]), f"shape {out.shape}, expected ({rows_expected}, {array.shape[1]})"
+    assert out.shape == (rows_expected, array.shape[1]), (
+        f"shape {out.shape}, expected ({rows_expected}, {array.shape[1]})"
+    )
     previous = -1
     for k, row in enumerate(out):
         matches = np.flatnonzero(np.all(array[previous + 1 :] == row, axis=1))
@@ -82,7 +92,9 @@ def check_gather(out, array, rows_expected):
 # ---------------------------------------------------------------------------------------------
 def hidden_case(dtype, tin, this_time, enc, accept, base_this_time, hidden=8):
     values = numbered(tin, hidden)
-    out, expected, array = hidden_op_and_ref(values, dtype, [i32(this_time), i32(enc), i32(accept), i32(base_this_time)])
+    out, expected, array = hidden_op_and_ref(
+        values, dtype, [i32(this_time), i32(enc), i32(accept), i32(base_this_time)]
+    )
     assert_same(out, expected, "op vs reference")
     return out, array
 
@@ -118,7 +130,9 @@ def test_hidden_trace_k2_all_accepted_keeps_three_rows(dtype):
 def test_hidden_mixed_batch_gathers_prefill_and_accepted_rows_and_skips_the_rest(dtype):
     # 0: draft prefill of 3; 1: target ran 2 rows, draft does not run (skip 2); 2: empty slot;
     # 3: decode, 1 of 3 accepted; 4: decode, 2 of 2 accepted.
-    out, array = hidden_case(dtype, 10, [3, 0, 0, 1, 2], [3, 0, 0, 0, 0], [1, 1, 0, 1, 2], [3, 2, 0, 3, 2])
+    out, array = hidden_case(
+        dtype, 10, [3, 0, 0, 1, 2], [3, 0, 0, 0, 0], [1, 1, 0, 1, 2], [3, 2, 0, 3, 2]
+    )
     assert_same(out, array[[0, 1, 2, 5, 8, 9]], "target_hidden_states")
 
 
@@ -147,9 +161,19 @@ def test_hidden_extra_input_rows_beyond_the_batch_are_ignored():
 
 
 def test_hidden_bfloat16_special_values_are_copied_bit_exactly():
-    bits = np.array([[0x3F80, 0x4000], [0x7F80, 0xFF80], [0x7FC1, 0x8000], [0x0001, 0x8001]], np.uint16)
+    bits = np.array(
+        [[0x3F80, 0x4000], [0x7F80, 0xFF80], [0x7FC1, 0x8000], [0x0001, 0x8001]], np.uint16
+    )
     tensor = paddle.to_tensor(bits, place=paddle.CPUPlace()).view(paddle.bfloat16)
-    args = [i32([0, 3]), i32([0, 3]), i32([0, 0]), flags([0, 0]), i32([1, 0]), i32([1, 0]), i32([0, 0])]
+    args = [
+        i32([0, 3]),
+        i32([0, 3]),
+        i32([0, 0]),
+        flags([0, 0]),
+        i32([1, 0]),
+        i32([1, 0]),
+        i32([0, 0]),
+    ]
     out = ops.eagle_get_hidden_states(tensor, *[to_paddle(a) for a in args], 1)
     assert_same(to_numpy(out), bits[[1, 2, 3]], "bf16 bits")
 
@@ -182,7 +206,9 @@ def test_self_trace_k2_decode_takes_the_requests_last_row(dtype):
 def test_self_mixed_batch_takes_one_row_per_running_request(dtype):
     # 0 from prefill (1 row); 1 decode of 3; 2 stopped after prefill (1 row); 3 empty slot;
     # 4 stopped right after insertion (step 1, no rows); 5 stopped decode of 2; 6 decode of 2.
-    out, array = self_case(dtype, 9, [5, 3, 4, 0, 0, 2, 2], [1, 1, 0, 0, 0, 0, 1], [1, 6, 1, 0, 1, 7, 9])
+    out, array = self_case(
+        dtype, 9, [5, 3, 4, 0, 0, 2, 2], [1, 1, 0, 0, 0, 0, 1], [1, 6, 1, 0, 1, 7, 9]
+    )
     assert_same(out, array[[0, 3, 8]], "self hidden")
 
 
@@ -194,7 +220,11 @@ def test_self_quirk_decode_with_step_idx_1_is_read_as_one_prefill_row():
 def test_self_column_shaped_tensors_and_all_stopped_gives_empty():
     values = numbered(4, 8)
     out, expected, _ = self_op_and_ref(
-        values, "float32", np.array([[2], [2]], np.int32), np.array([[0], [0]], np.int32), np.array([[3], [4]], np.int64)
+        values,
+        "float32",
+        np.array([[2], [2]], np.int32),
+        np.array([[0], [0]], np.int32),
+        np.array([[3], [4]], np.int64),
     )
     assert out.shape == (0, 8)
     assert_same(out, expected, "op vs reference")
@@ -230,7 +260,9 @@ def random_hidden_batch(rng, bsz):
 
 
 def random_self_batch(rng, bsz):
-    kind = rng.integers(0, 4, size=bsz)  # 0 from prefill, 1 decode, 2 stopped after prefill, 3 stopped
+    kind = rng.integers(
+        0, 4, size=bsz
+    )  # 0 from prefill, 1 decode, 2 stopped after prefill, 3 stopped
     last = np.zeros(bsz, np.int32)
     this_time = np.zeros(bsz, np.int32)
     step = rng.integers(2, 100, size=bsz).astype(np.int64)
@@ -343,7 +375,16 @@ def raises_and_unchanged(op, args, name, attr=None):
 
 def hidden_good():
     # 0 prefill of 2; 1 decode accepting 1 of 3 rows -> 5 rows consumed.
-    return [numbered(5, 4), i32([2, 1]), i32([2, 0]), i32([0, 0]), flags([0, 0]), i32([0, 1]), i32([2, 3]), i32([0, 0])]
+    return [
+        numbered(5, 4),
+        i32([2, 1]),
+        i32([2, 0]),
+        i32([0, 0]),
+        flags([0, 0]),
+        i32([0, 1]),
+        i32([2, 3]),
+        i32([0, 0]),
+    ]
 
 
 HIDDEN_BAD = {
@@ -370,7 +411,9 @@ def test_hidden_bad_input(case):
 
 
 def test_hidden_good_args_are_good():
-    out, expected, _ = hidden_op_and_ref(hidden_good()[0], "float32", [i32([2, 1]), i32([2, 0]), i32([0, 1]), i32([2, 3])])
+    out, expected, _ = hidden_op_and_ref(
+        hidden_good()[0], "float32", [i32([2, 1]), i32([2, 0]), i32([0, 1]), i32([2, 3])]
+    )
     assert_same(out, expected, "op vs reference")
     assert out.shape == (3, 4)
 

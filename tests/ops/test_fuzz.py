@@ -11,6 +11,7 @@ written arguments, and the base tensor of a strided view, keep their values).
 Fast mode (default, CI): batch 5, one strided-view kind. ``pytest --fuzz-long``: three kinds of
 views (stack, transpose, step slice) at batches 1, 5 and 33.
 """
+
 import json
 import subprocess
 import sys
@@ -28,25 +29,35 @@ OPS = sorted(k for k in BUILDERS if k.split("[")[0] in schema.all_ops())
 @pytest.mark.parametrize("op_key", OPS)
 def test_bad_input_is_refused_by_name_and_writes_nothing(op_key, request):
     op = op_key.split("[")[0]
-    cmd = [sys.executable, str(WORKER), op_key] + (["--long"] if request.config.getoption("--fuzz-long") else [])
+    cmd = [sys.executable, str(WORKER), op_key] + (
+        ["--long"] if request.config.getoption("--fuzz-long") else []
+    )
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:
-        lines = (exc.stdout or b"").decode(errors="replace").splitlines() if isinstance(exc.stdout, bytes) else []
+        lines = (
+            (exc.stdout or b"").decode(errors="replace").splitlines()
+            if isinstance(exc.stdout, bytes)
+            else []
+        )
         pytest.fail(f"{op_key}: hung (600 s); last case started: {lines[-1] if lines else '?'}")
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if not records or not records[-1].get("done"):
         started = [r["start"] for r in records if "start" in r]
-        pytest.fail(f"{op_key}: the worker died (exit status {proc.returncode}) in case "
-                    f"{started[-1] if started else '?'}\n{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"{op_key}: the worker died (exit status {proc.returncode}) in case "
+            f"{started[-1] if started else '?'}\n{proc.stderr[-3000:]}"
+        )
     results = [r for r in records if "case" in r]
     assert results, f"{op_key}: no case ran"
     bad = []
     for r in results:
         prefix = f"{op}: {r['arg']}"
         if r["outcome"] != "raised" or not r["message"].startswith(prefix):
-            bad.append(f"{r['case']}: {r['outcome']} {r['error']}: {r['message']!r} (wanted ValueError/TypeError "
-                       f"starting with {prefix!r})")
+            bad.append(
+                f"{r['case']}: {r['outcome']} {r['error']}: {r['message']!r} (wanted ValueError/TypeError "
+                f"starting with {prefix!r})"
+            )
         elif r["written_changed"]:
             bad.append(f"{r['case']}: refused but wrote {r['written_changed']}")
     assert not bad, f"{op_key}: {len(bad)} of {len(results)} cases wrong:\n" + "\n".join(bad)

@@ -3,17 +3,18 @@
 Hand cases with exact expected arrays written from the spec, an odd-size grid, Hypothesis
 batches with planted n-gram repeats (asserting that matches happen), invariants, bad input.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ngram_util import HYBRID_NAMES, check_invariants, random_batch, run_hybrid
+from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from ngram_util import HYBRID_NAMES, check_invariants, random_batch, run_hybrid
-from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 A, D = 77, 88  # last accepted token, an MTP draft
 K = 3
@@ -49,8 +50,11 @@ def check(d, expected, **kw):
     for name in HYBRID_NAMES:
         want = d[name]
         if name in expected:
-            want = (ragged(expected[name], d[name].shape[1]) if name in MATRICES
-                    else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape))  # fmt: skip
+            want = (
+                ragged(expected[name], d[name].shape[1])
+                if name in MATRICES
+                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
+            )
         assert_same(got[name], want, name)
     return got
 
@@ -72,13 +76,22 @@ def test_history_window_zero_is_a_real_token():
 
 def test_larger_n_first_and_min_ngram_size():
     # n=2 "11 12" at prompt[3:5] -> 60 61 beats n=1 "12" at prompt[0] -> 50 51.
-    d = batch(input_ids=[[12, 50, 51, 11, 12, 60, 61]], input_ids_len=[7], pre_ids=[[9, 11, 12]],
-              step_idx=[2])  # fmt: skip
+    d = batch(
+        input_ids=[[12, 50, 51, 11, 12, 60, 61]],
+        input_ids_len=[7],
+        pre_ids=[[9, 11, 12]],
+        step_idx=[2],
+    )
     check(d, dict(draft_tokens=[[A, D, 60, 61]], seq_lens_this_time=[4]), max_ngram_size=2)
     # only a 1-gram matches: min_ngram_size 2 finds nothing, 1 finds it.
     d = batch(input_ids=[[12, 50, 51]], input_ids_len=[3], pre_ids=[[9, 11, 12]], step_idx=[2])
     check(d, dict(), max_ngram_size=2, min_ngram_size=2)
-    check(d, dict(draft_tokens=[[A, D, 50, 51]], seq_lens_this_time=[4]), max_ngram_size=2, min_ngram_size=1)
+    check(
+        d,
+        dict(draft_tokens=[[A, D, 50, 51]], seq_lens_this_time=[4]),
+        max_ngram_size=2,
+        min_ngram_size=1,
+    )
 
 
 def test_match_only_in_the_history_and_the_window_ending_at_step_is_skipped():
@@ -86,7 +99,12 @@ def test_match_only_in_the_history_and_the_window_ending_at_step_is_skipped():
     # with min_ngram_size 1, "3" at pre_ids[1] (s = 2) gives pre_ids[2].
     d = batch(pre_ids=[[1, 3, 3, 3]], step_idx=[3])
     check(d, dict(), max_ngram_size=2, min_ngram_size=2)
-    check(d, dict(draft_tokens=[[A, D, 3, -1]], seq_lens_this_time=[3]), max_ngram_size=2, min_ngram_size=1)
+    check(
+        d,
+        dict(draft_tokens=[[A, D, 3, -1]], seq_lens_this_time=[3]),
+        max_ngram_size=2,
+        min_ngram_size=1,
+    )
 
 
 def test_match_at_the_end_of_the_prompt_gives_fewer_tokens():
@@ -96,35 +114,64 @@ def test_match_at_the_end_of_the_prompt_gives_fewer_tokens():
 
 def test_requests_that_cannot_draft_are_untouched():
     # q0 = 0 (stopped); q0 = K + 1 (full: q = 0); q0 = 3 with max_dec_len reached (q = 0).
-    d = batch(3, input_ids=[[5, 6, 7, 8]] * 3, input_ids_len=[4] * 3, pre_ids=[[5, 6]] * 3,
-              step_idx=[1] * 3, seq_lens_this_time=[0, K + 1, 3], max_dec_len=[100, 100, 2],
-              draft_tokens=[[A], [A, D, D, D], [A, D, D]])  # fmt: skip
+    d = batch(
+        3,
+        input_ids=[[5, 6, 7, 8]] * 3,
+        input_ids_len=[4] * 3,
+        pre_ids=[[5, 6]] * 3,
+        step_idx=[1] * 3,
+        seq_lens_this_time=[0, K + 1, 3],
+        max_dec_len=[100, 100, 2],
+        draft_tokens=[[A], [A, D, D, D], [A, D, D]],
+    )
     check(d, dict(), max_ngram_size=2)
 
 
 @pytest.mark.parametrize("max_dec_len, drafts", [(3, 1), (2, 0), (1, 0)])
 def test_max_dec_len_limits_q(max_dec_len, drafts):
     # step 1: q = min(2, max_dec_len - 1 - 1).
-    d = batch(input_ids=[[5, 6, 7, 8]], input_ids_len=[4], pre_ids=[[5, 6]], step_idx=[1],
-              max_dec_len=[max_dec_len])  # fmt: skip
-    check(d, dict(draft_tokens=[[A, D, 7, 8][: 2 + drafts]], seq_lens_this_time=[2 + drafts]),
-          max_ngram_size=2)  # fmt: skip
+    d = batch(
+        input_ids=[[5, 6, 7, 8]],
+        input_ids_len=[4],
+        pre_ids=[[5, 6]],
+        step_idx=[1],
+        max_dec_len=[max_dec_len],
+    )
+    check(
+        d,
+        dict(draft_tokens=[[A, D, 7, 8][: 2 + drafts]], seq_lens_this_time=[2 + drafts]),
+        max_ngram_size=2,
+    )
 
 
 def _three_single(**fields):
     """Three requests with q0 = 1 (no MTP draft), each matching with >= 3 tokens to spare."""
-    return batch(3, input_ids=[[5, 6, 1, 2, 3, 4]] * 3, input_ids_len=[6] * 3, pre_ids=[[9, 5, 6]] * 3,
-                 step_idx=[2] * 3, seq_lens_this_time=[1] * 3, draft_tokens=[[A]] * 3, **fields)  # fmt: skip
+    return batch(
+        3,
+        input_ids=[[5, 6, 1, 2, 3, 4]] * 3,
+        input_ids_len=[6] * 3,
+        pre_ids=[[9, 5, 6]] * 3,
+        step_idx=[2] * 3,
+        seq_lens_this_time=[1] * 3,
+        draft_tokens=[[A]] * 3,
+        **fields,
+    )
 
 
 def test_threshold_trims_q_then_skips():
     # remaining 3, q 3. b0: rem 2, sum 1 -> 3 drafts. b1: rem 1, sum 5: 5+3+1 <= 11 -> 3 drafts.
     # b2: rem 0, sum 9: 9+3 > 11 -> q = 2; 9 < 10 -> 2 drafts.
-    check(_three_single(), dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2, 3], [A, 1, 2]],
-                                seq_lens_this_time=[4, 4, 3]), threshold=11)  # fmt: skip
+    check(
+        _three_single(),
+        dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2, 3], [A, 1, 2]], seq_lens_this_time=[4, 4, 3]),
+        threshold=11,
+    )
     # threshold 10: b2: q = 1 but 9 + 0 >= 9 -> skipped.
-    check(_three_single(), dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2, 3], [A]],
-                                seq_lens_this_time=[4, 4, 1]), threshold=10)  # fmt: skip
+    check(
+        _three_single(),
+        dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2, 3], [A]], seq_lens_this_time=[4, 4, 1]),
+        threshold=10,
+    )
 
 
 def test_remaining_counts_decoders_but_every_drafting_request_decrements_it():
@@ -161,8 +208,15 @@ def test_draft_token_num_is_unused():
 
 
 def test_column_shaped_per_request_tensors():
-    d = batch(2, column=True, input_ids=[[5, 6, 7, 8, 9]] * 2, input_ids_len=[5, 5], pre_ids=[[9, 5, 6]] * 2,
-              step_idx=[2, 2], seq_lens_this_time=[2, 0])  # fmt: skip
+    d = batch(
+        2,
+        column=True,
+        input_ids=[[5, 6, 7, 8, 9]] * 2,
+        input_ids_len=[5, 5],
+        pre_ids=[[9, 5, 6]] * 2,
+        step_idx=[2, 2],
+        seq_lens_this_time=[2, 0],
+    )
     check(d, dict(draft_tokens=[[A, D, 7, 8], [A, D]], seq_lens_this_time=[4, 0]))
 
 
@@ -175,10 +229,20 @@ def test_grid_matches_reference(bsz, n_range):
     n_min, n_max = n_range
     rng = np.random.default_rng(bsz * 7 + n_max)
     k = 4
-    d = random_batch(rng, bsz, hybrid=True, k=k, max_n=n_max, min_n=n_min, extra_rows=bsz % 3,
-                     column=bsz % 2 == 0)
+    d = random_batch(
+        rng,
+        bsz,
+        hybrid=True,
+        k=k,
+        max_n=n_max,
+        min_n=n_min,
+        extra_rows=bsz % 3,
+        column=bsz % 2 == 0,
+    )
     threshold = 10 * bsz if bsz % 2 else 3 * bsz
-    got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold)
+    got = run_hybrid(
+        d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold
+    )
     drafted = check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
     if bsz >= 33:
         assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted"
@@ -197,8 +261,12 @@ def test_grid_matches_reference(bsz, n_range):
 def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, width, threshold):
     n_min = max(1, n_max - n_min_offset)
     rng = np.random.default_rng(seed)
-    d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min, plant=0.8)
-    got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold)
+    d = random_batch(
+        rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min, plant=0.8
+    )
+    got = run_hybrid(
+        d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold
+    )
     check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
 
 
@@ -211,9 +279,20 @@ def test_random_batches_like_the_hypothesis_ones_really_draft():
         bsz, k, n_max = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
         n_min = max(1, n_max - int(rng.integers(0, 5)))
         vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min,
-                         plant=0.8)
-        got = run_hybrid(d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000)
+        d = random_batch(
+            rng,
+            bsz,
+            hybrid=True,
+            k=k,
+            width=width,
+            vocab=vocab,
+            max_n=n_max,
+            min_n=n_min,
+            plant=0.8,
+        )
+        got = run_hybrid(
+            d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
+        )
         cases += 1
         drafted += check_invariants(d, got, hybrid=True, k=k, threshold=10_000, n_min=n_min) > 0
     assert drafted >= 0.4 * cases, (drafted, cases)
@@ -260,8 +339,10 @@ def test_draft_tokens_narrower_than_k_plus_one():
     _expect_error(d, "draft_tokens", sizes=(3, 1, K + 1))  # q0 + q = 1 + 4 > 4 columns
 
 
-@pytest.mark.parametrize("sizes, arg", [((0, 1, K), "max_ngram_size"), ((3, 0, K), "min_ngram_size"),
-                                        ((2, 3, K), "min_ngram_size")])  # fmt: skip
+@pytest.mark.parametrize(
+    "sizes, arg",
+    [((0, 1, K), "max_ngram_size"), ((3, 0, K), "min_ngram_size"), ((2, 3, K), "min_ngram_size")],
+)
 def test_bad_ngram_sizes(sizes, arg):
     _expect_error(_good_then_bad(), arg, sizes=sizes)
 

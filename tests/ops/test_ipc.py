@@ -6,20 +6,21 @@ Each sharing test writes in one process and reads in the other, both ways, for e
 These ops move no data, so there is no numpy reference: expected arrays are the values written.
 The module checks at the end that it left nothing in /dev/shm.
 """
+
 import gc
 import itertools
 import multiprocessing as mp
 import os
 import pathlib
 
+import ipc_worker
 import numpy as np
 import paddle
 import pytest
-
-import fd_mtp.ops as ops
-import ipc_worker
 from ipc_worker import to_storage, write_rows
 from util import assert_same
+
+import fd_mtp.ops as ops
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
@@ -45,7 +46,9 @@ def values(dtype, shape, seed):
     if dtype == "bfloat16":
         as_f32 = rng.uniform(-4, 4, size=shape).astype(np.float32)
         bits = (as_f32.view(np.uint32) >> 16).astype(np.uint16)
-        return np.where(bits == 0, np.uint16(0x3F80), bits)  # never 0: "written" must differ from zeros
+        return np.where(
+            bits == 0, np.uint16(0x3F80), bits
+        )  # never 0: "written" must differ from zeros
     v = rng.uniform(-4, 4, size=shape).astype(STORAGE[dtype])
     return np.where(v == 0, STORAGE[dtype](1), v)
 
@@ -122,7 +125,9 @@ def test_parent_publishes_child_attaches_both_write(child, dtype):
 
     child.call("attach", "kv", name, dtype, KV_SHAPE)
     zeros = np.zeros([3] + KV_SHAPE[1:], STORAGE[dtype])
-    assert_same(child.call("read", "kv"), np.concatenate([a, zeros]), "child sees the parent's write")
+    assert_same(
+        child.call("read", "kv"), np.concatenate([a, zeros]), "child sees the parent's write"
+    )
 
     child.call("write", "kv", 3, 6, b, dtype)
     assert_same(to_storage(cache), np.concatenate([a, b]), "parent sees the child's write")
@@ -184,7 +189,9 @@ def test_child_publishes_parent_attaches_and_child_exit_removes_its_names():
     expected = values("uint8", KV_SHAPE, seed=4)
     expected[2] = 7
     assert_same(mine.numpy(), expected, "memory outlives its producer while mapped")
-    with pytest.raises(ValueError, match=rf"share_external_data: shm_name '{name}' names no shared"):
+    with pytest.raises(
+        ValueError, match=rf"share_external_data: shm_name '{name}' names no shared"
+    ):
         ops.share_external_data(paddle.empty([0], "uint8"), name, KV_SHAPE)
     del mine
 
@@ -205,7 +212,9 @@ def test_freeing_the_producer_tensor_unlinks_its_backing_segment():
     gc.collect()
     assert backing not in shm_entries()
     assert view[1].tolist() == [2.5] * 4  # the attachment keeps the memory
-    with pytest.raises(ValueError, match=r"shm_name '.*' names a tensor whose memory.*does not exist"):
+    with pytest.raises(
+        ValueError, match=r"shm_name '.*' names a tensor whose memory.*does not exist"
+    ):
         ops.share_external_data(paddle.empty([0], "float32"), name, [3, 4])
     ops.unset_data_ipc(view, name, False, True)
     del view
@@ -310,8 +319,11 @@ def test_shared_empty_larger_than_physical_memory_raises_naming_shape():
     """Issue 21: tmpfs accepts a segment larger than the machine (touching it would SIGBUS)."""
     physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     before = shm_entries()
-    with pytest.raises(ValueError, match=r"^shared_empty: shape \[1099511627776\] with dtype float32 needs "
-                       rf"4398046511104 bytes but this machine has {physical} bytes of physical memory"):
+    with pytest.raises(
+        ValueError,
+        match=r"^shared_empty: shape \[1099511627776\] with dtype float32 needs "
+        rf"4398046511104 bytes but this machine has {physical} bytes of physical memory",
+    ):
         ops.shared_empty([2**40], "float32")
     name = fresh_name()
     with pytest.raises(ValueError, match=r"^shared_empty: shape \[2, "):
@@ -327,9 +339,13 @@ def test_shared_empty_larger_than_physical_memory_raises_naming_shape():
 # ------------------------------------------------------------------------------------------------
 def test_missing_name_raises_naming_shm_name():
     name = fresh_name()
-    with pytest.raises(ValueError, match=rf"share_external_data: shm_name '{name}' names no shared-memory"):
+    with pytest.raises(
+        ValueError, match=rf"share_external_data: shm_name '{name}' names no shared-memory"
+    ):
         ops.share_external_data(paddle.empty([0], "float32"), name, [4])
-    with pytest.raises(ValueError, match=rf"unset_data_ipc: shm_name '{name}' names no shared-memory"):
+    with pytest.raises(
+        ValueError, match=rf"unset_data_ipc: shm_name '{name}' names no shared-memory"
+    ):
         ops.unset_data_ipc(paddle.empty([0], "float32"), name, False, True)
 
 
@@ -344,7 +360,10 @@ def test_unset_then_attach_fails(child):
     cache[0] = 1.0
     assert child.call("read", "early").tolist() == [[1.0, 1.0], [0.0, 0.0]]
     child.call("free", "early")
-    with pytest.raises(ValueError, match=r"unset_data_ipc: shm_name .* names no shared-memory segment \(already unlinked"):
+    with pytest.raises(
+        ValueError,
+        match=r"unset_data_ipc: shm_name .* names no shared-memory segment \(already unlinked",
+    ):
         ops.unset_data_ipc(cache, name, False, True)
 
 
@@ -359,7 +378,9 @@ def test_shape_too_large_raises_naming_shape(dtype):
         ops.share_external_data(like, name, too_big)
     # A wider dtype over the same bytes needs more of them, too.
     if dtype != "float32":
-        with pytest.raises(ValueError, match=r"share_external_data: shape \[6, 2, 4, 8\] with dtype float32"):
+        with pytest.raises(
+            ValueError, match=r"share_external_data: shape \[6, 2, 4, 8\] with dtype float32"
+        ):
             ops.share_external_data(paddle.empty([0], "float32"), name, KV_SHAPE)
     with pytest.raises(ValueError, match=r"share_external_data: shape must have non-negative"):
         ops.share_external_data(like, name, [-1, 4])
@@ -372,8 +393,11 @@ def test_shape_too_large_raises_naming_shape(dtype):
 def test_non_shared_cpu_tensor_raises_naming_tensor():
     plain = paddle.zeros([4, 4], "float32")
     name = fresh_name()
-    with pytest.raises(ValueError, match=r"set_data_ipc: tensor is a CPU tensor whose memory is not "
-                       r"POSIX shared memory.*fd_mtp\.ops\.shared_empty"):
+    with pytest.raises(
+        ValueError,
+        match=r"set_data_ipc: tensor is a CPU tensor whose memory is not "
+        r"POSIX shared memory.*fd_mtp\.ops\.shared_empty",
+    ):
         ops.set_data_ipc(plain, name)
     assert name[1:] not in shm_entries()  # nothing published
 
@@ -389,9 +413,11 @@ BAD_NAMES = [
 @pytest.mark.parametrize("name,problem", BAD_NAMES)
 def test_invalid_names_raise_naming_shm_name(name, problem):
     cache = ops.shared_zeros([2], "float32")
-    for call in (lambda: ops.set_data_ipc(cache, name),
-                 lambda: ops.share_external_data(cache, name, [2]),
-                 lambda: ops.unset_data_ipc(cache, name, False, True)):
+    for call in (
+        lambda: ops.set_data_ipc(cache, name),
+        lambda: ops.share_external_data(cache, name, [2]),
+        lambda: ops.unset_data_ipc(cache, name, False, True),
+    ):
         with pytest.raises(ValueError, match=r"^\w+: shm_name ") as info:
             call()
         assert problem in str(info.value)
@@ -412,7 +438,9 @@ def test_strided_view_is_refused_naming_tensor():
 
 def test_reserved_prefix_and_bad_types():
     cache = ops.shared_zeros([2], "float32")
-    with pytest.raises(ValueError, match=r"set_data_ipc: shm_name '/fd_mtp\.x' starts with '/fd_mtp\.'"):
+    with pytest.raises(
+        ValueError, match=r"set_data_ipc: shm_name '/fd_mtp\.x' starts with '/fd_mtp\.'"
+    ):
         ops.set_data_ipc(cache, "/fd_mtp.x")
     with pytest.raises(ValueError, match=r"set_data_ipc: shm_name must be a str"):
         ops.set_data_ipc(cache, 3)
@@ -433,8 +461,11 @@ def _raw_segment(size, fill=0):
 def test_fastdeploy_gpu_record_on_a_cpu_input_raises_naming_input():
     name = _raw_segment(72, fill=1)  # FastDeploy's shmStruct: {size_t; cudaIpcMemHandle_t}
     try:
-        with pytest.raises(ValueError, match=r"share_external_data: input is a CPU tensor but .* "
-                           r"publishes a GPU tensor"):
+        with pytest.raises(
+            ValueError,
+            match=r"share_external_data: input is a CPU tensor but .* "
+            r"publishes a GPU tensor",
+        ):
             ops.share_external_data(paddle.empty([0], "float32"), name, [4])
     finally:
         os.unlink(f"/dev/shm{name}")
@@ -444,8 +475,11 @@ def test_fastdeploy_gpu_record_on_a_cpu_input_raises_naming_input():
 def test_foreign_segment_is_not_a_publication(size):
     name = _raw_segment(size)
     try:
-        with pytest.raises(ValueError, match=rf"share_external_data: shm_name '{name}' is a shared-memory "
-                           rf"segment of {size} bytes"):
+        with pytest.raises(
+            ValueError,
+            match=rf"share_external_data: shm_name '{name}' is a shared-memory "
+            rf"segment of {size} bytes",
+        ):
             ops.share_external_data(paddle.empty([0], "float32"), name, [4])
     finally:
         os.unlink(f"/dev/shm{name}")

@@ -1,6 +1,7 @@
 """The two ways fd_mtp's ops can be run: the pybind11 module that fd_mtp.ops uses in dynamic mode,
 and paddle's generic runner over the registered name ``fd_mtp_<op>`` (what a program that only
 knows the registered op uses). Both must run the same C++ entry point with the same checks."""
+
 import numpy as np
 import pytest
 from util import assert_same, to_paddle
@@ -43,5 +44,7 @@ def test_every_schema_op_is_registered_and_bound():
     declared = set(schema.all_ops())
     bound = {name for name in dir(module) if not name.startswith("_")}
     assert declared == bound, (sorted(declared - bound), sorted(bound - declared))
-    registered = {name[len("fd_mtp_") :] for name in core.get_all_op_names() if name.startswith("fd_mtp_")}
+    registered = {
+        name[len("fd_mtp_") :] for name in core.get_all_op_names() if name.startswith("fd_mtp_")
+    }
     assert declared == registered, (sorted(declared - registered), sorted(registered - declared))

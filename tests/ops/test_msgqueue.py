@@ -6,6 +6,7 @@ Every test uses its own queue: keyed by a fresh temporary directory (ftok_path) 
 did not exist (created with IPC_EXCL), removed afterwards, so parallel runs and other users of the
 machine do not collide.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +18,7 @@ import os
 import random
 from dataclasses import dataclass
 
+import msgqueue_reader
 import numpy as np
 import paddle
 import pytest
@@ -24,7 +26,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from util import assert_same, flags, i32, i64
 
-import msgqueue_reader
 from fd_mtp import ops, reference
 
 N = 1794  # 2 + 256 + 256 * 6 int32 words
@@ -147,8 +148,19 @@ class Reader:
         assert nbytes == 4 * N == 7176, f"message of {nbytes} bytes"
         return np.frombuffer(data, dtype="<i4").astype(np.int32)
 
-    def start_op(self, q: Queue, rank_id=0, wait_flag=False, get_each_rank=False, fill=5, dynamic=False, shape=(N, 1)):
-        self.submit("op", q.path, q.id, rank_id, wait_flag, get_each_rank, fill, dynamic, list(shape))
+    def start_op(
+        self,
+        q: Queue,
+        rank_id=0,
+        wait_flag=False,
+        get_each_rank=False,
+        fill=5,
+        dynamic=False,
+        shape=(N, 1),
+    ):
+        self.submit(
+            "op", q.path, q.id, rank_id, wait_flag, get_each_rank, fill, dynamic, list(shape)
+        )
 
     def op_result(self, timeout=TIMEOUT):
         answer = self.result(timeout)
@@ -182,15 +194,37 @@ def pd(a):
     return paddle.to_tensor(a, place=paddle.CPUPlace())
 
 
-def save(q, tokens, num, go_on, dec, prompt, rank_id=0, save_each_rank=False, skip_prefill=False, **kw):
+def save(
+    q, tokens, num, go_on, dec, prompt, rank_id=0, save_each_rank=False, skip_prefill=False, **kw
+):
     ops.speculate_save_output(
-        pd(tokens), pd(num), pd(flags([go_on])), pd(dec), pd(prompt), rank_id, save_each_rank, skip_prefill, **q.kw, **kw
+        pd(tokens),
+        pd(num),
+        pd(flags([go_on])),
+        pd(dec),
+        pd(prompt),
+        rank_id,
+        save_each_rank,
+        skip_prefill,
+        **q.kw,
+        **kw,
     )
 
 
-def first(q, x, go_on, dec, prompt, step, rank_id=0, save_each_rank=False, skip_chunk_prefill=False, **kw):
+def first(
+    q, x, go_on, dec, prompt, step, rank_id=0, save_each_rank=False, skip_chunk_prefill=False, **kw
+):
     ops.mtp_save_first_token(
-        pd(x), pd(flags([go_on])), pd(dec), pd(prompt), pd(step), rank_id, save_each_rank, skip_chunk_prefill, **q.kw, **kw
+        pd(x),
+        pd(flags([go_on])),
+        pd(dec),
+        pd(prompt),
+        pd(step),
+        rank_id,
+        save_each_rank,
+        skip_chunk_prefill,
+        **q.kw,
+        **kw,
     )
 
 
@@ -214,7 +248,9 @@ def test_save_output_narrow_rows_are_padded_with_zeros_on_the_wire(queue, reader
     expected = message(5, 2, counts=[2, 3], tokens=[[11, 12, 13, 0, 0, 0], [21, 22, 23, 0, 0, 0]])
     assert_same(reader.raw(queue), expected, "raw message")
     assert reader.raw(queue) is None  # exactly one message
-    ref = reference.speculate_save_output(tokens, num, flags([True]), i32([9, 9]), i64([4, 4]), 0, False, True, msg_id=5)
+    ref = reference.speculate_save_output(
+        tokens, num, flags([True]), i32([9, 9]), i64([4, 4]), 0, False, True, msg_id=5
+    )
     assert_same(ref, expected, "reference")
 
 
@@ -222,8 +258,22 @@ def test_save_output_stop_sign_prefill_skip_and_our_reader(queue, reader):
     # request 0 is still in its prompt (dec 2 < prompt 5): count 0 but its tokens are still sent;
     # request 2 has dec == prompt (0 == 0): not in the prompt.
     tokens = i64([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]])
-    save(queue, tokens, i32([3, 6, 1]), False, i32([2, 9, 0]), i64([5, 4, 0]), skip_prefill=True, msg_id=7)
-    expected = message(-7, 3, counts=[0, 6, 1], tokens=[[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]])
+    save(
+        queue,
+        tokens,
+        i32([3, 6, 1]),
+        False,
+        i32([2, 9, 0]),
+        i64([5, 4, 0]),
+        skip_prefill=True,
+        msg_id=7,
+    )
+    expected = message(
+        -7,
+        3,
+        counts=[0, 6, 1],
+        tokens=[[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]],
+    )
     assert_same(reader.op(queue), expected.astype(np.int64), "x after speculate_get_output")
 
 
@@ -254,13 +304,27 @@ def test_save_output_rank_rules(queue, reader):
     assert reader.raw(queue) is None, "rank 1 without save_each_rank must send nothing"
     save(queue, *args, rank_id=1, save_each_rank=True)
     assert_same(reader.raw(queue), message(1, 1, counts=[2], tokens=[[4, 5]]), "raw message")
-    assert reference.speculate_save_output(i64([[4, 5]]), i32([2]), flags([True]), i32([3]), i64([3]), 1, False, False) is None
+    assert (
+        reference.speculate_save_output(
+            i64([[4, 5]]), i32([2]), flags([True]), i32([3]), i64([3]), 1, False, False
+        )
+        is None
+    )
 
 
 def test_save_output_dynamic_positional_queue_id(queue, reader):
     ops.speculate_save_output_dynamic(
-        pd(i64([[8, 9]])), pd(i32([1])), pd(flags([True])), pd(i32([0])), pd(i64([0])), 0, queue.id, False, False,
-        msg_id=4, ftok_path=queue.path,
+        pd(i64([[8, 9]])),
+        pd(i32([1])),
+        pd(flags([True])),
+        pd(i32([0])),
+        pd(i64([0])),
+        0,
+        queue.id,
+        False,
+        False,
+        msg_id=4,
+        ftok_path=queue.path,
     )
     x = reader.op(queue, dynamic=True)
     assert_same(x, message(4, 1, counts=[1], tokens=[[8, 9]]).astype(np.int64), "x")
@@ -285,7 +349,9 @@ def test_first_token_step_idx_rules_and_chunk_skip(queue, reader):
     first(queue, FIRST_X, True, dec, prompt, step, skip_chunk_prefill=True, msg_id=6)
     expected = message(6, 4, counts=[0, 2, 0, 0], tokens=[[], [12, 32]])
     assert_same(reader.raw(queue), expected, "raw message")
-    ref = reference.mtp_save_first_token(FIRST_X, flags([True]), dec, prompt, step, 0, False, True, msg_id=6)
+    ref = reference.mtp_save_first_token(
+        FIRST_X, flags([True]), dec, prompt, step, 0, False, True, msg_id=6
+    )
     assert_same(ref, expected, "reference")
     first(queue, FIRST_X, False, dec, prompt, step, skip_chunk_prefill=False, msg_id=6)
     expected = message(-6, 4, counts=[0, 2, 0, 2], tokens=[[], [12, 32], [], [14, 34]])
@@ -299,7 +365,9 @@ def test_first_token_no_stale_slots_across_messages(queue, reader):
     x = FIRST_X[:2]
     dec, prompt = i32([4, 4]), i64([4, 4])
     first(queue, x, True, dec, prompt, i64([1, 1]))
-    assert_same(reader.raw(queue), message(1, 2, counts=[2, 2], tokens=[[11, 31], [12, 32]]), "message 1")
+    assert_same(
+        reader.raw(queue), message(1, 2, counts=[2, 2], tokens=[[11, 31], [12, 32]]), "message 1"
+    )
     first(queue, x, True, dec, prompt, i64([2, 1]))
     assert_same(reader.raw(queue), message(1, 2, counts=[0, 2], tokens=[[], [12, 32]]), "message 2")
     first(queue, x[:1], True, dec, prompt, i64([2, 1]))
@@ -311,7 +379,15 @@ def test_first_token_rank_rules_and_dynamic_form(queue, reader):
     first(queue, *args, rank_id=2)
     assert reader.raw(queue) is None, "rank 2 without save_each_rank must send nothing"
     ops.mtp_save_first_token_dynamic(
-        pd(FIRST_X[:1]), pd(flags([True])), pd(i32([1])), pd(i64([1])), pd(i64([1])), 2, queue.id, True, False,
+        pd(FIRST_X[:1]),
+        pd(flags([True])),
+        pd(i32([1])),
+        pd(i64([1])),
+        pd(i64([1])),
+        2,
+        queue.id,
+        True,
+        False,
         ftok_path=queue.path,
     )
     assert_same(reader.raw(queue), message(1, 1, counts=[2], tokens=[[11, 31]]), "raw message")
@@ -339,9 +415,20 @@ def test_save_output_random_batches_match_reference(shared_queue, reader, bs):
         skip, msg_id = bool(rng.random() < 0.5), int(rng.choice([0, 1, 3, 1000]))
         tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width, skip)
         ops.speculate_save_output(
-            pd(tokens), pd(num), pd(go_on), pd(dec), pd(prompt), 0, False, skip, msg_id=msg_id, **shared_queue.kw
+            pd(tokens),
+            pd(num),
+            pd(go_on),
+            pd(dec),
+            pd(prompt),
+            0,
+            False,
+            skip,
+            msg_id=msg_id,
+            **shared_queue.kw,
         )
-        expected = reference.speculate_save_output(tokens, num, go_on, dec, prompt, 0, False, skip, msg_id=msg_id)
+        expected = reference.speculate_save_output(
+            tokens, num, go_on, dec, prompt, 0, False, skip, msg_id=msg_id
+        )
         assert_same(reader.raw(shared_queue), expected, f"bs={bs} W={width}")
 
 
@@ -354,7 +441,9 @@ def test_first_token_random_batches_match_reference(shared_queue, reader, bs):
         prompt = rng.integers(0, 10, size=bs, dtype=np.int64)
         step = rng.integers(0, 4, size=bs, dtype=np.int64)
         go_on, skip = flags([rng.random() < 0.5]), bool(rng.random() < 0.5)
-        ops.mtp_save_first_token(pd(x), pd(go_on), pd(dec), pd(prompt), pd(step), 0, False, skip, **shared_queue.kw)
+        ops.mtp_save_first_token(
+            pd(x), pd(go_on), pd(dec), pd(prompt), pd(step), 0, False, skip, **shared_queue.kw
+        )
         expected = reference.mtp_save_first_token(x, go_on, dec, prompt, step, 0, False, skip)
         got = reader.op(shared_queue)
         assert_same(got, expected.astype(np.int64), f"bs={bs} W={width}")
@@ -376,7 +465,9 @@ def test_save_output_hypothesis(shared_queue, reader, bs, width, seed, rank):
     rng = np.random.default_rng(seed)
     skip = bool(seed & 1)
     tokens, num, go_on, dec, prompt = _random_save_args(rng, bs, width, skip)
-    ops.speculate_save_output(pd(tokens), pd(num), pd(go_on), pd(dec), pd(prompt), *rank, skip, **shared_queue.kw)
+    ops.speculate_save_output(
+        pd(tokens), pd(num), pd(go_on), pd(dec), pd(prompt), *rank, skip, **shared_queue.kw
+    )
     expected = reference.speculate_save_output(tokens, num, go_on, dec, prompt, *rank, skip)
     got = reader.raw(shared_queue)
     if expected is None:
@@ -417,7 +508,9 @@ def test_get_output_rank_rules_leave_x_and_the_queue(queue, reader):
 
 
 def test_get_output_matches_reference_reader(queue, reader):
-    msg = reference.speculate_save_output(i64([[5, 6, 7]]), i32([3]), flags([False]), i32([0]), i64([0]), 0, False, False)
+    msg = reference.speculate_save_output(
+        i64([[5, 6, 7]]), i32([3]), flags([False]), i32([0]), i64([0]), 0, False, False
+    )
     save(queue, i64([[5, 6, 7]]), i32([3]), False, i32([0]), i64([0]))
     x = reader.op(queue, fill=-9)
     x_ref = np.full(N, -9, dtype=np.int64)
@@ -471,10 +564,31 @@ def test_get_output_queue_removed_while_blocked_raises_oserror(queue, reader):
 def test_env_queue_id_and_msg_id(queue, reader, monkeypatch):
     monkeypatch.setenv("INFERENCE_MSG_QUEUE_ID", str(queue.id))
     monkeypatch.setenv("INFERENCE_MSG_ID", "11")
-    ops.speculate_save_output(pd(i64([[1]])), pd(i32([1])), pd(flags([False])), pd(i32([0])), pd(i64([0])), 0, False, False, ftok_path=queue.path)
+    ops.speculate_save_output(
+        pd(i64([[1]])),
+        pd(i32([1])),
+        pd(flags([False])),
+        pd(i32([0])),
+        pd(i64([0])),
+        0,
+        False,
+        False,
+        ftok_path=queue.path,
+    )
     assert_same(reader.raw(queue), message(-11, 1, counts=[1], tokens=[[1]]), "raw message")
     # explicit keywords win over the environment
-    ops.mtp_save_first_token(pd(FIRST_X[:1]), pd(flags([True])), pd(i32([0])), pd(i64([0])), pd(i64([1])), 0, False, False, msg_id=3, ftok_path=queue.path)
+    ops.mtp_save_first_token(
+        pd(FIRST_X[:1]),
+        pd(flags([True])),
+        pd(i32([0])),
+        pd(i64([0])),
+        pd(i64([1])),
+        0,
+        False,
+        False,
+        msg_id=3,
+        ftok_path=queue.path,
+    )
     assert_same(reader.raw(queue), message(3, 1, counts=[2], tokens=[[11, 31]]), "raw message")
     assert ops.queue_key(ftok_path=queue.path) == ops.queue_key(queue.id, ftok_path=queue.path)
 
@@ -490,7 +604,9 @@ def test_env_msg_id_invalid(queue, reader, monkeypatch, value):
 def test_env_queue_id_invalid(monkeypatch, tmp_path):
     monkeypatch.setenv("INFERENCE_MSG_QUEUE_ID", "one")
     with pytest.raises(ValueError, match="INFERENCE_MSG_QUEUE_ID"):
-        ops.speculate_get_output(paddle.zeros([N], dtype="int64"), 0, False, False, ftok_path=str(tmp_path))
+        ops.speculate_get_output(
+            paddle.zeros([N], dtype="int64"), 0, False, False, ftok_path=str(tmp_path)
+        )
 
 
 def test_docstring_examples_are_exact(monkeypatch, tmp_path):
@@ -524,11 +640,23 @@ def test_default_ids(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument, nothing sent
 # ---------------------------------------------------------------------------------------------
-GOOD_SAVE = dict(tokens=i64([[1, 2]]), num=i32([1]), go_on=flags([True]), dec=i32([0]), prompt=i64([0]))
-GOOD_FIRST = dict(x=i64([[1, 2]]), go_on=flags([True]), dec=i32([0]), prompt=i64([0]), step=i64([1]))
+GOOD_SAVE = dict(
+    tokens=i64([[1, 2]]), num=i32([1]), go_on=flags([True]), dec=i32([0]), prompt=i64([0])
+)
+GOOD_FIRST = dict(
+    x=i64([[1, 2]]), go_on=flags([True]), dec=i32([0]), prompt=i64([0]), step=i64([1])
+)
 
 BAD_SAVE = [
-    ("accept_tokens", dict(tokens=np.zeros((257, 2), np.int64), num=i32([1] * 257), dec=i32([0] * 257), prompt=i64([0] * 257))),
+    (
+        "accept_tokens",
+        dict(
+            tokens=np.zeros((257, 2), np.int64),
+            num=i32([1] * 257),
+            dec=i32([0] * 257),
+            prompt=i64([0] * 257),
+        ),
+    ),
     ("accept_tokens", dict(tokens=i32([[1, 2]]))),
     ("accept_tokens", dict(tokens=i64([1, 2]))),
     ("accept_num", dict(num=i64([1]))),
@@ -543,18 +671,40 @@ BAD_SAVE = [
 ]
 
 
-@pytest.mark.parametrize("arg,change", BAD_SAVE, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_SAVE)])
+@pytest.mark.parametrize(
+    "arg,change", BAD_SAVE, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_SAVE)]
+)
 def test_save_output_bad_input(queue, reader, arg, change):
     a = {**GOOD_SAVE, **change}
     with pytest.raises(ValueError, match=f"speculate_save_output: {arg}"):
-        ops.speculate_save_output(pd(a["tokens"]), pd(a["num"]), pd(a["go_on"]), pd(a["dec"]), pd(a["prompt"]), 0, False, True, **queue.kw)
+        ops.speculate_save_output(
+            pd(a["tokens"]),
+            pd(a["num"]),
+            pd(a["go_on"]),
+            pd(a["dec"]),
+            pd(a["prompt"]),
+            0,
+            False,
+            True,
+            **queue.kw,
+        )
     with pytest.raises(ValueError, match=arg):
-        reference.speculate_save_output(a["tokens"], a["num"], a["go_on"], a["dec"], a["prompt"], 0, False, True)
+        reference.speculate_save_output(
+            a["tokens"], a["num"], a["go_on"], a["dec"], a["prompt"], 0, False, True
+        )
     assert reader.raw(queue) is None, "nothing may be sent on bad input"
 
 
 BAD_FIRST = [
-    ("x", dict(x=np.zeros((257, 2), np.int64), dec=i32([0] * 257), prompt=i64([0] * 257), step=i64([1] * 257))),
+    (
+        "x",
+        dict(
+            x=np.zeros((257, 2), np.int64),
+            dec=i32([0] * 257),
+            prompt=i64([0] * 257),
+            step=i64([1] * 257),
+        ),
+    ),
     ("x", dict(x=i64([[1], [2]]), dec=i32([0, 0]), prompt=i64([0, 0]), step=i64([1, 1]))),
     ("x", dict(x=i32([[1, 2]]))),
     ("step_idx", dict(step=i32([1]))),
@@ -565,13 +715,27 @@ BAD_FIRST = [
 ]
 
 
-@pytest.mark.parametrize("arg,change", BAD_FIRST, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_FIRST)])
+@pytest.mark.parametrize(
+    "arg,change", BAD_FIRST, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_FIRST)]
+)
 def test_first_token_bad_input(queue, reader, arg, change):
     a = {**GOOD_FIRST, **change}
     with pytest.raises(ValueError, match=f"mtp_save_first_token: {arg}"):
-        ops.mtp_save_first_token(pd(a["x"]), pd(a["go_on"]), pd(a["dec"]), pd(a["prompt"]), pd(a["step"]), 0, False, True, **queue.kw)
+        ops.mtp_save_first_token(
+            pd(a["x"]),
+            pd(a["go_on"]),
+            pd(a["dec"]),
+            pd(a["prompt"]),
+            pd(a["step"]),
+            0,
+            False,
+            True,
+            **queue.kw,
+        )
     with pytest.raises(ValueError, match=arg):
-        reference.mtp_save_first_token(a["x"], a["go_on"], a["dec"], a["prompt"], a["step"], 0, False, True)
+        reference.mtp_save_first_token(
+            a["x"], a["go_on"], a["dec"], a["prompt"], a["step"], 0, False, True
+        )
     assert reader.raw(queue) is None, "nothing may be sent on bad input"
 
 
@@ -582,16 +746,30 @@ def test_bad_msg_id_sends_nothing(queue, reader, msg_id):
     with pytest.raises(ValueError, match="msg_id"):
         first(queue, i64([[1, 2]]), True, i32([0]), i64([0]), i64([1]), msg_id=msg_id)
     with pytest.raises(ValueError, match="msg_id"):
-        reference.speculate_save_output(i64([[1]]), i32([1]), flags([True]), i32([0]), i64([0]), 0, False, False, msg_id=msg_id)
+        reference.speculate_save_output(
+            i64([[1]]), i32([1]), flags([True]), i32([0]), i64([0]), 0, False, False, msg_id=msg_id
+        )
     assert reader.raw(queue) is None
 
 
 def test_counts_of_skipped_prefill_requests_are_not_checked(queue, reader):
     # request 0 is in its prompt (dec 1 < prompt 3) and skip_prefill: its count is sent as 0
-    save(queue, i64([[1, 2], [3, 4]]), i32([9, 2]), True, i32([1, 5]), i64([3, 3]), skip_prefill=True)
-    assert_same(reader.raw(queue), message(1, 2, counts=[0, 2], tokens=[[1, 2], [3, 4]]), "raw message")
+    save(
+        queue, i64([[1, 2], [3, 4]]), i32([9, 2]), True, i32([1, 5]), i64([3, 3]), skip_prefill=True
+    )
+    assert_same(
+        reader.raw(queue), message(1, 2, counts=[0, 2], tokens=[[1, 2], [3, 4]]), "raw message"
+    )
     with pytest.raises(ValueError, match=r"speculate_save_output: accept_num \(request 0\) is 9"):
-        save(queue, i64([[1, 2], [3, 4]]), i32([9, 2]), True, i32([1, 5]), i64([3, 3]), skip_prefill=False)
+        save(
+            queue,
+            i64([[1, 2], [3, 4]]),
+            i32([9, 2]),
+            True,
+            i32([1, 5]),
+            i64([3, 3]),
+            skip_prefill=False,
+        )
     assert reader.raw(queue) is None
 
 
@@ -604,7 +782,10 @@ def test_bad_input_is_checked_on_ranks_that_send_nothing(queue, reader):
 
 
 def test_get_output_bad_x(queue):
-    for x, what in ((paddle.zeros([N], dtype="int32"), "must be"), (paddle.zeros([N - 1], dtype="int64"), "must hold at least 1794")):
+    for x, what in (
+        (paddle.zeros([N], dtype="int32"), "must be"),
+        (paddle.zeros([N - 1], dtype="int64"), "must hold at least 1794"),
+    ):
         with pytest.raises(ValueError, match=f"speculate_get_output: x {what}"):
             ops.speculate_get_output(x, 0, False, False, **queue.kw)
     with pytest.raises(ValueError, match="x"):
@@ -625,7 +806,14 @@ def test_strided_views_are_refused_and_nothing_is_sent(queue, reader):
     if not step.is_contiguous():
         with pytest.raises(ValueError, match="mtp_save_first_token: step_idx must be contiguous"):
             ops.mtp_save_first_token(
-                pd(i64([[1, 2], [3, 4]])), pd(flags([True])), pd(i32([0, 0])), pd(i64([0, 0])), step, 0, False, False,
+                pd(i64([[1, 2], [3, 4]])),
+                pd(flags([True])),
+                pd(i32([0, 0])),
+                pd(i64([0, 0])),
+                step,
+                0,
+                False,
+                False,
                 **queue.kw,
             )
     assert reader.raw(queue) is None, "nothing may be sent on bad input"
@@ -638,19 +826,41 @@ def test_ftok_path_none_means_the_current_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with fresh_queue(tmp_path) as q:  # keyed on tmp_path, the current directory
         ops.speculate_save_output(
-            pd(i64([[4]])), pd(i32([1])), pd(flags([True])), pd(i32([0])), pd(i64([0])), 0, False, False,
-            msg_queue_id=q.id, ftok_path=None,
+            pd(i64([[4]])),
+            pd(i32([1])),
+            pd(flags([True])),
+            pd(i32([0])),
+            pd(i64([0])),
+            0,
+            False,
+            False,
+            msg_queue_id=q.id,
+            ftok_path=None,
         )
         x = paddle.zeros([N], dtype="int64")
         ops.speculate_get_output(x, 0, False, False, msg_queue_id=q.id, ftok_path=q.path)
         assert x.numpy()[:3].tolist() == [1, 1, 1] and int(x.numpy()[TOK]) == 4
-        assert ops.queue_key(q.id) == ops.queue_key(q.id, ftok_path=None) == ops.queue_key(q.id, ftok_path=q.path)
+        assert (
+            ops.queue_key(q.id)
+            == ops.queue_key(q.id, ftok_path=None)
+            == ops.queue_key(q.id, ftok_path=q.path)
+        )
 
 
 def test_missing_ftok_path(tmp_path):
     missing = str(tmp_path / "missing")
     with pytest.raises(ValueError, match="speculate_save_output: ftok_path"):
-        ops.speculate_save_output(pd(i64([[1]])), pd(i32([1])), pd(flags([True])), pd(i32([0])), pd(i64([0])), 0, False, False, msg_queue_id=1, ftok_path=missing)
+        ops.speculate_save_output(
+            pd(i64([[1]])),
+            pd(i32([1])),
+            pd(flags([True])),
+            pd(i32([0])),
+            pd(i64([0])),
+            0,
+            False,
+            False,
+            msg_queue_id=1,
+            ftok_path=missing,
+        )
     with pytest.raises(ValueError, match="ftok_path"):
         ops.remove_queue(1, ftok_path=missing)
-

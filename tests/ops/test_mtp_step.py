@@ -11,9 +11,18 @@ from util import BATCH_GRID, assert_all_same, assert_same, flags, i32, run_both,
 from fd_mtp import ops, reference
 
 NAMES = (
-    "base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_encoder",
-    "seq_lens_decoder", "block_tables", "encoder_block_lens", "used_list_len", "free_list", "free_list_len",
-)  # fmt: skip
+    "base_model_stop_flags",
+    "stop_flags",
+    "batch_drop",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+)
 BLOCK_SIZE, K = 4, 1  # hand cases: request b's next slot is (dec + 2) // 4
 
 
@@ -22,11 +31,18 @@ def batch(**fields):
     n = len(fields["seq_lens_decoder"])
     nb = len(fields["block_tables"][0])
     defaults = dict(
-        base_model_stop_flags=flags([False] * n), stop_flags=flags([False] * n), batch_drop=flags([False] * n),
-        seq_lens_this_time=i32([K + 1] * n), seq_lens_encoder=i32([0] * n), seq_lens_decoder=None,
-        block_tables=None, encoder_block_lens=i32([0] * n), used_list_len=i32([0] * n),
-        free_list=None, free_list_len=None,
-    )  # fmt: skip
+        base_model_stop_flags=flags([False] * n),
+        stop_flags=flags([False] * n),
+        batch_drop=flags([False] * n),
+        seq_lens_this_time=i32([K + 1] * n),
+        seq_lens_encoder=i32([0] * n),
+        seq_lens_decoder=None,
+        block_tables=None,
+        encoder_block_lens=i32([0] * n),
+        used_list_len=i32([0] * n),
+        free_list=None,
+        free_list_len=None,
+    )
     out = {}
     for name, default in defaults.items():
         value = fields.get(name, default)
@@ -64,107 +80,202 @@ def expect(state, **fields):
 def test_frees_target_stopped_blocks_then_pops_one_for_each_request_short_of_a_slot():
     # 0: target stopped, holds decode blocks 20 21; 1: next slot 2 empty (needs one);
     # 2: next slot 0 filled; 3: next slot 4 is past the row (NB = 4): no need.
-    s = step_both(batch(
-        base_model_stop_flags=[True, False, False, False],
-        seq_lens_decoder=[0, 6, 1, 14],
-        block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [7, -1, -1, -1], [8, 23, 24, 25]],
-        encoder_block_lens=[1, 1, 1, 1], used_list_len=[2, 1, 0, 3],
-        free_list=[30, 31, 0, 0, 0, 0], free_list_len=[2],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            base_model_stop_flags=[True, False, False, False],
+            seq_lens_decoder=[0, 6, 1, 14],
+            block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [7, -1, -1, -1], [8, 23, 24, 25]],
+            encoder_block_lens=[1, 1, 1, 1],
+            used_list_len=[2, 1, 0, 3],
+            free_list=[30, 31, 0, 0, 0, 0],
+            free_list_len=[2],
+        )
+    )
     expect(
         s,
-        free_list=[30, 31, 20, 21, 0, 0], free_list_len=[3],
+        free_list=[30, 31, 20, 21, 0, 0],
+        free_list_len=[3],
         block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [7, -1, -1, -1], [8, 23, 24, 25]],
-        encoder_block_lens=[0, 1, 1, 1], used_list_len=[0, 2, 0, 3],
-        stop_flags=[False] * 4, batch_drop=[False] * 4, seq_lens_this_time=[2] * 4, seq_lens_decoder=[0, 6, 1, 14],
-    )  # fmt: skip
+        encoder_block_lens=[0, 1, 1, 1],
+        used_list_len=[0, 2, 0, 3],
+        stop_flags=[False] * 4,
+        batch_drop=[False] * 4,
+        seq_lens_this_time=[2] * 4,
+        seq_lens_decoder=[0, 6, 1, 14],
+    )
 
 
 def test_slot_beyond_the_block_table_row_means_no_need_even_with_an_empty_free_list():
     # next slot (13 + 2) // 4 = 3 >= NB = 3: nothing needed, nothing preempted.
-    s = step_both(batch(
-        seq_lens_decoder=[13], block_tables=[[5, 20, 21]], encoder_block_lens=[1], used_list_len=[2],
-        free_list=[0], free_list_len=[0],
-    ))  # fmt: skip
-    expect(s, block_tables=[[5, 20, 21]], used_list_len=[2], free_list_len=[0], stop_flags=[False], batch_drop=[False])
+    s = step_both(
+        batch(
+            seq_lens_decoder=[13],
+            block_tables=[[5, 20, 21]],
+            encoder_block_lens=[1],
+            used_list_len=[2],
+            free_list=[0],
+            free_list_len=[0],
+        )
+    )
+    expect(
+        s,
+        block_tables=[[5, 20, 21]],
+        used_list_len=[2],
+        free_list_len=[0],
+        stop_flags=[False],
+        batch_drop=[False],
+    )
 
 
 def test_dropped_request_gives_back_its_blocks_and_keeps_stop_and_drop():
-    s = step_both(batch(
-        stop_flags=[True, False], batch_drop=[True, False], seq_lens_this_time=[0, 2],
-        seq_lens_decoder=[0, 1], block_tables=[[3, 9, 8, -1], [4, -1, -1, -1]],
-        encoder_block_lens=[1, 1], used_list_len=[2, 0], free_list=[0, 0, 0], free_list_len=[0],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            stop_flags=[True, False],
+            batch_drop=[True, False],
+            seq_lens_this_time=[0, 2],
+            seq_lens_decoder=[0, 1],
+            block_tables=[[3, 9, 8, -1], [4, -1, -1, -1]],
+            encoder_block_lens=[1, 1],
+            used_list_len=[2, 0],
+            free_list=[0, 0, 0],
+            free_list_len=[0],
+        )
+    )
     expect(
-        s, free_list=[9, 8, 0], free_list_len=[2], block_tables=[[3, -1, -1, -1], [4, -1, -1, -1]],
-        encoder_block_lens=[0, 1], used_list_len=[0, 0], stop_flags=[True, False], batch_drop=[True, False],
-    )  # fmt: skip
+        s,
+        free_list=[9, 8, 0],
+        free_list_len=[2],
+        block_tables=[[3, -1, -1, -1], [4, -1, -1, -1]],
+        encoder_block_lens=[0, 1],
+        used_list_len=[0, 0],
+        stop_flags=[True, False],
+        batch_drop=[True, False],
+    )
 
 
 def test_preempts_the_request_with_most_decode_blocks_and_skips_it_when_allocating():
     # Both running requests need a block and none is free: request 0 (2 blocks) is dropped; the
     # need list still counts it, so only request 1 gets a block (the last one freed: 21).
-    s = step_both(batch(
-        base_model_stop_flags=[False, False, True], stop_flags=[False, False, True],
-        seq_lens_this_time=[2, 2, 0], seq_lens_decoder=[10, 6, 0],
-        block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [-1, -1, -1, -1]],
-        encoder_block_lens=[1, 1, 0], used_list_len=[2, 1, 0], free_list=[0, 0, 0, 0], free_list_len=[0],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            base_model_stop_flags=[False, False, True],
+            stop_flags=[False, False, True],
+            seq_lens_this_time=[2, 2, 0],
+            seq_lens_decoder=[10, 6, 0],
+            block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [-1, -1, -1, -1]],
+            encoder_block_lens=[1, 1, 0],
+            used_list_len=[2, 1, 0],
+            free_list=[0, 0, 0, 0],
+            free_list_len=[0],
+        )
+    )
     expect(
         s,
-        stop_flags=[True, False, True], batch_drop=[True, False, False],
-        seq_lens_this_time=[0, 2, 0], seq_lens_decoder=[0, 6, 0],
+        stop_flags=[True, False, True],
+        batch_drop=[True, False, False],
+        seq_lens_this_time=[0, 2, 0],
+        seq_lens_decoder=[0, 6, 0],
         encoder_block_lens=[1, 1, 0],  # not reset on preemption
         used_list_len=[0, 2, 0],
         block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [-1, -1, -1, -1]],
-        free_list=[20, 21, 0, 0], free_list_len=[1],
-    )  # fmt: skip
+        free_list=[20, 21, 0, 0],
+        free_list_len=[1],
+    )
 
 
 def test_blocks_freed_in_phase_1_are_popped_in_need_order_and_stay_in_the_array():
     # Request 2 is target-stopped: its blocks 23 24 25 are appended after 40; requests 0 and 1
     # both need slot 2 and pop 25 then 24. Popped entries are not cleared (only free_list_len moves).
-    s = step_both(batch(
-        seq_lens_decoder=[6, 6, 6], block_tables=[[5, 20, -1, -1], [6, 22, -1, -1], [7, 23, 24, 25]],
-        encoder_block_lens=[1, 1, 1], used_list_len=[1, 1, 3], base_model_stop_flags=[False, False, True],
-        stop_flags=[False, False, True], free_list=[40, 0, 0, 0, 0, 0], free_list_len=[1],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            seq_lens_decoder=[6, 6, 6],
+            block_tables=[[5, 20, -1, -1], [6, 22, -1, -1], [7, 23, 24, 25]],
+            encoder_block_lens=[1, 1, 1],
+            used_list_len=[1, 1, 3],
+            base_model_stop_flags=[False, False, True],
+            stop_flags=[False, False, True],
+            free_list=[40, 0, 0, 0, 0, 0],
+            free_list_len=[1],
+        )
+    )
     expect(
-        s, free_list=[40, 23, 24, 25, 0, 0], free_list_len=[2], used_list_len=[2, 2, 0],
-        block_tables=[[5, 20, 25, -1], [6, 22, 24, -1], [7, -1, -1, -1]], encoder_block_lens=[1, 1, 0],
-        batch_drop=[False] * 3, stop_flags=[False, False, True],
-    )  # fmt: skip
+        s,
+        free_list=[40, 23, 24, 25, 0, 0],
+        free_list_len=[2],
+        used_list_len=[2, 2, 0],
+        block_tables=[[5, 20, 25, -1], [6, 22, 24, -1], [7, -1, -1, -1]],
+        encoder_block_lens=[1, 1, 0],
+        batch_drop=[False] * 3,
+        stop_flags=[False, False, True],
+    )
 
 
 def test_preemption_tie_goes_to_the_lowest_batch_index():
-    s = step_both(batch(
-        seq_lens_decoder=[6, 6], block_tables=[[5, 20, -1, -1], [6, 22, -1, -1]],
-        encoder_block_lens=[1, 1], used_list_len=[1, 1], free_list=[40, 0, 0], free_list_len=[1],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            seq_lens_decoder=[6, 6],
+            block_tables=[[5, 20, -1, -1], [6, 22, -1, -1]],
+            encoder_block_lens=[1, 1],
+            used_list_len=[1, 1],
+            free_list=[40, 0, 0],
+            free_list_len=[1],
+        )
+    )
     expect(
-        s, stop_flags=[True, False], batch_drop=[True, False], seq_lens_this_time=[0, 2], seq_lens_decoder=[0, 6],
-        block_tables=[[5, -1, -1, -1], [6, 22, 20, -1]], used_list_len=[0, 2], free_list=[40, 20, 0], free_list_len=[1],
-    )  # fmt: skip
+        s,
+        stop_flags=[True, False],
+        batch_drop=[True, False],
+        seq_lens_this_time=[0, 2],
+        seq_lens_decoder=[0, 6],
+        block_tables=[[5, -1, -1, -1], [6, 22, 20, -1]],
+        used_list_len=[0, 2],
+        free_list=[40, 20, 0],
+        free_list_len=[1],
+    )
 
 
 def test_preemption_ignores_target_stopped_requests_and_may_drop_everyone():
     # Two need a block, none is free, each holds one: dropping 0 frees one block but the need count
     # stays 2, so request 1 is dropped too and nothing is allocated (upstream behaviour).
-    s = step_both(batch(
-        seq_lens_decoder=[6, 6], block_tables=[[5, 20, -1, -1], [6, 21, -1, -1]],
-        encoder_block_lens=[1, 1], used_list_len=[1, 1], free_list=[0, 0], free_list_len=[0],
-    ))  # fmt: skip
+    s = step_both(
+        batch(
+            seq_lens_decoder=[6, 6],
+            block_tables=[[5, 20, -1, -1], [6, 21, -1, -1]],
+            encoder_block_lens=[1, 1],
+            used_list_len=[1, 1],
+            free_list=[0, 0],
+            free_list_len=[0],
+        )
+    )
     expect(
-        s, stop_flags=[True, True], batch_drop=[True, True], seq_lens_this_time=[0, 0], seq_lens_decoder=[0, 0],
-        block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]], encoder_block_lens=[1, 1], used_list_len=[0, 0],
-        free_list=[20, 21], free_list_len=[2],
-    )  # fmt: skip
+        s,
+        stop_flags=[True, True],
+        batch_drop=[True, True],
+        seq_lens_this_time=[0, 0],
+        seq_lens_decoder=[0, 0],
+        block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]],
+        encoder_block_lens=[1, 1],
+        used_list_len=[0, 0],
+        free_list=[20, 21],
+        free_list_len=[2],
+    )
 
 
 def test_column_shaped_per_request_tensors():
-    state = batch(seq_lens_decoder=[2, 0], block_tables=[[1, -1], [2, -1]], encoder_block_lens=[1, 1],
-                  free_list=[7, 8], free_list_len=[2])  # fmt: skip
-    for name in ("base_model_stop_flags", "stop_flags", "batch_drop", "seq_lens_this_time", "seq_lens_decoder"):
+    state = batch(
+        seq_lens_decoder=[2, 0],
+        block_tables=[[1, -1], [2, -1]],
+        encoder_block_lens=[1, 1],
+        free_list=[7, 8],
+        free_list_len=[2],
+    )
+    for name in (
+        "base_model_stop_flags",
+        "stop_flags",
+        "batch_drop",
+        "seq_lens_this_time",
+        "seq_lens_decoder",
+    ):
         state[name] = state[name].reshape(-1, 1)
     s = step_both(state)
     expect(s, block_tables=[[1, 8], [2, -1]], used_list_len=[1, 0], free_list_len=[1])
@@ -175,9 +286,13 @@ def test_scripted_scenario_blocks_run_out_one_request_is_dropped_the_others_cont
     # blocks 7 8. Free list 12 11 10 (popped from the end). Each step every running request
     # advances seq_lens_decoder by 2.
     s = batch(
-        seq_lens_decoder=[2, 1, 9], block_tables=[[0, -1, -1, -1], [1, -1, -1, -1], [2, 7, 8, -1]],
-        encoder_block_lens=[1, 1, 1], used_list_len=[0, 0, 2], free_list=[12, 11, 10, 0, 0, 0], free_list_len=[3],
-    )  # fmt: skip
+        seq_lens_decoder=[2, 1, 9],
+        block_tables=[[0, -1, -1, -1], [1, -1, -1, -1], [2, 7, 8, -1]],
+        encoder_block_lens=[1, 1, 1],
+        used_list_len=[0, 0, 2],
+        free_list=[12, 11, 10, 0, 0, 0],
+        free_list_len=[3],
+    )
     held = lambda st: int(st["free_list_len"][0]) + int(st["used_list_len"].sum())  # noqa: E731
     total = held(s)
 
@@ -187,21 +302,38 @@ def test_scripted_scenario_blocks_run_out_one_request_is_dropped_the_others_cont
 
     # Step 1: only request 0 reaches a new block (slot 1): it pops 10.
     s = step_both(s)
-    expect(s, block_tables=[[0, 10, -1, -1], [1, -1, -1, -1], [2, 7, 8, -1]], used_list_len=[1, 0, 2], free_list_len=[2])
+    expect(
+        s,
+        block_tables=[[0, 10, -1, -1], [1, -1, -1, -1], [2, 7, 8, -1]],
+        used_list_len=[1, 0, 2],
+        free_list_len=[2],
+    )
     advance(s)
     # Step 2 (dec 4 3 11): requests 1 and 2 need slots 1 and 3: 11 then 12; the free list is empty.
     s = step_both(s)
-    expect(s, block_tables=[[0, 10, -1, -1], [1, 11, -1, -1], [2, 7, 8, 12]], used_list_len=[1, 1, 3], free_list_len=[0])
+    expect(
+        s,
+        block_tables=[[0, 10, -1, -1], [1, 11, -1, -1], [2, 7, 8, 12]],
+        used_list_len=[1, 1, 3],
+        free_list_len=[0],
+    )
     assert held(s) == total
     advance(s)
     # Step 3 (dec 6 5 13): request 0 needs slot 2, nothing is free: request 2 (3 blocks) is
     # dropped, its blocks 7 8 12 go back, request 0 pops 12; request 1 is untouched.
     s = step_both(s)
     expect(
-        s, stop_flags=[False, False, True], batch_drop=[False, False, True], seq_lens_this_time=[2, 2, 0],
-        seq_lens_decoder=[6, 5, 0], block_tables=[[0, 10, 12, -1], [1, 11, -1, -1], [2, -1, -1, -1]],
-        encoder_block_lens=[1, 1, 1], used_list_len=[2, 1, 0], free_list=[7, 8, 12, 0, 0, 0], free_list_len=[2],
-    )  # fmt: skip
+        s,
+        stop_flags=[False, False, True],
+        batch_drop=[False, False, True],
+        seq_lens_this_time=[2, 2, 0],
+        seq_lens_decoder=[6, 5, 0],
+        block_tables=[[0, 10, 12, -1], [1, 11, -1, -1], [2, -1, -1, -1]],
+        encoder_block_lens=[1, 1, 1],
+        used_list_len=[2, 1, 0],
+        free_list=[7, 8, 12, 0, 0, 0],
+        free_list_len=[2],
+    )
     assert held(s) == total
     advance(s)
     # Step 4 (dec 8 7 0): the target stops request 1: its block 11 is returned; request 0's slot 2
@@ -209,16 +341,26 @@ def test_scripted_scenario_blocks_run_out_one_request_is_dropped_the_others_cont
     s["base_model_stop_flags"][1] = True
     s = step_both(s)
     expect(
-        s, stop_flags=[False, False, True], batch_drop=[False, False, True],
-        block_tables=[[0, 10, 12, -1], [1, -1, -1, -1], [2, -1, -1, -1]], encoder_block_lens=[1, 0, 1],
-        used_list_len=[2, 0, 0], free_list=[7, 8, 11, 0, 0, 0], free_list_len=[3],
-    )  # fmt: skip
+        s,
+        stop_flags=[False, False, True],
+        batch_drop=[False, False, True],
+        block_tables=[[0, 10, 12, -1], [1, -1, -1, -1], [2, -1, -1, -1]],
+        encoder_block_lens=[1, 0, 1],
+        used_list_len=[2, 0, 0],
+        free_list=[7, 8, 11, 0, 0, 0],
+        free_list_len=[3],
+    )
     assert held(s) == total
     advance(s)
     # Step 5 (dec 10): request 0 needs slot 3 and pops 11. Step 6 (dec 12): slot 3 filled.
     # Step 7 (dec 14): slot 4 is past the row: no need, nothing changes.
     s = step_both(s)
-    expect(s, block_tables=[[0, 10, 12, 11], [1, -1, -1, -1], [2, -1, -1, -1]], used_list_len=[3, 0, 0], free_list_len=[2])
+    expect(
+        s,
+        block_tables=[[0, 10, 12, 11], [1, -1, -1, -1], [2, -1, -1, -1]],
+        used_list_len=[3, 0, 0],
+        free_list_len=[2],
+    )
     for _ in range(2):
         advance(s)
         before = {n: a.copy() for n, a in s.items()}
@@ -249,16 +391,30 @@ def random_batch(rng, bsz, nb, block_size, k, spare_ids=8, tight=False):
         free_list[j] = next(ids)
     # decoder lengths around the filled part of each row (some slots filled, some empty, some past NB)
     filled = enc_len + used
-    dec = np.maximum(0, (filled + rng.integers(-2, 2, size=bsz)) * block_size - k - 1 + rng.integers(0, block_size, size=bsz))
+    dec = np.maximum(
+        0,
+        (filled + rng.integers(-2, 2, size=bsz)) * block_size
+        - k
+        - 1
+        + rng.integers(0, block_size, size=bsz),
+    )
     base_stop = rng.random(bsz) < 0.15
     drop = rng.random(bsz) < 0.1
     stop = base_stop | drop | (rng.random(bsz) < 0.05)
     this_time = np.where(stop, 0, rng.integers(1, k + 2, size=bsz)).astype(np.int32)
     return dict(
-        base_model_stop_flags=base_stop, stop_flags=stop, batch_drop=drop, seq_lens_this_time=this_time,
-        seq_lens_encoder=np.zeros(bsz, np.int32), seq_lens_decoder=dec.astype(np.int32), block_tables=block_tables,
-        encoder_block_lens=enc_len, used_list_len=used, free_list=free_list, free_list_len=i32([free_len]),
-    )  # fmt: skip
+        base_model_stop_flags=base_stop,
+        stop_flags=stop,
+        batch_drop=drop,
+        seq_lens_this_time=this_time,
+        seq_lens_encoder=np.zeros(bsz, np.int32),
+        seq_lens_decoder=dec.astype(np.int32),
+        block_tables=block_tables,
+        encoder_block_lens=enc_len,
+        used_list_len=used,
+        free_list=free_list,
+        free_list_len=i32([free_len]),
+    )
 
 
 def conserved(state):
@@ -267,7 +423,12 @@ def conserved(state):
 
 def check_invariants(before, after, total):
     assert conserved(after) == total, "free_list_len + decode blocks held is conserved"
-    live = np.concatenate([after["block_tables"][after["block_tables"] != -1], after["free_list"][: int(after["free_list_len"][0])]])
+    live = np.concatenate(
+        [
+            after["block_tables"][after["block_tables"] != -1],
+            after["free_list"][: int(after["free_list_len"][0])],
+        ]
+    )
     values, counts = np.unique(live, return_counts=True)
     assert np.all(counts == 1), f"block ids appear twice: {values[counts > 1][:5]}"
     newly_dropped = after["batch_drop"].reshape(-1) & ~before["batch_drop"].reshape(-1)
@@ -305,9 +466,13 @@ def test_grid_op_matches_reference(bsz, block_size, k, nb):
 
 @settings(max_examples=80, deadline=None)
 @given(
-    bsz=st.integers(1, 30), nb=st.integers(1, 6), block_size=st.sampled_from([1, 2, 4, 64]),
-    k=st.integers(1, 5), tight=st.booleans(), seed=st.integers(0, 2**32 - 1),
-)  # fmt: skip
+    bsz=st.integers(1, 30),
+    nb=st.integers(1, 6),
+    block_size=st.sampled_from([1, 2, 4, 64]),
+    k=st.integers(1, 5),
+    tight=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_property_op_matches_reference_and_invariants(bsz, nb, block_size, k, tight, seed):
     rng = np.random.default_rng(seed)
     compare_or_both_raise(random_batch(rng, bsz, nb, block_size, k, tight=tight), block_size, k)
@@ -324,14 +489,18 @@ def test_property_multi_step_runs_keep_the_pool_consistent(bsz, steps, seed):
         # no longer fit its block-table row the state is outside the op's contract (the op
         # rejects it naming used_list_len), so the walk ends there.
         nb = state["block_tables"].shape[1]
-        if np.any(state["encoder_block_lens"].reshape(-1) + state["used_list_len"].reshape(-1) > nb):
+        if np.any(
+            state["encoder_block_lens"].reshape(-1) + state["used_list_len"].reshape(-1) > nb
+        ):
             return
         after = compare_or_both_raise(state, 4, 2)
         if after is None:
             return
         assert conserved(after) == total
         running = ~after["stop_flags"] & ~after["base_model_stop_flags"]
-        after["seq_lens_decoder"][running] += rng.integers(1, 4, size=int(running.sum())).astype(np.int32)
+        after["seq_lens_decoder"][running] += rng.integers(1, 4, size=int(running.sum())).astype(
+            np.int32
+        )
         state = after
 
 
@@ -340,21 +509,34 @@ def test_property_multi_step_runs_keep_the_pool_consistent(bsz, steps, seed):
 # ---------------------------------------------------------------------------------------------
 def good():
     return batch(
-        seq_lens_decoder=[6, 1], block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
-        encoder_block_lens=[1, 1], used_list_len=[1, 0], free_list=[30, 0, 0], free_list_len=[1],
-    )  # fmt: skip
+        seq_lens_decoder=[6, 1],
+        block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
+        encoder_block_lens=[1, 1],
+        used_list_len=[1, 0],
+        free_list=[30, 0, 0],
+        free_list_len=[1],
+    )
 
 
 BAD = {
-    "exhausted_nothing_to_preempt": (dict(used_list_len=[0, 0], block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]],
-                                          free_list_len=[0], seq_lens_decoder=[2, 2]), "free_list"),
-    "free_list_too_small_for_returned_blocks": (dict(base_model_stop_flags=[True, False], free_list=[30],
-                                                     free_list_len=[1]), "free_list"),
+    "exhausted_nothing_to_preempt": (
+        dict(
+            used_list_len=[0, 0],
+            block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]],
+            free_list_len=[0],
+            seq_lens_decoder=[2, 2],
+        ),
+        "free_list",
+    ),
+    "free_list_too_small_for_returned_blocks": (
+        dict(base_model_stop_flags=[True, False], free_list=[30], free_list_len=[1]),
+        "free_list",
+    ),
     "used_negative": (dict(used_list_len=[-1, 0]), "used_list_len"),
     "used_past_the_row": (dict(used_list_len=[4, 0]), "used_list_len"),
     "free_list_len_negative": (dict(free_list_len=[-1]), "free_list_len"),
     "free_list_len_past_free_list": (dict(free_list_len=[4]), "free_list_len"),
-}  # fmt: skip
+}
 BAD_TYPES = {
     "block_tables_int64": ("block_tables", lambda a: a.astype(np.int64)),
     "block_tables_1d": ("block_tables", lambda a: a.reshape(-1)),
@@ -380,7 +562,9 @@ def raises_and_unchanged(state, name, block_size=BLOCK_SIZE, k=K):
 
 def test_good_args_are_good():
     s = step_both(good())
-    expect(s, block_tables=[[5, 20, 30, -1], [6, -1, -1, -1]], used_list_len=[2, 0], free_list_len=[0])
+    expect(
+        s, block_tables=[[5, 20, 30, -1], [6, -1, -1, -1]], used_list_len=[2, 0], free_list_len=[0]
+    )
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -2,14 +2,15 @@
 (fd_mtp.cuda.ngram_match_host / hybrid_mtp_ngram_host, no paddle): what the GPU machine uses as
 "the CPU op". Same results as the reference; same data checks. Skipped when fd_mtp_cuda is not
 built (it needs no GPU)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import fd_mtp.reference as reference
 from ngram_util import HYBRID_NAMES, NGRAM_NAMES, random_batch
 from util import assert_same
+
+import fd_mtp.reference as reference
 
 fcuda = pytest.importorskip("fd_mtp.cuda")
 try:

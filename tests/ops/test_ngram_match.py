@@ -5,17 +5,18 @@ an odd-size grid, Hypothesis batches with planted n-gram repeats (asserting that
 happen), invariants on every output, and bad input (ValueError naming the argument, nothing
 written).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ngram_util import NGRAM_NAMES, check_invariants, random_batch, run_ngram
+from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from ngram_util import NGRAM_NAMES, check_invariants, random_batch, run_ngram
-from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 A = 77  # the last accepted token (draft_tokens[b, 0]); never touched
 MATRICES = ("input_ids", "pre_ids", "draft_tokens")
@@ -52,8 +53,11 @@ def check(d, expected, **kw):
     for name in NGRAM_NAMES:
         want = d[name]
         if name in expected:
-            want = (ragged(expected[name], d[name].shape[1]) if name in MATRICES
-                    else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape))  # fmt: skip
+            want = (
+                ragged(expected[name], d[name].shape[1])
+                if name in MATRICES
+                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
+            )
         assert_same(got[name], want, name)
     return got
 
@@ -63,34 +67,53 @@ def check(d, expected, **kw):
 # ------------------------------------------------------------------------------------------------
 def test_match_in_the_prompt():
     # generated: 20 11 12 (step 3). n=3 "20 11 12" nowhere; n=2 "11 12" at prompt[1:3].
-    d = batch(input_ids=[[10, 11, 12, 13, 14, 15]], input_ids_len=[6],
-              pre_ids=[[-1, 20, 11, 12]], step_idx=[3], draft_token_num=[2])  # fmt: skip
+    d = batch(
+        input_ids=[[10, 11, 12, 13, 14, 15]],
+        input_ids_len=[6],
+        pre_ids=[[-1, 20, 11, 12]],
+        step_idx=[3],
+        draft_token_num=[2],
+    )
     check(d, dict(draft_tokens=[[A, 13, 14, -1]], seq_lens_this_time=[3]))
 
 
 def test_match_only_in_the_generated_tokens():
     # generated: 7 8 9 7 8 (step 5); "7 8" is not in the prompt; pre_ids window i=1 is "7 8"
     # (s = 3), the copy stops at step_idx: pre_ids[3:5] = 9 7.
-    d = batch(input_ids=[[1, 2, 3, 4]], input_ids_len=[4], pre_ids=[[-1, 7, 8, 9, 7, 8]], step_idx=[5])
+    d = batch(
+        input_ids=[[1, 2, 3, 4]], input_ids_len=[4], pre_ids=[[-1, 7, 8, 9, 7, 8]], step_idx=[5]
+    )
     check(d, dict(draft_tokens=[[A, 9, 7, -1]], seq_lens_this_time=[3]))
 
 
 def test_larger_n_wins_over_an_earlier_smaller_match():
     # n=1 "12" would match prompt[0] (-> 50 51); n=2 "11 12" matches prompt[3:5] (-> 60 61).
-    d = batch(input_ids=[[12, 50, 51, 11, 12, 60, 61]], input_ids_len=[7], pre_ids=[[-1, 11, 12]],
-              step_idx=[2], draft_token_num=[2])  # fmt: skip
+    d = batch(
+        input_ids=[[12, 50, 51, 11, 12, 60, 61]],
+        input_ids_len=[7],
+        pre_ids=[[-1, 11, 12]],
+        step_idx=[2],
+        draft_token_num=[2],
+    )
     check(d, dict(draft_tokens=[[A, 60, 61, -1]], seq_lens_this_time=[3]), max_ngram_size=2)
 
 
 def test_larger_n_in_the_history_wins_over_smaller_n_in_the_prompt():
     # n=2 "11 12": not in the prompt, in pre_ids at 1 (s=3, e=min(5, 5)) -> 80 11.
-    d = batch(input_ids=[[12, 70, 71]], input_ids_len=[3], pre_ids=[[-1, 11, 12, 80, 11, 12]],
-              step_idx=[5], draft_token_num=[2])  # fmt: skip
+    d = batch(
+        input_ids=[[12, 70, 71]],
+        input_ids_len=[3],
+        pre_ids=[[-1, 11, 12, 80, 11, 12]],
+        step_idx=[5],
+        draft_token_num=[2],
+    )
     check(d, dict(draft_tokens=[[A, 80, 11, -1]], seq_lens_this_time=[3]), max_ngram_size=2)
 
 
 def test_prompt_beats_history_for_the_same_n():
-    d = batch(input_ids=[[5, 6, 40, 41]], input_ids_len=[4], pre_ids=[[-1, 5, 6, 30, 5, 6]], step_idx=[5])
+    d = batch(
+        input_ids=[[5, 6, 40, 41]], input_ids_len=[4], pre_ids=[[-1, 5, 6, 30, 5, 6]], step_idx=[5]
+    )
     check(d, dict(draft_tokens=[[A, 40, 41, -1]], seq_lens_this_time=[3]), max_ngram_size=2)
 
 
@@ -101,8 +124,13 @@ def test_match_at_the_end_of_the_prompt_gives_fewer_tokens():
 
 def test_window_with_nothing_after_it_is_skipped_and_the_history_is_searched():
     # "4 5" only at the very end of the prompt (s == len): skipped; found in pre_ids at 1.
-    d = batch(input_ids=[[9, 9, 4, 5]], input_ids_len=[4], pre_ids=[[-1, 4, 5, 6, 4, 5]],
-              step_idx=[5], draft_token_num=[2])  # fmt: skip
+    d = batch(
+        input_ids=[[9, 9, 4, 5]],
+        input_ids_len=[4],
+        pre_ids=[[-1, 4, 5, 6, 4, 5]],
+        step_idx=[5],
+        draft_token_num=[2],
+    )
     check(d, dict(draft_tokens=[[A, 6, 4, -1]], seq_lens_this_time=[3]), max_ngram_size=2)
 
 
@@ -125,8 +153,13 @@ def test_minus_one_in_slot_zero_never_matches_a_real_query():
 
 
 def test_no_match_keeps_one_token():
-    d = batch(input_ids=[[1, 2, 3]], input_ids_len=[3], pre_ids=[[-1, 4, 5]], step_idx=[2],
-              seq_lens_this_time=[6])  # fmt: skip
+    d = batch(
+        input_ids=[[1, 2, 3]],
+        input_ids_len=[3],
+        pre_ids=[[-1, 4, 5]],
+        step_idx=[2],
+        seq_lens_this_time=[6],
+    )
     check(d, dict(seq_lens_this_time=[1]))
 
 
@@ -137,52 +170,83 @@ def test_step_idx_below_n_skips_that_n():
 
 
 def test_prefill_and_idle_requests():
-    d = batch(3, input_ids=[[5, 6, 7]] * 3, input_ids_len=[3] * 3, pre_ids=[[-1, 5]] * 3,
-              step_idx=[1] * 3, seq_lens_encoder=[4, 0, 0], seq_lens_decoder=[0, 0, 10],
-              seq_lens_this_time=[4, 3, 1])  # fmt: skip
+    d = batch(
+        3,
+        input_ids=[[5, 6, 7]] * 3,
+        input_ids_len=[3] * 3,
+        pre_ids=[[-1, 5]] * 3,
+        step_idx=[1] * 3,
+        seq_lens_encoder=[4, 0, 0],
+        seq_lens_decoder=[0, 0, 10],
+        seq_lens_this_time=[4, 3, 1],
+    )
     check(d, dict(draft_tokens=[[A], [A], [A, 6, 7]], seq_lens_this_time=[4, 0, 3]))
 
 
 @pytest.mark.parametrize("max_dec_len, drafts", [(4, 1), (3, 0), (2, 0)])
 def test_max_dec_len_limits_q(max_dec_len, drafts):
     # step 2: q = min(3, max_dec_len - 2 - 1).
-    d = batch(input_ids=[[6, 7, 1, 2, 3]], input_ids_len=[5], pre_ids=[[-1, 6, 7]], step_idx=[2],
-              max_dec_len=[max_dec_len])  # fmt: skip
+    d = batch(
+        input_ids=[[6, 7, 1, 2, 3]],
+        input_ids_len=[5],
+        pre_ids=[[-1, 6, 7]],
+        step_idx=[2],
+        max_dec_len=[max_dec_len],
+    )
     check(d, dict(draft_tokens=[[A, 1, 2, 3][: 1 + drafts]], seq_lens_this_time=[1 + drafts]))
 
 
 def _three_matching(**fields):
     """Three decoding requests that each match with 3 tokens to spare."""
-    return batch(3, input_ids=[[6, 7, 1, 2, 3, 4]] * 3, input_ids_len=[6] * 3, pre_ids=[[-1, 6, 7]] * 3,
-                 step_idx=[2] * 3, **fields)  # fmt: skip
+    return batch(
+        3,
+        input_ids=[[6, 7, 1, 2, 3, 4]] * 3,
+        input_ids_len=[6] * 3,
+        pre_ids=[[-1, 6, 7]] * 3,
+        step_idx=[2] * 3,
+        **fields,
+    )
 
 
 def test_threshold_trims_q_then_skips():
     # remaining 3. b0: rem 2, sum 1: 1+3+2 <= 8 -> 3 drafts (this_time 4).
     # b1: rem 1, sum 5: 5+3+1 > 8 -> q = 8-5-1 = 2; 5+1 < 7 -> 2 drafts.
     # b2: rem 0, sum 4+3+1 = 8: q = 0 and 8 >= 7 -> skipped (1 token).
-    check(_three_matching(), dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2], [A]],
-                                  seq_lens_this_time=[4, 3, 1]), threshold=8)  # fmt: skip
+    check(
+        _three_matching(),
+        dict(draft_tokens=[[A, 1, 2, 3], [A, 1, 2], [A]], seq_lens_this_time=[4, 3, 1]),
+        threshold=8,
+    )
 
 
 def test_threshold_used_up_by_earlier_requests():
     # b0: sum 1, rem 2: 1+2 >= 6-1 is false; 1+3+2 = 6 <= 6 -> 3 drafts. b1: sum 5, rem 1: 6 >= 5 -> skip.
-    check(_three_matching(), dict(draft_tokens=[[A, 1, 2, 3], [A], [A]],
-                                  seq_lens_this_time=[4, 1, 1]), threshold=6)  # fmt: skip
+    check(
+        _three_matching(),
+        dict(draft_tokens=[[A, 1, 2, 3], [A], [A]], seq_lens_this_time=[4, 1, 1]),
+        threshold=6,
+    )
 
 
 def test_threshold_counts_prefill_tokens_and_prefill_requests_stay_remaining():
     # b0 prefill (this_time 5, counted in remaining forever). remaining = 3.
     # b1: rem 2, sum 5+1 = 6: 6+3+2 = 11 > 10 -> q = 10-6-2 = 2; 6+2 = 8 < 9 -> 2 drafts.
     # b2: rem 1, sum 5+3+1 = 9: 9+1 >= 9 -> skipped.
-    d = _three_matching(seq_lens_encoder=[5, 0, 0], seq_lens_decoder=[0, 10, 10], seq_lens_this_time=[5, 1, 1])
+    d = _three_matching(
+        seq_lens_encoder=[5, 0, 0], seq_lens_decoder=[0, 10, 10], seq_lens_this_time=[5, 1, 1]
+    )
     check(d, dict(draft_tokens=[[A], [A, 1, 2], [A]], seq_lens_this_time=[5, 3, 1]), threshold=10)
 
 
 def test_default_threshold_128_with_a_large_batch_skips_everyone():
     # 200 decoding requests: remaining 199 after b0, sum 1: 1 + 199 >= 127 -> every request skipped.
-    d = batch(200, input_ids=[[6, 7, 1, 2]] * 200, input_ids_len=[4] * 200, pre_ids=[[-1, 6, 7]] * 200,
-              step_idx=[2] * 200)  # fmt: skip
+    d = batch(
+        200,
+        input_ids=[[6, 7, 1, 2]] * 200,
+        input_ids_len=[4] * 200,
+        pre_ids=[[-1, 6, 7]] * 200,
+        step_idx=[2] * 200,
+    )
     got = run_ngram(d, threshold=128)
     assert_same(got["seq_lens_this_time"], np.ones(200, np.int32), "seq_lens_this_time")
     assert_same(got["draft_tokens"], d["draft_tokens"], "draft_tokens")
@@ -219,12 +283,23 @@ def test_bad_threshold_environment(monkeypatch):
 
 def test_draft_token_num_limits_q_and_max_draft_tokens_is_ignored():
     d = _three_matching(draft_token_num=[0, 1, 2])
-    check(d, dict(draft_tokens=[[A], [A, 1], [A, 1, 2]], seq_lens_this_time=[1, 2, 3]), max_draft_tokens=0)
+    check(
+        d,
+        dict(draft_tokens=[[A], [A, 1], [A, 1, 2]], seq_lens_this_time=[1, 2, 3]),
+        max_draft_tokens=0,
+    )
 
 
 def test_column_shaped_per_request_tensors():
-    d = batch(2, column=True, input_ids=[[5, 6, 7]] * 2, input_ids_len=[3, 3], pre_ids=[[-1, 5]] * 2,
-              step_idx=[1, 1], seq_lens_decoder=[10, 0])  # fmt: skip
+    d = batch(
+        2,
+        column=True,
+        input_ids=[[5, 6, 7]] * 2,
+        input_ids_len=[3, 3],
+        pre_ids=[[-1, 5]] * 2,
+        step_idx=[1, 1],
+        seq_lens_decoder=[10, 0],
+    )
     check(d, dict(draft_tokens=[[A, 6, 7], [A]], seq_lens_this_time=[3, 0]))
 
 
@@ -248,7 +323,9 @@ def test_grid_matches_reference(bsz, max_n):
     got = run_ngram(d, max_ngram_size=max_n, threshold=threshold)
     drafted = check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
     if bsz >= 33:
-        assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted: the batch tests too little"
+        assert drafted >= bsz // 5, (
+            f"only {drafted} of {bsz} requests drafted: the batch tests too little"
+        )
 
 
 @given(
@@ -300,8 +377,13 @@ def _expect_error(d, arg, *extra, **kw):
 
 def _good_then_bad(**bad):
     """Request 0 would draft (so a partial write would show), request 1 carries the problem."""
-    d = batch(2, input_ids=[[6, 7, 1, 2]] * 2, input_ids_len=[4, 4], pre_ids=[[-1, 6, 7]] * 2,
-              step_idx=[2, 2])  # fmt: skip
+    d = batch(
+        2,
+        input_ids=[[6, 7, 1, 2]] * 2,
+        input_ids_len=[4, 4],
+        pre_ids=[[-1, 6, 7]] * 2,
+        step_idx=[2, 2],
+    )
     for name, v in bad.items():
         d[name] = np.asarray(v, d[name].dtype).reshape(d[name].shape)
     return d
@@ -323,8 +405,12 @@ def test_draft_tokens_too_narrow_for_q():
 def test_rows_of_requests_that_do_not_draft_are_not_checked():
     # prefill / idle / q <= 0 requests may hold any step_idx or input_ids_len: nothing is read.
     d = _good_then_bad(input_ids_len=[4, 99], step_idx=[2, 99])
-    for fields in (dict(seq_lens_encoder=[0, 3]), dict(seq_lens_decoder=[10, 0]),
-                   dict(max_dec_len=[100, 99]), dict(draft_token_num=[3, 0])):  # fmt: skip
+    for fields in (
+        dict(seq_lens_encoder=[0, 3]),
+        dict(seq_lens_decoder=[10, 0]),
+        dict(max_dec_len=[100, 99]),
+        dict(draft_token_num=[3, 0]),
+    ):
         e = {n: v.copy() for n, v in d.items()}
         for name, v in fields.items():
             e[name] = np.asarray(v, d[name].dtype)

@@ -1,6 +1,7 @@
 """fd_mtp.ops.paged_attention (the float32 paged-attention kernel of the model's CPU backend) vs
 the numpy loop reference, a hand case, and bad metadata (ValueError naming the argument, caches
 untouched)."""
+
 import numpy as np
 import pytest
 from tolerances import U, assert_within, attention_error_bound
@@ -23,18 +24,34 @@ def make_batch(rng, *, lens, dec, hq, hkv, d, bs, spare_blocks=3, extra_rows=0):
     tables = np.full((bsz + extra_rows, nb), -1, np.int32)
     used = 0
     for b in range(bsz):
-        tables[b, :need[b]] = perm[used:used + need[b]]
+        tables[b, : need[b]] = perm[used : used + need[b]]
         used += need[b]
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    return dict(q=f(t, hq, d), k=f(t, hkv, d), v=f(t, hkv, d), key_cache=f(num_blocks, hkv, bs, d),
-                value_cache=f(num_blocks, hkv, bs, d), block_tables=tables, cu_seqlens_q=cu,
-                batch_id_per_token=np.repeat(np.arange(bsz), lens).astype(np.int32),
-                seq_lens_decoder=dec.astype(np.int32))
+    return dict(
+        q=f(t, hq, d),
+        k=f(t, hkv, d),
+        v=f(t, hkv, d),
+        key_cache=f(num_blocks, hkv, bs, d),
+        value_cache=f(num_blocks, hkv, bs, d),
+        block_tables=tables,
+        cu_seqlens_q=cu,
+        batch_id_per_token=np.repeat(np.arange(bsz), lens).astype(np.int32),
+        seq_lens_decoder=dec.astype(np.int32),
+    )
 
 
-NAMES = ("q", "k", "v", "key_cache", "value_cache", "block_tables", "cu_seqlens_q", "batch_id_per_token",
-         "seq_lens_decoder")
+NAMES = (
+    "q",
+    "k",
+    "v",
+    "key_cache",
+    "value_cache",
+    "block_tables",
+    "cu_seqlens_q",
+    "batch_id_per_token",
+    "seq_lens_decoder",
+)
 
 
 def run_op(batch, **kw):
@@ -60,7 +77,9 @@ def error_bound(batch, key_cache, value_cache, want, scale=None):
     g = hq // key_cache.shape[1]
     bs = key_cache.shape[2]
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    cu, bid, dec, bt = (batch[n] for n in ("cu_seqlens_q", "batch_id_per_token", "seq_lens_decoder", "block_tables"))
+    cu, bid, dec, bt = (
+        batch[n] for n in ("cu_seqlens_q", "batch_id_per_token", "seq_lens_decoder", "block_tables")
+    )
     bound = np.zeros((t_count, hq * d))
     for t in range(t_count):
         b = bid[t]
@@ -68,7 +87,7 @@ def error_bound(batch, key_cache, value_cache, want, scale=None):
         blocks = bt[b, p // bs]
         for h in range(hq):
             k, v = key_cache[blocks, h // g, p % bs], value_cache[blocks, h // g, p % bs]
-            bound[t, h * d:(h + 1) * d] = attention_error_bound(q[t, h], k, v, scale)
+            bound[t, h * d : (h + 1) * d] = attention_error_bound(q[t, h], k, v, scale)
     return bound + U * np.abs(want)
 
 
@@ -77,17 +96,26 @@ def compare(batch, **kw):
     want, kc_ref, vc_ref = run_ref(batch, **kw)
     assert_same(kc, kc_ref, "key_cache")
     assert_same(vc, vc_ref, "value_cache")
-    assert_within(out, want, error_bound(batch, kc_ref, vc_ref, want, kw.get("scale")), "paged_attention out")
+    assert_within(
+        out, want, error_bound(batch, kc_ref, vc_ref, want, kw.get("scale")), "paged_attention out"
+    )
     return out
 
 
 def test_hand_case_two_tokens_one_head():
     # q = k = ones: both positions score alike, so token 1 averages v of positions 0 and 1
     i32 = lambda x: np.array(x, np.int32)  # noqa: E731
-    batch = dict(q=np.ones((2, 1, 2), np.float32), k=np.ones((2, 1, 2), np.float32),
-                 v=np.array([[[1, 2]], [[3, 4]]], np.float32), key_cache=np.zeros((2, 1, 2, 2), np.float32),
-                 value_cache=np.zeros((2, 1, 2, 2), np.float32), block_tables=i32([[1, -1]]),
-                 cu_seqlens_q=i32([0, 2]), batch_id_per_token=i32([0, 0]), seq_lens_decoder=i32([0]))
+    batch = dict(
+        q=np.ones((2, 1, 2), np.float32),
+        k=np.ones((2, 1, 2), np.float32),
+        v=np.array([[[1, 2]], [[3, 4]]], np.float32),
+        key_cache=np.zeros((2, 1, 2, 2), np.float32),
+        value_cache=np.zeros((2, 1, 2, 2), np.float32),
+        block_tables=i32([[1, -1]]),
+        cu_seqlens_q=i32([0, 2]),
+        batch_id_per_token=i32([0, 0]),
+        seq_lens_decoder=i32([0]),
+    )
     out, kc, vc = run_op(batch)
     assert_same(out, np.array([[1, 2], [2, 3]], np.float32), "out")
     assert_same(vc, np.array([[[[0, 0], [0, 0]]], [[[1, 2], [3, 4]]]], np.float32), "value_cache")
@@ -99,8 +127,16 @@ def test_hand_case_two_tokens_one_head():
 def test_mixed_prefill_decode_batches_match_reference(bs, hq, hkv):
     rng = np.random.default_rng(bs * 100 + hq * 10 + hkv)
     # prefill from empty, prefill chunk on a cached prefix, decodes, a speculative decode, an idle slot
-    batch = make_batch(rng, lens=[5, 4, 1, 1, 3, 0, 1], dec=[0, 7, 9, 0, 20, 4, 33], hq=hq, hkv=hkv, d=8, bs=bs,
-                       extra_rows=2)
+    batch = make_batch(
+        rng,
+        lens=[5, 4, 1, 1, 3, 0, 1],
+        dec=[0, 7, 9, 0, 20, 4, 33],
+        hq=hq,
+        hkv=hkv,
+        d=8,
+        bs=bs,
+        extra_rows=2,
+    )
     compare(batch)
 
 
@@ -133,7 +169,9 @@ def test_registered_runner_writes_caches_in_place():
     res = _loader.run_registered("paged_attention", *args, 0.5)
     out = res[0] if isinstance(res, (list, tuple)) else res
     want, kc_ref, vc_ref = run_ref(batch, scale=0.5)
-    assert_within(out.numpy(), want, error_bound(batch, kc_ref, vc_ref, want, 0.5), "registered runner out")
+    assert_within(
+        out.numpy(), want, error_bound(batch, kc_ref, vc_ref, want, 0.5), "registered runner out"
+    )
     assert_same(args[3].numpy(), kc_ref, "key_cache")
     assert_same(args[4].numpy(), vc_ref, "value_cache")
 
@@ -145,13 +183,16 @@ def _bad(batch, **changes):
     return bad
 
 
-@pytest.mark.parametrize("case,arg", [
-    ("block id too large", "block_tables"),
-    ("block id -1 needed", "block_tables"),
-    ("table too narrow", "block_tables"),
-    ("request out of range", "batch_id_per_token"),
-    ("negative decoder length", "seq_lens_decoder"),
-])
+@pytest.mark.parametrize(
+    "case,arg",
+    [
+        ("block id too large", "block_tables"),
+        ("block id -1 needed", "block_tables"),
+        ("table too narrow", "block_tables"),
+        ("request out of range", "batch_id_per_token"),
+        ("negative decoder length", "seq_lens_decoder"),
+    ],
+)
 def test_bad_metadata_raises_naming_the_argument_and_writes_nothing(case, arg):
     rng = np.random.default_rng(11)
     batch = make_batch(rng, lens=[3, 1, 2], dec=[0, 9, 4], hq=4, hkv=2, d=4, bs=4)
@@ -183,7 +224,7 @@ def test_shape_and_dtype_checks_name_the_argument():
     batch = make_batch(rng, lens=[2], dec=[1], hq=4, hkv=2, d=4, bs=4)
     cases = {
         "q": batch["q"].astype(np.float64),
-        "k": batch["k"][:, :1].repeat(3, axis=1),           # 3 kv heads do not divide 4
+        "k": batch["k"][:, :1].repeat(3, axis=1),  # 3 kv heads do not divide 4
         "value_cache": batch["value_cache"][:, :, :2].copy(),
         "cu_seqlens_q": batch["cu_seqlens_q"].astype(np.int64),
         "batch_id_per_token": batch["batch_id_per_token"][:1].copy(),

@@ -27,7 +27,18 @@ def hidden_rows(t, hidden, dtype, seed=0):
     return tensor, to_numpy(tensor)
 
 
-def run(tmp, cu, this_time, dec, enc, opo, max_len, dtype="float32", first_token_out=None, enable_logprob=False):
+def run(
+    tmp,
+    cu,
+    this_time,
+    dec,
+    enc,
+    opo,
+    max_len,
+    dtype="float32",
+    first_token_out=None,
+    enable_logprob=False,
+):
     """Op and reference; returns (op output as numpy, the input rows as numpy). tmp: row count or
     (rows, hidden)."""
     rows, hidden = (tmp, 4) if isinstance(tmp, int) else tmp
@@ -35,8 +46,9 @@ def run(tmp, cu, this_time, dec, enc, opo, max_len, dtype="float32", first_token
     args = [i32(cu), i32(this_time), i32(dec), i32(enc), None if opo is None else i32(opo)]
     tensors = [to_paddle(a) for a in args]
     out = ops.rebuild_padding(tensor, *tensors, first_token_out, max_len, enable_logprob)
-    expected = reference.rebuild_padding(array, *[None if a is None else a.copy() for a in args], None,
-                                         max_len, False)  # fmt: skip
+    expected = reference.rebuild_padding(
+        array, *[None if a is None else a.copy() for a in args], None, max_len, False
+    )
     assert out.dtype == tensor.dtype, f"dtype {out.dtype} != {tensor.dtype}"
     got = to_numpy(out)
     assert_same(got, expected, "out (op vs reference)")
@@ -96,7 +108,17 @@ def test_speculative_row_of_a_request_with_dec_and_enc_zero_is_zero():
 def test_first_token_out_and_enable_logprob_have_no_effect():
     first = paddle.ones([1, 4], dtype="float32")
     a, _ = run(5, [0, 3, 5], [3, 2], [0, 4], [3, 0], [0, 3, 3], 4)
-    b, _ = run(5, [0, 3, 5], [3, 2], [0, 4], [3, 0], [0, 3, 3], 4, first_token_out=first, enable_logprob=True)
+    b, _ = run(
+        5,
+        [0, 3, 5],
+        [3, 2],
+        [0, 4],
+        [3, 0],
+        [0, 3, 3],
+        4,
+        first_token_out=first,
+        enable_logprob=True,
+    )
     assert_same(b, a, "out")
 
 
@@ -111,7 +133,9 @@ def test_no_rows():
 @pytest.mark.parametrize("hidden", [1, 3, 8, 13, 64, 1024])
 def test_every_dtype_and_hidden_size(dtype, hidden):
     # Upstream needs H to be a multiple of the 16-byte vector; any H works here.
-    out, rows = run((6, hidden), [0, 2, 3, 6], [2, 1, 3], [64, 5, 5], [2, 0, 0], [0, 7, 14, 14, 14], 8, dtype)
+    out, rows = run(
+        (6, hidden), [0, 2, 3, 6], [2, 1, 3], [64, 5, 5], [2, 0, 0], [0, 7, 14, 14, 14], 8, dtype
+    )
     assert_same(out, rows[[1, 2, 3, 4, 5]], "out")
     out, rows = run((6, hidden), [0, 2, 3, 6], [2, 1, 3], [64, 5, 5], [2, 0, 0], None, 8, dtype)
     assert_same(out, rows[[1, 2, 3]], "out")
@@ -124,12 +148,25 @@ def test_prefill_with_more_tokens_than_enc_needs_more_offsets_than_pre_process_b
     # A non-truncating draft prefill feeds enc + 1 = 4 tokens: T = 4 + 1, R = 5 - 2 = 3, but
     # pre_process built 2 output rows (1 + 1). Upstream reads past output_padding_offset.
     tensor, _ = hidden_rows(5, 4, "float32")
-    args = [to_paddle(a) for a in (i32([0, 4, 5]), i32([4, 1]), i32([0, 6]), i32([3, 0]), i32([0, 3]))]
-    with pytest.raises(ValueError, match=rf"^{OP}: output_padding_offset has 2 entries but the output has R = 3"):
+    args = [
+        to_paddle(a) for a in (i32([0, 4, 5]), i32([4, 1]), i32([0, 6]), i32([3, 0]), i32([0, 3]))
+    ]
+    with pytest.raises(
+        ValueError, match=rf"^{OP}: output_padding_offset has 2 entries but the output has R = 3"
+    ):
         ops.rebuild_padding(tensor, *args, None, 4, False)
     with pytest.raises(ValueError, match=rf"^{OP}: output_padding_offset has 2 entries"):
-        reference.rebuild_padding(to_numpy(tensor), i32([0, 4, 5]), i32([4, 1]), i32([0, 6]), i32([3, 0]),
-                                  i32([0, 3]), None, 4, False)  # fmt: skip
+        reference.rebuild_padding(
+            to_numpy(tensor),
+            i32([0, 4, 5]),
+            i32([4, 1]),
+            i32([0, 6]),
+            i32([3, 0]),
+            i32([0, 3]),
+            None,
+            4,
+            False,
+        )
 
 
 def test_prefill_with_fewer_tokens_than_enc_drops_trailing_rows_as_upstream():
@@ -144,11 +181,25 @@ def test_prefill_with_fewer_tokens_than_enc_drops_trailing_rows_as_upstream():
 # ---------------------------------------------------------------------------------------------
 def run_batch(b, dtype, hidden, speculative):
     width = b["input_ids"].shape[1]
-    pre = reference.pre_process(b["input_ids"], b["seq_lens_this_time"], True, b["draft_tokens"],
-                                b["seq_lens_encoder"], b["seq_lens_decoder"])  # fmt: skip
+    pre = reference.pre_process(
+        b["input_ids"],
+        b["seq_lens_this_time"],
+        True,
+        b["draft_tokens"],
+        b["seq_lens_encoder"],
+        b["seq_lens_decoder"],
+    )
     cu_q, opo = pre[2], pre[5]
-    rows, _ = run((int(cu_q[-1]), hidden), cu_q, b["seq_lens_this_time"], b["seq_lens_decoder"],
-                  b["seq_lens_encoder"], opo if speculative else None, width, dtype)  # fmt: skip
+    rows, _ = run(
+        (int(cu_q[-1]), hidden),
+        cu_q,
+        b["seq_lens_this_time"],
+        b["seq_lens_decoder"],
+        b["seq_lens_encoder"],
+        opo if speculative else None,
+        width,
+        dtype,
+    )
     n_out = int(opo.size) if speculative else b["seq_lens_this_time"].size
     assert rows.shape == (n_out, hidden)
 
@@ -172,10 +223,17 @@ def test_hypothesis_matches_reference(b, dtype, hidden, speculative):
 def bad_case():
     """A valid speculative case (the mixed hand case above), as numpy arrays."""
     tmp = np.arange(20, dtype=np.float32).reshape(5, 4)
-    return dict(tmp_out=tmp, cu_seqlens_q=i32([0, 3, 3, 5]), seq_len_this_time=i32([3, 0, 2]),
-                seq_lens_decoder=i32([0, 0, 9]), seq_lens_encoder=i32([3, 0, 0]),
-                output_padding_offset=i32([0, 7, 7]), first_token_out=None, max_input_length=4,
-                enable_logprob=False)  # fmt: skip
+    return dict(
+        tmp_out=tmp,
+        cu_seqlens_q=i32([0, 3, 3, 5]),
+        seq_len_this_time=i32([3, 0, 2]),
+        seq_lens_decoder=i32([0, 0, 9]),
+        seq_lens_encoder=i32([3, 0, 0]),
+        output_padding_offset=i32([0, 7, 7]),
+        first_token_out=None,
+        max_input_length=4,
+        enable_logprob=False,
+    )
 
 
 def expect_error(case, argument, reference_too=True):
@@ -218,7 +276,9 @@ def test_max_input_length_other_than_the_offsets_width_is_refused():
 
 def test_source_row_past_tmp_out_is_refused():
     c = bad_case()
-    c["cu_seqlens_q"] = i32([0, 3, 4, 5])  # request 2 starts at 4: its second row would be row 5 of 5
+    c["cu_seqlens_q"] = i32(
+        [0, 3, 4, 5]
+    )  # request 2 starts at 4: its second row would be row 5 of 5
     msg = expect_error(c, "cu_seqlens_q")
     assert "(request 2)" in msg and "tmp_out row 5" in msg
     c = bad_case()

@@ -57,14 +57,20 @@ def like(template, values, name):
 
 def assert_exact(actual, expected, name="array"):
     """Exact equality with a readable report: dtype, shape, then the first differing indices."""
-    assert actual.dtype == expected.dtype, f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    assert actual.shape == expected.shape, f"{name}: shape {actual.shape}, expected {expected.shape}"
+    assert actual.dtype == expected.dtype, (
+        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
+    )
+    assert actual.shape == expected.shape, (
+        f"{name}: shape {actual.shape}, expected {expected.shape}"
+    )
     differing = np.argwhere(actual != expected)
     if differing.size:
         lines = []
         for idx in map(tuple, differing[:5]):
             at = tuple(int(i) for i in idx)
-            lines.append(f"  at {at}: got {actual[idx].item()!r}, expected {expected[idx].item()!r}")
+            lines.append(
+                f"  at {at}: got {actual[idx].item()!r}, expected {expected[idx].item()!r}"
+            )
         raise AssertionError(
             f"{name}: {len(differing)} of {actual.size} elements differ\n"
             + "\n".join(lines)
@@ -131,25 +137,60 @@ def output_cum_offsets(output_lens):
     return excl.astype(np.int32).reshape(-1, 1)
 
 
-def run_preprocess(d, t, *, num_model_steps=1, truncate_first_token=True, splitwise_prefill=False, v1=True):
+def run_preprocess(
+    d, t, *, num_model_steps=1, truncate_first_token=True, splitwise_prefill=False, v1=True
+):
     draft_model_preprocess(
-        d.draft_tokens, d.input_ids, d.stop_flags, d.seq_lens_this_time, d.seq_lens_encoder,
-        d.seq_lens_decoder, d.step_idx, d.not_need_stop, d.is_block_step, d.batch_drop, d.pre_ids,
-        d.mask_rollback, d.recompute_token_num, t.accept_tokens, t.accept_num, t.seq_lens_this_time,
-        t.seq_lens_encoder, t.seq_lens_decoder, t.step_idx, t.stop_flags, t.is_block_step,
-        t.draft_tokens, num_model_steps, truncate_first_token, splitwise_prefill, v1,
-    )  # fmt: skip
+        d.draft_tokens,
+        d.input_ids,
+        d.stop_flags,
+        d.seq_lens_this_time,
+        d.seq_lens_encoder,
+        d.seq_lens_decoder,
+        d.step_idx,
+        d.not_need_stop,
+        d.is_block_step,
+        d.batch_drop,
+        d.pre_ids,
+        d.mask_rollback,
+        d.recompute_token_num,
+        t.accept_tokens,
+        t.accept_num,
+        t.seq_lens_this_time,
+        t.seq_lens_encoder,
+        t.seq_lens_decoder,
+        t.step_idx,
+        t.stop_flags,
+        t.is_block_step,
+        t.draft_tokens,
+        num_model_steps,
+        truncate_first_token,
+        splitwise_prefill,
+        v1,
+    )
 
 
 def run_update(d, t, next_tokens, output_lens, *, substep=0, prefill_one_step_stop=False):
     """draft_model_update with one sampled token per output row; output_lens = rows per request."""
     assert len(next_tokens) == sum(output_lens)
     draft_model_update(
-        np.array(next_tokens, np.int64), d.draft_tokens, d.pre_ids, d.seq_lens_this_time,
-        d.seq_lens_encoder, d.seq_lens_decoder, d.step_idx, output_cum_offsets(output_lens),
-        d.stop_flags, d.not_need_stop, t.max_dec_len, t.eos_token_id, t.draft_tokens, L, substep,
+        np.array(next_tokens, np.int64),
+        d.draft_tokens,
+        d.pre_ids,
+        d.seq_lens_this_time,
+        d.seq_lens_encoder,
+        d.seq_lens_decoder,
+        d.step_idx,
+        output_cum_offsets(output_lens),
+        d.stop_flags,
+        d.not_need_stop,
+        t.max_dec_len,
+        t.eos_token_id,
+        t.draft_tokens,
+        L,
+        substep,
         prefill_one_step_stop=prefill_one_step_stop,
-    )  # fmt: skip
+    )
 
 
 def run_postprocess(t):
@@ -158,13 +199,22 @@ def run_postprocess(t):
 
 def run_eagle_hidden(hidden, d, t):
     return eagle_get_hidden_states(
-        hidden, d.seq_lens_this_time, d.seq_lens_encoder, d.seq_lens_decoder, d.stop_flags,
-        t.accept_num, t.seq_lens_this_time, t.seq_lens_encoder, 1,
-    )  # fmt: skip
+        hidden,
+        d.seq_lens_this_time,
+        d.seq_lens_encoder,
+        d.seq_lens_decoder,
+        d.stop_flags,
+        t.accept_num,
+        t.seq_lens_this_time,
+        t.seq_lens_encoder,
+        1,
+    )
 
 
 def run_self_hidden(hidden, last_seq_lens_this_time, d):
-    return eagle_get_self_hidden_states(hidden, last_seq_lens_this_time, d.seq_lens_this_time, d.step_idx)
+    return eagle_get_self_hidden_states(
+        hidden, last_seq_lens_this_time, d.seq_lens_this_time, d.step_idx
+    )
 
 
 def numbered_rows(n, hidden=2, dtype=np.float32):
@@ -178,16 +228,24 @@ def numbered_rows(n, hidden=2, dtype=np.float32):
 def k1_after_target_prefill():
     """State after trace step 2: the target sampled t1 from the prompt p0..p3."""
     draft = draft_state(
-        2, k=1,
-        input_ids=[[P1, P2, P3], []], seq_lens_encoder=[4, 0], seq_lens_this_time=[4, 0],
+        2,
+        k=1,
+        input_ids=[[P1, P2, P3], []],
+        seq_lens_encoder=[4, 0],
+        seq_lens_this_time=[4, 0],
         stop_flags=[False, True],
-    )  # fmt: skip
+    )
     target = target_state(
-        2, k=1,
-        accept_tokens=[[T1, 0], [0, 0]], accept_num=[1, 0], seq_lens_this_time=[4, 0],
-        seq_lens_decoder=[4, 0], step_idx=[1, 0], stop_flags=[False, True],
+        2,
+        k=1,
+        accept_tokens=[[T1, 0], [0, 0]],
+        accept_num=[1, 0],
+        seq_lens_this_time=[4, 0],
+        seq_lens_decoder=[4, 0],
+        step_idx=[1, 0],
+        stop_flags=[False, True],
         draft_tokens=[[T1, 0], [0, 7]],
-    )  # fmt: skip
+    )
     return draft, target
 
 
@@ -238,17 +296,27 @@ def test_k1_step3_substep0_update_proposes_d1_and_postprocess_sends_two_tokens()
 def k1_after_target_verify_of_d1():
     """State after trace step 4, one request per outcome: 0 accepts d1 (+ t3), 1 rejects it (t2')."""
     draft = draft_state(
-        2, k=1,
-        input_ids=[[P1, P2, P3, T1]] * 2, seq_lens_decoder=[4, 4], step_idx=[1, 1],
-        seq_lens_this_time=[1, 1], stop_flags=[False, False], pre_ids=[[T1, D1]] * 2,
+        2,
+        k=1,
+        input_ids=[[P1, P2, P3, T1]] * 2,
+        seq_lens_decoder=[4, 4],
+        step_idx=[1, 1],
+        seq_lens_this_time=[1, 1],
+        stop_flags=[False, False],
+        pre_ids=[[T1, D1]] * 2,
         draft_tokens=[[D1, -1]] * 2,
-    )  # fmt: skip
+    )
     target = target_state(
-        2, k=1,
-        accept_tokens=[[D1, T3], [T2R, 0]], accept_num=[2, 1], seq_lens_this_time=[2, 2],
-        seq_lens_decoder=[6, 5], step_idx=[3, 2], stop_flags=[False, False],
+        2,
+        k=1,
+        accept_tokens=[[D1, T3], [T2R, 0]],
+        accept_num=[2, 1],
+        seq_lens_this_time=[2, 2],
+        seq_lens_decoder=[6, 5],
+        step_idx=[3, 2],
+        stop_flags=[False, False],
         draft_tokens=[[T3, D1], [T2R, D1]],
-    )  # fmt: skip
+    )
     return draft, target
 
 
@@ -298,14 +366,25 @@ def test_k1_step5_update_decode_takes_each_requests_last_row():
 # ------------------------------------------------------------------------------------------------
 def test_k2_two_substeps_after_prefill_build_target_row_t1_d1_d2():
     draft = draft_state(
-        1, k=2, num_model_steps=2,
-        input_ids=[[P1, P2, P3]], seq_lens_encoder=[4], seq_lens_this_time=[4], stop_flags=[False],
-    )  # fmt: skip
+        1,
+        k=2,
+        num_model_steps=2,
+        input_ids=[[P1, P2, P3]],
+        seq_lens_encoder=[4],
+        seq_lens_this_time=[4],
+        stop_flags=[False],
+    )
     target = target_state(
-        1, k=2,
-        accept_tokens=[[T1, 0, 0]], accept_num=[1], seq_lens_this_time=[4], seq_lens_decoder=[4],
-        step_idx=[1], stop_flags=[False], draft_tokens=[[T1, 0, 0]],
-    )  # fmt: skip
+        1,
+        k=2,
+        accept_tokens=[[T1, 0, 0]],
+        accept_num=[1],
+        seq_lens_this_time=[4],
+        seq_lens_decoder=[4],
+        step_idx=[1],
+        stop_flags=[False],
+        draft_tokens=[[T1, 0, 0]],
+    )
     run_preprocess(draft, target, num_model_steps=2)
     draft.expect(input_ids=[[P1, P2, P3, T1]], seq_lens_this_time=[4], recompute_token_num=[1])
     target.expect(draft_tokens=[[T1, -1, -1]])
@@ -339,15 +418,28 @@ def test_k2_two_substeps_after_prefill_build_target_row_t1_d1_d2():
 def k2_after_target_accepts_all():
     """The target accepted d1 d2 and added the bonus t4 (acc 3, target step_idx 4, dec 7)."""
     draft = draft_state(
-        1, k=2, num_model_steps=2,
-        input_ids=[[P1, P2, P3, T1]], seq_lens_decoder=[5], step_idx=[2], seq_lens_this_time=[1],
-        stop_flags=[False], pre_ids=[[T1, D1, D2]], draft_tokens=[[D2, -1, -1]],
-    )  # fmt: skip
+        1,
+        k=2,
+        num_model_steps=2,
+        input_ids=[[P1, P2, P3, T1]],
+        seq_lens_decoder=[5],
+        step_idx=[2],
+        seq_lens_this_time=[1],
+        stop_flags=[False],
+        pre_ids=[[T1, D1, D2]],
+        draft_tokens=[[D2, -1, -1]],
+    )
     target = target_state(
-        1, k=2,
-        accept_tokens=[[D1, D2, T4]], accept_num=[3], seq_lens_this_time=[3], seq_lens_decoder=[7],
-        step_idx=[4], stop_flags=[False], draft_tokens=[[T4, D1, D2]],
-    )  # fmt: skip
+        1,
+        k=2,
+        accept_tokens=[[D1, D2, T4]],
+        accept_num=[3],
+        seq_lens_this_time=[3],
+        seq_lens_decoder=[7],
+        step_idx=[4],
+        stop_flags=[False],
+        draft_tokens=[[T4, D1, D2]],
+    )
     return draft, target
 
 
@@ -374,7 +466,9 @@ def test_k2_decode_substep0_then_self_hidden_takes_the_requests_last_row():
     run_preprocess(draft, target, num_model_steps=2)
     last_seq_lens_this_time = draft.seq_lens_this_time.copy()
     run_update(draft, target, [97, 98, D3], output_lens=[3], substep=0)
-    draft.expect(seq_lens_decoder=[7], step_idx=[4], pre_ids=[[T1, D1, D2, T4, D3]], seq_lens_this_time=[1])
+    draft.expect(
+        seq_lens_decoder=[7], step_idx=[4], pre_ids=[[T1, D1, D2, T4, D3]], seq_lens_this_time=[1]
+    )
     target.expect(draft_tokens=[[T4, D3, -1]])
     hidden = numbered_rows(3)
     own = run_self_hidden(hidden, last_seq_lens_this_time, draft)
@@ -386,16 +480,25 @@ def test_k2_decode_substep0_then_self_hidden_takes_the_requests_last_row():
 # ------------------------------------------------------------------------------------------------
 def running_decode(batch=1, k=2, num_model_steps=2, **draft_fields):
     """A draft decode request (dec 5, step 2) and its target after accepting [t3, t4] of 3 rows."""
-    fields = dict(seq_lens_decoder=[5] * batch, step_idx=[2] * batch, seq_lens_this_time=[1] * batch,
-                  stop_flags=[False] * batch)  # fmt: skip
+    fields = dict(
+        seq_lens_decoder=[5] * batch,
+        step_idx=[2] * batch,
+        seq_lens_this_time=[1] * batch,
+        stop_flags=[False] * batch,
+    )
     fields.update(draft_fields)
     draft = draft_state(batch, k, num_model_steps, **fields)
     target = target_state(
-        batch, k,
-        accept_tokens=[[T3, T4, 0]] * batch, accept_num=[2] * batch, seq_lens_this_time=[3] * batch,
-        seq_lens_decoder=[10] * batch, step_idx=[6] * batch, stop_flags=[False] * batch,
+        batch,
+        k,
+        accept_tokens=[[T3, T4, 0]] * batch,
+        accept_num=[2] * batch,
+        seq_lens_this_time=[3] * batch,
+        seq_lens_decoder=[10] * batch,
+        step_idx=[6] * batch,
+        stop_flags=[False] * batch,
         draft_tokens=[[T4, D1, D2]] * batch,
-    )  # fmt: skip
+    )
     return draft, target
 
 
@@ -432,7 +535,9 @@ def test_preprocess_draft_stop_recovery_subtracts_target_query_length_not_accept
 def test_preprocess_reads_target_query_length_before_writing_a_shared_this_time_array():
     draft, target = running_decode(stop_flags=[True])
     draft.seq_lens_this_time[...] = 3
-    target.seq_lens_this_time = draft.seq_lens_this_time  # the same array, as the upstream test passes
+    target.seq_lens_this_time = (
+        draft.seq_lens_this_time
+    )  # the same array, as the upstream test passes
     run_preprocess(draft, target, num_model_steps=2)
     draft.expect(seq_lens_decoder=[10 - 3], step_idx=[6 - 3], seq_lens_this_time=[2])
 
@@ -475,8 +580,9 @@ def test_preprocess_v1_clears_draft_block_step_once_the_target_recovered():
 
 
 def test_preprocess_v0_keeps_draft_block_step_and_a_dropped_request_stays_off():
-    draft, target = running_decode(2, stop_flags=[True, False], is_block_step=[True, False],
-                                   batch_drop=[False, True])  # fmt: skip
+    draft, target = running_decode(
+        2, stop_flags=[True, False], is_block_step=[True, False], batch_drop=[False, True]
+    )
     run_preprocess(draft, target, num_model_steps=2, v1=False)
     draft.expect(
         is_block_step=[True, False],
@@ -496,16 +602,28 @@ def test_preprocess_without_truncation_appends_the_first_token_after_the_prompt(
 def test_preprocess_splitwise_prefill_runs_prefills_only_and_leaves_target_drafts():
     # Request 0 prefills 3 tokens; request 1 decodes (the target runs it) but mode A stops it.
     draft = draft_state(
-        2, k=1, num_model_steps=2,
-        input_ids=[[P1, P2], [P1]], seq_lens_encoder=[3, 0], seq_lens_decoder=[0, 6],
-        seq_lens_this_time=[3, 1], stop_flags=[False, False], step_idx=[0, 3], mask_rollback=[0, 1],
-    )  # fmt: skip
+        2,
+        k=1,
+        num_model_steps=2,
+        input_ids=[[P1, P2], [P1]],
+        seq_lens_encoder=[3, 0],
+        seq_lens_decoder=[0, 6],
+        seq_lens_this_time=[3, 1],
+        stop_flags=[False, False],
+        step_idx=[0, 3],
+        mask_rollback=[0, 1],
+    )
     target = target_state(
-        2, k=1,
-        accept_tokens=[[T1, 0], [T3, T4]], accept_num=[1, 2], seq_lens_this_time=[3, 2],
-        seq_lens_decoder=[3, 8], step_idx=[1, 5], stop_flags=[False, False],
+        2,
+        k=1,
+        accept_tokens=[[T1, 0], [T3, T4]],
+        accept_num=[1, 2],
+        seq_lens_this_time=[3, 2],
+        seq_lens_decoder=[3, 8],
+        step_idx=[1, 5],
+        stop_flags=[False, False],
         draft_tokens=[[T1, 0], [T4, D1]],
-    )  # fmt: skip
+    )
     run_preprocess(draft, target, num_model_steps=2, splitwise_prefill=True)
     draft.expect(
         input_ids=[[P1, P2, T1], [P1]],
@@ -535,9 +653,16 @@ def test_preprocess_not_need_stop_is_false_when_no_request_runs():
 # ------------------------------------------------------------------------------------------------
 def decoding(batch, k=2, q=2, step=3, **fields):
     """Draft decode requests after preprocess: q input tokens each, dec 5."""
-    draft = draft_state(batch, k, seq_lens_decoder=[5] * batch, step_idx=[step] * batch,
-                        seq_lens_this_time=[q] * batch, stop_flags=[False] * batch,
-                        draft_tokens=[[T3, T4, -1]] * batch, **fields)  # fmt: skip
+    draft = draft_state(
+        batch,
+        k,
+        seq_lens_decoder=[5] * batch,
+        step_idx=[step] * batch,
+        seq_lens_this_time=[q] * batch,
+        stop_flags=[False] * batch,
+        draft_tokens=[[T3, T4, -1]] * batch,
+        **fields,
+    )
     target = target_state(batch, k, draft_tokens=[[T4, -1, -1]] * batch)
     target.eos_token_id = np.array([[EOS], [EOS2]], np.int64)  # [E, 1], E = 2
     return draft, target
@@ -562,14 +687,22 @@ def test_update_max_dec_len_writes_first_end_id_at_column_q_minus_1_not_0():
     draft, target = decoding(1, q=2, step=3)
     target.set(max_dec_len=[5])
     run_update(draft, target, [96, D2], output_lens=[2])
-    draft.expect(draft_tokens=[[D2, EOS, -1]], stop_flags=[True], seq_lens_this_time=[0], step_idx=[5])
+    draft.expect(
+        draft_tokens=[[D2, EOS, -1]], stop_flags=[True], seq_lens_this_time=[0], step_idx=[5]
+    )
     target.expect(draft_tokens=[[T4, EOS, -1]])
 
 
 def test_update_request_stopped_at_entry_gets_minus_one_and_counts_as_stopped():
     # Request 0 stopped at entry (with a stale encoder length), request 1 prefills.
-    draft = draft_state(2, k=1, seq_lens_encoder=[3, 2], seq_lens_this_time=[0, 2],
-                        stop_flags=[True, False], draft_tokens=[[D1, T1], [-1, -1]])  # fmt: skip
+    draft = draft_state(
+        2,
+        k=1,
+        seq_lens_encoder=[3, 2],
+        seq_lens_this_time=[0, 2],
+        stop_flags=[True, False],
+        draft_tokens=[[D1, T1], [-1, -1]],
+    )
     target = target_state(2, k=1, draft_tokens=[[T1, D1], [T3, -1]])
     run_update(draft, target, [D2], output_lens=[0, 1])
     draft.expect(
@@ -592,18 +725,26 @@ def test_update_prefill_one_step_stop_stops_after_the_first_draft_token():
     draft, target = k1_after_target_prefill()
     run_preprocess(draft, target)
     run_update(draft, target, [D1], output_lens=[1, 0], prefill_one_step_stop=True)
-    draft.expect(draft_tokens=[[D1, -1], [-1, -1]], stop_flags=[True, True], seq_lens_this_time=[0, 0],
-                 not_need_stop=[False])  # fmt: skip
+    draft.expect(
+        draft_tokens=[[D1, -1], [-1, -1]],
+        stop_flags=[True, True],
+        seq_lens_this_time=[0, 0],
+        not_need_stop=[False],
+    )
     target.expect(draft_tokens=[[T1, D1], [0, -1]])
 
 
 def test_update_mixed_batch_finds_each_requests_rows_through_output_cum_offsets():
     # Requests: decode q=3, empty slot, prefill of 4, decode q=1.
     draft = draft_state(
-        4, k=2,
-        seq_lens_this_time=[3, 0, 4, 1], seq_lens_encoder=[0, 0, 4, 0], seq_lens_decoder=[5, 0, 0, 9],
-        step_idx=[3, 0, 0, 4], stop_flags=[False, True, False, False],
-    )  # fmt: skip
+        4,
+        k=2,
+        seq_lens_this_time=[3, 0, 4, 1],
+        seq_lens_encoder=[0, 0, 4, 0],
+        seq_lens_decoder=[5, 0, 0, 9],
+        step_idx=[3, 0, 0, 4],
+        stop_flags=[False, True, False, False],
+    )
     target = target_state(4, k=2, draft_tokens=[[-1, -1, -1]] * 4)
     run_update(draft, target, [90, 91, 92, 93, 94], output_lens=[3, 0, 1, 1], substep=1)
     draft.expect(
@@ -620,11 +761,13 @@ def test_update_mixed_batch_finds_each_requests_rows_through_output_cum_offsets(
 # ------------------------------------------------------------------------------------------------
 def test_postprocess_counts_every_non_minus_one_entry_of_the_row_not_a_prefix():
     target = target_state(
-        4, k=2,
+        4,
+        k=2,
         draft_tokens=[[T3, -1, D2], [T3, D1, D2], [T3, D1, -1], [T1, -1, -1]],
-        stop_flags=[False, False, True, False], seq_lens_encoder=[0, 0, 0, 5],
+        stop_flags=[False, False, True, False],
+        seq_lens_encoder=[0, 0, 0, 5],
         seq_lens_this_time=[9, 9, 9, 5],
-    )  # fmt: skip
+    )
     run_postprocess(target)
     target.expect(seq_lens_this_time=[2, 3, 0, 5])
 
@@ -635,16 +778,22 @@ def test_postprocess_counts_every_non_minus_one_entry_of_the_row_not_a_prefix():
 def test_eagle_hidden_states_mixed_batch_gathers_prefill_and_accepted_rows():
     # 0: draft prefill of 3; 1: target ran 2 rows (accepting 1), draft does not run: all 2 skipped;
     # 2: empty slot; 3: decode, 1 of 3 rows accepted; 4: decode, 2 of 2 accepted.
-    draft = draft_state(5, k=2, seq_lens_encoder=[3, 0, 0, 0, 0], seq_lens_this_time=[3, 0, 0, 1, 2])
+    draft = draft_state(
+        5, k=2, seq_lens_encoder=[3, 0, 0, 0, 0], seq_lens_this_time=[3, 0, 0, 1, 2]
+    )
     target = target_state(5, k=2, seq_lens_this_time=[3, 2, 0, 3, 2], accept_num=[1, 1, 0, 1, 2])
     hidden = numbered_rows(10, hidden=4, dtype=np.float16)
-    assert_exact(run_eagle_hidden(hidden, draft, target), hidden[[0, 1, 2, 5, 8, 9]], "target_hidden_states")
+    assert_exact(
+        run_eagle_hidden(hidden, draft, target), hidden[[0, 1, 2, 5, 8, 9]], "target_hidden_states"
+    )
 
 
 def test_eagle_hidden_states_is_a_dtype_agnostic_gather_and_may_be_empty():
     draft = draft_state(2, k=1, seq_lens_this_time=[0, 2])
     target = target_state(2, k=1, seq_lens_this_time=[2, 2], accept_num=[2, 1])
-    bf16_bits = np.array([[0x3F80, 0x4000], [0x4040, 0x4080], [0xBF80, 0x0000], [0x7F80, 0xFF80]], np.uint16)
+    bf16_bits = np.array(
+        [[0x3F80, 0x4000], [0x4040, 0x4080], [0xBF80, 0x0000], [0x7F80, 0xFF80]], np.uint16
+    )
     assert_exact(run_eagle_hidden(bf16_bits, draft, target), bf16_bits[[2]], "uint16 rows")
     draft.set(seq_lens_this_time=[0, 0])
     assert_exact(run_eagle_hidden(bf16_bits, draft, target), np.zeros((0, 2), np.uint16), "no rows")
@@ -698,10 +847,20 @@ def mtp_state(**fields):
 
 def run_mtp_step(s):
     mtp_step_paddle(
-        s.base_model_stop_flags, s.stop_flags, s.batch_drop, s.seq_lens_this_time, s.seq_lens_encoder,
-        s.seq_lens_decoder, s.block_tables, s.encoder_block_lens, s.used_list_len, s.free_list,
-        s.free_list_len, BLOCK_SIZE, K_MTP,
-    )  # fmt: skip
+        s.base_model_stop_flags,
+        s.stop_flags,
+        s.batch_drop,
+        s.seq_lens_this_time,
+        s.seq_lens_encoder,
+        s.seq_lens_decoder,
+        s.block_tables,
+        s.encoder_block_lens,
+        s.used_list_len,
+        s.free_list,
+        s.free_list_len,
+        BLOCK_SIZE,
+        K_MTP,
+    )
 
 
 def test_mtp_step_frees_target_stopped_blocks_then_pops_one_for_each_request_short_of_a_slot():
@@ -849,4 +1008,6 @@ def test_reference_modules_import_only_numpy():
                 names = [] if node.level > 0 else [node.module]
             else:
                 continue
-            assert all(name.split(".")[0] == "numpy" for name in names), f"{path.name} imports {names}"
+            assert all(name.split(".")[0] == "numpy" for name in names), (
+                f"{path.name} imports {names}"
+            )

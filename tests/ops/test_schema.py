@@ -1,6 +1,7 @@
 """Every layer of an op has the signature its schema (fd_mtp/schema) declares: the Paddle wrapper
 (fd_mtp.ops), the numpy reference (fd_mtp.reference) and the CuPy wrapper (fd_mtp.cuda). The C++
 entry points are generated from the same schema (cmake/gen_ops.py), so a drift cannot compile."""
+
 import importlib
 import inspect
 
@@ -25,19 +26,33 @@ def test_layer_signature_equals_schema(layer, name):
     module = importlib.import_module(layer)
     fn = getattr(module, name, None)
     if fn is None:
-        allowed = (layer == "fd_mtp.cuda" and name in CPU_ONLY) or (layer == "fd_mtp.reference" and name in NO_REFERENCE)
+        allowed = (layer == "fd_mtp.cuda" and name in CPU_ONLY) or (
+            layer == "fd_mtp.reference" and name in NO_REFERENCE
+        )
         assert allowed, f"{layer} has no {name}"
         return
     positional, keyword = _signature(fn)
     want_positional, want_keyword = schema.python_signature(schema.get(name))
-    assert positional == want_positional, f"{layer}.{name} positional parameters differ from the schema"
-    assert set(keyword) == want_keyword, f"{layer}.{name} keyword-only parameters differ from the schema"
+    assert positional == want_positional, (
+        f"{layer}.{name} positional parameters differ from the schema"
+    )
+    assert set(keyword) == want_keyword, (
+        f"{layer}.{name} keyword-only parameters differ from the schema"
+    )
     defaults = {k: v for k, v in keyword.items() if v is not None}
-    assert not defaults, f"{layer}.{name}: keyword-only defaults must be None (resolved by the schema): {defaults}"
+    assert not defaults, (
+        f"{layer}.{name}: keyword-only defaults must be None (resolved by the schema): {defaults}"
+    )
 
 
 # Ops with no CUDA wrapper (host-only by nature).
-CPU_ONLY = {"speculate_save_output", "speculate_get_output", "mtp_save_first_token", "paged_attention", "shared_empty"}
+CPU_ONLY = {
+    "speculate_save_output",
+    "speculate_get_output",
+    "mtp_save_first_token",
+    "paged_attention",
+    "shared_empty",
+}
 # Ops with no numpy reference: they move no data (shared-memory and CUDA IPC plumbing).
 NO_REFERENCE = {"shared_empty", "set_data_ipc", "share_external_data", "unset_data_ipc"}
 
@@ -48,7 +63,9 @@ def test_every_schema_is_well_formed():
         assert len(names) == len(set(names)), op.name
         if op.batch is not None:
             assert op.arg(op.batch).dims is not None, op.name
-        positional_after_kw = [a.name for i, a in enumerate(op.args) if not a.kw and any(b.kw for b in op.args[:i])]
+        positional_after_kw = [
+            a.name for i, a in enumerate(op.args) if not a.kw and any(b.kw for b in op.args[:i])
+        ]
         assert not positional_after_kw, f"{op.name}: positional arguments after keyword-only ones"
         for s in op.status:
             assert s.argument in names or s.argument in {"input", "seq_lens"}, (op.name, s.argument)

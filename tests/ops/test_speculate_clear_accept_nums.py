@@ -1,20 +1,23 @@
 """Tests of fd_mtp.ops.speculate_clear_accept_nums (spec ops.md §5.16) against its numpy reference."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 OP = "speculate_clear_accept_nums"
 
 
 def run_pair(accept_num, seq_lens_decoder):
-    op_after, ref_after, _, _ = run_both(getattr(ops, OP), getattr(reference, OP), [accept_num, seq_lens_decoder])
+    op_after, ref_after, _, _ = run_both(
+        getattr(ops, OP), getattr(reference, OP), [accept_num, seq_lens_decoder]
+    )
     for name, a, e in zip(("accept_num", "seq_lens_decoder"), op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return op_after

@@ -15,11 +15,19 @@ P0, P1, P2, P3, T1, D1, D2 = 100, 101, 102, 103, 21, 31, 32
 def run(input_ids, draft_tokens, this_time, enc, token_num=None):
     """Op and reference on the same args; asserts they agree and returns the op's outputs."""
     q = i32(this_time)
-    args = [input_ids, draft_tokens, cum_offsets(q, input_ids.shape[1]),
-            i64(q.sum() if token_num is None else token_num), q, i32(enc)]  # fmt: skip
+    args = [
+        input_ids,
+        draft_tokens,
+        cum_offsets(q, input_ids.shape[1]),
+        i64(q.sum() if token_num is None else token_num),
+        q,
+        i32(enc),
+    ]
     got, after = run_op(OP, args)
     expected = run_ref(OP, args)
-    for name, g, e in zip(("x_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k"), got, expected):
+    for name, g, e in zip(
+        ("x_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k"), got, expected
+    ):
         assert_same(g, e, f"{name} (op vs reference)")
     for a, b in zip(after, args):
         assert_same(a, b, "input (read only)")
@@ -34,10 +42,14 @@ def check_invariants(args, outs):
     t = int(token_num)
     assert x.shape == (t,) and batch_id.shape == (t,), "packed outputs have T entries"
     assert_same(cu_q, cu_k, "cu_seqlens_k == cu_seqlens_q")
-    assert cu_q[0] == 0 and cu_q[-1] == t, f"cu_seqlens_q runs from 0 to T, got {cu_q[0]} .. {cu_q[-1]}"
+    assert cu_q[0] == 0 and cu_q[-1] == t, (
+        f"cu_seqlens_q runs from 0 to T, got {cu_q[0]} .. {cu_q[-1]}"
+    )
     assert_same(np.diff(cu_q), q, "diff(cu_seqlens_q) == seq_len")
     assert np.all(np.diff(batch_id) >= 0), "batch_id_per_token is non-decreasing"
-    assert_same(np.bincount(batch_id, minlength=q.size)[: q.size].astype(np.int32), q, "tokens per request")
+    assert_same(
+        np.bincount(batch_id, minlength=q.size)[: q.size].astype(np.int32), q, "tokens per request"
+    )
     for b in range(q.size):
         lo, hi = int(cu_q[b]), int(cu_q[b + 1])
         source = input_ids[b, : hi - lo] if enc[b] > 0 else draft_tokens[b, : hi - lo]
@@ -85,7 +97,9 @@ def test_decode_with_full_draft_row_and_prefill_with_full_input_row():
 
 
 def test_zero_tokens_gives_empty_outputs_and_zero_cu_seqlens():
-    x, bid, cu_q, cu_k = run(ragged([[1], [2], [3]], 4), ragged([[1], [2], [3]], 2), [0, 0, 0], [0, 0, 0])
+    x, bid, cu_q, cu_k = run(
+        ragged([[1], [2], [3]], 4), ragged([[1], [2], [3]], 2), [0, 0, 0], [0, 0, 0]
+    )
     assert_same(x, i64([]), "x_remove_padding")
     assert_same(bid, i32([]), "batch_id_per_token")
     assert_same(cu_q, i32([0, 0, 0, 0]), "cu_seqlens_q")
@@ -129,7 +143,9 @@ def test_hypothesis_matches_reference(b):
 # Bad input
 # ---------------------------------------------------------------------------------------------
 def bad_args():
-    b = mixed_batch(np.random.default_rng(3), 9, width=16, k=3, roles=["prefill", "decode", "empty"] * 3)
+    b = mixed_batch(
+        np.random.default_rng(3), 9, width=16, k=3, roles=["prefill", "decode", "empty"] * 3
+    )
     return padding_offset_args(b)
 
 

@@ -17,15 +17,42 @@ from fd_mtp import ops, reference
 
 OP = ops.speculate_get_token_penalty_multi_scores
 REF = reference.speculate_get_token_penalty_multi_scores
-NAMES = ["pre_ids", "logits", "penalty_scores", "frequency_scores", "presence_scores", "temperatures",
-         "bad_tokens", "cur_len", "min_len", "eos_token_id", "seq_lens_this_time",
-         "output_padding_offset", "output_cum_offsets", "max_seq_len"]  # fmt: skip
+NAMES = [
+    "pre_ids",
+    "logits",
+    "penalty_scores",
+    "frequency_scores",
+    "presence_scores",
+    "temperatures",
+    "bad_tokens",
+    "cur_len",
+    "min_len",
+    "eos_token_id",
+    "seq_lens_this_time",
+    "output_padding_offset",
+    "output_cum_offsets",
+    "max_seq_len",
+]
 NEG_1E10 = {"float32": -1e10, "float16": -np.inf, "bfloat16": -9999220736.0}  # -1e10 in each dtype
 
 
-def make_args(logits, pre_ids, *, dtype="float32", penalty=1.0, frequency=0.0, presence=0.0,
-              temperature=1.0, bad=(), cur_len=None, min_len=None, eos=(0,), out_rows=None,
-              bs=None, max_seq_len=16):  # fmt: skip
+def make_args(
+    logits,
+    pre_ids,
+    *,
+    dtype="float32",
+    penalty=1.0,
+    frequency=0.0,
+    presence=0.0,
+    temperature=1.0,
+    bad=(),
+    cur_len=None,
+    min_len=None,
+    eos=(0,),
+    out_rows=None,
+    bs=None,
+    max_seq_len=16,
+):
     """Positional args (numpy) for one call. out_rows: output rows per request (default 1 each)."""
     logits = np.asarray(logits, np.float32)
     pre_ids = np.asarray(pre_ids, np.int64)
@@ -41,7 +68,9 @@ def make_args(logits, pre_ids, *, dtype="float32", penalty=1.0, frequency=0.0, p
         as_dtype(per(frequency, np.float32), dtype),
         as_dtype(per(presence, np.float32), dtype),
         per(temperature, np.float32),
-        np.asarray(bad, np.int64).reshape(1, -1) if np.ndim(bad) == 1 else np.asarray(bad, np.int64),
+        np.asarray(bad, np.int64).reshape(1, -1)
+        if np.ndim(bad) == 1
+        else np.asarray(bad, np.int64),
         per(0 if cur_len is None else cur_len, np.int64),
         per(0 if min_len is None else min_len, np.int64),
         np.asarray(eos, np.int64).reshape(-1, 1),
@@ -82,8 +111,19 @@ def test_docstring_example_penalises_counted_ids_then_divides_everything():
     # ids 0 (once) and 1 (twice) counted; pre_ids[0] = -1 is not. alpha 2, beta .5, gamma .25, T 2:
     # v0: ((1 / 2) - 1 * .5 - .25) / 2 = -.125; v1: ((-1 * 2) - 2 * .5 - .25) / 2 = -1.625;
     # v2: 2 / 2 = 1; v3: bad word -1e10 (after the division).
-    args = make_args([[1.0, -1.0, 2.0, 4.0]], [[-1, 0, 1, 1]], penalty=2.0, frequency=0.5, presence=0.25,
-                     temperature=2.0, bad=[3], cur_len=3, min_len=0, eos=[2], max_seq_len=8)
+    args = make_args(
+        [[1.0, -1.0, 2.0, 4.0]],
+        [[-1, 0, 1, 1]],
+        penalty=2.0,
+        frequency=0.5,
+        presence=0.25,
+        temperature=2.0,
+        bad=[3],
+        cur_len=3,
+        min_len=0,
+        eos=[2],
+        max_seq_len=8,
+    )
     assert_same(run_both(args), np.array([[-0.125, -1.625, 1.0, -1e10]], np.float32), "logits")
 
 
@@ -98,8 +138,13 @@ def test_scan_rule_a_lane_stops_at_its_first_negative_id():
 
 def test_scan_rule_short_row_counts_every_non_negative_id():
     # Lp = 6 -> bd = 32: one position per lane, a -1 hides only itself.
-    args = make_args([np.arange(10, dtype=np.float32)], [[-1, 5, -1, 5, 7, 5]], frequency=1.0, presence=0.5,
-                     cur_len=4)  # fmt: skip
+    args = make_args(
+        [np.arange(10, dtype=np.float32)],
+        [[-1, 5, -1, 5, 7, 5]],
+        frequency=1.0,
+        presence=0.5,
+        cur_len=4,
+    )
     expected = np.array([[0, 1, 2, 3, 4, 1.5, 6, 5.5, 8, 9]], np.float32)  # 5 - 3 - .5, 7 - 1 - .5
     assert_same(run_both(args), expected, "logits")
 
@@ -108,8 +153,17 @@ def test_scan_rule_short_row_counts_every_non_negative_id():
 def test_min_length_masks_eos_before_the_temperature_division(dtype):
     # One decode request with two rows: cur_len 3, min_len 4 -> row 0 (3 + 0 < 4) masked,
     # row 1 (3 + 1) not. The sentinel is divided by the temperature like every entry.
-    args = make_args([[2, 4, 6, 8], [2, 4, 6, 8]], [[-1, -1]], dtype=dtype, temperature=2.0, cur_len=3,
-                     min_len=4, eos=[1, 2], out_rows=[2], max_seq_len=8)  # fmt: skip
+    args = make_args(
+        [[2, 4, 6, 8], [2, 4, 6, 8]],
+        [[-1, -1]],
+        dtype=dtype,
+        temperature=2.0,
+        cur_len=3,
+        min_len=4,
+        eos=[1, 2],
+        out_rows=[2],
+        max_seq_len=8,
+    )
     masked = {"float32": -5e9, "float16": -5000.0, "bfloat16": -4999610368.0}[dtype]
     expected = as_dtype([[1, masked, masked, 4], [1, 2, 3, 4]], dtype)
     assert_same(run_both(args), expected, "logits")
@@ -119,8 +173,15 @@ def test_min_length_masks_eos_before_the_temperature_division(dtype):
 def test_bad_words_come_from_row_zero_only_and_skip_out_of_range_ids(dtype):
     # bad_tokens row 1 ([0, 0, 0]) is ignored; -1 and 99 (>= V) are skipped; both requests get
     # column 3 set to -1e10 in the logits dtype (float16: -inf), after the division.
-    args = make_args([[2, 2, 2, 2, 2], [4, 4, 4, 4, 4]], [[-1, -1], [-1, -1]], dtype=dtype, temperature=2.0,
-                     bad=[[3, -1, 99], [0, 0, 0]], cur_len=1, eos=[0])  # fmt: skip
+    args = make_args(
+        [[2, 2, 2, 2, 2], [4, 4, 4, 4, 4]],
+        [[-1, -1], [-1, -1]],
+        dtype=dtype,
+        temperature=2.0,
+        bad=[[3, -1, 99], [0, 0, 0]],
+        cur_len=1,
+        eos=[0],
+    )
     neg = NEG_1E10[dtype]
     expected = as_dtype([[1, 1, 1, neg, 1], [2, 2, 2, neg, 2]], dtype)
     assert_same(run_both(args), expected, "logits")
@@ -129,19 +190,32 @@ def test_bad_words_come_from_row_zero_only_and_skip_out_of_range_ids(dtype):
 def test_rows_of_requests_beyond_bs_are_untouched():
     # Two requests have rows, but seq_lens_this_time has one entry: row 1 keeps its values.
     # Row 0: column 0 is a bad word (-1e10, after the division); eos column 1 is masked: -1e10 / 2.
-    args = make_args([[2, 4], [2, 4]], [[-1, 0], [-1, 1]], temperature=2.0, frequency=1.0, bad=[0], bs=1,
-                     cur_len=1, eos=[1], min_len=9)  # fmt: skip
+    args = make_args(
+        [[2, 4], [2, 4]],
+        [[-1, 0], [-1, 1]],
+        temperature=2.0,
+        frequency=1.0,
+        bad=[0],
+        bs=1,
+        cur_len=1,
+        eos=[1],
+        min_len=9,
+    )
     assert_same(run_both(args), np.array([[-1e10, -5e9], [2, 4]], np.float32), "logits")
 
 
 def test_negative_cur_len_skips_counts_and_min_length_but_not_the_temperature():
-    args = make_args([[2, 4, 6]], [[-1, 2, 2]], frequency=1.0, temperature=2.0, cur_len=-1, min_len=10, eos=[0])
+    args = make_args(
+        [[2, 4, 6]], [[-1, 2, 2]], frequency=1.0, temperature=2.0, cur_len=-1, min_len=10, eos=[0]
+    )
     assert_same(run_both(args), np.array([[1, 2, 3]], np.float32), "logits")
 
 
 def test_penalised_eos_reads_the_min_length_sentinel():
     # eos 0 is masked to -1e10 and also counted twice: (-1e10 * 2 - 2 * 1 - 0) / 1 = -2e10.
-    args = make_args([[1, 1]], [[-1, 0, 0]], penalty=2.0, frequency=1.0, cur_len=0, min_len=5, eos=[0])
+    args = make_args(
+        [[1, 1]], [[-1, 0, 0]], penalty=2.0, frequency=1.0, cur_len=0, min_len=5, eos=[0]
+    )
     assert_same(run_both(args), np.array([[-2e10, 1]], np.float32), "logits")
 
 
@@ -149,8 +223,10 @@ def test_penalised_eos_reads_the_min_length_sentinel():
 def test_half_precision_rounds_once_per_element(dtype):
     # 1 / 3 rounded once to the dtype (not 1/3 in float32, then again).
     args = make_args([[1, 3]], [[-1]], dtype=dtype, temperature=3.0)
-    expected = {"float16": np.array([[0.333251953125, 1]], np.float16),
-                "bfloat16": np.array([[0x3EAB, 0x3F80]], np.uint16)}[dtype]  # 1/3 -> 0x3EAB (0.333984375)
+    expected = {
+        "float16": np.array([[0.333251953125, 1]], np.float16),
+        "bfloat16": np.array([[0x3EAB, 0x3F80]], np.uint16),
+    }[dtype]  # 1/3 -> 0x3EAB (0.333984375)
     assert_same(run_both(args), expected, "logits")
 
 
@@ -191,7 +267,9 @@ def random_args(rng, n, dtype, *, vocab=97, lp=48, holes=True, extra_request=Tru
 
 
 def dtype_name(a):
-    return {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}.get(a.dtype, "bfloat16")
+    return {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}.get(
+        a.dtype, "bfloat16"
+    )
 
 
 def check_invariants(args, after):
@@ -210,8 +288,14 @@ def check_invariants(args, after):
     bad = args[6].reshape(-1)[: args[6].shape[-1]]
     bad = bad[(bad >= 0) & (bad < vocab)]
     if bad.size:
-        assert np.all(after[np.ix_(touched, bad)] == as_dtype(np.float32(-1e10), kind)), "bad-word columns"
-    assert np.all(values_of(args[2]) >= 1) and np.all(values_of(args[3]) >= 0) and np.all(values_of(args[4]) >= 0)
+        assert np.all(after[np.ix_(touched, bad)] == as_dtype(np.float32(-1e10), kind)), (
+            "bad-word columns"
+        )
+    assert (
+        np.all(values_of(args[2]) >= 1)
+        and np.all(values_of(args[3]) >= 0)
+        and np.all(values_of(args[4]) >= 0)
+    )
     temps = args[5][owner[touched]].astype(np.float32)[:, None]
     plain = as_dtype(values_of(logits_in[touched]) / temps, kind)
     assert np.all(values_of(after[touched]) <= values_of(plain)), "a penalty raised a logit"
@@ -265,8 +349,14 @@ def test_hypothesis_batches_match_reference(n, vocab, lp, dtype, seed):
 # Bad input: ValueError naming the argument, nothing written
 # ---------------------------------------------------------------------------------------------
 def base_bad_args():
-    return make_args([[1, 2, 3, 4], [1, 2, 3, 4]], [[-1, 0, 1], [-1, 2, 3]], temperature=2.0, eos=[1],
-                     cur_len=1, min_len=3)  # fmt: skip
+    return make_args(
+        [[1, 2, 3, 4], [1, 2, 3, 4]],
+        [[-1, 0, 1], [-1, 2, 3]],
+        temperature=2.0,
+        eos=[1],
+        cur_len=1,
+        min_len=3,
+    )
 
 
 def expect_error(args, argument, *, reference_too=True):

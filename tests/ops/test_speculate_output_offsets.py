@@ -45,11 +45,16 @@ def check_offsets(o, width, padding, cum):
     owner = (rows + padding) // width
     assert_same(owner, np.repeat(np.arange(o.size), o).astype(owner.dtype), "request of each row")
     first = np.arange(o.size) * width - cum.astype(np.int64)
-    assert_same(first, np.concatenate([[0], np.cumsum(o)[:-1]]).astype(np.int64) if o.size else first,
-                "first row of each request")
+    assert_same(
+        first,
+        np.concatenate([[0], np.cumsum(o)[:-1]]).astype(np.int64) if o.size else first,
+        "first row of each request",
+    )
     local = rows + padding - owner * width
     for b in range(o.size):
-        assert_same(local[owner == b], np.arange(o[b]).astype(local.dtype), f"local rows of request {b}")
+        assert_same(
+            local[owner == b], np.arange(o[b]).astype(local.dtype), f"local rows of request {b}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +88,9 @@ def test_seq_lens_output_column_shape_and_longer_encoder():
 @pytest.mark.parametrize("bsz", BATCH_GRID)
 def test_seq_lens_output_grid(bsz):
     b = mixed_batch(np.random.default_rng(bsz), bsz, width=32, extra_rows=2)
-    seq_lens_output(b["seq_lens_this_time"], b["seq_lens_encoder"][:bsz], b["seq_lens_decoder"][:bsz])
+    seq_lens_output(
+        b["seq_lens_this_time"], b["seq_lens_encoder"][:bsz], b["seq_lens_decoder"][:bsz]
+    )
 
 
 def test_seq_lens_output_wrong_dtype_and_short_encoder_are_refused():

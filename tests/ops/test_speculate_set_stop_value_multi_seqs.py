@@ -5,26 +5,46 @@ inside accept_tokens, spanning both, pre_ids index 0 refusing a match, a sequenc
 last accepted token seen only next step, the earliest hit winning across stop sequences), an
 odd-size grid, Hypothesis, invariants, and bad input (ValueError naming the argument, nothing written).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 OP = "speculate_set_stop_value_multi_seqs"
 EOS, EOS2 = 2, 3
 LP = 10  # pre_ids width in the hand cases
-NAMES = ("accept_tokens", "accept_num", "pre_ids", "step_idx", "stop_flags", "seq_lens", "stop_seqs",
-         "stop_seqs_len", "end_ids")  # fmt: skip
+NAMES = (
+    "accept_tokens",
+    "accept_num",
+    "pre_ids",
+    "step_idx",
+    "stop_flags",
+    "seq_lens",
+    "stop_seqs",
+    "stop_seqs_len",
+    "end_ids",
+)
 WRITTEN = ("accept_tokens", "accept_num", "stop_flags")
 
 
-def batch(accept_tokens, accept_num, pre_ids, step_idx, stop_seqs, stop_flags=None, width=3, ls=3, column=False):
+def batch(
+    accept_tokens,
+    accept_num,
+    pre_ids,
+    step_idx,
+    stop_seqs,
+    stop_flags=None,
+    width=3,
+    ls=3,
+    column=False,
+):
     """A batch from lists: accept_tokens / pre_ids rows ragged (-1 fill), stop_seqs[b] = list of sequences."""
     n = len(accept_num)
     per = (n, 1) if column else (n,)
@@ -49,7 +69,9 @@ def batch(accept_tokens, accept_num, pre_ids, step_idx, stop_seqs, stop_flags=No
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES])
+    op_after, ref_after, _, _ = run_both(
+        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
+    )
     for name, a, e in zip(NAMES, op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return dict(zip(NAMES, op_after))
@@ -61,8 +83,11 @@ def check_case(d, **expected):
     for name in NAMES:
         want = d[name]
         if name in expected:
-            want = (ragged(expected[name], d[name].shape[1]) if name == "accept_tokens"
-                    else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape))  # fmt: skip
+            want = (
+                ragged(expected[name], d[name].shape[1])
+                if name == "accept_tokens"
+                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
+            )
         assert_same(got[name], want, name)
     return got
 
@@ -128,13 +153,22 @@ def test_candidates_needing_tokens_before_the_output_are_skipped():
 
 def test_stopped_requests_empty_sequences_and_padding():
     d = batch(
-        [[20, 21, 22], [20, 21, 22], [20, 21, 22], [20, 21, 22]], [3, 3, 3, 0], [PRE] * 4, [6, 6, 6, 3],
-        [[[20, 21]], [[20, 21], []], [[]], [[12]]], stop_flags=[True, False, False, False], column=True,
-    )  # fmt: skip
+        [[20, 21, 22], [20, 21, 22], [20, 21, 22], [20, 21, 22]],
+        [3, 3, 3, 0],
+        [PRE] * 4,
+        [6, 6, 6, 3],
+        [[[20, 21]], [[20, 21], []], [[]], [[12]]],
+        stop_flags=[True, False, False, False],
+        column=True,
+    )
     # 0 stopped: untouched; 1: the second (empty) sequence is ignored, the first hits at idx 2;
     # 2: no sequence; 3: accept_num 0, nothing to test.
-    check_case(d, accept_tokens=[[20, 21, 22], [20, 21, EOS], [20, 21, 22], [20, 21, 22]],
-               accept_num=[3, 3, 3, 0], stop_flags=[True, True, False, False])  # fmt: skip
+    check_case(
+        d,
+        accept_tokens=[[20, 21, 22], [20, 21, EOS], [20, 21, 22], [20, 21, 22]],
+        accept_num=[3, 3, 3, 0],
+        stop_flags=[True, True, False, False],
+    )
 
 
 def test_stop_sequence_of_full_width():
@@ -147,7 +181,9 @@ def test_stop_sequence_of_full_width():
 # ------------------------------------------------------------------------------------------------
 def random_batch(rng, n, wa=4, n_seqs=3, ls=4, lp=24, vocab=4, column=False):
     a = rng.integers(0, wa + 1, n)
-    t = np.maximum(a - 2 + rng.integers(0, lp + 2, n), 0)  # t - a in [-2, lp): pre_ids reads inside the row
+    t = np.maximum(
+        a - 2 + rng.integers(0, lp + 2, n), 0
+    )  # t - a in [-2, lp): pre_ids reads inside the row
     per = (n, 1) if column else (n,)
     lens = rng.integers(0, ls + 1, (n, n_seqs)).astype(np.int32)
     return {
@@ -176,7 +212,9 @@ def check_invariants(before, got):
     for b in range(n):
         changed = np.flatnonzero(got["accept_tokens"][b] != before["accept_tokens"][b])
         if hit[b]:
-            assert got["accept_tokens"][b, a1[b] - 1] == eos, "the token after the sequence becomes EOS"
+            assert got["accept_tokens"][b, a1[b] - 1] == eos, (
+                "the token after the sequence becomes EOS"
+            )
             assert set(changed) <= {a1[b] - 1}
         else:
             assert changed.size == 0
@@ -199,9 +237,16 @@ def test_grid_op_matches_reference(n):
 @st.composite
 def cases(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    return random_batch(rng, draw(st.integers(1, 30)), wa=draw(st.integers(1, 6)), n_seqs=draw(st.integers(0, 4)),
-                        ls=draw(st.integers(1, 5)), lp=draw(st.integers(1, 16)), vocab=draw(st.integers(1, 5)),
-                        column=draw(st.booleans()))  # fmt: skip
+    return random_batch(
+        rng,
+        draw(st.integers(1, 30)),
+        wa=draw(st.integers(1, 6)),
+        n_seqs=draw(st.integers(0, 4)),
+        ls=draw(st.integers(1, 5)),
+        lp=draw(st.integers(1, 16)),
+        vocab=draw(st.integers(1, 5)),
+        column=draw(st.booleans()),
+    )
 
 
 @given(cases())
@@ -213,8 +258,14 @@ def test_property_op_matches_reference_and_invariants_hold(d):
 # Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def valid():
-    return batch([[20, 21, 22], [20, 21, 22], [20, 21, 22]], [2, 3, 9], [PRE] * 3, [5, 6, 99],
-                 [[[11, 12]], [[20, 21]], [[20]]], stop_flags=[False, False, True])  # fmt: skip
+    return batch(
+        [[20, 21, 22], [20, 21, 22], [20, 21, 22]],
+        [2, 3, 9],
+        [PRE] * 3,
+        [5, 6, 99],
+        [[[11, 12]], [[20, 21]], [[20]]],
+        stop_flags=[False, False, True],
+    )
 
 
 def expect_error(d, name, data=False):
@@ -254,16 +305,26 @@ def test_wrong_dtype_names_the_argument(name):
         getattr(ops, OP)(*op_args)
 
 
-@pytest.mark.parametrize("name, shape", [
-    ("accept_tokens", (3, 3, 1)), ("accept_num", (3, 2)), ("pre_ids", (3,)), ("step_idx", (3, 2)),
-    ("stop_flags", (3, 2)), ("stop_seqs", (3, 3)), ("stop_seqs_len", (3,)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("accept_tokens", (3, 3, 1)),
+        ("accept_num", (3, 2)),
+        ("pre_ids", (3,)),
+        ("step_idx", (3, 2)),
+        ("stop_flags", (3, 2)),
+        ("stop_seqs", (3, 3)),
+        ("stop_seqs_len", (3,)),
+    ],
+)
 def test_wrong_rank_names_the_argument(name, shape):
     a = valid()[name]
     expect_error(replaced(name, np.zeros(shape, a.dtype)), name)
 
 
-@pytest.mark.parametrize("name", ["accept_num", "pre_ids", "step_idx", "stop_flags", "stop_seqs", "stop_seqs_len"])
+@pytest.mark.parametrize(
+    "name", ["accept_num", "pre_ids", "step_idx", "stop_flags", "stop_seqs", "stop_seqs_len"]
+)
 def test_too_few_requests_names_the_argument(name):
     expect_error(replaced(name, valid()[name][:2].copy()), name)
 

@@ -4,20 +4,29 @@ Hand cases with exact arrays (the §13 K = 1 trace, stopped / empty / step 0 req
 grid, Hypothesis, invariants (pre_ids written exactly at step_idx - accept_num + 1 .. step_idx) and
 bad input (ValueError naming the argument, nothing written).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 OP = "speculate_set_value_by_flags_and_idx"
-NAMES = ("pre_ids_all", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-         "seq_lens_decoder", "step_idx")  # fmt: skip
+NAMES = (
+    "pre_ids_all",
+    "accept_tokens",
+    "accept_num",
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+)
 MATRICES = ("pre_ids_all", "accept_tokens")
 WRITTEN = ("pre_ids_all", "accept_num", "seq_lens_decoder")
 LP = 8
@@ -50,7 +59,9 @@ def as_like(template, values, name):
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES])
+    op_after, ref_after, _, _ = run_both(
+        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
+    )
     for name, a, e in zip(NAMES, op_after, ref_after):
         assert_same(a, e, f"{name} (op vs reference)")
     return dict(zip(NAMES, op_after))
@@ -74,32 +85,66 @@ def test_trace_k1_prefill_writes_the_first_token_at_column_1():
 
 
 def test_trace_k1_step4_writes_the_accepted_tokens_at_columns_2_and_3():
-    d = batch(1, pre_ids_all=[[-1, T1]], seq_lens_decoder=[6], step_idx=[3], accept_num=[2],
-              accept_tokens=[[D1, T3]])  # fmt: skip
+    d = batch(
+        1,
+        pre_ids_all=[[-1, T1]],
+        seq_lens_decoder=[6],
+        step_idx=[3],
+        accept_num=[2],
+        accept_tokens=[[D1, T3]],
+    )
     check_case(d, pre_ids_all=[[-1, T1, D1, T3]])
 
 
 def test_stopped_request_resets_accept_num_and_decoder_and_keeps_pre_ids():
-    d = batch(2, column=True, stop_flags=[True, False], seq_lens_decoder=[9, 9], step_idx=[5, 5],
-              accept_num=[2, 1], accept_tokens=[[7, 8], [9, 10]], pre_ids_all=[[-1, 1, 2], [-1, 1, 2]])  # fmt: skip
-    check_case(d, accept_num=[0, 1], seq_lens_decoder=[0, 9], pre_ids_all=[[-1, 1, 2], [-1, 1, 2, -1, -1, 9]])
+    d = batch(
+        2,
+        column=True,
+        stop_flags=[True, False],
+        seq_lens_decoder=[9, 9],
+        step_idx=[5, 5],
+        accept_num=[2, 1],
+        accept_tokens=[[7, 8], [9, 10]],
+        pre_ids_all=[[-1, 1, 2], [-1, 1, 2]],
+    )
+    check_case(
+        d,
+        accept_num=[0, 1],
+        seq_lens_decoder=[0, 9],
+        pre_ids_all=[[-1, 1, 2], [-1, 1, 2, -1, -1, 9]],
+    )
 
 
 def test_requests_that_write_nothing():
     # 0: enc == dec == 0 (empty slot); 1: step_idx 0; 2: accept_num 0; 3: enc != 0, dec 0 -> writes.
-    d = batch(4, seq_lens_encoder=[0, 0, 0, 3], seq_lens_decoder=[0, 4, 4, 0], step_idx=[3, 0, 3, 2],
-              accept_num=[1, 1, 0, 2], accept_tokens=[[5, 6]] * 4)  # fmt: skip
+    d = batch(
+        4,
+        seq_lens_encoder=[0, 0, 0, 3],
+        seq_lens_decoder=[0, 4, 4, 0],
+        step_idx=[3, 0, 3, 2],
+        accept_num=[1, 1, 0, 2],
+        accept_tokens=[[5, 6]] * 4,
+    )
     check_case(d, pre_ids_all=[[], [], [], [-1, 5, 6]])
 
 
 def test_rows_past_bs_are_untouched():
-    d = batch(3, bs=1, stop_flags=[False, True, True], seq_lens_decoder=[2, 2, 2], step_idx=[1, 1, 1],
-              accept_num=[1, 1, 1], accept_tokens=[[4, 0]] * 3)  # fmt: skip
+    d = batch(
+        3,
+        bs=1,
+        stop_flags=[False, True, True],
+        seq_lens_decoder=[2, 2, 2],
+        step_idx=[1, 1, 1],
+        accept_num=[1, 1, 1],
+        accept_tokens=[[4, 0]] * 3,
+    )
     check_case(d, pre_ids_all=[[-1, 4], [], []])  # rows 1, 2 stopped but past bs: untouched
 
 
 def test_full_row_and_last_column():
-    d = batch(1, wa=3, seq_lens_decoder=[20], step_idx=[LP - 1], accept_num=[3], accept_tokens=[[5, 6, 7]])
+    d = batch(
+        1, wa=3, seq_lens_decoder=[20], step_idx=[LP - 1], accept_num=[3], accept_tokens=[[5, 6, 7]]
+    )
     check_case(d, pre_ids_all=[[-1, -1, -1, -1, -1, 5, 6, 7]])
 
 
@@ -117,9 +162,15 @@ def random_batch(rng, n, wa=4, lp=16, bs=None, column=False):
         "accept_tokens": rng.integers(100, 200, (n, wa)).astype(np.int64),
         "accept_num": a.astype(np.int32).reshape(per),
         "stop_flags": (rng.random(n) < 0.25).reshape(per),
-        "seq_lens_this_time": rng.integers(0, 5, bs).astype(np.int32).reshape((bs, 1) if column else (bs,)),
-        "seq_lens_encoder": np.where(rng.random(n) < 0.2, rng.integers(1, 9, n), 0).astype(np.int32).reshape(per),
-        "seq_lens_decoder": np.where(rng.random(n) < 0.8, rng.integers(1, 50, n), 0).astype(np.int32).reshape(per),
+        "seq_lens_this_time": rng.integers(0, 5, bs)
+        .astype(np.int32)
+        .reshape((bs, 1) if column else (bs,)),
+        "seq_lens_encoder": np.where(rng.random(n) < 0.2, rng.integers(1, 9, n), 0)
+        .astype(np.int32)
+        .reshape(per),
+        "seq_lens_decoder": np.where(rng.random(n) < 0.8, rng.integers(1, 50, n), 0)
+        .astype(np.int32)
+        .reshape(per),
         "step_idx": step.astype(np.int64).reshape(per),
     }
 
@@ -127,13 +178,17 @@ def random_batch(rng, n, wa=4, lp=16, bs=None, column=False):
 def check_invariants(before, got):
     bs = before["seq_lens_this_time"].size
     f = lambda src, name: src[name].reshape(-1)  # noqa: E731
-    stop, enc, dec, step, a = (f(before, k) for k in ("stop_flags", "seq_lens_encoder", "seq_lens_decoder",
-                                                      "step_idx", "accept_num"))  # fmt: skip
+    stop, enc, dec, step, a = (
+        f(before, k)
+        for k in ("stop_flags", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "accept_num")
+    )
     for b in range(stop.size):
         pre0, pre1 = before["pre_ids_all"][b], got["pre_ids_all"][b]
         writes = b < bs and not stop[b] and not (dec[b] == 0 and enc[b] == 0) and step[b] > 0
         cols = np.arange(step[b] - a[b] + 1, step[b] + 1) if writes else np.arange(0)
-        assert_same(pre1[cols], before["accept_tokens"][b, : len(cols)], f"pre_ids_all[{b}] written columns")
+        assert_same(
+            pre1[cols], before["accept_tokens"][b, : len(cols)], f"pre_ids_all[{b}] written columns"
+        )
         others = np.setdiff1d(np.arange(pre0.size), cols)
         assert_same(pre1[others], pre0[others], f"pre_ids_all[{b}] other columns")
         if b < bs and stop[b]:
@@ -157,8 +212,14 @@ def test_grid_op_matches_reference(n):
 def cases(draw):
     n = draw(st.integers(1, 40))
     wa = draw(st.integers(1, 6))
-    return random_batch(np.random.default_rng(draw(st.integers(0, 2**32 - 1))), n, wa=wa,
-                        lp=draw(st.integers(wa + 1, 20)), bs=draw(st.integers(0, n)), column=draw(st.booleans()))  # fmt: skip
+    return random_batch(
+        np.random.default_rng(draw(st.integers(0, 2**32 - 1))),
+        n,
+        wa=wa,
+        lp=draw(st.integers(wa + 1, 20)),
+        bs=draw(st.integers(0, n)),
+        column=draw(st.booleans()),
+    )
 
 
 @given(cases())
@@ -170,8 +231,15 @@ def test_property_op_matches_reference_and_invariants_hold(data):
 # Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def valid():
-    return batch(3, wa=3, stop_flags=[False, True, False], seq_lens_decoder=[5, 5, 0], step_idx=[4, 99, 99],
-                 accept_num=[3, 9, 9], accept_tokens=[[1, 2, 3]] * 3)  # fmt: skip
+    return batch(
+        3,
+        wa=3,
+        stop_flags=[False, True, False],
+        seq_lens_decoder=[5, 5, 0],
+        step_idx=[4, 99, 99],
+        accept_num=[3, 9, 9],
+        accept_tokens=[[1, 2, 3]] * 3,
+    )
 
 
 def expect_error(d, name, data=False):
@@ -207,7 +275,9 @@ def test_wrong_dtype_names_the_argument(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_rank_names_the_argument(name):
     a = valid()[name]
-    wrong = a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    wrong = (
+        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
+    )
     expect_error(replaced(name, wrong), name)
 
 
@@ -223,7 +293,11 @@ def test_accept_num_out_of_range(value):
     expect_error(d, "accept_num", data=True)
 
 
-@pytest.mark.parametrize("step, a", [(LP, 1), (LP + 5, 3), (1, 3), (2, 3)], ids=["last=Lp", "past", "first=-1", "first=0 ok"])
+@pytest.mark.parametrize(
+    "step, a",
+    [(LP, 1), (LP + 5, 3), (1, 3), (2, 3)],
+    ids=["last=Lp", "past", "first=-1", "first=0 ok"],
+)
 def test_written_column_outside_the_row(step, a):
     d = valid()
     d["step_idx"][0], d["accept_num"][0] = step, a

@@ -3,6 +3,7 @@ named hand cases with exact arrays (release, allocation, preemption, the step_ma
 retry, LIFO recovery with its re-prefill), the odd-size grid, Hypothesis properties with
 block-accounting invariants, and bad input (ValueError naming the argument, nothing written).
 Multi-step scenarios live in test_block_scenarios.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,15 +16,49 @@ import fd_mtp.ops as ops
 import fd_mtp.reference as reference
 
 NAMES = (
-    "stop_flags", "seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder", "seq_lens_decoder",
-    "block_tables", "encoder_block_lens", "is_block_step", "step_block_list", "step_lens", "recover_block_list",
-    "recover_lens", "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len",
-    "input_ids", "pre_ids", "step_idx", "next_tokens", "first_token_ids", "accept_num",
-)  # fmt: skip
+    "stop_flags",
+    "seq_lens_this_time",
+    "ori_seq_lens_encoder",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "is_block_step",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "input_ids",
+    "pre_ids",
+    "step_idx",
+    "next_tokens",
+    "first_token_ids",
+    "accept_num",
+)
 BS, K, ENC_DEC = 4, 1, 2  # hand cases: a running request needs slot (dec + 2) // 4
-I32 = ("seq_lens_this_time", "ori_seq_lens_encoder", "seq_lens_encoder", "seq_lens_decoder", "block_tables",
-       "encoder_block_lens", "step_block_list", "step_lens", "recover_block_list", "recover_lens",
-       "need_block_list", "need_block_len", "used_list_len", "free_list", "free_list_len", "accept_num")  # fmt: skip
+I32 = (
+    "seq_lens_this_time",
+    "ori_seq_lens_encoder",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "accept_num",
+)
 BOOL = ("stop_flags", "is_block_step")
 
 
@@ -86,18 +121,37 @@ def expect(out, before=None, **fields):
 # ------------------------------------------------------------------------------------------------
 def test_finished_request_returns_its_decode_blocks_and_a_needy_one_pops_the_top():
     # 0 finished, holds decode blocks 20 21; 1 needs slot (6 + 2) // 4 = 2; 2's slot 0 is held.
-    d = batch(3, stop_flags=[True, False, False], seq_lens_this_time=[0, 2, 2], seq_lens_decoder=[0, 6, 1],
-              block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [7, -1, -1, -1]], used_list_len=[2, 1, 0],
-              free_list=[30, 31, 0, 0, 0], free_list_len=[2])  # fmt: skip
+    d = batch(
+        3,
+        stop_flags=[True, False, False],
+        seq_lens_this_time=[0, 2, 2],
+        seq_lens_decoder=[0, 6, 1],
+        block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [7, -1, -1, -1]],
+        used_list_len=[2, 1, 0],
+        free_list=[30, 31, 0, 0, 0],
+        free_list_len=[2],
+    )
     out = both(d)
-    expect(out, d,
-           first_token_ids=[-1, 71, 72], encoder_block_lens=[0, 1, 1], used_list_len=[0, 2, 0],
-           block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [7, -1, -1, -1]],
-           free_list=[30, 31, 20, 21, 0], free_list_len=[3])  # fmt: skip
+    expect(
+        out,
+        d,
+        first_token_ids=[-1, 71, 72],
+        encoder_block_lens=[0, 1, 1],
+        used_list_len=[0, 2, 0],
+        block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [7, -1, -1, -1]],
+        free_list=[30, 31, 20, 21, 0],
+        free_list_len=[3],
+    )
 
 
 def test_finished_request_without_decode_blocks_keeps_its_encoder_blocks():
-    d = batch(1, stop_flags=[True], seq_lens_this_time=[0], block_tables=[[5, -1, -1, -1]], free_list_len=[0])
+    d = batch(
+        1,
+        stop_flags=[True],
+        seq_lens_this_time=[0],
+        block_tables=[[5, -1, -1, -1]],
+        free_list_len=[0],
+    )
     expect(both(d), d, first_token_ids=[-1])
 
 
@@ -105,89 +159,194 @@ def test_preempts_the_request_with_most_decode_blocks():
     # Both need a block (slots 3 and 2), none free: request 0 (2 decode blocks) is preempted, leaves
     # the need list, its blocks 10 11 go back; request 1 pops 11. Recovery of 0 needs
     # min(2 + 1, 16 // 4 - 1) = 3 free blocks: only 1 left, so it stays parked.
-    d = batch(2, seq_lens_decoder=[10, 6], block_tables=[[0, 10, 11, -1], [1, 12, -1, -1]],
-              used_list_len=[2, 1], accept_num=[2, 1], step_idx=[5, 2])  # fmt: skip
+    d = batch(
+        2,
+        seq_lens_decoder=[10, 6],
+        block_tables=[[0, 10, 11, -1], [1, 12, -1, -1]],
+        used_list_len=[2, 1],
+        accept_num=[2, 1],
+        step_idx=[5, 2],
+    )
     out = both(d)
-    expect(out, d,
-           stop_flags=[True, False], is_block_step=[True, False], seq_lens_this_time=[0, 2],
-           seq_lens_decoder=[0, 6], accept_num=[0, 1], used_list_len=[2, 2],
-           block_tables=[[0, -1, -1, -1], [1, 12, 11, -1]], free_list=[10, 11, 0, 0], free_list_len=[1],
-           step_block_list=[0, -1], step_lens=[1])  # fmt: skip
+    expect(
+        out,
+        d,
+        stop_flags=[True, False],
+        is_block_step=[True, False],
+        seq_lens_this_time=[0, 2],
+        seq_lens_decoder=[0, 6],
+        accept_num=[0, 1],
+        used_list_len=[2, 2],
+        block_tables=[[0, -1, -1, -1], [1, 12, 11, -1]],
+        free_list=[10, 11, 0, 0],
+        free_list_len=[1],
+        step_block_list=[0, -1],
+        step_lens=[1],
+    )
 
 
 def test_preemption_tie_goes_to_the_lowest_index_and_need_list_is_batch_ordered():
     # three need a block, one free (40); 0 and 2 hold one decode block each, 1 holds none.
     # Preempt 0 (tie with 2, lowest index): frees 20 -> 2 needy, 2 free. Allocation in batch
     # order: 1 pops 20, 2 pops 40.
-    d = batch(3, seq_lens_decoder=[6, 2, 6], block_tables=[[0, 20, -1, -1], [1, -1, -1, -1], [2, 22, -1, -1]],
-              used_list_len=[1, 0, 1], free_list=[40, 0, 0], free_list_len=[1], width=8)  # fmt: skip
+    d = batch(
+        3,
+        seq_lens_decoder=[6, 2, 6],
+        block_tables=[[0, 20, -1, -1], [1, -1, -1, -1], [2, 22, -1, -1]],
+        used_list_len=[1, 0, 1],
+        free_list=[40, 0, 0],
+        free_list_len=[1],
+        width=8,
+    )
     out = both(d)
-    expect(out, d,
-           stop_flags=[True, False, False], is_block_step=[True, False, False], seq_lens_this_time=[0, 2, 2],
-           seq_lens_decoder=[0, 2, 6], accept_num=[0, 2, 2], used_list_len=[1, 1, 2],
-           block_tables=[[0, -1, -1, -1], [1, 20, -1, -1], [2, 22, 40, -1]], free_list=[40, 20, 0],
-           free_list_len=[0], step_block_list=[0, -1, -1], step_lens=[1])  # fmt: skip
+    expect(
+        out,
+        d,
+        stop_flags=[True, False, False],
+        is_block_step=[True, False, False],
+        seq_lens_this_time=[0, 2, 2],
+        seq_lens_decoder=[0, 2, 6],
+        accept_num=[0, 2, 2],
+        used_list_len=[1, 1, 2],
+        block_tables=[[0, -1, -1, -1], [1, 20, -1, -1], [2, 22, 40, -1]],
+        free_list=[40, 20, 0],
+        free_list_len=[0],
+        step_block_list=[0, -1, -1],
+        step_lens=[1],
+    )
 
 
 def test_requests_holding_max_decoder_block_num_are_spared_first():
     # width 8 -> max_decoder_block_num 2. Request 0 holds 2 (spared), request 1 holds 1: 1 goes.
-    d = batch(2, width=8, seq_lens_decoder=[11, 5], block_tables=[[0, 10, 11, -1], [1, 12, -1, -1]],
-              used_list_len=[2, 1])  # fmt: skip
+    d = batch(
+        2,
+        width=8,
+        seq_lens_decoder=[11, 5],
+        block_tables=[[0, 10, 11, -1], [1, 12, -1, -1]],
+        used_list_len=[2, 1],
+    )
     out = both(d)
-    expect(out, d,
-           stop_flags=[False, True], is_block_step=[False, True], seq_lens_this_time=[2, 0],
-           seq_lens_decoder=[11, 0], accept_num=[2, 0], used_list_len=[3, 1],
-           block_tables=[[0, 10, 11, 12], [1, -1, -1, -1]], free_list=[12, 0, 0, 0], free_list_len=[0],
-           step_block_list=[1, -1], step_lens=[1])  # fmt: skip
+    expect(
+        out,
+        d,
+        stop_flags=[False, True],
+        is_block_step=[False, True],
+        seq_lens_this_time=[2, 0],
+        seq_lens_decoder=[11, 0],
+        accept_num=[2, 0],
+        used_list_len=[3, 1],
+        block_tables=[[0, 10, 11, 12], [1, -1, -1, -1]],
+        free_list=[12, 0, 0, 0],
+        free_list_len=[0],
+        step_block_list=[1, -1],
+        step_lens=[1],
+    )
 
 
 def test_flag_retry_then_the_victim_is_recovered_in_the_same_call():
     # Both hold max_decoder_block_num = 2: nobody is eligible, the flag is set, request 0 (tie) is
     # preempted (10 11 back). Request 1 pops 11. Recovery of 0 wants min(2 + 1, 2 - 1) = 1 <= 1
     # free: it is re-prefilled at once with block 10, prompt 3 + step_idx 2 tokens.
-    d = batch(2, width=8, seq_lens_decoder=[11, 11], block_tables=[[0, 10, 11, -1], [1, 12, 13, -1]],
-              used_list_len=[2, 2], step_idx=[2, 0], ori_seq_lens_encoder=[3, 3])  # fmt: skip
+    d = batch(
+        2,
+        width=8,
+        seq_lens_decoder=[11, 11],
+        block_tables=[[0, 10, 11, -1], [1, 12, 13, -1]],
+        used_list_len=[2, 2],
+        step_idx=[2, 0],
+        ori_seq_lens_encoder=[3, 3],
+    )
     out = both(d)
     ids = d["input_ids"].copy()
     ids[0, 0] = 70  # first_token_ids
     ids[0, 3:5] = d["pre_ids"][0, 1:3]
-    expect(out, d,
-           stop_flags=[False, False], is_block_step=[False, False], seq_lens_this_time=[5, 2],
-           seq_lens_encoder=[5, 0], seq_lens_decoder=[0, 11], accept_num=[0, 2], used_list_len=[1, 3],
-           block_tables=[[0, 10, -1, -1], [1, 12, 13, 11]], free_list=[10, 11, 0, 0], free_list_len=[0],
-           step_block_list=[-1, -1], recover_block_list=[0, -1], input_ids=ids)  # fmt: skip
+    expect(
+        out,
+        d,
+        stop_flags=[False, False],
+        is_block_step=[False, False],
+        seq_lens_this_time=[5, 2],
+        seq_lens_encoder=[5, 0],
+        seq_lens_decoder=[0, 11],
+        accept_num=[0, 2],
+        used_list_len=[1, 3],
+        block_tables=[[0, 10, -1, -1], [1, 12, 13, 11]],
+        free_list=[10, 11, 0, 0],
+        free_list_len=[0],
+        step_block_list=[-1, -1],
+        recover_block_list=[0, -1],
+        input_ids=ids,
+    )
 
 
 def test_lifo_recovery_re_prefills_prompt_and_generated_tokens():
     # 0 and 1 were preempted earlier (pushed 0 then 1); 2 finishes and returns 60 61 62.
     # The last pushed (1) recovers: want min(2 + 1, 16 // 4 - 1) = 3 blocks, popped 62 61 60.
-    d = batch(3, nb=5, stop_flags=[True, True, True], is_block_step=[True, True, False],
-              seq_lens_this_time=[0, 0, 0], block_tables=[[3, -1, -1, -1, -1], [4, -1, -1, -1, -1], [6, 60, 61, 62, -1]],
-              used_list_len=[1, 2, 3], ori_seq_lens_encoder=[3, 2, 4], step_idx=[4, 3, 0],
-              step_block_list=[0, 1, -1], step_lens=[2], free_list=[40, 41, 0, 0, 0, 0], free_list_len=[2])  # fmt: skip
+    d = batch(
+        3,
+        nb=5,
+        stop_flags=[True, True, True],
+        is_block_step=[True, True, False],
+        seq_lens_this_time=[0, 0, 0],
+        block_tables=[[3, -1, -1, -1, -1], [4, -1, -1, -1, -1], [6, 60, 61, 62, -1]],
+        used_list_len=[1, 2, 3],
+        ori_seq_lens_encoder=[3, 2, 4],
+        step_idx=[4, 3, 0],
+        step_block_list=[0, 1, -1],
+        step_lens=[2],
+        free_list=[40, 41, 0, 0, 0, 0],
+        free_list_len=[2],
+    )
     out = both(d)
     ids = d["input_ids"].copy()
     ids[1, 0] = 71
     ids[1, 2:5] = d["pre_ids"][1, 1:4]
-    expect(out, d,
-           stop_flags=[True, False, True], is_block_step=[True, False, False], seq_lens_this_time=[0, 5, 0],
-           seq_lens_encoder=[0, 5, 0], first_token_ids=[70, 71, -1], encoder_block_lens=[1, 1, 0],
-           used_list_len=[1, 3, 0],
-           block_tables=[[3, -1, -1, -1, -1], [4, 62, 61, 60, -1], [6, -1, -1, -1, -1]],
-           free_list=[40, 41, 60, 61, 62, 0], free_list_len=[2], step_block_list=[0, -1, -1], step_lens=[1],
-           recover_block_list=[1, -1, -1], input_ids=ids)  # fmt: skip
+    expect(
+        out,
+        d,
+        stop_flags=[True, False, True],
+        is_block_step=[True, False, False],
+        seq_lens_this_time=[0, 5, 0],
+        seq_lens_encoder=[0, 5, 0],
+        first_token_ids=[70, 71, -1],
+        encoder_block_lens=[1, 1, 0],
+        used_list_len=[1, 3, 0],
+        block_tables=[[3, -1, -1, -1, -1], [4, 62, 61, 60, -1], [6, -1, -1, -1, -1]],
+        free_list=[40, 41, 60, 61, 62, 0],
+        free_list_len=[2],
+        step_block_list=[0, -1, -1],
+        step_lens=[1],
+        recover_block_list=[1, -1, -1],
+        input_ids=ids,
+    )
 
 
 def test_recovery_waits_when_too_few_blocks_are_free():
-    d = batch(1, stop_flags=[True], is_block_step=[True], seq_lens_this_time=[0], block_tables=[[3, -1, -1, -1]],
-              used_list_len=[2], step_block_list=[0], step_lens=[1], free_list=[40, 41, 0], free_list_len=[2])  # fmt: skip
+    d = batch(
+        1,
+        stop_flags=[True],
+        is_block_step=[True],
+        seq_lens_this_time=[0],
+        block_tables=[[3, -1, -1, -1]],
+        used_list_len=[2],
+        step_block_list=[0],
+        step_lens=[1],
+        free_list=[40, 41, 0],
+        free_list_len=[2],
+    )
     expect(both(d), d)  # want 3 > 2 free: nothing changes at all
 
 
 def test_slot_past_the_row_and_zero_this_time_need_nothing():
     # 0: slot (14 + 2) // 4 = 4 >= NB; 1: this_time 0 (not stopped) is not examined.
-    d = batch(2, seq_lens_decoder=[14, 6], seq_lens_this_time=[2, 0], block_tables=[[0, 1, 2, 3], [4, 5, -1, -1]],
-              encoder_block_lens=[1, 1], used_list_len=[3, 1])  # fmt: skip
+    d = batch(
+        2,
+        seq_lens_decoder=[14, 6],
+        seq_lens_this_time=[2, 0],
+        block_tables=[[0, 1, 2, 3], [4, 5, -1, -1]],
+        encoder_block_lens=[1, 1],
+        used_list_len=[3, 1],
+    )
     expect(both(d), d)
 
 
@@ -204,7 +363,11 @@ def random_batch(rng, bsz, nb=6, bs=4, k=2, width=24, tight=False):
     bstep = rng.random(bsz) < 0.2
     stop = bstep | (rng.random(bsz) < 0.15)
     for b in range(bsz):
-        used[b] = rng.integers(0, min(nb - enc[b], width // bs - enc[b]) + 1) if width // bs > enc[b] else 0
+        used[b] = (
+            rng.integers(0, min(nb - enc[b], width // bs - enc[b]) + 1)
+            if width // bs > enc[b]
+            else 0
+        )
         for j in range(enc[b] + (0 if bstep[b] else used[b])):
             tables[b, j] = next(ids)
     parked = [int(b) for b in np.flatnonzero(bstep)]
@@ -217,26 +380,44 @@ def random_batch(rng, bsz, nb=6, bs=4, k=2, width=24, tight=False):
     filled = enc + used
     dec = np.maximum(0, (filled + rng.integers(-2, 2, bsz)) * bs - k - 1 + rng.integers(0, bs, bsz))
     ori = rng.integers(1, max(2, width // 2), bsz).astype(np.int32)
-    step_idx = (rng.random(bsz) * (width - ori + 1)).astype(np.int64)  # prompt + generated fit the row
+    step_idx = (rng.random(bsz) * (width - ori + 1)).astype(
+        np.int64
+    )  # prompt + generated fit the row
     return batch(
-        bsz, nb=nb, width=width, stop_flags=stop, is_block_step=bstep,
-        seq_lens_this_time=np.where(stop, 0, rng.integers(1, k + 2, bsz)), ori_seq_lens_encoder=ori,
-        seq_lens_decoder=np.where(bstep, 0, dec), block_tables=tables, encoder_block_lens=enc,
-        used_list_len=used, step_block_list=step_list, step_lens=[len(parked)], free_list=free,
-        free_list_len=[free_len], step_idx=step_idx,
-        input_ids=rng.integers(0, 100, (bsz, width)), pre_ids=rng.integers(0, 100, (bsz, width)),
+        bsz,
+        nb=nb,
+        width=width,
+        stop_flags=stop,
+        is_block_step=bstep,
+        seq_lens_this_time=np.where(stop, 0, rng.integers(1, k + 2, bsz)),
+        ori_seq_lens_encoder=ori,
+        seq_lens_decoder=np.where(bstep, 0, dec),
+        block_tables=tables,
+        encoder_block_lens=enc,
+        used_list_len=used,
+        step_block_list=step_list,
+        step_lens=[len(parked)],
+        free_list=free,
+        free_list_len=[free_len],
+        step_idx=step_idx,
+        input_ids=rng.integers(0, 100, (bsz, width)),
+        pre_ids=rng.integers(0, 100, (bsz, width)),
         accept_num=rng.integers(0, k + 2, bsz),
-    )  # fmt: skip
+    )
 
 
 def live_blocks(s):
-    return np.concatenate([s["block_tables"][s["block_tables"] != -1], s["free_list"][: int(s["free_list_len"][0])]])
+    return np.concatenate(
+        [s["block_tables"][s["block_tables"] != -1], s["free_list"][: int(s["free_list_len"][0])]]
+    )
 
 
 def check_invariants(before, after):
     values, counts = np.unique(live_blocks(after), return_counts=True)
     assert np.all(counts == 1), f"block ids owned twice: {values[counts > 1][:5]}"
-    assert np.array_equal(np.sort(live_blocks(after)), np.sort(live_blocks(before))), "blocks lost or created"
+    assert np.array_equal(np.sort(live_blocks(after)), np.sort(live_blocks(before))), (
+        "blocks lost or created"
+    )
     assert after["need_block_len"][0] == 0 and after["recover_lens"][0] == 0
     assert np.all(after["need_block_list"] == -1)
     n = int(after["step_lens"][0])
@@ -244,7 +425,9 @@ def check_invariants(before, after):
     assert sorted(after["step_block_list"][:n].tolist()) == sorted(parked.tolist())
     assert np.all(after["stop_flags"][parked]) and np.all(after["seq_lens_this_time"][parked] == 0)
     preempted = after["is_block_step"] & ~before["is_block_step"]
-    assert np.all(after["seq_lens_decoder"][preempted] == 0) and np.all(after["accept_num"][preempted] == 0)
+    assert np.all(after["seq_lens_decoder"][preempted] == 0) and np.all(
+        after["accept_num"][preempted] == 0
+    )
     recovered = before["is_block_step"] & ~after["is_block_step"]
     assert recovered.sum() <= 1
     for r in np.flatnonzero(recovered):
@@ -273,10 +456,18 @@ def test_grid_matches_reference(bsz, bs, k):
     assert compare_or_both_raise(d, bs, k) is not None
 
 
-@given(bsz=st.integers(1, 24), nb=st.integers(2, 7), bs=st.sampled_from([1, 2, 4]), k=st.integers(0, 4),
-       tight=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@given(
+    bsz=st.integers(1, 24),
+    nb=st.integers(2, 7),
+    bs=st.sampled_from([1, 2, 4]),
+    k=st.integers(0, 4),
+    tight=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_property_matches_reference(bsz, nb, bs, k, tight, seed):
-    d = random_batch(np.random.default_rng(seed), bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight)
+    d = random_batch(
+        np.random.default_rng(seed), bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight
+    )
     compare_or_both_raise(d, bs, k)
 
 
@@ -293,18 +484,36 @@ def raises_and_unchanged(d, name, bs=BS, k=K):
 
 def good():
     """Valid: request 0 needs slot 2 and holds 1 decode block, 1 free block; request 1 is parked."""
-    return batch(2, seq_lens_decoder=[6, 0], seq_lens_this_time=[2, 0], stop_flags=[False, True],
-                 is_block_step=[False, True], block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
-                 used_list_len=[1, 0], step_block_list=[1, -1], step_lens=[1], free_list=[30, 0, 0],
-                 free_list_len=[1], step_idx=[3, 4])  # fmt: skip
+    return batch(
+        2,
+        seq_lens_decoder=[6, 0],
+        seq_lens_this_time=[2, 0],
+        stop_flags=[False, True],
+        is_block_step=[False, True],
+        block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
+        used_list_len=[1, 0],
+        step_block_list=[1, -1],
+        step_lens=[1],
+        free_list=[30, 0, 0],
+        free_list_len=[1],
+        step_idx=[3, 4],
+    )
 
 
 BAD = {
     # nothing preemptible: request 0 needs a block and nobody holds one
-    "exhausted": ("free_list", dict(used_list_len=[0, 0], block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]],
-                                    free_list_len=[0])),
-    "free_list_too_small": ("free_list", dict(stop_flags=[True, True], is_block_step=[False, True],
-                                              free_list=[30], free_list_len=[1])),
+    "exhausted": (
+        "free_list",
+        dict(
+            used_list_len=[0, 0], block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]], free_list_len=[0]
+        ),
+    ),
+    "free_list_too_small": (
+        "free_list",
+        dict(
+            stop_flags=[True, True], is_block_step=[False, True], free_list=[30], free_list_len=[1]
+        ),
+    ),
     "free_list_len_negative": ("free_list_len", dict(free_list_len=[-1])),
     "free_list_len_past_list": ("free_list_len", dict(free_list_len=[4])),
     "used_past_row": ("used_list_len", dict(used_list_len=[4, 0])),
@@ -314,17 +523,37 @@ BAD = {
     "recover_lens_nonzero": ("recover_lens", dict(recover_lens=[1])),
     "negative_decoder": ("seq_lens_decoder", dict(seq_lens_decoder=[-6, 0])),
     "step_list_entry_out_of_range": ("step_block_list", dict(step_block_list=[7, -1])),
-    "step_list_full": ("step_block_list", dict(free_list_len=[0], step_block_list=[1], step_lens=[1])),
+    "step_list_full": (
+        "step_block_list",
+        dict(free_list_len=[0], step_block_list=[1], step_lens=[1]),
+    ),
     "need_list_too_small": ("need_block_list", dict(need_block_list=np.zeros(0, np.int32))),
-    "recover_list_empty": ("recover_block_list", dict(recover_block_list=np.zeros(0, np.int32),
-                                                      free_list=[30, 31, 0], free_list_len=[2])),
-    "encoder_blocks_above_max": ("encoder_block_lens", dict(  # width 12: max_decoder_block_num 3 < 4
-        encoder_block_lens=[1, 4], block_tables=[[5, 20, -1, -1], [6, 1, 2, 3]],
-        input_ids=np.zeros((2, 12), np.int64), pre_ids=np.zeros((2, 12), np.int64))),
-    "ori_negative": ("ori_seq_lens_encoder", dict(ori_seq_lens_encoder=[3, -1], free_list=[30, 31, 32], free_list_len=[3])),
-    "step_idx_past_pre_ids": ("step_idx", dict(step_idx=[3, 16], free_list=[30, 31, 32], free_list_len=[3])),
-    "input_ids_too_narrow": ("input_ids", dict(ori_seq_lens_encoder=[3, 13], free_list=[30, 31, 32], free_list_len=[3])),
-}  # fmt: skip
+    "recover_list_empty": (
+        "recover_block_list",
+        dict(recover_block_list=np.zeros(0, np.int32), free_list=[30, 31, 0], free_list_len=[2]),
+    ),
+    "encoder_blocks_above_max": (
+        "encoder_block_lens",
+        dict(  # width 12: max_decoder_block_num 3 < 4
+            encoder_block_lens=[1, 4],
+            block_tables=[[5, 20, -1, -1], [6, 1, 2, 3]],
+            input_ids=np.zeros((2, 12), np.int64),
+            pre_ids=np.zeros((2, 12), np.int64),
+        ),
+    ),
+    "ori_negative": (
+        "ori_seq_lens_encoder",
+        dict(ori_seq_lens_encoder=[3, -1], free_list=[30, 31, 32], free_list_len=[3]),
+    ),
+    "step_idx_past_pre_ids": (
+        "step_idx",
+        dict(step_idx=[3, 16], free_list=[30, 31, 32], free_list_len=[3]),
+    ),
+    "input_ids_too_narrow": (
+        "input_ids",
+        dict(ori_seq_lens_encoder=[3, 13], free_list=[30, 31, 32], free_list_len=[3]),
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -342,7 +571,13 @@ def test_good_args_are_good():
     # request 0 pops 30; the parked request 1 wants min(0 + 1, 4 - 1) = 1 block, none left.
     d = good()
     out = both(d)
-    expect(out, d, block_tables=[[5, 20, 30, -1], [6, -1, -1, -1]], used_list_len=[2, 0], free_list_len=[0])
+    expect(
+        out,
+        d,
+        block_tables=[[5, 20, 30, -1], [6, -1, -1, -1]],
+        used_list_len=[2, 0],
+        free_list_len=[0],
+    )
 
 
 BAD_TYPES = {

@@ -8,6 +8,7 @@ top-p candidates; "rejection" emits tokens distributed as the target p), determi
 default counter, environment defaults, Philox4x32-10 known answers (numpy and C++), and bad input
 (ValueError naming the argument, nothing written).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -18,21 +19,35 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from util import BATCH_GRID, assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.ops.verify as ops_verify
 import fd_mtp.reference as reference
 from fd_mtp.reference.verify import philox4x32_10, philox_uniform
-from util import BATCH_GRID, assert_same, to_numpy, to_paddle
 
 L = 8  # max_seq_len of the offsets in the hand cases
 EOS, EOS2 = 2, 3
 NAMES = (
-    "sampled_token_ids", "accept_tokens", "accept_num", "step_idx", "stop_flags", "seq_lens_encoder",
-    "seq_lens_decoder", "draft_tokens", "seq_lens_this_time", "verify_tokens", "verify_scores",
-    "max_dec_len", "end_tokens", "is_block_step", "output_cum_offsets", "actual_candidate_len",
-    "actual_draft_token_nums", "topp",
-)  # fmt: skip
+    "sampled_token_ids",
+    "accept_tokens",
+    "accept_num",
+    "step_idx",
+    "stop_flags",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "draft_tokens",
+    "seq_lens_this_time",
+    "verify_tokens",
+    "verify_scores",
+    "max_dec_len",
+    "end_tokens",
+    "is_block_step",
+    "output_cum_offsets",
+    "actual_candidate_len",
+    "actual_draft_token_nums",
+    "topp",
+)
 WRITTEN = ("accept_tokens", "accept_num", "step_idx", "stop_flags")
 STRATEGY_NAMES = ("topp", "topk", "target_match", "greedy", "rejection")
 STALE = 77  # initial accept_tokens entries: untouched columns keep it
@@ -58,9 +73,16 @@ def build(reqs, C=3, width=None, V=8, probs=False, draft_probs=False, column=Fal
         o = 0 if (r.get("stop") or r.get("block")) else (1 if r.get("enc", 0) else n)
         outs.append(o)
         for k in range(o):
-            rows.append(dict(cands=r["cands"][k], scores=r.get("scores", [[1.0] + [0.0] * (C - 1)] * o)[k],
-                             acl=r.get("acl", [1] * o)[k], sampled=r.get("sampled", [0] * o)[k],
-                             p=r["p"][k] if "p" in r else None, q=r["q"][k] if "q" in r else None))  # fmt: skip
+            rows.append(
+                dict(
+                    cands=r["cands"][k],
+                    scores=r.get("scores", [[1.0] + [0.0] * (C - 1)] * o)[k],
+                    acl=r.get("acl", [1] * o)[k],
+                    sampled=r.get("sampled", [0] * o)[k],
+                    p=r["p"][k] if "p" in r else None,
+                    q=r["q"][k] if "q" in r else None,
+                )
+            )
     T = len(rows)
     d = {
         "sampled_token_ids": np.array([[x["sampled"]] for x in rows], np.int64).reshape(T, 1),
@@ -71,13 +93,17 @@ def build(reqs, C=3, width=None, V=8, probs=False, draft_probs=False, column=Fal
         "seq_lens_encoder": np.array([r.get("enc", 0) for r in reqs], np.int32).reshape(per),
         "seq_lens_decoder": np.full(per, 5, np.int32),
         "draft_tokens": np.full((bsz, width), -1, np.int64),
-        "seq_lens_this_time": np.array([r.get("n", len(r.get("draft", [0]))) for r in reqs], np.int32).reshape(per),
+        "seq_lens_this_time": np.array(
+            [r.get("n", len(r.get("draft", [0]))) for r in reqs], np.int32
+        ).reshape(per),
         "verify_tokens": np.zeros((T, C), np.int64),
         "verify_scores": np.zeros((T, C), np.float32),
         "max_dec_len": np.array([r.get("max_dec", 100) for r in reqs], np.int64).reshape(per),
         "end_tokens": np.array([EOS, EOS2], np.int64),
         "is_block_step": np.array([bool(r.get("block")) for r in reqs]),
-        "output_cum_offsets": np.concatenate([[0], np.cumsum([L - o for o in outs])[:-1]]).astype(np.int32).reshape(per),
+        "output_cum_offsets": np.concatenate([[0], np.cumsum([L - o for o in outs])[:-1]])
+        .astype(np.int32)
+        .reshape(per),
         "actual_candidate_len": np.array([x["acl"] for x in rows], np.int32),
         "actual_draft_token_nums": np.full(bsz, width - 1, np.int32),
         "topp": np.array([r.get("topp", 0.5) for r in reqs], np.float32).reshape(per),
@@ -96,7 +122,9 @@ def build(reqs, C=3, width=None, V=8, probs=False, draft_probs=False, column=Fal
     return d, kw
 
 
-def attrs(max_seq_len=L, verify_window=2, enable_topp=True, benchmark_mode=False, accept_all_drafts=False):
+def attrs(
+    max_seq_len=L, verify_window=2, enable_topp=True, benchmark_mode=False, accept_all_drafts=False
+):
     return [max_seq_len, verify_window, enable_topp, benchmark_mode, accept_all_drafts]
 
 
@@ -151,19 +179,31 @@ def dec(draft, cands, **kw):
 # ------------------------------------------------------------------------------------------------
 def test_topp_perfect_match_accepts_all_and_adds_the_bonus():
     d, _ = build([dec([1, 11, 12, 13], [[11, 50, 51], [12, 50, 51], [13, 50, 51], [14, 50, 51]])])
-    check(d, dict(accept_tokens=[[11, 12, 13, 14]], accept_num=[4], step_idx=[14]), verify_strategy="topp")
+    check(
+        d,
+        dict(accept_tokens=[[11, 12, 13, 14]], accept_num=[4], step_idx=[14]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_early_mismatch_emits_the_correction_token():
-    d, _ = build([dec([1, 11, 12, 13], [[20, 21, 22], [12, 0, 0], [13, 0, 0], [14, 0, 0]], acl=[3, 1, 1, 1])])
-    check(d, dict(accept_tokens=[[20, S, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
+    d, _ = build(
+        [dec([1, 11, 12, 13], [[20, 21, 22], [12, 0, 0], [13, 0, 0], [14, 0, 0]], acl=[3, 1, 1, 1])]
+    )
+    check(
+        d,
+        dict(accept_tokens=[[20, S, S, S]], accept_num=[1], step_idx=[11]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_accepts_a_draft_anywhere_in_the_top_p_candidates():
     d, _ = build([dec([1, 11, 12], [[20, 11, 22], [30, 12, 0], [40, 0, 0]], acl=[2, 1, 1])])
     # row 0: 11 is candidate 1 of 2 -> accepted; row 1: 12 is outside the top-p set (acl 1) and
     # not followed by enough top-1 matches (no drafts left) -> correction = candidate 0 of row 1.
-    check(d, dict(accept_tokens=[[11, 30, S]], accept_num=[2], step_idx=[12]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[11, 30, S]], accept_num=[2], step_idx=[12]), verify_strategy="topp"
+    )
 
 
 def window_case(**kw):
@@ -175,39 +215,67 @@ def window_case(**kw):
 
 def test_topp_window_matched_accepts_verify_window_plus_one_drafts():
     d, _ = build([window_case()])
-    check(d, dict(accept_tokens=[[11, 12, 13, 40, S]], accept_num=[4], step_idx=[14]), verify_strategy="topp")
+    check(
+        d,
+        dict(accept_tokens=[[11, 12, 13, 40, S]], accept_num=[4], step_idx=[14]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_window_not_matched_emits_the_correction_of_the_first_row():
-    d, _ = build([window_case(cands=[[20, 11, 22], [12, 0, 0], [99, 0, 0], [40, 0, 0], [50, 0, 0]])])
-    check(d, dict(accept_tokens=[[20, S, S, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
+    d, _ = build(
+        [window_case(cands=[[20, 11, 22], [12, 0, 0], [99, 0, 0], [40, 0, 0], [50, 0, 0]])]
+    )
+    check(
+        d,
+        dict(accept_tokens=[[20, S, S, S, S]], accept_num=[1], step_idx=[11]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_end_token_inside_the_window_stops_and_undoes_one_count():
     # acc 1 + 3 = 4, step 10 + 3 = 13; 11 ok, EOS stops at k = 1: acc 3, step 12 (§14.9 quirk:
     # accept_num counts one token more than were written).
-    d, _ = build([window_case(draft=[1, 11, EOS, 13, 14], cands=[[20, 11, 22], [EOS, 0, 0], [13, 0, 0],
-                                                                 [40, 0, 0], [50, 0, 0]])])  # fmt: skip
-    check(d, dict(accept_tokens=[[11, EOS, S, S, S]], accept_num=[3], step_idx=[12], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    d, _ = build(
+        [
+            window_case(
+                draft=[1, 11, EOS, 13, 14],
+                cands=[[20, 11, 22], [EOS, 0, 0], [13, 0, 0], [40, 0, 0], [50, 0, 0]],
+            )
+        ]
+    )
+    check(
+        d,
+        dict(accept_tokens=[[11, EOS, S, S, S]], accept_num=[3], step_idx=[12], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_max_dec_len_inside_the_window_overwrites_with_end_tokens_0():
     # step is advanced by verify_window + 1 = 3 before the walk: 13 >= 12 at the first token.
     d, _ = build([window_case(max_dec=12)])
-    check(d, dict(accept_tokens=[[EOS, S, S, S, S]], accept_num=[3], step_idx=[12], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[EOS, S, S, S, S]], accept_num=[3], step_idx=[12], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_window_larger_than_the_remaining_drafts_is_not_matched():
     d, _ = build([dec([1, 11, 12], [[20, 11, 22], [12, 0, 0], [30, 0, 0]])])
-    check(d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp"
+    )
 
 
 def test_topp_verify_window_zero_accepts_the_top2_draft_alone():
     d, _ = build([window_case()])
-    check(d, dict(accept_tokens=[[11, 12, S, S, S]], accept_num=[2], step_idx=[12]),
-          attr=attrs(verify_window=0), verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, 12, S, S, S]], accept_num=[2], step_idx=[12]),
+        attr=attrs(verify_window=0),
+        verify_strategy="topp",
+    )
 
 
 def test_topp_window_rule_needs_two_candidates():
@@ -219,7 +287,9 @@ def test_topp_zero_candidate_length_rejects_even_the_top1_draft():
     # §14.8: top_p not reached inside C -> actual length 0: nothing is "in the candidates";
     # TOPP then returns candidate 0.
     d, _ = build([dec([1, 20, 12], [[20, 21, 22], [30, 0, 0], [40, 0, 0]], acl=[0, 1, 1])])
-    check(d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp"
+    )
 
 
 def test_topp_bonus_without_enable_topp_is_candidate_0():
@@ -230,45 +300,69 @@ def test_topp_bonus_without_enable_topp_is_candidate_0():
     check(d, dict(accept_tokens=[[20, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
     d, _ = build([dict(r, draft=[1, 20])])
     check(d, dict(accept_tokens=[[20, 31]], accept_num=[2], step_idx=[12]), verify_strategy="topp")
-    check(d, dict(accept_tokens=[[20, 30]], accept_num=[2], step_idx=[12]), attr=attrs(enable_topp=False),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[20, 30]], accept_num=[2], step_idx=[12]),
+        attr=attrs(enable_topp=False),
+        verify_strategy="topp",
+    )
 
 
 def test_eos_inside_the_accepted_prefix_stops_there():
     d, _ = build([dec([1, 11, EOS2, 13], [[11, 0, 0], [EOS2, 0, 0], [13, 0, 0], [14, 0, 0]])])
-    check(d, dict(accept_tokens=[[11, EOS2, S, S]], accept_num=[2], step_idx=[12], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, EOS2, S, S]], accept_num=[2], step_idx=[12], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_max_dec_len_on_an_accepted_draft_writes_end_tokens_0():
     d, _ = build([dec([1, 11, 12], [[11, 0, 0], [12, 0, 0], [13, 0, 0]], max_dec=11)])
-    check(d, dict(accept_tokens=[[EOS, S, S]], accept_num=[1], step_idx=[11], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[EOS, S, S]], accept_num=[1], step_idx=[11], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_max_dec_len_on_the_bonus_token_writes_end_tokens_0():
     d, _ = build([dec([1, 11, 12], [[11, 0, 0], [30, 0, 0], [13, 0, 0]], max_dec=12)])
-    check(d, dict(accept_tokens=[[11, EOS, S]], accept_num=[2], step_idx=[12], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, EOS, S]], accept_num=[2], step_idx=[12], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_bonus_end_token_stops_the_request():
     d, _ = build([dec([1, 11], [[11, 0, 0], [EOS2, 0, 0]])])
-    check(d, dict(accept_tokens=[[11, EOS2]], accept_num=[2], step_idx=[12], stop_flags=[True]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, EOS2]], accept_num=[2], step_idx=[12], stop_flags=[True]),
+        verify_strategy="topp",
+    )
 
 
 def test_empty_draft_emits_one_token():
     d, _ = build([dec([1], [[30, 0, 0]])], width=3)
-    check(d, dict(accept_tokens=[[30, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[30, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topp"
+    )
 
 
 def test_stopped_and_block_stepped_requests_are_untouched():
-    reqs = [dict(draft=[1, 11], stop=True, accept_num=5), dec([1, 11], [[11, 0, 0], [30, 0, 0]]),
-            dict(draft=[1, 12], block=True, accept_num=6)]  # fmt: skip
+    reqs = [
+        dict(draft=[1, 11], stop=True, accept_num=5),
+        dec([1, 11], [[11, 0, 0], [30, 0, 0]]),
+        dict(draft=[1, 12], block=True, accept_num=6),
+    ]
     d, _ = build(reqs)
-    check(d, dict(accept_tokens=[[S, S], [11, 30], [S, S]], accept_num=[5, 2, 6], step_idx=[10, 12, 10]),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[S, S], [11, 30], [S, S]], accept_num=[5, 2, 6], step_idx=[10, 12, 10]),
+        verify_strategy="topp",
+    )
 
 
 def test_prefill_emits_one_token_from_its_single_row():
@@ -278,26 +372,42 @@ def test_prefill_emits_one_token_from_its_single_row():
 
 def test_prefill_one_step_stop_stops_after_the_first_token():
     d, _ = build([dict(draft=[1], n=4, enc=4, step=0, cands=[[30, 0, 0]])], width=2)
-    check(d, dict(accept_tokens=[[30, S]], accept_num=[1], step_idx=[1], stop_flags=[True]),
-          verify_strategy="topp", prefill_one_step_stop=True)  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[30, S]], accept_num=[1], step_idx=[1], stop_flags=[True]),
+        verify_strategy="topp",
+        prefill_one_step_stop=True,
+    )
 
 
 def test_benchmark_mode_accepts_nothing():
     d, _ = build([dec([1, 11, 12], [[11, 0, 0], [12, 0, 0], [13, 0, 0]])])
-    check(d, dict(accept_tokens=[[11, S, S]], accept_num=[1], step_idx=[11]), attr=attrs(benchmark_mode=True),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, S, S]], accept_num=[1], step_idx=[11]),
+        attr=attrs(benchmark_mode=True),
+        verify_strategy="topp",
+    )
 
 
 def test_accept_all_drafts_accepts_mismatching_drafts():
     d, _ = build([dec([1, 11, 12], [[20, 0, 0], [21, 0, 0], [22, 0, 0]])])
-    check(d, dict(accept_tokens=[[11, 12, 22]], accept_num=[3], step_idx=[13]), attr=attrs(accept_all_drafts=True),
-          verify_strategy="topp")  # fmt: skip
+    check(
+        d,
+        dict(accept_tokens=[[11, 12, 22]], accept_num=[3], step_idx=[13]),
+        attr=attrs(accept_all_drafts=True),
+        verify_strategy="topp",
+    )
 
 
 def test_accept_tokens_may_be_wider_than_draft_tokens():
     d, _ = build([dec([1, 11], [[11, 0, 0], [30, 0, 0]])])
     d["accept_tokens"] = np.full((1, 5), S, np.int64)
-    check(d, dict(accept_tokens=[[11, 30, S, S, S]], accept_num=[2], step_idx=[12]), verify_strategy="topp")
+    check(
+        d,
+        dict(accept_tokens=[[11, 30, S, S, S]], accept_num=[2], step_idx=[12]),
+        verify_strategy="topp",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -305,22 +415,40 @@ def test_accept_tokens_may_be_wider_than_draft_tokens():
 # ------------------------------------------------------------------------------------------------
 def test_topk_rejects_a_draft_that_is_only_candidate_1():
     d, _ = build([dec([1, 11, 12], [[20, 11, 0], [12, 0, 0], [13, 0, 0]], acl=[2, 1, 1])])
-    check(d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topk")
-    check(d, dict(accept_tokens=[[11, 12, 13]], accept_num=[3], step_idx=[13]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[20, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="topk"
+    )
+    check(
+        d, dict(accept_tokens=[[11, 12, 13]], accept_num=[3], step_idx=[13]), verify_strategy="topp"
+    )
 
 
 def test_target_match_compares_with_the_sampled_tokens_and_emits_the_sampled_bonus():
     d, _ = build([dec([1, 11, 12], [[11, 0, 0], [12, 0, 0], [13, 0, 0]], sampled=[11, 40, 41])])
-    check(d, dict(accept_tokens=[[11, 40, S]], accept_num=[2], step_idx=[12]), verify_strategy="target_match")
+    check(
+        d,
+        dict(accept_tokens=[[11, 40, S]], accept_num=[2], step_idx=[12]),
+        verify_strategy="target_match",
+    )
 
 
 def test_greedy_accepts_top1_matches_and_emits_the_argmax():
     # Row 1's candidate 0 is 30 with score 0: TOPP would pick 31, greedy takes the argmax column.
-    r = dec([1, 11, 12], [[11, 0, 0], [30, 31, 0], [13, 0, 0]], scores=[[1, 0, 0], [0, 1, 0], [1, 0, 0]],
-            acl=[1, 2, 1])  # fmt: skip
+    r = dec(
+        [1, 11, 12],
+        [[11, 0, 0], [30, 31, 0], [13, 0, 0]],
+        scores=[[1, 0, 0], [0, 1, 0], [1, 0, 0]],
+        acl=[1, 2, 1],
+    )
     d, _ = build([r])
-    check(d, dict(accept_tokens=[[11, 30, S]], accept_num=[2], step_idx=[12]), verify_strategy="greedy")
-    check(d, dict(accept_tokens=[[11, 31, S]], accept_num=[2], step_idx=[12]), verify_strategy="topk")
+    check(
+        d,
+        dict(accept_tokens=[[11, 30, S]], accept_num=[2], step_idx=[12]),
+        verify_strategy="greedy",
+    )
+    check(
+        d, dict(accept_tokens=[[11, 31, S]], accept_num=[2], step_idx=[12]), verify_strategy="topk"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -335,14 +463,24 @@ def onehot(v, V=8):
 def test_rejection_accepts_drafts_the_target_is_sure_of_and_samples_the_bonus():
     r = dec([1, 4, 5], [[0]] * 3, p=[onehot(4), onehot(5), onehot(6)])
     d, kw = build([r], probs=True)
-    check(d, dict(accept_tokens=[[4, 5, 6]], accept_num=[3], step_idx=[13]), verify_strategy="rejection", **kw)
+    check(
+        d,
+        dict(accept_tokens=[[4, 5, 6]], accept_num=[3], step_idx=[13]),
+        verify_strategy="rejection",
+        **kw,
+    )
 
 
 def test_rejection_corrects_from_the_residual_of_a_greedy_drafter():
     # p(draft 1) = 0 -> rejected whatever u; residual max(0, p - onehot(1)) = onehot(6).
     r = dec([1, 1, 5], [[0]] * 3, p=[onehot(6), onehot(5), onehot(6)])
     d, kw = build([r], probs=True)
-    check(d, dict(accept_tokens=[[6, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="rejection", **kw)
+    check(
+        d,
+        dict(accept_tokens=[[6, S, S]], accept_num=[1], step_idx=[11]),
+        verify_strategy="rejection",
+        **kw,
+    )
 
 
 def test_rejection_with_draft_probs_uses_the_residual_and_its_argmax_fallback():
@@ -351,26 +489,52 @@ def test_rejection_with_draft_probs_uses_the_residual_and_its_argmax_fallback():
     q0 = [0.5] * 8
     r = dec([1, 1, 5], [[0]] * 3, p=[p0, onehot(5), onehot(6)], q=[q0, onehot(5), onehot(6)])
     d, kw = build([r], probs=True, draft_probs=True)
-    check(d, dict(accept_tokens=[[5, S, S]], accept_num=[1], step_idx=[11]), verify_strategy="rejection", **kw)
+    check(
+        d,
+        dict(accept_tokens=[[5, S, S]], accept_num=[1], step_idx=[11]),
+        verify_strategy="rejection",
+        **kw,
+    )
     # With q = p on the draft (both 0.5) the draft is always accepted; residual unused.
     p1 = [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]
     r = dec([1, 1, 5], [[0]] * 3, p=[p1, onehot(5), onehot(6)], q=[p1, onehot(5), onehot(6)])
     d, kw = build([r], probs=True, draft_probs=True)
-    check(d, dict(accept_tokens=[[1, 5, 6]], accept_num=[3], step_idx=[13]), verify_strategy="rejection", **kw)
+    check(
+        d,
+        dict(accept_tokens=[[1, 5, 6]], accept_num=[3], step_idx=[13]),
+        verify_strategy="rejection",
+        **kw,
+    )
 
 
 def test_rejection_prefill_samples_the_first_token_from_p():
     r = dict(draft=[1], n=6, enc=6, step=0, cands=[[0]], p=[onehot(7)])
     d, kw = build([r], probs=True, width=2)
-    check(d, dict(accept_tokens=[[7, S]], accept_num=[1], step_idx=[1]), verify_strategy="rejection", **kw)
+    check(
+        d,
+        dict(accept_tokens=[[7, S]], accept_num=[1], step_idx=[1]),
+        verify_strategy="rejection",
+        **kw,
+    )
 
 
 def test_rejection_end_token_and_max_dec_len():
-    reqs = [dec([1, EOS, 5], [[0]] * 3, p=[onehot(EOS), onehot(5), onehot(6)]),
-            dec([1, 4, 5], [[0]] * 3, p=[onehot(4), onehot(5), onehot(6)], max_dec=12)]  # fmt: skip
+    reqs = [
+        dec([1, EOS, 5], [[0]] * 3, p=[onehot(EOS), onehot(5), onehot(6)]),
+        dec([1, 4, 5], [[0]] * 3, p=[onehot(4), onehot(5), onehot(6)], max_dec=12),
+    ]
     d, kw = build(reqs, probs=True)
-    check(d, dict(accept_tokens=[[EOS, S, S], [4, EOS, S]], accept_num=[1, 2], step_idx=[11, 12],
-                  stop_flags=[True, True]), verify_strategy="rejection", **kw)  # fmt: skip
+    check(
+        d,
+        dict(
+            accept_tokens=[[EOS, S, S], [4, EOS, S]],
+            accept_num=[1, 2],
+            step_idx=[11, 12],
+            stop_flags=[True, True],
+        ),
+        verify_strategy="rejection",
+        **kw,
+    )
 
 
 def test_rejection_accept_test_uses_draw_2i():
@@ -380,9 +544,18 @@ def test_rejection_accept_test_uses_draw_2i():
         u = float(philox_uniform(seed, 3, 0, 0))
         d, kw = build([dec([1, 1], [[0]] * 2, p=[p0, onehot(5)])], probs=True)
         want = [[1, 5]] if u <= 0.5 else [[6, S]]  # rejected -> residual = onehot(6)
-        check(d, dict(accept_tokens=want, accept_num=[len(want[0]) - want[0].count(S)],
-                      step_idx=[10 + len(want[0]) - want[0].count(S)]),
-              verify_strategy="rejection", seed=seed, offset=3, **kw)  # fmt: skip
+        check(
+            d,
+            dict(
+                accept_tokens=want,
+                accept_num=[len(want[0]) - want[0].count(S)],
+                step_idx=[10 + len(want[0]) - want[0].count(S)],
+            ),
+            verify_strategy="rejection",
+            seed=seed,
+            offset=3,
+            **kw,
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -405,13 +578,17 @@ def test_trace_k1():
 
 def test_trace_k2():
     d, _ = build([dec([T1, D1, D2], [[D1, 0, 0], [D2, 0, 0], [T4, 0, 0]], step=1)])
-    check(d, dict(accept_tokens=[[D1, D2, T4]], accept_num=[3], step_idx=[4]), verify_strategy="topp")
+    check(
+        d, dict(accept_tokens=[[D1, D2, T4]], accept_num=[3], step_idx=[4]), verify_strategy="topp"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # 5. Random batches: grid and Hypothesis, op == reference
 # ------------------------------------------------------------------------------------------------
-def random_batch(rng, bsz, K=3, C=3, V=8, strategy="topp", with_draft_probs=False, extra=0, column=False):
+def random_batch(
+    rng, bsz, K=3, C=3, V=8, strategy="topp", with_draft_probs=False, extra=0, column=False
+):
     """A valid random batch: mixed decode / prefill / stopped / block-stepped requests, a small
     vocabulary (frequent matches and end tokens), max_dec_len often within reach."""
     reqs = []
@@ -437,33 +614,69 @@ def random_batch(rng, bsz, K=3, C=3, V=8, strategy="topp", with_draft_probs=Fals
         p[rng.random(p.shape) < 0.2] = 0
         q = rng.dirichlet(np.full(V, 0.5), size=o).astype(np.float32) if o else np.zeros((0, V))
         step = int(rng.integers(0, 30))
-        reqs.append(dict(
-            draft=draft, n=n, enc=n if role == "prefill" else 0, step=step,
-            max_dec=step + int(rng.integers(1, K + 3)) if rng.random() < 0.3 else 1000,
-            stop=role == "stopped", block=role == "block", topp=float(rng.uniform(0.05, 1.0)),
-            accept_num=int(rng.integers(0, 5)), cands=cands, scores=scores,
-            acl=[int(rng.integers(0, C + 2)) for _ in range(o)],
-            sampled=[int(c[0]) if rng.random() < 0.6 else int(rng.integers(0, V)) for c in cands],
-            p=[list(x) for x in p], q=[list(x) for x in q],
-        ))  # fmt: skip
-    d, kw = build(reqs, C=C, width=K + 1, V=V, probs=strategy == "rejection",
-                  draft_probs=strategy == "rejection" and with_draft_probs, column=column)  # fmt: skip
+        reqs.append(
+            dict(
+                draft=draft,
+                n=n,
+                enc=n if role == "prefill" else 0,
+                step=step,
+                max_dec=step + int(rng.integers(1, K + 3)) if rng.random() < 0.3 else 1000,
+                stop=role == "stopped",
+                block=role == "block",
+                topp=float(rng.uniform(0.05, 1.0)),
+                accept_num=int(rng.integers(0, 5)),
+                cands=cands,
+                scores=scores,
+                acl=[int(rng.integers(0, C + 2)) for _ in range(o)],
+                sampled=[
+                    int(c[0]) if rng.random() < 0.6 else int(rng.integers(0, V)) for c in cands
+                ],
+                p=[list(x) for x in p],
+                q=[list(x) for x in q],
+            )
+        )
+    d, kw = build(
+        reqs,
+        C=C,
+        width=K + 1,
+        V=V,
+        probs=strategy == "rejection",
+        draft_probs=strategy == "rejection" and with_draft_probs,
+        column=column,
+    )
     d["accept_tokens"] = rng.integers(0, V, (bsz + extra, K + 1)).astype(np.int64)
     d["accept_num"] = np.concatenate([d["accept_num"], np.zeros(extra, np.int32)])
     return d, kw
 
 
-GRID = [(bsz, s, K) for i, bsz in enumerate(BATCH_GRID) for j, s in enumerate(STRATEGY_NAMES)
-        for K in [(1, 3, 5)[(i + j) % 3]]]  # fmt: skip
+GRID = [
+    (bsz, s, K)
+    for i, bsz in enumerate(BATCH_GRID)
+    for j, s in enumerate(STRATEGY_NAMES)
+    for K in [(1, 3, 5)[(i + j) % 3]]
+]
 
 
 @pytest.mark.parametrize("bsz,strategy,K", GRID)
 def test_grid_matches_reference(bsz, strategy, K):
     rng = np.random.default_rng(bsz * 31 + K)
-    d, kw = random_batch(rng, bsz, K=K, strategy=strategy, with_draft_probs=bsz % 2 == 1, extra=bsz % 3,
-                         column=bsz % 2 == 0)  # fmt: skip
-    got = run_pair(d, attrs(verify_window=int(rng.integers(0, 3))), verify_strategy=strategy, seed=bsz,
-                   offset=K, **kw)  # fmt: skip
+    d, kw = random_batch(
+        rng,
+        bsz,
+        K=K,
+        strategy=strategy,
+        with_draft_probs=bsz % 2 == 1,
+        extra=bsz % 3,
+        column=bsz % 2 == 0,
+    )
+    got = run_pair(
+        d,
+        attrs(verify_window=int(rng.integers(0, 3))),
+        verify_strategy=strategy,
+        seed=bsz,
+        offset=K,
+        **kw,
+    )
     check_invariants(d, got, strategy)
 
 
@@ -473,7 +686,9 @@ def test_rejection_vocabulary_sizes_match_reference(V, with_draft_probs):
     # The sampling walk keeps 64 block checkpoints of the running sum: vocabularies below, at,
     # just above and far above the checkpoint count, and not multiples of it.
     rng = np.random.default_rng(V)
-    d, kw = random_batch(rng, 40, K=4, C=1, V=V, strategy="rejection", with_draft_probs=with_draft_probs)
+    d, kw = random_batch(
+        rng, 40, K=4, C=1, V=V, strategy="rejection", with_draft_probs=with_draft_probs
+    )
     got = run_pair(d, verify_strategy="rejection", seed=V, offset=1, **kw)
     check_invariants(d, got, "rejection")
 
@@ -491,16 +706,41 @@ def test_rejection_vocabulary_sizes_match_reference(V, with_draft_probs):
     rng_seed=st.integers(0, 2**40),
     rng_offset=st.integers(0, 2**40),
 )
-def test_hypothesis_matches_reference(seed, bsz, K, C, strategy, verify_window, enable_topp, flags,
-                                      with_draft_probs, rng_seed, rng_offset):  # fmt: skip
+def test_hypothesis_matches_reference(
+    seed,
+    bsz,
+    K,
+    C,
+    strategy,
+    verify_window,
+    enable_topp,
+    flags,
+    with_draft_probs,
+    rng_seed,
+    rng_offset,
+):
     rng = np.random.default_rng(seed)
-    d, kw = random_batch(rng, bsz, K=K, C=C, strategy=strategy, with_draft_probs=with_draft_probs,
-                         extra=seed % 2)  # fmt: skip
-    attr = attrs(verify_window=verify_window, enable_topp=enable_topp, benchmark_mode=flags == "benchmark",
-                 accept_all_drafts=flags == "accept_all")  # fmt: skip
-    got = run_pair(d, attr, verify_strategy=strategy, seed=rng_seed, offset=rng_offset,
-                   prefill_one_step_stop=flags == "one_step_stop", **kw)  # fmt: skip
-    check_invariants(d, got, strategy, benchmark=flags == "benchmark", accept_all=flags == "accept_all")
+    d, kw = random_batch(
+        rng, bsz, K=K, C=C, strategy=strategy, with_draft_probs=with_draft_probs, extra=seed % 2
+    )
+    attr = attrs(
+        verify_window=verify_window,
+        enable_topp=enable_topp,
+        benchmark_mode=flags == "benchmark",
+        accept_all_drafts=flags == "accept_all",
+    )
+    got = run_pair(
+        d,
+        attr,
+        verify_strategy=strategy,
+        seed=rng_seed,
+        offset=rng_offset,
+        prefill_one_step_stop=flags == "one_step_stop",
+        **kw,
+    )
+    check_invariants(
+        d, got, strategy, benchmark=flags == "benchmark", accept_all=flags == "accept_all"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -513,7 +753,9 @@ def check_invariants(before, after, strategy, benchmark=False, accept_all=False)
     for b in range(before["accept_tokens"].shape[0]):
         untouched = b >= bsz or f("stop_flags", before)[b] or before["is_block_step"][b]
         if untouched:
-            assert_same(after["accept_tokens"][b], before["accept_tokens"][b], f"accept_tokens[{b}]")
+            assert_same(
+                after["accept_tokens"][b], before["accept_tokens"][b], f"accept_tokens[{b}]"
+            )
             for k in ("accept_num", "step_idx", "stop_flags"):
                 if b < f(k, before).size:
                     assert f(k, after)[b] == f(k, before)[b], (k, b)
@@ -524,7 +766,11 @@ def check_invariants(before, after, strategy, benchmark=False, accept_all=False)
         limit = 1 if (prefill or benchmark) else max(n, 1)
         assert 1 <= acc <= limit, (b, acc, limit)
         # Columns at and beyond acc are stale.
-        assert_same(after["accept_tokens"][b, acc:], before["accept_tokens"][b, acc:], f"stale accept_tokens[{b}]")
+        assert_same(
+            after["accept_tokens"][b, acc:],
+            before["accept_tokens"][b, acc:],
+            f"stale accept_tokens[{b}]",
+        )
         advance = int(f("step_idx", after)[b] - f("step_idx", before)[b])
         newly_stopped = bool(f("stop_flags", after)[b])
         if newly_stopped:
@@ -537,7 +783,9 @@ def check_invariants(before, after, strategy, benchmark=False, accept_all=False)
             start = b * L - int(f("output_cum_offsets", before)[b])
             drafts = before["draft_tokens"][b, 1:acc]
             if not accept_all:
-                assert_same(drafts, before["verify_tokens"][start : start + acc - 1, 0], "greedy prefix")
+                assert_same(
+                    drafts, before["verify_tokens"][start : start + acc - 1, 0], "greedy prefix"
+                )
             assert_same(after["accept_tokens"][b, : acc - 1], drafts, "greedy accepted")
             assert after["accept_tokens"][b, acc - 1] == before["verify_tokens"][start + acc - 1, 0]
 
@@ -612,17 +860,27 @@ def test_default_counter_supplies_seed_and_offset_and_advances():
     ops.speculate_verify(*args2, *attrs(), verify_strategy="topp")
     assert ops_verify._counter == c0 + 2
     assert (to_numpy(args2[1]) != to_numpy(args[1])).any()
-    assert_same(to_numpy(args2[1]), run_ref(d, seed=c0 + 1, offset=c0 + 1, verify_strategy="topp")["accept_tokens"],
-                "accept_tokens (counter c0 + 1)")  # fmt: skip
+    assert_same(
+        to_numpy(args2[1]),
+        run_ref(d, seed=c0 + 1, offset=c0 + 1, verify_strategy="topp")["accept_tokens"],
+        "accept_tokens (counter c0 + 1)",
+    )
 
 
 def test_environment_defaults(monkeypatch):
     # Row 0: draft 11 is candidate 1 (in the top-p set), sampled = 11: topp accepts, topk rejects,
     # target_match accepts and emits sampled[1] = 40.
     d, _ = build([dec([1, 11], [[20, 11, 0], [30, 0, 0]], acl=[2, 1], sampled=[11, 40])])
-    for env, want in [({}, [11, 30]), ({"SPECULATE_VERIFY_USE_TOPK": "1"}, [20, S]),
-                      ({"SPECULATE_VERIFY_USE_TARGET_SAMPLING": "1", "SPECULATE_VERIFY_USE_TOPK": "1"}, [11, 40])]:  # fmt: skip
-        for k in ("SPECULATE_VERIFY_USE_TOPK", "SPECULATE_VERIFY_USE_TARGET_SAMPLING", "PREFILL_NODE_ONE_STEP_STOP"):
+    for env, want in [
+        ({}, [11, 30]),
+        ({"SPECULATE_VERIFY_USE_TOPK": "1"}, [20, S]),
+        ({"SPECULATE_VERIFY_USE_TARGET_SAMPLING": "1", "SPECULATE_VERIFY_USE_TOPK": "1"}, [11, 40]),
+    ]:
+        for k in (
+            "SPECULATE_VERIFY_USE_TOPK",
+            "SPECULATE_VERIFY_USE_TARGET_SAMPLING",
+            "PREFILL_NODE_ONE_STEP_STOP",
+        ):
             monkeypatch.delenv(k, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
@@ -644,13 +902,18 @@ def test_environment_defaults(monkeypatch):
 KAT = [
     ([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
     ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
-    ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
-     [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
-]  # fmt: skip
+    (
+        [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
+        [0xA4093822, 0x299F31D0],
+        [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+    ),
+]
 
 
 def test_philox_numpy_known_answers():
-    got = philox4x32_10(np.array([k[0] for k in KAT], np.uint32), np.array([k[1] for k in KAT], np.uint32))
+    got = philox4x32_10(
+        np.array([k[0] for k in KAT], np.uint32), np.array([k[1] for k in KAT], np.uint32)
+    )
     assert_same(got, np.array([k[2] for k in KAT], np.uint32), "philox4x32_10")
 
 
@@ -667,15 +930,19 @@ def test_philox_cpp_known_answers(tmp_path):
         pytest.skip("no C++ compiler")
     header_dir = Path(__file__).resolve().parents[2] / "custom_ops" / "kernels"
     src = tmp_path / "kat.cc"
-    lines = ['#include <cstdio>', '#include "philox.h"', "int main() {"]
+    lines = ["#include <cstdio>", '#include "philox.h"', "int main() {"]
     for c, k, _ in KAT:
-        lines.append(f"  {{ auto r = fd_mtp::philox4x32_10(fd_mtp::Philox4x32{{{{{', '.join(f'{x}u' for x in c)}}}}},"
-                     f" {k[0]}u, {k[1]}u); std::printf(\"%08x %08x %08x %08x\\n\", r.v[0], r.v[1], r.v[2], r.v[3]); }}")  # fmt: skip
+        lines.append(
+            f"  {{ auto r = fd_mtp::philox4x32_10(fd_mtp::Philox4x32{{{{{', '.join(f'{x}u' for x in c)}}}}},"
+            f' {k[0]}u, {k[1]}u); std::printf("%08x %08x %08x %08x\\n", r.v[0], r.v[1], r.v[2], r.v[3]); }}'
+        )
     lines.append('  std::printf("%.9g\\n", fd_mtp::philox_uniform(3, 4, 7, 0));')
     lines.append("}")
     src.write_text("\n".join(lines) + "\n")
     exe = tmp_path / "kat"
-    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{header_dir}", str(src), "-o", str(exe)], check=True)
+    subprocess.run(
+        [cxx, "-std=c++17", "-O2", f"-I{header_dir}", str(src), "-o", str(exe)], check=True
+    )
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     for line, (_, _, want) in zip(out, KAT):
         assert line == " ".join(f"{w:08x}" for w in want)
@@ -700,7 +967,9 @@ def expect_bad(d, kw, arg, attr=None, ref=True, **extra):
     if ref:
         copies = {n: d[n].copy() for n in NAMES}
         with pytest.raises(ValueError, match=rf"speculate_verify: {arg}\b"):
-            reference.speculate_verify(*[copies[n] for n in NAMES], *(attr or attrs()), seed=1, offset=1, **kw, **extra)
+            reference.speculate_verify(
+                *[copies[n] for n in NAMES], *(attr or attrs()), seed=1, offset=1, **kw, **extra
+            )
         for n in NAMES:
             assert_same(copies[n], d[n], f"{n} after a rejected reference call")
 
@@ -714,18 +983,30 @@ def bad(mutate):
 @pytest.mark.parametrize(
     "arg,mutate",
     [
-        ("accept_tokens", lambda d, kw: d.update(accept_tokens=d["accept_tokens"].astype(np.int32))),
+        (
+            "accept_tokens",
+            lambda d, kw: d.update(accept_tokens=d["accept_tokens"].astype(np.int32)),
+        ),
         ("accept_num", lambda d, kw: d.update(accept_num=d["accept_num"][:1])),
         ("step_idx", lambda d, kw: d.update(step_idx=d["step_idx"].astype(np.int32))),
         ("stop_flags", lambda d, kw: d.update(stop_flags=d["stop_flags"].reshape(1, 2))),
         ("draft_tokens", lambda d, kw: d.update(draft_tokens=d["draft_tokens"].reshape(-1))),
         ("verify_tokens", lambda d, kw: d.update(verify_tokens=d["verify_tokens"].reshape(-1))),
         ("verify_scores", lambda d, kw: d.update(verify_scores=d["verify_scores"][:, :2].copy())),
-        ("verify_scores", lambda d, kw: d.update(verify_scores=d["verify_scores"].astype(np.float16))),
+        (
+            "verify_scores",
+            lambda d, kw: d.update(verify_scores=d["verify_scores"].astype(np.float16)),
+        ),
         ("end_tokens", lambda d, kw: d.update(end_tokens=np.zeros(0, np.int64))),
         ("topp", lambda d, kw: d.update(topp=d["topp"].astype(np.float64))),
-        ("sampled_token_ids", lambda d, kw: d.update(sampled_token_ids=d["sampled_token_ids"].reshape(2, 3))),
-        ("target_probs", lambda d, kw: kw.update(target_probs=kw["target_probs"].astype(np.float16))),
+        (
+            "sampled_token_ids",
+            lambda d, kw: d.update(sampled_token_ids=d["sampled_token_ids"].reshape(2, 3)),
+        ),
+        (
+            "target_probs",
+            lambda d, kw: kw.update(target_probs=kw["target_probs"].astype(np.float16)),
+        ),
         ("draft_probs", lambda d, kw: kw.update(draft_probs=np.zeros((6, 5), np.float32))),
     ],
 )
@@ -740,10 +1021,19 @@ def test_bad_shapes_and_dtypes(arg, mutate):
         ("draft_tokens", lambda d, kw: d.update(seq_lens_this_time=np.array([4, 3], np.int32))),
         ("accept_tokens", lambda d, kw: d.update(accept_tokens=np.zeros((2, 2), np.int64))),
         ("verify_tokens", lambda d, kw: d.update(output_cum_offsets=np.array([0, 4], np.int32))),
-        ("output_cum_offsets", lambda d, kw: d.update(output_cum_offsets=np.array([1, 5], np.int32))),
+        (
+            "output_cum_offsets",
+            lambda d, kw: d.update(output_cum_offsets=np.array([1, 5], np.int32)),
+        ),
         ("verify_scores", lambda d, kw: d.update(verify_scores=d["verify_scores"][:5].copy())),
-        ("actual_candidate_len", lambda d, kw: d.update(actual_candidate_len=d["actual_candidate_len"][:4].copy())),
-        ("sampled_token_ids", lambda d, kw: d.update(sampled_token_ids=d["sampled_token_ids"][:5].copy())),
+        (
+            "actual_candidate_len",
+            lambda d, kw: d.update(actual_candidate_len=d["actual_candidate_len"][:4].copy()),
+        ),
+        (
+            "sampled_token_ids",
+            lambda d, kw: d.update(sampled_token_ids=d["sampled_token_ids"][:5].copy()),
+        ),
         ("target_probs", lambda d, kw: kw.update(target_probs=kw["target_probs"][:5].copy())),
         ("draft_tokens", lambda d, kw: d["draft_tokens"].__setitem__((1, 2), 8)),
         ("draft_tokens", lambda d, kw: d["draft_tokens"].__setitem__((0, 1), -1)),
@@ -770,9 +1060,13 @@ def test_rejection_needs_target_probs_and_others_ignore_it():
 
 @pytest.mark.parametrize(
     "arg,kwargs",
-    [("verify_strategy", dict(verify_strategy="beam")), ("seed", dict(seed=-1)), ("offset", dict(offset=2**63)),
-     ("seed", dict(seed=1.5))],
-)  # fmt: skip
+    [
+        ("verify_strategy", dict(verify_strategy="beam")),
+        ("seed", dict(seed=-1)),
+        ("offset", dict(offset=2**63)),
+        ("seed", dict(seed=1.5)),
+    ],
+)
 def test_bad_keyword_arguments(arg, kwargs):
     d, kw = good()
     args = [to_paddle(d[n]) for n in NAMES] + attrs()

@@ -116,42 +116,111 @@ def target_step(e, table, lib, wrap, unwrap):
     """
     s = {k: wrap(v) for k, v in e.arrays().items()}
     ids, _, cu_q, _, out_cum, out_pad = lib.pre_process(
-        s["input_ids"], s["seq_lens_this_time"], True, s["draft_tokens"], s["seq_lens_encoder"],
+        s["input_ids"],
+        s["seq_lens_this_time"],
+        True,
+        s["draft_tokens"],
+        s["seq_lens_encoder"],
         s["seq_lens_decoder"],
-    )  # fmt: skip
+    )
     hidden = wrap(_np(ids).astype(np.float32).reshape(-1, 1))  # the toy model: hidden = token id
-    rows = lib.rebuild_padding(hidden, cu_q, s["seq_lens_this_time"], s["seq_lens_decoder"],
-                               s["seq_lens_encoder"], out_pad, None, L, False)  # fmt: skip
+    rows = lib.rebuild_padding(
+        hidden,
+        cu_q,
+        s["seq_lens_this_time"],
+        s["seq_lens_decoder"],
+        s["seq_lens_encoder"],
+        out_pad,
+        None,
+        L,
+        False,
+    )
     logits = wrap(table[_np(rows)[:, 0].astype(np.int64)])
     lib.speculate_get_token_penalty_multi_scores(
-        s["pre_ids"], logits, s["penalty"], s["frequency"], s["presence"], s["temperature"],
-        s["bad_tokens"], s["step_idx"], s["min_dec_len"], s["end_ids"], s["seq_lens_this_time"],
-        out_pad, out_cum, L,
-    )  # fmt: skip
+        s["pre_ids"],
+        logits,
+        s["penalty"],
+        s["frequency"],
+        s["presence"],
+        s["temperature"],
+        s["bad_tokens"],
+        s["step_idx"],
+        s["min_dec_len"],
+        s["end_ids"],
+        s["seq_lens_this_time"],
+        out_pad,
+        out_cum,
+        L,
+    )
     probs = wrap(softmax(_np(logits)))
     scores, tokens, lens = lib.top_p_candidates(probs, s["top_p"], out_pad, C, L)
     sampled = wrap(np.argmax(_np(probs), axis=-1).astype(np.int64).reshape(-1, 1))
     lib.speculate_verify(
-        sampled, s["accept_tokens"], s["accept_num"], s["step_idx"], s["stop_flags"],
-        s["seq_lens_encoder"], s["seq_lens_decoder"], s["draft_tokens"], s["seq_lens_this_time"],
-        tokens, scores, s["max_dec_len"], s["end_ids"], s["is_block_step"], out_cum, lens,
-        s["actual_draft_token_num"], s["top_p"], L, 2, True, False, False,
-        verify_strategy="greedy", seed=0, offset=0,
-    )  # fmt: skip
+        sampled,
+        s["accept_tokens"],
+        s["accept_num"],
+        s["step_idx"],
+        s["stop_flags"],
+        s["seq_lens_encoder"],
+        s["seq_lens_decoder"],
+        s["draft_tokens"],
+        s["seq_lens_this_time"],
+        tokens,
+        scores,
+        s["max_dec_len"],
+        s["end_ids"],
+        s["is_block_step"],
+        out_cum,
+        lens,
+        s["actual_draft_token_num"],
+        s["top_p"],
+        L,
+        2,
+        True,
+        False,
+        False,
+        verify_strategy="greedy",
+        seed=0,
+        offset=0,
+    )
     lib.speculate_set_stop_value_multi_seqs(
-        s["accept_tokens"], s["accept_num"], s["pre_ids"], s["step_idx"], s["stop_flags"],
-        s["seq_lens_this_time"], s["stop_seqs"], s["stop_seqs_len"], s["end_ids"],
-    )  # fmt: skip
+        s["accept_tokens"],
+        s["accept_num"],
+        s["pre_ids"],
+        s["step_idx"],
+        s["stop_flags"],
+        s["seq_lens_this_time"],
+        s["stop_seqs"],
+        s["stop_seqs_len"],
+        s["end_ids"],
+    )
     lib.speculate_update(
-        s["seq_lens_encoder"], s["seq_lens_decoder"], s["not_need_stop"], s["draft_tokens"],
-        s["actual_draft_token_num"], s["accept_tokens"], s["accept_num"], s["stop_flags"],
-        s["seq_lens_this_time"], s["is_block_step"], s["stop_nums"], s["mask_rollback"],
-    )  # fmt: skip
-    emitted = [list(_np(s["accept_tokens"])[b, : _np(s["accept_num"])[b]]) for b in range(len(e.step_idx))]
+        s["seq_lens_encoder"],
+        s["seq_lens_decoder"],
+        s["not_need_stop"],
+        s["draft_tokens"],
+        s["actual_draft_token_num"],
+        s["accept_tokens"],
+        s["accept_num"],
+        s["stop_flags"],
+        s["seq_lens_this_time"],
+        s["is_block_step"],
+        s["stop_nums"],
+        s["mask_rollback"],
+    )
+    emitted = [
+        list(_np(s["accept_tokens"])[b, : _np(s["accept_num"])[b]]) for b in range(len(e.step_idx))
+    ]
     lib.speculate_set_value_by_flags_and_idx(
-        s["pre_ids"], s["accept_tokens"], s["accept_num"], s["stop_flags"], s["seq_lens_this_time"],
-        s["seq_lens_encoder"], s["seq_lens_decoder"], s["step_idx"],
-    )  # fmt: skip
+        s["pre_ids"],
+        s["accept_tokens"],
+        s["accept_num"],
+        s["stop_flags"],
+        s["seq_lens_this_time"],
+        s["seq_lens_encoder"],
+        s["seq_lens_decoder"],
+        s["step_idx"],
+    )
     for k, v in s.items():
         unwrap(e, k, v)
     return emitted
@@ -238,5 +307,9 @@ def test_chain_with_stop_sequences_matches_the_references(k):
     stops = (tuple(plain[2][2:4]), (plain[4][3],))
     table, prompts, max_dec, emitted, e = run_chain(k, 0.6, stops, seed=seed)
     for b in (2, 4):
-        assert len(emitted[b]) < len(plain[b]) and emitted[b][-1] == EOS[0], (b, emitted[b], plain[b])
+        assert len(emitted[b]) < len(plain[b]) and emitted[b][-1] == EOS[0], (
+            b,
+            emitted[b],
+            plain[b],
+        )
     assert all(out and out[-1] in EOS for out in emitted)

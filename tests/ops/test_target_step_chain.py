@@ -16,13 +16,14 @@ Slots: 0 drafts right and ends on a drafted EOS; 1 drafts right and hits its sto
 [203, 204] (the token after it becomes EOS); 2 drafts wrong and reaches max_dec_len; 3 is an
 empty slot past the running slice (real_bsz 3 < max_bsz 4).
 """
+
 from __future__ import annotations
 
 import numpy as np
+from util import assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from util import assert_same, ragged, to_numpy, to_paddle
 
 K = 2  # draft tokens per step
 D = K + 1
@@ -39,13 +40,41 @@ DRAFTS_RIGHT = [True, True, False]
 MAX_DEC_LEN = [50, 50, 5]
 STOP_SEQS = [[], [[203, 204]], []]
 
-STOP_ARGS = ("accept_tokens", "accept_num", "pre_ids", "step_idx", "stop_flags", "seq_lens_this_time",
-             "stop_seqs", "stop_seqs_len", "end_ids")  # fmt: skip
-UPDATE_ARGS = ("seq_lens_encoder", "seq_lens_decoder", "not_need_stop", "draft_tokens", "actual_draft_token_nums",
-               "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "is_block_step", "stop_nums",
-               "mask_rollback")  # fmt: skip
-SET_VALUE_ARGS = ("pre_ids", "accept_tokens", "accept_num", "stop_flags", "seq_lens_this_time", "seq_lens_encoder",
-                  "seq_lens_decoder", "step_idx")  # fmt: skip
+STOP_ARGS = (
+    "accept_tokens",
+    "accept_num",
+    "pre_ids",
+    "step_idx",
+    "stop_flags",
+    "seq_lens_this_time",
+    "stop_seqs",
+    "stop_seqs_len",
+    "end_ids",
+)
+UPDATE_ARGS = (
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "not_need_stop",
+    "draft_tokens",
+    "actual_draft_token_nums",
+    "accept_tokens",
+    "accept_num",
+    "stop_flags",
+    "seq_lens_this_time",
+    "is_block_step",
+    "stop_nums",
+    "mask_rollback",
+)
+SET_VALUE_ARGS = (
+    "pre_ids",
+    "accept_tokens",
+    "accept_num",
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+)
 CHAIN = (
     ("speculate_set_stop_value_multi_seqs", STOP_ARGS),
     ("speculate_update", UPDATE_ARGS),
@@ -130,16 +159,23 @@ def run_chain(s):
         getattr(ops, name)(*[op_state[a] for a in args])
         getattr(reference, name)(*[ref_state[a] for a in args])
         for key in s:
-            assert_same(to_numpy(op_state[key]), ref_state[key], f"{key} after {name} (op vs reference)")
+            assert_same(
+                to_numpy(op_state[key]), ref_state[key], f"{key} after {name} (op vs reference)"
+            )
         if name == "speculate_update":
-            streamed = [list(ref_state["accept_tokens"][b, : ref_state["accept_num"][b]]) for b in range(MAX_BSZ)]
+            streamed = [
+                list(ref_state["accept_tokens"][b, : ref_state["accept_num"][b]])
+                for b in range(MAX_BSZ)
+            ]
     return ref_state, streamed
 
 
 def test_chain_of_target_ops_over_several_steps():
     s = inserted()
     emitted = [[] for _ in range(REAL_BSZ)]  # every token streamed, per slot
-    in_pre_ids = [[] for _ in range(REAL_BSZ)]  # tokens of the steps the slot was still running after
+    in_pre_ids = [
+        [] for _ in range(REAL_BSZ)
+    ]  # tokens of the steps the slot was still running after
     stopped_at = {}
     for step in range(1, 7):
         ran = verify(s)
@@ -155,8 +191,14 @@ def test_chain_of_target_ops_over_several_steps():
         for b in range(REAL_BSZ):
             row = s["pre_ids"][b]
             assert row[0] == -1
-            assert_same(row[1 : 1 + len(in_pre_ids[b])], np.array(in_pre_ids[b], np.int64), f"pre_ids[{b}] at step {step}")
-            assert (row[1 + len(in_pre_ids[b]) :] == -1).all(), f"pre_ids[{b}] past the emitted tokens at step {step}"
+            assert_same(
+                row[1 : 1 + len(in_pre_ids[b])],
+                np.array(in_pre_ids[b], np.int64),
+                f"pre_ids[{b}] at step {step}",
+            )
+            assert (row[1 + len(in_pre_ids[b]) :] == -1).all(), (
+                f"pre_ids[{b}] past the emitted tokens at step {step}"
+            )
             if not s["stop_flags"][b, 0]:
                 assert s["step_idx"][b, 0] == len(in_pre_ids[b])
                 # KV positions: the prompt plus every token but the newest (computed next step).
@@ -175,8 +217,16 @@ def test_chain_of_target_ops_over_several_steps():
         [300, 301, 302, 303, EOS],
     ]
     assert stopped_at == {0: 3, 1: 3, 2: 5}
-    assert_same(s["pre_ids"][:, :6], np.array(ragged([[-1, 100, 101, 102, 103], [-1, 200, 201, 202, 203],
-                                                       [-1, 300, 301, 302, 303], []], 6)), "final pre_ids")  # fmt: skip
+    assert_same(
+        s["pre_ids"][:, :6],
+        np.array(
+            ragged(
+                [[-1, 100, 101, 102, 103], [-1, 200, 201, 202, 203], [-1, 300, 301, 302, 303], []],
+                6,
+            )
+        ),
+        "final pre_ids",
+    )
     assert not s["not_need_stop"][0]
     assert s["stop_flags"].ravel().tolist() == [True] * MAX_BSZ
     # step_idx stays where verify put it (set_stop_value does not rewind it).

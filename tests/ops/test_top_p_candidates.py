@@ -29,10 +29,14 @@ def run_both(probs, top_p, pad, c, max_seq_len=8):
     """Op and reference; checks they agree exactly and that the inputs are unchanged."""
     tensors = [tensor(a) for a in (probs, top_p, pad)]
     out = [numpy_of(t) for t in ops.top_p_candidates(*tensors, c, max_seq_len)]
-    for t, a, name in zip(tensors, (probs, top_p, pad), ("probs", "top_p", "output_padding_offset")):
+    for t, a, name in zip(
+        tensors, (probs, top_p, pad), ("probs", "top_p", "output_padding_offset")
+    ):
         assert_same(numpy_of(t), a, f"{name} (read-only)")
     expected = reference.top_p_candidates(probs.copy(), top_p.copy(), pad.copy(), c, max_seq_len)
-    for g, e, name in zip(out, expected, ("verify_scores", "verify_tokens", "actual_candidate_lens")):
+    for g, e, name in zip(
+        out, expected, ("verify_scores", "verify_tokens", "actual_candidate_lens")
+    ):
         assert_same(g, e, f"{name} (op vs reference)")
     check_invariants(probs, top_p, pad, c, max_seq_len, *out)
     return out
@@ -57,7 +61,9 @@ def check_invariants(probs, top_p, pad, c, max_seq_len, scores, tokens, lens):
         assert np.all(sv[:-1] >= sv[1:]), f"row {r}: scores increase: {sv}"
         assert toks[0] == np.argmax(values[r]), f"row {r}: slot 0 is not the argmax"
         if n < c and n > 0:
-            assert np.all(tokens[r, n:] == 0) and np.all(values_of(scores[r, n:]) == 0), f"row {r}: tail not 0"
+            assert np.all(tokens[r, n:] == 0) and np.all(values_of(scores[r, n:]) == 0), (
+                f"row {r}: tail not 0"
+            )
         b = (r + int(pad[r])) // max_seq_len
         total = np.float32(0)
         first = 0
@@ -66,24 +72,32 @@ def check_invariants(probs, top_p, pad, c, max_seq_len, scores, tokens, lens):
             if total >= p_all[b]:
                 first = i + 1
                 break
-        assert n == (first if first else (c if p_all[b] == np.float32(1.0) else 0)), f"row {r}: length {n}"
+        assert n == (first if first else (c if p_all[b] == np.float32(1.0) else 0)), (
+            f"row {r}: length {n}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Hand cases
 # ---------------------------------------------------------------------------------------------
 def test_docstring_example_ties_go_to_the_lower_id():
-    probs, top_p, pad = make([[0.1, 0.4, 0.1, 0.4], [0.5, 0.25, 0.125, 0.125]], [0.7, 0.8], out_rows=[1, 1])
+    probs, top_p, pad = make(
+        [[0.1, 0.4, 0.1, 0.4], [0.5, 0.25, 0.125, 0.125]], [0.7, 0.8], out_rows=[1, 1]
+    )
     scores, tokens, lens = run_both(probs, top_p, pad, 3)
     assert_same(tokens, np.array([[1, 3, 0], [0, 1, 2]], np.int64), "verify_tokens")
     assert_same(lens, np.array([2, 3], np.int32), "actual_candidate_lens")
-    assert_same(scores, np.array([[0.4, 0.4, 0.0], [0.5, 0.25, 0.125]], np.float32), "verify_scores")
+    assert_same(
+        scores, np.array([[0.4, 0.4, 0.0], [0.5, 0.25, 0.125]], np.float32), "verify_scores"
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_two_rows_of_one_request_share_its_top_p(dtype):
     # Both rows belong to request 0 (p = 0.5); request 1 (p = 1.0) has none.
-    probs, top_p, pad = make([[0.25, 0.5, 0.25], [0.125, 0.125, 0.75]], [0.5, 1.0], out_rows=[2, 0], dtype=dtype)
+    probs, top_p, pad = make(
+        [[0.25, 0.5, 0.25], [0.125, 0.125, 0.75]], [0.5, 1.0], out_rows=[2, 0], dtype=dtype
+    )
     scores, tokens, lens = run_both(probs, top_p, pad, 2)
     assert_same(tokens, np.array([[1, 0], [2, 0]], np.int64), "verify_tokens")
     assert_same(lens, np.array([1, 1], np.int32), "actual_candidate_lens")
@@ -101,18 +115,26 @@ def test_top_p_not_reached_gives_length_zero_and_every_slot_filled(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_top_p_one_not_reached_gives_c_and_reached_gives_the_first_slot(dtype):
-    probs, top_p, pad = make([[0.25, 0.125, 0.25, 0.25, 0.125], [0.5, 0.0, 0.5, 0.0, 0.0]], [1.0, 1.0],
-                             out_rows=[1, 1], dtype=dtype)  # fmt: skip
+    probs, top_p, pad = make(
+        [[0.25, 0.125, 0.25, 0.25, 0.125], [0.5, 0.0, 0.5, 0.0, 0.0]],
+        [1.0, 1.0],
+        out_rows=[1, 1],
+        dtype=dtype,
+    )
     scores, tokens, lens = run_both(probs, top_p, pad, 3)
     assert_same(tokens, np.array([[0, 2, 3], [0, 2, 0]], np.int64), "verify_tokens")
-    assert_same(lens, np.array([3, 2], np.int32), "actual_candidate_lens")  # row 1: 0.5 + 0.5 >= 1 at slot 1
+    assert_same(
+        lens, np.array([3, 2], np.int32), "actual_candidate_lens"
+    )  # row 1: 0.5 + 0.5 >= 1 at slot 1
 
 
 def test_all_equal_probabilities_take_the_lowest_ids_in_order():
     probs, top_p, pad = make([np.full(50, 0.02)], [0.5])
     scores, tokens, lens = run_both(probs, top_p, pad, 30)
     assert_same(tokens[0, :25], np.arange(25, dtype=np.int64), "verify_tokens")
-    assert_same(lens, np.array([25], np.int32), "actual_candidate_lens")  # float32: 25 * 0.02 = 0.50000006
+    assert_same(
+        lens, np.array([25], np.int32), "actual_candidate_lens"
+    )  # float32: 25 * 0.02 = 0.50000006
 
 
 def test_negative_zero_ties_with_zero():

@@ -1,4 +1,5 @@
 """The >>> examples in the docstrings of fd_mtp.ops.update run and print exactly what they show."""
+
 import doctest
 
 import fd_mtp.ops.update as update

@@ -1,5 +1,6 @@
 """Helpers for op tests: build batches from lists, run an op and its reference on
 copies of the same arrays, and compare with readable mismatch reports."""
+
 from __future__ import annotations
 
 import numpy as np

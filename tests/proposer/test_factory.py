@@ -1,4 +1,5 @@
 """`make_proposer` and the `Proposer` protocol: what the speculative runner builds and calls."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,19 +20,29 @@ CACHE = CacheConfig(block_size=8, num_gpu_blocks=16)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    model, mtp, _ = load_checkpoint(write_exact_draft_checkpoint(tmp_path_factory.mktemp("factory"), seed=0))
+    model, mtp, _ = load_checkpoint(
+        write_exact_draft_checkpoint(tmp_path_factory.mktemp("factory"), seed=0)
+    )
     return model, mtp
 
 
 def test_the_factory_builds_the_method_s_proposer(models):
     model, mtp = models
-    for cfg, cls in ((SpeculativeConfig(method="mtp", num_speculative_tokens=2, num_model_steps=2), MTPProposer),
-                     (SpeculativeConfig(method="ngram", num_speculative_tokens=2), NgramProposer)):
-        r = SpeculativeModelRunner(model, cfg, scheduler_config=SCHED, cache_config=CACHE, mtp_model=mtp)
+    for cfg, cls in (
+        (SpeculativeConfig(method="mtp", num_speculative_tokens=2, num_model_steps=2), MTPProposer),
+        (SpeculativeConfig(method="ngram", num_speculative_tokens=2), NgramProposer),
+    ):
+        r = SpeculativeModelRunner(
+            model, cfg, scheduler_config=SCHED, cache_config=CACHE, mtp_model=mtp
+        )
         assert type(r.proposer) is cls and isinstance(r.proposer, Proposer)
         assert isinstance(r.proposer.stats, ProposerStats) and r.proposer.batch is r.input_batch
-    with pytest.raises(ValueError, match="make_proposer: speculative_config must be a SpeculativeConfig"):
-        make_proposer({"method": "mtp"}, r.input_batch, max_model_len=32, block_size=8, num_main_blocks=16)
+    with pytest.raises(
+        ValueError, match="make_proposer: speculative_config must be a SpeculativeConfig"
+    ):
+        make_proposer(
+            {"method": "mtp"}, r.input_batch, max_model_len=32, block_size=8, num_main_blocks=16
+        )
 
 
 def test_the_runner_calls_an_injected_factory_through_the_protocol(models):
@@ -56,11 +67,23 @@ def test_the_runner_calls_an_injected_factory_through_the_protocol(models):
         return Recording(make_proposer(cfg, input_batch, **kwargs))
 
     cfg = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
-    r = SpeculativeModelRunner(model, cfg, scheduler_config=SCHED, cache_config=CACHE, proposer_factory=factory)
+    r = SpeculativeModelRunner(
+        model, cfg, scheduler_config=SCHED, cache_config=CACHE, proposer_factory=factory
+    )
     assert isinstance(r.proposer, Proposer)
     prompt = [5, 6, 7, 8, 5]
-    r.insert_tasks_v1([Task(TaskKind.PREFILL, 0, block_ids=[0, 1], token_ids=prompt, end=len(prompt),
-                            params=SamplingParams(temperature=0.0, max_tokens=5))])
+    r.insert_tasks_v1(
+        [
+            Task(
+                TaskKind.PREFILL,
+                0,
+                block_ids=[0, 1],
+                token_ids=prompt,
+                end=len(prompt),
+                params=SamplingParams(temperature=0.0, max_tokens=5),
+            )
+        ]
+    )
     r.execute_model([])
     r.execute_model([0])
     assert seen[0] == ("insert", [TaskKind.PREFILL]) and [s[0] for s in seen[1:]] == ["run", "run"]

@@ -7,6 +7,7 @@ every trace come from an independent oracle, the main model's full-recompute gre
 (`greedy`), and every draft is right unless a test forces a wrong one through the ``tp_broadcast``
 hook.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -54,7 +55,9 @@ def logits64(model, hidden_samples, seed):
     ``[K + 1, R, H]``: their error, plus the lm_head matmul's gamma(H) |h| @ |W|."""
     w = model.lm_head.weight.numpy().astype(np.float64)
     noise = Float32Noise(seed=seed)
-    logits = noise.round(hidden_samples @ w, gamma(w.shape[0]) * (np.abs(hidden_samples) @ np.abs(w)))
+    logits = noise.round(
+        hidden_samples @ w, gamma(w.shape[0]) * (np.abs(hidden_samples) @ np.abs(w))
+    )
     return Float32Noise.bound(logits)
 
 
@@ -67,10 +70,12 @@ def check_greedy_margins(model, mtp):
     logit's upper bound (float64 truth +- the float32 error bound), for the target and the MTP
     head alike, and the MTP's top token is the target's (the exact-draft premise), so every
     float32 path picks the same tokens on any CPU; no comparison needs to skip a position."""
-    ids = np.arange(model.config.vocab_size)[:, None]           # every token as a one-token sequence
+    ids = np.arange(model.config.vocab_size)[:, None]  # every token as a one-token sequence
     with paddle.no_grad():
-        main = forward64(model, ids, seed=0)[0][:, :, 0]        # row t: the target's hidden after token t
-        draft = mtp_forward64(mtp, ids, main[:, :, None], seed=1)[:, :, 0]  # the MTP head on token t
+        main = forward64(model, ids, seed=0)[0][:, :, 0]  # row t: the target's hidden after token t
+        draft = mtp_forward64(mtp, ids, main[:, :, None], seed=1)[
+            :, :, 0
+        ]  # the MTP head on token t
     tops = []
     for name, samples, seed in (("target", main, 2), ("mtp", draft, 3)):
         truth, bound = logits64(model, samples, seed)
@@ -80,7 +85,9 @@ def check_greedy_margins(model, mtp):
         high = truth + bound
         high[rows, top] = -np.inf
         near = np.nonzero(low <= high.max(-1))[0]
-        assert near.size == 0, f"{name} greedy near-ties at tokens {near.tolist()}: pick another checkpoint seed"
+        assert near.size == 0, (
+            f"{name} greedy near-ties at tokens {near.tolist()}: pick another checkpoint seed"
+        )
         tops.append(top)
     np.testing.assert_array_equal(tops[1], tops[0])
 
@@ -89,10 +96,14 @@ def runner(models, K, nms, *, B=2, num_blocks=NBLK, **proposer_options):
     model, mtp = models
     cfg = {"method": "mtp", "num_speculative_tokens": K, "num_model_steps": nms}
     cfg.update(proposer_options.pop("cfg", {}))
-    return SpeculativeModelRunner(model, SpeculativeConfig.from_value(cfg), mtp_model=mtp,
-                                  scheduler_config=SchedulerConfig(max_num_seqs=B, max_model_len=L),
-                                  cache_config=CacheConfig(block_size=BS, num_gpu_blocks=num_blocks),
-                                  proposer_options=proposer_options)
+    return SpeculativeModelRunner(
+        model,
+        SpeculativeConfig.from_value(cfg),
+        mtp_model=mtp,
+        scheduler_config=SchedulerConfig(max_num_seqs=B, max_model_len=L),
+        cache_config=CacheConfig(block_size=BS, num_gpu_blocks=num_blocks),
+        proposer_options=proposer_options,
+    )
 
 
 def greedy(model, ids, n):
@@ -120,8 +131,16 @@ def assert_hidden(got, want):
 
 
 def prefill(slot, tokens, blocks, start=0, end=None, num_output=0):
-    return Task(TaskKind.PREFILL, slot, block_ids=list(blocks), token_ids=list(tokens), start=start,
-                end=len(tokens) if end is None else end, num_output=num_output, params=GREEDY)
+    return Task(
+        TaskKind.PREFILL,
+        slot,
+        block_ids=list(blocks),
+        token_ids=list(tokens),
+        start=start,
+        end=len(tokens) if end is None else end,
+        num_output=num_output,
+        params=GREEDY,
+    )
 
 
 def col(t):
@@ -145,12 +164,39 @@ def chain(model, n, avoid=()):
 # ---------------------------------------------------------------------------------------------
 # 1. model_inputs construction (spec §3, §11)
 # ---------------------------------------------------------------------------------------------
-CLONES = ("block_tables", "input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "stop_flags",
-          "stop_nums", "pre_ids", "output_cum_offsets", "output_padding_offset", "ids_remove_padding",
-          "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k", "encoder_block_lens")
-ALIASES = ("prompt_lens", "top_p", "top_k", "temperature", "eos_token_id", "penalty_score", "frequency_score",
-           "presence_score", "infer_seed", "max_dec_len", "min_dec_len", "bad_tokens", "accept_num",
-           "accept_tokens")
+CLONES = (
+    "block_tables",
+    "input_ids",
+    "seq_lens_encoder",
+    "seq_lens_decoder",
+    "step_idx",
+    "stop_flags",
+    "stop_nums",
+    "pre_ids",
+    "output_cum_offsets",
+    "output_padding_offset",
+    "ids_remove_padding",
+    "batch_id_per_token",
+    "cu_seqlens_q",
+    "cu_seqlens_k",
+    "encoder_block_lens",
+)
+ALIASES = (
+    "prompt_lens",
+    "top_p",
+    "top_k",
+    "temperature",
+    "eos_token_id",
+    "penalty_score",
+    "frequency_score",
+    "presence_score",
+    "infer_seed",
+    "max_dec_len",
+    "min_dec_len",
+    "bad_tokens",
+    "accept_num",
+    "accept_tokens",
+)
 
 
 def test_model_inputs_clones_aliases_and_new_buffers(models):
@@ -198,7 +244,10 @@ def test_model_inputs_clones_aliases_and_new_buffers(models):
     new("cu_next_token_offset", [B + 1], paddle.int32, 0)
     new("first_token_hidden_states", [B, H], paddle.float32, -1)
     assert mi["substep"] == 0
-    assert p.last_seq_lens_this_time.shape == [B, 1] and (p.last_seq_lens_this_time.numpy() == -1).all()
+    assert (
+        p.last_seq_lens_this_time.shape == [B, 1]
+        and (p.last_seq_lens_this_time.numpy() == -1).all()
+    )
     assert p.input_ids_len.shape == [B, 1] and p.input_ids_len.place.is_cpu_place()
     assert p.input_ids_len.dtype == paddle.int64 and (p.input_ids_len.numpy() == 0).all()
     # num_model_steps == 1: no last_seq_lens_this_time
@@ -226,18 +275,29 @@ def test_constructor_errors(models):
     # the target's draft_tokens must be [B, K + 1]
     ib = runner(models, 1, 1).input_batch
     with pytest.raises(ValueError, match="draft_tokens has 2 columns"):
-        MTPProposer(SpeculativeConfig(method="mtp", num_speculative_tokens=2), models[1], ib, max_model_len=L,
-                    block_size=BS, num_main_blocks=NBLK)
+        MTPProposer(
+            SpeculativeConfig(method="mtp", num_speculative_tokens=2),
+            models[1],
+            ib,
+            max_model_len=L,
+            block_size=BS,
+            num_main_blocks=NBLK,
+        )
 
 
-@pytest.mark.parametrize("n_main, ratio, expected", [
-    (16, 1.0, list(range(15, 11, -1))),       # 15 .. int(16 * 0.75) = 12
-    (8, 2.0, list(range(15, 5, -1))),         # top int(8 * 2) - 1 = 15, bottom int(8 * 0.75) = 6
-    (4, 1.1, [3]),                            # top int(4.4) - 1 = 3, bottom int(4 * 0.75) = 3
-    (9, 0.5, []),                             # v0 may shrink the cache: top 3 < bottom 6, nothing free
-])
+@pytest.mark.parametrize(
+    "n_main, ratio, expected",
+    [
+        (16, 1.0, list(range(15, 11, -1))),  # 15 .. int(16 * 0.75) = 12
+        (8, 2.0, list(range(15, 5, -1))),  # top int(8 * 2) - 1 = 15, bottom int(8 * 0.75) = 6
+        (4, 1.1, [3]),  # top int(4.4) - 1 = 3, bottom int(4 * 0.75) = 3
+        (9, 0.5, []),  # v0 may shrink the cache: top 3 < bottom 6, nothing free
+    ],
+)
 def test_v0_free_list_descends_to_int_main_blocks_times_075(models, n_main, ratio, expected):
-    r = runner(models, 1, 1, num_blocks=n_main, scheduler="v0", cfg={"num_gpu_block_expand_ratio": ratio})
+    r = runner(
+        models, 1, 1, num_blocks=n_main, scheduler="v0", cfg={"num_gpu_block_expand_ratio": ratio}
+    )
     mi = r.proposer.model_inputs
     n = int(mi["free_list_len"][0])
     assert n == len(expected)
@@ -249,8 +309,15 @@ def test_v0_free_list_descends_to_int_main_blocks_times_075(models, n_main, rati
 # ---------------------------------------------------------------------------------------------
 def dirty(mi, b):
     """Write junk into slot b of the per-slot buffers, so an insertion's writes are visible."""
-    for key in ("input_ids", "pre_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx", "block_tables",
-                "mask_rollback"):
+    for key in (
+        "input_ids",
+        "pre_ids",
+        "seq_lens_encoder",
+        "seq_lens_decoder",
+        "step_idx",
+        "block_tables",
+        "mask_rollback",
+    ):
         mi[key][b] = 77
     for key in ("stop_flags", "batch_drop", "is_block_step"):
         mi[key][b] = True
@@ -266,7 +333,9 @@ def test_insert_tasks_v1_prefill_first_and_final_chunk(models):
     tokens = list(range(10, 20))  # 10 prompt tokens, two chunks [0, 6) and [6, 10)
     r.insert_tasks_v1([prefill(1, tokens, [4, 2], end=6)])
     r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
-    assert mi["seq_lens_this_time"] is p.seq_lens_this_time_buffer and col(mi["seq_lens_this_time"]) == [0, 6]
+    assert mi["seq_lens_this_time"] is p.seq_lens_this_time_buffer and col(
+        mi["seq_lens_this_time"]
+    ) == [0, 6]
     assert row(mi["input_ids"], 1, 5) == tokens[1:6] and p.input_ids_len.numpy()[1, 0] == 5
     assert row(mi["input_ids_cpu"], 1) == tokens[1:6] + [-1] * (L - 5)
     assert row(mi["pre_ids"], 1) == [-1] * mi["pre_ids"].shape[1]
@@ -301,7 +370,10 @@ def test_insert_tasks_v1_reprefill_decode_and_preempted(models):
     assert col(mi["seq_lens_encoder"])[0] == 8 and col(mi["seq_lens_this_time"])[0] == 8
     assert col(mi["seq_lens_decoder"])[0] == 0 and not bool(mi["is_block_step"][0])
     # DECODE: only the block row changes
-    before = {k: mi[k].numpy().copy() for k in ("input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx")}
+    before = {
+        k: mi[k].numpy().copy()
+        for k in ("input_ids", "seq_lens_encoder", "seq_lens_decoder", "step_idx")
+    }
     r.insert_tasks_v1([Task(TaskKind.DECODE, 0, block_ids=[3, 5, 7])])
     r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
     assert row(mi["block_tables"], 0, 4) == [3, 5, 7, -1]
@@ -336,7 +408,9 @@ def test_insert_tasks_v1_decode_role(models):
 def test_trace_k1_nms1(models, reject):
     model = models[0]
     prompt = [5, 6, 7, 8]
-    t = greedy(model, prompt, 4)  # t1 t2 t3 t4: the target's tokens; the drafts are f(t_k) = t_(k+1)
+    t = greedy(
+        model, prompt, 4
+    )  # t1 t2 t3 t4: the target's tokens; the drafts are f(t_k) = t_(k+1)
     w = t[1] + 1  # a draft the target rejects (!= t2)
     forced = {"on": reject}
 
@@ -355,7 +429,11 @@ def test_trace_k1_nms1(models, reject):
     forced["on"] = False
     d1 = w if reject else t[1]
     # steps 2-3: pre_ids[0] = t1, pre_ids[1] = d1 (proposer convention), dec 4, step_idx 1
-    assert col(mi["seq_lens_decoder"]) == [4] and col(mi["step_idx"]) == [1] and col(mi["seq_lens_encoder"]) == [0]
+    assert (
+        col(mi["seq_lens_decoder"]) == [4]
+        and col(mi["step_idx"]) == [1]
+        and col(mi["seq_lens_encoder"]) == [0]
+    )
     assert row(mi["pre_ids"], 0, 3) == [t[0], d1, -1]
     assert row(mi["input_ids"], 0, 4) == prompt[1:] + [t[0]]
     assert row(si["draft_tokens"], 0) == [t[0], d1] and col(si["seq_lens_this_time"]) == [2]
@@ -368,14 +446,18 @@ def test_trace_k1_nms1(models, reject):
         assert col(mi["seq_lens_decoder"]) == [6] and col(mi["step_idx"]) == [3]
         assert row(mi["pre_ids"], 0, 5) == [t[0], t[1], t[2], t[3], -1]
         assert row(si["draft_tokens"], 0) == [t[2], t[3]]
-        assert_hidden(mi["target_hidden_states"], hidden(model, prompt + t[:2])[4:6])  # both accepted rows
+        assert_hidden(
+            mi["target_hidden_states"], hidden(model, prompt + t[:2])[4:6]
+        )  # both accepted rows
     else:
         # rejected: the target emits t2 only; draft_tokens [t2], this_time 1, dec 4 -> 5, step_idx 2
         assert r.execute_model([0]) == {0: [t[1]]}
         assert col(mi["seq_lens_decoder"]) == [5] and col(mi["step_idx"]) == [2]
         assert row(mi["pre_ids"], 0, 4) == [t[0], t[1], t[2], -1]  # w overwritten by t2
         assert row(si["draft_tokens"], 0) == [t[1], t[2]]
-        assert_hidden(mi["target_hidden_states"], hidden(model, prompt + [t[0], w])[4:5])  # the accepted row only
+        assert_hidden(
+            mi["target_hidden_states"], hidden(model, prompt + [t[0], w])[4:5]
+        )  # the accepted row only
     assert col(si["seq_lens_this_time"]) == [2] and col(mi["mask_rollback"]) == [0]
 
 
@@ -431,7 +513,11 @@ def test_tp_broadcast_called_per_substep_and_in_place_edits_reach_the_target(mod
     forced["token"] = 7
     r.execute_model([0, 1])
     assert len(calls) == 3
-    assert row(si["draft_tokens"], 0)[1:] == [7, 7, 7] and row(si["draft_tokens"], 1)[1:] == [7, 7, 7]
+    assert row(si["draft_tokens"], 0)[1:] == [7, 7, 7] and row(si["draft_tokens"], 1)[1:] == [
+        7,
+        7,
+        7,
+    ]
     assert col(si["seq_lens_this_time"]) == [4, 4]
     # substep 0 of a decoding request outputs one row per fed token: the hook sees all of them
     assert [c[1].size for c in calls] == [8, 2, 2]
@@ -463,7 +549,14 @@ def test_prefill_role_sends_first_token_and_draft_then_stops(models, tmp_path, m
     qid = fresh_queue_id(tmp_path)
     try:
         calls = []
-        r = runner(models, 2, 2, role="prefill", msg_queue_id=qid, tp_broadcast=lambda x: calls.append(x.shape))
+        r = runner(
+            models,
+            2,
+            2,
+            role="prefill",
+            msg_queue_id=qid,
+            tp_broadcast=lambda x: calls.append(x.shape),
+        )
         mi = r.proposer.model_inputs
         a, b = [5, 6, 7, 8], [40, 41, 42]
         ta, tb = greedy(model, a, 2), greedy(model, b, 2)
@@ -494,12 +587,16 @@ def test_v0_insert_prefill_inputs_unchunked(models):
     dirty(mi, 1)
     mi["encoder_block_lens"][1] = 7
     mi["used_list_len"][1] = 3
-    keep = {k: mi[k].numpy().copy() for k in ("is_block_step", "mask_rollback", "recompute_token_num",
-                                                "draft_tokens")}
+    keep = {
+        k: mi[k].numpy().copy()
+        for k in ("is_block_step", "mask_rollback", "recompute_token_num", "draft_tokens")
+    }
     prompt = [11, 12, 13, 14, 15, 16]
     p.insert_prefill_inputs(1, prompt, block_ids=[6, 2], seq_lens_decoder=0)
     p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
-    assert row(mi["input_ids"], 1, 5) == prompt[1:] and row(mi["input_ids_cpu"], 1) == prompt[1:] + [-1] * (L - 5)
+    assert row(mi["input_ids"], 1, 5) == prompt[1:] and row(mi["input_ids_cpu"], 1) == prompt[
+        1:
+    ] + [-1] * (L - 5)
     assert p.input_ids_len.numpy()[1, 0] == 5
     assert row(mi["pre_ids"], 1) == [-1] * mi["pre_ids"].shape[1]
     assert col(mi["step_idx"])[1] == 0 and col(mi["seq_lens_encoder"])[1] == 6
@@ -519,7 +616,9 @@ def test_v0_chunked_prefill_fields(models):
     prompt = list(range(50, 60))  # chunks 4, 3, 3
     p.insert_prefill_inputs(0, prompt, block_ids=[1, 2], chunk_sizes=[4, 3, 3])
     p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
-    assert row(mi["input_ids"], 0, 4) == prompt[1:5] and row(mi["input_ids_cpu"], 0, 10) == prompt[1:] + [-1]
+    assert row(mi["input_ids"], 0, 4) == prompt[1:5] and row(mi["input_ids_cpu"], 0, 10) == prompt[
+        1:
+    ] + [-1]
     assert col(mi["seq_lens_encoder"])[0] == 4 and col(mi["seq_lens_this_time"])[0] == 4
     assert p.input_ids_len.numpy()[0, 0] == 9 and col(mi["seq_lens_decoder"])[0] == 0
     p.update_task_chunk_prefill(0)  # chunk 2 of 3: [4, 7)
@@ -531,7 +630,9 @@ def test_v0_chunked_prefill_fields(models):
     p.update_task_chunk_prefill(0, seq_lens_decoder=0)  # the final chunk [7, 10): 2 draft tokens
     p.batch.flush()  # the tensors get host writes with a step's transfer; show them now
     ids = row(mi["input_ids"], 0, 3)
-    assert ids[:2] == prompt[8:10] and ids[2] == prompt[7]  # position 2 keeps the previous chunk's value
+    assert (
+        ids[:2] == prompt[8:10] and ids[2] == prompt[7]
+    )  # position 2 keeps the previous chunk's value
     assert col(mi["seq_lens_encoder"])[0] == 3 and col(mi["seq_lens_decoder"])[0] == 7
     assert col(mi["step_idx"])[0] == 0
     p.update_task_chunk_prefill(0)  # the last chunk ran: decode from here
@@ -587,11 +688,15 @@ def test_hybrid_appends_ngram_drafts_after_the_mtp_draft(models):
     r.insert_tasks_v1([prefill(0, prompt, [0, 1])])
     assert r.execute_model([]) == {0: [c[1]]}
     # proposer step_idx 1 < min_ngram_size 2: no n-gram query yet, the MTP draft only
-    assert row(si["draft_tokens"], 0) == [c[1], c[2], -1, -1] and col(si["seq_lens_this_time"]) == [2]
+    assert row(si["draft_tokens"], 0) == [c[1], c[2], -1, -1] and col(si["seq_lens_this_time"]) == [
+        2
+    ]
     assert r.execute_model([0]) == {0: [c[2], c[3]]}
     # the proposer's history ends with [c2 c3 | draft c4]; the 3-gram is found in the prompt, followed
     # by c5 c6: target row [last accepted c3, MTP draft c4, n-gram c5 c6], this_time 1 + 1 + 2
-    assert row(si["draft_tokens"], 0) == [c[3], c[4], c[5], c[6]] and col(si["seq_lens_this_time"]) == [4]
+    assert row(si["draft_tokens"], 0) == [c[3], c[4], c[5], c[6]] and col(
+        si["seq_lens_this_time"]
+    ) == [4]
     # the n-gram drafts are the target's own continuation: all accepted
     assert r.execute_model([0]) == {0: [c[4], c[5], c[6], greedy(model, [c[6]], 1)[0]]}
 
@@ -608,7 +713,9 @@ def test_no_hybrid_without_with_ngram(models):
     assert col(r.share_inputs["seq_lens_this_time"]) == [2]
 
 
-def test_prefill_role_without_one_step_stop_keeps_drafting_the_others(models, tmp_path, monkeypatch):
+def test_prefill_role_without_one_step_stop_keeps_drafting_the_others(
+    models, tmp_path, monkeypatch
+):
     # request 0's first draft is an end token (the eos list is an alias of the target's): it stops in
     # substep 0 and its step_idx is zeroed; request 1 drafts on in substep 1. The hidden-state gather
     # between the substeps must still walk request 0 as a one-row prefill.
@@ -618,8 +725,15 @@ def test_prefill_role_without_one_step_stop_keeps_drafting_the_others(models, tm
     try:
         # draft_end_ids=None: the draft stops on the target's eos list (FastDeploy's behaviour; the
         # runner's default is an end list that matches nothing)
-        r = runner(models, 2, 2, role="prefill", msg_queue_id=qid, prefill_one_step_stop=False,
-                   draft_end_ids=None)
+        r = runner(
+            models,
+            2,
+            2,
+            role="prefill",
+            msg_queue_id=qid,
+            prefill_one_step_stop=False,
+            draft_end_ids=None,
+        )
         si, mi = r.share_inputs, r.proposer.model_inputs
         a, b = [5, 6, 7, 8], [40, 41, 42]
         ta, tb = greedy(model, a, 2), greedy(model, b, 3)
@@ -633,7 +747,11 @@ def test_prefill_role_without_one_step_stop_keeps_drafting_the_others(models, tm
         out = paddle.zeros([ops.MESSAGE_INTS], dtype="int64")
         ops.speculate_get_output(out, 0, False, False, msg_queue_id=qid, ftok_path=str(tmp_path))
         m = out.numpy()  # substep 0: both requests at step_idx 1
-        assert m[1:4].tolist() == [2, 2, 2] and m[258:260].tolist() == ta and m[264:266].tolist() == tb[:2]
+        assert (
+            m[1:4].tolist() == [2, 2, 2]
+            and m[258:260].tolist() == ta
+            and m[264:266].tolist() == tb[:2]
+        )
         ops.speculate_get_output(out, 0, False, False, msg_queue_id=qid, ftok_path=str(tmp_path))
         m = out.numpy()  # substep 1: request 0 zeroed, request 1 at step_idx 2: nothing to send
         assert m[1:4].tolist() == [2, 0, 0]

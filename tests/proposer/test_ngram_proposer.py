@@ -1,6 +1,7 @@
 """NgramProposer (method "ngram", spec §5.17): drafts copied from the prompt into the target's
 draft_tokens, through a real `SpeculativeModelRunner` on the tiny exact-draft checkpoint (its target
 is a bigram model, so the continuation of a prompt that repeats a token is known)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,13 +34,26 @@ def test_ngram_drafts_from_the_prompt_reach_the_target(tmp_path):
         if len(set(c)) == 5:
             break
     prompt = c[:4] + [c[0]]  # the target continues with c1 c2 c3 c4
-    r = SpeculativeModelRunner(model, SpeculativeConfig(method="ngram", num_speculative_tokens=2),
-                               scheduler_config=SchedulerConfig(max_num_seqs=2, max_model_len=32),
-                               cache_config=CacheConfig(block_size=8, num_gpu_blocks=16))
+    r = SpeculativeModelRunner(
+        model,
+        SpeculativeConfig(method="ngram", num_speculative_tokens=2),
+        scheduler_config=SchedulerConfig(max_num_seqs=2, max_model_len=32),
+        cache_config=CacheConfig(block_size=8, num_gpu_blocks=16),
+    )
     assert isinstance(r.proposer, NgramProposer)
     si = r.share_inputs
-    r.insert_tasks_v1([Task(TaskKind.PREFILL, 1, block_ids=[0, 1], token_ids=prompt, end=len(prompt),
-                            params=SamplingParams(temperature=0.0, max_tokens=10))])
+    r.insert_tasks_v1(
+        [
+            Task(
+                TaskKind.PREFILL,
+                1,
+                block_ids=[0, 1],
+                token_ids=prompt,
+                end=len(prompt),
+                params=SamplingParams(temperature=0.0, max_tokens=10),
+            )
+        ]
+    )
     assert r.execute_model([]) == {1: [c[1]]}
     # the last token c1 is found in the prompt at index 1: the two tokens after it are the drafts
     assert si["draft_tokens"][1].tolist() == [c[1], c[2], c[3]]
