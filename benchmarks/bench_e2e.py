@@ -43,8 +43,6 @@ and mean accepted length per batch and mode), and prints a table.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import sys
 import tempfile
 import time
@@ -53,34 +51,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, Path(__file__).resolve().parent):  # fd_mtp; harness.py (also when loaded by path)
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from harness import percentiles, plot_bars, row, timestamp, write_csv  # noqa: E402
 
 import fd_mtp  # noqa: E402
-
-CSV_COLUMNS = [
-    "kernel",
-    "provider",
-    "metric",
-    "unit",
-    "x",
-    "p50",
-    "p20",
-    "p80",
-    "config",
-    "device",
-    "timestamp",
-    "version",
-]
-
 from fd_mtp.demo import MODES  # noqa: E402  mode -> speculative_config (verification added from --verification)
 
 BLOCK_SIZE = 64
-
-
-def percentiles(values):
-    a = np.asarray(values, dtype=np.float64)
-    return float(np.percentile(a, 50)), float(np.percentile(a, 20)), float(np.percentile(a, 80))
 
 
 def _snapshot(llm):
@@ -147,48 +127,22 @@ def first_difference(got: list[int], want: list[int]) -> str:
 
 
 def plot(rows, modes, batches, path, synthetic: bool):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = {(r["provider"], r["metric"], r["x"]): r for r in rows}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    xs = np.arange(len(batches))
+    """tokens/s and mean accepted length per batch, one bar per mode (one colour per mode)."""
+    speculative = [m for m in modes if m != "plain"] or modes
+    panels = [
+        (metric, shown, f"p50 [{UNITS[metric]}], p20-p80 bars", panel_title)
+        for metric, shown, panel_title in (
+            ("tokens_per_s", modes, f"throughput ({rows[0]['device']})"),
+            (
+                "mean_accepted_length",
+                speculative,
+                "mean accepted length"
+                + (" (synthetic MTP head: not meaningful)" if synthetic else ""),
+            ),
+        )
+    ]
     colors = {m: f"C{i}" for i, m in enumerate(MODES)}  # one colour per mode in both panels
-    for ax, metric, shown in (
-        (axes[0], "tokens_per_s", modes),
-        (axes[1], "mean_accepted_length", [m for m in modes if m != "plain"] or modes),
-    ):
-        width = 0.8 / len(shown)
-        for j, mode in enumerate(shown):
-            pts = [by.get((mode, metric, b)) for b in batches]
-            p50 = np.array([np.nan if r is None else r["p50"] for r in pts])
-            lo = np.array([0.0 if r is None else r["p50"] - r["p20"] for r in pts])
-            hi = np.array([0.0 if r is None else r["p80"] - r["p50"] for r in pts])
-            ax.bar(
-                xs + (j - (len(shown) - 1) / 2) * width,
-                p50,
-                width,
-                yerr=[lo, hi],
-                capsize=2,
-                label=mode,
-                color=colors[mode],
-            )
-        ax.set_xticks(xs, [str(b) for b in batches])
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(f"p50 [{UNITS[metric]}], p20-p80 bars")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set_title(f"throughput ({rows[0]['device']})", fontsize=10)
-    axes[1].set_title(
-        "mean accepted length" + (" (synthetic MTP head: not meaningful)" if synthetic else ""),
-        fontsize=10,
-    )
-    fig.suptitle(rows[0]["config"], fontsize=7)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_bars(rows, path, panels, batches, colors=colors, title=rows[0]["config"], figsize=(11, 4))
 
 
 def table(rows, modes, batches) -> str:
@@ -360,7 +314,7 @@ def main(argv=None):
         f"greedy verification={args.verification} block_size={BLOCK_SIZE}"
     )
     params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    stamp = timestamp()
 
     reference: list[list[int]] = []
     if args.check:
@@ -384,21 +338,17 @@ def main(argv=None):
             figs = [run_once(llm, prompts, params)[1] for _ in range(args.repeats)]
             for metric in figs[0]:
                 unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
-                p50, p20, p80 = percentiles([f[metric] for f in figs])
                 rows.append(
-                    dict(
-                        kernel="e2e_decoding",
-                        provider=mode,
+                    row(
+                        "e2e_decoding",
+                        mode,
+                        batch,
+                        [f[metric] for f in figs],
                         metric=metric,
                         unit=unit,
-                        x=batch,
-                        p50=p50,
-                        p20=p20,
-                        p80=p80,
                         config=config,
                         device=args.device,
-                        timestamp=stamp,
-                        version=fd_mtp.__version__,
+                        stamp=stamp,
                     )
                 )
             med = {m: percentiles([f[m] for f in figs])[0] for m in figs[0]}
@@ -409,12 +359,7 @@ def main(argv=None):
             )
             del llm
 
-    csv_path = out / "bench_e2e.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, **{k: f"{r[k]:.4f}" for k in ("p50", "p20", "p80")}})
+    csv_path = write_csv(rows, out / "bench_e2e.csv", digits=4)
     png_path = out / "bench_e2e.png"
     plot(rows, modes, batches, png_path, synthetic)
     print()

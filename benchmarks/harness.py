@@ -1,6 +1,7 @@
 """The one benchmark harness of fd_mtp's benchmarks: timing, percentiles, Liger-style CSV rows
 (kernel, provider, metric, unit, x, p50, p20, p80, config, device, timestamp, version) and the
-p50-with-p20..p80-bars PNG panels. bench_ops.py, bench_ngram.py and bench_model.py use it."""
+p50-with-p20..p80-bars PNG panels (log-log lines: plot_panels; grouped bars: plot_bars).
+bench_ops.py, bench_ngram.py, bench_model.py and bench_e2e.py use it."""
 
 from __future__ import annotations
 
@@ -139,5 +140,63 @@ def plot_panels(
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_bars(
+    rows,
+    path: Path,
+    panels,
+    xs,
+    *,
+    colors=None,
+    title="",
+    xlabel="batch size",
+    figsize=None,
+    dpi=120,
+    title_fontsize=7,
+):
+    """Grouped bars side by side: one panel per ``(metric, providers, ylabel, panel_title)`` of
+    ``panels``; one group per x of ``xs``, one bar per provider (its p50, p20-p80 bars; missing
+    points are gaps). ``colors`` maps a provider to its colour (default: C0, C1, ... in order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by = {(r["provider"], r["metric"], r["x"]): r for r in rows}
+    if colors is None:
+        providers = list(dict.fromkeys(p for _, shown, _, _ in panels for p in shown))
+        colors = {p: f"C{i}" for i, p in enumerate(providers)}
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=figsize or (5.5 * len(panels), 4), squeeze=False
+    )
+    pos = np.arange(len(xs))
+    for ax, (metric, shown, ylabel, panel_title) in zip(axes[0], panels):
+        width = 0.8 / len(shown)
+        for j, provider in enumerate(shown):
+            pts = [by.get((provider, metric, x)) for x in xs]
+            p50 = np.array([np.nan if r is None else r["p50"] for r in pts])
+            lo = np.array([0.0 if r is None else r["p50"] - r["p20"] for r in pts])
+            hi = np.array([0.0 if r is None else r["p80"] - r["p50"] for r in pts])
+            ax.bar(
+                pos + (j - (len(shown) - 1) / 2) * width,
+                p50,
+                width,
+                yerr=[lo, hi],
+                capsize=2,
+                label=provider,
+                color=colors[provider],
+            )
+        ax.set_xticks(pos, [str(x) for x in xs])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(panel_title, fontsize=10)
+    fig.suptitle(title, fontsize=title_fontsize)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
