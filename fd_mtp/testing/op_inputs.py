@@ -7,6 +7,11 @@ scalars, in FastDeploy's order), their names, which are written, keyword argumen
 string. A batch mixes decode / prefill / stopped requests (K = 3 draft tokens, max_model_len 2048
 for input_ids / pre_ids, hidden size 1024 in bfloat16 bits for the eagle ops, a block manager with
 free blocks to spare). Entries named ``"op[variant]"`` run ``op``. Pure numpy: no paddle import.
+
+The builders also take keyword parameters for the variants the GPU parity tests (tests/gpu) run
+(the defaults are the benchmark's batches): ``hidden`` / ``dtype`` of the eagle ops and
+rebuild_padding, ``dtype`` of the sampling ops and top_p_candidates' ``candidates``. A dtype is a
+numpy dtype name or "bfloat16" (stored as its uint16 bit patterns, as fd_mtp.reference takes it).
 """
 
 from __future__ import annotations
@@ -164,18 +169,35 @@ def _after_preprocess(batch):
     return c, roles
 
 
-def _bf16_bits(rng, rows):
-    """[rows, H] random bfloat16 values as their uint16 bit patterns (finite, |x| < 4)."""
-    f = rng.standard_normal((rows, H), dtype=np.float32)
+def _bf16_bits(rng, rows, hidden=H):
+    """[rows, hidden] random bfloat16 values as their uint16 bit patterns (finite, |x| < 4)."""
+    f = rng.standard_normal((rows, hidden), dtype=np.float32)
     return (f.view(np.uint32) >> 16).astype(np.uint16)
 
 
-def build_eagle_hidden(batch):
+def _hidden_rows(rng, rows, hidden=H, dtype="bfloat16"):
+    """[rows, hidden] random hidden states in ``dtype`` ("bfloat16": uint16 bit patterns)."""
+    if dtype == "bfloat16":
+        return _bf16_bits(rng, rows, hidden)
+    return rng.standard_normal((rows, hidden), dtype=np.float32).astype(dtype)
+
+
+def as_dtype(values, dtype):
+    """float32 ``values`` in ``dtype``; "bfloat16": uint16 bit patterns, rounded to nearest even."""
+    values = np.asarray(values, dtype=np.float32)
+    if dtype == "bfloat16":
+        u = values.view(np.uint32)
+        return ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    with np.errstate(over="ignore"):
+        return values.astype(dtype)
+
+
+def build_eagle_hidden(batch, hidden=H, dtype="bfloat16"):
     c, _ = _after_preprocess(batch)
     enc = c["seq_lens_encoder"].ravel()
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
-    hidden = _bf16_bits(np.random.default_rng(1), t_in)
+    x = _hidden_rows(np.random.default_rng(1), t_in, hidden, dtype)
     names = [
         "input",
         "seq_lens_this_time",
@@ -188,7 +210,7 @@ def build_eagle_hidden(batch):
         "actual_draft_token_num",
     ]
     args = [
-        hidden,
+        x,
         c["seq_lens_this_time"],
         c["seq_lens_encoder"],
         c["seq_lens_decoder"],
@@ -198,7 +220,7 @@ def build_eagle_hidden(batch):
         c["base_model_seq_lens_encoder"],
         1,
     ]
-    return Case(args, names, [], f"K={K};H={H};dtype=bfloat16;Tin={t_in}", returns=True)
+    return Case(args, names, [], f"K={K};H={hidden};dtype={dtype};Tin={t_in}", returns=True)
 
 
 def _update_args(batch):
@@ -276,7 +298,7 @@ def build_update(batch):
     )
 
 
-def build_self_hidden(batch):
+def build_self_hidden(batch, hidden=H, dtype="bfloat16"):
     args, names = _update_args(batch)
     a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in zip(names, args)}
     last = a["seq_lens_this_time"].copy()
@@ -289,12 +311,12 @@ def build_self_hidden(batch):
             t_in += 1 if (this_time[b] > 0 or q_last[b] > 0) else 0
         else:
             t_in += int(q_last[b])
-    hidden = _bf16_bits(np.random.default_rng(3), t_in)
+    x = _hidden_rows(np.random.default_rng(3), t_in, hidden, dtype)
     return Case(
-        [hidden, last, a["seq_lens_this_time"], a["step_idx"]],
+        [x, last, a["seq_lens_this_time"], a["step_idx"]],
         ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"],
         [],
-        f"K={K};H={H};dtype=bfloat16;Tin={t_in}",
+        f"K={K};H={hidden};dtype={dtype};Tin={t_in}",
         returns=True,
     )
 
@@ -893,7 +915,7 @@ def build_pre_process(batch):
     return Case(args, names, [], _packing_config(s) + ";speculative=1", returns=True)
 
 
-def build_rebuild_padding(batch):
+def build_rebuild_padding(batch, hidden=H, dtype="bfloat16"):
     s = packing_state(batch)
     pre = ref.pre_process(
         s["input_ids"],
@@ -904,7 +926,7 @@ def build_rebuild_padding(batch):
         s["seq_lens_decoder"],
     )
     cu_q, opo = pre[2], pre[5]
-    tmp_out = _bf16_bits(np.random.default_rng(8), int(cu_q[-1]))
+    tmp_out = _hidden_rows(np.random.default_rng(8), int(cu_q[-1]), hidden, dtype)
     names = [
         "tmp_out",
         "cu_seqlens_q",
@@ -931,7 +953,7 @@ def build_rebuild_padding(batch):
         args,
         names,
         [],
-        f"H={H};dtype=bfloat16;T={tmp_out.shape[0]};R={opo.size};speculative=1",
+        f"H={hidden};dtype={dtype};T={tmp_out.shape[0]};R={opo.size};speculative=1",
         returns=True,
     )
 
@@ -944,8 +966,9 @@ def _sampling_rows(batch):
     return sum(out_rows), pad, cum
 
 
-def build_penalty(batch, vocab):
-    """Target penalties on T = batch * (K + 1) float32 rows: pre_ids [batch, L] holds each
+def build_penalty(batch, vocab, dtype="float32"):
+    """Target penalties on T = batch * (K + 1) rows of ``dtype`` logits (the penalty, frequency and
+    presence scores in ``dtype`` too, temperatures float32): pre_ids [batch, L] holds each
     request's generated tokens (index 0 = -1, 16..1600 tokens), ~1/8 of the requests are below
     their min length, 8 bad words, 2 EOS ids."""
     rng = np.random.default_rng(6)
@@ -956,6 +979,7 @@ def build_penalty(batch, vocab):
         pre_ids[b, 1 : 1 + gen[b]] = rng.integers(0, vocab, gen[b])
     min_len = np.where(rng.random(batch) < 0.125, gen + K + 1, 1).astype(np.int64)
     per = lambda lo, hi: rng.uniform(lo, hi, (batch, 1)).astype(np.float32)  # noqa: E731
+    cast = (lambda v: v) if dtype == "float32" else functools.partial(as_dtype, dtype=dtype)
     names = [
         "pre_ids",
         "logits",
@@ -974,10 +998,10 @@ def build_penalty(batch, vocab):
     ]
     args = [
         pre_ids,
-        rng.standard_normal((rows, vocab), dtype=np.float32),
-        per(1.0, 1.5),
-        per(0.0, 0.5),
-        per(0.0, 0.5),
+        cast(rng.standard_normal((rows, vocab), dtype=np.float32)),
+        cast(per(1.0, 1.5)),
+        cast(per(0.0, 0.5)),
+        cast(per(0.0, 0.5)),
         per(0.5, 1.2),
         rng.integers(0, vocab, (1, 8)),
         gen.reshape(-1, 1).astype(np.int64),
@@ -988,11 +1012,12 @@ def build_penalty(batch, vocab):
         cum,
         L,
     ]
-    return Case(args, names, ["logits"], f"V={vocab};T={rows};K={K};L={L};dtype=float32")
+    return Case(args, names, ["logits"], f"V={vocab};T={rows};K={K};L={L};dtype={dtype}")
 
 
-def build_top_p(batch, vocab):
-    """top_p_candidates on T = batch * (K + 1) float32 softmax rows, C = CANDIDATES."""
+def build_top_p(batch, vocab, dtype="float32", candidates=CANDIDATES):
+    """top_p_candidates on T = batch * (K + 1) softmax rows (probabilities and top_p in
+    ``dtype``), C = ``candidates``."""
     rng = np.random.default_rng(7)
     rows, pad, _ = _sampling_rows(batch)
     probs = rng.standard_normal((rows, vocab), dtype=np.float32) * np.float32(3)
@@ -1000,11 +1025,13 @@ def build_top_p(batch, vocab):
     np.exp(probs, out=probs)
     probs /= probs.sum(axis=1, keepdims=True)
     top_p = rng.choice(np.array([0.7, 0.8, 0.95, 1.0], np.float32), (batch, 1))
+    if dtype != "float32":
+        probs, top_p = as_dtype(probs, dtype), as_dtype(top_p, dtype)
     return Case(
-        [probs, top_p, pad, CANDIDATES, L],
+        [probs, top_p, pad, candidates, L],
         ["probs", "top_p", "output_padding_offset", "candidates_len", "max_seq_len"],
         [],
-        f"V={vocab};T={rows};C={CANDIDATES};K={K};dtype=float32",
+        f"V={vocab};T={rows};C={candidates};K={K};dtype={dtype}",
         returns=True,
     )
 
@@ -1084,9 +1111,10 @@ def build_verify(batch):
     )
 
 
-def build_verify_rejection(batch, vocab):
-    """Greedy drafter (draft_probs None); target rows: 0.6 of the mass on the row's top candidate,
-    0.3 spread over the other candidates, 0.1 uniform over the vocabulary."""
+def build_verify_rejection(batch, vocab, draft_probs=False):
+    """Greedy drafter (draft_probs None; ``draft_probs=True``: a sampling drafter whose rows put 0.5
+    of the mass on the drafted token, the rest uniform); target rows: 0.6 of the mass on the row's
+    top candidate, 0.3 spread over the other candidates, 0.1 uniform over the vocabulary."""
     s, T = _verify_state(batch, vocab, seed=7)
     rng = np.random.default_rng(8)
     probs = np.full((T, vocab), 0.1 / vocab, np.float32)
@@ -1110,11 +1138,21 @@ def build_verify_rejection(batch, vocab):
         prefill_one_step_stop=False,
         target_probs=probs,
     )
+    if draft_probs:
+        q = np.full((T, vocab), 0.5 / vocab, np.float32)
+        # output rows: K + 1 per decode, 1 per prefill, none when stopped; draft_tokens[b, k] was
+        # drafted from row first[b] + k - 1
+        enc, stop = s["seq_lens_encoder"].ravel(), s["stop_flags"].ravel()
+        outs = np.where(stop, 0, np.where(enc > 0, 1, K + 1))
+        first = np.concatenate([[0], np.cumsum(outs)[:-1]])
+        for b in np.flatnonzero(outs == K + 1):
+            q[first[b] + np.arange(K), s["draft_tokens"][b, 1:]] += np.float32(0.5)
+        kwargs["draft_probs"] = q * rng.uniform(0.98, 1.02, (T, 1)).astype(np.float32)
     return Case(
         args,
         names,
         VERIFY_WRITTEN,
-        f"strategy=rejection;K={K};V={vocab};T={T};drafter=greedy",
+        f"strategy=rejection;K={K};V={vocab};T={T};drafter={'sampling' if draft_probs else 'greedy'}",
         kwargs=kwargs,
     )
 

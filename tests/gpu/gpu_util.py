@@ -79,3 +79,47 @@ def _cp():
     import cupy
 
     return cupy
+
+
+def _to_device(x, host_side=False):
+    """A device copy of a numpy array (a numpy copy when ``host_side``); other values as they are."""
+    if not isinstance(x, np.ndarray):
+        return x
+    return x.copy() if host_side else _cp().asarray(x)
+
+
+def run_case(op_name, case):
+    """Parity of ``fd_mtp.cuda.<op_name>`` with ``fd_mtp.reference.<op_name>`` on a valid batch of
+    fd_mtp.testing.op_inputs (a ``Case``): the reference runs on numpy copies, the kernel on
+    device copies (the schema's CPU tensors, e.g. not_need_stop, stay numpy); every array
+    argument (written or read-only) and every returned array must match exactly."""
+    from fd_mtp import cuda as fcuda
+    from fd_mtp import reference as ref
+    from fd_mtp import schema
+
+    try:
+        cpu = {t.name for t in schema.get(op_name).tensors if t.cpu}
+    except KeyError:  # pre_process is no schema op; all its arrays live on the device
+        cpu = set()
+    host = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
+    dev = [_to_device(a, n in cpu) for a, n in zip(case.args, case.names)]
+    host_kw = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in case.kwargs.items()}
+    dev_kw = {k: _to_device(v) for k, v in case.kwargs.items()}
+    expected = getattr(ref, op_name)(*host, **host_kw)
+    got = getattr(fcuda, op_name)(*dev, **dev_kw)
+    if case.returns:
+        if not isinstance(expected, (tuple, list)):
+            expected, got = [expected], [got]
+        assert len(got) == len(expected), f"{op_name}: {len(got)} outputs, expected {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if e is None:
+                assert g is None, f"{op_name} output {i}: expected None"
+            else:
+                assert_exact(_host(g), np.asarray(e), f"{op_name} output {i}")
+    for name, d, h in zip(case.names, dev, host):
+        if isinstance(h, np.ndarray):
+            assert_exact(_host(d), h, f"{op_name}: {name}")
+
+
+def _host(x):
+    return _cp().asnumpy(x) if isinstance(x, _cp().ndarray) else np.asarray(x)

@@ -20,19 +20,12 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing import op_inputs  # noqa: E402
+from fd_mtp.testing.op_inputs import as_dtype  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16"]
 BATCHES = [1, 7, 33, 257, 600, 1024]
 K = 3
-
-
-def as_dtype(values, dtype):
-    values = np.asarray(values, dtype=np.float32)
-    if dtype == "bfloat16":
-        u = values.view(np.uint32)
-        return ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
-    with np.errstate(over="ignore"):
-        return values.astype(dtype)
 
 
 def offsets(out_rows, max_seq_len):
@@ -111,12 +104,8 @@ def test_penalty_long_rows_use_512_lanes(batch, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_penalty_vocab_100k(dtype):
-    rng = np.random.default_rng(3)
-    args = penalty_args(rng, 9, dtype, 100_000, 2048)
-    for b in range(9):
-        k = int(rng.integers(100, 2000))
-        args[0][b, 1 : 1 + k] = rng.integers(0, 100_000, k)
-    run_penalty(args)
+    # the realistic batch (op_inputs): 36 rows, pre_ids of 2048 columns with 16..1600 tokens
+    run_penalty(op_inputs.build_penalty(9, 100_000, dtype=dtype).args)
 
 
 @pytest.mark.parametrize("case", ["eos", "pre_ids", "offset"])
@@ -182,8 +171,8 @@ def test_top_p_matches_reference(batch, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("c", [1, 5, 10, 50, 100])
 def test_top_p_vocab_100k(dtype, c):
+    run_top_p(*op_inputs.build_top_p(17, 100_000, dtype=dtype, candidates=c).args)
     rng = np.random.default_rng(c)
-    run_top_p(*top_p_args(rng, 17, dtype, 100_000), c)
     run_top_p(*top_p_args(rng, 5, dtype, 100_000, levels=1), c)  # heavy ties
 
 

@@ -14,12 +14,21 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, assert_exact, call, compare_all, skip_module_without_gpu, split
+from gpu_util import (
+    arrays_of,
+    assert_exact,
+    call,
+    compare_all,
+    run_case,
+    skip_module_without_gpu,
+    split,
+)
 
 skip_module_without_gpu()
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing import op_inputs  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
 STRATEGIES = ["topp", "topk", "target_match", "greedy", "rejection"]
@@ -203,9 +212,9 @@ def test_verify_parity_modes(mode, strategy):
 
 @pytest.mark.parametrize("draft_probs", [False, True])
 def test_rejection_parity_large_vocab(draft_probs):
-    rng = np.random.default_rng(21)
-    args, kw = verify_batch(rng, 64, V=32000, rejection=True, draft_probs=draft_probs)
-    run_parity(args, kw, verify_strategy="rejection", seed=11, offset=12)
+    case = op_inputs.build_verify_rejection(64, 32_000, draft_probs=draft_probs)
+    case.kwargs.update(seed=11, offset=12)
+    run_case("speculate_verify", case)
 
 
 def test_default_counter_advances():
