@@ -14,6 +14,7 @@ from sampling_util import DTYPES, as_dtype, numpy_of, offsets, random_out_rows, 
 from util import BATCH_GRID, assert_same
 
 from fd_mtp import ops, reference
+from fd_mtp.testing import op_inputs
 
 CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))
 
@@ -189,10 +190,9 @@ def test_every_candidates_len(c):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_vocab_100k_small_batch(dtype):
-    rng = np.random.default_rng(5)
-    probs, top_p, pad = random_case(rng, 3, dtype, 100_000)
-    run_both(probs, top_p, pad, 10, 32)
-    run_both(probs, top_p, pad, 100, 32)
+    probs, top_p, pad, _, max_seq_len = op_inputs.build_top_p(3, 100_000, dtype=dtype).args
+    run_both(probs, top_p, pad, 10, max_seq_len)
+    run_both(probs, top_p, pad, 100, max_seq_len)
 
 
 @given(
