@@ -41,7 +41,7 @@ from .update import (
     speculate_set_value_by_flags_and_idx,
     speculate_update,
 )
-from .verify import speculate_verify
+from .verify import philox4x32_10, speculate_verify
 
 __all__ = [
     "BUILD_HINT",
@@ -71,6 +71,7 @@ __all__ = [
     "speculate_get_token_penalty_multi_scores",
     "top_p_candidates",
     "speculate_verify",
+    "philox4x32_10",
     "ngram_match",
     "hybrid_mtp_ngram",
     "ngram_match_host",
