@@ -440,6 +440,10 @@ def mtp_step_paddle(
     ValueError when no request can be preempted while short (upstream spins forever), ValueError
     when an append would run past the end of free_list.
     """
+    if np.ndim(free_list) != 1:
+        raise ValueError(
+            f"mtp_step_paddle: free_list must have shape [F] (1-D), got {list(np.shape(free_list))}"
+        )
     written = [
         stop_flags,
         batch_drop,
