@@ -18,7 +18,9 @@ __global__ void token_penalty_check_kernel(TokenPenaltyParams p, KernelStatus* s
       if (threadIdx.x == 0) report(status, kPenaltyOffset, -1, r, p.output_padding_offset[r]);
       continue;
     }
-    if (b >= p.bs || p.cur_len[b] < 0) continue;
+    if (b >= p.bs) continue;
+    if (threadIdx.x == 0) penalty_check_scalars(p, b, status);
+    if (p.cur_len[b] < 0) continue;
     for (int64_t lane = threadIdx.x; lane < bd; lane += blockDim.x)
       penalty_check_lane(p, b, lane, status);
   }

@@ -20,7 +20,7 @@ __global__ void top_p_candidates_check_kernel(TopPCandidatesParams p, KernelStat
 }
 
 template <typename Traits>
-__global__ void top_p_candidates_kernel(TopPCandidatesParams p, const KernelStatus* status) {
+__global__ void top_p_candidates_kernel(TopPCandidatesParams p, KernelStatus* status) {
   using S = typename Traits::Storage;
   using Scan = cub::BlockScan<int, kTopPThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
@@ -49,7 +49,10 @@ __global__ void top_p_candidates_kernel(TopPCandidatesParams p, const KernelStat
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
       for (int64_t v = threadIdx.x; v < p.vocab; v += blockDim.x) {
-        const uint32_t key = top_p_key(Traits::load(row[v]));
+        const float x = Traits::load(row[v]);
+        // The first pass reads every value: a NaN / inf is refused (the call returns nothing).
+        if (shift == 24) top_p_check_value(r, v, x, status);
+        const uint32_t key = top_p_key(x);
         if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
       }
       __syncthreads();

@@ -114,6 +114,23 @@ inline auto dispatch_float(FloatKind kind, Fn&& fn) {
   }
 }
 
+// True when f is neither NaN nor infinite (bit test: not affected by fast-math).
+FD_HOST_DEVICE inline bool finite_f32(float f) {
+  return (f32_bits(f) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Element i of an untyped float array of storage kind `kind`, as float32.
+FD_HOST_DEVICE inline float load_float(const void* base, FloatKind kind, int64_t i) {
+  switch (kind) {
+    case kFloat16:
+      return half_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+    case kBFloat16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
 // IEEE float32 arithmetic, never contracted into a fused multiply-add (nvcc
 // would otherwise fuse `x - c * b`), so host and device round identically.
 FD_HOST_DEVICE inline float mul_rn(float a, float b) {

@@ -76,8 +76,23 @@ struct NgramPlan {
 
 FD_HOST_DEVICE inline int64_t ngram_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// max_dec_len - step_idx - 1 without overflow (both are arbitrary int64): the
+// exact value clamped to [INT64_MIN, INT64_MAX]. Only its minimum with a small
+// count and its sign are used, so the clamp gives the exact result.
+FD_HOST_DEVICE inline int64_t ngram_tokens_left(int64_t max_dec_len, int64_t step_idx) {
+  constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  int64_t d;
+  if (step_idx > 0 && max_dec_len < kMin + step_idx)
+    d = kMin;
+  else if (step_idx < 0 && max_dec_len > kMax + step_idx)
+    d = kMax;
+  else
+    d = max_dec_len - step_idx;
+  return d == kMin ? kMin : d - 1;
+}
+
 FD_HOST_DEVICE inline NgramPlan ngram_plan(const NgramParams& p, int64_t b) {
-  const int64_t left = p.max_dec_len[b] - p.step_idx[b] - 1;
+  const int64_t left = ngram_tokens_left(p.max_dec_len[b], p.step_idx[b]);
   if (!p.hybrid) {
     const int64_t q = ngram_min(p.draft_token_num[b], left);
     if (p.seq_lens_encoder[b] > 0) return {kNgramKeep, p.seq_lens_this_time[b], q};

@@ -14,6 +14,10 @@
 //      then x = x / temperature; stored once, rounded to the logits dtype;
 //   4. bad words: bad_tokens[0..Lb) (row 0 only), each id in [0, V) set to the
 //      dtype's value of -1e10.
+// NaN / inf: logits are transformed element by element in IEEE arithmetic (a
+// NaN stays NaN, an inf stays an inf of the sign the operations give); a
+// non-finite penalty, frequency, presence score or temperature of a request
+// that owns a row would make every logit of its rows meaningless: refused.
 // All arithmetic is float32, each operation rounded (no fused multiply-add),
 // so the CPU driver, the CUDA kernel and the numpy reference agree bit for bit.
 #pragma once
@@ -30,6 +34,10 @@ enum TokenPenaltyStatus : int32_t {
   kPenaltyEosId = 1,
   kPenaltyPreIds = 2,
   kPenaltyOffset = 3,
+  kPenaltyPenaltyScore = 4,
+  kPenaltyFrequencyScore = 5,
+  kPenaltyPresenceScore = 6,
+  kPenaltyTemperature = 7,
 };
 
 struct TokenPenaltyParams {
@@ -102,6 +110,21 @@ FD_HOST_DEVICE inline void penalty_check_eos(const TokenPenaltyParams& p, int64_
   if (!in_range(id, p.vocab)) report(st, kPenaltyEosId, -1, id, p.vocab);
 }
 
+// Validates the per-request scalars of request b (a request that owns a row):
+// each must be finite.
+FD_HOST_DEVICE inline void penalty_check_scalars(const TokenPenaltyParams& p, int64_t b,
+                                                 KernelStatus* st) {
+  const int32_t req = static_cast<int32_t>(b);
+  if (!finite_f32(load_float(p.penalty_scores, p.float_kind, b)))
+    report(st, kPenaltyPenaltyScore, req, 0, 0);
+  else if (!finite_f32(load_float(p.frequency_scores, p.float_kind, b)))
+    report(st, kPenaltyFrequencyScore, req, 0, 0);
+  else if (!finite_f32(load_float(p.presence_scores, p.float_kind, b)))
+    report(st, kPenaltyPresenceScore, req, 0, 0);
+  else if (!finite_f32(p.temperatures[b]))
+    report(st, kPenaltyTemperature, req, 0, 0);
+}
+
 // Validates row r's request index and the ids its repeat count visits in
 // lane `lane` (0 <= lane < penalty_lanes).
 FD_HOST_DEVICE inline void penalty_check_lane(const TokenPenaltyParams& p, int64_t b, int64_t lane,
@@ -133,7 +156,9 @@ inline KernelStatus token_penalty_cpu_typed(const TokenPenaltyParams& p) {
       report(&st, kPenaltyOffset, -1, r, p.output_padding_offset[r]);
       break;
     }
-    if (b >= p.bs || p.cur_len[b] < 0) continue;
+    if (b >= p.bs) continue;
+    penalty_check_scalars(p, b, &st);
+    if (p.cur_len[b] < 0) continue;
     for (int64_t lane = 0; lane < bd && st.code == 0; ++lane) penalty_check_lane(p, b, lane, &st);
   }
   if (st.code != 0) return st;

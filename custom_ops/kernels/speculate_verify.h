@@ -16,9 +16,15 @@
 //                       Chen et al. 2023) on target_probs (and draft_probs)
 // Randomness: Philox4x32-10 (philox.h) keyed by (seed, offset); stream =
 // request index, draw = the request's draw number in this call.
+// NaN / inf: the float inputs a running request's decision reads must be
+// finite, else the call is refused before anything is written: topp[b] and
+// the verify_scores rows of the request when TOPP runs (kVerifyTopP /
+// kVerifyTopK with enable_topp), its target_probs and draft_probs rows for
+// kVerifyRejection.
 #pragma once
 
 #include "common.h"
+#include "float_bits.h"
 #include "philox.h"
 
 namespace fd_mtp {
@@ -42,6 +48,10 @@ enum SpeculateVerifyStatus : int32_t {
   kVerifyRowsTargetProbs = 8,
   kVerifyRowsDraftProbs = 9,
   kVerifyDraftId = 10,
+  kVerifyToppValue = 11,
+  kVerifyScoresValue = 12,
+  kVerifyTargetProbsValue = 13,
+  kVerifyDraftProbsValue = 14,
 };
 
 struct SpeculateVerifyParams {
@@ -86,6 +96,25 @@ struct SpeculateVerifyParams {
   bool prefill_one_step_stop;
 };
 
+// Whether the bonus token is a TOPP sample (reads topp and verify_scores).
+FD_HOST_DEVICE inline bool verify_uses_topp(const SpeculateVerifyParams& p) {
+  return p.enable_topp && (p.strategy == kVerifyTopP || p.strategy == kVerifyTopK);
+}
+
+// Reports the first non-finite value of rows [first, last] of a [rows, cols]
+// float32 matrix (value = row, limit = column).
+FD_HOST_DEVICE inline bool verify_check_finite(const float* m, int64_t cols, int64_t first,
+                                               int64_t last, int32_t code, int64_t b,
+                                               KernelStatus* st) {
+  for (int64_t r = first; r <= last; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      if (!finite_f32(m[r * cols + c])) {
+        report(st, code, static_cast<int32_t>(b), r, c);
+        return false;
+      }
+  return true;
+}
+
 // First output row of request b.
 FD_HOST_DEVICE inline int64_t verify_start(const SpeculateVerifyParams& p, int64_t b) {
   return b * p.max_seq_len - p.output_cum_offsets[b];
@@ -113,6 +142,12 @@ FD_HOST_DEVICE inline void speculate_verify_check(const SpeculateVerifyParams& p
   if (last >= p.candidate_len_rows)
     return report(st, kVerifyRowsCandidateLen, b, last, p.candidate_len_rows);
   if (last >= p.sampled_rows) return report(st, kVerifyRowsSampled, b, last, p.sampled_rows);
+  if (verify_uses_topp(p)) {
+    if (!finite_f32(p.topp[b])) return report(st, kVerifyToppValue, b, 0, 0);
+    if (!verify_check_finite(p.verify_scores, p.num_candidates, start, last, kVerifyScoresValue, b,
+                             st))
+      return;
+  }
   if (p.strategy != kVerifyRejection) return;
   if (last >= p.target_rows) return report(st, kVerifyRowsTargetProbs, b, last, p.target_rows);
   if (p.draft_probs != nullptr && last >= p.draft_prob_rows)
@@ -120,6 +155,10 @@ FD_HOST_DEVICE inline void speculate_verify_check(const SpeculateVerifyParams& p
   const int64_t* draft = p.draft_tokens + b * p.draft_cols;
   for (int64_t i = 1; i < used; ++i)
     if (!in_range(draft[i], p.vocab)) return report(st, kVerifyDraftId, b, draft[i], p.vocab);
+  if (!verify_check_finite(p.target_probs, p.vocab, start, last, kVerifyTargetProbsValue, b, st))
+    return;
+  if (p.draft_probs != nullptr)
+    verify_check_finite(p.draft_probs, p.vocab, start, last, kVerifyDraftProbsValue, b, st);
 }
 
 FD_HOST_DEVICE inline bool verify_is_end(const SpeculateVerifyParams& p, int64_t token) {

@@ -5,7 +5,9 @@
 // unspecified): probability descending, ties by the LOWER token id first. This
 // is a total order, so slot 0 is exactly numpy's argmax (first maximum) and the
 // CPU driver, the CUDA kernel and the numpy reference agree exactly. Values
-// are compared as float32 with -0.0 == +0.0 (NaN is outside the contract).
+// are compared as float32 with -0.0 == +0.0. A NaN or inf in a probs row, or
+// in the top_p entry of a row's request, is refused (kTopPProbs / kTopPTopP):
+// the outputs are new tensors, so a refused call returns nothing.
 //
 // Per row r of request b = (r + output_padding_offset[r]) div max_seq_len:
 // slots i = 0.. hold (token, prob) in that order; sum += float(prob_i) in
@@ -26,6 +28,8 @@ namespace fd_mtp {
 enum TopPCandidatesStatus : int32_t {
   kTopPNegativeRow = 1,
   kTopPRequestRow = 2,
+  kTopPTopP = 3,
+  kTopPProbs = 4,
 };
 
 struct TopPCandidatesParams {
@@ -73,6 +77,13 @@ FD_HOST_DEVICE inline void top_p_check_row(const TopPCandidatesParams& p, int64_
     report(st, kTopPNegativeRow, -1, r, p.output_padding_offset[r]);
   else if (b >= p.bs)
     report(st, kTopPRequestRow, -1, b, p.bs);
+  else if (!finite_f32(load_float(p.top_p, p.float_kind, b)))
+    report(st, kTopPTopP, static_cast<int32_t>(b), 0, 0);
+}
+
+// Reports the first non-finite value of probs row r (v = its column).
+FD_HOST_DEVICE inline void top_p_check_value(int64_t r, int64_t v, float x, KernelStatus* st) {
+  if (!finite_f32(x)) report(st, kTopPProbs, -1, r, v);
 }
 
 // Given row r's C candidates in order (ids, values as stored), writes the
@@ -119,6 +130,14 @@ inline KernelStatus top_p_candidates_cpu_typed(const TopPCandidatesParams& p) {
   const int64_t c = p.candidates;
   for (int64_t r = 0; r < p.rows; ++r) {
     const S* row = static_cast<const S*>(p.probs) + r * p.vocab;
+    // The row's values must be finite (a separate pass: the selection below skips values).
+    bool finite = true;
+    for (int64_t v = 0; v < p.vocab; ++v) finite &= finite_f32(Traits::load(row[v]));
+    if (!finite) {
+      for (int64_t v = 0; v < p.vocab && st.code == 0; ++v)
+        top_p_check_value(r, v, Traits::load(row[v]), &st);
+      return st;
+    }
     int64_t n = 0;
     // Inserts column v when it ranks before the last kept entry (ids increase, so an equal
     // value never does); -0.0 == +0.0 as float32 comparisons, like top_p_key.

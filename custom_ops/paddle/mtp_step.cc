@@ -8,6 +8,10 @@ void mtp_step_paddle_apply(MtpStepPaddleArgs& a, fd_mtp::MtpStepParams& p) {
   using namespace fd_mtp;
   const auto& ref = a.seq_lens_this_time;
   const int64_t bsz = a.dims.B;
+  // FastDeploy's free lists are 1-D ([F], paddle.to_tensor of a list): any other rank is refused.
+  if (a.free_list.shape().size() != 1)
+    check::fail(a.op, "free_list", "must have shape [F] (1-D), got ",
+                check::shape_str(a.free_list.shape()));
   // need_list: the kernel's workspace [bsz], not an argument.
   if (ref.is_cpu()) {
     std::vector<int32_t> need_list(static_cast<size_t>(bsz));

@@ -7,7 +7,8 @@ void speculate_verify_apply(SpeculateVerifyArgs& a, fd_mtp::SpeculateVerifyParam
   // draft_probs' rows are the distributions of target_probs' vocabulary. The Python wrappers
   // pass both only for "rejection", and refuse target_probs=None there; Paddle hands a zero-size
   // optional input over as absent: then no row exists, and the kernel's row check names
-  // target_probs if a request needs one.
+  // target_probs if a request needs one. A draft_probs with no rows would read as a greedy
+  // drafter here: fd_mtp.ops refuses it (naming draft_probs) whenever target_probs has rows.
   if (a.target_probs && a.draft_probs && a.dims.Vq != a.dims.V)
     check::fail(a.op, "draft_probs", "must have ", a.dims.V, " columns, got shape ",
                 check::shape_str(a.draft_probs->shape()));

@@ -156,6 +156,8 @@ def mtp_step_paddle(
 ):
     """fd_mtp.ops.mtp_step_paddle on CuPy arrays."""
     op, _, dims, p = prepare("mtp_step_paddle", locals())
+    if free_list.ndim != 1:  # as custom_ops/paddle/mtp_step.cc
+        _fail(op.name, "free_list", f"must have shape [F] (1-D), got {list(free_list.shape)}")
     need_list = _cupy().empty(max(dims["B"], 1), dtype=np.int32)  # the kernel's workspace [bsz]
     p.need_list = _ptr(need_list)
     status = _scratch()

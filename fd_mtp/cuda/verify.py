@@ -52,6 +52,14 @@ def speculate_verify(
         target_probs = draft_probs = None
     elif target_probs is None:
         _fail("speculate_verify", "target_probs", 'is required by the "rejection" strategy')
+    elif _no_rows(draft_probs) and not _no_rows(target_probs):
+        # As fd_mtp.ops.speculate_verify (where Paddle would see it as absent).
+        _fail(
+            "speculate_verify",
+            "draft_probs",
+            f"has no rows (shape {list(draft_probs.shape)}) but target_probs has "
+            f"{target_probs.shape[0]}; pass None for a greedy drafter",
+        )
     op, _, dims, p = prepare("speculate_verify", locals())
     # As custom_ops/paddle/speculate_verify.cc: draft_probs has target_probs' vocabulary.
     if draft_probs is not None and dims["Vq"] != dims["V"]:
@@ -62,6 +70,11 @@ def speculate_verify(
         )
     status = _scratch()
     raise_status(op, load().speculate_verify(p, _ptr(status), _stream()))
+
+
+def _no_rows(a):
+    shape = getattr(a, "shape", None)
+    return shape is not None and len(shape) == 2 and shape[0] == 0
 
 
 def philox4x32_10(counter, key):

@@ -50,6 +50,11 @@ def paged_attention(
     a negative ``seq_lens_decoder``, a needed position beyond the table width or a needed block id
     outside ``[0, num_blocks)`` (``block_tables``). Two requests sharing a slot are not detected.
 
+    NaN / inf in ``q``, ``k``, ``v`` or the caches are not inspected: they are scattered into the
+    caches as they are and propagate through IEEE arithmetic (a NaN or inf key or value makes the
+    output rows of every query that attends to it NaN or inf; queries that do not attend to it
+    are unaffected), as in the numpy reference.
+
     Example:
         >>> import paddle, fd_mtp.ops as ops
         >>> q = paddle.ones([2, 1, 2]); k = paddle.ones([2, 1, 2])

@@ -202,6 +202,9 @@ def eagle_get_hidden_states(
         A new ``[Tout, H]`` tensor of ``input``'s dtype. Raises ValueError naming the
         argument when the requests would read past ``input`` or ``accept_nums`` exceeds its
         request's rows.
+
+    NaN / inf: a pure row copy; the values of ``input`` are never inspected, so NaN and inf pass
+    through bit for bit, as in the numpy reference.
     """
     return invoke("eagle_get_hidden_states", locals())[0]
 
@@ -222,6 +225,9 @@ def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_t
 
     Returns:
         A new ``[Tout, H]`` tensor, one row per running request.
+
+    NaN / inf: a pure row copy; the values of ``input`` are never inspected, so NaN and inf pass
+    through bit for bit, as in the numpy reference.
     """
     return invoke("eagle_get_self_hidden_states", locals())[0]
 
@@ -257,7 +263,8 @@ def mtp_step_paddle(
         seq_lens_this_time: **W**; defines bsz. seq_lens_encoder: unused.
         seq_lens_decoder: **W**. block_tables: ``[>=bsz, NB]``, **W**.
         encoder_block_lens, used_list_len: **W**.
-        free_list: ``[F]``, **W**. free_list_len: ``[1]``, **W**.
+        free_list: ``[F]`` (1-D, as FastDeploy's; ``[F, 1]`` and other ranks are refused),
+            **W**. free_list_len: ``[1]``, **W**.
         block_size, max_draft_tokens (int): attributes.
 
     Returns:

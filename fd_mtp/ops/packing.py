@@ -289,6 +289,8 @@ def rebuild_padding(
         [[4.0, 5.0], [6.0, 7.0], [8.0, 9.0]]
         >>> ops.rebuild_padding(h, cu, q, dec, enc, None, None, 4, False).tolist()
         [[4.0, 5.0], [6.0, 7.0]]
+        NaN / inf: a pure copy; the values of ``tmp_out`` are never inspected, so NaN and inf pass
+    through bit for bit (rows the op leaves at zero stay zero), as in the numpy reference.
     """
     if use_output_padding_offset is None:
         use_output_padding_offset = output_padding_offset is not None

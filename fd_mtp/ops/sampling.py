@@ -65,6 +65,14 @@ def speculate_get_token_penalty_multi_scores(
     negative position. No ``T <= 1024`` limit; no ``[T, V]`` scratch allocation (the GPU path
     uses a ``[min(T, 128), V]`` workspace).
 
+    NaN / inf: ``logits`` only moves through elementwise IEEE arithmetic, so a NaN logit stays
+    NaN and an infinite one stays infinite (or becomes NaN where IEEE says so, e.g. ``inf - inf``),
+    exactly as in the numpy reference. A NaN or infinite ``penalty_scores``,
+    ``frequency_scores``, ``presence_scores`` or ``temperatures`` entry of a request that owns a
+    logits row would turn its whole rows meaningless: refused with ValueError naming the argument
+    and the request, nothing written (the reference raises the same). Entries of requests without
+    rows are not inspected.
+
     Example:
         >>> import paddle, fd_mtp.ops as ops
         >>> f32 = lambda v: paddle.to_tensor(v, dtype="float32")
@@ -102,6 +110,11 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
     Returns:
         ``[verify_scores [T, C] probs' dtype, verify_tokens [T, C] int64,
         actual_candidate_lens [T] int32]`` (new tensors).
+
+    NaN / inf: every value of ``probs`` must be finite, and so must the ``top_p`` entry of each
+    row's request; otherwise ValueError naming ``probs`` (row and column) or ``top_p`` (request):
+    a NaN makes the ranking and the top-p mass meaningless (the reference raises the same).
+    Nothing is returned then.
 
     Differences from upstream: deterministic order (upstream's exact-tie order depends on its
     thread layout); with ``p == 1.0`` the length is always the first i + 1 reaching it (upstream

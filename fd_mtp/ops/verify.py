@@ -107,12 +107,21 @@ def speculate_verify(
         target_probs: keyword-only ``[T, V]`` float32, required by "rejection" (ignored
             otherwise): row r = the target's sampling distribution (after temperature/top-k/p).
         draft_probs: keyword-only ``[T, V]`` float32 or None ("rejection" only): row ``start+i``
-            = the distribution draft ``i+1`` was drawn from; None = greedy drafter.
+            = the distribution draft ``i+1`` was drawn from; None = greedy drafter. A
+            ``draft_probs`` with no rows while ``target_probs`` has rows is refused (Paddle would
+            hand it to the op as absent, i.e. as a greedy drafter).
 
     Returns:
         None. Raises ValueError naming the argument on bad shapes/dtypes/places, when a request
         would read or write outside its rows (draft/accept width, output rows), or a draft id is
         outside ``[0, V)`` for "rejection"; nothing is written then.
+
+    NaN / inf (refused, nothing written; the reference raises the same): a float a running
+    request's decision reads must be finite: ``topp[b]`` and the request's ``verify_scores``
+    rows (every column) when the bonus token is a TOPP sample ("topp" / "topk" with
+    ``enable_topp``), its ``target_probs`` and ``draft_probs`` rows (every column) for
+    "rejection". Floats no decision reads (other strategies, stopped / block-stepped requests,
+    rows of no request) are not inspected.
 
     Differences from upstream: the RNG is Philox4x32-10 instead of curand XORWOW (same role,
     different numbers; reproducible on CPU and GPU); ``accept_tokens`` uses its own row width
@@ -149,4 +158,16 @@ def speculate_verify(
         target_probs = draft_probs = None
     elif target_probs is None:
         raise ValueError('speculate_verify: target_probs is required by the "rejection" strategy')
+    elif _no_rows(draft_probs) and not _no_rows(target_probs):
+        # Paddle hands a zero-size optional input to the op as absent (a greedy drafter).
+        raise ValueError(
+            f"speculate_verify: draft_probs has no rows (shape {list(draft_probs.shape)}) but "
+            f"target_probs has {target_probs.shape[0]}; pass None for a greedy drafter"
+        )
     invoke("speculate_verify", locals())
+
+
+def _no_rows(t):
+    """A 2-D tensor with no rows (other values: False; the binding checks them)."""
+    shape = getattr(t, "shape", None)
+    return shape is not None and len(shape) == 2 and shape[0] == 0

@@ -223,20 +223,25 @@ def eagle_get_hidden_states(
     base_this_time = _flat(base_model_seq_lens_this_time)
     bsz = this_time.size
 
-    src = []  # src[k] = input row copied to output row k
+    spans = []  # (first input row, count) copied in order to the output rows
     row = 0  # next unread input row
     for b in range(bsz):
         if enc[b] > 0:
-            src.extend(range(row, row + int(enc[b])))
+            spans.append((row, int(enc[b])))
             row += int(enc[b])
         elif base_this_time[b] != 0 and this_time[b] == 0:
             row += int(base_this_time[b])
         elif base_this_time[b] == 0 and this_time[b] == 0:
             pass
         else:
-            a = int(n_accept[b])
-            src.extend(range(row, row + a))
+            spans.append((row, int(n_accept[b])))
             row += int(base_this_time[b])
+    # Checked before any index list is built (counts may be huge).
+    if row > input.shape[0] or any(count > input.shape[0] for _, count in spans):
+        raise ValueError(
+            f"eagle_get_hidden_states: input has {input.shape[0]} rows but the requests read {row}"
+        )
+    src = [r for first, count in spans for r in range(first, first + max(count, 0))]
     return input[np.asarray(src, dtype=np.intp)]
 
 
@@ -440,6 +445,10 @@ def mtp_step_paddle(
     ValueError when no request can be preempted while short (upstream spins forever), ValueError
     when an append would run past the end of free_list.
     """
+    if np.ndim(free_list) != 1:
+        raise ValueError(
+            f"mtp_step_paddle: free_list must have shape [F] (1-D), got {list(np.shape(free_list))}"
+        )
     written = [
         stop_flags,
         batch_drop,

@@ -133,6 +133,17 @@ def speculate_get_token_penalty_multi_scores(
             )
         if b >= bs:
             continue
+        for name, values in (
+            ("penalty_scores", alpha_all),
+            ("frequency_scores", beta_all),
+            ("presence_scores", gamma_all),
+            ("temperatures", temps),
+        ):
+            if not np.isfinite(values[b]):
+                raise ValueError(
+                    f"speculate_get_token_penalty_multi_scores: {name} (request {b}) is NaN or "
+                    "infinite; it must be finite"
+                )
         ids = np.empty(0, dtype=np.int64)
         if cur[b] >= 0:
             row = pre_ids[b]
@@ -205,7 +216,18 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
             raise ValueError(
                 f"output_padding_offset maps a probs row to request {b} but top_p has {bs} entries"
             )
+        if not np.isfinite(p_all[b]):
+            raise ValueError(
+                f"top_p_candidates: top_p (request {b}) is NaN or infinite; it must be finite"
+            )
         requests.append(b)
+    for r in range(rows):
+        bad = np.flatnonzero(~np.isfinite(_to_f32(probs[r])))
+        if bad.size:
+            raise ValueError(
+                f"top_p_candidates: probs row {r} holds NaN or inf at column {bad[0]}; "
+                "probabilities must be finite"
+            )
 
     scores = np.zeros((rows, c), dtype=probs.dtype)
     tokens = np.zeros((rows, c), dtype=np.int64)

@@ -85,6 +85,25 @@ def _fail(arg, msg):
     raise ValueError(f"speculate_verify: {arg} {msg}")
 
 
+def _check_draft_probs_rows(target_probs, draft_probs, fail):
+    """A given draft_probs without rows while target_probs has rows is refused (the compiled op
+    would see it as absent, i.e. a greedy drafter): pass None for a greedy drafter."""
+    if draft_probs is not None and draft_probs.shape[0] == 0 and target_probs.shape[0] > 0:
+        fail(
+            "draft_probs",
+            f"has no rows (shape {list(draft_probs.shape)}) but target_probs has "
+            f"{target_probs.shape[0]}; pass None for a greedy drafter",
+        )
+
+
+def _check_finite(arg, m, first, last, where):
+    """The first NaN / inf of rows first..last (row order, then column order) is refused."""
+    bad = np.argwhere(~np.isfinite(np.asarray(m[first : last + 1], np.float32)))
+    if bad.size:
+        r, c = int(bad[0][0]) + first, int(bad[0][1])
+        _fail(arg, where + f"holds NaN or inf at row {r}, column {c}; it must be finite")
+
+
 def _sample(probs_row, u, q_row=None):
     """Token from weights max(0, p - q) (q None: p itself): the first v, in id order, with
     u * total <= running float32 sum; the argmax of p (lowest id) when the weights sum to 0."""
@@ -164,6 +183,7 @@ def speculate_verify(
     if name == "rejection":
         if target_probs is None:
             _fail("target_probs", 'is required by the "rejection" strategy')
+        _check_draft_probs_rows(target_probs, draft_probs, _fail)
         vocab = target_probs.shape[1]
     else:
         target_probs = draft_probs = None
@@ -209,6 +229,10 @@ def speculate_verify(
         for arg, t in tensors:
             if last >= t.shape[0]:
                 _fail(arg, where + f"row {last} is read but there are {t.shape[0]} rows")
+        if enable_topp and name in ("topp", "topk"):
+            if not np.isfinite(top_p[b]):
+                _fail("topp", where + "is NaN or infinite; it must be finite")
+            _check_finite("verify_scores", verify_scores, start, last, where)
         if name == "rejection":
             for i in range(1, used):
                 d = int(draft_tokens[b, i])
@@ -218,6 +242,9 @@ def speculate_verify(
                         where
                         + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs",
                     )
+            _check_finite("target_probs", target_probs, start, last, where)
+            if draft_probs is not None:
+                _check_finite("draft_probs", draft_probs, start, last, where)
 
     # ---- apply ---------------------------------------------------------------------------------
     for b in range(bsz):

@@ -8,6 +8,7 @@ checks that they match it and fills their (untyped) Params pointers and ``float_
 from . import Attr, Op, Status, Tensor
 
 _FLOAT = "float32|float16|bfloat16"
+_NON_FINITE = "is NaN or infinite; it must be finite"
 
 OPS = [
     Op(
@@ -60,6 +61,10 @@ OPS = [
                 "output_padding_offset",
                 "gives logits row {value} the offset {limit}: a negative position",
             ),
+            Status("kPenaltyPenaltyScore", 4, "penalty_scores", _NON_FINITE),
+            Status("kPenaltyFrequencyScore", 5, "frequency_scores", _NON_FINITE),
+            Status("kPenaltyPresenceScore", 6, "presence_scores", _NON_FINITE),
+            Status("kPenaltyTemperature", 7, "temperatures", _NON_FINITE),
         ),
     ),
     Op(
@@ -96,6 +101,13 @@ OPS = [
                 2,
                 "output_padding_offset",
                 "maps a probs row to request {value} but top_p has {limit} entries",
+            ),
+            Status("kTopPTopP", 3, "top_p", _NON_FINITE),
+            Status(
+                "kTopPProbs",
+                4,
+                "probs",
+                "row {value} holds NaN or inf at column {limit}; probabilities must be finite",
             ),
         ),
     ),

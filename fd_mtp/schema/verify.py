@@ -4,6 +4,7 @@ format)."""
 from . import Attr, Op, Status, Tensor
 
 _ROWS = "row {value} is read but there are {limit} rows"
+_NON_FINITE = "holds NaN or inf at row {value}, column {limit}; it must be finite"
 
 OPS = [
     Op(
@@ -99,6 +100,10 @@ OPS = [
                 "draft_tokens",
                 "holds token id {value}, outside the vocabulary [0, {limit}) of target_probs",
             ),
+            Status("kVerifyToppValue", 11, "topp", "is NaN or infinite; it must be finite"),
+            Status("kVerifyScoresValue", 12, "verify_scores", _NON_FINITE),
+            Status("kVerifyTargetProbsValue", 13, "target_probs", _NON_FINITE),
+            Status("kVerifyDraftProbsValue", 14, "draft_probs", _NON_FINITE),
         ),
     ),
 ]

@@ -9,6 +9,14 @@ None in place of a tensor, another dtype, a strided view (same shape and values)
 few, an extra axis; for attributes, an int out of range and a value of the wrong type. ``--long``
 adds random-permutation strided views (transposes, step slices, stride-0 broadcasts) at more batch
 sizes.
+
+Value mutations (``kind: "value"``) keep every argument well formed and set one element of one
+tensor to an extreme value: for an int tensor its dtype's maximum, -1 and its minimum; for a float
+tensor NaN and +inf (bfloat16 bit patterns for bfloat16). The worker also runs the numpy
+reference (fd_mtp.reference) on numpy copies of the same mutated input and reports whether the
+op's written and returned arrays equal the reference's (NaN equal to NaN). Fast mode mutates one
+element per (tensor, value): a random row, among its first 16 columns; ``--long`` adds two
+elements anywhere in the tensor, at every batch size.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +36,7 @@ import paddle  # noqa: E402
 
 import fd_mtp  # noqa: E402,F401  (before paddle)
 import fd_mtp.ops as ops  # noqa: E402
+import fd_mtp.reference as ref  # noqa: E402
 from fd_mtp import schema  # noqa: E402
 from fd_mtp.testing.op_inputs import BUILDERS  # noqa: E402
 
@@ -162,6 +172,120 @@ def cases(op, case, batch, long):
             yield f"{name}:type", name, set_type
 
 
+def _int_values(dtype):
+    info = np.iinfo(dtype)
+    return (("max", info.max), ("-1", -1), ("min", info.min))
+
+
+BF16_NAN, BF16_INF = 0x7FC0, 0x7F80  # bfloat16 bit patterns (arrays hold uint16 bits)
+FLOAT_VALUES = (("nan", np.nan), ("inf", np.inf))
+
+
+def value_cases(op, case, long):
+    """(case name, argument name, mutate(numpy values)): one element of one tensor set to an
+    extreme value (see the module docstring)."""
+    values = dict(zip(case.names, case.args)) | case.kwargs
+    for t in op.tensors:
+        a = values.get(t.name)
+        if not isinstance(a, np.ndarray) or a.size == 0:
+            continue
+        if a.dtype == np.uint16:  # bfloat16 bits
+            kinds = (("nan", BF16_NAN), ("inf", BF16_INF))
+        elif a.dtype in (np.int32, np.int64):
+            kinds = _int_values(a.dtype)
+        elif a.dtype.kind == "f":
+            kinds = FLOAT_VALUES
+        else:  # bool, uint8: every value is in range
+            continue
+        rng = np.random.default_rng(zlib.crc32(f"{op.name}:{t.name}".encode()))
+        flat = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
+        rows, cols = flat.shape
+        positions = [int(rng.integers(rows)) * cols + int(rng.integers(min(cols, 16)))]
+        if long:
+            positions += [int(i) for i in rng.integers(a.size, size=2)]
+        for kind, value in kinds:
+            for pos in dict.fromkeys(positions):
+
+                def mutate(v, t=t, pos=pos, value=value):
+                    x = v[t.name].copy()
+                    x.reshape(-1)[pos] = value
+                    v[t.name] = x
+
+                yield f"{t.name}:value-{kind}@{pos}", t.name, mutate
+
+
+def _as_list(result):
+    if result is None:
+        return []
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    return [result]
+
+
+def _comparable(x):
+    """numpy float32 (bfloat16 bits widened) or the array itself."""
+    if isinstance(x, paddle.Tensor):
+        x = _numpy(x)
+    x = np.asarray(x)
+    if x.dtype == np.uint16:
+        return (x.astype(np.uint32) << 16).view(np.float32)
+    return x
+
+
+def _same(a, b):
+    a, b = _comparable(a), _comparable(b)
+    if a.shape != b.shape and a.size == b.size:
+        b = b.reshape(a.shape)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def run_value_case(op, fn, reffn, case, mutate, written):
+    """One value mutation: the op on paddle copies, the reference on numpy copies."""
+    values = dict(zip(case.names, case.args)) | dict(case.kwargs)
+    mutate(values)
+    ref_values = {k: (x.copy() if isinstance(x, np.ndarray) else x) for k, x in values.items()}
+    pd_values = {k: to_paddle(x, k) for k, x in values.items()}
+    before = snapshot(pd_values, written)
+    outcome, error, message, result = "ok", None, "", None
+    try:
+        result = fn(*[pd_values[n] for n in case.names], **{k: pd_values[k] for k in case.kwargs})
+    except (ValueError, TypeError) as exc:
+        outcome, error, message = "raised", type(exc).__name__, str(exc)
+    except Exception as exc:  # noqa: BLE001  (reported: not a named error)
+        outcome, error, message = "other", type(exc).__name__, str(exc)
+    after = snapshot(pd_values, written)
+    changed = [n for n in before if not _same(before[n], after[n])]
+    ref_outcome, ref_message, mismatch = "ok", "", []
+    try:
+        ref_result = reffn(
+            *[ref_values[n] for n in case.names], **{k: ref_values[k] for k in case.kwargs}
+        )
+    except (ValueError, TypeError) as exc:
+        ref_outcome, ref_message = "raised", str(exc)
+    except Exception as exc:  # noqa: BLE001
+        ref_outcome, ref_message = "other", f"{type(exc).__name__}: {exc}"
+    if outcome == "ok" and ref_outcome == "ok":
+        mismatch = [n for n in written if not _same(pd_values[n], ref_values[n])]
+        got, want = _as_list(result), _as_list(ref_result)
+        if len(got) != len(want):
+            mismatch.append(f"<returned: {len(got)} values, reference {len(want)}>")
+        else:
+            mismatch += [
+                f"<returned {i}>" for i, (g, w) in enumerate(zip(got, want)) if not _same(g, w)
+            ]
+    return {
+        "outcome": outcome,
+        "error": error,
+        "message": message[:300],
+        "written_changed": changed,
+        "ref_outcome": ref_outcome,
+        "ref_message": ref_message[:300],
+        "ref_mismatch": mismatch,
+    }
+
+
 def run(op_key, long):
     base_name = op_key.split("[")[0]
     op = schema.get(base_name)
@@ -194,6 +318,7 @@ def run(op_key, long):
                 json.dumps(
                     {
                         "case": f"B={batch} {name}",
+                        "kind": "bad",
                         "arg": arg,
                         "outcome": outcome,
                         "error": error,
@@ -203,6 +328,12 @@ def run(op_key, long):
                 ),
                 flush=True,
             )
+        reffn = getattr(ref, base_name)
+        for name, arg, mutate in value_cases(op, case, long):
+            print(json.dumps({"start": f"B={batch} {name}"}), flush=True)
+            record = run_value_case(op, fn, reffn, case, mutate, written)
+            record.update(case=f"B={batch} {name}", kind="value", arg=arg)
+            print(json.dumps(record), flush=True)
     print(json.dumps({"done": True}), flush=True)
 
 

@@ -447,3 +447,40 @@ def test_self_good_args_are_good():
     good = self_good()
     out, expected, array = self_op_and_ref(good[0], "float32", *good[1:])
     assert_same(out, array[[0, 3]], "self hidden")
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN / inf: pure row copies, values never inspected (bit for bit, op and reference)
+# ---------------------------------------------------------------------------------------------
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({2: np.uint16, 4: np.uint32}[a.itemsize])
+
+
+def _non_finite_rows(tin, hidden=8):
+    values = numbered(tin, hidden)
+    values[0, 1], values[1, 3], values[2, 5] = -np.inf, np.nan, np.inf
+    return values
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_hidden_copies_nan_and_inf_bit_for_bit(dtype):
+    tensor, array = as_input(_non_finite_rows(4), dtype)
+    args = [i32([4]), i32([4]), i32([0]), flags([False]), i32([1]), i32([4]), i32([0])]
+    out = ops.eagle_get_hidden_states(tensor, *[to_paddle(a) for a in args], 2)
+    expected = reference.eagle_get_hidden_states(array.copy(), *[a.copy() for a in args], 2)
+    assert_same(_bits(to_numpy(out)), _bits(expected), "op vs reference (bits)")
+    assert_same(_bits(to_numpy(out)), _bits(array), "out == input rows (bits)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_self_hidden_copies_nan_and_inf_bit_for_bit(dtype):
+    # Two decoding requests of 2 rows each: the last row of each is kept (rows 1 and 3).
+    values = _non_finite_rows(4)
+    values[3, 2] = np.nan
+    tensor, array = as_input(values, dtype)
+    args = [i32([2, 2]), i32([1, 1]), i64([5, 7])]
+    out = ops.eagle_get_self_hidden_states(tensor, *[to_paddle(a) for a in args])
+    expected = reference.eagle_get_self_hidden_states(array.copy(), *[a.copy() for a in args])
+    assert_same(_bits(to_numpy(out)), _bits(expected), "op vs reference (bits)")
+    assert_same(_bits(to_numpy(out)), _bits(array[[1, 3]]), "out == input rows 1, 3 (bits)")

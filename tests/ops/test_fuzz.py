@@ -8,8 +8,15 @@ op's test with the case it happened in instead of taking the suite down. Every c
 ValueError or TypeError whose message starts with ``"<op>: <argument>"``, and write nothing (the
 written arguments, and the base tensor of a strided view, keep their values).
 
-Fast mode (default, CI): batch 5, one strided-view kind. ``pytest --fuzz-long``: three kinds of
-views (stack, transpose, step slice) at batches 1, 5 and 33.
+Value mutations keep the arguments well formed and set one element of one tensor to an extreme
+value (an int tensor: its dtype's maximum, -1, its minimum; a float tensor: NaN, +inf). Such a case
+passes when the op raises ValueError or TypeError naming the op (``"<op>: "``: the value may make
+another argument inconsistent) and writes nothing, or returns normally with written and returned
+arrays equal to the numpy reference's on the same input (which must return normally too).
+
+Fast mode (default, CI): batch 5, one strided-view kind, one element per (tensor, value).
+``pytest --fuzz-long``: three kinds of views (stack, transpose, step slice) and three elements per
+(tensor, value), at batches 1, 5 and 33.
 """
 
 import json
@@ -24,6 +31,26 @@ from fd_mtp.testing.op_inputs import BUILDERS
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 OPS = sorted(k for k in BUILDERS if k.split("[")[0] in schema.all_ops())
+
+
+# Value mutations found failing and not fixed yet (op key -> "<argument>:value-<kind>", at any
+# element and batch -> why). They still run; each is an open bug to fix, after which its entry goes.
+KNOWN_VALUE_FAILURES = {
+    "draft_model_update": {
+        "seq_lens_encoder:value-max": "int32 overflow of enc + dec (UB in the kernel; the "
+        "reference raises OverflowError)",
+        "seq_lens_decoder:value-max": "int32 overflow of dec + this_time (UB in the kernel; "
+        "the reference raises OverflowError)",
+    },
+    "mtp_step_paddle": {
+        "seq_lens_decoder:value-min": "a negative slot (dec + K + 1) div block_size is read "
+        "from block_tables (out of bounds); the reference raises IndexError",
+    },
+    "speculate_update": {
+        "seq_lens_this_time:value-min": "int32 overflow of this_time arithmetic (the "
+        "reference raises OverflowError)",
+    },
+}
 
 
 @pytest.mark.parametrize("op_key", OPS)
@@ -52,6 +79,11 @@ def test_bad_input_is_refused_by_name_and_writes_nothing(op_key, request):
     assert results, f"{op_key}: no case ran"
     bad = []
     for r in results:
+        if r["kind"] == "value":
+            mutation = r["case"].split(" ", 1)[1].split("@")[0]
+            if mutation not in KNOWN_VALUE_FAILURES.get(op_key, {}):
+                bad += _value_case_problems(op, r)
+            continue
         prefix = f"{op}: {r['arg']}"
         if r["outcome"] != "raised" or not r["message"].startswith(prefix):
             bad.append(
@@ -61,3 +93,20 @@ def test_bad_input_is_refused_by_name_and_writes_nothing(op_key, request):
         elif r["written_changed"]:
             bad.append(f"{r['case']}: refused but wrote {r['written_changed']}")
     assert not bad, f"{op_key}: {len(bad)} of {len(results)} cases wrong:\n" + "\n".join(bad)
+
+
+def _value_case_problems(op, r):
+    """Why a value-mutation record fails (empty: it passes)."""
+    if r["outcome"] == "raised":
+        if not r["message"].startswith(f"{op}: "):
+            return [f"{r['case']}: raised {r['error']}: {r['message']!r} (wanted '{op}: ...')"]
+        if r["written_changed"]:
+            return [f"{r['case']}: refused but wrote {r['written_changed']}"]
+        return []
+    if r["outcome"] != "ok":
+        return [f"{r['case']}: {r['outcome']} {r['error']}: {r['message']!r}"]
+    if r["ref_outcome"] != "ok":
+        return [f"{r['case']}: the op returned but the reference raised: {r['ref_message']!r}"]
+    if r["ref_mismatch"]:
+        return [f"{r['case']}: differs from the reference in {r['ref_mismatch']}"]
+    return []

@@ -548,6 +548,10 @@ BAD_TYPES = {
     "encoder_block_lens_too_short": ("encoder_block_lens", lambda a: a[:1].copy()),
     "used_list_len_too_short": ("used_list_len", lambda a: a[:1].copy()),
     "free_list_int64": ("free_list", lambda a: a.astype(np.int64)),
+    # FastDeploy's free list is [F] (paddle.to_tensor of a list): [F, 1] is refused too.
+    "free_list_column": ("free_list", lambda a: a.reshape(-1, 1)),
+    "free_list_2d": ("free_list", lambda a: np.stack([a, a], axis=1)),
+    "free_list_scalar": ("free_list", lambda a: a[:1].reshape(())),
     "free_list_len_int64": ("free_list_len", lambda a: a.astype(np.int64)),
 }
 
@@ -585,3 +589,14 @@ def test_bad_dtypes_and_shapes(case):
 @pytest.mark.parametrize("block_size", [0, -4])
 def test_bad_block_size(block_size):
     raises_and_unchanged(good(), "block_size", block_size=block_size)
+
+
+@pytest.mark.parametrize("shape", [(-1, 1), (1, -1), (-1, 1, 1)])
+def test_reference_refuses_a_free_list_that_is_not_1d(shape):
+    state = good()
+    state["free_list"] = state["free_list"].reshape(shape)
+    copies = {n: state[n].copy() for n in NAMES}
+    with pytest.raises(ValueError, match=r"^mtp_step_paddle: free_list must have shape \[F\]"):
+        reference.mtp_step_paddle(*[copies[n] for n in NAMES], BLOCK_SIZE, K)
+    for n in NAMES:
+        assert_same(copies[n], state[n], n + " (unchanged)")

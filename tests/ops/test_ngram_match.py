@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ngram_util import NGRAM_NAMES, check_invariants, random_batch, run_ngram
+from ngram_util import (
+    HYBRID_NAMES,
+    NGRAM_NAMES,
+    check_invariants,
+    random_batch,
+    run_hybrid,
+    run_ngram,
+)
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
@@ -446,3 +453,49 @@ def test_bad_shapes_and_dtypes(name, value):
         ops.ngram_match(*[t[n] for n in NGRAM_NAMES], 3, 3)
     for n in NGRAM_NAMES:
         assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+
+
+# ------------------------------------------------------------------------------------------------
+# Extreme max_dec_len / step_idx: max_dec_len - step_idx - 1 is computed without int64 overflow
+# ------------------------------------------------------------------------------------------------
+I64 = np.iinfo(np.int64)
+
+
+@pytest.mark.parametrize(
+    "max_dec_len, step_idx, drafts",
+    [
+        (I64.min, 2, 0),  # used to wrap to a huge positive budget and draft
+        (I64.min + 1, 2, 0),
+        (I64.min, I64.max, 0),
+        (-1, 2, 0),
+        (I64.max, 2, 3),
+        (I64.max, -1, 0),  # no query: nothing searched
+        (I64.max, I64.min, 0),
+        (I64.min, I64.min, 0),
+    ],
+)
+def test_extreme_max_dec_len_and_step_idx_match_the_reference(max_dec_len, step_idx, drafts):
+    d = batch(
+        n=2,
+        input_ids=[[6, 7, 1, 2, 3]] * 2,
+        input_ids_len=[5, 5],
+        pre_ids=[[-1, 6, 7]] * 2,
+        step_idx=[step_idx, 2],
+        max_dec_len=[max_dec_len, 100],
+    )
+    expected = [[A, 1, 2, 3][: 1 + drafts], [A, 1, 2, 3]]
+    check(d, dict(draft_tokens=expected, seq_lens_this_time=[1 + drafts, 4]))
+
+
+@pytest.mark.parametrize("max_dec_len", [I64.min, I64.min + 1, I64.max])
+@pytest.mark.parametrize("step_idx", [2, I64.min, I64.max])
+def test_hybrid_extreme_max_dec_len_and_step_idx_match_the_reference(max_dec_len, step_idx):
+    d = batch(
+        n=2,
+        input_ids=[[6, 7, 1, 2, 3]] * 2,
+        input_ids_len=[5, 5],
+        pre_ids=[[-1, 6, 7]] * 2,
+        step_idx=[step_idx, 2],
+        max_dec_len=[max_dec_len, 100],
+    )
+    run_hybrid({k: v for k, v in d.items() if k in HYBRID_NAMES})

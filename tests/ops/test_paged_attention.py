@@ -242,3 +242,19 @@ def test_docstring_example():
 
     result = doctest.testmod(mod, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_values_propagate_to_the_queries_that_attend_to_them(value):
+    """NaN / inf are not inspected: a non-finite value of token 1 makes the outputs of the tokens
+    that attend to it (1 and 2, causal) non-finite in op and reference; token 0 is unaffected."""
+    rng = np.random.default_rng(5)
+    batch = make_batch(rng, lens=[3], dec=[0], hq=2, hkv=1, d=4, bs=4)
+    batch["v"][1, 0, 2] = value
+    out, kc, vc = run_op(batch)
+    want, kc_ref, vc_ref = run_ref(batch)
+    assert np.array_equal(kc, kc_ref) and np.array_equal(vc, vc_ref, equal_nan=True)
+    assert np.array_equal(np.isfinite(out), np.isfinite(want)), "same non-finite pattern"
+    assert np.isfinite(out[0]).all() and not np.isfinite(out[1:]).all()
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(out[finite], want[finite], rtol=1e-5, atol=1e-6)

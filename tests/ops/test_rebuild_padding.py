@@ -332,3 +332,22 @@ def test_empty_output_padding_offset_stays_on_the_speculative_branch():
     c = bad_case()
     c["output_padding_offset"] = i32([])
     assert "has 0 entries but the output has R = 3" in expect_error(c, "output_padding_offset")
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN / inf: a pure copy, values never inspected (bit for bit, op and reference)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_nan_and_inf_rows_are_copied_bit_for_bit(dtype):
+    values = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    values[3, 1], values[4, 0], values[5, 7] = np.nan, np.inf, -np.inf
+    tensor = paddle.to_tensor(values, place=paddle.CPUPlace()).astype(dtype)
+    array = to_numpy(tensor)
+    # A prefill of 4 (its last row, 3) and a decode of 2 (rows 4 and 5).
+    args = [i32([0, 4, 6]), i32([4, 2]), i32([0, 9]), i32([4, 0]), i32([0, 2047, 2047])]
+    out = ops.rebuild_padding(tensor, *[to_paddle(a) for a in args], None, 2048, False)
+    expected = reference.rebuild_padding(array.copy(), *[a.copy() for a in args], None, 2048, False)
+    bits = {2: np.uint16, 4: np.uint32}[array.itemsize]
+    got = to_numpy(out).view(bits)
+    assert_same(got, np.asarray(expected).view(bits), "op vs reference (bits)")
+    assert_same(got, array[[3, 4, 5]].view(bits), "out == rows 3, 4, 5 (bits)")

@@ -426,3 +426,60 @@ def test_bad_shapes_dtypes_and_attributes(index, value, argument):
     args = base_bad_args()
     args[index] = value
     expect_error(args, argument, reference_too=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN / inf
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_finite_logits_pass_through_the_arithmetic_like_the_reference(dtype):
+    """Logits are only transformed elementwise: NaN stays NaN, inf stays inf (or NaN where IEEE
+    says so); op and reference agree element for element."""
+    logits = np.array(
+        [[np.nan, 1.0, np.inf, -np.inf, 2.0], [np.inf, -np.inf, np.nan, 3.0, -1.0]], np.float32
+    )
+    # Every id counted, so the penalty path (x * alpha / x / alpha, - count * beta - gamma) runs.
+    args = make_args(
+        logits,
+        [[-1, 0, 2, 3, 4], [-1, 0, 1, 2, 3]],
+        dtype=dtype,
+        penalty=1.5,
+        frequency=0.5,
+        presence=0.25,
+        temperature=0.7,
+        cur_len=5,
+    )
+    got, _ = run_op(args)
+    ref_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    REF(*ref_args)
+    g, e = values_of(got), values_of(ref_args[1])
+    assert np.array_equal(g, e, equal_nan=True), f"op {g} != reference {e}"
+    assert np.isnan(g[0, 0]) and np.isnan(g[1, 2]) and g[0, 2] == np.inf and g[1, 1] == -np.inf
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize(
+    "index,argument",
+    [
+        (2, "penalty_scores"),
+        (3, "frequency_scores"),
+        (4, "presence_scores"),
+        (5, "temperatures"),
+    ],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_finite_per_request_scalars_are_refused(index, argument, value, dtype):
+    args = make_args(
+        [[1, 2, 3, 4], [1, 2, 3, 4]], [[-1, 0, 1], [-1, 2, 3]], dtype=dtype, temperature=2.0
+    )
+    args[index] = args[index].copy()
+    args[index][1] = as_dtype([value], dtype)[0] if index != 5 else value
+    expect_error(args, rf"^speculate_get_token_penalty_multi_scores: {argument} \(request 1\)")
+
+
+def test_non_finite_scalars_of_a_request_without_rows_are_ignored():
+    # Request 1 owns no logits row: its scalars are never read.
+    args = make_args([[1, 2, 3, 4]], [[-1, 0, 1], [-1, 2, 3]], out_rows=[1, 0], temperature=2.0)
+    for index in (2, 3, 4, 5):
+        args[index][1] = np.nan
+    run_both(args)

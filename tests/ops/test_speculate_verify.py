@@ -1081,3 +1081,74 @@ def test_bad_attributes():
     d, kw = good()
     expect_bad(d, kw, "verify_window", attr=attrs(verify_window=-1), verify_strategy="topp")
     expect_bad(d, kw, "max_seq_len", attr=attrs(max_seq_len=0), ref=False, verify_strategy="topp")
+
+
+# ------------------------------------------------------------------------------------------------
+# 10. NaN / inf: refused where a running request's decision reads them (op and reference)
+# ------------------------------------------------------------------------------------------------
+def _set(key, index, value):
+    def mutate(d, kw):
+        target = kw if key in kw else d
+        target[key][index] = value
+
+    return mutate
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize(
+    "arg,strategy,index",
+    [
+        ("topp", "topp", (1,)),
+        ("verify_scores", "topp", (4, 2)),  # a column past actual_candidate_len: still refused
+        ("topp", "topk", (0,)),
+        ("verify_scores", "topk", (0, 0)),
+        ("target_probs", "rejection", (5, 7)),
+        ("draft_probs", "rejection", (2, 0)),
+    ],
+)
+def test_non_finite_values_a_decision_reads_are_refused(arg, strategy, index, value):
+    d, kw = good()
+    kw["draft_probs"] = kw["target_probs"].copy()
+    _set(arg, index, value)(d, kw)
+    expect_bad(d, kw, arg, verify_strategy=strategy)
+
+
+@pytest.mark.parametrize(
+    "arg,strategy,attr",
+    [
+        ("verify_scores", "topp", attrs(enable_topp=False)),  # no TOPP sample: never read
+        ("topp", "greedy", None),
+        ("verify_scores", "target_match", None),
+        ("target_probs", "topp", None),  # ignored by every strategy but "rejection"
+        ("topp", "rejection", None),
+    ],
+)
+def test_non_finite_values_no_decision_reads_are_accepted(arg, strategy, attr):
+    d, kw = good()
+    _set(arg, (1,) if arg == "topp" else (0, 0), np.nan)(d, kw)
+    run_pair(d, attr, verify_strategy=strategy, **kw)
+
+
+def test_non_finite_values_of_a_stopped_request_are_ignored():
+    d, kw = good()
+    d["stop_flags"][1] = True
+    d["topp"][1] = np.nan
+    d["verify_scores"][3:] = np.nan  # request 1's rows
+    kw["target_probs"][3:] = np.inf
+    run_pair(d, verify_strategy="topp", **kw)
+    run_pair(d, verify_strategy="rejection", **kw)
+
+
+def test_draft_probs_without_rows_is_refused_not_read_as_a_greedy_drafter():
+    d, kw = good()
+    V = kw["target_probs"].shape[1]
+    # Paddle would hand a [0, V] optional input to the op as absent (a greedy drafter).
+    expect_bad(
+        d, kw, "draft_probs", verify_strategy="rejection", draft_probs=np.zeros((0, V), np.float32)
+    )
+    # Other strategies ignore it; no rows at all (target_probs [0, V], every request stopped) is
+    # consistent and accepted.
+    run_pair(d, verify_strategy="topp", draft_probs=np.zeros((0, V), np.float32), **kw)
+    d["stop_flags"][:] = True
+    empty = np.zeros((0, V), np.float32)
+    run_pair(d, verify_strategy="rejection", target_probs=empty, draft_probs=empty)

@@ -264,3 +264,42 @@ def test_bad_shapes_and_dtypes(which, value, argument):
 
 def test_bad_max_seq_len():
     expect_error(*base_bad(), 2, "max_seq_len", max_seq_len=0, reference_too=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# NaN / inf: refused (op and reference), the argument and the row / request named
+# ------------------------------------------------------------------------------------------------
+def expect_refused(probs, top_p, pad, c, pattern):
+    tensors = [tensor(a) for a in (probs, top_p, pad)]
+    with pytest.raises(ValueError, match=pattern):
+        ops.top_p_candidates(*tensors, c, 8)
+    with pytest.raises(ValueError, match=pattern):
+        reference.top_p_candidates(probs.copy(), top_p.copy(), pad.copy(), c, 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("column", [0, 17, 39])  # first, a skipped block, the tail
+def test_non_finite_probs_are_refused(dtype, value, column):
+    rng = np.random.default_rng(3)
+    probs = rng.random((3, 40)).astype(np.float32)
+    probs[1, column] = value
+    probs, top_p, pad = make(probs, [0.5, 0.9, 0.3], dtype=dtype)
+    expect_refused(
+        probs,
+        top_p,
+        pad,
+        5,
+        rf"^top_p_candidates: probs row 1 holds NaN or inf at column {column};",
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_top_p_of_a_row_is_refused_and_of_no_row_ignored(dtype, value):
+    probs = np.full((2, 10), 0.1, np.float32)
+    probs_, top_p, pad = make(probs, [0.5, value, 0.3], out_rows=[1, 1, 0], dtype=dtype)
+    expect_refused(probs_, top_p, pad, 3, r"^top_p_candidates: top_p \(request 1\) is NaN")
+    # Request 2 has no row: its top_p is never read.
+    probs_, top_p, pad = make(probs, [0.5, 0.3, value], out_rows=[1, 1, 0], dtype=dtype)
+    run_both(probs_, top_p, pad, 3)

@@ -60,14 +60,17 @@ def run_both(op, ref, args: list, **kwargs):
 
 
 def assert_same(actual, expected, name: str = "array") -> None:
-    """Exact equality with a report of shape and the first mismatches."""
+    """Exact equality (NaN equal to NaN) with a report of shape and the first mismatches."""
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     if actual.shape != expected.shape:
         raise AssertionError(f"{name}: shape {actual.shape} != expected {expected.shape}")
     if actual.dtype != expected.dtype:
         raise AssertionError(f"{name}: dtype {actual.dtype} != expected {expected.dtype}")
-    diff = np.argwhere(actual != expected)
+    differ = actual != expected
+    if actual.dtype.kind in "fc":  # NaN == NaN (same positions): only real differences count
+        differ &= ~(np.isnan(actual) & np.isnan(expected))
+    diff = np.argwhere(differ)
     if diff.size:
         shown = ", ".join(
             f"{tuple(int(i) for i in idx)}: {actual[tuple(idx)]!r} != {expected[tuple(idx)]!r}"
