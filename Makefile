@@ -23,7 +23,7 @@ NVCC := $(shell command -v nvcc 2>/dev/null)
 WITH_CUDA_MODULE ?= $(if $(NVCC),1,0)
 
 # Everything the C++ build reads (make re-runs the build when one of these is newer than the library).
-BUILD_INPUTS := CMakeLists.txt $(wildcard cmake/*.py) $(shell find custom_ops -type f 2>/dev/null)
+BUILD_INPUTS := CMakeLists.txt $(wildcard cmake/*.py fd_mtp/schema/*.py) $(shell find custom_ops -type f 2>/dev/null)
 
 CXX_SOURCES = $(shell find custom_ops -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null)
 

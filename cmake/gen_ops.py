@@ -13,6 +13,8 @@ writes, for every op declared in fd_mtp/schema (see fd_mtp/schema/__init__.py):
 * ``OUT_DIR/ops_gen.h``: the entry points' declarations (the pybind module binds them);
 * ``OUT_DIR/pybind_gen.cc``: the pybind11 module ``fd_mtp_ops_pybind``.
 
+    python cmake/gen_ops.py OUT_DIR --list      # prints the paths the first form writes
+
     python cmake/gen_ops.py --cuda-params OUT_DIR custom_ops/kernels/<kernel>.h ...
 
 writes ``OUT_DIR/cuda_params_gen.cc``: the raw CUDA module's Python classes of every kernel's
@@ -466,6 +468,11 @@ def main(argv: list[str]) -> int:
         write_if_changed(
             out_dir / "cuda_params_gen.cc", gen_cuda_params([Path(h) for h in argv[2:]])
         )
+        return 0
+    if len(argv) == 2 and argv[1] == "--list":  # the files `OUT_DIR` would get, one per line
+        out_dir = Path(argv[0])
+        names = [f"{op}.gen.h" for op in sorted(all_ops())] + ["ops_gen.h", "pybind_gen.cc"]
+        print("\n".join(str(out_dir / n) for n in names))
         return 0
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)

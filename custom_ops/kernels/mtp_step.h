@@ -21,6 +21,7 @@ enum MtpStepStatus : int32_t {
   kMtpStepFreeListFull = 2,
   kMtpStepUsedListLen = 3,
   kMtpStepFreeListLen = 4,
+  kMtpStepNegativeDecoder = 5,  // a running request's seq_lens_decoder < 0 (no block slot)
 };
 
 struct MtpStepParams {
@@ -88,6 +89,10 @@ FD_HOST_DEVICE inline void mtp_step_check(const MtpStepParams& p, KernelStatus* 
     if (mtp_step_releases(p, b)) {
       released += used;
     } else {
+      if (p.seq_lens_decoder[b] < 0) {
+        report(st, kMtpStepNegativeDecoder, b, p.seq_lens_decoder[b], 0);
+        return;
+      }
       preemptible += used;
       need += mtp_step_needed_slot(p, b) >= 0;
     }

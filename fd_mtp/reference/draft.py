@@ -509,6 +509,14 @@ def _mtp_step_phases(
         free_len[0] = top + n
         used[b] = 0
 
+    # A running request's next block slot needs seq_lens_decoder >= 0 (the kernel's check pass).
+    for b in range(bsz):
+        if not (base_stop[b] or drop[b]) and int(dec[b]) < 0:
+            raise ValueError(
+                f"mtp_step_paddle: seq_lens_decoder (request {b}) is {int(dec[b])} for a running "
+                "request; it must be >= 0"
+            )
+
     # Phase 1: free the decode blocks of requests the target stopped or the draft dropped.
     for b in range(bsz):
         if (base_stop[b] or drop[b]) and used[b] > 0:

@@ -291,6 +291,12 @@ OPS = [
             Status(
                 "kMtpStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"
             ),
+            Status(
+                "kMtpStepNegativeDecoder",
+                5,
+                "seq_lens_decoder",
+                "is {value} for a running request; it must be >= {limit}",
+            ),
         ),
     ),
 ]

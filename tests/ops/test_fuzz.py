@@ -42,10 +42,6 @@ KNOWN_VALUE_FAILURES = {
         "seq_lens_decoder:value-max": "int32 overflow of dec + this_time (UB in the kernel; "
         "the reference raises OverflowError)",
     },
-    "mtp_step_paddle": {
-        "seq_lens_decoder:value-min": "a negative slot (dec + K + 1) div block_size is read "
-        "from block_tables (out of bounds); the reference raises IndexError",
-    },
     "speculate_update": {
         "seq_lens_this_time:value-min": "int32 overflow of this_time arithmetic (the "
         "reference raises OverflowError)",

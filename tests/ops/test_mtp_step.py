@@ -536,6 +536,11 @@ BAD = {
     "used_past_the_row": (dict(used_list_len=[4, 0]), "used_list_len"),
     "free_list_len_negative": (dict(free_list_len=[-1]), "free_list_len"),
     "free_list_len_past_free_list": (dict(free_list_len=[4]), "free_list_len"),
+    # A running request needs slot (dec + K + 1) // block_size: negative dec has none (C++ division
+    # truncates, Python's floors: they would disagree on the slot, and a negative slot is outside
+    # the row).
+    "decoder_negative": (dict(seq_lens_decoder=[-5, 1]), "seq_lens_decoder"),
+    "decoder_int32_min": (dict(seq_lens_decoder=[6, -(2**31)]), "seq_lens_decoder"),
 }
 BAD_TYPES = {
     "block_tables_int64": ("block_tables", lambda a: a.astype(np.int64)),
@@ -576,6 +581,25 @@ def test_bad_values(case):
     fields, name = BAD[case]
     base = {n: a.tolist() for n, a in good().items()}
     raises_and_unchanged(batch(**{**base, **fields}), name)
+
+
+@pytest.mark.parametrize("case", ["decoder_negative", "decoder_int32_min"])
+def test_reference_refuses_a_negative_decoder_too(case):
+    fields, name = BAD[case]
+    base = {n: a.tolist() for n, a in good().items()}
+    state = batch(**{**base, **fields})
+    before = {n: a.copy() for n, a in state.items()}
+    with pytest.raises(ValueError, match=name):
+        reference.mtp_step_paddle(*[state[n] for n in NAMES], BLOCK_SIZE, K)
+    for n in NAMES:
+        assert_same(state[n], before[n], n + " (reference, unchanged)")
+
+
+def test_negative_decoder_of_a_stopped_request_is_ignored():
+    base = {n: a.tolist() for n, a in good().items()}
+    step_both(
+        batch(**{**base, "seq_lens_decoder": [6, -5], "base_model_stop_flags": [False, True]})
+    )
 
 
 @pytest.mark.parametrize("case", sorted(BAD_TYPES))
