@@ -10,6 +10,7 @@ enum DraftModelUpdateStatus : int32_t {
   kUpdateNextTokensRow = 1,
   kUpdatePreIdsColumn = 2,
   kUpdateEmptyRunningRequest = 3,
+  kUpdateDecoderOverflow = 4,  // seq_lens_decoder would pass INT32_MAX
 };
 
 struct DraftModelUpdateParams {
@@ -61,7 +62,15 @@ FD_HOST_DEVICE inline void draft_model_update_check(const DraftModelUpdateParams
   }
   const int64_t col =
       draft_model_update_is_decode(p, b) ? p.step_idx[b] + p.seq_lens_this_time[b] : 1;
-  if (!in_range(col, p.pre_ids_cols)) report(st, kUpdatePreIdsColumn, b, col, p.pre_ids_cols);
+  if (!in_range(col, p.pre_ids_cols)) {
+    report(st, kUpdatePreIdsColumn, b, col, p.pre_ids_cols);
+    return;
+  }
+  // The new seq_lens_decoder (int32) must not overflow.
+  const int64_t dec =
+      static_cast<int64_t>(p.seq_lens_decoder[b]) +
+      (draft_model_update_is_decode(p, b) ? p.seq_lens_this_time[b] : p.seq_lens_encoder[b]);
+  if (dec > INT32_MAX) report(st, kUpdateDecoderOverflow, b, dec, INT32_MAX);
 }
 
 // Applies the op to request b; returns 1 when the request is (now) stopped.

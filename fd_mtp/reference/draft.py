@@ -300,6 +300,15 @@ def draft_model_update(
     column = substep + 1
     bsz = this_time.size
 
+    for b in range(bsz):  # the op's check pass: the new seq_lens_decoder must fit in int32
+        d, e = int(dec[b]), int(enc[b])
+        new_dec = d + (int(this_time[b]) if d > 0 and e <= 0 else e)
+        if not stop[b] and new_dec > 2**31 - 1:
+            raise ValueError(
+                f"draft_model_update: seq_lens_decoder (request {b}) would become {new_dec}, "
+                f"past the int32 range (at most {2**31 - 1})"
+            )
+
     n_stopped = 0
     for b in range(bsz):
         q = int(this_time[b])

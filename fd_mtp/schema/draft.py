@@ -150,6 +150,12 @@ OPS = [
                 "seq_lens_this_time",
                 "is {value} for a request that is not stopped (it must be >= {limit})",
             ),
+            Status(
+                "kUpdateDecoderOverflow",
+                4,
+                "seq_lens_decoder",
+                "would become {value}, past the int32 range (at most {limit})",
+            ),
         ),
     ),
     Op(

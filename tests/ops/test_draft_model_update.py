@@ -638,3 +638,25 @@ def test_pre_ids_column_out_of_range():
     d = valid()
     d["step_idx"][0] = L - 2  # decode with q 2 writes column L
     expect_error(d, "pre_ids")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"seq_lens_decoder": (0, 2**31 - 1)},  # decode: dec + q passes INT32_MAX
+        {"seq_lens_decoder": (2, 5), "seq_lens_encoder": (2, 2**31 - 1)},  # prefill: dec + enc
+    ],
+    ids=["decode", "prefill"],
+)
+def test_seq_lens_decoder_overflowing_int32_is_refused_by_op_and_reference(changes):
+    d = valid()
+    for field, (index, value) in changes.items():
+        d[field][index] = value
+    expect_error(d, "seq_lens_decoder")
+    ref_args = [d[n].copy() for n in NAMES]
+    with pytest.raises(
+        ValueError, match=r"draft_model_update: seq_lens_decoder \(request \d\) would become"
+    ):
+        reference.draft_model_update(*ref_args, L, 0, prefill_one_step_stop=False)
+    for n, a in zip(NAMES, ref_args):
+        assert_same(a, d[n], f"{n} (reference, unchanged)")

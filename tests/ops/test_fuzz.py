@@ -36,12 +36,6 @@ OPS = sorted(k for k in BUILDERS if k.split("[")[0] in schema.all_ops())
 # Value mutations found failing and not fixed yet (op key -> "<argument>:value-<kind>", at any
 # element and batch -> why). They still run; each is an open bug to fix, after which its entry goes.
 KNOWN_VALUE_FAILURES = {
-    "draft_model_update": {
-        "seq_lens_encoder:value-max": "int32 overflow of enc + dec (UB in the kernel; the "
-        "reference raises OverflowError)",
-        "seq_lens_decoder:value-max": "int32 overflow of dec + this_time (UB in the kernel; "
-        "the reference raises OverflowError)",
-    },
     "speculate_update": {
         "seq_lens_this_time:value-min": "int32 overflow of this_time arithmetic (the "
         "reference raises OverflowError)",
