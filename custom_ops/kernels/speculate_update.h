@@ -12,6 +12,7 @@ namespace fd_mtp {
 
 enum SpeculateUpdateStatus : int32_t {
   kSpecUpdateAcceptNum = 1,
+  kSpecUpdateThisTime = 2,  // a running decode request's seq_lens_this_time < 0
 };
 
 struct SpeculateUpdateParams {
@@ -35,8 +36,13 @@ FD_HOST_DEVICE inline void speculate_update_check(const SpeculateUpdateParams& p
                                                   KernelStatus* st) {
   if (b >= p.real_bsz || p.is_block_step[b]) return;
   const int32_t a = p.accept_num[b];
-  if (a < 0 || a > p.accept_tokens_cols)
+  if (a < 0 || a > p.accept_tokens_cols) {
     report(st, kSpecUpdateAcceptNum, b, a, p.accept_tokens_cols);
+    return;
+  }
+  // mask_rollback = this_time - accept_num must be a count (and must not overflow int32).
+  if (!p.stop_flags[b] && p.seq_lens_encoder[b] == 0 && p.seq_lens_this_time[b] < 0)
+    report(st, kSpecUpdateThisTime, b, p.seq_lens_this_time[b], 0);
 }
 
 // Applies the op to slot b < max_bsz; returns 1 when the slot counts as

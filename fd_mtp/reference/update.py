@@ -200,6 +200,13 @@ def speculate_update(
                 b,
                 f"is {int(n_accept[b])}; it must be in [0, {wa}] (columns of accept_tokens)",
             )
+        if not block_step[b] and not stop[b] and int(enc[b]) == 0 and int(this_time[b]) < 0:
+            _fail(
+                op,
+                "seq_lens_this_time",
+                b,
+                f"is {int(this_time[b])} for a running decode request; it must be >= 0",
+            )
 
     n_stopped = max_bsz - real_bsz
     for b in range(real_bsz):

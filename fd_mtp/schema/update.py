@@ -90,7 +90,15 @@ OPS = [
             Tensor("stop_nums", "int64[1]", any_place=True, param=None, doc="read on the host"),
             Tensor("mask_rollback", "int32[>=B]", "written"),
         ),
-        status=(Status("kSpecUpdateAcceptNum", 1, "accept_num", _ACCEPT_NUM_RANGE),),
+        status=(
+            Status("kSpecUpdateAcceptNum", 1, "accept_num", _ACCEPT_NUM_RANGE),
+            Status(
+                "kSpecUpdateThisTime",
+                2,
+                "seq_lens_this_time",
+                "is {value} for a running decode request; it must be >= {limit}",
+            ),
+        ),
     ),
     Op(
         name="speculate_set_value_by_flags_and_idx",

@@ -35,12 +35,7 @@ OPS = sorted(k for k in BUILDERS if k.split("[")[0] in schema.all_ops())
 
 # Value mutations found failing and not fixed yet (op key -> "<argument>:value-<kind>", at any
 # element and batch -> why). They still run; each is an open bug to fix, after which its entry goes.
-KNOWN_VALUE_FAILURES = {
-    "speculate_update": {
-        "seq_lens_this_time:value-min": "int32 overflow of this_time arithmetic (the "
-        "reference raises OverflowError)",
-    },
-}
+KNOWN_VALUE_FAILURES = {}
 
 
 @pytest.mark.parametrize("op_key", OPS)

@@ -512,6 +512,14 @@ def test_accept_num_out_of_range(value):
     expect_error(d, "accept_num", data=True)
 
 
+@pytest.mark.parametrize("value", [-1, -(2**31)])
+def test_negative_this_time_of_a_running_decode_request(value):
+    # mask_rollback = seq_lens_this_time - accept_num: a negative count (INT32_MIN overflowed).
+    d = valid()
+    d["seq_lens_this_time"][1] = value
+    expect_error(d, "seq_lens_this_time", data=True)
+
+
 def test_bad_accept_num_of_block_stepped_or_padded_slots_is_not_read():
     d = valid()
     d["accept_num"][2] = 99  # block-stepped
