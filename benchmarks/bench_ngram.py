@@ -57,85 +57,11 @@ import fd_mtp.reference as ref  # noqa: E402
 OPS = ("ngram_match", "hybrid_mtp_ngram")
 DEFAULT_BATCHES = (1, 16, 64, 256)
 DEFAULT_HISTORIES = (1024, 8192, 32768)
-VOCAB = 32_000
-K = 5
-MAX_NGRAM, MIN_NGRAM = 5, 2
-THRESHOLD = 1 << 30
-PLANT = 0.5
-
-NGRAM_ORDER = [
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "max_dec_len",
-]
-HYBRID_ORDER = [
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "max_dec_len",
-]
-WRITTEN = ("draft_tokens", "seq_lens_this_time")
-
-
-def build(op, batch, history, seed=0):
-    """(arrays by name, positional size args, config string) for one case."""
-    hybrid = op == "hybrid_mtp_ngram"
-    rng = np.random.default_rng(seed + batch + history)
-    prompt = history // 2
-    generated = history - prompt
-    input_ids = rng.integers(0, VOCAB, (batch, prompt), dtype=np.int64)
-    pre_ids = rng.integers(0, VOCAB, (batch, generated + 1), dtype=np.int64)
-    step = np.full(batch, generated, np.int64)  # pre_ids[.., step] is the newest token
-    if not hybrid:
-        pre_ids[:, 0] = -1  # target convention: slot 0 unused
-    for b in np.flatnonzero(rng.random(batch) < PLANT):
-        g = int(rng.integers(1, MAX_NGRAM + 1))
-        if hybrid:
-            g = max(g, MIN_NGRAM)
-        piece = np.concatenate([pre_ids[b, generated - g + 1 :], rng.integers(0, VOCAB, K)])
-        if rng.random() < 0.5:
-            at = int(rng.integers(0, prompt - len(piece)))
-            input_ids[b, at : at + len(piece)] = piece
-        else:
-            at = int(rng.integers(1, generated - g - len(piece)))
-            pre_ids[b, at : at + len(piece)] = piece
-    d = dict(
-        input_ids=input_ids,
-        input_ids_len=np.full(batch, prompt, np.int64),
-        pre_ids=pre_ids,
-        step_idx=step,
-        draft_token_num=np.full(batch, K, np.int32),
-        draft_tokens=np.full((batch, K + 1), -1, np.int64),
-        seq_lens_this_time=np.full(batch, 2 if hybrid else 1, np.int32),
-        seq_lens_encoder=np.zeros(batch, np.int32),
-        seq_lens_decoder=np.full(batch, history, np.int32),
-        max_dec_len=np.full(batch, 1 << 40, np.int64),
-    )
-    d["draft_tokens"][:, 0] = 7
-    if hybrid:
-        d["draft_tokens"][:, 1] = 8
-        del d["seq_lens_encoder"]
-        sizes = (MAX_NGRAM, MIN_NGRAM, K)
-    else:
-        sizes = (MAX_NGRAM, K)
-    config = (
-        f"H={history};prompt={prompt};generated={generated};K={K};"
-        f"ngram={MIN_NGRAM if hybrid else 1}..{MAX_NGRAM};planted={PLANT};vocab={VOCAB};"
-        f"threshold={THRESHOLD}"
-    )
-    return d, sizes, config
+# The batches come from the shared input factory (fd_mtp.testing.op_inputs.ngram_state).
+from fd_mtp.testing.op_inputs import HYBRID_ORDER, NGRAM_ORDER  # noqa: E402
+from fd_mtp.testing.op_inputs import NGRAM_THRESHOLD as THRESHOLD  # noqa: E402
+from fd_mtp.testing.op_inputs import NGRAM_WRITTEN as WRITTEN  # noqa: E402
+from fd_mtp.testing.op_inputs import ngram_state as build  # noqa: E402
 
 
 def order_of(op):
