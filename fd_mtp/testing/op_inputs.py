@@ -21,6 +21,14 @@ import functools
 import numpy as np
 
 from .. import reference as ref
+from ..schema import get as _schema_op
+from ..schema import python_signature as _python_signature
+
+
+def _positional(op: str) -> list[str]:
+    """The op's positional argument names, in order, from its schema (fd_mtp/schema)."""
+    return _python_signature(_schema_op(op))[0]
+
 
 K = 3  # draft tokens per step (num_speculative_tokens)
 L = 2048  # max_model_len: width of input_ids / pre_ids, max_seq_len of the output offsets
@@ -198,17 +206,7 @@ def build_eagle_hidden(batch, hidden=H, dtype="bfloat16"):
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
     x = _hidden_rows(np.random.default_rng(1), t_in, hidden, dtype)
-    names = [
-        "input",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "stop_flags",
-        "accept_nums",
-        "base_model_seq_lens_this_time",
-        "base_model_seq_lens_encoder",
-        "actual_draft_token_num",
-    ]
+    names = _positional("eagle_get_hidden_states")
     args = [
         x,
         c["seq_lens_this_time"],
@@ -243,23 +241,7 @@ def _update_args(batch):
             next_tokens[first_row[b] + out_lens[b] - 1] = EOS_IDS[1]
         for b in decoding[-max(1, len(decoding) // 50) :]:
             max_dec_len[b] = int(c["step_idx"][b, 0]) + 1
-    names = [
-        "inter_next_tokens",
-        "draft_tokens",
-        "pre_ids",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "step_idx",
-        "output_cum_offsets",
-        "stop_flags",
-        "not_need_stop",
-        "max_dec_len",
-        "end_ids",
-        "base_model_draft_tokens",
-        "max_seq_len",
-        "substep",
-    ]
+    names = _positional("draft_model_update")
     args = [
         next_tokens,
         c["draft_tokens"],
@@ -377,21 +359,7 @@ def build_mtp_step(batch):
     n_free = 2 * batch + 8
     free_list = np.zeros(next_id + n_free, np.int32)
     free_list[:n_free] = np.arange(next_id, next_id + n_free)
-    names = [
-        "base_model_stop_flags",
-        "stop_flags",
-        "batch_drop",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "block_tables",
-        "encoder_block_lens",
-        "used_list_len",
-        "free_list",
-        "free_list_len",
-        "block_size",
-        "max_draft_tokens",
-    ]
+    names = _positional("mtp_step_paddle")
     args = [
         base_stop,
         base_stop.copy(),
@@ -479,17 +447,7 @@ def build_set_stop_value(batch):
         history = list(s["pre_ids"][b, 1 : t - a + 1]) + list(s["accept_tokens"][b, :idx])
         n = lens[b, 0] = min(int(lens[b, 0]), len(history))
         seqs[b, 0, :n] = history[-n:]
-    names = [
-        "accept_tokens",
-        "accept_num",
-        "pre_ids",
-        "step_idx",
-        "stop_flags",
-        "seq_lens",
-        "stop_seqs",
-        "stop_seqs_len",
-        "end_ids",
-    ]
+    names = _positional("speculate_set_stop_value_multi_seqs")
     args = [
         s["accept_tokens"],
         s["accept_num"],
@@ -511,20 +469,7 @@ def build_set_stop_value(batch):
 
 def build_speculate_update(batch):
     s, _ = target_state(batch)
-    names = [
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "not_need_stop",
-        "draft_tokens",
-        "actual_draft_token_nums",
-        "accept_tokens",
-        "accept_num",
-        "stop_flags",
-        "seq_lens_this_time",
-        "is_block_step",
-        "stop_nums",
-        "mask_rollback",
-    ]
+    names = _positional("speculate_update")
     s["not_need_stop"] = np.zeros(1, bool)
     s["stop_nums"] = np.array([batch], np.int64)
     written = [
@@ -545,16 +490,7 @@ def build_set_value(batch):
     )
     s["seq_lens_decoder"] += s["seq_lens_encoder"]
     s["seq_lens_encoder"][:] = 0
-    names = [
-        "pre_ids_all",
-        "accept_tokens",
-        "accept_num",
-        "stop_flags",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "step_idx",
-    ]
+    names = _positional("speculate_set_value_by_flags_and_idx")
     s["pre_ids_all"] = s["pre_ids"]
     return Case(
         [s[n] for n in names],
@@ -603,25 +539,7 @@ def build_schedule_cache(batch):
     stop = rng.random(batch) < 1 / 20
     chunk = rng.random(batch) < 1 / 32
     prompt_lens = np.where(chunk, dec.astype(np.int64) + 64, prompt)
-    names = [
-        "draft_tokens",
-        "block_tables",
-        "stop_flags",
-        "prompt_lens",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "step_seq_lens_decoder",
-        "step_draft_tokens",
-        "step_seq_lens_this_time",
-        "accept_num",
-        "accept_tokens",
-        "is_block_step",
-        "not_need_stop",
-        "stop_nums",
-        "block_size",
-        "max_draft_tokens",
-    ]
+    names = _positional("speculate_schedule_cache")
     args = [
         _tokens(rng, batch, K + 1),
         tables,
@@ -675,20 +593,7 @@ def build_recover_decode(batch):
         tables[b, slot:] = -1
         if rng.random() < 0.5 and slot < nb:
             tables[b, slot] = 10**6 + b
-    names = [
-        "stop_flags",
-        "seq_lens_this_time",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "step_seq_lens_decoder",
-        "block_tables",
-        "is_block_step",
-        "draft_tokens",
-        "step_draft_tokens",
-        "step_seq_lens_this_time",
-        "block_size",
-        "max_draft_tokens",
-    ]
+    names = _positional("recover_decode_task")
     args = [
         parked.reshape(-1, 1),
         np.where(parked, 0, K + 1).astype(np.int32).reshape(-1, 1),
@@ -741,34 +646,7 @@ def build_speculate_step(batch):
     stack = np.full(batch, -1, np.int32)
     stack[: int(parked.sum())] = np.flatnonzero(parked)
     stop = finished | parked
-    names = [
-        "stop_flags",
-        "seq_lens_this_time",
-        "ori_seq_lens_encoder",
-        "seq_lens_encoder",
-        "seq_lens_decoder",
-        "block_tables",
-        "encoder_block_lens",
-        "is_block_step",
-        "step_block_list",
-        "step_lens",
-        "recover_block_list",
-        "recover_lens",
-        "need_block_list",
-        "need_block_len",
-        "used_list_len",
-        "free_list",
-        "free_list_len",
-        "input_ids",
-        "pre_ids",
-        "step_idx",
-        "next_tokens",
-        "first_token_ids",
-        "accept_num",
-        "block_size",
-        "encoder_decoder_block_num",
-        "max_draft_tokens",
-    ]
+    names = _positional("speculate_step_paddle")
     args = [
         stop.reshape(-1, 1),
         np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
@@ -860,7 +738,7 @@ def build_padding_offset(batch):
     s = packing_state(batch)
     q = s["seq_lens_this_time"]
     cum = np.cumsum(L - q.astype(np.int64)).astype(np.int32)
-    names = ["input_ids", "draft_tokens", "cum_offsets", "token_num", "seq_len", "seq_lens_encoder"]
+    names = _positional("speculate_get_padding_offset")
     args = [
         s["input_ids"],
         s["draft_tokens"],
@@ -927,17 +805,7 @@ def build_rebuild_padding(batch, hidden=H, dtype="bfloat16"):
     )
     cu_q, opo = pre[2], pre[5]
     tmp_out = _hidden_rows(np.random.default_rng(8), int(cu_q[-1]), hidden, dtype)
-    names = [
-        "tmp_out",
-        "cu_seqlens_q",
-        "seq_len_this_time",
-        "seq_lens_decoder",
-        "seq_lens_encoder",
-        "output_padding_offset",
-        "first_token_out",
-        "max_input_length",
-        "enable_logprob",
-    ]
+    names = _positional("rebuild_padding")
     args = [
         tmp_out,
         cu_q,
@@ -980,22 +848,7 @@ def build_penalty(batch, vocab, dtype="float32"):
     min_len = np.where(rng.random(batch) < 0.125, gen + K + 1, 1).astype(np.int64)
     per = lambda lo, hi: rng.uniform(lo, hi, (batch, 1)).astype(np.float32)  # noqa: E731
     cast = (lambda v: v) if dtype == "float32" else functools.partial(as_dtype, dtype=dtype)
-    names = [
-        "pre_ids",
-        "logits",
-        "penalty_scores",
-        "frequency_scores",
-        "presence_scores",
-        "temperatures",
-        "bad_tokens",
-        "cur_len",
-        "min_len",
-        "eos_token_id",
-        "seq_lens_this_time",
-        "output_padding_offset",
-        "output_cum_offsets",
-        "max_seq_len",
-    ]
+    names = _positional("speculate_get_token_penalty_multi_scores")
     args = [
         pre_ids,
         cast(rng.standard_normal((rows, vocab), dtype=np.float32)),
