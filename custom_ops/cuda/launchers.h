@@ -1,4 +1,6 @@
-// Declarations of the CUDA launchers. Framework-free: raw pointers, sizes and
+// Declarations of the CUDA launchers of the ops whose dispatch is hand-written
+// (the standard-dispatch ones are declared in the generated launchers_gen.h).
+// Framework-free: raw pointers, sizes and
 // a cudaStream_t. A launcher never allocates and never synchronises; it
 // returns the launch's cudaError_t. Ops that validate input write a
 // KernelStatus to device memory (`status`); when its code is not 0 the
@@ -9,37 +11,11 @@
 
 #include <cstring>
 
-#include "../kernels/draft_model_postprocess.h"
-#include "../kernels/draft_model_preprocess.h"
-#include "../kernels/draft_model_update.h"
-#include "../kernels/eagle_hidden_states.h"
-#include "../kernels/mtp_step.h"
-#include "../kernels/speculate_clear_accept_nums.h"
-#include "../kernels/speculate_set_stop_value_multi_seqs.h"
-#include "../kernels/speculate_set_value_by_flags_and_idx.h"
-#include "../kernels/speculate_update.h"
-#include "../kernels/recover_decode_task.h"
-#include "../kernels/speculate_schedule_cache.h"
-#include "../kernels/speculate_step.h"
-#include "../kernels/rebuild_padding.h"
-#include "../kernels/speculate_padding.h"
-#include "../kernels/speculate_get_token_penalty_multi_scores.h"
-#include "../kernels/top_p_candidates.h"
-#include "../kernels/speculate_verify.h"
-#include "../kernels/ngram.h"
-#include "../kernels/paged_attention.h"
+// The kernel headers and the launchers of the standard-dispatch ops (fd_mtp/schema: cpu=),
+// generated from the schema (cmake/gen_ops.py).
+#include "launchers_gen.h"
 
 namespace fd_mtp {
-
-// *running = number of requests that draft this step.
-cudaError_t draft_model_preprocess_cuda(const DraftModelPreprocessParams& p, KernelStatus* status,
-                                        int64_t* running, cudaStream_t stream);
-
-// *stopped = number of requests stopped after the update.
-cudaError_t draft_model_update_cuda(const DraftModelUpdateParams& p, KernelStatus* status,
-                                    int64_t* stopped, cudaStream_t stream);
-
-cudaError_t draft_model_postprocess_cuda(const DraftModelPostprocessParams& p, cudaStream_t stream);
 
 // Row gathers of the eagle ops, in two launches around a host read of
 // *out_rows (the output's row count): a plan writing the source row of each
@@ -72,27 +48,7 @@ cudaError_t cuda_ipc_export(const void* ptr, unsigned char* handle, uint64_t* of
 cudaError_t cuda_ipc_open(const unsigned char* handle, void** base, uint64_t* alloc_bytes);
 // Closes a base returned by cuda_ipc_open.
 cudaError_t cuda_ipc_close(void* base);
-// Target-side update ops (spec §5.8, §5.10, §5.12, §5.16).
-cudaError_t speculate_set_stop_value_multi_seqs_cuda(const SetStopValueParams& p,
-                                                     KernelStatus* status, cudaStream_t stream);
-// *stopped = slots counted as stopped (stopped requests + slots in [real_bsz, max_bsz)).
-cudaError_t speculate_update_cuda(const SpeculateUpdateParams& p, KernelStatus* status,
-                                  int64_t* stopped, cudaStream_t stream);
-cudaError_t speculate_set_value_by_flags_and_idx_cuda(const SetValueByFlagsParams& p,
-                                                      KernelStatus* status, cudaStream_t stream);
-cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p, cudaStream_t stream);
-// --- block managers (spec §5.13-§5.15) ---
-// *stopped = requests b < bsz stopped afterwards (the caller adds the max_bsz - bsz
-// empty slots before comparing with stop_nums).
-cudaError_t speculate_schedule_cache_cuda(const ScheduleCacheParams& p, KernelStatus* status,
-                                          int64_t* stopped, cudaStream_t stream);
 
-cudaError_t recover_decode_task_cuda(const RecoverDecodeParams& p, KernelStatus* status,
-                                     cudaStream_t stream);
-
-// Single-thread launch (sequential algorithm); p.need_block_list is the op's own list.
-cudaError_t speculate_step_cuda(const SpeculateStepParams& p, KernelStatus* status,
-                                cudaStream_t stream);
 // Packed token layout (spec §5.1-§5.3). The offset ops run a check pass that
 // also sums the lengths into *total (an int64 counter), compare that sum with
 // p.token_num / p.out_token_num, and write the outputs only when the status is
@@ -120,10 +76,6 @@ inline int64_t token_penalty_workspace_rows(int64_t rows) {
 // top_p_candidates: writes every slot of verify_scores / verify_tokens and
 // actual_candidate_lens. Requires 1 <= candidates <= min(100, vocab).
 cudaError_t top_p_candidates_cuda(const TopPCandidatesParams& p, KernelStatus* status,
-                                  cudaStream_t stream);
-
-// speculate_verify (spec §5.7): a check launch then an apply launch.
-cudaError_t speculate_verify_cuda(const SpeculateVerifyParams& p, KernelStatus* status,
                                   cudaStream_t stream);
 
 // Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])

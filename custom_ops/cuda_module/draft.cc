@@ -1,60 +1,11 @@
-// fd_mtp_cuda bindings of the draft-model ops (spec §6).
+// fd_mtp_cuda bindings of the draft-model ops whose dispatch is hand-written (spec §6); the
+// standard-dispatch ones are bound in the generated cuda_launchers_gen.cc.
 #include "common.h"
 
 namespace fd_mtp {
 namespace pybind {
 
 void bind_draft(py::module_& m) {
-  // ------------------------------------------------------ preprocess ---
-  {
-    using P = DraftModelPreprocessParams;
-    m.def(
-        "draft_model_preprocess",
-        [](const P& p, uintptr_t status, uintptr_t running, uintptr_t stream) {
-          constexpr const char* op = "draft_model_preprocess";
-          require(status, op, "status");
-          require(running, op, "running");
-          throw_if(draft_model_preprocess_cuda(p, as_ptr<KernelStatus>(status),
-                                               as_ptr<int64_t>(running), as_stream(stream)),
-                   op);
-          const KernelStatus st = fetch_status(status, stream, op);
-          return py::make_tuple(status_tuple(st), fetch_int64(running, stream, op));
-        },
-        py::arg("params"), py::arg("status"), py::arg("running"), py::arg("stream") = 0,
-        "Returns ((code, request, value, limit), running): running = requests that draft.");
-  }
-
-  // ---------------------------------------------------------- update ---
-  {
-    using P = DraftModelUpdateParams;
-    m.def(
-        "draft_model_update",
-        [](const P& p, uintptr_t status, uintptr_t stopped, uintptr_t stream) {
-          constexpr const char* op = "draft_model_update";
-          require(status, op, "status");
-          require(stopped, op, "stopped");
-          throw_if(draft_model_update_cuda(p, as_ptr<KernelStatus>(status),
-                                           as_ptr<int64_t>(stopped), as_stream(stream)),
-                   op);
-          const KernelStatus st = fetch_status(status, stream, op);
-          return py::make_tuple(status_tuple(st), fetch_int64(stopped, stream, op));
-        },
-        py::arg("params"), py::arg("status"), py::arg("stopped"), py::arg("stream") = 0,
-        "Returns ((code, request, value, limit), stopped): stopped = requests stopped after.");
-  }
-
-  // ----------------------------------------------------- postprocess ---
-  {
-    using P = DraftModelPostprocessParams;
-    m.def(
-        "draft_model_postprocess",
-        [](const P& p, uintptr_t stream) {
-          throw_if(draft_model_postprocess_cuda(p, as_stream(stream)), "draft_model_postprocess");
-          sync(stream, "draft_model_postprocess");
-        },
-        py::arg("params"), py::arg("stream") = 0);
-  }
-
   // ----------------------------------------------------------- eagle ---
   {
     using P = EagleHiddenStatesParams;

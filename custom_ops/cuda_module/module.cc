@@ -18,12 +18,12 @@
 
 namespace fd_mtp {
 namespace pybind {
-void bind_params(py::module_& m);  // generated: cuda_params_gen.cc
-// One function per group of ops, each in its own file of custom_ops/cuda_module/.
-void bind_blocks(py::module_& m);
+void bind_params(py::module_& m);     // generated: cuda_params_gen.cc
+void bind_launchers(py::module_& m);  // generated: cuda_launchers_gen.cc (standard dispatch)
+// The ops whose dispatch is hand-written: one function per group, each in its own file of
+// custom_ops/cuda_module/.
 void bind_draft(py::module_& m);
 void bind_ipc(py::module_& m);
-void bind_update(py::module_& m);
 void bind_packing(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_verify(py::module_& m);
@@ -56,10 +56,9 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
       py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
 
   bind_params(m);
-  bind_blocks(m);
+  bind_launchers(m);
   bind_draft(m);
   bind_ipc(m);
-  bind_update(m);
   bind_packing(m);
   bind_sampling(m);
   bind_verify(m);

@@ -1,23 +1,11 @@
-// fd_mtp_cuda bindings of the target-side verify op (spec §5.7) and of the
-// Philox4x32-10 generator it draws from.
+// fd_mtp_cuda binding of the Philox4x32-10 generator speculate_verify draws from (spec §5.7;
+// the op itself is bound in the generated cuda_launchers_gen.cc).
 #include "common.h"
 
 namespace fd_mtp {
 namespace pybind {
 
 void bind_verify(py::module_& m) {
-  using P = SpeculateVerifyParams;
-  m.def(
-      "speculate_verify",
-      [](const P& p, uintptr_t status, uintptr_t stream) {
-        constexpr const char* op = "speculate_verify";
-        require(status, op, "status");
-        throw_if(speculate_verify_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-        return status_tuple(fetch_status(status, stream, op));
-      },
-      py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-      "Returns (code, request, value, limit); code 0: fine.");
-
   m.def(
       "philox4x32_10",
       [](uintptr_t input, uintptr_t output, int64_t n, uintptr_t stream) {

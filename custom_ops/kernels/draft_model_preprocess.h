@@ -173,15 +173,15 @@ FD_HOST_DEVICE inline int draft_model_preprocess_apply(const DraftModelPreproces
 }
 
 // CPU driver: checks every request, then applies; on a bad request nothing is
-// written. *not_need_stop = any request drafts.
+// written. *running = requests that draft this step (the binding sets
+// not_need_stop = *running > 0).
 inline KernelStatus draft_model_preprocess_cpu(const DraftModelPreprocessParams& p,
-                                               bool* not_need_stop) {
+                                               int64_t* running) {
   KernelStatus st{};
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) draft_model_preprocess_check(p, b, &st);
   if (st.code != 0) return st;
-  int64_t running = 0;
-  for (int64_t b = 0; b < p.bsz; ++b) running += draft_model_preprocess_apply(p, b);
-  *not_need_stop = running > 0;
+  *running = 0;
+  for (int64_t b = 0; b < p.bsz; ++b) *running += draft_model_preprocess_apply(p, b);
   return st;
 }
 

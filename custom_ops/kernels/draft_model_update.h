@@ -123,14 +123,14 @@ FD_HOST_DEVICE inline int draft_model_update_apply(const DraftModelUpdateParams&
 }
 
 // CPU driver: checks every request, then applies; on a bad request nothing is
-// written. *not_need_stop = not every request is stopped.
-inline KernelStatus draft_model_update_cpu(const DraftModelUpdateParams& p, bool* not_need_stop) {
+// written. *stopped = requests stopped after the update (the binding sets
+// not_need_stop = *stopped < bsz).
+inline KernelStatus draft_model_update_cpu(const DraftModelUpdateParams& p, int64_t* stopped) {
   KernelStatus st{};
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) draft_model_update_check(p, b, &st);
   if (st.code != 0) return st;
-  int64_t stopped = 0;
-  for (int64_t b = 0; b < p.bsz; ++b) stopped += draft_model_update_apply(p, b);
-  *not_need_stop = stopped < p.bsz;
+  *stopped = 0;
+  for (int64_t b = 0; b < p.bsz; ++b) *stopped += draft_model_update_apply(p, b);
   return st;
 }
 

@@ -96,15 +96,14 @@ FD_HOST_DEVICE inline int schedule_cache_apply(const ScheduleCacheParams& p, int
   return 0;
 }
 
-// *not_need_stop = (stopped requests + empty slots) < stop_nums.
-inline KernelStatus schedule_cache_cpu(const ScheduleCacheParams& p, int64_t stop_nums,
-                                       bool* not_need_stop) {
+// CPU driver: *stopped = requests b < bsz stopped afterwards (the binding adds
+// the max_bsz - bsz empty slots and compares with stop_nums for not_need_stop).
+inline KernelStatus schedule_cache_cpu(const ScheduleCacheParams& p, int64_t* stopped) {
   KernelStatus st{};
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) schedule_cache_check(p, b, &st);
   if (st.code != 0) return st;
-  int64_t stopped = p.max_bsz - p.bsz;
-  for (int64_t b = 0; b < p.bsz; ++b) stopped += schedule_cache_apply(p, b);
-  *not_need_stop = stopped < stop_nums;
+  *stopped = 0;
+  for (int64_t b = 0; b < p.bsz; ++b) *stopped += schedule_cache_apply(p, b);
   return st;
 }
 

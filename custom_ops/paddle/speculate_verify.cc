@@ -1,8 +1,9 @@
-// fd_mtp_speculate_verify (spec §5.7). Arguments, checks and registration:
-// fd_mtp/schema/verify.py (generated into speculate_verify.gen.h).
+// fd_mtp_speculate_verify (spec §5.7). Arguments, checks, registration and the dispatch:
+// fd_mtp/schema/verify.py (generated into speculate_verify.gen.h / .gen.cc). Here: the checks
+// no schema expresses.
 #include "speculate_verify.gen.h"
 
-void speculate_verify_apply(SpeculateVerifyArgs& a, fd_mtp::SpeculateVerifyParams& p) {
+void speculate_verify_check(SpeculateVerifyArgs& a, fd_mtp::SpeculateVerifyParams& p) {
   using namespace fd_mtp;
   // draft_probs' rows are the distributions of target_probs' vocabulary. The Python wrappers
   // pass both only for "rejection", and refuse target_probs=None there; Paddle hands a zero-size
@@ -16,16 +17,4 @@ void speculate_verify_apply(SpeculateVerifyArgs& a, fd_mtp::SpeculateVerifyParam
     p.draft_probs = nullptr;
     p.draft_prob_rows = 0;
   }
-  const auto& ref = a.seq_lens_this_time;
-  if (ref.is_cpu()) {
-    check::status(a.op, speculate_verify_cpu(p), kSpeculateVerifyStatus);
-    return;
-  }
-#ifdef PADDLE_WITH_CUDA
-  GpuScratch scratch(ref);
-  check::cuda(a.op, speculate_verify_cuda(p, scratch.status(), ref.stream()));
-  check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateVerifyStatus);
-#else
-  check::unsupported_place(a.op, "seq_lens_this_time", ref);
-#endif
 }

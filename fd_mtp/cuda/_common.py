@@ -157,6 +157,15 @@ def prepare(op_name, values):
         values[a.name] = arrays.convert_attr(
             op, a, schema.resolve_kw(op_name, a.name, values[a.name])
         )
+    attrs = {a.name: values[a.name] for a in op.attrs}
+    for rule in op.requires:  # as the generated binding: a named dim against the attributes
+        need = schema.required(op, rule, attrs)
+        if dims[rule.dim] < need:
+            _fail(
+                op.name,
+                rule.tensor,
+                f"needs at least {need} columns, got shape {list(values[rule.tensor].shape)}",
+            )
     params = None
     if op.params:
         params = getattr(load(), op.params)()
@@ -168,3 +177,77 @@ def raise_status(op, status):
     """Raises the op's ValueError for a kernel status tuple (code, request, value, limit)."""
     if status[0] != 0:
         raise ValueError(op.format_status(*status))
+
+
+def _host_readable(values, name):
+    """``values`` with the one-element array ``name``, which the op reads on the host, as a CuPy
+    array: it may be a host numpy array too (the old contract), and is then checked as the
+    binding checks it (int64, one element)."""
+    x = values[name]
+    if isinstance(x, np.ndarray):
+        values = dict(values)
+        values[name] = _cupy().asarray(x)
+    return values
+
+
+def _host_value(x):
+    """The value of a one-element numpy or CuPy array, read on the host."""
+    return int(_cupy().asnumpy(x).reshape(-1)[0])
+
+
+# ------------------------------------------------------------------------------------------
+# The standard dispatch (schema ``cpu=``): one generic launch, the same steps as the generated
+# Paddle binding's GPU branch.
+# ------------------------------------------------------------------------------------------
+def launch(op_name, values, check=None):
+    """Runs the standard-dispatch op ``op_name`` on CuPy arrays ``values`` (by name): checks and
+    Params fill (`prepare`), ``check(op, values, dims, params)`` (the Python side of an op's
+    ``<op>_check`` hook, when it has one), the launcher of the raw module, the kernel status
+    raised by name, and the op's ``flag`` (a host numpy bool array of one element) set from the
+    kernel's count."""
+    from .. import schema
+
+    op = schema.get(op_name)
+    reads = schema.host_reads(op)
+    for name in reads:
+        values = _host_readable(values, name)
+    op, values, dims, p = prepare(op_name, values)
+    if check is not None:
+        check(op, values, dims, p)
+    fn = getattr(load(), op.name)
+    if not op.status:
+        fn(p, _stream())
+        return
+    status = _scratch()
+    if op.flag is None:
+        raise_status(op, fn(p, _ptr(status), _stream()))
+        return
+    counter = _scratch(1)
+    st, count = fn(p, _ptr(status), _ptr(counter), _stream())
+    raise_status(op, st)
+    host = {name: _host_value(values[name]) for name in reads}
+    _set_flag(values[op.flag[0]], schema.flag_value(op, count, dims, p, host))
+
+
+def define_launchers(namespace, family):
+    """Defines ``fd_mtp.cuda.<op>`` in ``namespace`` (a module's globals) for every
+    standard-dispatch op of schema family ``family`` that the module does not define by hand.
+    Returns the names of the family's ops the module offers."""
+    from .. import schema
+
+    names = []
+    for op in schema.family_ops(family):
+        if not op.generated_dispatch and op.name not in namespace:
+            continue
+        names.append(op.name)
+        if op.name in namespace:
+            continue
+        notes = [f"{op.flag[0]}: host numpy [1] bool"] if op.flag else []
+        notes += [
+            f"{n}: one int64 element, CuPy or numpy, read on the host"
+            for n in schema.host_reads(op)
+        ]
+        doc = f"fd_mtp.ops.{op.name} on CuPy arrays" + (f" ({'; '.join(notes)})." if notes else ".")
+        namespace.setdefault("launch", launch)
+        schema.define_wrapper(op, namespace, "launch", doc)
+    return names

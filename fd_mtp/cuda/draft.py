@@ -1,4 +1,6 @@
-"""fd_mtp.cuda versions of the draft-model ops (spec §6)."""
+"""fd_mtp.cuda versions of the draft-model ops (spec §6). The standard-dispatch wrappers are
+generated from the schema (fd_mtp/schema/draft.py); written here: the eagle row gathers and
+mtp_step (host-side planning and workspaces)."""
 
 from __future__ import annotations
 
@@ -9,96 +11,12 @@ from ._common import (
     _fail,
     _ptr,
     _scratch,
-    _set_flag,
     _stream,
+    define_launchers,
     load,
     prepare,
     raise_status,
 )
-
-
-# ------------------------------------------------------------------------------------------
-# Ops
-# ------------------------------------------------------------------------------------------
-def draft_model_preprocess(
-    draft_tokens,
-    input_ids,
-    stop_flags,
-    seq_lens_this_time,
-    seq_lens_encoder,
-    seq_lens_decoder,
-    step_idx,
-    not_need_stop,
-    is_block_step,
-    batch_drop,
-    pre_ids,
-    mask_rollback,
-    recompute_token_num,
-    accept_tokens,
-    accept_num,
-    base_model_seq_lens_this_time,
-    base_model_seq_lens_encoder,
-    base_model_seq_lens_decoder,
-    base_model_step_idx,
-    base_model_stop_flags,
-    base_model_is_block_step,
-    base_model_draft_tokens,
-    num_model_step,
-    truncate_first_token,
-    splitwise_prefill,
-    kvcache_scheduler_v1,
-):
-    """fd_mtp.ops.draft_model_preprocess on CuPy arrays (not_need_stop: host numpy [1] bool)."""
-    op, _, _, p = prepare("draft_model_preprocess", locals())
-    status, counter = _scratch(), _scratch(1)
-    st, running = load().draft_model_preprocess(p, _ptr(status), _ptr(counter), _stream())
-    raise_status(op, st)
-    _set_flag(not_need_stop, running > 0)
-
-
-def draft_model_update(
-    inter_next_tokens,
-    draft_tokens,
-    pre_ids,
-    seq_lens_this_time,
-    seq_lens_encoder,
-    seq_lens_decoder,
-    step_idx,
-    output_cum_offsets,
-    stop_flags,
-    not_need_stop,
-    max_dec_len,
-    end_ids,
-    base_model_draft_tokens,
-    max_seq_len,
-    substep,
-    *,
-    prefill_one_step_stop=None,
-):
-    """fd_mtp.ops.draft_model_update on CuPy arrays (not_need_stop: host numpy [1] bool)."""
-    op, v, dims, p = prepare("draft_model_update", locals())
-    if dims["Db"] < v["substep"] + 2:
-        _fail(
-            op.name,
-            "base_model_draft_tokens",
-            f"needs at least {v['substep'] + 2} columns, got shape "
-            f"{list(base_model_draft_tokens.shape)}",
-        )
-    status, counter = _scratch(), _scratch(1)
-    st, stopped = load().draft_model_update(p, _ptr(status), _ptr(counter), _stream())
-    raise_status(op, st)
-    _set_flag(not_need_stop, stopped < dims["B"])
-
-
-def draft_model_postprocess(
-    base_model_draft_tokens,
-    base_model_seq_lens_this_time,
-    base_model_seq_lens_encoder,
-    base_model_stop_flags,
-):
-    """fd_mtp.ops.draft_model_postprocess on CuPy arrays."""
-    _, _, _, p = prepare("draft_model_postprocess", locals())
-    load().draft_model_postprocess(p, _stream())
 
 
 def _gather(op, plan_fn, p, input):
@@ -162,3 +80,6 @@ def mtp_step_paddle(
     p.need_list = _ptr(need_list)
     status = _scratch()
     raise_status(op, load().mtp_step(p, _ptr(status), _stream()))
+
+
+__all__ = define_launchers(globals(), "draft")

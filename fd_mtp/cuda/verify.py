@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._verify_options import STRATEGIES, resolve_verify_options
-from ._common import _cupy, _fail, _ptr, _scratch, _stream, load, prepare, raise_status
+from ._common import _cupy, _fail, _ptr, _stream, launch, load
 
 __all__ = ["speculate_verify", "philox4x32_10"]
 
@@ -60,16 +60,19 @@ def speculate_verify(
             f"has no rows (shape {list(draft_probs.shape)}) but target_probs has "
             f"{target_probs.shape[0]}; pass None for a greedy drafter",
         )
-    op, _, dims, p = prepare("speculate_verify", locals())
-    # As custom_ops/paddle/speculate_verify.cc: draft_probs has target_probs' vocabulary.
+    launch("speculate_verify", locals(), _check_vocabularies)
+
+
+def _check_vocabularies(op, values, dims, p):
+    """As speculate_verify_check (custom_ops/paddle/speculate_verify.cc): draft_probs has
+    target_probs' vocabulary."""
+    draft_probs = values["draft_probs"]
     if draft_probs is not None and dims["Vq"] != dims["V"]:
         _fail(
             op.name,
             "draft_probs",
             f"must have {dims['V']} columns, got shape {list(draft_probs.shape)}",
         )
-    status = _scratch()
-    raise_status(op, load().speculate_verify(p, _ptr(status), _stream()))
 
 
 def _no_rows(a):

@@ -42,9 +42,15 @@ __all__ = [
     "Attr",
     "Dim",
     "Op",
+    "Require",
     "Status",
     "Tensor",
     "all_ops",
+    "define_wrapper",
+    "family_ops",
+    "flag_value",
+    "host_reads",
+    "required",
     "get",
     "python_signature",
 ]
@@ -172,13 +178,36 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Require:
+    """A rule between a named dim and the attributes: ``dims.<dim> >= <at_least>`` (an
+    expression of integer attributes, e.g. ``"substep + 2"``), refused naming ``tensor``."""
+
+    tensor: str
+    dim: str
+    at_least: str
+
+
+@dataclass(frozen=True)
 class Op:
     """One op. ``args``: tensors and attributes in FastDeploy's positional order (keyword-only
     extras last); the compiled op takes every tensor, then every attribute, in this order.
     ``batch``: the tensor whose length is ``B``. ``kernel``: the kernel header
     (custom_ops/kernels/<kernel>.h) and ``params``: its Params struct (None: no generated fill).
     ``extra_params``: Params fields filled from dims or expressions (``{"bsz": "B",
-    "num_end_tokens": "numel(end_tokens)"}``). ``returns``: names of returned tensors."""
+    "num_end_tokens": "numel(end_tokens)"}``). ``returns``: names of returned tensors.
+
+    The standard dispatch (``cpu`` set) is generated for every layer: the CPU driver ``cpu`` of
+    the kernel header returns a ``KernelStatus`` (``void`` for ops without statuses) and takes
+    ``(const Params&[, int64_t* count])``; the launcher ``launcher_name`` in
+    ``custom_ops/cuda/<kernel>.cu`` takes ``(const Params&[, KernelStatus*][, int64_t* count],
+    cudaStream_t)``. ``flag``: ``(tensor, expression)``, a one-element bool tensor the binding
+    sets on the host from the driver's ``count`` (names in the expression: ``count``,
+    ``dims.<dim>``, ``p.<Params field>``, ``host.<tensor>``: a one-element int64 tensor read on
+    the host). ``check``: the op also has a hand-written ``<op>_check(Args&, Params&)`` (checks
+    no schema expresses), run before the dispatch. ``requires``: `Require` rules (a named dim at
+    least an expression of attributes). ``cuda``: the kernel has a CUDA launcher file.
+    ``doc``: the Python wrapper's docstring (generated wrappers; hand-written wrappers keep
+    their own)."""
 
     name: str
     entry: str
@@ -191,6 +220,37 @@ class Op:
     status: tuple = ()
     returns: tuple = ()
     place: str | None = None
+    cpu: str | None = None
+    launcher: str | None = None
+    flag: tuple | None = None
+    check: bool = False
+    requires: tuple = ()
+    cuda: bool = True
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.flag is not None and (self.cpu is None or not self.status):
+            raise ValueError(f"{self.name}: flag needs the standard dispatch (cpu=) and statuses")
+        if self.launcher is not None and self.cpu is None:
+            raise ValueError(f"{self.name}: launcher is only for the standard dispatch (cpu=)")
+
+    @property
+    def generated_dispatch(self) -> bool:
+        """True when the build generates the op's CPU / CUDA dispatch (``cpu`` is set)."""
+        return self.cpu is not None
+
+    @property
+    def launcher_name(self) -> str:
+        """The CUDA launcher of a standard-dispatch op (``<name>_cuda`` unless ``launcher``)."""
+        return self.launcher or f"{self.name}_cuda"
+
+    @property
+    def hand_binding(self) -> str | None:
+        """The hand-written ``custom_ops/paddle/<file>.cc`` of the op (None: fully generated):
+        its ``<op>_apply`` when the dispatch is not generated, or its ``<op>_check`` hook."""
+        if self.generated_dispatch and not self.check:
+            return None
+        return f"custom_ops/paddle/{self.kernel or self.name}.cc"
 
     @property
     def tensors(self) -> list[Tensor]:
@@ -260,8 +320,18 @@ def all_ops() -> dict[str, Op]:
                 if op.name in ops:
                     raise ValueError(f"op {op.name} is declared twice")
                 ops[op.name] = op
+                _FAMILY_OF[op.name] = family
         _OPS = ops
     return _OPS
+
+
+_FAMILY_OF: dict[str, str] = {}
+
+
+def family_ops(family: str) -> list[Op]:
+    """The ops declared in ``fd_mtp/schema/<family>.py``, in declaration order."""
+    ops = all_ops()
+    return [op for name, op in ops.items() if _FAMILY_OF[name] == family]
 
 
 def get(name: str) -> Op:
@@ -287,3 +357,43 @@ def resolve_kw(op_name: str, name: str, value):
     from .. import envs
 
     return envs.get(attr.env)
+
+
+def define_wrapper(op: Op, namespace: dict, call: str, doc: str) -> None:
+    """Defines the function ``op.name`` in ``namespace`` (a module's globals) with the schema's
+    Python signature (FastDeploy's positional arguments, then the keyword-only extras defaulting
+    to None) and docstring ``doc``; its body is ``return <call>("<op>", locals())``. Defined in
+    the module's own globals, it is an ordinary function of that module (``help``,
+    ``inspect.signature`` and doctest see it as written there)."""
+    positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
+    keyword = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw]
+    params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
+    source = f"def {op.name}({params}):\n    return {call}({op.name!r}, locals())\n"
+    code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
+    exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
+    namespace[op.name].__doc__ = doc
+
+
+def flag_value(op: Op, count: int, dims: dict, params, host: dict) -> bool:
+    """The value of the op's ``flag`` expression (the same text the C++ dispatch compiles)."""
+    from types import SimpleNamespace
+
+    names = {
+        "count": count,
+        "dims": SimpleNamespace(**dims),
+        "p": params,
+        "host": SimpleNamespace(**host),
+    }
+    return bool(eval(op.flag[1], {"__builtins__": {}}, names))  # noqa: S307 - schema text
+
+
+def required(op: Op, rule: Require, attrs: dict) -> int:
+    """The lower bound of a `Require` rule for the attribute values ``attrs`` (by name)."""
+    return int(eval(rule.at_least, {"__builtins__": {}}, dict(attrs)))  # noqa: S307 - schema text
+
+
+def host_reads(op: Op) -> list[str]:
+    """Tensors the op's ``flag`` expression reads on the host (``host.<name>``)."""
+    if op.flag is None:
+        return []
+    return list(dict.fromkeys(re.findall(r"\bhost\.(\w+)", op.flag[1])))

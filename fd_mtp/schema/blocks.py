@@ -13,6 +13,8 @@ OPS = [
         spec="§5.15",
         batch="seq_lens_this_time",
         kernel="recover_decode_task",
+        cpu="recover_decode_cpu",
+        check=True,
         params="RecoverDecodeParams",
         extra_params={
             "num_blocks_per_seq": "NB",
@@ -57,6 +59,8 @@ OPS = [
         spec="§5.14",
         batch="seq_lens_this_time",
         kernel="speculate_schedule_cache",
+        cpu="schedule_cache_cpu",
+        flag=("not_need_stop", "count + (p.max_bsz - p.bsz) < host.stop_nums"),
         params="ScheduleCacheParams",
         extra_params={
             "draft_cols": "Dd",
@@ -108,6 +112,8 @@ OPS = [
         spec="§5.13",
         batch="seq_lens_this_time",
         kernel="speculate_step",
+        cpu="speculate_step_cpu",
+        launcher="speculate_step_cuda",
         params="SpeculateStepParams",
         extra_params={
             "num_blocks_per_seq": "NB",

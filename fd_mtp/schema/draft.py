@@ -1,6 +1,6 @@
 """Schemas of the draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Op, Require, Status, Tensor
 
 OPS = [
     Op(
@@ -9,6 +9,7 @@ OPS = [
         spec="§6.5",
         batch="base_model_seq_lens_this_time",
         kernel="draft_model_postprocess",
+        cpu="draft_model_postprocess_cpu",
         params="DraftModelPostprocessParams",
         extra_params={"draft_cols": "Db", "bsz": "B"},
         args=(
@@ -24,6 +25,8 @@ OPS = [
         spec="§6.1",
         batch="seq_lens_this_time",
         kernel="draft_model_preprocess",
+        cpu="draft_model_preprocess_cpu",
+        flag=("not_need_stop", "count > 0"),
         params="DraftModelPreprocessParams",
         extra_params={
             "draft_tokens_cols": "Dd",
@@ -98,6 +101,9 @@ OPS = [
         spec="§6.3",
         batch="seq_lens_this_time",
         kernel="draft_model_update",
+        cpu="draft_model_update_cpu",
+        flag=("not_need_stop", "count < dims.B"),
+        requires=(Require("base_model_draft_tokens", "Db", "substep + 2"),),
         params="DraftModelUpdateParams",
         extra_params={
             "num_next_tokens": "numel(inter_next_tokens)",

@@ -13,6 +13,7 @@ OPS = [
     Op(
         name="shared_empty",
         entry="SharedEmpty",
+        kernel="ipc",
         spec="§7",
         params=None,
         place="dtype",  # its only tensor, on the CPU
@@ -41,6 +42,7 @@ OPS = [
     Op(
         name="set_data_ipc",
         entry="SetDataIpc",
+        kernel="ipc",
         spec="§7",
         params=None,
         args=(
@@ -57,6 +59,7 @@ OPS = [
     Op(
         name="share_external_data",
         entry="ShareExternalData",
+        kernel="ipc",
         spec="§7",
         params=None,
         returns=("out",),
@@ -69,6 +72,7 @@ OPS = [
     Op(
         name="unset_data_ipc",
         entry="UnsetDataIpc",
+        kernel="ipc",
         spec="§7",
         params=None,
         args=(

@@ -44,6 +44,7 @@ OPS = [
         entry="SpeculateSaveOutput",
         spec="§5.11",
         kernel="msgqueue",
+        cuda=False,
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
             Tensor(
@@ -81,6 +82,7 @@ OPS = [
         entry="SpeculateGetOutput",
         spec="§5.11",
         kernel="msgqueue",
+        cuda=False,
         params=None,
         place="x",
         args=(
@@ -103,6 +105,7 @@ OPS = [
         entry="MtpSaveFirstToken",
         spec="§6.8",
         kernel="msgqueue",
+        cuda=False,
         params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
         args=(
             Tensor(

@@ -15,6 +15,7 @@ OPS = [
         spec="§5.16",
         batch="seq_lens_decoder",
         kernel="speculate_clear_accept_nums",
+        cpu="clear_accept_nums_cpu",
         params="ClearAcceptNumsParams",
         extra_params={"bsz": "B"},
         args=(
@@ -28,6 +29,7 @@ OPS = [
         spec="§5.8",
         # bs is accept_tokens' row count (a matrix, so not an Op.batch vector): it binds B itself.
         kernel="speculate_set_stop_value_multi_seqs",
+        cpu="set_stop_value_cpu",
         params="SetStopValueParams",
         extra_params={
             "accept_tokens_cols": "Wa",
@@ -69,6 +71,8 @@ OPS = [
         spec="§5.10",
         batch="seq_lens_this_time",
         kernel="speculate_update",
+        cpu="speculate_update_cpu",
+        flag=("not_need_stop", "count < host.stop_nums"),
         params="SpeculateUpdateParams",
         extra_params={
             "draft_tokens_cols": "Dd",
@@ -106,6 +110,7 @@ OPS = [
         spec="§5.12",
         batch="seq_lens_this_time",
         kernel="speculate_set_value_by_flags_and_idx",
+        cpu="set_value_cpu",
         params="SetValueByFlagsParams",
         extra_params={"pre_ids_cols": "Lp", "accept_tokens_cols": "Wa", "bs": "B"},
         args=(

@@ -13,6 +13,8 @@ OPS = [
         spec="§5.7",
         batch="seq_lens_this_time",
         kernel="speculate_verify",
+        cpu="speculate_verify_cpu",
+        check=True,
         params="SpeculateVerifyParams",
         extra_params={
             "sampled_rows": "Ts",
