@@ -15,65 +15,21 @@ from another directory (an out-of-tree build's output dir).
 Importing this module needs neither CuPy nor the compiled module; both load on first use.
 """
 
-from ._common import BUILD_HINT, MODULE_DIR_ENV, load
-from .blocks import recover_decode_task, speculate_schedule_cache, speculate_step_paddle
-from .draft import (
-    draft_model_postprocess,
-    draft_model_preprocess,
-    draft_model_update,
-    eagle_get_hidden_states,
-    eagle_get_self_hidden_states,
-    mtp_step_paddle,
-)
-from .ipc import set_data_ipc, share_external_data, unset_data_ipc
-from .ngram import hybrid_mtp_ngram, hybrid_mtp_ngram_host, ngram_match, ngram_match_host
-from .packing import (
-    pre_process,
-    rebuild_padding,
-    speculate_get_output_padding_offset,
-    speculate_get_padding_offset,
-    speculate_get_seq_lens_output,
-)
-from .sampling import speculate_get_token_penalty_multi_scores, top_p_candidates
-from .update import (
-    speculate_clear_accept_nums,
-    speculate_set_stop_value_multi_seqs,
-    speculate_set_value_by_flags_and_idx,
-    speculate_update,
-)
-from .verify import philox4x32_10, speculate_verify
+import importlib as _importlib
+import importlib.util as _importlib_util
 
-__all__ = [
-    "BUILD_HINT",
-    "MODULE_DIR_ENV",
-    "load",
-    "draft_model_preprocess",
-    "draft_model_update",
-    "draft_model_postprocess",
-    "eagle_get_hidden_states",
-    "eagle_get_self_hidden_states",
-    "mtp_step_paddle",
-    "set_data_ipc",
-    "share_external_data",
-    "unset_data_ipc",
-    "speculate_set_stop_value_multi_seqs",
-    "speculate_update",
-    "speculate_set_value_by_flags_and_idx",
-    "speculate_clear_accept_nums",
-    "recover_decode_task",
-    "speculate_schedule_cache",
-    "speculate_step_paddle",
-    "pre_process",
-    "rebuild_padding",
-    "speculate_get_output_padding_offset",
-    "speculate_get_padding_offset",
-    "speculate_get_seq_lens_output",
-    "speculate_get_token_penalty_multi_scores",
-    "top_p_candidates",
-    "speculate_verify",
-    "philox4x32_10",
-    "ngram_match",
-    "hybrid_mtp_ngram",
-    "ngram_match_host",
-    "hybrid_mtp_ngram_host",
-]
+from ..schema import FAMILIES as _FAMILIES
+from ._common import BUILD_HINT, MODULE_DIR_ENV, load
+
+# One module per schema family that has CUDA kernels; the standard-dispatch wrappers in them are
+# generated from the schema (fd_mtp/schema), the rest written there. This package offers every
+# name in each family module's ``__all__``.
+__all__ = ["BUILD_HINT", "MODULE_DIR_ENV", "load"]
+for _family in _FAMILIES:
+    if _importlib_util.find_spec(f"{__name__}.{_family}") is None:
+        continue  # a family without CUDA kernels (msgqueue) or without raw bindings (attention)
+    _module = _importlib.import_module(f"{__name__}.{_family}")
+    for _name in _module.__all__:
+        globals()[_name] = getattr(_module, _name)
+        __all__.append(_name)
+del _family, _module, _name

@@ -33,6 +33,13 @@ import numpy as np
 
 from ._common import _cupy, _device_array, _fail, load
 
+__all__ = [
+    "set_data_ipc",
+    "share_external_data",
+    "unset_data_ipc",
+]
+
+
 _lock = threading.Lock()
 _published: dict[str, int] = {}  # name -> pid of the publisher (a fork child owns none)
 _opened: dict[tuple[bytes, int], weakref.ref] = {}  # (handle, device) -> IpcMemory

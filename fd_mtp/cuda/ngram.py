@@ -15,6 +15,13 @@ import numpy as np
 
 from ._common import _cupy, _fail, _ptr, _scratch, _stream, load, prepare, raise_status
 
+__all__ = [
+    "ngram_match",
+    "hybrid_mtp_ngram",
+    "ngram_match_host",
+    "hybrid_mtp_ngram_host",
+]
+
 
 def _prepare_host(op_name, values):
     """`prepare` for host (numpy) arrays: the same checks, attribute defaults and Params fill."""

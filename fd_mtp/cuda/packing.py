@@ -21,6 +21,15 @@ from ._common import (
     raise_status,
 )
 
+__all__ = [
+    "speculate_get_padding_offset",
+    "speculate_get_seq_lens_output",
+    "speculate_get_output_padding_offset",
+    "pre_process",
+    "rebuild_padding",
+]
+
+
 _INT32_MAX = np.iinfo(np.int32).max
 
 

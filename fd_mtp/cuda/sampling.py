@@ -10,6 +10,12 @@ import numpy as np
 
 from ._common import _cupy, _fail, _ptr, _scratch, _stream, load, prepare, raise_status
 
+__all__ = [
+    "speculate_get_token_penalty_multi_scores",
+    "top_p_candidates",
+]
+
+
 _FLOAT_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint16): 2}
 _CANDIDATE_LENS = frozenset(list(range(1, 11)) + list(range(20, 101, 10)))
 

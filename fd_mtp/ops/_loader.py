@@ -167,10 +167,32 @@ def invoke(op_name: str, values: dict):
             raise TypeError(f"{op_name}: {t.name} must be a paddle.Tensor, got {_type_name(value)}")
         args.append(value)
     for a in attrs:
-        value = values[a.name]
+        value = values[a.name] if a.name in values else values[a.python_name]
         if value is None and a.env is not None:
             from .. import envs
 
             value = envs.get(a.env)
         args.append(_convert_attr(op_name, a, value))
     return call(op_name, *args)
+
+
+def define_ops(namespace: dict, family: str) -> list[str]:
+    """Defines ``fd_mtp.ops.<op>`` in ``namespace`` (a module's globals) for every op of schema
+    family ``family`` whose docstring lives in its schema (``doc=``): a function with the
+    schema's Python signature that runs the op through `invoke`. Ops the module writes by hand
+    (Python-side checks or glue no schema expresses) keep their own function and docstring.
+    Returns the names of the family's ops the module offers, for its ``__all__``."""
+    from .. import schema
+
+    names = []
+    for op in schema.family_ops(family):
+        if op.name in namespace:
+            if op.doc:
+                raise RuntimeError(f"{op.name}: written by hand and documented in its schema")
+        elif op.doc:
+            namespace.setdefault("invoke", invoke)
+            schema.define_wrapper(op, namespace, "invoke", op.doc)
+        else:
+            continue
+        names.append(op.name)
+    return names

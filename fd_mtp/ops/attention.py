@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from ._loader import invoke
 
+__all__ = [
+    "paged_attention",
+]
+
 
 def paged_attention(
     q,

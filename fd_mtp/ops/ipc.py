@@ -78,6 +78,14 @@ from __future__ import annotations
 
 from ._loader import invoke
 
+__all__ = [
+    "shared_empty",
+    "shared_zeros",
+    "set_data_ipc",
+    "share_external_data",
+    "unset_data_ipc",
+]
+
 
 def _shape(op, arg, shape):
     try:

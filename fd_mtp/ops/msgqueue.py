@@ -50,6 +50,21 @@ from ..sysv_queue import (  # noqa: E402,F401
 )
 from ._loader import invoke
 
+__all__ = [
+    "MAX_BSZ",
+    "MAX_DRAFT_TOKENS",
+    "MESSAGE_BYTES",
+    "MESSAGE_INTS",
+    "mtp_save_first_token",
+    "mtp_save_first_token_dynamic",
+    "queue_key",
+    "remove_queue",
+    "speculate_get_output",
+    "speculate_get_output_dynamic",
+    "speculate_save_output",
+    "speculate_save_output_dynamic",
+]
+
 
 def _invoke(op: str, values: dict) -> None:
     """Run the op (`invoke`); a failed SysV call (message ends in "[errno N]") becomes OSError."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._loader import invoke
+from ._loader import define_ops, invoke
 
 
 def speculate_get_token_penalty_multi_scores(
@@ -89,47 +89,7 @@ def speculate_get_token_penalty_multi_scores(
     return logits
 
 
-def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_seq_len):
-    """The C most probable tokens of every packed row and the top-p prefix they need (spec §5.6).
-
-    Row r belongs to request ``b = (r + output_padding_offset[r]) // max_seq_len`` and uses
-    ``p = top_p[b]``. Its C candidates are stored in order of probability, highest first, **ties
-    broken by the lower token id** (a total order: ``verify_tokens[:, 0]`` is exactly numpy's
-    ``argmax``, the first maximum). A float32 running sum of the stored probabilities stops at the
-    first slot i with ``sum >= p``: ``actual = i + 1`` and the later slots stay 0. If the sum
-    never reaches p, all C slots are filled and ``actual`` is 0, except ``p == 1.0`` exactly
-    gives C.
-
-    Args:
-        probs: ``[T, V]`` float32, float16 or bfloat16, read.
-        top_p: ``[bs]`` (or ``[bs, 1]``), probs' dtype, read.
-        output_padding_offset: ``[>=T]`` int32, read.
-        candidates_len (int): C, one of 1..10, 20, 30, ..., 100, and ``<= V``.
-        max_seq_len (int): the ``L_in`` the offsets were built with.
-
-    Returns:
-        ``[verify_scores [T, C] probs' dtype, verify_tokens [T, C] int64,
-        actual_candidate_lens [T] int32]`` (new tensors).
-
-    NaN / inf: every value of ``probs`` must be finite, and so must the ``top_p`` entry of each
-    row's request; otherwise ValueError naming ``probs`` (row and column) or ``top_p`` (request):
-    a NaN makes the ranking and the top-p mass meaningless (the reference raises the same).
-    Nothing is returned then.
-
-    Differences from upstream: deterministic order (upstream's exact-tie order depends on its
-    thread layout); with ``p == 1.0`` the length is always the first i + 1 reaching it (upstream
-    may race to C); a row whose request is outside ``top_p`` (or a negative position) raises
-    ValueError naming ``output_padding_offset`` instead of reading out of bounds; C > V raises.
-
-    Example:
-        >>> import paddle, fd_mtp.ops as ops
-        >>> probs = paddle.to_tensor([[0.1, 0.4, 0.1, 0.4], [0.5, 0.25, 0.125, 0.125]])
-        >>> top_p = paddle.to_tensor([0.7, 0.8])
-        >>> offset = paddle.to_tensor([0, 7], dtype="int32")
-        >>> scores, tokens, lens = ops.top_p_candidates(probs, top_p, offset, 3, 8)
-        >>> tokens.tolist(), lens.tolist()
-        ([[1, 3, 0], [0, 1, 2]], [2, 3])
-        >>> scores.tolist()
-        [[0.4000000059604645, 0.4000000059604645, 0.0], [0.5, 0.25, 0.125]]
-    """
-    return invoke("top_p_candidates", locals())
+# The ops not written above are declared and documented in fd_mtp/schema/sampling.py.
+__all__ = sorted(
+    {*["speculate_get_token_penalty_multi_scores"], *define_ops(globals(), "sampling")}
+)

@@ -2,6 +2,10 @@
 
 import numpy as np
 
+__all__ = [
+    "paged_attention",
+]
+
 
 def paged_attention(
     q,

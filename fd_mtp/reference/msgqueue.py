@@ -21,6 +21,13 @@ import numpy as np
 
 from ..schema import resolve_kw
 
+__all__ = [
+    "speculate_save_output",
+    "mtp_save_first_token",
+    "speculate_get_output",
+]
+
+
 MAX_BSZ = 256
 MAX_DRAFT_TOKENS = 6
 MESSAGE_INTS = 2 + MAX_BSZ + MAX_BSZ * MAX_DRAFT_TOKENS

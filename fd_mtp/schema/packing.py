@@ -13,6 +13,46 @@ OPS = [
         name="speculate_get_padding_offset",
         entry="SpeculateGetPaddingOffset",
         spec="§5.1",
+        doc="""Pack the step's tokens (spec §5.1).
+
+        ``bsz = seq_len.shape[0]``, ``L_in = input_ids.shape[1]``, ``T = token_num``. Token i of request
+        b goes to packed index ``b * L_in - cum_offsets[b - 1] + i`` (``cum_offsets[-1]`` read as 0),
+        i.e. ``sum(seq_len[:b]) + i``. It is ``input_ids[b, i]`` when ``seq_lens_encoder[b] > 0``
+        (prefill chunk) and ``draft_tokens[b, i]`` otherwise (decode: last accepted token + drafts).
+
+        Args:
+            input_ids: ``[>=bsz, L_in]`` int64, read.
+            draft_tokens: ``[>=bsz, Kd]`` int64, read.
+            cum_offsets: ``[>=bsz]`` int32, read: inclusive ``cumsum(L_in - seq_len)``.
+            token_num: one-element int64 (or int32) tensor on any device, read on the host:
+                ``sum(seq_len)``.
+            seq_len: ``[bsz]`` or ``[bsz, 1]`` int32, read (``seq_lens_this_time``); defines bsz.
+            seq_lens_encoder: ``[>=bsz]`` int32, read.
+
+        Returns:
+            ``[x_remove_padding [T] int64, batch_id_per_token [T] int32, cu_seqlens_q [bsz + 1] int32,
+            cu_seqlens_k [bsz + 1] int32]``: the packed ids, the request of each packed token, and
+            ``cu_seqlens_q = cu_seqlens_k = [0, q0, q0 + q1, ...]`` (computed as
+            ``(b + 1) * L_in - cum_offsets[b]``). ``T == 0`` gives empty ids and zero cu_seqlens.
+
+        Differences from upstream (which reads ``draft_tokens`` flat at ``b * Kd + i`` without a bounds
+        check and trusts ``cum_offsets``): before anything is computed, ValueError naming the argument
+        when ``seq_len`` is negative, when a prefilling request has more tokens than ``input_ids``
+        has columns or a decoding one more than ``draft_tokens`` has, when ``cum_offsets`` is not the
+        prefix sum of ``L_in - seq_len`` (so every packed index is written exactly once and lies in
+        ``[0, T)``), or when ``token_num != sum(seq_len)``. No batch-size limit.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> ids = paddle.to_tensor([[5, 6, 7, 0], [9, 0, 0, 0]], dtype="int64")
+            >>> drafts = paddle.to_tensor([[0, 0], [8, 4]], dtype="int64")
+            >>> q = paddle.to_tensor([3, 2], dtype="int32")
+            >>> enc = paddle.to_tensor([3, 0], dtype="int32")
+            >>> cum = paddle.cumsum(4 - q, dtype="int32")
+            >>> x, bid, cu_q, cu_k = ops.speculate_get_padding_offset(ids, drafts, cum, paddle.sum(q), q, enc)
+            >>> x.tolist(), bid.tolist(), cu_q.tolist()
+            ([5, 6, 7, 8, 4], [0, 0, 0, 1, 1], [0, 3, 5])
+        """,
         batch="seq_len",
         place="input_ids",
         kernel="speculate_padding",
@@ -58,6 +98,29 @@ OPS = [
         name="speculate_get_seq_lens_output",
         entry="SpeculateGetSeqLensOutput",
         spec="§5.2",
+        doc="""Logits rows per request (spec §5.2).
+
+        For each b < ``bsz = seq_lens_this_time.shape[0]``: ``this_time == 0`` -> 0; ``this_time == 1``
+        -> 1; ``seq_lens_encoder[b] != 0`` -> 1 (a prefill chunk: its last token); else ``this_time``
+        (a speculative decode: every token).
+
+        Args:
+            seq_lens_this_time: ``[bsz]`` or ``[bsz, 1]`` int32, read.
+            seq_lens_encoder: ``[>=bsz]`` int32, read.
+            seq_lens_decoder: ``[>=bsz]`` int32, unused (kept for the signature).
+
+        Returns:
+            ``seq_lens_output`` ``[bsz]`` int32 (a tensor: FastDeploy's import wrapper unwraps the
+            pybind op's one-element list). A negative count passes through as upstream; the next op,
+            ``speculate_get_output_padding_offset``, refuses it.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> q = paddle.to_tensor([0, 1, 4, 3], dtype="int32")
+            >>> enc = paddle.to_tensor([0, 0, 4, 0], dtype="int32")
+            >>> ops.speculate_get_seq_lens_output(q, enc, enc).tolist()
+            [0, 1, 1, 3]
+        """,
         batch="seq_lens_this_time",
         kernel="speculate_padding",
         params="SeqLensOutputParams",
@@ -73,6 +136,37 @@ OPS = [
         name="speculate_get_output_padding_offset",
         entry="SpeculateGetOutputPaddingOffset",
         spec="§5.3",
+        doc="""Offsets of the packed logits rows (spec §5.3).
+
+        ``bsz = output_cum_offsets_tmp.shape[0]``, ``To = out_token_num``. With ``ce =
+        output_cum_offsets_tmp[b - 1]`` (0 for b = 0): ``output_cum_offsets[b] = ce`` and the rows of
+        request b, ``output_padding_offset[b * max_seq_len - ce + i]`` for i < ``seq_lens_output[b]``,
+        hold ``ce``; so ``(r + output_padding_offset[r]) // max_seq_len`` is the request of row r.
+
+        Args:
+            output_cum_offsets_tmp: ``[bsz]`` int32, read: inclusive ``cumsum(max_seq_len -
+                seq_lens_output)``; defines bsz.
+            out_token_num: one-element int64 (or int32) tensor on any device, read on the host:
+                ``sum(seq_lens_output)``.
+            seq_lens_output: ``[>=bsz]`` int32, read.
+            max_seq_len (int): the width ``L_in`` (``input_ids.shape[1]``) the offsets are built with.
+
+        Returns:
+            ``[output_padding_offset [To] int32, output_cum_offsets [bsz] int32]``.
+
+        Differences from upstream: ValueError naming the argument (nothing computed) when
+        ``seq_lens_output`` is negative or above ``max_seq_len``, when ``output_cum_offsets_tmp`` is not
+        the prefix sum of ``max_seq_len - seq_lens_output``, or when ``out_token_num !=
+        sum(seq_lens_output)`` (upstream writes wherever the offsets point). No batch-size limit.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> o = paddle.to_tensor([1, 0, 3], dtype="int32")
+            >>> tmp = paddle.cumsum(8 - o, dtype="int32")
+            >>> pad, cum = ops.speculate_get_output_padding_offset(tmp, paddle.sum(o), o, 8)
+            >>> pad.tolist(), cum.tolist()
+            ([0, 15, 15, 15], [0, 7, 15])
+        """,
         batch="output_cum_offsets_tmp",
         kernel="speculate_padding",
         params="OutputPaddingOffsetParams",

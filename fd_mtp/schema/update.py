@@ -13,6 +13,23 @@ OPS = [
         name="speculate_clear_accept_nums",
         entry="SpeculateClearAcceptNums",
         spec="§5.16",
+        doc="""Zero accept_num of the requests whose seq_lens_decoder is 0 (spec §5.16).
+
+        Args:
+            accept_num: ``[>=bsz]`` int32, **written** (``accept_num[b] = 0`` where
+                ``seq_lens_decoder[b] == 0``, b < bsz).
+            seq_lens_decoder: ``[bsz]`` or ``[bsz, 1]`` int32, read; defines bsz.
+
+        Returns:
+            None. No batch cap (upstream: one block of 1024 threads).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> n = paddle.to_tensor([3, 2, 1], dtype="int32")
+            >>> ops.speculate_clear_accept_nums(n, paddle.to_tensor([7, 0, 5], dtype="int32"))
+            >>> n.tolist()
+            [3, 0, 1]
+        """,
         batch="seq_lens_decoder",
         kernel="speculate_clear_accept_nums",
         cpu="clear_accept_nums_cpu",
@@ -27,6 +44,55 @@ OPS = [
         name="speculate_set_stop_value_multi_seqs",
         entry="SpeculateSetStopValueMultiSeqs",
         spec="§5.8",
+        doc="""Stop requests whose output completes one of their stop sequences (spec §5.8).
+
+        ``bs = accept_tokens.shape[0]``. For a running request b with ``a = accept_num[b]``
+        accepted tokens and ``t = step_idx[b]`` (already advanced by verify, so the previous
+        step's last token is ``pre_ids[b, t - a]``), each stop sequence ``stop_seqs[b, s, :len]``
+        (``len = stop_seqs_len[b, s] > 0``) is tested at the candidate ends idx = 0 .. a-1: the
+        sequence must end just before ``accept_tokens[b, idx]`` (idx 0: at ``pre_ids[b, t - a]``;
+        idx > 0: at ``accept_tokens[b, idx - 1]``), its earlier tokens continuing backwards into
+        pre_ids. Candidates with ``t - a + idx + 1 < len`` are skipped, and a pre_ids index <= 0
+        fails the comparison (column 0 holds no token). On a hit the token after the sequence is
+        replaced: ``accept_tokens[b, idx] = end_ids[0]``, ``accept_num[b] = idx + 1``,
+        ``stop_flags[b] = True``; ``step_idx`` is left as verify set it. A sequence completed by the
+        last accepted token is only seen at the next step (as idx 0).
+
+        Args (**W** = written in place):
+            accept_tokens: ``[bs, Wa]`` int64, **W**; defines bs.
+            accept_num: ``[>=bs]`` (or ``[>=bs, 1]``) int32, **W**.
+            pre_ids: ``[>=bs, Lp]`` int64, read (target convention: token k at column k).
+            step_idx: ``[>=bs]`` int64, read.
+            stop_flags: ``[>=bs]`` bool, **W**.
+            seq_lens: unused (kept for the signature): any shape; any dtype fd_mtp knows (int64,
+                int32, bool, uint8, float32, float16, bfloat16).
+            stop_seqs: ``[>=bs, S, Ls]`` int64, read (must be 3-D).
+            stop_seqs_len: ``[>=bs, S]`` int32, read; each in ``[0, Ls]``.
+            end_ids: ``[E >= 1]`` int64, read (only ``end_ids[0]``).
+
+        Returns:
+            None. Raises ValueError naming the argument, writing nothing, on bad shapes/dtypes or,
+            for a running request, an accept_num outside ``[0, Wa]``, a stop_seqs_len outside
+            ``[0, Ls]`` or a compared pre_ids column ``t - a >= Lp``.
+
+        Deliberate difference: upstream runs one thread per (request, stop sequence), and several
+        hits in one request race (last writer wins). Here the earliest hit idx over all the
+        request's stop sequences wins, deterministically.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> acc = paddle.to_tensor([[7, 8, 9]], dtype="int64")
+            >>> n = paddle.to_tensor([3], dtype="int32")
+            >>> pre = paddle.to_tensor([[-1, 5, 6, -1, -1, -1]], dtype="int64")
+            >>> step = paddle.to_tensor([5], dtype="int64")
+            >>> stop = paddle.to_tensor([False])
+            >>> seqs = paddle.to_tensor([[[6, 7]]], dtype="int64")
+            >>> lens = paddle.to_tensor([[2]], dtype="int32")
+            >>> ops.speculate_set_stop_value_multi_seqs(acc, n, pre, step, stop, n, seqs, lens,
+            ...                                         paddle.to_tensor([2], dtype="int64"))
+            >>> acc.tolist(), n.tolist(), stop.tolist()
+            ([[7, 2, 9]], [2], [True])
+        """,
         # bs is accept_tokens' row count (a matrix, so not an Op.batch vector): it binds B itself.
         kernel="speculate_set_stop_value_multi_seqs",
         cpu="set_stop_value_cpu",
@@ -69,6 +135,59 @@ OPS = [
         name="speculate_update",
         entry="SpeculateUpdate",
         spec="§5.10",
+        doc="""Advance the target's lengths by what verify accepted (spec §5.10).
+
+        ``real_bsz = seq_lens_this_time.shape[0]`` (the running slice), ``max_bsz =
+        stop_flags.shape[0]``, ``D = draft_tokens.shape[1]``. For b < real_bsz not block-stepped,
+        with ``a = accept_num[b]`` accepted tokens and the entry values of enc / this_time:
+
+        1. stopped: counts as stopped, ``mask_rollback = 0``; decoding (enc == 0):
+           ``seq_lens_decoder += a``, ``mask_rollback = this_time - a`` (the rejected positions);
+           prefilling: ``mask_rollback = 0``.
+        2. ``this_time > 1`` and enc == 0 (stopped requests too): with ``n =
+           actual_draft_token_nums[b]``, all n drafts accepted (``a - 1 == n``) grows it to n+2, or
+           n+1, capped at D-1; otherwise it shrinks to ``max(n - 1, 1)``.
+        3. prefilling: ``seq_lens_decoder += enc``, ``seq_lens_encoder = 0``.
+        4. ``draft_tokens[b, 0] = accept_tokens[b, a - 1]`` (the last accepted token, stopped
+           requests too).
+
+        Slots in ``[real_bsz, max_bsz)`` count as stopped; block-stepped requests are left alone
+        and count 0. ``not_need_stop[0] = (stopped count) < stop_nums[0]``.
+
+        Args (**W** = written in place; per-request tensors ``[n]`` or ``[n, 1]``):
+            seq_lens_encoder, seq_lens_decoder: ``[>=real_bsz]`` int32, **W**.
+            not_need_stop: ``[1]`` bool on the CPU, **W**.
+            draft_tokens: ``[>=real_bsz, D]`` int64, **W** (column 0).
+            actual_draft_token_nums: ``[>=real_bsz]`` int32, **W**.
+            accept_tokens: ``[>=real_bsz, Wa]`` int64, read.
+            accept_num: ``[>=real_bsz]`` int32, read; in ``[0, Wa]``.
+            stop_flags: ``[max_bsz >= real_bsz]`` bool, read; defines max_bsz.
+            seq_lens_this_time: ``[real_bsz]`` int32, read; defines real_bsz.
+            is_block_step: ``[>=real_bsz]`` bool, read.
+            stop_nums: ``[1]`` int64 on the device of seq_lens_this_time, read on the host.
+            mask_rollback: ``[>=real_bsz]`` int32, **W**.
+
+        Returns:
+            None. Raises ValueError naming the argument, writing nothing, on bad shapes/dtypes or an
+            accept_num outside ``[0, Wa]`` (for b < real_bsz not block-stepped).
+
+        Deliberate differences: ``accept_num == 0`` leaves ``draft_tokens[b, 0]`` unchanged
+        (upstream reads the element before the row); accept_tokens is read with its own row width
+        (upstream uses D, the same on FastDeploy's inputs); no batch cap (upstream: 512).
+
+        Example (spec §13, K = 1: d1 accepted plus bonus t3 = 23):
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+            >>> enc, dec, actual, rollback = i32([0]), i32([4]), i32([1]), i32([0])
+            >>> flag = paddle.to_tensor([False], place=paddle.CPUPlace())
+            >>> draft = paddle.to_tensor([[21, 31]], dtype="int64")
+            >>> acc = paddle.to_tensor([[31, 23]], dtype="int64")
+            >>> ops.speculate_update(enc, dec, flag, draft, actual, acc, i32([2]),
+            ...                      paddle.to_tensor([False]), i32([2]), paddle.to_tensor([False]),
+            ...                      paddle.to_tensor([1], dtype="int64"), rollback)
+            >>> dec.tolist(), rollback.tolist(), actual.tolist(), draft.tolist(), flag.tolist()
+            ([6], [0], [1], [[23, 31]], [True])
+        """,
         batch="seq_lens_this_time",
         kernel="speculate_update",
         cpu="speculate_update_cpu",
@@ -108,6 +227,41 @@ OPS = [
         name="speculate_set_value_by_flags_and_idx",
         entry="SpeculateSetValueByFlagsAndIdx",
         spec="§5.12",
+        doc="""Append the accepted tokens to the target's history, reset stopped requests (spec §5.12).
+
+        ``bs = seq_lens_this_time.shape[0]``. For b < bs: stopped -> ``accept_num = 0``,
+        ``seq_lens_decoder = 0``. Running with dec != 0 or enc != 0 and ``step_idx > 0`` ->
+        ``pre_ids_all[b, step_idx - i] = accept_tokens[b, accept_num - 1 - i]`` for
+        i < accept_num: the accepted tokens land at columns ``step_idx - accept_num + 1 ..
+        step_idx`` (target convention, generated token k at column k).
+
+        Args (**W** = written in place):
+            pre_ids_all: ``[>=bs, Lp]`` int64, **W**.
+            accept_tokens: ``[>=bs, Wa]`` int64, read.
+            accept_num: ``[>=bs]`` int32, **W**.
+            stop_flags: ``[>=bs]`` bool, read.
+            seq_lens_this_time: ``[bs]`` int32, only its length is used (defines bs).
+            seq_lens_encoder: ``[>=bs]`` int32, read.
+            seq_lens_decoder: ``[>=bs]`` int32, **W**.
+            step_idx: ``[>=bs]`` int64, read.
+
+        Returns:
+            None. Raises ValueError naming the argument, writing nothing, on bad shapes/dtypes or,
+            for a request that writes pre_ids, an accept_num outside ``[0, Wa]`` or a column outside
+            ``[0, Lp)`` (upstream writes out of bounds).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> pre = paddle.full([2, 6], -1, dtype="int64")
+            >>> acc = paddle.to_tensor([[31, 23], [9, 9]], dtype="int64")
+            >>> n = paddle.to_tensor([2, 1], dtype="int32")
+            >>> dec = paddle.to_tensor([6, 5], dtype="int32")
+            >>> ops.speculate_set_value_by_flags_and_idx(
+            ...     pre, acc, n, paddle.to_tensor([False, True]), n,
+            ...     paddle.to_tensor([0, 0], dtype="int32"), dec, paddle.to_tensor([3, 4], dtype="int64"))
+            >>> pre.tolist(), n.tolist(), dec.tolist()
+            ([[-1, -1, 31, 23, -1, -1], [-1, -1, -1, -1, -1, -1]], [2, 0], [6, 0])
+        """,
         batch="seq_lens_this_time",
         kernel="speculate_set_value_by_flags_and_idx",
         cpu="set_value_cpu",

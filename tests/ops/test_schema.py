@@ -83,3 +83,122 @@ def test_env_defaults_agree(name, monkeypatch):
         monkeypatch.setenv(attr.env, "0")
         off = schema.resolve_kw(name, attr.name, None)
         assert on != off, f"{name}.{attr.name} ignores {attr.env}"
+
+
+# ---------------------------------------------------------------------------------------------
+# What is hand-written per op (issue 14: adding an op touches at most four hand-written files)
+# ---------------------------------------------------------------------------------------------
+import ast  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+# Where an op's glue would be written by hand if it were not generated.
+OP_LAYER = ["custom_ops", "fd_mtp/ops", "fd_mtp/cuda", "fd_mtp/reference", "fd_mtp/schema", "cmake"]
+
+
+def _gen_ops():
+    sys.path.insert(0, str(ROOT / "cmake"))
+    try:
+        return importlib.import_module("gen_ops")
+    finally:
+        sys.path.remove(str(ROOT / "cmake"))
+
+
+def _code_text(path: Path) -> str:
+    """A source file's text without its prose about other ops: a Python module's docstring, C++
+    comments."""
+    text = path.read_text()
+    if path.suffix in {".h", ".cc", ".cu", ".cuh"}:
+        return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    if path.suffix == ".py":
+        tree = ast.parse(text)
+        if tree.body and isinstance(tree.body[0], ast.Expr):
+            lines = text.split("\n")
+            first = tree.body[0]
+            text = "\n".join(lines[: first.lineno - 1] + lines[first.end_lineno :])
+    return text
+
+
+def _op_layer_files():
+    files = [ROOT / "CMakeLists.txt"]
+    for d in OP_LAYER:
+        files += [
+            p for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".h", ".cc", ".cu", ".cuh"}
+        ]
+    return {p.relative_to(ROOT).as_posix(): _code_text(p) for p in files}
+
+
+STANDARD = sorted(
+    name
+    for name, op in schema.all_ops().items()
+    if op.generated_dispatch and not op.check and op.doc
+)
+
+
+def test_standard_ops_exist():
+    assert len(STANDARD) >= 8, STANDARD  # the convention is in use, not only declared
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_a_standard_op_is_written_in_four_files(name):
+    """A standard-dispatch op (schema ``cpu=``, docstring in its schema, no check hook) is
+    written by hand in exactly its schema, kernel header, CUDA launcher and numpy reference:
+    the binding, dispatch, registration, launcher declaration, raw-module binding, CuPy and
+    Paddle wrappers and build lists are generated from the schema."""
+    op = schema.get(name)
+    family = schema._FAMILY_OF[name]
+    allowed = {
+        f"fd_mtp/schema/{family}.py",
+        f"custom_ops/kernels/{op.kernel}.h",
+        f"custom_ops/cuda/{op.kernel}.cu",
+        f"fd_mtp/reference/{family}.py",
+    }
+    pattern = re.compile(rf"\b{re.escape(name)}\b")
+    found = {path for path, text in _op_layer_files().items() if pattern.search(text)}
+    assert found <= allowed, f"{name} is also written in {sorted(found - allowed)}"
+    assert f"fd_mtp/schema/{family}.py" in found
+
+
+def test_build_sources_are_derived_from_the_schema():
+    """Every hand-written binding and launcher file on disk is in the lists the build compiles
+    (derived from the schema), and every listed file exists."""
+    gen = _gen_ops()
+    lists = gen.sources(list(schema.all_ops().values()))
+    for files in lists.values():
+        for f in files:
+            assert (ROOT / f).is_file(), f"{f} is derived from the schema but missing"
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "custom_ops/paddle").glob("*.cc")}
+    assert on_disk == set(lists["FD_MTP_PADDLE_SOURCES"])
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "custom_ops/cuda").glob("*.cu")}
+    assert on_disk == set(lists["FD_MTP_CUDA_SOURCES"])
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_each_op_is_documented_once(name):
+    """An op's docstring lives in its schema (generated wrapper) or in its hand-written wrapper,
+    never in both; every fd_mtp.ops wrapper has one."""
+    import fd_mtp.ops as ops
+
+    op = schema.get(name)
+    fn = getattr(ops, name)
+    assert fn.__doc__ and len(fn.__doc__) > 200, f"fd_mtp.ops.{name} has no real docstring"
+    module = importlib.import_module(f"fd_mtp.ops.{schema._FAMILY_OF[name]}")
+    hand = f"def {name}(" in (ROOT / module.__file__).read_text()
+    assert hand != bool(op.doc), f"{name}: documented in {'both' if hand else 'neither'} places"
+    assert fn.__module__ == module.__name__
+
+
+def test_generated_wrappers_run_their_doctests():
+    """The >>> examples of the docstrings that moved into the schema still run, as the
+    generated functions' docstrings in their fd_mtp.ops family modules."""
+    import doctest
+
+    total = 0
+    for family in ("draft", "blocks", "ngram", "packing", "sampling"):
+        module = importlib.import_module(f"fd_mtp.ops.{family}")
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, family
+        total += result.attempted
+    assert total > 0
