@@ -25,6 +25,7 @@ __all__ = [
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
     "mtp_step_paddle",
+    "draft_model_set_value_by_flags",
 ]
 
 
@@ -566,3 +567,51 @@ def _mtp_step_phases(
         used[b] += 1
         free_len[0] -= 1
         block_tables[b, next_slot(b)] = free_list[int(free_len[0])]
+
+
+# --------------------------------------------------------------------------------------------
+# §6.9 draft_model_set_value_by_flags
+# --------------------------------------------------------------------------------------------
+def draft_model_set_value_by_flags(
+    draft_tokens,
+    pre_ids_all,
+    stop_flags,
+    seq_lens_this_time,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    step_idx,
+):
+    """Writes each running request's tokens into pre_ids_all, then seq_lens_this_time = 1
+    (spec §6.9). Every request is checked before anything is written."""
+    op = "draft_model_set_value_by_flags"
+    this_time = _flat(seq_lens_this_time)
+    stop, step = _flat(stop_flags), _flat(step_idx)
+    cols, width = draft_tokens.shape[1], pre_ids_all.shape[1]
+    running = [b for b in range(this_time.size) if this_time[b] != 0 and not stop[b]]
+    for b in running:
+        n, s = int(this_time[b]), int(step[b])
+        if s > 1 and n > 0:
+            if n > cols:
+                raise ValueError(
+                    f"{op}: draft_tokens (request {b}) row is read up to column {n} "
+                    f"(seq_lens_this_time) but has {cols} columns"
+                )
+            for column in (s, s - n + 1):
+                if not 0 <= column < width:
+                    raise ValueError(
+                        f"{op}: pre_ids_all (request {b}) column {column} would be written but "
+                        f"the row has {width} columns"
+                    )
+        elif s == 1 and width < 2:
+            raise ValueError(
+                f"{op}: pre_ids_all (request {b}) column 1 would be written but the row has "
+                f"{width} columns"
+            )
+    for b in running:
+        n, s = int(this_time[b]), int(step[b])
+        if s > 1:
+            for i in range(n):
+                pre_ids_all[b, s - i] = draft_tokens[b, n - 1 - i]
+        elif s == 1:
+            pre_ids_all[b, 1] = draft_tokens[b, 0]
+        this_time[b] = 1

@@ -14,6 +14,7 @@ __all__ = [
     "speculate_update",
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
+    "speculate_calcu_accept_ratio",
 ]
 
 
@@ -310,3 +311,35 @@ def speculate_clear_accept_nums(accept_num, seq_lens_decoder):
     for b in range(dec.size):
         if dec[b] == 0:
             n_accept[b] = 0
+
+
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def speculate_calcu_accept_ratio(
+    sum_draft_num, sum_accept_num, accept_nums, seq_lens_this_time, seq_lens_decoder, stop_flags
+):
+    """Adds the step's drafted / accepted counts to the running totals (spec §5.16)."""
+    this_time = _flat(seq_lens_this_time).astype(np.int64)
+    dec = _flat(seq_lens_decoder).astype(np.int64)
+    acc = _flat(accept_nums).astype(np.int64)
+    stop = _flat(stop_flags)
+    drafted = accepted = 0
+    for b in range(this_time.size):
+        if dec[b] > 0 and this_time[b] != dec[b]:
+            drafted += int(this_time[b]) - 1
+            accepted += int(acc[b]) - 1
+        elif this_time[b] > 0 and stop[b]:
+            drafted += int(this_time[b]) - 1
+            accepted += int(acc[b])
+    if drafted == 0:
+        return
+    totals = _flat(sum_draft_num), _flat(sum_accept_num)
+    new = int(totals[0][0]) + drafted, int(totals[1][0]) + accepted
+    for name, value in zip(("sum_draft_num", "sum_accept_num"), new):
+        if not _INT32[0] <= value <= _INT32[1]:
+            raise ValueError(
+                f"speculate_calcu_accept_ratio: {name} would become {value}, outside int32 "
+                f"(limit {_INT32[1]})"
+            )
+    totals[0][0], totals[1][0] = new

@@ -483,4 +483,80 @@ OPS = [
             ),
         ),
     ),
+    Op(
+        name="draft_model_set_value_by_flags",
+        entry="DraftModelSetValueByFlags",
+        spec="§6.9",
+        doc="""Write each running request's tokens of this step into its history (spec §6.9).
+
+        ``bsz = seq_lens_this_time.shape[0]``. For request b with ``seq_lens_this_time[b] != 0``
+        and not ``stop_flags[b]``, with ``n = seq_lens_this_time[b]`` and ``s = step_idx[b]``:
+
+        * decode step (``s > 1``): ``pre_ids_all[b, s - n + 1 .. s] = draft_tokens[b, 0 .. n - 1]``
+          (the last token at column ``s``, the generated-token convention);
+        * first step (``s == 1``): ``pre_ids_all[b, 1] = draft_tokens[b, 0]``;
+        * then ``seq_lens_this_time[b] = 1`` (whatever ``s``).
+
+        A custom op of FastDeploy that its MTP proposer does not call (spec §6.9); kept for
+        FastDeploy-style code that does.
+
+        Args (per-request tensors are ``[bsz]`` or ``[bsz, 1]`` with at least bsz entries;
+        **W** = written in place):
+            draft_tokens: ``[>=bsz, Dd]`` int64, read.
+            pre_ids_all: ``[>=bsz, Lp]`` int64, **W**: the history rows.
+            stop_flags: bool, read.
+            seq_lens_this_time: ``[bsz]`` int32, **W** (upstream writes it although its inplace
+                map does not say so); defines bsz.
+            seq_lens_encoder, seq_lens_decoder: unused (any dtype and shape; FastDeploy passes
+                them).
+            step_idx: int64, read.
+
+        Returns:
+            None. Raises ValueError naming the argument on bad shapes / dtypes / places, or when a
+            running request would read past its ``draft_tokens`` row (``n > Dd``) or write outside
+            its ``pre_ids_all`` row; nothing is written then.
+
+        Differences from upstream: no ``bsz <= 1024`` cap (upstream's single block); rows past
+        the batch are checked instead of read or written out of bounds.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i64 = lambda v: paddle.to_tensor(v, dtype="int64")
+            >>> pre = i64([[-1, 5, 6, 0, 0, 0], [-1, 0, 0, 0, 0, 0]])
+            >>> this_time = paddle.to_tensor([2, 1], dtype="int32")
+            >>> ops.draft_model_set_value_by_flags(
+            ...     i64([[7, 8], [9, 0]]), pre, paddle.to_tensor([False, False]), this_time,
+            ...     None, None, i64([4, 1]))
+            >>> pre.tolist(), this_time.tolist()
+            ([[-1, 5, 6, 7, 8, 0], [-1, 9, 0, 0, 0, 0]], [1, 1])
+        """,
+        batch="seq_lens_this_time",
+        kernel="draft_model_set_value_by_flags",
+        cpu="draft_set_value_cpu",
+        params="DraftSetValueParams",
+        extra_params={"draft_tokens_cols": "Dd", "pre_ids_cols": "Lp", "bs": "B"},
+        args=(
+            Tensor("draft_tokens", "int64[>=B, Dd]"),
+            Tensor("pre_ids_all", "int64[>=B, Lp]", "written"),
+            Tensor("stop_flags", "bool[>=B]"),
+            Tensor("seq_lens_this_time", "int32[B]", "written"),
+            Tensor("seq_lens_encoder", "any[]", "unused", optional=True, param=None),
+            Tensor("seq_lens_decoder", "any[]", "unused", optional=True, param=None),
+            Tensor("step_idx", "int64[>=B]"),
+        ),
+        status=(
+            Status(
+                "kDraftSetValueDraftColumn",
+                1,
+                "draft_tokens",
+                "row is read up to column {value} (seq_lens_this_time) but has {limit} columns",
+            ),
+            Status(
+                "kDraftSetValuePreIdsColumn",
+                2,
+                "pre_ids_all",
+                "column {value} would be written but the row has {limit} columns",
+            ),
+        ),
+    ),
 ]

@@ -287,4 +287,78 @@ OPS = [
             ),
         ),
     ),
+    Op(
+        name="speculate_calcu_accept_ratio",
+        entry="SpeculateCalcuAcceptRatio",
+        spec="§5.16",
+        doc="""Add this step's drafted and accepted token counts to two running totals.
+
+        FastDeploy's acceptance-ratio counter (spec §5.16): a server divides
+        ``sum_accept_num`` by ``sum_draft_num`` to report how many drafts the target accepted.
+        ``bsz = seq_lens_this_time.shape[0]``. Request b counts
+
+        * when it verified drafts this step (``seq_lens_decoder[b] > 0`` and
+          ``seq_lens_this_time[b] != seq_lens_decoder[b]``): drafted ``seq_lens_this_time[b] - 1``,
+          accepted ``accept_nums[b] - 1`` (the bonus / correction token is not a draft);
+        * otherwise when it stopped this step (``seq_lens_this_time[b] > 0`` and
+          ``stop_flags[b]``): drafted ``seq_lens_this_time[b] - 1``, accepted ``accept_nums[b]``.
+
+        The batch's sums are added to the totals only when the drafted sum is not zero (upstream's
+        rule: a step that drafted nothing leaves both totals alone).
+
+        Args (per-request tensors are ``[bsz]`` or ``[bsz, 1]`` with at least bsz entries;
+        **W** = written in place):
+            sum_draft_num: ``[1]`` int32, **W**: running total of drafted tokens.
+            sum_accept_num: ``[1]`` int32, **W**: running total of accepted drafts.
+            accept_nums: int32, read: tokens emitted this step (``accept_num`` of speculate_verify).
+            seq_lens_this_time: ``[bsz]`` int32, read; defines bsz.
+            seq_lens_decoder: int32, read. stop_flags: bool, read.
+
+        Returns:
+            None. Raises ValueError naming the argument on bad shapes / dtypes / places, or when a
+            total would leave int32 (nothing written then).
+
+        Differences from upstream: no ``bsz <= 512`` cap (upstream's single 512-thread block
+        ignores later requests); the sums are int64 and a total that would overflow int32 is
+        refused instead of wrapping; the two block reductions are separated by a barrier (upstream
+        reuses CUB's shared storage without one).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+            >>> drafted, accepted = i32([10]), i32([6])
+            >>> ops.speculate_calcu_accept_ratio(
+            ...     drafted, accepted, i32([3, 1, 2]), i32([4, 0, 3]), i32([20, 0, 3]),
+            ...     paddle.to_tensor([False, False, True]))
+            >>> drafted.tolist(), accepted.tolist()  # request 0: 3 drafted, 2 accepted; 2: 2, 2
+            ([15], [10])
+        """,
+        batch="seq_lens_this_time",
+        kernel="speculate_calcu_accept_ratio",
+        cpu="calcu_accept_ratio_cpu",
+        params="AcceptRatioParams",
+        extra_params={"bsz": "B"},
+        args=(
+            Tensor("sum_draft_num", "int32[1]", "written"),
+            Tensor("sum_accept_num", "int32[1]", "written"),
+            Tensor("accept_nums", "int32[>=B]"),
+            Tensor("seq_lens_this_time", "int32[B]"),
+            Tensor("seq_lens_decoder", "int32[>=B]"),
+            Tensor("stop_flags", "bool[>=B]"),
+        ),
+        status=(
+            Status(
+                "kAcceptRatioDraftOverflow",
+                1,
+                "sum_draft_num",
+                "would become {value}, outside int32 (limit {limit})",
+            ),
+            Status(
+                "kAcceptRatioAcceptOverflow",
+                2,
+                "sum_accept_num",
+                "would become {value}, outside int32 (limit {limit})",
+            ),
+        ),
+    ),
 ]

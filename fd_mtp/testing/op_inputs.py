@@ -303,6 +303,31 @@ def build_self_hidden(batch, hidden=H, dtype="bfloat16"):
     )
 
 
+def build_draft_set_value(batch):
+    """draft_model_set_value_by_flags: decodes carry 1..K+1 tokens at step_idx in [K+1, L-1);
+    ~1/16 are on their first step (step_idx 1), ~1/10 stopped, ~1/20 idle."""
+    rng = np.random.default_rng(69)
+    this_time = rng.integers(1, K + 2, batch).astype(np.int32)
+    step = rng.integers(K + 1, L - 1, batch).astype(np.int64)
+    step[rng.random(batch) < 1 / 16] = 1
+    this_time[rng.random(batch) < 1 / 20] = 0
+    stop = rng.random(batch) < 0.1
+    return Case(
+        [
+            _tokens(rng, batch, K + 1),
+            np.full((batch, L), -1, np.int64),
+            stop.reshape(-1, 1),
+            this_time.reshape(-1, 1),
+            np.zeros((batch, 1), np.int32),
+            np.zeros((batch, 1), np.int32),
+            step.reshape(-1, 1),
+        ],
+        _positional("draft_model_set_value_by_flags"),
+        ["pre_ids_all", "seq_lens_this_time"],
+        f"K={K};L={L}",
+    )
+
+
 def build_postprocess(batch):
     s, roles = preprocess_state(batch)
     rng = np.random.default_rng(4)
@@ -505,6 +530,25 @@ def build_clear_accept_nums(batch):
     dec = np.where(s["stop_flags"], 0, s["seq_lens_decoder"]).astype(np.int32)
     return Case(
         [s["accept_num"], dec], ["accept_num", "seq_lens_decoder"], ["accept_num"], f"K={K}"
+    )
+
+
+def build_calcu_accept_ratio(batch):
+    """After speculate_update: running decodes verified K + 1 tokens and emitted accept_num;
+    ~10% of the slots stopped; totals far from int32's limit."""
+    s, _ = target_state(batch)
+    return Case(
+        [
+            np.array([1_000_000], np.int32),
+            np.array([700_000], np.int32),
+            s["accept_num"],
+            s["seq_lens_this_time"],
+            s["seq_lens_decoder"],
+            s["stop_flags"],
+        ],
+        _positional("speculate_calcu_accept_ratio"),
+        ["sum_draft_num", "sum_accept_num"],
+        f"K={K}",
     )
 
 
@@ -1026,6 +1070,8 @@ BUILDERS = {
     "speculate_update": build_speculate_update,
     "speculate_set_value_by_flags_and_idx": build_set_value,
     "speculate_clear_accept_nums": build_clear_accept_nums,
+    "speculate_calcu_accept_ratio": build_calcu_accept_ratio,
+    "draft_model_set_value_by_flags": build_draft_set_value,
     "speculate_schedule_cache": build_schedule_cache,
     "recover_decode_task": build_recover_decode,
     "speculate_step_paddle": build_speculate_step,

@@ -289,3 +289,54 @@ def test_clear_accept_nums_bad_shape():
 
     with pytest.raises(ValueError, match="speculate_clear_accept_nums: accept_num"):
         fcuda.speculate_clear_accept_nums(cp.zeros(2, cp.int32), cp.zeros(3, cp.int32))
+
+
+# ------------------------------------------------------------------------------------------------
+# speculate_calcu_accept_ratio
+# ------------------------------------------------------------------------------------------------
+RATIO_ORDER = [
+    "sum_draft_num",
+    "sum_accept_num",
+    "accept_nums",
+    "seq_lens_this_time",
+    "seq_lens_decoder",
+    "stop_flags",
+]
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_calcu_accept_ratio_parity(bsz, seed):
+    """One block walks the whole batch (no 512 cap): the totals equal the reference's."""
+    rng = np.random.default_rng([bsz, seed, 1600])
+    this_time = rng.integers(0, 6, bsz).astype(np.int32)
+    dec = np.where(rng.random(bsz) < 0.2, 0, rng.integers(1, 300, bsz)).astype(np.int32)
+    args = dict(
+        sum_draft_num=np.array([int(rng.integers(0, 10**6))], np.int32),
+        sum_accept_num=np.array([int(rng.integers(0, 10**6))], np.int32),
+        accept_nums=rng.integers(0, 6, bsz + 2).astype(np.int32),
+        seq_lens_this_time=per(this_time, seed == 1),
+        seq_lens_decoder=np.where(rng.random(bsz) < 0.1, this_time, dec).astype(np.int32),
+        stop_flags=rng.random(bsz) < 0.2,
+    )
+    host, dev = split(args)
+    call(ref.speculate_calcu_accept_ratio, host, RATIO_ORDER)
+    call(fcuda.speculate_calcu_accept_ratio, dev, RATIO_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+def test_calcu_accept_ratio_overflow_writes_nothing():
+    import cupy as cp
+
+    args = dict(
+        sum_draft_num=np.array([2**31 - 2], np.int32),
+        sum_accept_num=np.array([0], np.int32),
+        accept_nums=np.array([4], np.int32),
+        seq_lens_this_time=np.array([4], np.int32),
+        seq_lens_decoder=np.array([9], np.int32),
+        stop_flags=np.array([False]),
+    )
+    _, dev = split(args)
+    with pytest.raises(ValueError, match="speculate_calcu_accept_ratio: sum_draft_num would"):
+        call(fcuda.speculate_calcu_accept_ratio, dev, RATIO_ORDER)
+    assert cp.asnumpy(dev["sum_draft_num"]).tolist() == [2**31 - 2]
