@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -221,8 +222,20 @@ def serve(args) -> int:
     )
     server = uvicorn.Server(config)
     _announce(server, args)
-    server.run()
+    # uvicorn handles SIGTERM / SIGINT while it runs (graceful drain) and re-raises the signal it
+    # caught once it is done: with these no-op handlers in place the drained server exits 0
+    # instead of dying by that signal
+    previous = {s: signal.signal(s, _drained) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
+
+
+def _drained(signum, frame) -> None:
+    """The handler uvicorn's re-raised SIGTERM / SIGINT lands in after the drain: nothing to do."""
 
 
 def _announce(server, args) -> None:
