@@ -210,6 +210,11 @@ class AsyncLLM:
         return 1.0 - bm.num_free / bm.num_blocks
 
     @property
+    def started(self) -> bool:
+        """`start` was called."""
+        return self._thread is not None
+
+    @property
     def is_running(self) -> bool:
         """The engine thread is alive and accepting requests."""
         return (

@@ -498,6 +498,45 @@ def test_killed_client_is_aborted_and_a_full_queue_answers_503(servers):
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
+KILLED_NON_STREAMING_CLIENT = textwrap.dedent(
+    """
+    import sys, httpx
+    body = {"prompt": "def main():\\n", "max_tokens": 1000, "ignore_eos": True, "temperature": 0}
+    httpx.post(sys.argv[1] + "/v1/completions", json=body, timeout=60)
+    """
+)
+
+
+def test_killed_non_streaming_client_is_aborted(servers):
+    url = servers["small"].url
+    before = metrics(url)
+    key = 'fd_mtp:request_success_total{finished_reason="abort"}'
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_NON_STREAMING_CLIENT, url])
+    try:
+        wait_for(
+            lambda: (
+                metrics(url)["fd_mtp:generation_tokens_total"]
+                > before["fd_mtp:generation_tokens_total"]
+            ),
+            what="the request to run",
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+    after = wait_for(
+        lambda: (
+            (x := metrics(url))[key] == before[key] + 1
+            and x["fd_mtp:num_requests_running"] == 0
+            and x
+        ),
+        what="the abort",
+    )
+    assert after["fd_mtp:kv_cache_usage_perc"] == 0
+    assert after["fd_mtp:generation_tokens_total"] - before["fd_mtp:generation_tokens_total"] < 900
+    r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=TIMEOUT)
+    assert r.status_code == 200
+
+
 def test_sigterm_drains_running_requests_then_exits(servers):
     """The last test of the small server: SIGTERM while a stream runs; the stream still gets
     every token and [DONE], then the process exits 0."""

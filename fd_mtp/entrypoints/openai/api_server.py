@@ -91,7 +91,7 @@ def build_app(front: AsyncLLM, model_name: str, metrics: ServerMetrics) -> FastA
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        if front._thread is None:
+        if not front.started:
             front.start()
         try:
             yield
