@@ -56,3 +56,8 @@ def test_bad_speculative_config_is_refused():
 def test_bad_engine_option_names_it():
     proc = fd_mtp("serve", "--max-num-seqs", "0")
     assert proc.returncode == 2 and "max_num_seqs" in proc.stderr, proc.stderr
+
+
+def test_unreadable_chat_template_is_refused(tmp_path):
+    proc = fd_mtp("serve", "--chat-template", str(tmp_path / "missing.jinja"))
+    assert proc.returncode == 2 and "--chat-template: cannot read" in proc.stderr, proc.stderr

@@ -29,7 +29,7 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 import fd_mtp  # noqa: E402
-from fd_mtp.entrypoints.openai.serving import default_chat_prompt  # noqa: E402
+from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
 from .server_util import ServerProcess, metrics, wait_for  # noqa: E402
 

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..async_llm import AsyncLLM
+from .chat_template import load_chat_template
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, error_body
 from .serving import OpenAIServing, RequestError
@@ -84,10 +85,13 @@ async def _parse(raw: Request, model):
         raise validation_error(exc) from None
 
 
-def build_app(front: AsyncLLM, model_name: str, metrics: ServerMetrics) -> FastAPI:
+def build_app(
+    front: AsyncLLM, model_name: str, metrics: ServerMetrics, chat_template=None
+) -> FastAPI:
     """The FastAPI app over a started or startable ``front``: its lifespan starts the engine
-    thread and, at shutdown, drains it."""
-    serving = OpenAIServing(front, model_name, metrics)
+    thread and, at shutdown, drains it. ``chat_template``: a `ChatTemplate` (default: the
+    default template)."""
+    serving = OpenAIServing(front, model_name, metrics, chat_template)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -186,6 +190,15 @@ def build_llm(args):
     )
 
 
+def model_dir(args) -> Path:
+    """The checkpoint directory served (the demo model's without --model)."""
+    if args.model:
+        return Path(args.model)
+    from ...assets import DEMO_MODEL
+
+    return DEMO_MODEL
+
+
 def served_name(args) -> str:
     if args.served_model_name:
         return args.served_model_name
@@ -207,11 +220,12 @@ def serve(args) -> int:
             0 if llm.speculative_config is None else llm.speculative_config.num_speculative_tokens,
         )
         front = AsyncLLM(llm, max_waiting_requests=args.max_waiting_requests, stats=front_stats)
+        chat_template = load_chat_template(model_dir(args), args.chat_template)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as exc:
         print(f"fd-mtp serve: {exc}", file=sys.stderr)
         return 2
     front_stats.bind(front)
-    app = build_app(front, served_name(args), front_stats)
+    app = build_app(front, served_name(args), front_stats, chat_template)
     config = uvicorn.Config(
         app,
         host=args.host,

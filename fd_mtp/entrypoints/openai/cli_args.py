@@ -38,6 +38,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "checkpoint directory's name",
     )
     p.add_argument(
+        "--chat-template",
+        default=None,
+        help="a Jinja chat template file for /v1/chat/completions (default: the checkpoint's "
+        "chat_template.jinja or tokenizer_config.json chat_template, else 'Role: content' "
+        "paragraphs ending in 'Assistant:')",
+    )
+    p.add_argument(
         "--host",
         default="127.0.0.1",
         help="address to bind (default: 127.0.0.1, this machine only)",

@@ -89,8 +89,6 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
-    chat_template: str | None = None
-    add_generation_prompt: bool = True
 
 
 def error_body(message: str, *, type: str = "invalid_request_error", param=None, code=None) -> dict:

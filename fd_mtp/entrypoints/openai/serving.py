@@ -30,15 +30,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ...engine.request import SpeculativeMetrics
 from ...engine.sampling_params import SamplingParams
 from ..async_llm import AsyncLLM, EngineDeadError, QueueFullError
+from .chat_template import ChatTemplate
 from .protocol import ChatCompletionRequest, CompletionRequest, error_body
 
 #: how often a non-streaming request checks whether its client went away (seconds)
 DISCONNECT_POLL_S = 0.1
-
-DEFAULT_CHAT_TEMPLATE_DOC = """\
-The default chat template (used when the checkpoint's tokenizer has none): each message as
-"<Role>: <content>" followed by a blank line (roles: System, User, Assistant; "developer" is
-System), then "Assistant:" so the model writes the reply."""
 
 
 class RequestError(Exception):
@@ -68,17 +64,6 @@ class RequestError(Exception):
             error_body(self.message, type=self.type, param=self.param, code=self.code),
             status_code=self.status,
         )
-
-
-def default_chat_prompt(messages: list[tuple[str, str]]) -> str:
-    """The prompt of ``[(role, content), ...]`` under the default template (see
-    `DEFAULT_CHAT_TEMPLATE_DOC`).
-
-    >>> default_chat_prompt([("system", "Be brief."), ("user", "Hi")])
-    'System: Be brief.\\n\\nUser: Hi\\n\\nAssistant:'
-    """
-    names = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
-    return "".join(f"{names[r]}: {c}\n\n" for r, c in messages) + "Assistant:"
 
 
 def spec_dict(m: SpeculativeMetrics | None) -> dict | None:
@@ -147,12 +132,20 @@ class OpenAIServing:
         front: the running `AsyncLLM`.
         model_name: the served model name (``/v1/models``; requests naming another get a 400).
         metrics: the server's `ServerMetrics` (counts rejected requests), or None.
+        chat_template: the `ChatTemplate` of chat prompts (default: the default template).
     """
 
-    def __init__(self, front: AsyncLLM, model_name: str, metrics=None):
+    def __init__(
+        self,
+        front: AsyncLLM,
+        model_name: str,
+        metrics=None,
+        chat_template: ChatTemplate | None = None,
+    ):
         self.front = front
         self.model_name = model_name
         self.metrics = metrics
+        self.chat_template = chat_template if chat_template is not None else ChatTemplate(None)
         self.tokenizer = front.llm.tokenizer
         self.speculative = front.engine.spec_metrics is not None
 
@@ -370,30 +363,26 @@ class OpenAIServing:
 
     # -- /v1/chat/completions -----------------------------------------------------------------------
     def chat_prompt(self, body: ChatCompletionRequest) -> str:
-        """The prompt text of the messages: the tokenizer's chat template when it has one, else
-        `default_chat_prompt`."""
+        """The prompt text of the messages under the server's `ChatTemplate` (the checkpoint's,
+        ``--chat-template``, or the default); RequestError when the template fails on them."""
+        if self.tokenizer is None:
+            raise RequestError(
+                "chat completions need a tokenizer, and this checkpoint has none; use "
+                "/v1/completions with token ids",
+                param="messages",
+            )
         messages = []
-        for i, m in enumerate(body.messages):
+        for m in body.messages:
             content = m.content
             if content is None:
                 content = ""
             elif not isinstance(content, str):
                 content = "".join(part.text for part in content)
             messages.append((m.role, content))
-        tok = self.tokenizer
-        if tok is None:
-            raise RequestError(
-                "chat completions need a tokenizer, and this checkpoint has none; use "
-                "/v1/completions with token ids",
-                param="messages",
-            )
-        if getattr(tok, "chat_template", None) and hasattr(tok, "apply_chat_template"):
-            return tok.apply_chat_template(
-                [{"role": r, "content": c} for r, c in messages],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-        return default_chat_prompt(messages)
+        try:
+            return self.chat_template.render(messages)
+        except ValueError as exc:
+            raise RequestError(f"messages: {exc}", param="messages") from None
 
     async def chat(self, body: ChatCompletionRequest, raw: Request) -> Response:
         self._check_common(body)
