@@ -37,6 +37,23 @@ from .protocol import ChatCompletionRequest, CompletionRequest, error_body
 DISCONNECT_POLL_S = 0.1
 
 
+class _EventStream(StreamingResponse):
+    """Server-sent events of some `RequestStream`s, which are closed (their requests aborted
+    unless finished) however the response ends: also when the client went away before the first
+    event was written (the body generator then never started, so its own cleanup cannot run)."""
+
+    def __init__(self, content, streams):
+        super().__init__(content, media_type="text/event-stream")
+        self._streams = streams
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for s in self._streams:
+                s.close()
+
+
 class RequestError(Exception):
     """A request the server refuses: HTTP ``status``, OpenAI error ``type``, the field (``param``)
     and a ``code``."""
@@ -342,9 +359,7 @@ class OpenAIServing:
                 return {**head, "choices": [self._choice_extras(c, ev, body, ev.finished)]}
 
             include = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(
-                self._stream(streams, chunk, head, include), media_type="text/event-stream"
-            )
+            return _EventStream(self._stream(streams, chunk, head, include), streams)
 
         outputs = await self._collect(streams, raw)
         if outputs is None:
@@ -439,10 +454,7 @@ class OpenAIServing:
                 ],
             }
             include = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(
-                self._stream(streams, chunk, head, include, first=[first]),
-                media_type="text/event-stream",
-            )
+            return _EventStream(self._stream(streams, chunk, head, include, first=[first]), streams)
 
         outputs = await self._collect(streams, raw)
         if outputs is None:
