@@ -1,6 +1,8 @@
 """The ``fd-mtp`` command.
 
     fd-mtp --version
+    fd-mtp serve [--model CKPT_DIR] [--port 8188] [--speculative-config JSON] [--max-num-seqs N] ...
+                    (the OpenAI-compatible server: fd_mtp/entrypoints/openai/api_server.py)
     fd-mtp generate [--model CKPT_DIR] --prompt "Hello" [--prompt-ids "1 2 3"] [--max-tokens 32]
                     [--temperature 0 --top-p 1 --top-k 0 --seed S] [--batch N] [--stream]
                     [--device cpu|gpu --dtype float32|bfloat16|float16]
@@ -73,6 +75,7 @@ STREAM_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .entrypoints.openai.cli_args import add_serve_args
 
     parser = argparse.ArgumentParser(prog="fd-mtp", description="fd_mtp reference engine")
     parser.add_argument("--version", action="version", version=f"fd-mtp {__version__}")
@@ -216,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="draft acceptance rule (default: target_match)",
     )
+    serve = sub.add_parser(
+        "serve",
+        help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics)",
+        description="OpenAI-compatible HTTP server over fd_mtp.LLM (FastAPI + uvicorn); see "
+        "fd_mtp/entrypoints/openai/api_server.py. SIGTERM drains running requests and exits.",
+    )
+    add_serve_args(serve)
     return parser
 
 
@@ -457,6 +467,10 @@ def main(argv=None) -> int:
     try:
         if args.command == "generate":
             return generate(args)
+        if args.command == "serve":
+            from .entrypoints.openai.api_server import serve
+
+            return serve(args)
     except KeyboardInterrupt:  # while loading the model, or before generation started
         sys.stdout.flush()
         print(f"fd-mtp {args.command}: interrupted", file=sys.stderr)

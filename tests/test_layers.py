@@ -5,8 +5,8 @@ Every module under fd_mtp/ is parsed with `ast` (nothing is imported); each ``im
 function bodies included) is mapped to the package it lands in: ``fd_mtp.<pkg>`` (a top-level
 module such as ``fd_mtp.llm`` counts as a package of its own). Layers, top to bottom (design §7):
 
-    entrypoints (cli, demo, server, testing) -> llm -> engine -> proposer -> batch -> model
-    -> cuda -> ops / reference -> options (_verify_options, sysv_queue) -> schema
+    cli -> entrypoints (the server and its async front, demo, testing) -> llm -> engine
+    -> proposer -> batch -> model -> cuda -> ops / reference -> options (_verify_options, sysv_queue) -> schema
     -> foundation (config, envs, assets)
 
 A package may import packages of strictly lower layers only (peers in one layer do not import
@@ -27,7 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "fd_mtp"
 
 LAYERS = [
-    ("entrypoints", {"cli", "demo", "server", "testing"}),
+    ("cli", {"cli"}),  # the fd-mtp command: dispatches to `fd-mtp serve` below it
+    ("entrypoints", {"entrypoints", "demo", "server", "testing"}),
     ("llm", {"llm"}),
     ("engine", {"engine"}),
     ("proposer", {"proposer"}),

@@ -398,6 +398,12 @@ def test_paths_quoted_in_backticks_exist():
 PROGRAMS = {  # how a command appears in the README -> the file that defines its options
     r"\bfd-mtp\b": ROOT / "fd_mtp" / "cli.py",
     r"-m fd_mtp\.demo\b": ROOT / "fd_mtp" / "demo.py",
+    r"\bfd-mtp serve\b": ROOT / "fd_mtp" / "entrypoints" / "openai" / "cli_args.py",
+    r"-m fd_mtp\.entrypoints\.openai\.api_server\b": ROOT
+    / "fd_mtp"
+    / "entrypoints"
+    / "openai"
+    / "cli_args.py",
     **{re.escape(f"benchmarks/{p.name}"): p for p in sorted((ROOT / "benchmarks").glob("*.py"))},
 }
 

@@ -1,0 +1,96 @@
+"""Request bodies of the OpenAI-compatible API (pydantic models; ``extra="forbid"``, strict types)
+and the OpenAI error body.
+
+Strict: a JSON string where a number is expected (``"max_tokens": "5"``) is a 400 naming the field,
+as is a field the API does not define (``"max_tokenz"``). Ranges (``max_tokens >= 1``, ``top_p``
+in (0, 1], penalties in [-2, 2], ...) are checked by `fd_mtp.SamplingParams`, whose error names the
+field too. Fields of OpenAI's API that the engine does not support yet are accepted by the schema
+and refused by the server with a 400 that says so (``n > 1``, ``logprobs``, ``echo``, ``suffix``,
+``logit_bias``, ``best_of > 1``, tools).
+
+Beyond OpenAI's fields, vLLM's sampling extras: ``top_k`` (0 or -1: off), ``min_tokens``,
+``repetition_penalty``, ``ignore_eos``, ``stop_token_ids``, ``include_stop_str_in_output``,
+``skip_special_tokens``, and ``return_token_ids`` (each choice / chunk also carries its generated
+``token_ids``; the response carries ``prompt_token_ids``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Sampling(_Strict):
+    """Fields shared by completions and chat completions."""
+
+    model: str | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM's extras
+    top_k: int = 0
+    min_tokens: int = 0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    return_token_ids: bool = False
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``. ``prompt``: a string, a list of token ids, or a list of either
+    (one choice per prompt, ``index`` = its position)."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(_Sampling):
+    """``POST /v1/chat/completions``. ``max_tokens`` / ``max_completion_tokens`` default to what
+    fits in ``max_model_len``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+
+
+def error_body(message: str, *, type: str = "invalid_request_error", param=None, code=None) -> dict:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}

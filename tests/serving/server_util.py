@@ -1,0 +1,105 @@
+"""A real ``fd-mtp serve`` process on 127.0.0.1 (a free port chosen by the OS) for the serving tests,
+and small helpers to read its Prometheus metrics."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 90
+
+
+class ServerProcess:
+    """``python -m fd_mtp.entrypoints.openai.api_server --port 0 ARGS`` in a subprocess; `start`
+    returns once it printed its address, `stop` sends SIGTERM and waits (bounded)."""
+
+    def __init__(self, *args: str):
+        self.args = ["--port", "0", "--host", "127.0.0.1", *args]
+        self.proc: subprocess.Popen | None = None
+        self.url = None
+        self.lines: queue.Queue = queue.Queue()
+        self.output: list[str] = []
+
+    def launch(self) -> ServerProcess:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fd_mtp.entrypoints.openai.api_server", *self.args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_ready(self) -> ServerProcess:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                return self
+        self.kill()
+        raise RuntimeError("server did not start:\n" + "".join(self.output))
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM, then wait for the exit status (SIGKILL after ``timeout``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def metrics(url: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` of the server's /metrics (labels without model_name)."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, value = line.rsplit(" ", 1)
+        key = re.sub(r'model_name="[^"]*",?', "", key).replace("{}", "").replace(",}", "}")
+        out[key] = float(value)
+    return out
+
+
+def wait_for(predicate, timeout: float = 20, interval: float = 0.05, what: str = "condition"):
+    """Poll ``predicate()`` until it returns a truthy value (returned), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
