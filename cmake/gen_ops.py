@@ -191,13 +191,17 @@ def param_value(op: Op, expr: str) -> str:
             if t.optional:
                 return f"(a.{name} ? a.{name}->shape()[{axis}] : 0)"
             return f"a.{name}.shape()[{axis}]"
+    for fn, form in (("data(", "a.{}.data()"), ("size(", "static_cast<int64_t>(a.{}.size())")):
+        if expr.startswith(fn) and expr.endswith(")"):  # of an int64[] attribute
+            return form.format(expr[len(fn) : -1])
     if expr in dim_names(op):
         return f"a.dims.{expr}"
     for a in op.attrs:
         if a.name == expr:
             return f"a.{expr}"
     raise ValueError(
-        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, numel/rows/cols(t)"
+        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, "
+        "numel/rows/cols(tensor) or data/size(int64[] attribute)"
     )
 
 
@@ -449,6 +453,10 @@ def gen_dispatch(op: Op) -> str:
         out.append("    int64_t count = 0;\n")
         out.append(f"    check::status(a.op, {op.cpu}(p, &count), {table});\n")
         out.append(flag_line)
+    if not op.cuda:  # a host op: every tensor is checked to be on the CPU
+        out.append("    return;\n  }\n")
+        out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n}}\n')
+        return "".join(out)
     out.append("    return;\n  }\n#ifdef PADDLE_WITH_CUDA\n")
     launcher = op.launcher_name
     if not op.status:
@@ -489,7 +497,7 @@ def gen_launchers(ops: list[Op]) -> str:
     out.extend(f'#include "kernels/{k}.h"\n' for k in kernels)
     out.append("\nnamespace fd_mtp {\n\n")
     for op in ops:
-        if not op.generated_dispatch:
+        if not op.generated_dispatch or not op.cuda:
             continue
         what = "raw pointers, no allocation, no synchronisation"
         if op.status:
@@ -510,7 +518,7 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
     out = [HEADER, '#include "common.h"\n\nnamespace fd_mtp {\nnamespace pybind {\n\n']
     out.append("void bind_launchers(py::module_& m) {\n")
     for op in ops:
-        if not op.generated_dispatch:
+        if not op.generated_dispatch or not op.cuda:
             continue
         params = ["const P& p"]
         pyargs = ['py::arg("params")']

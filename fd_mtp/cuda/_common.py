@@ -237,7 +237,7 @@ def define_launchers(namespace, family):
 
     names = []
     for op in schema.family_ops(family):
-        if not op.generated_dispatch and op.name not in namespace:
+        if (not op.generated_dispatch or not op.cuda) and op.name not in namespace:
             continue
         names.append(op.name)
         if op.name in namespace:

@@ -139,7 +139,33 @@ def _convert_attr(op: str, attr, value):
         if not isinstance(value, str):
             raise TypeError(f"{op}: {name} must be a str, got {_type_name(value)}")
         return value
-    return [int(v) for v in value]  # int64[]
+    return _int_list(op, name, value)  # int64[]
+
+
+def _int_list(op: str, name: str, value) -> list[int]:
+    """An ``int64[]`` attribute: a sequence of ints in int64, or TypeError / ValueError naming it."""
+    import operator
+
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{op}: {name} must be a sequence of ints, got {_type_name(value)}")
+    lo, hi = _INT_RANGE["int64"]
+    if type(value).__name__ == "ndarray" and value.dtype.kind in "iu":
+        value = value.reshape(-1).tolist()  # numpy ints: Python ints (an int64 array is in range)
+    if type(value) is list and all(type(v) is int for v in value):  # the common case, fast
+        if not value or (lo <= min(value) and max(value) <= hi):
+            return value
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            raise TypeError(f"{op}: {name}[{i}] must be an int, got bool")
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{op}: {name}[{i}] must be an int, got {_type_name(v)}") from None
+        if not lo <= v <= hi:
+            raise ValueError(f"{op}: {name}[{i}] must be in [{lo}, {hi}], got {v}")
+        out.append(v)
+    return out
 
 
 @functools.cache

@@ -15,6 +15,8 @@ __all__ = [
     "speculate_set_value_by_flags_and_idx",
     "speculate_clear_accept_nums",
     "speculate_calcu_accept_ratio",
+    "speculate_limit_thinking_content_length",
+    "speculate_update_input_ids_cpu",
 ]
 
 
@@ -343,3 +345,137 @@ def speculate_calcu_accept_ratio(
                 f"(limit {_INT32[1]})"
             )
     totals[0][0], totals[1][0] = new
+
+
+# --------------------------------------------------------------------------------------------
+# §5.9 speculate_limit_thinking_content_length
+# --------------------------------------------------------------------------------------------
+def _limit_thinking_request(
+    tokens, a, step, status, max_think, max_reply, eos, inject, think_end, decode_node
+):
+    """One request's state machine (spec §5.9) on its ``a`` tokens (a list, replaced in place).
+    Returns (status, max_reply, accepted)."""
+    j = len(inject)
+    done = j + 1 if j > 0 else 1
+    reply_base = done + 1
+    status = max(status, 0)
+    base_step = step - a + 1
+    for o in range(a):
+        token = tokens[o]
+        previous = status
+        truncate = False
+        if status == 0 and token == think_end:
+            status = done
+            if max_reply >= 0:
+                max_reply += 2
+        if max_think >= 0 and status < reply_base:
+            if max_think > 0:
+                if status == 0 and base_step + o - 1 == max_think:
+                    status = 1 if j > 0 else done
+            elif status == 0:
+                if not decode_node:
+                    status = 1 if j > 0 else done
+                else:
+                    status = 2 if j > 0 else done + 1
+            if status == 0 and j > 0 and token in eos:
+                status = 1
+            if j > 0 and 1 <= status <= j:
+                token = inject[status - 1]
+                status = min(status + 1, done)
+                truncate = True
+        became_done = status == done and previous != done and previous < reply_base
+        if max_reply >= 0 and not became_done:
+            if status == done:
+                status = reply_base
+            if status >= reply_base:
+                if status - reply_base >= max_reply:
+                    if eos:
+                        token = eos[0]
+                    status = reply_base + max_reply
+                    truncate = True
+                else:
+                    status += 1
+        tokens[o] = token
+        if truncate:
+            return status, max_reply, o + 1
+    return status, max_reply, a
+
+
+def speculate_limit_thinking_content_length(
+    next_tokens,
+    max_think_lens,
+    max_reply_lens,
+    step_idx,
+    limit_status,
+    accept_num,
+    stop_flags,
+    eos_token_ids,
+    inject_token_ids,
+    think_end_id,
+    splitwise_role_is_decode,
+):
+    """Thinking / reply budgets of reasoning models on this step's tokens (spec §5.9). Every
+    running request is checked (accept_num within the row, the state within int32) before
+    anything is written."""
+    op = "speculate_limit_thinking_content_length"
+    bs, width = next_tokens.shape
+    n_accept, stop = _flat(accept_num), _flat(stop_flags)
+    think, reply = _flat(max_think_lens), _flat(max_reply_lens)
+    status, step = _flat(limit_status), _flat(step_idx)
+    eos = [int(x) for x in np.asarray(eos_token_ids).reshape(-1)]
+    inject = [int(x) for x in np.asarray(inject_token_ids).reshape(-1)]
+    results = {}
+    for b in range(bs):
+        a = int(n_accept[b])
+        if a <= 0 or stop[b] or (think[b] < 0 and reply[b] < 0):
+            continue
+        if a > width:
+            raise ValueError(
+                f"{op}: accept_num (request {b}) is {a}; it must be at most {width} "
+                "(columns of next_tokens)"
+            )
+        tokens = [int(x) for x in next_tokens[b, :a]]
+        new_status, new_reply, accepted = _limit_thinking_request(
+            tokens,
+            a,
+            int(step[b]),
+            int(status[b]),
+            int(think[b]),
+            int(reply[b]),
+            eos,
+            inject,
+            int(think_end_id),
+            bool(splitwise_role_is_decode),
+        )
+        for name, value in (("limit_status", new_status), ("max_reply_lens", new_reply)):
+            if value > _INT32[1]:
+                raise ValueError(
+                    f"{op}: {name} (request {b}) would become {value} (limit {_INT32[1]})"
+                )
+        results[b] = tokens, new_status, new_reply, accepted
+    for b, (tokens, new_status, new_reply, accepted) in results.items():
+        a = int(n_accept[b])
+        next_tokens[b, :a] = tokens
+        step[b] -= a - accepted
+        n_accept[b], status[b], reply[b] = accepted, new_status, new_reply
+
+
+# --------------------------------------------------------------------------------------------
+# §5.16 speculate_update_input_ids_cpu
+# --------------------------------------------------------------------------------------------
+def speculate_update_input_ids_cpu(input_ids_cpu, task_input_ids, bid, max_seq_len):
+    """input_ids_cpu.flat[bid * max_seq_len + i] = task_input_ids[i] (spec §5.16)."""
+    op = "speculate_update_input_ids_cpu"
+    for name, value in (("bid", bid), ("max_seq_len", max_seq_len)):
+        if not 0 <= value <= _INT32[1]:
+            raise ValueError(f"{op}: {name} must be in [0, {_INT32[1]}], got {value}")
+    ids = [int(x) for x in task_input_ids]
+    if not ids:
+        return
+    flat = _flat(input_ids_cpu)
+    end = bid * max_seq_len + len(ids)
+    if end > flat.size:
+        raise ValueError(
+            f"{op}: input_ids_cpu has {flat.size} elements but the copy writes up to element {end}"
+        )
+    flat[bid * max_seq_len : end] = ids

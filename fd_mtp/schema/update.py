@@ -361,4 +361,158 @@ OPS = [
             ),
         ),
     ),
+    Op(
+        name="speculate_limit_thinking_content_length",
+        entry="SpeculateLimitThinkingContentLength",
+        spec="§5.9",
+        doc="""Apply reasoning models' thinking and reply budgets to this step's tokens (spec §5.9).
+
+        ``bs = next_tokens.shape[0]`` (FastDeploy passes ``accept_tokens``). Request b runs when
+        ``accept_num[b] > 0``, it is not stopped and ``max_think_lens[b] >= 0`` or
+        ``max_reply_lens[b] >= 0``. Its ``a = accept_num[b]`` tokens ``next_tokens[b, :a]`` (token
+        o at absolute step ``step_idx[b] - a + 1 + o``) walk the state machine in
+        ``limit_status[b]`` (J = ``len(inject_token_ids)``, ``done = J + 1`` or 1 when J = 0,
+        ``reply_base = done + 1``):
+
+        1. thinking (status 0) and the token is ``think_end_id``: status = done, and a limited
+           reply budget grows by 2;
+        2. with a thinking budget (``max_think_lens[b] >= 0``) and status < reply_base: thinking
+           reaches the budget (``step - 1 == max_think`` when it is > 0; at once when it is 0,
+           status 2 instead of 1 on a decode node of a prefill/decode split) or emits an EOS (J >
+           0): injection starts; while ``1 <= status <= J`` the token is replaced by
+           ``inject_token_ids[status - 1]`` and status advances (at most to done);
+        3. with a reply budget, from the token after the one that ended thinking: status done
+           becomes reply_base; at ``status - reply_base >= max_reply`` the token becomes
+           ``eos_token_ids[0]`` and status stays at ``reply_base + max_reply``; otherwise the
+           reply count (status) advances.
+
+        A replaced token (injected, or the forced EOS) is the request's last this step:
+        ``accept_num[b]`` becomes its index + 1 and ``step_idx[b]`` drops by the tokens cut.
+        ``stop_flags`` are not touched (speculate_set_stop_value_multi_seqs stops on the EOS).
+
+        Args (per-request tensors are ``[bs]`` or ``[bs, 1]`` with at least bs entries;
+        **W** = written in place):
+            next_tokens: ``[bs, W]`` int64, **W**: the step's tokens (``accept_tokens``).
+            max_think_lens: int32, read: thinking budget (< 0: not cut, think_end_id still ends
+                thinking).
+            max_reply_lens: int32, **W**: reply budget (< 0: unlimited).
+            step_idx: int64, **W**. limit_status: int32, **W**: the state. accept_num: int32, **W**.
+            stop_flags: bool, read.
+            eos_token_ids: ``[E]`` int64, read (E may be 0: no EOS is forced).
+            inject_token_ids: ``[J]`` int64, read (J may be 0).
+            think_end_id (int): the token that ends thinking.
+            splitwise_role_is_decode (bool): this is the decode node of a prefill/decode split.
+
+        Returns:
+            None. Raises ValueError naming the argument on bad shapes / dtypes / places, when a
+            running request's ``accept_num`` exceeds ``W``, or when ``limit_status`` or
+            ``max_reply_lens`` would leave int32; nothing is written then.
+
+        Differences from upstream: no cap of 1024 blocks (262,144 requests); state arithmetic is
+        int64 and a value that would overflow int32 is refused instead of wrapping; a running
+        request's ``accept_num`` is checked against the row width.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+            >>> i64 = lambda v: paddle.to_tensor(v, dtype="int64")
+            >>> tokens, accept, step = i64([[11, 12, 13, 14]]), i32([4]), i64([9])
+            >>> status, reply = i32([0]), i32([-1])
+            >>> ops.speculate_limit_thinking_content_length(  # thinking budget: 7 tokens
+            ...     tokens, i32([7]), reply, step, status, accept, paddle.to_tensor([False]),
+            ...     i64([2]), i64([100, 101]), 99, False)
+            >>> tokens.tolist(), accept.tolist(), step.tolist(), status.tolist()
+            ([[11, 12, 100, 14]], [3], [8], [2])
+        """,
+        kernel="speculate_limit_thinking_content_length",
+        cpu="limit_thinking_cpu",
+        params="LimitThinkingParams",
+        extra_params={
+            "tokens_per_step": "W",
+            "eos_len": "numel(eos_token_ids)",
+            "inject_len": "numel(inject_token_ids)",
+            "bs": "B",
+        },
+        args=(
+            Tensor("next_tokens", "int64[B, W>=0]", "written", doc="defines bs"),
+            Tensor("max_think_lens", "int32[>=B]"),
+            Tensor("max_reply_lens", "int32[>=B]", "written"),
+            Tensor("step_idx", "int64[>=B]", "written"),
+            Tensor("limit_status", "int32[>=B]", "written"),
+            Tensor("accept_num", "int32[>=B]", "written"),
+            Tensor("stop_flags", "bool[>=B]"),
+            Tensor("eos_token_ids", "int64[]"),
+            Tensor("inject_token_ids", "int64[]"),
+            Attr("think_end_id", "int64"),
+            Attr("splitwise_role_is_decode", "bool"),
+        ),
+        status=(
+            Status(
+                "kLimitAcceptNum",
+                1,
+                "accept_num",
+                "is {value}; it must be at most {limit} (columns of next_tokens)",
+            ),
+            Status(
+                "kLimitStatusOverflow", 2, "limit_status", "would become {value} (limit {limit})"
+            ),
+            Status(
+                "kLimitReplyOverflow", 3, "max_reply_lens", "would become {value} (limit {limit})"
+            ),
+        ),
+    ),
+    Op(
+        name="speculate_update_input_ids_cpu",
+        entry="SpeculateUpdateInputIdsCpu",
+        spec="§5.16",
+        doc="""Copy a new task's prompt ids into the flat host buffer input_ids_cpu (spec §5.16).
+
+        ``input_ids_cpu.reshape(-1)[bid * max_seq_len + i] = task_input_ids[i]`` for every i: the
+        n-gram drafter's haystack (``ngram_match`` reads ``input_ids_cpu``) gets the prompt of
+        the request inserted at slot ``bid``. A host op: ``input_ids_cpu`` must be a CPU tensor.
+
+        Args:
+            input_ids_cpu: int64 CPU tensor of any shape, **written in place** (flat indexing).
+            task_input_ids (list of int): the prompt ids.
+            bid (int, >= 0): the slot. max_seq_len (int, >= 0): the slot stride.
+
+        Returns:
+            None. Raises ValueError naming the argument on a bad dtype / place, a negative bid or
+            max_seq_len, or a copy that would run past the end of ``input_ids_cpu`` (nothing is
+            written then).
+
+        Differences from upstream: the copy's range is checked (upstream writes past the buffer).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> buf = paddle.zeros([3, 4], dtype="int64")
+            >>> ops.speculate_update_input_ids_cpu(buf, [7, 8, 9], 1, 4)
+            >>> buf.tolist()
+            [[0, 0, 0, 0], [7, 8, 9, 0], [0, 0, 0, 0]]
+        """,
+        kernel="speculate_update_input_ids_cpu",
+        cpu="update_input_ids_cpu",
+        cuda=False,
+        params="UpdateInputIdsParams",
+        place="input_ids_cpu",
+        extra_params={
+            "numel": "numel(input_ids_cpu)",
+            "task_input_ids": "data(task_input_ids)",
+            "task_len": "size(task_input_ids)",
+        },
+        args=(
+            Tensor("input_ids_cpu", "int64[]", "written", cpu=True),
+            Attr("task_input_ids", "int64[]", param=None),
+            Attr("bid", "int", min=0),
+            Attr("max_seq_len", "int", min=0),
+        ),
+        status=(
+            Status(
+                "kUpdateInputIdsRange",
+                1,
+                "input_ids_cpu",
+                "has {limit} elements but the copy writes up to element {value}",
+            ),
+        ),
+    ),
 ]

@@ -31,6 +31,7 @@ def _positional(op: str) -> list[str]:
 
 
 K = 3  # draft tokens per step (num_speculative_tokens)
+THINK_END_ID = 31_000  # the reasoning models' think_end_id in build_limit_thinking
 L = 2048  # max_model_len: width of input_ids / pre_ids, max_seq_len of the output offsets
 H = 1024  # hidden size of the eagle ops
 NUM_MODEL_STEP = 1
@@ -549,6 +550,55 @@ def build_calcu_accept_ratio(batch):
         _positional("speculate_calcu_accept_ratio"),
         ["sum_draft_num", "sum_accept_num"],
         f"K={K}",
+    )
+
+
+def build_limit_thinking(batch):
+    """After verify, a reasoning model: ~1/2 of the running requests think (budget 512, some
+    reach it this step), ~1/4 reply (budget 256), the rest have no budgets; think_end_id and EOS
+    tokens appear in a few rows; two injection tokens."""
+    s, _ = target_state(batch)
+    rng = np.random.default_rng(59)
+    tokens = s["accept_tokens"].copy()
+    tokens[rng.random(tokens.shape) < 0.02] = THINK_END_ID
+    tokens[rng.random(tokens.shape) < 0.01] = EOS_IDS[0]
+    phase = rng.random(batch)
+    think = np.where(phase < 0.5, 512, -1).astype(np.int32)
+    reply = np.where((phase >= 0.5) & (phase < 0.75), 256, -1).astype(np.int32)
+    status = np.where(phase < 0.5, 0, 4).astype(np.int32)  # 4 = reply_base with 2 injection ids
+    status += np.where(status > 0, rng.integers(0, 300, batch), 0).astype(np.int32)
+    step = s["step_idx"].copy()
+    near = (phase < 0.5) & (rng.random(batch) < 0.1)
+    step[near, 0] = 512 + 1 + rng.integers(0, K + 1, int(near.sum()))  # reach the budget now
+    return Case(
+        [
+            tokens,
+            think,
+            reply,
+            step,
+            status,
+            s["accept_num"],
+            s["stop_flags"],
+            np.array(EOS_IDS, np.int64),
+            np.array([THINK_END_ID + 1, THINK_END_ID + 2], np.int64),
+            THINK_END_ID,
+            False,
+        ],
+        _positional("speculate_limit_thinking_content_length"),
+        ["next_tokens", "max_reply_lens", "step_idx", "limit_status", "accept_num"],
+        f"K={K};think=512;reply=256;inject=2",
+    )
+
+
+def build_update_input_ids(batch):
+    """A prompt of up to 512 tokens copied into slot batch - 1 of input_ids_cpu [batch, L]."""
+    rng = np.random.default_rng(7)
+    prompt = _tokens(rng, int(rng.integers(64, 512))).tolist()
+    return Case(
+        [np.zeros((batch, L), np.int64), prompt, batch - 1, L],
+        _positional("speculate_update_input_ids_cpu"),
+        ["input_ids_cpu"],
+        f"L={L};prompt={len(prompt)}",
     )
 
 
@@ -1072,6 +1122,8 @@ BUILDERS = {
     "speculate_clear_accept_nums": build_clear_accept_nums,
     "speculate_calcu_accept_ratio": build_calcu_accept_ratio,
     "draft_model_set_value_by_flags": build_draft_set_value,
+    "speculate_limit_thinking_content_length": build_limit_thinking,
+    "speculate_update_input_ids_cpu": build_update_input_ids,
     "speculate_schedule_cache": build_schedule_cache,
     "recover_decode_task": build_recover_decode,
     "speculate_step_paddle": build_speculate_step,

@@ -1,0 +1,105 @@
+"""fd_mtp.compat.fastdeploy: FastDeploy's op module path resolves to fd_mtp's ops, upstream-style
+code runs through it, and a real FastDeploy is never shadowed by accident."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import paddle
+import pytest
+
+import fd_mtp.ops as ops
+from fd_mtp.compat import fastdeploy as compat
+
+
+@pytest.fixture
+def alias():
+    """The alias freshly installed; afterwards the state before the test (importing the module
+    installed it, and other tests, e.g. the README's blocks, rely on that)."""
+    was = compat.installed()
+    compat.uninstall()
+    module = compat.install()
+    yield module
+    compat.uninstall()
+    if was:
+        compat.install()
+
+
+def test_upstream_imports_resolve_to_fd_mtp_ops(alias):
+    from fastdeploy.model_executor.ops.gpu import (  # upstream mtp.py / gpu_model_runner.py
+        draft_model_preprocess,
+        hybird_mtp_ngram,
+        mtp_step_paddle,
+        speculate_verify,
+    )
+
+    assert draft_model_preprocess is ops.draft_model_preprocess
+    assert speculate_verify is ops.speculate_verify
+    assert mtp_step_paddle is ops.mtp_step_paddle
+    assert hybird_mtp_ngram is ops.hybrid_mtp_ngram  # upstream's pybind spelling
+    import fastdeploy.model_executor.ops.gpu as gpu
+
+    assert set(ops.__all__) <= set(gpu.__all__)
+
+
+def test_an_upstream_style_call_runs_in_place(alias):
+    from fastdeploy.model_executor.ops.gpu import speculate_clear_accept_nums
+
+    accept_num = paddle.to_tensor([3, 2, 1], dtype="int32")
+    speculate_clear_accept_nums(accept_num, paddle.to_tensor([7, 0, 5], dtype="int32"))
+    assert accept_num.tolist() == [3, 0, 1]
+
+
+def test_missing_ops_are_named(alias):
+    import fastdeploy.model_executor.ops.gpu as gpu
+
+    with pytest.raises(AttributeError, match="speculate_get_logits: FastDeploy's op is not"):
+        gpu.speculate_get_logits  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'no_such_op'"):
+        gpu.no_such_op  # noqa: B018
+    for name in compat.MISSING:
+        assert not hasattr(ops, name), f"{name} is implemented now: remove it from MISSING"
+
+
+def test_uninstall_removes_only_the_alias(alias):
+    assert compat.installed()
+    compat.uninstall()
+    assert not compat.installed()
+    assert "fastdeploy" not in sys.modules
+
+
+def test_a_real_fastdeploy_is_not_shadowed(tmp_path):
+    """With a (stand-in) fastdeploy package importable, the import warns and installs nothing,
+    install() refuses by name, and install(force=True) shadows it on purpose."""
+    pkg = tmp_path / "fastdeploy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("REAL = True\n")
+    code = textwrap.dedent(
+        f"""
+        import sys, warnings
+        sys.path.insert(0, {str(tmp_path)!r})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import fd_mtp.compat.fastdeploy as compat
+        assert any("a real FastDeploy is installed" in str(w.message) for w in caught), caught
+        import fastdeploy
+        assert fastdeploy.REAL and not compat.installed()
+        try:
+            compat.install()
+        except ImportError as exc:
+            assert "a real FastDeploy is installed" in str(exc), exc
+        else:
+            raise SystemExit("install() shadowed the real package")
+        gpu = compat.install(force=True)
+        from fastdeploy.model_executor.ops.gpu import speculate_verify
+        import fd_mtp.ops
+        assert speculate_verify is fd_mtp.ops.speculate_verify
+        compat.uninstall()
+        assert sys.modules["fastdeploy"] is fastdeploy  # the real one is back
+        print("ok")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
