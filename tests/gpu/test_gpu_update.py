@@ -20,6 +20,8 @@ skip_module_without_gpu()
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.schema import get as schema_op  # noqa: E402
+from fd_mtp.schema import python_signature  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024, 2049]
 SEEDS = [0, 1]
@@ -294,14 +296,7 @@ def test_clear_accept_nums_bad_shape():
 # ------------------------------------------------------------------------------------------------
 # speculate_calcu_accept_ratio
 # ------------------------------------------------------------------------------------------------
-RATIO_ORDER = [
-    "sum_draft_num",
-    "sum_accept_num",
-    "accept_nums",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "stop_flags",
-]
+RATIO_ORDER = python_signature(schema_op("speculate_calcu_accept_ratio"))[0]
 
 
 @pytest.mark.parametrize("bsz", BATCHES)

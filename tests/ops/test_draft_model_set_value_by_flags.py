@@ -11,17 +11,11 @@ from util import BATCH_GRID, assert_same, flags, i32, i64, run_both, to_numpy, t
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import get as schema_op
+from fd_mtp.schema import python_signature
 
 OP = "draft_model_set_value_by_flags"
-NAMES = (
-    "draft_tokens",
-    "pre_ids_all",
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-)
+NAMES = tuple(python_signature(schema_op(OP))[0])[:7]  # the tensors, from the schema
 
 
 def run_pair(*args):

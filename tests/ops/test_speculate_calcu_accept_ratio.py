@@ -12,16 +12,11 @@ from util import BATCH_GRID, assert_same, flags, i32, run_both, to_numpy, to_pad
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import get as schema_op
+from fd_mtp.schema import python_signature
 
 OP = "speculate_calcu_accept_ratio"
-NAMES = (
-    "sum_draft_num",
-    "sum_accept_num",
-    "accept_nums",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "stop_flags",
-)
+NAMES = tuple(python_signature(schema_op(OP))[0])[:6]  # the tensors, from the schema
 
 
 def run_pair(*args):

@@ -12,19 +12,11 @@ from util import BATCH_GRID, assert_same, flags, i32, i64, run_both, to_numpy, t
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import get as schema_op
+from fd_mtp.schema import python_signature
 
 OP = "speculate_limit_thinking_content_length"
-NAMES = (
-    "next_tokens",
-    "max_think_lens",
-    "max_reply_lens",
-    "step_idx",
-    "limit_status",
-    "accept_num",
-    "stop_flags",
-    "eos_token_ids",
-    "inject_token_ids",
-)
+NAMES = tuple(python_signature(schema_op(OP))[0])[:9]  # the tensors, from the schema
 THINK_END, EOS, INJECT = 99, [2], [100, 101]
 
 
