@@ -83,14 +83,14 @@ def speculate_verify(
             later columns are left stale.
         accept_num: int32, **W**: tokens emitted this step (running requests only).
         step_idx: int64, **W**. stop_flags: bool, **W**.
-        seq_lens_encoder: int32, read. seq_lens_decoder: int32, unused.
+        seq_lens_encoder: int32, read. seq_lens_decoder: unused (any dtype and shape).
         draft_tokens: ``[>=bsz, D]`` int64, read.
         seq_lens_this_time: int32 ``[bsz]``, read; defines bsz.
         verify_tokens: ``[T, C]`` int64, read: top-p candidates (``top_p_candidates``), argmax
             in column 0. verify_scores: ``[T, C]`` float32, read: their probabilities.
         max_dec_len: int64, read. end_tokens: ``[E >= 1]`` or ``[E, 1]`` int64, read.
         is_block_step: bool, read. output_cum_offsets: int32, read.
-        actual_candidate_len: ``[T]`` int32, read. actual_draft_token_nums: int32, unused.
+        actual_candidate_len: ``[T]`` int32, read. actual_draft_token_nums: unused (any tensor).
         topp: float32, read: per-request top-p threshold of TOPP.
         max_seq_len (int): the ``L_in`` the offsets were built with. verify_window (int, >= 0).
         enable_topp, benchmark_mode, accept_all_drafts (bool).

@@ -80,7 +80,7 @@ OPS = [
             accept_tokens: ``[>=bsz, Wa]`` int64, read (target).
             accept_num: read (target); must be in ``[0, min(Dd, Wa)]`` for decoding requests.
             base_model_seq_lens_this_time, base_model_seq_lens_decoder: read.
-            base_model_seq_lens_encoder: unused (kept for the signature).
+            base_model_seq_lens_encoder: unused (kept for the signature; any dtype and shape).
             base_model_step_idx: int64, read. base_model_stop_flags, base_model_is_block_step:
                 bool, read.
             base_model_draft_tokens: ``[>=bsz, Db]`` int64, **W**: columns 1.. set to -1.
@@ -127,7 +127,7 @@ OPS = [
             Tensor("accept_tokens", "int64[>=B, Wa]"),
             Tensor("accept_num", "int32[>=B]"),
             Tensor("base_model_seq_lens_this_time", "int32[>=B]"),
-            Tensor("base_model_seq_lens_encoder", "int32[>=B]", "unused", param=None),
+            Tensor("base_model_seq_lens_encoder", "any[]", "unused", param=None),
             Tensor("base_model_seq_lens_decoder", "int32[>=B]"),
             Tensor("base_model_step_idx", "int64[>=B]"),
             Tensor("base_model_stop_flags", "bool[>=B]"),
@@ -284,8 +284,8 @@ OPS = [
             input: ``[Tin, H]`` float32, float16 or bfloat16: the target model's output.
             seq_lens_this_time: int32 ``[bsz]`` (draft, after ``draft_model_preprocess``);
                 defines bsz. seq_lens_encoder: int32 (draft).
-            seq_lens_decoder, stop_flags, base_model_seq_lens_encoder, actual_draft_token_num:
-                unused (kept for the signature).
+            seq_lens_decoder, stop_flags, base_model_seq_lens_encoder: unused (kept for the
+                signature; any dtype and shape). actual_draft_token_num (int): unused.
             accept_nums: int32 (target). base_model_seq_lens_this_time: int32.
 
         Returns:
@@ -311,11 +311,11 @@ OPS = [
             ),
             Tensor("seq_lens_this_time", "int32[B]", doc="draft, after draft_model_preprocess"),
             Tensor("seq_lens_encoder", "int32[>=B]", doc="draft"),
-            Tensor("seq_lens_decoder", "int32[>=B]", "unused", param=None),
-            Tensor("stop_flags", "bool[>=B]", "unused", param=None),
+            Tensor("seq_lens_decoder", "any[]", "unused", param=None),
+            Tensor("stop_flags", "any[]", "unused", param=None),
             Tensor("accept_nums", "int32[>=B]", doc="target"),
             Tensor("base_model_seq_lens_this_time", "int32[>=B]"),
-            Tensor("base_model_seq_lens_encoder", "int32[>=B]", "unused", param=None),
+            Tensor("base_model_seq_lens_encoder", "any[]", "unused", param=None),
             Attr("actual_draft_token_num", "int", param=None, doc="unused"),
         ),
         status=(
@@ -417,7 +417,7 @@ OPS = [
 
         Args (int32 ``[bsz]`` unless noted; **W** = written in place):
             base_model_stop_flags: bool, read. stop_flags, batch_drop: bool, **W**.
-            seq_lens_this_time: **W**; defines bsz. seq_lens_encoder: unused.
+            seq_lens_this_time: **W**; defines bsz. seq_lens_encoder: unused (any tensor).
             seq_lens_decoder: **W**. block_tables: ``[>=bsz, NB]``, **W**.
             encoder_block_lens, used_list_len: **W**.
             free_list: ``[F]`` (1-D, as FastDeploy's; ``[F, 1]`` and other ranks are refused),
@@ -442,7 +442,7 @@ OPS = [
             Tensor("stop_flags", "bool[>=B]", "written"),
             Tensor("batch_drop", "bool[>=B]", "written"),
             Tensor("seq_lens_this_time", "int32[B]", "written"),
-            Tensor("seq_lens_encoder", "int32[>=B]", "unused", param=None),
+            Tensor("seq_lens_encoder", "any[]", "unused", param=None),
             Tensor("seq_lens_decoder", "int32[>=B]", "written"),
             Tensor("block_tables", "int32[>=B, NB]", "written"),
             Tensor("encoder_block_lens", "int32[>=B]", "written"),

@@ -107,7 +107,7 @@ OPS = [
         Args:
             seq_lens_this_time: ``[bsz]`` or ``[bsz, 1]`` int32, read.
             seq_lens_encoder: ``[>=bsz]`` int32, read.
-            seq_lens_decoder: ``[>=bsz]`` int32, unused (kept for the signature).
+            seq_lens_decoder: unused (kept for the signature; any dtype and shape).
 
         Returns:
             ``seq_lens_output`` ``[bsz]`` int32 (a tensor: FastDeploy's import wrapper unwraps the
@@ -129,7 +129,7 @@ OPS = [
         args=(
             Tensor("seq_lens_this_time", "int32[B]"),
             Tensor("seq_lens_encoder", "int32[>=B]"),
-            Tensor("seq_lens_decoder", "int32[>=B]", "unused", param=None),
+            Tensor("seq_lens_decoder", "any[]", "unused", param=None),
         ),
     ),
     Op(

@@ -15,6 +15,7 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import get as schema_op
 
 L = 8  # width of input_ids / pre_ids in the hand cases
 P0, P1, P2, P3 = 10, 11, 12, 13  # prompt
@@ -601,14 +602,34 @@ def replaced(name, value):
     return d
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
+# Arguments the op never reads (FastDeploy passes them): any dtype and shape is accepted.
+UNUSED = {t.name for t in schema_op("draft_model_preprocess").tensors if t.role == "unused"}
+CHECKED = [n for n in NAMES if n != "not_need_stop" and n not in UNUSED]
+
+
+def test_unused_arguments_accept_any_dtype_and_shape():
+    assert UNUSED == {"base_model_seq_lens_encoder"}
+    d = valid()
+    want = run_both(
+        ops.draft_model_preprocess, reference.draft_model_preprocess, args_of(d) + attrs()
+    )[0]
+    d["base_model_seq_lens_encoder"] = np.zeros((2, 3), np.float32)
+    got = run_both(
+        ops.draft_model_preprocess, reference.draft_model_preprocess, args_of(d) + attrs()
+    )[0]
+    for name, a, b in zip(NAMES, got, want):
+        if name != "base_model_seq_lens_encoder":
+            assert_same(a, b, f"{name} with a float unused argument")
+
+
+@pytest.mark.parametrize("name", CHECKED)
 def test_wrong_dtype_names_the_argument(name):
     a = valid()[name]
     wrong = a.astype(np.float32) if a.dtype != np.float32 else a.astype(np.int32)
     expect_error(replaced(name, wrong), name)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
+@pytest.mark.parametrize("name", CHECKED)
 def test_wrong_rank_names_the_argument(name):
     a = valid()[name]
     wrong = (
@@ -617,9 +638,7 @@ def test_wrong_rank_names_the_argument(name):
     expect_error(replaced(name, wrong), name)
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("not_need_stop", "seq_lens_this_time")]
-)
+@pytest.mark.parametrize("name", [n for n in CHECKED if n != "seq_lens_this_time"])
 def test_too_few_requests_names_the_argument(name):
     expect_error(replaced(name, valid()[name][:4].copy()), name)
 
