@@ -145,7 +145,9 @@ def test_moe_checkpoint_has_router_and_experts(moe_ckpt):
         names = set(t)
         assert "ernie.layers.1.mlp.gate.weight" in names
         assert "ernie.layers.1.mlp.experts.3.down_proj.weight" in names
-        assert "ernie.mtp_block.0.mlp.shared_experts.up_proj.weight" in names
+        # the MTP block is dense (layer index 0 for the MoE rule; moe_layer_start_index = 1)
+        assert "ernie.mtp_block.0.mlp.up_proj.weight" in names
+        assert not any(n.startswith("ernie.mtp_block.0.mlp.experts.") for n in names)
         assert "lm_head.weight" in names and t.shape("lm_head.weight") == (64, 300)
     assert names == set(state_dict_names(cfg, mtp=True))
 
@@ -214,7 +216,7 @@ def test_fused_qkv_and_up_gate(tmp_path, moe_ckpt, hf):
     assert "ernie.layers.0.self_attn.qkv_proj.weight" in fused
     assert fused["ernie.layers.0.self_attn.qkv_proj.weight"].shape == (64, 64 + 32 + 32)
     assert "ernie.layers.1.mlp.experts.2.up_gate_proj.weight" in fused
-    assert "ernie.mtp_block.0.mlp.shared_experts.up_gate_proj.weight" in fused
+    assert "ernie.mtp_block.0.mlp.up_gate_proj.weight" in fused
     if hf:
         fused = to_hf(fused)
     model, mtp, _ = load_checkpoint(write(tmp_path, cfg, fused))
