@@ -434,9 +434,16 @@ def test_bad_layout_argument(dense_ckpt):
 
 # --------------------------------------------------------------------------- MTP present / absent
 def test_mtp_absent_from_checkpoint(tmp_path):
-    d = write_random_checkpoint(tmp_path, seed=3, with_mtp=False)
+    d = write_random_checkpoint(
+        tmp_path / "said", seed=3, with_mtp=False, num_nextn_predict_layers=1
+    )
     model, mtp, cfg = load_checkpoint(d)
     assert cfg.num_nextn_predict_layers == 1 and mtp is None
+    assert_params_equal(all_params(model), random_weights(cfg, seed=3, mtp=False))
+    # without the override the config says what the weights are: no MTP block
+    d = write_random_checkpoint(tmp_path / "plain", seed=3, with_mtp=False)
+    model, mtp, cfg = load_checkpoint(d)
+    assert cfg.num_nextn_predict_layers == 0 and mtp is None
     assert_params_equal(all_params(model), random_weights(cfg, seed=3, mtp=False))
 
 
@@ -656,13 +663,16 @@ def test_any_mix_of_names_layouts_and_fusion_loads_the_same(moe_models, data):
     assert_params_equal(all_params(model, mtp), weights)
 
 
-def test_correction_bias_without_aux_free_flag_is_unexpected(tmp_path, moe_ckpt):
+@pytest.mark.parametrize("strict", [True, False])
+def test_correction_bias_without_aux_free_flag_is_refused(tmp_path, moe_ckpt, strict):
     _, cfg, weights = moe_ckpt
     from dataclasses import replace
 
     plain = replace(cfg, moe_use_aux_free=False)
     assert "ernie.layers.1.mlp.moe_statics.e_score_correction_bias" not in state_dict_names(plain)
     with pytest.raises(
-        ValueError, match=r"unexpected.*ernie\.layers\.1\.mlp\.moe_statics\.e_score_correction_bias"
+        ValueError,
+        match=r"correction bias.*ernie\.layers\.1\.mlp\.moe_statics\.e_score_correction_bias"
+        r".*moe_use_aux_free = false",
     ):
-        load_checkpoint(write(tmp_path, plain, weights))
+        load_checkpoint(write(tmp_path, plain, weights), strict=strict)
