@@ -233,3 +233,20 @@ def test_write_random_checkpoint_without_mtp_says_so(tmp_path):
     assert json.loads((d / "config.json").read_text())["num_nextn_predict_layers"] == 0
     with SafetensorsCheckpoint.from_dir(d) as t:
         assert not any("mtp" in n for n in t)
+
+
+def test_demo_checkpoint_is_saved_in_paddleformers_layout():
+    from fd_mtp.assets import default_model_path
+
+    d = default_model_path()
+    saved = json.loads((d / "config.json").read_text())
+    cfg = ErnieConfig.from_dict(saved)
+    with SafetensorsCheckpoint.from_dir(d) as t:
+        names, dtypes = set(t), {t.dtype(n) for n in t}
+        k = "model.layers.0.self_attn.k_proj.weight"
+        kv = cfg.num_key_value_heads * cfg.head_dim
+        assert t.shape(k) == (kv, cfg.hidden_size)  # [out, in]
+    assert all(n.startswith("model.") for n in names)
+    want = to_torch_layout({n: np.zeros(s) for n, s in state_dict_names(cfg, mtp=True).items()})
+    assert names == set(want)
+    assert dtypes == {"BF16"} and saved["dtype"] == saved["torch_dtype"] == "bfloat16"
