@@ -34,6 +34,8 @@ O(1)). The measured maxima are printed (``-s``).
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import paddle
 import pytest
@@ -208,12 +210,22 @@ def test_dense_saved_by_fd_mtp_loads_in_paddleformers(tmp_path, tie):
     assert_logits_close(got, pf_logits(pf_load(Ernie4_5ForCausalLM, d), IDS), f"dense fd->pf {tie}")
 
 
-def test_demo_checkpoint_loads_in_paddleformers():
+def demo_copy(tmp_path):
+    """The demo checkpoint copied out of the package: paddleformers' from_pretrained writes a
+    ``flex-ckpt.auto_generated.metadata`` file next to the weights it loads."""
+    for f in DEMO_MODEL.iterdir():
+        if f.is_file():
+            shutil.copyfile(f, tmp_path / f.name)
+    return tmp_path
+
+
+def test_demo_checkpoint_loads_in_paddleformers(tmp_path):
     tok = SentencePieceTokenizer(DEMO_MODEL)
     ids = tok.encode("import os\n\ndef main(argv):\n    return os.path.join(")
     model, _, _ = load_checkpoint(DEMO_MODEL)
     got, _ = fd_logits(model, ids)
-    assert_logits_close(got, pf_logits(pf_load(Ernie4_5ForCausalLM, DEMO_MODEL), ids), "demo")
+    pfm = pf_load(Ernie4_5ForCausalLM, demo_copy(tmp_path))
+    assert_logits_close(got, pf_logits(pfm, ids), "demo")
 
 
 # --------------------------------------------------------------------------- MoE + MTP
@@ -272,9 +284,9 @@ def test_moe_saved_by_fd_mtp_loads_in_paddleformers(tmp_path, pf_routing):
         "<</s>>",
     ],
 )
-def test_tokenizer_matches_paddleformers_on_special_tokens(text):
+def test_tokenizer_matches_paddleformers_on_special_tokens(text, tmp_path):
     ours = SentencePieceTokenizer(DEMO_MODEL)
-    theirs = AutoTokenizer.from_pretrained(str(DEMO_MODEL), local_files_only=True)
+    theirs = AutoTokenizer.from_pretrained(str(demo_copy(tmp_path)), local_files_only=True)
     ids = theirs.encode(text, add_special_tokens=False)
     assert ours.encode(text) == ids
     assert ours.decode(ids, skip_special_tokens=False) == theirs.decode(ids)
