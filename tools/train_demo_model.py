@@ -38,9 +38,10 @@ uninterrupted run). ``--max-minutes`` stops cleanly (saves, exports) before the 
 Threads: ``--threads`` sets OMP/MKL and Paddle's CPU thread count (set before Paddle is imported).
 
 Outputs (``--export``, default ``fd_mtp/assets/ernie45_tiny_mtp``): config.json +
-model.safetensors (bfloat16; `fd_mtp.model.loader.load_checkpoint` reads it back as float32 on
-CPU), tokenizer.model + tokenizer_config.json, README.md, train_log.csv, loss_curve.png,
-train_info.json. ``--export-only --from-state DIR`` exports a snapshot of a running training.
+model.safetensors (bfloat16, paddleformers' layout: ``model.*`` names, ``[out, in]`` linear
+weights; `fd_mtp.model.loader.load_checkpoint` reads it back as float32 on CPU),
+tokenizer.model + tokenizer_config.json, README.md, train_log.csv, loss_curve.png, train_info.json.
+``--export-only --from-state DIR`` exports a snapshot of a running training.
 
 Example (the demo checkpoint's run; ``--help`` lists every option)::
 
@@ -608,7 +609,11 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
     for stale in dest.glob("model*.safetensors*"):
         stale.unlink()
     save_checkpoint(
-        dest, cfg, sd, dtype=None if args.export_dtype == "float32" else args.export_dtype
+        dest,
+        cfg,
+        sd,
+        dtype=None if args.export_dtype == "float32" else args.export_dtype,
+        layout="torch",  # the layout paddleformers' from_pretrained loads (fd_mtp loads both)
     )
     for name in ("tokenizer.model", "tokenizer_config.json"):
         shutil.copyfile(state_dir / "tokenizer" / name, dest / name)
@@ -679,8 +684,9 @@ def readme(cfg, info: dict) -> str:
 A dense ERNIE-4.5 ({cfg.num_hidden_layers} decoder layers, hidden {cfg.hidden_size}, intermediate
 {cfg.intermediate_size}, {cfg.num_attention_heads} query / {cfg.num_key_value_heads} key-value heads,
 head_dim {cfg.head_dim}, interleaved RoPE theta {cfg.rope_theta:g}, tied embeddings, vocabulary
-{cfg.vocab_size}) plus one ERNIE MTP block (`num_nextn_predict_layers = 1`), in the ERNIE-4.5
-Paddle checkpoint layout (`config.json`, `model.safetensors`, `tokenizer.model`). It exists to
+{cfg.vocab_size}) plus one ERNIE MTP block (`num_nextn_predict_layers = 1`), saved as paddleformers
+saves ERNIE-4.5 (`config.json`, `model.safetensors` with `model.*` names and `[out, in]` linear
+weights, `tokenizer.model`): paddleformers' `from_pretrained` loads it, and so does `fd_mtp`. It exists to
 demonstrate MTP speculative decoding on a CPU with `fd_mtp`: the MTP block was trained jointly with
 the main model so that its drafts are accepted. It is a toy: it writes plausible-looking Python,
 not correct programs.

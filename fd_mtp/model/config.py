@@ -7,17 +7,40 @@ Face's ``Ernie4_5Config`` / ``Ernie4_5_MoeConfig``): ``moe_num_experts``, ``moe_
 ``head_dim``, ``rope_theta``, ``tie_word_embeddings``, ``use_bias``, ... Standard library only (no
 paddle import), so ``import fd_mtp.model`` stays cheap.
 
-Three fields beyond the issue-5 interface contract, with the upstream defaults, because real
-ERNIE-4.5-MoE configs carry them: ``moe_layer_end_index`` (-1 = no end), ``moe_norm_min``
-(1e-12, the floor of the top-k weight renormalisation) and ``moe_use_aux_free`` (False; True =
-MoE layers carry ``moe_statics.e_score_correction_bias``, added to the router probabilities for
-the expert choice only, as FastDeploy's ``gate_correction_bias``).
+Three fields beyond the issue-5 interface contract, because real ERNIE-4.5-MoE configs carry them:
+``moe_layer_end_index`` (-1 = no end), ``moe_norm_min`` (1e-12, the floor of the top-k weight
+renormalisation) and ``moe_use_aux_free`` (True = MoE layers carry
+``moe_statics.e_score_correction_bias``, added to the router probabilities for the expert choice
+only, as FastDeploy's ``gate_correction_bias``).
 
-Which layers are MoE (:meth:`ErnieConfig.is_moe_layer`): Hugging Face's rule
-``moe_layer_start_index <= i <= end and (i + 1) % moe_layer_interval == 0``. For the MTP block
-(``i == num_hidden_layers``) the end index is not applied: FastDeploy builds that block with the main
-model's decoder-layer class and decides MoE by ``layer_id >= moe_layer_start_index`` (spec §10:
-"MoE/dense follows the main config").
+Defaults for fields a ``config.json`` leaves out (issue 17)
+------------------------------------------------------------
+The released ERNIE-4.5 configs (ERNIE-4.5-0.3B, -21B-A3B, -300B-A47B) all spell out ``head_dim``
+(128), ``rope_theta`` (500000) and ``rms_norm_eps`` (1e-5), so a default only matters for configs
+written by other tools. The default is what those released models use, which is also Hugging
+Face's ``Ernie4_5Config`` default:
+
+* ``head_dim``: **128** when the key is absent (paddleformers' dense config: 128; HF: 128; every
+  released config: 128, including 0.3B where ``hidden_size / num_attention_heads`` is 64, so the
+  old ``hidden / heads`` default was wrong for it). An explicit ``"head_dim": null`` means
+  ``hidden_size // num_attention_heads`` (as paddleformers and HF treat None); so does
+  ``ErnieConfig(...)`` built in Python without ``head_dim`` (a synthetic config; :meth:`to_dict`
+  always writes the value, so a saved config is never ambiguous).
+* ``rope_theta``: **500000** (released configs and HF; paddleformers' class default is 10000, but
+  paddleformers writes ``rope_theta`` into every config it saves).
+* ``rms_norm_eps``: **1e-5** (released configs and HF; paddleformers' class default is 1e-6, and it
+  too is always written by paddleformers).
+* ``moe_use_aux_free``: **True** (paddleformers' default, and it never writes the key: a
+  paddleformers-saved MoE checkpoint has ``e_score_correction_bias`` and no flag; HF's MoE always
+  has the bias). fd_mtp's :meth:`to_dict` writes the flag explicitly.
+
+Which layers are MoE (:meth:`ErnieConfig.is_moe_layer`): paddleformers' / Hugging Face's rule
+``moe_layer_start_index <= i <= end and (i + 1) % moe_layer_interval == 0``. The MTP block is built
+as layer index **0** for that rule (:attr:`ErnieConfig.mtp_block_is_moe`), as paddleformers
+(``Ernie4_5_MoeDecoderLayer(config, layer_idx)`` for ``layer_idx in range(num_nextn_predict_layers)``)
+and FastDeploy (layer id parsed from ``mtp_block.0``) build it: dense whenever
+``moe_layer_start_index >= 1``, as in the released MoE models. (Its attention still uses KV-cache
+slot ``num_hidden_layers``.)
 """
 
 from __future__ import annotations
@@ -32,6 +55,8 @@ _DTYPES = ("float32", "float16", "bfloat16")
 # ``model_type`` of the ERNIE-4.5 text configs (paddleformers' and Hugging Face's ``Ernie4_5Config`` /
 # ``Ernie4_5_MoeConfig``); a config without ``model_type`` is accepted as ERNIE-4.5.
 MODEL_TYPES = ("ernie4_5", "ernie4_5_moe")
+#: ``head_dim`` of a ``config.json`` without the key (the released ERNIE-4.5 models' value).
+DEFAULT_HEAD_DIM = 128
 
 
 @dataclass
@@ -71,7 +96,7 @@ class ErnieConfig:
     # beyond the contract (upstream defaults)
     moe_layer_end_index: int = -1
     moe_norm_min: float = 1e-12
-    moe_use_aux_free: bool = False
+    moe_use_aux_free: bool = True
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
@@ -186,15 +211,22 @@ class ErnieConfig:
         )
 
     def is_moe_layer(self, i: int) -> bool:
-        """Whether decoder layer ``i`` has routed experts (``i == num_hidden_layers`` is the MTP block)."""
+        """Whether decoder layer index ``i`` has routed experts (the MTP block is index 0 for this
+        rule: :attr:`mtp_block_is_moe`)."""
         if self.moe_num_experts <= 0 or i < self.moe_layer_start_index:
             return False
         if (i + 1) % self.moe_layer_interval:
             return False
         end = self.moe_layer_end_index
-        if i < self.num_hidden_layers and end >= 0 and i > end:
+        if end >= 0 and i > end:
             return False
         return True
+
+    @property
+    def mtp_block_is_moe(self) -> bool:
+        """Whether the MTP block has routed experts: the rule of :meth:`is_moe_layer` at layer index
+        0, as paddleformers and FastDeploy build it (dense when ``moe_layer_start_index >= 1``)."""
+        return self.is_moe_layer(0)
 
     # ------------------------------------------------------------------ (de)serialisation
     @classmethod
@@ -224,6 +256,8 @@ class ErnieConfig:
             and "rope_theta" in d["rope_parameters"]
         ):
             kw["rope_theta"] = d["rope_parameters"]["rope_theta"]
+        if "head_dim" not in d:
+            kw["head_dim"] = DEFAULT_HEAD_DIM  # released ERNIE-4.5 configs / HF (module docstring)
         if kw.get("num_key_value_heads") is None and "num_attention_heads" in d:
             kw["num_key_value_heads"] = d["num_attention_heads"]
         if kw.get("moe_num_experts") is None:
@@ -279,6 +313,7 @@ class ErnieConfig:
             d["eos_token_id"] = list(d["eos_token_id"])
         arch = "Ernie4_5_MoeForCausalLM" if self.is_moe else "Ernie4_5_ForCausalLM"
         d.update(
+            torch_dtype=self.dtype,  # the key paddleformers reads and writes
             architectures=[arch],
             model_type="ernie4_5_moe" if self.is_moe else "ernie4_5",
             hidden_act="silu",

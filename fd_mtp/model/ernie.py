@@ -29,7 +29,9 @@ Hugging Face's ``ernie4_5`` / ``ernie4_5_moe`` ports of paddleformers' code):
 * MTP block (spec §10): ``e = embed_tokens(ids)`` (the main model's Layer), ``x = concat([enorm(e),
   hnorm(previous_hidden)])``, ``h = eh_proj(x)`` (2H -> H, no bias), one decoder layer with layer id
   ``num_hidden_layers`` (it reads/writes ``meta.caches[num_hidden_layers]``), then the main model's
-  final ``norm`` and ``lm_head`` (the same Layer objects, not copies).
+  final ``norm`` and ``lm_head`` (the same Layer objects, not copies). Whether that layer is MoE
+  follows the MoE rule at layer index **0** (:attr:`ErnieConfig.mtp_block_is_moe`), as paddleformers
+  and FastDeploy build it: dense in the released MoE models (``moe_layer_start_index >= 1``).
 
 Parameter names (``model.state_dict()`` keys equal :func:`state_dict_names`; Paddle layout, linear
 weights ``[in, out]``)::
@@ -227,11 +229,15 @@ class Ernie4_5MoE(nn.Layer):
 
 
 class Ernie4_5DecoderLayer(nn.Layer):
-    def __init__(self, cfg: ErnieConfig, layer_id: int):
+    """Decoder layer ``layer_id`` (its KV-cache slot). ``is_moe`` (default
+    ``cfg.is_moe_layer(layer_id)``) says whether its MLP has routed experts; the MTP block passes
+    ``cfg.mtp_block_is_moe`` (layer index 0 for the MoE rule, as paddleformers and FastDeploy)."""
+
+    def __init__(self, cfg: ErnieConfig, layer_id: int, is_moe: bool | None = None):
         super().__init__()
         self.layer_id = layer_id
         self.self_attn = Ernie4_5Attention(cfg, layer_id)
-        self.is_moe = cfg.is_moe_layer(layer_id)
+        self.is_moe = cfg.is_moe_layer(layer_id) if is_moe is None else bool(is_moe)
         self.mlp = Ernie4_5MoE(cfg) if self.is_moe else Ernie4_5MLP(cfg, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -367,7 +373,9 @@ class _MTPWeights(nn.Layer):
         self.mtp_linear_proj = nn.LayerList(
             [nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias_attr=False)]
         )
-        self.mtp_block = nn.LayerList([Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers)])
+        self.mtp_block = nn.LayerList(
+            [Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers, is_moe=cfg.mtp_block_is_moe)]
+        )
 
 
 class Ernie4_5MTP(nn.Layer):
@@ -449,7 +457,7 @@ class Ernie4_5MTP(nn.Layer):
 
 
 # --------------------------------------------------------------------------- names
-def _layer_names(prefix: str, cfg: ErnieConfig, layer_id: int) -> dict[str, list[int]]:
+def _layer_names(prefix: str, cfg: ErnieConfig, is_moe: bool) -> dict[str, list[int]]:
     h, d = cfg.hidden_size, cfg.head_dim
     hq, hkv = cfg.num_attention_heads * d, cfg.num_key_value_heads * d
     out: dict[str, list[int]] = {}
@@ -469,7 +477,7 @@ def _layer_names(prefix: str, cfg: ErnieConfig, layer_id: int) -> dict[str, list
         lin(f"{p}.up_proj", h, inter)
         lin(f"{p}.down_proj", inter, h)
 
-    if cfg.is_moe_layer(layer_id):
+    if is_moe:
         e = cfg.moe_num_experts
         out[f"{prefix}.mlp.gate.weight"] = [h, e]
         if cfg.moe_use_aux_free:
@@ -498,7 +506,7 @@ def state_dict_names(config: ErnieConfig, *, mtp: bool | None = None) -> dict[st
     h, v = config.hidden_size, config.vocab_size
     names: dict[str, list[int]] = {"ernie.embed_tokens.weight": [v, h]}
     for i in range(config.num_hidden_layers):
-        names.update(_layer_names(f"ernie.layers.{i}", config, i))
+        names.update(_layer_names(f"ernie.layers.{i}", config, config.is_moe_layer(i)))
     names["ernie.norm.weight"] = [h]
     if not config.tie_word_embeddings:
         names["lm_head.weight"] = [h, v]
@@ -508,5 +516,5 @@ def state_dict_names(config: ErnieConfig, *, mtp: bool | None = None) -> dict[st
         names["ernie.mtp_emb_norm.0.weight"] = [h]
         names["ernie.mtp_hidden_norm.0.weight"] = [h]
         names["ernie.mtp_linear_proj.0.weight"] = [2 * h, h]
-        names.update(_layer_names("ernie.mtp_block.0", config, config.num_hidden_layers))
+        names.update(_layer_names("ernie.mtp_block.0", config, config.mtp_block_is_moe))
     return names

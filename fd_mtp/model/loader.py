@@ -48,8 +48,11 @@ Decisions
   correction bias stay float32 as upstream). BF16 tensors are read exactly (upcast to float32 numpy,
   cast back by Paddle). ``load_checkpoint(dtype=None)`` builds float32 models when Paddle runs on the
   CPU even if ``config.json`` says bfloat16 (no half-precision matmul on Paddle's CPU build).
-* ``e_score_correction_bias`` exists only when the config has ``moe_use_aux_free`` (the model's
-  rule); a checkpoint carrying it without that flag fails as an unexpected tensor (strict).
+* ``e_score_correction_bias`` exists only when the config has ``moe_use_aux_free`` (default True,
+  as paddleformers, which does not write the key); a checkpoint carrying it while the config sets
+  the flag false is refused by name **even with** ``strict=False``: dropping the bias changes the
+  expert choice (issue 17: logits off by up to 18.6, argmax agreement 70%). Missing tensors are
+  always refused by name, ``strict`` or not.
 * A tqdm progress bar over the tensors is shown for checkpoints over 256 MiB (``progress=None``), or
   as asked with ``progress=True/False``.
 """
@@ -78,6 +81,7 @@ __all__ = [
     "save_checkpoint",
     "save_safetensors",
     "checkpoint_files",
+    "to_torch_layout",
 ]
 
 CONFIG_FILE = "config.json"
@@ -369,7 +373,8 @@ def load_weights(
     Args:
         model_or_mtp: the module; its ``state_dict()`` keys are the contract names.
         tensors: mapping of stored name -> array (numpy, or anything ``np.asarray`` takes).
-        strict: unexpected tensors raise (True) or warn (False).
+        strict: unexpected tensors raise (True) or warn (False; a router correction bias the
+            config does not expect raises either way).
         layout: ``"auto"`` | ``"paddle"`` | ``"torch"``: how square linear weights are stored.
         progress: tqdm bar (None: only above 256 MiB).
 
@@ -416,6 +421,16 @@ def load_weights(
     if errors:
         raise ValueError(
             f"{type(model_or_mtp).__name__}: cannot load weights: " + "; ".join(errors)
+        )
+    routing = sorted({n for n in unexpected if n.endswith("e_score_correction_bias")})
+    if routing:
+        # Never dropped, whatever ``strict``: the bias changes which experts are chosen.
+        raise ValueError(
+            f"{type(model_or_mtp).__name__}: the checkpoint has router correction bias(es) "
+            f"{_listing(routing)} that this config has no parameter for (moe_use_aux_free = "
+            f"{str(cfg.moe_use_aux_free).lower()}; a dense layer has none); ignoring them would "
+            "change the expert choice (a config that leaves out moe_use_aux_free means true, as "
+            "in paddleformers)"
         )
     if unexpected:
         msg = (
@@ -635,6 +650,21 @@ def save_safetensors(
     return files
 
 
+def to_torch_layout(tensors: Mapping) -> dict:
+    """``{name: value}`` of the Paddle layout (``ernie.*`` names, linear weights ``[in, out]``) in
+    the layout paddleformers >= 1.0 and Hugging Face save and load: prefix ``model.`` instead of
+    ``ernie.`` and linear weights ``[out, in]`` (q/k/v/o, gate/up/down, experts, shared experts,
+    the router ``mlp.gate.weight``, ``mtp_linear_proj``, ``lm_head``). Embeddings, norms, biases
+    and ``e_score_correction_bias`` are unchanged. Values may be numpy arrays or Paddle tensors."""
+    out = {}
+    for name in tensors:
+        v = tensors[name]
+        if _is_linear_weight(name) and len(v.shape) == 2:
+            v = np.ascontiguousarray(v.T) if isinstance(v, np.ndarray) else v.T
+        out["model." + name[len("ernie.") :] if name.startswith("ernie.") else name] = v
+    return out
+
+
 def save_checkpoint(
     directory,
     config: ErnieConfig,
@@ -642,11 +672,24 @@ def save_checkpoint(
     *,
     shard_size: int | None = None,
     dtype: str | None = None,
+    layout: str = "paddle",
 ) -> Path:
-    """Write ``config.json`` and the safetensors file(s) of ``tensors`` into ``directory``. The MoE
-    router (``mlp.gate.weight``) and ``e_score_correction_bias`` stay float32 whatever ``dtype``."""
+    """Write ``config.json`` and the safetensors file(s) of ``tensors`` (Paddle-layout names, as
+    :func:`fd_mtp.model.ernie.state_dict_names`) into ``directory``. The MoE router
+    (``mlp.gate.weight``) and ``e_score_correction_bias`` stay float32 whatever ``dtype``; the
+    config's ``dtype`` is written as ``dtype`` when one is given (so it says what the tensors are).
+
+    ``layout``: ``"paddle"`` writes the names and ``[in, out]`` weights as given; ``"torch"``
+    writes :func:`to_torch_layout` (``model.*``, ``[out, in]``), the layout paddleformers'
+    ``from_pretrained`` loads (it loads none of a ``"paddle"`` one). fd_mtp loads both."""
+    if layout not in ("paddle", "torch"):
+        raise ValueError(f"layout must be 'paddle' or 'torch', got {layout!r}")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    if dtype is not None:
+        config = replace(config, dtype=str(dtype).replace("paddle.", ""))
+    if layout == "torch":
+        tensors = to_torch_layout(tensors)
     (d / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
     save_safetensors(
         tensors,

@@ -6,11 +6,17 @@ ERNIE-4.5 checkpoints ship their tokenizer as a SentencePiece model (``tokenizer
 about 70 packages and pins numpy <= 1.26.4, so fd_mtp does not require it: this class reads the same
 ``tokenizer.model`` with the ``sentencepiece`` package alone and offers what the engine uses
 (``encode``, ``decode``, special token ids).
+
+Special tokens in the text (``<s>``, ``</s>``, ``<pad>``, ``<unk>``, any SentencePiece control piece,
+and ``tokenizer_config.json``'s ``added_tokens_decoder``) encode as their ids, the text between them
+with SentencePiece, as paddleformers' tokenizer does (issue 17: SentencePiece alone spells ``</s>``
+as the pieces ``</``, ``s``, ``>``); ``decode(..., skip_special_tokens=False)`` writes them back.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 SPECIAL_FILES = ("tokenizer_config.json", "special_tokens_map.json")
@@ -57,6 +63,24 @@ class SentencePieceTokenizer:
         self.eos_token_id = self._special(settings.get("eos_token"), self._sp.eos_id())
         self.pad_token_id = self._special(settings.get("pad_token"), self._sp.pad_id())
         self.unk_token_id = self._sp.unk_id()
+        # Special tokens written in the text are the tokens, as paddleformers' (Hugging Face's)
+        # tokenizer reads them: its added tokens are the SentencePiece control and unknown pieces
+        # (<unk>, <s>, </s>, <pad>) plus tokenizer_config.json's added_tokens_decoder.
+        special: dict[str, int] = {}
+        for i in range(self._sp.get_piece_size()):
+            if self._sp.is_control(i) or self._sp.is_unknown(i):
+                special[self._sp.id_to_piece(i)] = i
+        for key, tok in (settings.get("added_tokens_decoder") or {}).items():
+            content = tok.get("content") if isinstance(tok, dict) else tok
+            if isinstance(content, str) and content and str(key).isdigit():
+                special[content] = int(key)
+        self.special_tokens: dict[str, int] = special
+        self._special_re = (
+            re.compile("|".join(re.escape(t) for t in sorted(special, key=len, reverse=True)))
+            if special
+            else None
+        )
+        self._special_text = {i: t for t, i in special.items()}
 
     def _special(self, token, default: int) -> int:
         if isinstance(token, dict):  # {"content": "</s>", ...}
@@ -77,21 +101,44 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise ValueError(f"encode: text must be a str, got {type(text).__name__}")
-        ids = [int(i) for i in self._sp.encode(text)]
+        ids: list[int] = []
+        start = 0
+        for m in self._special_re.finditer(text) if self._special_re is not None else ():
+            if m.start() > start:
+                ids += [int(i) for i in self._sp.encode(text[start : m.start()])]
+            ids.append(self.special_tokens[m.group()])
+            start = m.end()
+        if start < len(text):
+            ids += [int(i) for i in self._sp.encode(text[start:])]
         return [self.bos_token_id, *ids] if self.add_bos_token and self.bos_token_id >= 0 else ids
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
-        """Text of ``ids``. Ids at or above `vocab_size` (a model vocabulary padded past the
-        tokenizer's) decode as the unknown piece; negative ids raise ValueError."""
+        """Text of ``ids``. ``skip_special_tokens`` leaves out every special token (``<unk>``
+        included, as paddleformers); otherwise they are written as their text. Ids at or above
+        `vocab_size` (a model vocabulary padded past the tokenizer's) count as ``<unk>``; negative
+        ids raise ValueError."""
         ids = [int(i) for i in ids]
         bad = [i for i in ids if i < 0]
         if bad:
             raise ValueError(f"decode: ids {bad[:5]} are negative")
         ids = [i if i < self.vocab_size else self.unk_token_id for i in ids]
         if skip_special_tokens:
-            special = {self.bos_token_id, self.eos_token_id, self.pad_token_id}
+            # every special token, <unk> included, as paddleformers' skip_special_tokens
+            special = {self.bos_token_id, self.eos_token_id, self.pad_token_id, *self._special_text}
             ids = [i for i in ids if i not in special and not self._sp.is_control(i)]
-        return self._sp.decode(ids)
+            return self._sp.decode(ids)
+        # special tokens kept: written as their text (SentencePiece alone decodes a control piece
+        # as nothing), the runs between them decoded by SentencePiece
+        parts, run = [], []
+        for i in ids:
+            if i in self._special_text:
+                parts.append(self._sp.decode(run))
+                parts.append(self._special_text[i])
+                run = []
+            else:
+                run.append(i)
+        parts.append(self._sp.decode(run))
+        return "".join(parts)
 
 
 def train_sentencepiece(

@@ -96,6 +96,7 @@ def write_random_checkpoint(
     shard_size: int | None = None,
     with_mtp: bool = True,
     with_tokenizer: bool = False,
+    layout: str = "paddle",
     **config_overrides,
 ) -> Path:
     """Write a tiny ERNIE-4.5 checkpoint directory: ``config.json`` + ``model.safetensors`` with random
@@ -103,7 +104,10 @@ def write_random_checkpoint(
     ``seed``. Dense by default; MoE with e.g. ``moe_num_experts=4``. Weights are stored in the config's
     ``dtype`` (float32 by default; the MoE router and correction bias stay float32). ``shard_size``
     (bytes) writes ``model-0000x-of-0000y.safetensors`` shards + ``model.safetensors.index.json``.
-    ``with_mtp=False`` leaves the MTP weights out. ``with_tokenizer=True`` also writes a SentencePiece
+    ``with_mtp=False`` leaves the MTP weights out and writes ``num_nextn_predict_layers: 0`` (unless
+    ``num_nextn_predict_layers`` is passed). ``layout="torch"`` writes the paddleformers / Hugging
+    Face layout (``model.*`` names, ``[out, in]`` linear weights; see
+    :func:`fd_mtp.model.loader.to_torch_layout`). ``with_tokenizer=True`` also writes a SentencePiece
     ``tokenizer.model`` (+ tokenizer_config.json) trained on a few standard-library docstrings, with
     at most ``vocab_size`` pieces (needs the sentencepiece package). Returns ``Path(path)``.
 
@@ -114,10 +118,15 @@ def write_random_checkpoint(
     """
     from ..model.loader import save_checkpoint
 
+    if not with_mtp:
+        # no MTP weights: the config says so too, unless the caller asks for the mismatch
+        config_overrides.setdefault("num_nextn_predict_layers", 0)
     config = tiny_config(**config_overrides)
     weights = random_weights(config, seed=seed, mtp=with_mtp)
     dtype = None if config.dtype == "float32" else config.dtype
-    out = save_checkpoint(Path(path), config, weights, shard_size=shard_size, dtype=dtype)
+    out = save_checkpoint(
+        Path(path), config, weights, shard_size=shard_size, dtype=dtype, layout=layout
+    )
     if with_tokenizer:
         from ..model.tokenizer import train_sentencepiece
 

@@ -145,7 +145,9 @@ def test_moe_checkpoint_has_router_and_experts(moe_ckpt):
         names = set(t)
         assert "ernie.layers.1.mlp.gate.weight" in names
         assert "ernie.layers.1.mlp.experts.3.down_proj.weight" in names
-        assert "ernie.mtp_block.0.mlp.shared_experts.up_proj.weight" in names
+        # the MTP block is dense (layer index 0 for the MoE rule; moe_layer_start_index = 1)
+        assert "ernie.mtp_block.0.mlp.up_proj.weight" in names
+        assert not any(n.startswith("ernie.mtp_block.0.mlp.experts.") for n in names)
         assert "lm_head.weight" in names and t.shape("lm_head.weight") == (64, 300)
     assert names == set(state_dict_names(cfg, mtp=True))
 
@@ -214,7 +216,7 @@ def test_fused_qkv_and_up_gate(tmp_path, moe_ckpt, hf):
     assert "ernie.layers.0.self_attn.qkv_proj.weight" in fused
     assert fused["ernie.layers.0.self_attn.qkv_proj.weight"].shape == (64, 64 + 32 + 32)
     assert "ernie.layers.1.mlp.experts.2.up_gate_proj.weight" in fused
-    assert "ernie.mtp_block.0.mlp.shared_experts.up_gate_proj.weight" in fused
+    assert "ernie.mtp_block.0.mlp.up_gate_proj.weight" in fused
     if hf:
         fused = to_hf(fused)
     model, mtp, _ = load_checkpoint(write(tmp_path, cfg, fused))
@@ -432,9 +434,16 @@ def test_bad_layout_argument(dense_ckpt):
 
 # --------------------------------------------------------------------------- MTP present / absent
 def test_mtp_absent_from_checkpoint(tmp_path):
-    d = write_random_checkpoint(tmp_path, seed=3, with_mtp=False)
+    d = write_random_checkpoint(
+        tmp_path / "said", seed=3, with_mtp=False, num_nextn_predict_layers=1
+    )
     model, mtp, cfg = load_checkpoint(d)
     assert cfg.num_nextn_predict_layers == 1 and mtp is None
+    assert_params_equal(all_params(model), random_weights(cfg, seed=3, mtp=False))
+    # without the override the config says what the weights are: no MTP block
+    d = write_random_checkpoint(tmp_path / "plain", seed=3, with_mtp=False)
+    model, mtp, cfg = load_checkpoint(d)
+    assert cfg.num_nextn_predict_layers == 0 and mtp is None
     assert_params_equal(all_params(model), random_weights(cfg, seed=3, mtp=False))
 
 
@@ -654,13 +663,16 @@ def test_any_mix_of_names_layouts_and_fusion_loads_the_same(moe_models, data):
     assert_params_equal(all_params(model, mtp), weights)
 
 
-def test_correction_bias_without_aux_free_flag_is_unexpected(tmp_path, moe_ckpt):
+@pytest.mark.parametrize("strict", [True, False])
+def test_correction_bias_without_aux_free_flag_is_refused(tmp_path, moe_ckpt, strict):
     _, cfg, weights = moe_ckpt
     from dataclasses import replace
 
     plain = replace(cfg, moe_use_aux_free=False)
     assert "ernie.layers.1.mlp.moe_statics.e_score_correction_bias" not in state_dict_names(plain)
     with pytest.raises(
-        ValueError, match=r"unexpected.*ernie\.layers\.1\.mlp\.moe_statics\.e_score_correction_bias"
+        ValueError,
+        match=r"correction bias.*ernie\.layers\.1\.mlp\.moe_statics\.e_score_correction_bias"
+        r".*moe_use_aux_free = false",
     ):
-        load_checkpoint(write(tmp_path, plain, weights))
+        load_checkpoint(write(tmp_path, plain, weights), strict=strict)

@@ -41,10 +41,14 @@ from fd_mtp.model.attention import (
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
 
 
-@pytest.fixture(params=[False, True], ids=["dense", "moe"])
+@pytest.fixture(params=["dense", "moe", "moe_mtp"])
 def models(request):
+    # "moe": moe_layer_start_index 1 (as the released MoE models): layer 0 and the MTP block dense.
+    # "moe_mtp": start index 0, so the MTP block (layer index 0 for the MoE rule) is MoE too.
+    kind = request.param
+    extra = {"moe_layer_start_index": 0} if kind == "moe_mtp" else {}
     with paddle.no_grad():
-        yield make_models(moe=request.param, seed=3)
+        yield make_models(moe=kind != "dense", seed=3, **extra)
 
 
 def dense(model, ids):
@@ -326,15 +330,17 @@ def test_moe_layer_selection():
         }
     )
     assert [c.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, False]
-    assert c.is_moe_layer(7) is True  # MTP block index: end index not applied, interval is
-    assert c.is_moe_layer(6) is False
+    assert c.is_moe_layer(6) is False and c.is_moe_layer(7) is False  # past the end index
+    assert c.mtp_block_is_moe is False  # the MTP block is layer index 0 for the MoE rule
     names = state_dict_names(c, mtp=True)
     assert "ernie.layers.3.mlp.experts.3.down_proj.weight" in names
     assert (
         "ernie.layers.2.mlp.gate_proj.weight" in names
         and "ernie.layers.2.mlp.gate.weight" not in names
     )
-    assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names  # layer 6 is dense
+    assert "ernie.mtp_block.0.mlp.gate_proj.weight" in names  # dense, like layer 0
+    assert ErnieConfig(**{**TINY, **MOE, "moe_layer_start_index": 0}).mtp_block_is_moe
+    assert not ErnieConfig(**{**TINY, **MOE, "moe_layer_interval": 2}).mtp_block_is_moe
     dense = ErnieConfig(**TINY)
     assert not any(dense.is_moe_layer(i) for i in range(4))
     no_bias = ErnieConfig(**{**TINY, **MOE, "moe_use_aux_free": False})
@@ -374,7 +380,7 @@ def test_mtp_shares_main_layers(models):
     assert mtp.mtp_block.layer_id == cfg.num_hidden_layers
     assert mtp.mtp_block.self_attn.layer_id == cfg.num_hidden_layers
     assert list(mtp.eh_proj.weight.shape) == [2 * cfg.hidden_size, cfg.hidden_size]
-    assert mtp.mtp_block.is_moe == cfg.is_moe_layer(cfg.num_hidden_layers)
+    assert mtp.mtp_block.is_moe == cfg.mtp_block_is_moe == cfg.is_moe_layer(0)
     hid = paddle.ones([2, cfg.hidden_size])
     np.testing.assert_array_equal(
         mtp.compute_logits(hid).numpy(), model.compute_logits(hid).numpy()

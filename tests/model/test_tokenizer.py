@@ -1,5 +1,6 @@
 """The SentencePiece tokenizer path (no paddleformers needed) and text generation through it."""
 
+import json
 import sys
 
 import pytest
@@ -71,3 +72,37 @@ def test_llm_generates_text_from_a_text_prompt(checkpoint, no_paddleformers):
     # The same prompt as ids gives the same tokens.
     (again,) = llm.generate([tok.encode("The textwrap module")], params, use_tqdm=False)
     assert again.token_ids == out.token_ids
+
+
+@pytest.mark.parametrize(
+    "text", ["a</s>b", "x <s> y", "<pad><pad>", "foo<unk>bar", "</s>", "<</s>>", "def f():</s>\n"]
+)
+def test_special_tokens_in_text_encode_as_their_ids(text):
+    # As paddleformers' tokenizer (issue 17 item 5): SentencePiece alone spells "</s>" as pieces.
+    from fd_mtp.assets import DEMO_MODEL
+
+    tok = SentencePieceTokenizer(DEMO_MODEL)
+    assert tok.special_tokens == {"<unk>": 0, "<s>": 1, "</s>": 2, "<pad>": 3}
+    want, rest = [], text
+    import re
+
+    for part in re.split(r"(<unk>|<s>|</s>|<pad>)", rest):
+        if part in tok.special_tokens:
+            want.append(tok.special_tokens[part])
+        elif part:
+            want += tok._sp.encode(part)
+    ids = tok.encode(text)
+    assert ids == want
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    assert tok.decode(ids) == re.sub(r"<s>|</s>|<pad>|<unk>", "", text)
+
+
+def test_added_tokens_of_tokenizer_config_are_special(tmp_path):
+    d = train_sentencepiece(tokenizer_corpus(), tmp_path, vocab_size=300)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["added_tokens_decoder"] = {"7": {"content": "<|X|>", "special": True}}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = SentencePieceTokenizer(d)
+    ids = tok.encode("json<|X|>json")
+    half = tok.encode("json")
+    assert ids == [*half, 7, *half]
