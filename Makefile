@@ -7,6 +7,8 @@
 #   make bench        op benchmarks, checked against the numpy references: CSV + PNG under benchmarks/results/
 #   make build        only set up and build the C++ ops
 #   make cuda-module  only build the raw CUDA module fd_mtp_cuda (needs nvcc)
+#   make test-interop the paddleformers interop tests, in their own environment .venv-interop
+#                     (requirements-interop.txt: paddleformers 1.2.0 needs numpy 1.26; CI runs it)
 #   make lint         ruff (format check + lint) over Python, clang-format check over custom_ops/
 #   make format       apply ruff format / ruff's fixes and clang-format
 # Variables: PYTHON (the interpreter that makes .venv, default python3), PYTEST_ARGS,
@@ -27,7 +29,7 @@ BUILD_INPUTS := CMakeLists.txt $(wildcard cmake/*.py fd_mtp/schema/*.py) $(shell
 
 CXX_SOURCES = $(shell find custom_ops -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null)
 
-.PHONY: demo test bench build cuda-module lint format clean
+.PHONY: demo test test-interop bench build cuda-module lint format clean
 
 $(DEPS): requirements.txt
 	@$(PYTHON) -c "import venv, ensurepip" 2>/dev/null || { echo "make: $(PYTHON) cannot create virtual environments: install python3-venv (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
@@ -59,6 +61,18 @@ demo: build
 test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP))
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
+INTEROP_VENV ?= .venv-interop
+INTEROP_DEPS := $(INTEROP_VENV)/.requirements-installed
+
+$(INTEROP_DEPS): requirements-interop.txt
+	$(PYTHON) -m venv $(INTEROP_VENV)
+	$(INTEROP_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off -q -r requirements-interop.txt
+	touch $@
+
+# The same checkout (PYTHONPATH), its built ops, another interpreter with paddleformers.
+test-interop: build $(INTEROP_DEPS)
+	PYTHONPATH=$(CURDIR) FD_MTP_REQUIRE_PADDLEFORMERS=1 $(INTEROP_VENV)/bin/python -m pytest -p no:cacheprovider tests/model/test_interop_paddleformers.py $(PYTEST_ARGS)
+
 bench: build
 	$(PY) benchmarks/bench_ops.py --refcheck
 
@@ -73,4 +87,4 @@ format: $(DEPS)
 	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 clean:
-	rm -rf build fd_mtp/_lib/*.so *.egg-info $(EDITABLE)
+	rm -rf build fd_mtp/_lib/*.so *.egg-info $(EDITABLE) $(INTEROP_VENV)
