@@ -1,0 +1,414 @@
+"""How many drafts each step verifies: `FixedDraftPolicy` and `AdaptiveDraftPolicy`.
+
+The speculative runner asks its policy, once per step and before the proposer drafts, for a
+`DraftPlan`: how many MTP substeps to run (``num_steps``), how many drafts each slot may have
+verified at the next step (``caps``, 0..K) and which slots to switch off for good (``drop``).
+The runner applies a plan through the ops' normal paths only: ``num_steps`` is the
+``num_model_step`` of ``draft_model_preprocess`` and the number of substeps; a cap truncates the
+slot's ``seq_lens_this_time`` (1 + drafts, as ``draft_model_postprocess`` left it) to
+``1 + cap``, so ``speculate_verify`` reads fewer drafts; a dropped slot gets the proposer's
+``batch_drop`` flag, so ``draft_model_preprocess`` stops drafting for it and
+``draft_model_postprocess`` gives it ``seq_lens_this_time = 1`` (plain decoding). Greedy output
+is the same for every plan (verification accepts only what plain decoding would emit).
+
+`AdaptiveDraftPolicy` (``SpeculativeConfig.draft_policy = "adaptive"``), in the spirit of
+SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch draft length:
+
+* **acceptance**: per slot and for the batch, an EMA of the per-position acceptance rate ``a``
+  (a step that verified ``d`` drafts and accepted ``m`` counts ``m`` successes in ``m + [m < d]``
+  trials: the geometric model). A new request starts from the batch's EMA (one pseudo-trial).
+* **costs** (`StepCostModel`, measured; tests inject one): target step time ``t(n)`` for ``n`` fed
+  tokens (a line through the EMA of the step time at each measured ``n``), the MTP substep time
+  ``d`` and the proposer's fixed time per call ``p`` (EMAs).
+* **choice**: for every substep count ``s`` in 1..S, each drafting slot takes ``k_b = min(s,
+  cap_b)`` and then, slot by slot, the ``k_b`` in ``0..min(s, cap_b)`` that maximises the batch's
+  expected tokens per second ``sum_b E(k_b, a_b) / (t(sum_b (1 + k_b)) + p + s' d)`` with
+  ``E(k, a) = (1 - a^(k+1)) / (1 - a)`` and ``s' = max(1, max_b k_b)``; the best ``s`` wins. If
+  plain decoding (``B / t(B)``, no proposer) is faster than the best plan, every slot votes
+  "off" (reason ``"batch_cost"``); a slot whose own best is 0 drafts votes "off" (reason
+  ``"low_acceptance"``). A slot that votes "off" ``adaptive_off_patience`` steps in a row is
+  dropped (its drafter stops: switching back on would need the draft's KV cache of every token
+  decoded meanwhile). A request drafts at least one token during its first
+  ``adaptive_warmup_steps`` decode steps (no vote then) so its acceptance is measured.
+* **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
+  reason ``"request"``).
+
+`DraftPolicyMetrics` records the chosen ``k`` per decoding slot and step (histogram), the substeps
+per step (histogram), the recent history (step, mean k, substeps) and the reasons of every switch
+off. Pure numpy; the clock is the caller's (the runner passes measured seconds).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: why a slot stopped drafting
+OFF_REASONS = ("request", "low_acceptance", "batch_cost")
+
+
+def expected_tokens(k, a):
+    """Expected tokens emitted by a step that verifies ``k`` drafts of per-position acceptance
+    ``a``: ``(1 - a^(k+1)) / (1 - a)`` (``k + 1`` at ``a = 1``), elementwise.
+
+    >>> [round(float(x), 3) for x in expected_tokens(np.array([0, 1, 3]), 0.5)]
+    [1.0, 1.5, 1.875]
+    """
+    k = np.asarray(k, dtype=np.float64)
+    a = np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0)
+    safe = np.where(a < 1.0 - 1e-9, a, 0.5)
+    geo = (1.0 - safe ** (k + 1.0)) / (1.0 - safe)
+    return np.where(a < 1.0 - 1e-9, geo, k + 1.0)
+
+
+@dataclass
+class DraftPlan:
+    """One step's drafting decision.
+
+    Attributes:
+        num_steps: MTP substeps to run (>= 1).
+        caps: ``[B]`` int, drafts each slot may have verified at the next step (0..K).
+        drop: ``(slot, reason)`` pairs to switch off now.
+    """
+
+    num_steps: int
+    caps: np.ndarray
+    drop: list = field(default_factory=list)
+
+
+@dataclass
+class DraftPolicyMetrics:
+    """What a policy chose: ``k_histogram[k]`` = decoding slot-steps whose verified drafts were
+    capped at ``k``; ``steps_histogram[s]`` = steps that ran ``s`` MTP substeps; ``history``: the
+    latest (step number, mean k over the drafting slots, substeps) triples (at most 4096);
+    ``off_reasons``: switches off per reason (`OFF_REASONS`)."""
+
+    num_speculative_tokens: int
+    k_histogram: list = field(default_factory=list)
+    steps_histogram: Counter = field(default_factory=Counter)
+    history: deque = field(default_factory=lambda: deque(maxlen=4096))
+    off_reasons: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        self.k_histogram = list(self.k_histogram) or [0] * (self.num_speculative_tokens + 1)
+
+    def summary(self) -> str:
+        """One line: the k histogram, the substep histogram and the switch-off reasons."""
+        ks = " ".join(f"{k}:{n}" for k, n in enumerate(self.k_histogram))
+        steps = " ".join(f"{s}:{n}" for s, n in sorted(self.steps_histogram.items()))
+        off = ", ".join(f"{r} {n}" for r, n in sorted(self.off_reasons.items())) or "none"
+        return f"draft length k histogram [{ks}], substeps [{steps}], switched off: {off}"
+
+
+class StepCostModel:
+    """Measured step costs of this engine.
+
+    * target: ``t(n)`` seconds for a step feeding ``n`` tokens: an EMA of the measured time at each
+      ``n`` seen, then a least-squares line through those points (one point: a line through the
+      origin's half, ``t(n) = t0 (1 + n / n0) / 2``; slope and intercept clamped >= 0);
+    * proposer: ``d`` seconds per MTP substep (forward) and ``p`` seconds per call outside the
+      forwards (EMAs).
+
+    Args:
+        weight: EMA weight of a new measurement, in (0, 1].
+
+    >>> m = StepCostModel(weight=1.0)
+    >>> m.observe_target(4, 0.010); m.observe_target(12, 0.014)
+    >>> round(m.target_time(8) * 1e3, 3)
+    12.0
+    """
+
+    def __init__(self, weight: float = 0.2):
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"StepCostModel: weight must be in (0, 1], got {weight!r}")
+        self.weight = float(weight)
+        self._target: dict[int, float] = {}
+        self._line: tuple[float, float] | None = None
+        self.substep: float | None = None
+        self.fixed: float | None = None
+
+    def _ema(self, old, new):
+        return new if old is None else (1.0 - self.weight) * old + self.weight * new
+
+    def observe_target(self, tokens: int, seconds: float) -> None:
+        """A measured target step (forward, sampling, verify, update) feeding ``tokens`` tokens."""
+        n = int(tokens)
+        if n <= 0 or not seconds > 0:
+            return
+        self._target[n] = self._ema(self._target.get(n), float(seconds))
+        self._line = None
+
+    def observe_proposer(self, substeps: int, forward_seconds: float, run_seconds: float) -> None:
+        """A measured proposer call that ran ``substeps`` MTP forwards."""
+        if substeps > 0 and forward_seconds > 0:
+            self.substep = self._ema(self.substep, forward_seconds / substeps)
+            self.fixed = self._ema(self.fixed, max(run_seconds - forward_seconds, 0.0))
+
+    @property
+    def ready(self) -> bool:
+        """Whether both the target and the proposer have been measured."""
+        return bool(self._target) and self.substep is not None
+
+    def _fit(self) -> tuple[float, float]:
+        if self._line is None:
+            n = np.array(sorted(self._target), dtype=np.float64)
+            t = np.array([self._target[int(x)] for x in n])
+            if n.size == 1:
+                alpha, beta = t[0] / 2, t[0] / (2 * n[0])
+            else:
+                beta, alpha = np.polyfit(n, t, 1)
+                if beta < 0:
+                    alpha, beta = float(t.mean()), 0.0
+                if alpha < 0:
+                    beta, alpha = float((n * t).sum() / (n * n).sum()), 0.0
+            self._line = (float(alpha), float(beta))
+        return self._line
+
+    def target_time(self, tokens) -> float:
+        """Estimated seconds of a target step feeding ``tokens`` tokens (needs a measurement)."""
+        if not self._target:
+            raise ValueError("StepCostModel.target_time: no target step measured yet")
+        alpha, beta = self._fit()
+        return alpha + beta * float(tokens)
+
+    @property
+    def per_token(self) -> float:
+        """The target's marginal seconds per fed token (the fitted slope)."""
+        return self._fit()[1]
+
+    def proposer_time(self, substeps: int) -> float:
+        """Estimated seconds of a proposer call running ``substeps`` MTP forwards (0: none)."""
+        if substeps <= 0:
+            return 0.0
+        return (self.fixed or 0.0) + substeps * (self.substep or 0.0)
+
+
+class FixedDraftPolicy:
+    """Every drafting slot verifies ``min(K, SamplingParams.max_draft_tokens)`` drafts, with the
+    configured ``num_model_steps`` substeps; ``max_draft_tokens = 0`` drops the slot.
+
+    Args:
+        max_num_seqs: B. num_speculative_tokens: K. num_model_steps: substeps per step.
+    """
+
+    adaptive = False
+
+    def __init__(self, max_num_seqs: int, num_speculative_tokens: int, num_model_steps: int):
+        self.K = int(num_speculative_tokens)
+        self.num_model_steps = int(num_model_steps)
+        self.cap = np.full(max_num_seqs, self.K, np.int64)
+        self.off = np.zeros(max_num_seqs, bool)
+        self.metrics = DraftPolicyMetrics(self.K)
+        self._num_plans = 0
+
+    def start(self, slot: int, max_draft_tokens: int | None) -> None:
+        """A request enters ``slot`` (its first prefill chunk) with its per-request cap."""
+        cap = self.K if max_draft_tokens is None else min(int(max_draft_tokens), self.K)
+        self.cap[slot] = cap
+        self.off[slot] = cap == 0
+        if cap == 0:
+            self.metrics.off_reasons["request"] += 1
+
+    def release(self, slot: int) -> None:
+        """The slot's request left (finished or preempted)."""
+        self.cap[slot] = self.K
+        self.off[slot] = False
+
+    def observe(self, slot: int, drafted: int, emitted: int) -> None:
+        """A decode step of ``slot`` verified ``drafted`` drafts and emitted ``emitted`` tokens."""
+
+    def observe_costs(self, **measured) -> None:
+        """Measured step costs (unused by a fixed policy)."""
+
+    def _record(self, caps, drafting, num_steps):
+        for k in caps[drafting]:
+            self.metrics.k_histogram[int(k)] += 1
+        self.metrics.steps_histogram[int(num_steps)] += 1
+        mean = float(caps[drafting].mean()) if drafting.any() else 0.0
+        self.metrics.history.append((self._num_plans, mean, int(num_steps)))
+        self._num_plans += 1
+
+    def plan(self, decoding: np.ndarray) -> DraftPlan:
+        """The plan of this step; ``decoding``: ``[B]`` bool, slots that decode this step."""
+        caps = np.where(self.off, 0, self.cap)
+        self._record(caps, decoding & ~self.off, self.num_model_steps)
+        return DraftPlan(self.num_model_steps, caps, [])
+
+
+class AdaptiveDraftPolicy(FixedDraftPolicy):
+    """Chooses substeps and per-slot caps each step (see the module docstring).
+
+    Args:
+        max_num_seqs, num_speculative_tokens, num_model_steps: as `FixedDraftPolicy`;
+            ``num_model_steps`` is the most substeps a step may run.
+        ema: weight of the newest step in the acceptance EMAs.
+        warmup_steps: decode steps a request drafts (>= 1 token) before it may be switched off.
+        off_patience: consecutive "off" votes that switch a slot off.
+        adapt_steps: choose the substep count (MTP without n-gram extension); False: always
+            ``num_model_steps`` (hybrid mode: the n-gram drafts fill up to K).
+        cost_model: a `StepCostModel` (default: a new one; tests inject theirs).
+        prior: the batch acceptance assumed before anything is measured.
+    """
+
+    adaptive = True
+
+    def __init__(
+        self,
+        max_num_seqs: int,
+        num_speculative_tokens: int,
+        num_model_steps: int,
+        *,
+        ema: float = 0.3,
+        warmup_steps: int = 2,
+        off_patience: int = 2,
+        adapt_steps: bool = True,
+        cost_model: StepCostModel | None = None,
+        prior: float = 0.5,
+    ):
+        super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
+        if not 0.0 < ema <= 1.0:
+            raise ValueError(f"AdaptiveDraftPolicy: ema must be in (0, 1], got {ema!r}")
+        self.decay = 1.0 - float(ema)
+        self.warmup_steps = int(warmup_steps)
+        self.off_patience = int(off_patience)
+        self.adapt_steps = bool(adapt_steps)
+        self.costs = StepCostModel() if cost_model is None else cost_model
+        B = max_num_seqs
+        # per-slot state (the one owner): EMA sums of accepted drafts and of trials, decode
+        # steps seen, consecutive "off" votes
+        self.succ = np.zeros(B)
+        self.trials = np.zeros(B)
+        self.seen = np.zeros(B, np.int64)
+        self.streak = np.zeros(B, np.int64)
+        self.batch_succ = float(prior)
+        self.batch_trials = 1.0
+
+    @property
+    def batch_acceptance(self) -> float:
+        """The batch's EMA of the per-position acceptance rate."""
+        return self.batch_succ / self.batch_trials
+
+    def acceptance(self, slots=None) -> np.ndarray:
+        """Per-slot EMA acceptance, with the batch's as a one-trial prior."""
+        s = slice(None) if slots is None else slots
+        return (self.succ[s] + self.batch_acceptance) / (self.trials[s] + 1.0)
+
+    def start(self, slot: int, max_draft_tokens: int | None) -> None:
+        super().start(slot, max_draft_tokens)
+        self.succ[slot] = self.trials[slot] = 0.0
+        self.seen[slot] = self.streak[slot] = 0
+
+    def observe(self, slot: int, drafted: int, emitted: int) -> None:
+        if drafted <= 0:
+            return
+        accepted = max(0, min(int(emitted) - 1, int(drafted)))
+        trials = accepted + (1 if accepted < drafted else 0)
+        self.succ[slot] = self.decay * self.succ[slot] + accepted
+        self.trials[slot] = self.decay * self.trials[slot] + trials
+        self.batch_succ = self.decay * self.batch_succ + accepted
+        self.batch_trials = self.decay * self.batch_trials + trials
+        self.seen[slot] += 1
+
+    def observe_costs(
+        self,
+        *,
+        tokens: int,
+        target_seconds: float,
+        substeps: int = 0,
+        forward_seconds: float = 0.0,
+        proposer_seconds: float = 0.0,
+    ) -> None:
+        """A decode step's measured costs: the target part feeding ``tokens`` tokens, and the
+        proposer call (``substeps`` MTP forwards taking ``forward_seconds`` of its
+        ``proposer_seconds``)."""
+        self.costs.observe_target(tokens, target_seconds)
+        self.costs.observe_proposer(substeps, forward_seconds, proposer_seconds)
+
+    def _best_caps(self, s: int, limit, a, warm, n_plain: int):
+        """Per-slot caps when a slot may verify up to ``s`` drafts, and the plan's expected rate
+        (tokens / second)."""
+        costs = self.costs
+        k = np.minimum(limit, s)
+        low = np.where(warm, np.minimum(1, k), 0)
+        E = expected_tokens(k, a)
+        total_e = n_plain + float(E.sum())
+        beta = costs.per_token
+        t_now = costs.target_time(n_plain + float((1 + k).sum()))
+        # one coordinate pass: each slot's best k with the others fixed, judged by the target's
+        # marginal cost (the substeps are shared by the batch, priced per plan below)
+        for i in range(k.size):
+            cand = np.arange(low[i], k[i] + 1)
+            e_i = expected_tokens(cand, a[i])
+            t = t_now + beta * (cand - k[i])
+            j = int(np.argmax((total_e - E[i] + e_i) / t))
+            total_e += e_i[j] - E[i]
+            t_now = float(t[j])
+            E[i], k[i] = e_i[j], cand[j]
+        steps = max(1, int(k.max(initial=0))) if self.adapt_steps else self.num_model_steps
+        tokens = n_plain + float((1 + k).sum())
+        return k, total_e / (costs.target_time(tokens) + costs.proposer_time(steps))
+
+    def plan(self, decoding: np.ndarray) -> DraftPlan:
+        B = self.cap.size
+        drafting = decoding & ~self.off
+        caps = np.where(self.off, 0, self.cap).astype(np.int64)
+        if not self.costs.ready or not drafting.any():
+            # nothing measured yet (the engine's first steps), or no slot drafts: as configured
+            self._record(caps, drafting, self.num_model_steps)
+            return DraftPlan(self.num_model_steps, caps, [])
+        slots = np.flatnonzero(drafting)
+        limit = caps[slots]
+        a = self.acceptance(slots)
+        warm = self.seen[slots] < self.warmup_steps
+        n_plain = int((decoding & self.off).sum())
+        best = None
+        for s in range(1, self.num_model_steps + 1) if self.adapt_steps else [self.K]:
+            k, r = self._best_caps(s, limit, a, warm, n_plain)
+            if best is None or r > best[1] * (1 + 1e-9):
+                best = (k, r)
+        k, r = best
+        n_dec = int(decoding.sum())
+        plain_rate = n_dec / self.costs.target_time(n_dec)
+        drop = []
+        vote = np.zeros(slots.size, bool)
+        reason = "low_acceptance"
+        if r < plain_rate:
+            reason = "batch_cost"
+            vote = ~warm
+            k = np.where(warm, np.minimum(k, 1), 0)
+        else:
+            vote = (k == 0) & ~warm
+        self.streak[slots] = np.where(vote, self.streak[slots] + 1, 0)
+        for b in slots[self.streak[slots] >= self.off_patience]:
+            drop.append((int(b), reason))
+            self.off[b] = True
+            self.metrics.off_reasons[reason] += 1
+        new_caps = np.zeros(B, np.int64)
+        new_caps[slots] = k
+        new_caps[self.off] = 0
+        still = drafting & ~self.off
+        if self.adapt_steps:
+            num_steps = max(1, int(new_caps[still].max()) if still.any() else 1)
+        else:
+            num_steps = self.num_model_steps
+        self._record(new_caps, still, num_steps)
+        return DraftPlan(num_steps, new_caps, drop)
+
+
+def make_draft_policy(spec_config, max_num_seqs: int, cost_model: StepCostModel | None = None):
+    """The policy of ``spec_config.draft_policy`` for ``max_num_seqs`` slots."""
+    K, steps = spec_config.num_speculative_tokens, spec_config.num_model_steps
+    if spec_config.draft_policy == "fixed":
+        return FixedDraftPolicy(max_num_seqs, K, steps)
+    return AdaptiveDraftPolicy(
+        max_num_seqs,
+        K,
+        steps,
+        ema=spec_config.adaptive_ema,
+        warmup_steps=spec_config.adaptive_warmup_steps,
+        off_patience=spec_config.adaptive_off_patience,
+        adapt_steps=not spec_config.hybrid_mode,
+        cost_model=cost_model,
+    )
