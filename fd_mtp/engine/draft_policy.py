@@ -335,9 +335,11 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         E = expected_tokens(k, a)
         total_e = n_plain + float(E.sum())
         beta = costs.per_token
-        t_now = costs.target_time(n_plain + float((1 + k).sum()))
+        shared = costs.proposer_time(s if self.adapt_steps else self.num_model_steps)
+        t_now = costs.target_time(n_plain + float((1 + k).sum())) + shared
         # one coordinate pass: each slot's best k with the others fixed, judged by the target's
-        # marginal cost (the substeps are shared by the batch, priced per plan below)
+        # marginal cost (the substeps are shared by the batch; the plan is priced again below
+        # with the substeps its caps need)
         for i in range(k.size):
             cand = np.arange(low[i], k[i] + 1)
             e_i = expected_tokens(cand, a[i])

@@ -59,9 +59,9 @@ same step.
 
 from __future__ import annotations
 
-import numpy as np
-
 import time
+
+import numpy as np
 
 from .. import ops
 from ..config import SpeculativeConfig
