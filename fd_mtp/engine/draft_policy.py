@@ -81,8 +81,9 @@ class DraftPlan:
 @dataclass
 class DraftPolicyMetrics:
     """What a policy chose: ``k_histogram[k]`` = decoding slot-steps whose verified drafts were
-    capped at ``k``; ``steps_histogram[s]`` = steps that ran ``s`` MTP substeps; ``history``: the
-    latest (step number, mean k over the drafting slots, substeps) triples (at most 4096);
+    capped at ``k`` (0 for switched-off slots); ``steps_histogram[s]`` = steps that ran ``s``
+    MTP substeps; ``history``: the latest (step number, mean k over the decoding slots,
+    substeps) triples (at most 4096);
     ``off_reasons``: switches off per reason (`OFF_REASONS`)."""
 
     num_speculative_tokens: int
@@ -222,18 +223,18 @@ class FixedDraftPolicy:
     def observe_costs(self, **measured) -> None:
         """Measured step costs (unused by a fixed policy)."""
 
-    def _record(self, caps, drafting, num_steps):
-        for k in caps[drafting]:
+    def _record(self, caps, decoding, num_steps):
+        for k in caps[decoding]:
             self.metrics.k_histogram[int(k)] += 1
         self.metrics.steps_histogram[int(num_steps)] += 1
-        mean = float(caps[drafting].mean()) if drafting.any() else 0.0
+        mean = float(caps[decoding].mean()) if decoding.any() else 0.0
         self.metrics.history.append((self._num_plans, mean, int(num_steps)))
         self._num_plans += 1
 
     def plan(self, decoding: np.ndarray) -> DraftPlan:
         """The plan of this step; ``decoding``: ``[B]`` bool, slots that decode this step."""
         caps = np.where(self.off, 0, self.cap)
-        self._record(caps, decoding & ~self.off, self.num_model_steps)
+        self._record(caps, decoding, self.num_model_steps)
         return DraftPlan(self.num_model_steps, caps, [])
 
 
@@ -357,9 +358,11 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         drafting = decoding & ~self.off
         caps = np.where(self.off, 0, self.cap).astype(np.int64)
         if not self.costs.ready or not drafting.any():
-            # nothing measured yet (the engine's first steps), or no slot drafts: as configured
-            self._record(caps, drafting, self.num_model_steps)
-            return DraftPlan(self.num_model_steps, caps, [])
+            # nothing measured yet (the engine's first steps): as configured; no slot drafts:
+            # one substep (nothing runs)
+            steps = 1 if self.costs.ready and self.adapt_steps else self.num_model_steps
+            self._record(caps, decoding, steps)
+            return DraftPlan(steps, caps, [])
         slots = np.flatnonzero(drafting)
         limit = caps[slots]
         a = self.acceptance(slots)
@@ -395,7 +398,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             num_steps = max(1, int(new_caps[still].max()) if still.any() else 1)
         else:
             num_steps = self.num_model_steps
-        self._record(new_caps, still, num_steps)
+        self._record(new_caps, decoding, num_steps)
         return DraftPlan(num_steps, new_caps, drop)
 
 

@@ -221,8 +221,10 @@ class SpeculativeModelRunner(ModelRunner):
         t0 = time.perf_counter()
         # the drafts of this step are verified at the next one: the slots that will decode then
         plan = self.draft_policy.plan((ib.this_time > 0) & ~ib.chunk)
-        if plan.drop and self._mtp:
-            self.proposer.drop([b for b, _ in plan.drop])
+        if self._mtp:
+            self.proposer.prepare_steps(plan.num_steps)
+            if plan.drop:
+                self.proposer.drop([b for b, _ in plan.drop])
         step["draft_cap"] = plan.caps.astype(np.int32).reshape(-1, 1) + 1
         sampling_drafts = self.spec_config.draft_sampling
         if sampling_drafts:

@@ -154,6 +154,7 @@ class MTPProposer:
         self.stats = ProposerStats()
         self.draft_sampling = cfg.draft_sampling
         self._steps = self.num_model_steps  # substeps of the current `run`
+        self._inserted: set[int] = set()  # slots (re)started since the last `run`
         self._draft_rng = None  # (greedy [B] bool, uniform [B, num_model_steps]) of the run
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
@@ -330,6 +331,7 @@ class MTPProposer:
             else:
                 w["recompute_token_num"][b] = self.num_model_steps - 1
                 w["mask_rollback"][b] = 0
+                self._inserted.add(b)
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
 
     def insert_prefill_inputs(
@@ -414,6 +416,21 @@ class MTPProposer:
         self._chunks[b] = (prompt, sizes, idx + 1)
 
     # -- one step (spec §4.1 step 7) ----------------------------------------------------------------
+    def prepare_steps(self, num_steps: int) -> None:
+        """Announce, before the step's push, that the next `run` takes ``num_steps`` substeps:
+        the slots inserted since the last run get ``recompute_token_num = num_steps - 1`` (the
+        positions their first run's later substeps fill with drafts, which the next
+        ``draft_model_preprocess`` rewinds; insertion assumed ``num_model_steps - 1``)."""
+        steps = int(num_steps)
+        if not 1 <= steps <= self.num_model_steps:
+            raise ValueError(
+                f"MTPProposer.prepare_steps: num_steps must be in [1, {self.num_model_steps}], "
+                f"got {num_steps!r}"
+            )
+        for b in self._inserted:
+            self._w["recompute_token_num"][b] = steps - 1
+        self._inserted.clear()
+
     def drop(self, slots) -> None:
         """Stop drafting for ``slots`` until their next insertion: their ``batch_drop`` flag (the
         op's parameter; mtp.py's call site passes the Python ``is_block_step`` tensor there, spec
@@ -438,7 +455,8 @@ class MTPProposer:
         Args:
             num_steps: MTP substeps of this call, 1..num_model_steps (default num_model_steps):
                 the ``num_model_step`` of ``draft_model_preprocess`` (which rewinds the next
-                call by ``num_steps - 1`` positions) and the number of substeps.
+                call by ``num_steps - 1`` positions) and the number of substeps. A value other
+                than num_model_steps needs `prepare_steps` with it before the step's push.
             draft_greedy, draft_uniform: with ``draft_sampling``, device tensors ``[B]`` bool
                 (greedy requests) and ``[B, >= num_steps]`` float32 in [0, 1) (the uniform of
                 each slot's draft at each substep); required then.
