@@ -14,16 +14,21 @@ is the same for every plan (verification accepts only what plain decoding would 
 `AdaptiveDraftPolicy` (``SpeculativeConfig.draft_policy = "adaptive"``), in the spirit of
 SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch draft length:
 
-* **acceptance**: per slot and for the batch, an EMA of the per-position acceptance rate ``a``
-  (a step that verified ``d`` drafts and accepted ``m`` counts ``m`` successes in ``m + [m < d]``
-  trials: the geometric model). A new request starts from the batch's EMA (one pseudo-trial).
+* **acceptance**: per slot and for the batch, EMAs of the conditional acceptance rate ``a_i`` of
+  each draft position ``i`` (a step that verified ``d`` drafts and accepted ``m`` counts a success
+  at positions ``0..m-1`` and, when ``m < d``, a failure at position ``m``; positions not tried
+  keep their value). A new request starts from the batch's rates (one pseudo-trial each).
+  Expected tokens of a step verifying ``k`` drafts: ``E(k) = 1 + sum_{j=1..k} prod_{i<j} a_i``,
+  which is ``(1 - a^(k+1)) / (1 - a)`` when every ``a_i = a`` (`expected_tokens`); per position
+  because real heads differ a lot between positions (the demo model: 0.9 for the first draft,
+  0.06 for the second on held-out text).
 * **costs** (`StepCostModel`, measured; tests inject one): target step time ``t(n)`` for ``n`` fed
   tokens (a line through the EMA of the step time at each measured ``n``), the MTP substep time
   ``d`` and the proposer's fixed time per call ``p`` (EMAs).
 * **choice**: for every substep count ``s`` in 1..S, each drafting slot takes ``k_b = min(s,
   cap_b)`` and then, slot by slot, the ``k_b`` in ``0..min(s, cap_b)`` that maximises the batch's
   expected tokens per second ``sum_b E(k_b, a_b) / (t(sum_b (1 + k_b)) + p + s' d)`` with
-  ``E(k, a) = (1 - a^(k+1)) / (1 - a)`` and ``s' = max(1, max_b k_b)``; the best ``s`` wins. If
+  ``E`` as above and ``s' = max(1, max_b k_b)``; the best ``s`` wins. If
   plain decoding (``B / t(B)``, no proposer) is faster than the best plan, every slot votes
   "off" (reason ``"batch_cost"``); a slot whose own best is 0 drafts votes "off" (reason
   ``"low_acceptance"``). A slot that votes "off" ``adaptive_off_patience`` steps in a row is
@@ -61,6 +66,18 @@ def expected_tokens(k, a):
     safe = np.where(a < 1.0 - 1e-9, a, 0.5)
     geo = (1.0 - safe ** (k + 1.0)) / (1.0 - safe)
     return np.where(a < 1.0 - 1e-9, geo, k + 1.0)
+
+
+def expected_tokens_table(a) -> np.ndarray:
+    """``[n, K + 1]`` expected tokens of a step verifying ``k = 0..K`` drafts, from ``[n, K]``
+    conditional per-position acceptance rates: ``1 + sum_{j=1..k} prod_{i<j} a_i``.
+
+    >>> expected_tokens_table(np.array([[0.5, 0.5, 0.5], [0.9, 0.1, 1.0]])).round(3).tolist()
+    [[1.0, 1.5, 1.75, 1.875], [1.0, 1.9, 1.99, 2.08]]
+    """
+    a = np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0)
+    reach = np.cumprod(a, axis=1)  # probability that drafts 0..j are all accepted
+    return np.concatenate([np.ones((a.shape[0], 1)), 1.0 + np.cumsum(reach, axis=1)], axis=1)
 
 
 @dataclass
@@ -114,6 +131,8 @@ class StepCostModel:
 
     Args:
         weight: EMA weight of a new measurement, in (0, 1].
+        skip_first: measurements ignored at each token count (and for the proposer) before the
+            EMA starts: the first step of a new shape pays one-time costs.
 
     >>> m = StepCostModel(weight=1.0)
     >>> m.observe_target(4, 0.010); m.observe_target(12, 0.014)
@@ -121,10 +140,12 @@ class StepCostModel:
     12.0
     """
 
-    def __init__(self, weight: float = 0.2):
+    def __init__(self, weight: float = 0.2, skip_first: int = 0):
         if not 0.0 < weight <= 1.0:
             raise ValueError(f"StepCostModel: weight must be in (0, 1], got {weight!r}")
         self.weight = float(weight)
+        self.skip_first = int(skip_first)
+        self._seen: Counter = Counter()
         self._target: dict[int, float] = {}
         self._line: tuple[float, float] | None = None
         self.substep: float | None = None
@@ -138,12 +159,18 @@ class StepCostModel:
         n = int(tokens)
         if n <= 0 or not seconds > 0:
             return
+        self._seen[n] += 1
+        if self._seen[n] <= self.skip_first:
+            return
         self._target[n] = self._ema(self._target.get(n), float(seconds))
         self._line = None
 
     def observe_proposer(self, substeps: int, forward_seconds: float, run_seconds: float) -> None:
         """A measured proposer call that ran ``substeps`` MTP forwards."""
         if substeps > 0 and forward_seconds > 0:
+            self._seen["proposer"] += 1
+            if self._seen["proposer"] <= self.skip_first:
+                return
             self.substep = self._ema(self.substep, forward_seconds / substeps)
             self.fixed = self._ema(self.fixed, max(run_seconds - forward_seconds, 0.0))
 
@@ -275,24 +302,24 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.warmup_steps = int(warmup_steps)
         self.off_patience = int(off_patience)
         self.adapt_steps = bool(adapt_steps)
-        self.costs = StepCostModel() if cost_model is None else cost_model
-        B = max_num_seqs
-        # per-slot state (the one owner): EMA sums of accepted drafts and of trials, decode
-        # steps seen, consecutive "off" votes
-        self.succ = np.zeros(B)
-        self.trials = np.zeros(B)
+        self.costs = StepCostModel(skip_first=1) if cost_model is None else cost_model
+        B, K = max_num_seqs, self.K
+        # per-slot state (the one owner): EMA sums of successes and trials per draft position,
+        # decode steps seen, consecutive "off" votes
+        self.succ = np.zeros((B, K))
+        self.trials = np.zeros((B, K))
         self.seen = np.zeros(B, np.int64)
         self.streak = np.zeros(B, np.int64)
-        self.batch_succ = float(prior)
-        self.batch_trials = 1.0
+        self.batch_succ = np.full(K, float(prior))
+        self.batch_trials = np.ones(K)
 
     @property
-    def batch_acceptance(self) -> float:
-        """The batch's EMA of the per-position acceptance rate."""
+    def batch_acceptance(self) -> np.ndarray:
+        """``[K]``: the batch's EMA of the conditional acceptance rate per draft position."""
         return self.batch_succ / self.batch_trials
 
     def acceptance(self, slots=None) -> np.ndarray:
-        """Per-slot EMA acceptance, with the batch's as a one-trial prior."""
+        """``[n, K]`` per-slot EMA acceptance per position, the batch's as a one-trial prior."""
         s = slice(None) if slots is None else slots
         return (self.succ[s] + self.batch_acceptance) / (self.trials[s] + 1.0)
 
@@ -304,12 +331,17 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
     def observe(self, slot: int, drafted: int, emitted: int) -> None:
         if drafted <= 0:
             return
-        accepted = max(0, min(int(emitted) - 1, int(drafted)))
-        trials = accepted + (1 if accepted < drafted else 0)
-        self.succ[slot] = self.decay * self.succ[slot] + accepted
-        self.trials[slot] = self.decay * self.trials[slot] + trials
-        self.batch_succ = self.decay * self.batch_succ + accepted
-        self.batch_trials = self.decay * self.batch_trials + trials
+        d = min(int(drafted), self.K)
+        m = max(0, min(int(emitted) - 1, d))
+        tried = min(m + 1, d)  # positions 0..m-1 accepted, position m rejected (when m < d)
+        hit = np.zeros(self.K)
+        hit[:m] = 1.0
+        for succ, trials in (
+            (self.succ[slot], self.trials[slot]),
+            (self.batch_succ, self.batch_trials),
+        ):
+            succ[:tried] = self.decay * succ[:tried] + hit[:tried]
+            trials[:tried] = self.decay * trials[:tried] + 1.0
         self.seen[slot] += 1
 
     def observe_costs(
@@ -333,7 +365,8 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         costs = self.costs
         k = np.minimum(limit, s)
         low = np.where(warm, np.minimum(1, k), 0)
-        E = expected_tokens(k, a)
+        table = expected_tokens_table(a)  # [n, K + 1]
+        E = table[np.arange(k.size), k]
         total_e = n_plain + float(E.sum())
         beta = costs.per_token
         shared = costs.proposer_time(s if self.adapt_steps else self.num_model_steps)
@@ -343,7 +376,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         # with the substeps its caps need)
         for i in range(k.size):
             cand = np.arange(low[i], k[i] + 1)
-            e_i = expected_tokens(cand, a[i])
+            e_i = table[i, cand]
             t = t_now + beta * (cand - k[i])
             j = int(np.argmax((total_e - E[i] + e_i) / t))
             total_e += e_i[j] - E[i]
