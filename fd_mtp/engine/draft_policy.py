@@ -34,7 +34,10 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
   ``"low_acceptance"``). A slot that votes "off" ``adaptive_off_patience`` steps in a row is
   dropped (its drafter stops: switching back on would need the draft's KV cache of every token
   decoded meanwhile). A request drafts at least one token during its first
-  ``adaptive_warmup_steps`` decode steps (no vote then) so its acceptance is measured.
+  ``adaptive_warmup_steps`` decode steps (no vote then) so its acceptance is measured. Votes
+  wait until the proposer was measured ``min_samples`` times, and a "batch_cost" vote until the
+  plain step itself (``B`` tokens) was measured: when it was not, that step verifies no draft
+  (a probe: the drafter still runs, the target step of ``B`` tokens is timed).
 * **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
   reason ``"request"``).
 
@@ -126,6 +129,7 @@ class StepCostModel:
     * target: ``t(n)`` seconds for a step feeding ``n`` tokens: an EMA of the measured time at each
       ``n`` seen, then a least-squares line through those points (one point: a line through the
       origin's half, ``t(n) = t0 (1 + n / n0) / 2``; slope and intercept clamped >= 0);
+      `samples` says how often ``n`` itself was measured;
     * proposer: ``d`` seconds per MTP substep (forward) and ``p`` seconds per call outside the
       forwards (EMAs).
 
@@ -146,6 +150,7 @@ class StepCostModel:
         self.weight = float(weight)
         self.skip_first = int(skip_first)
         self._seen: Counter = Counter()
+        self._count: Counter = Counter()
         self._target: dict[int, float] = {}
         self._line: tuple[float, float] | None = None
         self.substep: float | None = None
@@ -163,7 +168,13 @@ class StepCostModel:
         if self._seen[n] <= self.skip_first:
             return
         self._target[n] = self._ema(self._target.get(n), float(seconds))
+        self._count[n] += 1
         self._line = None
+
+    def samples(self, tokens) -> int:
+        """Measurements taken into account at ``tokens`` fed tokens (``"proposer"``: of the
+        proposer)."""
+        return self._count[tokens if tokens == "proposer" else int(tokens)]
 
     def observe_proposer(self, substeps: int, forward_seconds: float, run_seconds: float) -> None:
         """A measured proposer call that ran ``substeps`` MTP forwards."""
@@ -171,6 +182,7 @@ class StepCostModel:
             self._seen["proposer"] += 1
             if self._seen["proposer"] <= self.skip_first:
                 return
+            self._count["proposer"] += 1
             self.substep = self._ema(self.substep, forward_seconds / substeps)
             self.fixed = self._ema(self.fixed, max(run_seconds - forward_seconds, 0.0))
 
@@ -278,6 +290,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             ``num_model_steps`` (hybrid mode: the n-gram drafts fill up to K).
         cost_model: a `StepCostModel` (default: a new one; tests inject theirs).
         prior: the batch acceptance assumed before anything is measured.
+        min_samples: proposer measurements needed before a slot may be voted off.
     """
 
     adaptive = True
@@ -294,6 +307,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         adapt_steps: bool = True,
         cost_model: StepCostModel | None = None,
         prior: float = 0.5,
+        min_samples: int = 3,
     ):
         super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
         if not 0.0 < ema <= 1.0:
@@ -302,6 +316,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.warmup_steps = int(warmup_steps)
         self.off_patience = int(off_patience)
         self.adapt_steps = bool(adapt_steps)
+        self.min_samples = int(min_samples)
         self.costs = StepCostModel(skip_first=1) if cost_model is None else cost_model
         B, K = max_num_seqs, self.K
         # per-slot state (the one owner): EMA sums of successes and trials per draft position,
@@ -410,14 +425,17 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         n_dec = int(decoding.sum())
         plain_rate = n_dec / self.costs.target_time(n_dec)
         drop = []
-        vote = np.zeros(slots.size, bool)
         reason = "low_acceptance"
-        if r < plain_rate:
+        confident = self.costs.samples("proposer") >= self.min_samples
+        if r < plain_rate and not self.costs.samples(n_dec):
+            vote = np.zeros(slots.size, bool)  # probe: time the plain step before judging it
+            k = np.zeros_like(k)
+        elif r < plain_rate:
             reason = "batch_cost"
-            vote = ~warm
+            vote = ~warm & confident
             k = np.where(warm, np.minimum(k, 1), 0)
         else:
-            vote = (k == 0) & ~warm
+            vote = (k == 0) & ~warm & confident
         self.streak[slots] = np.where(vote, self.streak[slots] + 1, 0)
         for b in slots[self.streak[slots] >= self.off_patience]:
             drop.append((int(b), reason))

@@ -22,12 +22,14 @@ from fd_mtp.engine.draft_policy import (
 from fd_mtp.engine.sampling_params import SamplingParams
 
 
-def costs(alpha=0.010, beta=0.0005, substep=0.002, fixed=0.0005):
-    """A cost model measured at two token counts: t(n) = alpha + beta n exactly."""
+def costs(alpha=0.010, beta=0.0005, substep=0.002, fixed=0.0005, tokens=(2, 4, 16)):
+    """A cost model measured at ``tokens``: t(n) = alpha + beta n exactly; the proposer three
+    times."""
     m = StepCostModel(weight=1.0)
-    m.observe_target(4, alpha + 4 * beta)
-    m.observe_target(16, alpha + 16 * beta)
-    m.observe_proposer(2, 2 * substep, 2 * substep + fixed)
+    for n in tokens:
+        m.observe_target(n, alpha + n * beta)
+    for _ in range(3):
+        m.observe_proposer(2, 2 * substep, 2 * substep + fixed)
     return m
 
 
@@ -164,6 +166,34 @@ def test_expensive_drafts_switch_speculation_off_after_warmup_and_patience():
     assert plans[-1].caps[:2].tolist() == [0, 0]
     assert p.metrics.k_histogram[0] >= 4 and p.metrics.k_histogram[1] == 4
     assert "batch_cost 2" in p.metrics.summary()
+
+
+def test_the_plain_step_is_timed_before_speculation_is_judged_too_costly():
+    c = costs(substep=0.05, tokens=(4, 16))  # the plain step (2 tokens) never measured
+    p = policy(cost=c, warmup_steps=1, off_patience=1)
+    decoding = np.array([True, True, False, False])
+    for b in (0, 1):
+        p.start(b, None)
+        p.observe(b, 3, 1)
+    probe = p.plan(decoding)
+    assert probe.caps[:2].tolist() == [0, 0] and probe.drop == [] and not p.off.any()
+    c.observe_target(2, 0.011)  # the probe step's target time
+    plan = p.plan(decoding)
+    assert plan.drop == [(0, "batch_cost"), (1, "batch_cost")]
+
+
+def test_no_switch_off_before_the_proposer_was_measured_enough():
+    c = StepCostModel(weight=1.0)
+    for n in (4, 8):
+        c.observe_target(n, 0.01 + 0.001 * n)
+    c.observe_proposer(1, 0.05, 0.06)  # one expensive measurement only
+    p = policy(cost=c, warmup_steps=1, off_patience=1, min_samples=2)
+    for b in range(4):
+        p.start(b, None)
+        p.observe(b, 3, 1)
+    assert p.plan(np.ones(4, bool)).drop == []
+    c.observe_proposer(1, 0.05, 0.06)
+    assert len(p.plan(np.ones(4, bool)).drop) == 4
 
 
 def test_a_bad_request_in_a_good_batch_is_switched_off_alone():
