@@ -15,7 +15,9 @@ Workloads (``--workloads``, comma-separated; default all four): ``greedy-heldout
 ``sampled-heldout``, ``greedy-repeat`` and ``sampled-repeat``: greedy decoding or sampling
 (temperature 0.8, top_p 0.9, seeded; speculative modes verify with ``--sampled-verification``,
 default "rejection"), on the held-out prompts below or on repetitive text (each prompt's first
-quarter repeated four times). Every (workload, batch, mode) gets a fresh LLM. The table gives
+quarter repeated four times). Every (workload, batch, mode) gets a fresh LLM; after one warm-up
+generate each, the timed repeats go round-robin over the modes (a machine whose load drifts
+slows every mode alike). The table gives
 each mode's speed against plain decoding and, for ``adaptive*``, against the best fixed K
 (``mtp_k1..3``) of the same workload and batch, and lists where adaptive falls below 0.98x plain
 or 0.95x the best fixed K.
@@ -429,8 +431,9 @@ def main(argv=None):
         for batch in batches:
             prompts = prompt_set[:batch]
             ps = params[:batch] if sampled else params
+            llms = {}
             for mode in wmodes:
-                llm = make_llm(mode, batch, max_model_len, sampled)
+                llm = llms[mode] = make_llm(mode, batch, max_model_len, sampled)
                 outs, _ = run_once(llm, prompts, ps)  # warm-up
                 for i, o in enumerate(outs if reference else []):
                     if o.token_ids != reference[i]:
@@ -438,15 +441,20 @@ def main(argv=None):
                             f"--check: mode {mode}, batch {batch}, request {i}: output differs from "
                             f"plain decoding at batch 1; {first_difference(o.token_ids, reference[i])}"
                         )
-                figs = [run_once(llm, prompts, ps)[1] for _ in range(args.repeats)]
-                for metric in figs[0]:
+            # repeats round-robin over the modes: a machine whose load drifts slows every mode alike
+            figs = {mode: [] for mode in wmodes}
+            for _ in range(args.repeats):
+                for mode in wmodes:
+                    figs[mode].append(run_once(llms[mode], prompts, ps)[1])
+            for mode in wmodes:
+                for metric in figs[mode][0]:
                     unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
                     wrows.append(
                         row(
                             f"e2e_decoding/{workload}",
                             mode,
                             batch,
-                            [f[metric] for f in figs],
+                            [f[metric] for f in figs[mode]],
                             metric=metric,
                             unit=unit,
                             config=config,
@@ -454,8 +462,8 @@ def main(argv=None):
                             stamp=stamp,
                         )
                     )
-                med = {m: percentiles([f[m] for f in figs])[0] for m in figs[0]}
-                policy = getattr(llm.runner, "draft_policy", None)
+                med = {m: percentiles([f[m] for f in figs[mode]])[0] for m in figs[mode][0]}
+                policy = getattr(llms[mode].runner, "draft_policy", None)
                 chosen = (
                     f"   {policy.metrics.summary()}"
                     if policy is not None and policy.adaptive
@@ -467,7 +475,7 @@ def main(argv=None):
                     f"{med['mean_accepted_length']:.2f}{chosen}",
                     flush=True,
                 )
-                del llm
+            del llms
         rows += wrows
         per_workload[workload] = (wrows, wmodes)
 

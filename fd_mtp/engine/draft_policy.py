@@ -35,9 +35,10 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
   dropped (its drafter stops: switching back on would need the draft's KV cache of every token
   decoded meanwhile). A request drafts at least one token during its first
   ``adaptive_warmup_steps`` decode steps (no vote then) so its acceptance is measured. Votes
-  wait until the proposer was measured ``min_samples`` times, and a "batch_cost" vote until the
-  plain step itself (``B`` tokens) was measured: when it was not, that step verifies no draft
-  (a probe: the drafter still runs, the target step of ``B`` tokens is timed).
+  wait until the proposer was measured ``min_samples`` times. The plain step itself (``B``
+  tokens for ``B`` decoding slots) is measured, not extrapolated: while it was not, a step
+  verifies no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
+  timed; once per batch size, as the cost model keeps its measurements).
 * **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
   reason ``"request"``).
 
@@ -427,7 +428,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         drop = []
         reason = "low_acceptance"
         confident = self.costs.samples("proposer") >= self.min_samples
-        if r < plain_rate and not self.costs.samples(n_dec):
+        if not self.costs.samples(n_dec):
             vote = np.zeros(slots.size, bool)  # probe: time the plain step before judging it
             k = np.zeros_like(k)
         elif r < plain_rate:

@@ -39,8 +39,11 @@ slot on the drafts verified at the next step, applied by truncating the target's
 ``seq_lens_this_time`` (1 + drafts, as ``draft_model_postprocess`` / the n-gram fill left it) to
 ``1 + cap`` on the device, and the slots to switch off (`MTPProposer.drop`: the op's
 ``batch_drop`` flag). "fixed" caps a request at ``SamplingParams.max_draft_tokens`` only;
-"adaptive" chooses from measured acceptance and step costs (this runner measures the target part
-of each decode step and the proposer's time, ``time.perf_counter``). With
+"adaptive" chooses from measured acceptance and step costs (``time.perf_counter``, decode
+steps only: the proposer's time, and the rest of the step, i.e. the whole `execute_model` call
+minus the proposer plus the engine's time since the previous call when steps run back to
+back; on a GPU the step's one device-to-host transfer is where the device work is waited
+for). With
 ``draft_sampling`` the proposer samples its drafts (uniforms: a pure function of the request seed,
 the step and the substep, pushed with the step's transfer) and verification gets their
 probabilities as ``draft_probs``.
@@ -125,6 +128,7 @@ class SpeculativeModelRunner(ModelRunner):
         self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
         self.verify_seed = int(seed)
         self.num_steps = 0
+        self._last_step_end = None  # perf_counter at the end of the previous execute_model
         factory = make_proposer if proposer_factory is None else proposer_factory
         options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
         self.proposer = factory(
@@ -195,6 +199,7 @@ class SpeculativeModelRunner(ModelRunner):
         """
         import paddle
 
+        t0 = time.perf_counter()
         ib = self.input_batch
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
@@ -218,7 +223,6 @@ class SpeculativeModelRunner(ModelRunner):
         counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
         rows = self._spec_rows(ran, counts)
         step = rows.arrays()
-        t0 = time.perf_counter()
         # the drafts of this step are verified at the next one: the slots that will decode then
         plan = self.draft_policy.plan((ib.this_time > 0) & ~ib.chunk)
         if self._mtp:
@@ -270,9 +274,8 @@ class SpeculativeModelRunner(ModelRunner):
             dec,
             si["step_idx"],
         )
-        t_target = time.perf_counter() - t0
         stats = self.proposer.stats
-        before = (stats.forward, stats.run, getattr(stats, "forwards", 0))
+        before = (stats.forward, stats.run, stats.forwards)
         if self._mtp:
             self.proposer.run(
                 hidden,
@@ -305,13 +308,20 @@ class SpeculativeModelRunner(ModelRunner):
         for b, p, c in zip(ran, prefilling, counts):
             if not p:
                 policy.observe(int(b), int(c) - 1, len(result[int(b)]))
+        # the step's cost: this call, plus the engine's time since the previous call when it ran
+        # back to back (scheduling, stop checks: paid once per step, plain or speculative)
+        t_end = time.perf_counter()
+        in_call = t_end - t0
+        gap = 0.0 if self._last_step_end is None else t0 - self._last_step_end
+        self._last_step_end = t_end
         if not prefilling.any():
+            proposer_seconds = stats.run - before[1]
             policy.observe_costs(
                 tokens=int(counts.sum()),
-                target_seconds=t_target,
-                substeps=getattr(stats, "forwards", 0) - before[2],
+                target_seconds=in_call + (gap if 0.0 <= gap < in_call else 0.0) - proposer_seconds,
+                substeps=stats.forwards - before[2],
                 forward_seconds=stats.forward - before[0],
-                proposer_seconds=stats.run - before[1],
+                proposer_seconds=proposer_seconds,
             )
         self.num_steps += 1
         return result

@@ -182,6 +182,19 @@ def test_the_plain_step_is_timed_before_speculation_is_judged_too_costly():
     assert plan.drop == [(0, "batch_cost"), (1, "batch_cost")]
 
 
+def test_a_good_batch_also_probes_an_unmeasured_plain_step_once():
+    c = costs(substep=0.0001, tokens=(4, 16))
+    p = policy(cost=c)
+    decoding = np.array([True, True, False, False])
+    for b in (0, 1):
+        p.start(b, None)
+        feed(p, b, 0.95, seed=b)
+    assert p.plan(decoding).caps[:2].tolist() == [0, 0]  # the probe
+    c.observe_target(2, 0.011)
+    plan = p.plan(decoding)
+    assert plan.caps[:2].tolist() == [3, 3] and plan.drop == []
+
+
 def test_no_switch_off_before_the_proposer_was_measured_enough():
     c = StepCostModel(weight=1.0)
     for n in (4, 8):
