@@ -640,28 +640,39 @@ class MTPProposer:
         return self._sample_drafts(logits, out_pad, substep)
 
     def _sample_drafts(self, logits, out_pad, substep: int):
+        """Draft sampling for the rows ``draft_model_update`` reads (each slot's last row): those
+        rows' tokens are drawn from their ``q`` (kept in ``draft_probs[:, substep]``); the other
+        rows (earlier accepted tokens of substep 0) keep the argmax, which nothing reads."""
         paddle = self._paddle
         mi = self.model_inputs
         greedy, uniform = self._draft_rng
         R = int(logits.shape[0])
+        B = self.max_num_seqs
         # packed row r belongs to slot (r + output_padding_offset[r]) // L (spec §1.3); rows are
         # in slot order, so a slot's last row is the running count of rows up to it, minus one
         slot = (
             paddle.arange(R, dtype="int64") + out_pad.reshape([-1])[:R].astype("int64")
         ) // self.max_model_len
-        tokens, q = sample_draft_rows(
-            logits,
-            paddle.gather(greedy.reshape([-1]), slot),
-            paddle.gather(mi["top_k"].reshape([-1]), slot),
-            paddle.gather(mi["top_p"].reshape([-1]), slot),
-            paddle.gather(uniform[:, substep], slot),
-        )
-        counts = paddle.bincount(slot, minlength=self.max_num_seqs)
+        counts = paddle.bincount(slot, minlength=B)
+        has = counts > 0
         last = paddle.clip(paddle.cumsum(counts) - 1, 0, R - 1)
+        tokens, q = sample_draft_rows(
+            paddle.gather(logits, last),
+            greedy.reshape([-1]),
+            mi["top_k"].reshape([-1]),
+            mi["top_p"].reshape([-1]),
+            uniform[:, substep],
+        )
         buf = mi["draft_probs"]
-        kept = buf[:, substep, :]
-        buf[:, substep, :] = paddle.where((counts > 0).unsqueeze(-1), paddle.gather(q, last), kept)
-        return tokens
+        buf[:, substep, :] = paddle.where(has.unsqueeze(-1), q, buf[:, substep, :])
+        # every row: the argmax; each slot's last row: its sample (slots without rows write to a
+        # sink entry past the end)
+        out = paddle.concat(
+            [paddle.argmax(logits, axis=-1).astype("int64"), paddle.zeros([1], "int64")]
+        )
+        index = paddle.where(has, last, paddle.full_like(last, R))
+        out = paddle.scatter(out, index, tokens, overwrite=True)
+        return out[:R]
 
     def _update_status(self) -> None:
         mi, t = self.model_inputs, self.target
