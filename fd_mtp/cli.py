@@ -351,6 +351,9 @@ def _print_speculative(llm) -> None:
             f"proposer: {stats.calls} calls, host {stats.host * per:.3f} ms/step "
             f"(run {stats.run * per:.3f} - forward {stats.forward * per:.3f} ms/step)"
         )
+    if spec.draft_policy != "fixed" or spec.draft_sampling:
+        sampled = ", sampled drafts" if spec.draft_sampling else ""
+        print(f"draft policy ({spec.draft_policy}{sampled}): {llm.draft_policy_metrics.summary()}")
 
 
 def _device_dtype_error(args) -> str | None:

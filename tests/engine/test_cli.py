@@ -292,6 +292,8 @@ def test_generate_adaptive_draft_length_and_draft_sampling_match_plain(exact_ckp
     assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, *extra]) == 0
     out = capsys.readouterr().out
     assert parse(out) == plain and "spec: mean accepted length" in out
+    policy = next(x for x in out.splitlines() if x.startswith("draft policy (adaptive, sampled"))
+    assert "draft length k histogram [0:" in policy and "switched off:" in policy
 
 
 def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
