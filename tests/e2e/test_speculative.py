@@ -466,6 +466,26 @@ def test_greedy_equals_plain_whatever_the_draft_plan(ckpts, spec):
     assert llm.speculative_metrics.num_accepted > 0
 
 
+@pytest.mark.parametrize("steps", [2, 3])
+@pytest.mark.parametrize("chunk", [None, 6])
+def test_exact_drafts_stay_exact_whatever_the_substeps(ckpts, steps, chunk):
+    """The draft model's state (positions, KV cache, hidden states, rewinds) stays right when the
+    substeps change every step and slots are switched off: the exact head's drafts are then all
+    accepted, also with chunked prefill and requests joining mid-run."""
+    ckpt = ckpts["exact"]
+    ps = prompts([5, 1, 17, 9, 3, 30], seed=85)
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in [24, 20, 26, 12, 22, 18]]
+    kw = {} if chunk is None else {"max_num_batched_tokens": chunk}
+    llm = llm_for(ckpt, mtp(3, steps), **kw)
+    policy = shuffled(llm, seed=steps)
+    outs = llm.generate(ps, params, use_tqdm=False)
+    for i, (o, w) in enumerate(zip(outs, plain_tokens(ckpt, ps, params))):
+        assert o.token_ids == w, f"request {i}"
+    m = llm.speculative_metrics
+    assert m.num_drafted > 50 and m.acceptance_rate == 1.0, m.summary()
+    assert len(policy.metrics.steps_histogram) == steps
+
+
 @pytest.mark.parametrize("which", ["mixed", "exact", "random"])
 def test_adaptive_policy_keeps_greedy_output(ckpts, which):
     spec = mtp(3, draft_policy="adaptive")
