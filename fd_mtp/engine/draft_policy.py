@@ -39,6 +39,10 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
   tokens for ``B`` decoding slots) is measured, not extrapolated: while it was not, a step
   verifies no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
   timed; once per batch size, as the cost model keeps its measurements).
+* **batch gate** (TensorRT-LLM's acceptance gate, per batch): after a confident "batch_cost"
+  judgement new requests start switched off, except one in ``explore_every`` (8), whose
+  acceptance keeps the judgement current; a confident judgement that speculation pays reopens
+  the gate. When every running request is off, the runner skips the proposer (plain decoding).
 * **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
   reason ``"request"``).
 
@@ -292,6 +296,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         cost_model: a `StepCostModel` (default: a new one; tests inject theirs).
         prior: the batch acceptance assumed before anything is measured.
         min_samples: proposer measurements needed before a slot may be voted off.
+        explore_every: while the batch gate is closed, one new request in this many drafts.
     """
 
     adaptive = True
@@ -309,6 +314,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         cost_model: StepCostModel | None = None,
         prior: float = 0.5,
         min_samples: int = 3,
+        explore_every: int = 8,
     ):
         super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
         if not 0.0 < ema <= 1.0:
@@ -318,6 +324,13 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.off_patience = int(off_patience)
         self.adapt_steps = bool(adapt_steps)
         self.min_samples = int(min_samples)
+        if not (isinstance(explore_every, int) and explore_every >= 1):
+            raise ValueError(
+                f"AdaptiveDraftPolicy: explore_every must be an int >= 1, got {explore_every!r}"
+            )
+        self.explore_every = explore_every
+        self.gate_closed = False  # the last confident judgement: plain decoding is faster
+        self._admitted = 0
         self.costs = StepCostModel(skip_first=1) if cost_model is None else cost_model
         B, K = max_num_seqs, self.K
         # per-slot state (the one owner): EMA sums of successes and trials per draft position,
@@ -340,9 +353,19 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         return (self.succ[s] + self.batch_acceptance) / (self.trials[s] + 1.0)
 
     def start(self, slot: int, max_draft_tokens: int | None) -> None:
+        """As `FixedDraftPolicy.start`; while the batch gate is closed (the last confident
+        judgement found plain decoding faster), a new request starts switched off (reason
+        ``"batch_cost"``) except every `explore_every`-th, which drafts so that the policy keeps
+        measuring whether speculation pays again."""
         super().start(slot, max_draft_tokens)
         self.succ[slot] = self.trials[slot] = 0.0
         self.seen[slot] = self.streak[slot] = 0
+        if self.off[slot]:
+            return
+        self._admitted += 1
+        if self.gate_closed and self._admitted % self.explore_every:
+            self.off[slot] = True
+            self.metrics.off_reasons["batch_cost"] += 1
 
     def observe(self, slot: int, drafted: int, emitted: int) -> None:
         if drafted <= 0:
@@ -435,8 +458,10 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             reason = "batch_cost"
             vote = ~warm & confident
             k = np.where(warm, np.minimum(k, 1), 0)
+            self.gate_closed = self.gate_closed or confident
         else:
             vote = (k == 0) & ~warm & confident
+            self.gate_closed = self.gate_closed and not confident
         self.streak[slots] = np.where(vote, self.streak[slots] + 1, 0)
         for b in slots[self.streak[slots] >= self.off_patience]:
             drop.append((int(b), reason))

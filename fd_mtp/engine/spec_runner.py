@@ -276,7 +276,12 @@ class SpeculativeModelRunner(ModelRunner):
         )
         stats = self.proposer.stats
         before = (stats.forward, stats.run, stats.forwards)
-        if self._mtp:
+        if self._mtp and self.draft_policy.off[ran].all():
+            # every running request is off: no draft to make, nothing of the proposer's to keep
+            # (an off slot's draft state is rebuilt at its next insertion); each keeps
+            # seq_lens_this_time 1 and its last token in draft_tokens[b, 0] (speculate_update)
+            pass
+        elif self._mtp:
             self.proposer.run(
                 hidden,
                 num_steps=plan.num_steps,

@@ -513,6 +513,12 @@ def test_per_request_speculation_off_and_caps(ckpts):
     assert specs[3].drafted_per_position[2] == 0 and specs[3].drafted_per_position[1] > 0
     assert all(s.num_accepted == s.num_drafted for s in specs)  # the exact head: all accepted
     assert llm.runner.draft_policy.metrics.off_reasons == {"request": 1}
+    # every request off: the proposer is skipped altogether, output still plain decoding's
+    off = [SamplingParams(max_tokens=16, max_draft_tokens=0, **GREEDY)] * 4
+    llm = llm_for(ckpt, mtp(3))
+    outs = llm.generate(ps, off, use_tqdm=False)
+    assert [o.token_ids for o in outs] == plain_tokens(ckpt, ps, off)
+    assert llm.proposer_stats.calls == 0 and llm.speculative_metrics.num_drafted == 0
 
 
 def test_draft_sampling_with_varying_draft_length_matches_plain_sampling(ckpts):

@@ -209,6 +209,36 @@ def test_no_switch_off_before_the_proposer_was_measured_enough():
     assert len(p.plan(np.ones(4, bool)).drop) == 4
 
 
+def test_the_batch_gate_starts_new_requests_off_but_keeps_exploring():
+    c = costs(substep=0.05)
+    p = policy(cost=c, warmup_steps=1, off_patience=1, explore_every=3)
+    decoding = np.array([True, True, False, False])
+    for b in (0, 1):
+        p.start(b, None)
+        p.observe(b, 3, 1)
+    assert p.plan(decoding).drop == [(0, "batch_cost"), (1, "batch_cost")] and p.gate_closed
+    for b in (0, 1):
+        p.release(b)
+    starts = []
+    for _ in range(3):
+        p.start(2, None)
+        starts.append(bool(p.off[2]))
+        p.release(2)
+    assert starts == [False, True, True]  # the 3rd admission (every 3rd) explores
+    assert p.metrics.off_reasons["batch_cost"] == 4
+    p.start(3, 0)  # switched off by its request: no exploration slot used, reason "request"
+    assert p.off[3] and p.metrics.off_reasons["request"] == 1
+    # a confident judgement that speculation pays reopens the gate
+    c.observe_proposer(1, 0.00001, 0.00002)  # drafting became cheap (weight 1: replaces)
+    c.observe_target(1, 0.0105)
+    p.start(0, None)  # the 6th admission: explores
+    feed(p, 0, 1.0)
+    p.plan(np.array([True, False, False, False]))
+    assert not p.gate_closed
+    with pytest.raises(ValueError, match="explore_every"):
+        policy(explore_every=0)
+
+
 def test_a_bad_request_in_a_good_batch_is_switched_off_alone():
     p = policy(cost=costs(beta=0.004, substep=0.001), warmup_steps=1, off_patience=2)
     for b in range(4):
