@@ -243,10 +243,19 @@ class SpeculativeModelRunner(ModelRunner):
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
         self._penalties(logits, rows, meta)
         self._draft_probs = (
-            self._gather_draft_probs(dev["draft_prob_rows"]) if sampling_drafts else None
+            self._gather_draft_probs(dev["draft_prob_rows"])
+            if sampling_drafts and (counts > 1).any()
+            else None
         )
         self._verify(
-            logits, rows, this_time, enc, dec, si["output_padding_offset"], si["output_cum_offsets"]
+            logits,
+            rows,
+            this_time,
+            enc,
+            dec,
+            si["output_padding_offset"],
+            si["output_cum_offsets"],
+            drafts=bool((counts > 1).any()),
         )
         ops.speculate_update(
             enc,
@@ -376,12 +385,19 @@ class SpeculativeModelRunner(ModelRunner):
             banned_ids=banned_ids,
         )
 
-    def _verify(self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum) -> None:
+    def _verify(
+        self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum, drafts=True
+    ) -> None:
         import paddle
 
         si = self.share_inputs
         cfg = self.spec_config
         strategy = cfg.verification
+        if strategy == "rejection" and not drafts:
+            # no row verifies a draft (every request off or prefilling): each emits one token
+            # sampled from the target's distribution either way; "target_match" takes the
+            # sampler's draw, as plain decoding, and needs no target_probs
+            strategy = "target_match"
         R = logits.shape[0]
         target_probs = None
         top_p = si["top_p"]
