@@ -40,7 +40,7 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
   verifies no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
   timed; once per batch size, as the cost model keeps its measurements).
 * **batch gate** (TensorRT-LLM's acceptance gate, per batch): after a confident "batch_cost"
-  judgement new requests start switched off, except one in ``explore_every`` (8), whose
+  judgement new requests start switched off, except one in ``explore_every`` (32), whose
   acceptance keeps the judgement current; a confident judgement that speculation pays reopens
   the gate. When every running request is off, the runner skips the proposer (plain decoding).
 * **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
@@ -314,7 +314,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         cost_model: StepCostModel | None = None,
         prior: float = 0.5,
         min_samples: int = 3,
-        explore_every: int = 8,
+        explore_every: int = 32,
     ):
         super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
         if not 0.0 < ema <= 1.0:
