@@ -39,10 +39,11 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
   tokens for ``B`` decoding slots) is measured, not extrapolated: while it was not, a step
   verifies no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
   timed; once per batch size, as the cost model keeps its measurements).
-* **batch gate** (TensorRT-LLM's acceptance gate, per batch): after a confident "batch_cost"
-  judgement new requests start switched off, except one in ``explore_every`` (32), whose
-  acceptance keeps the judgement current; a confident judgement that speculation pays reopens
-  the gate. When every running request is off, the runner skips the proposer (plain decoding).
+* **batch gate** (TensorRT-LLM's acceptance gate, per batch): once slots were switched off
+  for "batch_cost" (confident, after the patience), new requests start switched off, except
+  the first after every ``explore_every`` (64) steps, whose acceptance keeps the judgement
+  current; a confident judgement that speculation pays reopens the gate. When every running
+  request is off, the runner skips the proposer (plain decoding).
 * **per request**: ``SamplingParams.max_draft_tokens`` caps ``k_b`` (0: dropped at insertion,
   reason ``"request"``).
 
@@ -296,7 +297,8 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         cost_model: a `StepCostModel` (default: a new one; tests inject theirs).
         prior: the batch acceptance assumed before anything is measured.
         min_samples: proposer measurements needed before a slot may be voted off.
-        explore_every: while the batch gate is closed, one new request in this many drafts.
+        explore_every: while the batch gate is closed, the first new request after this many
+            steps drafts (an exploration).
     """
 
     adaptive = True
@@ -314,7 +316,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         cost_model: StepCostModel | None = None,
         prior: float = 0.5,
         min_samples: int = 3,
-        explore_every: int = 32,
+        explore_every: int = 64,
     ):
         super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
         if not 0.0 < ema <= 1.0:
@@ -330,7 +332,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             )
         self.explore_every = explore_every
         self.gate_closed = False  # the last confident judgement: plain decoding is faster
-        self._admitted = 0
+        self._closed_steps = 0  # steps planned since the gate closed or the last exploration
         self.costs = StepCostModel(skip_first=1) if cost_model is None else cost_model
         B, K = max_num_seqs, self.K
         # per-slot state (the one owner): EMA sums of successes and trials per draft position,
@@ -353,19 +355,20 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         return (self.succ[s] + self.batch_acceptance) / (self.trials[s] + 1.0)
 
     def start(self, slot: int, max_draft_tokens: int | None) -> None:
-        """As `FixedDraftPolicy.start`; while the batch gate is closed (the last confident
-        judgement found plain decoding faster), a new request starts switched off (reason
-        ``"batch_cost"``) except every `explore_every`-th, which drafts so that the policy keeps
-        measuring whether speculation pays again."""
+        """As `FixedDraftPolicy.start`; while the batch gate is closed (slots were switched off
+        because plain decoding was faster), a new request starts switched off (reason
+        ``"batch_cost"``), except the first one after every `explore_every` steps with the gate
+        closed, which drafts so that the policy keeps measuring whether speculation pays."""
         super().start(slot, max_draft_tokens)
         self.succ[slot] = self.trials[slot] = 0.0
         self.seen[slot] = self.streak[slot] = 0
-        if self.off[slot]:
+        if self.off[slot] or not self.gate_closed:
             return
-        self._admitted += 1
-        if self.gate_closed and self._admitted % self.explore_every:
-            self.off[slot] = True
-            self.metrics.off_reasons["batch_cost"] += 1
+        if self._closed_steps >= self.explore_every:
+            self._closed_steps = 0  # this one explores
+            return
+        self.off[slot] = True
+        self.metrics.off_reasons["batch_cost"] += 1
 
     def observe(self, slot: int, drafted: int, emitted: int) -> None:
         if drafted <= 0:
@@ -427,6 +430,8 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
 
     def plan(self, decoding: np.ndarray) -> DraftPlan:
         B = self.cap.size
+        if self.gate_closed:
+            self._closed_steps += 1
         drafting = decoding & ~self.off
         caps = np.where(self.off, 0, self.cap).astype(np.int64)
         if not self.costs.ready or not drafting.any():
@@ -458,7 +463,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             reason = "batch_cost"
             vote = ~warm & confident
             k = np.where(warm, np.minimum(k, 1), 0)
-            self.gate_closed = self.gate_closed or confident
+
         else:
             vote = (k == 0) & ~warm & confident
             self.gate_closed = self.gate_closed and not confident
@@ -467,6 +472,9 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             drop.append((int(b), reason))
             self.off[b] = True
             self.metrics.off_reasons[reason] += 1
+        if reason == "batch_cost" and drop and not self.gate_closed:
+            # slots switched off for the batch's cost (after the patience): close the gate
+            self.gate_closed, self._closed_steps = True, 0
         new_caps = np.zeros(B, np.int64)
         new_caps[slots] = k
         new_caps[self.off] = 0

@@ -18,7 +18,12 @@ paddle = pytest.importorskip("paddle")
 
 import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
-from fd_mtp.engine.draft_policy import DraftPlan, FixedDraftPolicy  # noqa: E402
+from fd_mtp.engine.draft_policy import (  # noqa: E402
+    AdaptiveDraftPolicy,
+    DraftPlan,
+    FixedDraftPolicy,
+    StepCostModel,
+)
 from fd_mtp.engine.request import SpeculativeMetrics  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 
@@ -488,14 +493,56 @@ def test_exact_drafts_stay_exact_whatever_the_substeps(ckpts, steps, chunk):
 
 @pytest.mark.parametrize("which", ["mixed", "exact", "random"])
 def test_adaptive_policy_keeps_greedy_output(ckpts, which):
+    """The adaptive policy on measured costs (whatever it chooses, greedy output is plain's)."""
     spec = mtp(3, draft_policy="adaptive")
     llm, outs = check_equal(ckpts[which], spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30])
     m = llm.runner.draft_policy.metrics
     steps = llm.speculative_metrics.num_steps
     assert sum(m.k_histogram) >= steps - 4 and len(m.history) > 0
-    if which == "exact":  # every draft right: the policy keeps drafting
+    if which == "exact" and llm.speculative_metrics.num_drafted:
         assert llm.speculative_metrics.acceptance_rate == 1.0
-        assert sum(m.k_histogram[1:]) > m.k_histogram[0]
+
+
+class FrozenCosts(StepCostModel):
+    """A cost model measured once and then deaf to the clock: the policy's choices are a pure
+    function of the acceptance it sees."""
+
+    def __init__(self, alpha, beta, substep):
+        super().__init__(weight=1.0)
+        for n in range(1, 65):
+            super().observe_target(n, alpha + beta * n)
+        for _ in range(4):
+            super().observe_proposer(1, substep, 1.1 * substep)
+
+    def observe_target(self, tokens, seconds):
+        pass
+
+    def observe_proposer(self, substeps, forward_seconds, run_seconds):
+        pass
+
+
+@pytest.mark.parametrize(
+    "which,substep,drafting",
+    [("exact", 0.0005, True), ("random", 0.0005, False), ("exact", 0.5, False)],
+)
+def test_adaptive_choices_follow_acceptance_and_costs(ckpts, which, substep, drafting):
+    """With costs fixed (injected), the policy keeps drafting when drafts are right and cheap, and
+    switches speculation off when they are never right or too expensive; output stays plain."""
+    llm = llm_for(ckpts[which], mtp(3, draft_policy="adaptive"))
+    r = llm.runner
+    r.draft_policy = AdaptiveDraftPolicy(
+        r.max_num_seqs, 3, 3, cost_model=FrozenCosts(0.01, 0.0005, substep)
+    )
+    ps = prompts([6, 2, 11, 8], seed=91)
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in [24, 18, 20, 30]]
+    outs = llm.generate(ps, params, use_tqdm=False)
+    assert [o.token_ids for o in outs] == plain_tokens(ckpts[which], ps, params)
+    m = r.draft_policy.metrics
+    if drafting:
+        assert sum(m.k_histogram[2:]) > 2 * m.k_histogram[0] and not m.off_reasons
+        assert llm.speculative_metrics.acceptance_rate == 1.0
+    else:
+        assert sum(m.off_reasons.values()) >= 4 and m.k_histogram[0] > sum(m.k_histogram[1:])
 
 
 def test_per_request_speculation_off_and_caps(ckpts):

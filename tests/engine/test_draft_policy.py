@@ -217,24 +217,31 @@ def test_the_batch_gate_starts_new_requests_off_but_keeps_exploring():
         p.start(b, None)
         p.observe(b, 3, 1)
     assert p.plan(decoding).drop == [(0, "batch_cost"), (1, "batch_cost")] and p.gate_closed
-    for b in (0, 1):
-        p.release(b)
     starts = []
-    for _ in range(3):
+    for _ in range(5):
+        p.plan(decoding)  # steps pass (both slots off)
         p.start(2, None)
         starts.append(bool(p.off[2]))
         p.release(2)
-    assert starts == [False, True, True]  # the 3rd admission (every 3rd) explores
-    assert p.metrics.off_reasons["batch_cost"] == 4
-    p.start(3, 0)  # switched off by its request: no exploration slot used, reason "request"
+    # after every 3 steps with the gate closed, one new request explores
+    assert starts == [True, True, False, True, True]
+    assert p.metrics.off_reasons["batch_cost"] == 6
+    p.start(3, 0)  # switched off by its request: reason "request"
     assert p.off[3] and p.metrics.off_reasons["request"] == 1
     # a confident judgement that speculation pays reopens the gate
     c.observe_proposer(1, 0.00001, 0.00002)  # drafting became cheap (weight 1: replaces)
     c.observe_target(1, 0.0105)
-    p.start(0, None)  # the 6th admission: explores
+    for b in (0, 1):
+        p.release(b)
+    p.plan(decoding)
+    p.plan(decoding)
+    p.start(0, None)  # explores
+    assert not p.off[0]
     feed(p, 0, 1.0)
     p.plan(np.array([True, False, False, False]))
     assert not p.gate_closed
+    p.start(1, None)
+    assert not p.off[1]  # the gate is open: no request starts off
     with pytest.raises(ValueError, match="explore_every"):
         policy(explore_every=0)
 
