@@ -6,13 +6,27 @@ Modes (``--modes``, comma-separated; default all):
 * ``plain``: no speculation,
 * ``mtp_k1``, ``mtp_k2``, ``mtp_k3``: MTP with K = num_model_steps = 1, 2, 3,
 * ``hybrid_k3``: K = 3 with one MTP substep (num_model_steps = 1), the other drafts from n-gram
-  matches (``mtp_strategy="with_ngram"``).
+  matches (``mtp_strategy="with_ngram"``),
+* ``adaptive``: K <= 3 chosen per step and per request (``draft_policy="adaptive"``),
+* ``adaptive_ds``: ``adaptive`` with drafts sampled from the MTP head (``draft_sampling=True``,
+  rejection verification on the draft probabilities); sampled workloads only.
+
+Workloads (``--workloads``, comma-separated; default all four): ``greedy-heldout``,
+``sampled-heldout``, ``greedy-repeat`` and ``sampled-repeat``: greedy decoding or sampling
+(temperature 0.8, top_p 0.9, seeded; speculative modes verify with ``--sampled-verification``,
+default "rejection"), on the held-out prompts below or on repetitive text (each prompt's first
+quarter repeated four times). Every (workload, batch, mode) gets a fresh LLM; after one warm-up
+generate each, the timed repeats go round-robin over the modes (a machine whose load drifts
+slows every mode alike). The table gives
+each mode's speed against plain decoding and, for ``adaptive*``, against the best fixed K
+(``mtp_k1..3``) of the same workload and batch, and lists where adaptive falls below 0.98x plain
+or 0.95x the best fixed K.
 
 For each batch size B (``--batches``) and mode: an LLM with ``max_num_seqs = B``, B random prompts of
 ``--prompt-len`` tokens (a trained checkpoint with a tokenizer: openings of held-out standard-library
 files of about 4 x ``--prompt-len`` characters; or the lines of ``--prompts FILE``, cycled, when the checkpoint has a
 tokenizer), greedy decoding of ``--max-tokens`` tokens each (EOS ignored, so every request runs to
-the end; speculative modes verify with ``--verification``, default "greedy"). One warm-up generate,
+the end; greedy workloads verify with ``--verification``, default "greedy"). One warm-up generate,
 then ``--repeats`` timed ones; per (mode, batch) the CSV holds p50 / p20 / p80 over the repeats of
 
 * ``tokens_per_s`` [tokens/s]: generated tokens / wall time of ``generate`` (prefill included),
@@ -27,17 +41,21 @@ by default a temporary ``fd_mtp.testing.write_exact_draft_checkpoint(context=0.3
 MTP head whose drafts are right about half the time by construction, so its acceptance figures say
 nothing about a trained model; they only exercise the machinery at a realistic-looking rate.
 
-``--check`` asserts, before timing, that every mode's greedy output at every batch equals plain
-decoding at batch 1 token for token (so: speculation does not change greedy output, nor does
+``--check`` asserts, before timing, that every mode's greedy output at every batch (greedy
+workloads) equals plain decoding at batch 1 token for token (so: speculation does not change greedy output, nor does
 batching), reporting the first differing position.
 
 Usage:
-    python benchmarks/bench_e2e.py [--modes plain,mtp_k1,mtp_k2,mtp_k3,hybrid_k3] [--batches 1,8,32]
+    python benchmarks/bench_e2e.py [--modes plain,mtp_k1,...,adaptive] [--batches 1,8,32]
+        [--workloads greedy-heldout,sampled-heldout,greedy-repeat,sampled-repeat]
         [--model DIR] [--quick] [--check] [--device cpu] [--out DIR]
 
+``--quick`` (smoke tests): 1 repeat, 16 new tokens, batches 1 and 8 unless given.
+
 Writes DIR/bench_e2e.csv (bench_ops.py's columns: kernel,provider,metric,unit,x,p50,p20,p80,config,
-device,timestamp,version; provider = the mode, x = the batch size) and DIR/bench_e2e.png (tokens/s
-and mean accepted length per batch and mode), and prints a table.
+device,timestamp,version; kernel = ``e2e_decoding/<workload>``, provider = the mode, x = the
+batch size), DIR/bench_e2e.png (tokens/s and mean accepted length per batch and mode, first
+workload) and DIR/bench_e2e_<workload>.png for the others, and prints the tables.
 """
 
 from __future__ import annotations
@@ -61,6 +79,19 @@ import fd_mtp  # noqa: E402
 from fd_mtp.demo import MODES  # noqa: E402  mode -> speculative_config (verification added from --verification)
 
 BLOCK_SIZE = 64
+ADAPTIVE = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
+BENCH_MODES = {
+    **MODES,
+    "adaptive": {**ADAPTIVE, "draft_policy": "adaptive"},
+    "adaptive_ds": {
+        **ADAPTIVE,
+        "draft_policy": "adaptive",
+        "draft_sampling": True,
+        "verification": "rejection",
+    },
+}
+WORKLOADS = ("greedy-heldout", "sampled-heldout", "greedy-repeat", "sampled-repeat")
+FIXED_K = ("mtp_k1", "mtp_k2", "mtp_k3")
 
 
 def _snapshot(llm):
@@ -141,11 +172,12 @@ def plot(rows, modes, batches, path, synthetic: bool):
             ),
         )
     ]
-    colors = {m: f"C{i}" for i, m in enumerate(MODES)}  # one colour per mode in both panels
+    colors = {m: f"C{i}" for i, m in enumerate(BENCH_MODES)}  # one colour per mode in both panels
     plot_bars(rows, path, panels, batches, colors=colors, title=rows[0]["config"], figsize=(11, 4))
 
 
 def table(rows, modes, batches) -> str:
+    """The figures of one workload's rows, one line per (batch, mode)."""
     by = {(r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
     k = max(
         (
@@ -156,7 +188,7 @@ def table(rows, modes, batches) -> str:
         default=0,
     )
     head = (
-        f"{'mode':<10} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'ms/step':>8} {'steps':>6} "
+        f"{'mode':<11} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'vs bestK':>8} {'ms/step':>8} {'steps':>6} "
         f"{'accept len':>10} {'acceptance per position':<24} {'proposer host ms/step':>21}"
     )
     lines = [head, "-" * len(head)]
@@ -169,13 +201,16 @@ def table(rows, modes, batches) -> str:
             if (mode, "tokens_per_s", b) not in by:
                 continue
             tps, plain = by[(mode, "tokens_per_s", b)], by.get(("plain", "tokens_per_s", b))
+            fixed = [by[(m, "tokens_per_s", b)] for m in FIXED_K if (m, "tokens_per_s", b) in by]
+            vs_best = tps / max(fixed) if fixed and mode.startswith("adaptive") else None
             pos = " ".join(
                 f(by.get((mode, f"acceptance_pos{i}", b)), ".2f")
                 for i in range(k)
                 if (mode, f"acceptance_pos{i}", b) in by
             )
             lines.append(
-                f"{mode:<10} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
+                f"{mode:<11} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
+                f"{f(vs_best, '.2f'):>8} "
                 f"{by[(mode, 'step_latency', b)]:>8.2f} {by[(mode, 'steps', b)]:>6.0f} "
                 f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} {pos or '-':<24} "
                 f"{f(by.get((mode, 'proposer_host_ms_per_step', b)), '.3f'):>21}"
@@ -183,19 +218,59 @@ def table(rows, modes, batches) -> str:
     return "\n".join(lines)
 
 
+def shortfalls(rows, modes, batches) -> list[str]:
+    """Where an adaptive mode is below 0.98x plain or 0.95x the best fixed K (one workload)."""
+    by = {(r["provider"], r["x"]): r["p50"] for r in rows if r["metric"] == "tokens_per_s"}
+    out = []
+    for b in batches:
+        plain = by.get(("plain", b))
+        fixed = {m: by[(m, b)] for m in FIXED_K if (m, b) in by}
+        for mode in (m for m in modes if m.startswith("adaptive") and (m, b) in by):
+            tps = by[(mode, b)]
+            if plain and tps < 0.98 * plain:
+                out.append(f"{mode} batch {b}: {tps / plain:.2f}x plain (goal >= 0.98)")
+            if fixed:
+                best = max(fixed, key=fixed.get)
+                if tps < 0.95 * fixed[best]:
+                    out.append(
+                        f"{mode} batch {b}: {tps / fixed[best]:.2f}x the best fixed K ({best}; goal >= 0.95)"
+                    )
+    return out
+
+
+def repetitive(prompt: list[int]) -> list[int]:
+    """A repetitive-text prompt: the first quarter of ``prompt`` (at least 2 tokens) four times."""
+    head = prompt[: max(2, len(prompt) // 4)]
+    return head * 4
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}"
+        "--modes",
+        default=",".join(BENCH_MODES),
+        help=f"comma-separated, from {', '.join(BENCH_MODES)}",
     )
-    p.add_argument("--batches", default="1,8,32", help="comma-separated")
+    p.add_argument("--batches", default=None, help="comma-separated (default 1,8,32)")
+    p.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, from {', '.join(WORKLOADS)}",
+    )
+    p.add_argument(
+        "--sampled-verification",
+        default="rejection",
+        help="SpeculativeConfig.verification of speculative modes in sampled workloads",
+    )
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument(
         "--prompts", default=None, help="file of text prompts, one a line (needs a tokenizer)"
     )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="2 repeats, 32 new tokens")
+    p.add_argument(
+        "--quick", action="store_true", help="1 repeat, 16 new tokens, batches 1,8 (smoke runs)"
+    )
     p.add_argument(
         "--check",
         action="store_true",
@@ -228,12 +303,17 @@ def main(argv=None):
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
     if args.quick:
-        args.repeats, args.max_tokens = 2, min(args.max_tokens, 32)
+        args.repeats, args.max_tokens = 1, min(args.max_tokens, 16)
+        args.batches = args.batches or "1,8"
     modes = [m for m in args.modes.split(",") if m]
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in BENCH_MODES]
     if unknown or not modes:
-        p.error(f"--modes: unknown {unknown}; choose from {list(MODES)}")
-    batches = [int(b) for b in args.batches.split(",") if b]
+        p.error(f"--modes: unknown {unknown}; choose from {list(BENCH_MODES)}")
+    workloads = [w for w in args.workloads.split(",") if w]
+    bad = [w for w in workloads if w not in WORKLOADS]
+    if bad or not workloads:
+        p.error(f"--workloads: unknown {bad}; choose from {list(WORKLOADS)}")
+    batches = [int(b) for b in (args.batches or "1,8,32").split(",") if b]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -265,9 +345,11 @@ def main(argv=None):
         note = f"checkpoint: {ckpt}"
     print(note, flush=True)
 
-    def make_llm(mode, batch, max_model_len):
-        spec = MODES[mode]
-        spec = None if spec is None else {**spec, "verification": args.verification}
+    def make_llm(mode, batch, max_model_len, sampled=False):
+        spec = BENCH_MODES[mode]
+        verification = args.sampled_verification if sampled else args.verification
+        if spec is not None and not spec.get("draft_sampling"):
+            spec = {**spec, "verification": verification}
         return fd_mtp.LLM(
             str(ckpt),
             device=args.device,
@@ -307,63 +389,110 @@ def main(argv=None):
         prompt_desc = f"prompt={args.prompt_len} random tokens"
     del probe
     max_model_len = max(map(len, all_prompts)) + args.max_tokens + 1
+    prompt_sets = {"heldout": all_prompts, "repeat": [repetitive(pr) for pr in all_prompts]}
     config = (
         f"{'synthetic exact-draft head context=' + str(args.context) if synthetic else ckpt.name}: "
         f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
         f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} {prompt_desc} new_tokens={args.max_tokens} "
-        f"greedy verification={args.verification} block_size={BLOCK_SIZE}"
+        f"greedy verification={args.verification} sampled verification="
+        f"{args.sampled_verification} block_size={BLOCK_SIZE}"
     )
-    params = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     stamp = timestamp()
 
-    reference: list[list[int]] = []
-    if args.check:
-        one = make_llm("plain", 1, max_model_len)
-        reference = [one.generate([pr], params, use_tqdm=False)[0].token_ids for pr in all_prompts]
-        del one
-
     rows = []
-    for batch in batches:
-        prompts = all_prompts[:batch]
-        for mode in modes:
-            llm = make_llm(mode, batch, max_model_len)
-            outs, _ = run_once(llm, prompts, params)  # warm-up
-            if args.check:
-                for i, o in enumerate(outs):
+    per_workload = {}
+    for workload in workloads:
+        sampled = workload.startswith("sampled")
+        prompt_set = prompt_sets[workload.split("-")[1]]
+        greedy = fd_mtp.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+        params = (
+            [
+                fd_mtp.SamplingParams(
+                    temperature=0.8,
+                    top_p=0.9,
+                    seed=1000 + i,
+                    max_tokens=args.max_tokens,
+                    ignore_eos=True,
+                )
+                for i in range(len(prompt_set))
+            ]
+            if sampled
+            else greedy
+        )
+        reference: list[list[int]] = []
+        if args.check and not sampled:
+            one = make_llm("plain", 1, max_model_len)
+            reference = [
+                one.generate([pr], greedy, use_tqdm=False)[0].token_ids for pr in prompt_set
+            ]
+            del one
+        wrows = []
+        wmodes = [m for m in modes if sampled or m != "adaptive_ds"]
+        for batch in batches:
+            prompts = prompt_set[:batch]
+            ps = params[:batch] if sampled else params
+            llms = {}
+            for mode in wmodes:
+                llm = llms[mode] = make_llm(mode, batch, max_model_len, sampled)
+                outs, _ = run_once(llm, prompts, ps)  # warm-up
+                for i, o in enumerate(outs if reference else []):
                     if o.token_ids != reference[i]:
                         raise AssertionError(
                             f"--check: mode {mode}, batch {batch}, request {i}: output differs from "
                             f"plain decoding at batch 1; {first_difference(o.token_ids, reference[i])}"
                         )
-            figs = [run_once(llm, prompts, params)[1] for _ in range(args.repeats)]
-            for metric in figs[0]:
-                unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
-                rows.append(
-                    row(
-                        "e2e_decoding",
-                        mode,
-                        batch,
-                        [f[metric] for f in figs],
-                        metric=metric,
-                        unit=unit,
-                        config=config,
-                        device=args.device,
-                        stamp=stamp,
+            # repeats round-robin over the modes: a machine whose load drifts slows every mode alike
+            figs = {mode: [] for mode in wmodes}
+            for _ in range(args.repeats):
+                for mode in wmodes:
+                    figs[mode].append(run_once(llms[mode], prompts, ps)[1])
+            for mode in wmodes:
+                for metric in figs[mode][0]:
+                    unit = "fraction" if metric.startswith("acceptance_pos") else UNITS[metric]
+                    wrows.append(
+                        row(
+                            f"e2e_decoding/{workload}",
+                            mode,
+                            batch,
+                            [f[metric] for f in figs[mode]],
+                            metric=metric,
+                            unit=unit,
+                            config=config,
+                            device=args.device,
+                            stamp=stamp,
+                        )
                     )
+                med = {m: percentiles([f[m] for f in figs[mode]])[0] for m in figs[mode][0]}
+                policy = getattr(llms[mode].runner, "draft_policy", None)
+                chosen = (
+                    f"   {policy.metrics.summary()}"
+                    if policy is not None and policy.adaptive
+                    else ""
                 )
-            med = {m: percentiles([f[m] for f in figs])[0] for m in figs[0]}
-            print(
-                f"batch {batch:>4} {mode:<10}: {med['tokens_per_s']:10.1f} tokens/s   "
-                f"{med['step_latency']:8.2f} ms/step   accepted length {med['mean_accepted_length']:.2f}",
-                flush=True,
-            )
-            del llm
+                print(
+                    f"{workload:<15} batch {batch:>4} {mode:<11}: {med['tokens_per_s']:10.1f} tokens/s   "
+                    f"{med['step_latency']:8.2f} ms/step   accepted length "
+                    f"{med['mean_accepted_length']:.2f}{chosen}",
+                    flush=True,
+                )
+            del llms
+        rows += wrows
+        per_workload[workload] = (wrows, wmodes)
 
     csv_path = write_csv(rows, out / "bench_e2e.csv", digits=4)
     png_path = out / "bench_e2e.png"
-    plot(rows, modes, batches, png_path, synthetic)
-    print()
-    print(table(rows, modes, batches))
+    for i, (workload, (wrows, wmodes)) in enumerate(per_workload.items()):
+        plot(
+            wrows,
+            wmodes,
+            batches,
+            png_path if i == 0 else out / f"bench_e2e_{workload}.png",
+            synthetic,
+        )
+        print(f"\n== {workload} ==")
+        print(table(wrows, wmodes, batches))
+        for line in shortfalls(wrows, wmodes, batches):
+            print(f"  below goal: {line}")
     print(f"\n{config}\n{note}")
     print(
         f"check: {'passed (every mode == plain decoding at batch 1, token for token)' if args.check else 'not run'};"

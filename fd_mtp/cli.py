@@ -7,7 +7,8 @@
                     [--temperature 0 --top-p 1 --top-k 0 --seed S] [--batch N] [--stream]
                     [--device cpu|gpu --dtype float32|bfloat16|float16]
                     [--speculative-method mtp|ngram --num-speculative-tokens K --num-model-steps N
-                     --mtp-strategy default|with_ngram --verification target_match]
+                     --mtp-strategy default|with_ngram --verification target_match
+                     --draft-policy fixed|adaptive --draft-sampling]
 
 prints every request's generated token ids (and text when the checkpoint has a tokenizer), then
 ``N requests, T tokens in S s: X tokens/s``. Exit status 1 when a request was rejected; 2 on a bad
@@ -26,11 +27,15 @@ reason "aborted"), stderr gets ``fd-mtp generate: interrupted``, and the exit st
 no half-precision matmul). Default: the checkpoint's dtype, loaded as float32 on CPU.
 
 Without ``--speculative-method`` the engine decodes plainly, and the speculative options
-(``--num-speculative-tokens``, ``--num-model-steps``, ``--mtp-strategy``, ``--verification``) are
-refused. With it, ``speculative_config`` is passed to `fd_mtp.LLM` as a dict (K:
-``--num-speculative-tokens``, MTP substeps: ``--num-model-steps``; for "mtp" K is raised to N when
-smaller; ``--mtp-strategy with_ngram`` with K > N is hybrid mode). ``--num-model-steps`` and
-``--mtp-strategy`` are MTP options: refused with ``--speculative-method ngram``.
+(``--num-speculative-tokens``, ``--num-model-steps``, ``--mtp-strategy``, ``--verification``,
+``--draft-policy``, ``--draft-sampling``) are refused. With it, ``speculative_config`` is passed
+to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``, MTP substeps:
+``--num-model-steps``; for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram``
+with K > N is hybrid mode). ``--num-model-steps`` and
+``--mtp-strategy`` are MTP options: refused with ``--speculative-method ngram``, as are
+``--draft-policy adaptive`` (draft length chosen per step and per request from measured
+acceptance and costs) and ``--draft-sampling`` (drafts sampled from the MTP head, with
+``--verification rejection``).
 The default verification, "target_match", accepts a draft while it equals the token the target
 emits at that position, so output equals plain decoding for greedy and for seeded sampled requests.
 Then each request also prints ``[i] spec: <SpeculativeMetrics.summary()>``, and after the summary
@@ -219,6 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="draft acceptance rule (default: target_match)",
     )
+    s.add_argument(
+        "--draft-policy",
+        choices=("fixed", "adaptive"),
+        default=None,
+        help="adaptive: choose the draft length per step and per request (mtp only)",
+    )
+    s.add_argument(
+        "--draft-sampling",
+        action="store_true",
+        default=None,
+        help="sample drafts from the MTP head (needs --verification rejection)",
+    )
     serve = sub.add_parser(
         "serve",
         help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics)",
@@ -242,6 +259,8 @@ def speculative_config(args) -> dict | None:
         "num_model_steps": args.num_model_steps,
         "mtp_strategy": args.mtp_strategy,
         "verification": args.verification,
+        "draft_policy": args.draft_policy,
+        "draft_sampling": args.draft_sampling,
     }
     given = [k for k, v in opts.items() if v is not None]
     if args.speculative_method is None:
@@ -252,7 +271,11 @@ def speculative_config(args) -> dict | None:
             )
         return None
     if args.speculative_method == "ngram":
-        mtp_only = [k for k in ("num_model_steps", "mtp_strategy") if k in given]
+        mtp_only = [
+            k
+            for k in ("num_model_steps", "mtp_strategy", "draft_policy", "draft_sampling")
+            if k in given
+        ]
         if mtp_only:
             raise ValueError(
                 f"{_flags(mtp_only)} {'applies' if len(mtp_only) == 1 else 'apply'} to "
@@ -338,6 +361,9 @@ def _print_speculative(llm) -> None:
             f"proposer: {stats.calls} calls, host {stats.host * per:.3f} ms/step "
             f"(run {stats.run * per:.3f} - forward {stats.forward * per:.3f} ms/step)"
         )
+    if spec.draft_policy != "fixed" or spec.draft_sampling:
+        sampled = ", sampled drafts" if spec.draft_sampling else ""
+        print(f"draft policy ({spec.draft_policy}{sampled}): {llm.draft_policy_metrics.summary()}")
 
 
 def _device_dtype_error(args) -> str | None:

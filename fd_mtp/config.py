@@ -24,6 +24,8 @@ METHODS = ("mtp", "ngram")
 MTP_STRATEGIES = ("default", "with_ngram")
 # How drafts are checked against the target (fd_mtp.ops.speculate_verify's verify_strategy).
 VERIFICATIONS = ("greedy", "topp", "topk", "target_match", "rejection")
+# How many drafts each step verifies (fd_mtp.engine.draft_policy).
+DRAFT_POLICIES = ("fixed", "adaptive")
 # candidates_len values top_p_candidates accepts (spec §5.6).
 CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))
 MAX_SPECULATIVE_TOKENS = 5  # the SysV output message carries 6 tokens per request (§12)
@@ -54,6 +56,21 @@ class SpeculativeConfig:
         max_ngram_size, min_ngram_size: n-gram sizes of the "ngram" method and hybrid mode.
         num_gpu_block_expand_ratio: the MTP cache has int(main blocks * ratio) blocks.
         benchmark_mode: reject every draft (measures the drafting overhead).
+        draft_policy: "fixed" (default: every request verifies every draft, K per step) or
+            "adaptive" (`fd_mtp.engine.draft_policy.AdaptiveDraftPolicy`: each step chooses the
+            number of MTP substeps and, per request, how many drafts to verify (0..K), from an
+            EMA of measured acceptance and the measured step costs, and switches speculation off
+            for a request whose drafts do not pay). Method "mtp" only.
+        adaptive_ema: weight of the newest step in the acceptance EMAs, in (0, 1].
+        adaptive_warmup_steps: decode steps a request drafts (at least one token) before the
+            adaptive policy may switch it off, >= 1.
+        adaptive_off_patience: consecutive steps the adaptive policy must find "no draft" best
+            for a request before it switches speculation off for it, >= 1.
+        draft_sampling: sample each draft from the MTP head's distribution (the request's
+            temperature, top-k and top-p; greedy requests keep the argmax) instead of taking its
+            argmax, and verify with those draft probabilities: needs ``verification="rejection"``
+            and method "mtp" without n-gram extension. Same output distribution as plain
+            sampling, with higher acceptance for sampled requests.
         model: FastDeploy's path of a separate draft checkpoint; fd_mtp always drafts with the MTP
             block of the main checkpoint, so only None (or "") is accepted: a path raises
             ValueError rather than being silently ignored.
@@ -71,6 +88,11 @@ class SpeculativeConfig:
     num_gpu_block_expand_ratio: float = 1.0
     benchmark_mode: bool = False
     model: str | None = None
+    draft_policy: str = "fixed"
+    adaptive_ema: float = 0.3
+    adaptive_warmup_steps: int = 2
+    adaptive_off_patience: int = 2
+    draft_sampling: bool = False
     extra: dict = field(
         default_factory=dict, repr=False
     )  # unknown keys of a dict, kept for callers
@@ -112,6 +134,36 @@ class SpeculativeConfig:
             )
         if self.method == "mtp" and self.num_speculative_tokens < self.num_model_steps:
             self.num_speculative_tokens = self.num_model_steps
+        _choice("draft_policy", self.draft_policy, DRAFT_POLICIES)
+        if (
+            isinstance(self.adaptive_ema, bool)
+            or not isinstance(self.adaptive_ema, (int, float))
+            or not 0.0 < self.adaptive_ema <= 1.0
+        ):
+            raise ValueError(
+                f"SpeculativeConfig.adaptive_ema must be a number in (0, 1], got {self.adaptive_ema!r}"
+            )
+        _int_range("adaptive_warmup_steps", self.adaptive_warmup_steps, 1, None)
+        _int_range("adaptive_off_patience", self.adaptive_off_patience, 1, None)
+        if not isinstance(self.draft_sampling, bool):
+            raise ValueError(
+                f"SpeculativeConfig.draft_sampling must be a bool, got {self.draft_sampling!r}"
+            )
+        if self.draft_policy == "adaptive" and self.method != "mtp":
+            raise ValueError(
+                f"SpeculativeConfig.draft_policy='adaptive' needs method 'mtp', got method {self.method!r}"
+            )
+        if self.draft_sampling:
+            if self.method != "mtp" or self.hybrid_mode:
+                raise ValueError(
+                    "SpeculativeConfig.draft_sampling=True needs method 'mtp' without the n-gram "
+                    f"extension (got method {self.method!r}, mtp_strategy {self.mtp_strategy!r})"
+                )
+            if self.verification != "rejection":
+                raise ValueError(
+                    "SpeculativeConfig.draft_sampling=True needs verification='rejection' (the "
+                    f"verifier must see the draft probabilities), got {self.verification!r}"
+                )
 
     @property
     def lookahead(self) -> int:

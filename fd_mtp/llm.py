@@ -252,6 +252,13 @@ class LLM:
         return self.engine.spec_metrics
 
     @property
+    def draft_policy_metrics(self):
+        """`DraftPolicyMetrics` of the draft-length policy (histogram of the chosen K, substeps,
+        switch-off reasons); None: plain decoding."""
+        policy = getattr(self.runner, "draft_policy", None)
+        return None if policy is None else policy.metrics
+
+    @property
     def proposer_stats(self):
         """The proposer's `ProposerStats` (time in `run` and in MTP forwards); None: plain decoding."""
         proposer = self.runner.proposer

@@ -22,9 +22,10 @@ from .task import Task
 class ProposerStats:
     """Wall-clock seconds spent by a proposer: ``run`` in total (both phases) and ``forward``
     inside model forwards (+ logits); ``host = run - forward`` is the proposer's own overhead (ops
-    and glue). ``calls``: steps the proposer ran."""
+    and glue). ``calls``: steps the proposer ran; ``forwards``: model forwards (MTP substeps) run."""
 
     calls: int = 0
+    forwards: int = 0
     run: float = 0.0
     forward: float = 0.0
 

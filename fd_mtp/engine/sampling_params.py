@@ -46,6 +46,10 @@ class SamplingParams:
         seed: ``None`` (the engine derives one from its own seed and the request's arrival number)
             or an int in ``[0, 2**63 - 2)``.
         skip_special_tokens: passed to the tokenizer's ``decode``.
+        max_draft_tokens: speculative decoding of this request: None (the engine's
+            ``num_speculative_tokens``), 0 (no speculation: the request decodes one token per
+            step and its drafter is switched off) or an int ``>= 1`` capping the drafts verified
+            per step (at most the engine's K). Ignored without speculative decoding.
 
     Raises:
         ValueError naming the field for any out-of-range or mistyped value.
@@ -73,6 +77,7 @@ class SamplingParams:
     seed: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    max_draft_tokens: int | None = None
     stop_list: list[str] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -113,6 +118,10 @@ class SamplingParams:
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be a bool")
+        if self.max_draft_tokens is not None and (
+            not _is_int(self.max_draft_tokens) or self.max_draft_tokens < 0
+        ):
+            bad("max_draft_tokens", "must be None or an int >= 0")
         stop = self.stop
         if stop is None:
             stop_list = []

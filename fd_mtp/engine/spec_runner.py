@@ -33,6 +33,21 @@ Verification (``SpeculativeConfig.verification``):
   drafter is a point mass. Same output distribution as plain sampling.
 * "topp" / "topk": FastDeploy's candidate rules (``top_p_candidates``), not lossless.
 
+Draft length (``SpeculativeConfig.draft_policy``, `fd_mtp.engine.draft_policy`): before the
+proposer drafts, the runner's policy gives a `DraftPlan`: the MTP substeps of this step, a cap per
+slot on the drafts verified at the next step, applied by truncating the target's
+``seq_lens_this_time`` (1 + drafts, as ``draft_model_postprocess`` / the n-gram fill left it) to
+``1 + cap`` on the device, and the slots to switch off (`MTPProposer.drop`: the op's
+``batch_drop`` flag). "fixed" caps a request at ``SamplingParams.max_draft_tokens`` only;
+"adaptive" chooses from measured acceptance and step costs (``time.perf_counter``, decode
+steps only: the proposer's time, and the rest of the step, i.e. the whole `execute_model` call
+minus the proposer plus the engine's time since the previous call when steps run back to
+back; on a GPU the step's one device-to-host transfer is where the device work is waited
+for). With
+``draft_sampling`` the proposer samples its drafts (uniforms: a pure function of the request seed,
+the step and the substep, pushed with the step's transfer) and verification gets their
+probabilities as ``draft_probs``.
+
 Stopping is the engine's job, on the host, as in plain decoding (EOS unless ``ignore_eos``, stop
 token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and draft_model_update get an
 end-token list that matches nothing, and ``max_dec_len`` is the request's real limit plus
@@ -47,15 +62,22 @@ same step.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .. import ops
 from ..config import SpeculativeConfig
 from ..proposer import make_proposer
+from .draft_policy import make_draft_policy
 from .runner import ModelRunner, Task, TaskKind
 from .sampler import SamplingRows, uniforms
+from .sampling_params import SEED_MODULUS
 
 _NO_END_TOKEN = -1  # end_tokens of speculate_verify: matches no token (the engine stops requests)
+_DRAFT_SEED_SALT = (
+    0x5DEECE66D  # draft-sampling uniforms: the request seed plus this, mod SEED_MODULUS
+)
 
 
 class SpeculativeModelRunner(ModelRunner):
@@ -70,6 +92,8 @@ class SpeculativeModelRunner(ModelRunner):
         seed: the key of the verify op's Philox draws ("rejection", "topp", "topk").
         proposer_options: extra keyword arguments of the proposer (`make_proposer`: role,
             scheduler, tp_broadcast...).
+        draft_policy: the `FixedDraftPolicy` / `AdaptiveDraftPolicy` (default: made from the
+            config by `make_draft_policy`; tests pass one with an injected cost model).
         proposer_factory: builds the drafter (default `fd_mtp.proposer.make_proposer`), called as
             ``factory(speculative_config, input_batch, mtp_model=..., max_model_len=...,
             block_size=..., num_main_blocks=..., draft_end_ids=..., **proposer_options)``
@@ -87,6 +111,7 @@ class SpeculativeModelRunner(ModelRunner):
         seed: int = 0,
         proposer_options: dict | None = None,
         proposer_factory=None,
+        draft_policy=None,
     ):
         import paddle
 
@@ -103,6 +128,7 @@ class SpeculativeModelRunner(ModelRunner):
         self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
         self.verify_seed = int(seed)
         self.num_steps = 0
+        self._last_step_end = None  # perf_counter at the end of the previous execute_model
         factory = make_proposer if proposer_factory is None else proposer_factory
         options = {"draft_end_ids": self._end_tokens, **(proposer_options or {})}
         self.proposer = factory(
@@ -114,6 +140,10 @@ class SpeculativeModelRunner(ModelRunner):
             num_main_blocks=self.num_blocks,
             **options,
         )
+        self.draft_policy = (
+            make_draft_policy(cfg, self.max_num_seqs) if draft_policy is None else draft_policy
+        )
+        self._mtp = cfg.method == "mtp"
 
     def _init_share_inputs(self, B: int) -> dict:
         import paddle
@@ -142,10 +172,17 @@ class SpeculativeModelRunner(ModelRunner):
         super().insert_tasks_v1(tasks)
         self.proposer.insert_tasks_v1(tasks)
         w = self.input_batch.writer(self.share_inputs)
+        policy = self.draft_policy
         for t in tasks:
             if t.kind is TaskKind.PREFILL:
                 w["actual_draft_token_num"][t.slot] = self.num_speculative_tokens
                 w["mask_rollback"][t.slot] = 0
+                if t.start == 0:
+                    policy.start(t.slot, None if t.params is None else t.params.max_draft_tokens)
+                if policy.off[t.slot] and self._mtp:
+                    self.proposer.drop([t.slot])  # every chunk's insertion clears the flag
+            elif t.kind is TaskKind.PREEMPTED:
+                policy.release(t.slot)
 
     # -- one step -----------------------------------------------------------------------------------
     def execute_model(self, decode_slots) -> dict[int, list[int]]:
@@ -160,6 +197,9 @@ class SpeculativeModelRunner(ModelRunner):
             correction token; one token for a prefill chunk). ``last_drafted[slot]`` holds how many
             drafts the slot had verified.
         """
+        import paddle
+
+        t0 = time.perf_counter()
         ib = self.input_batch
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
@@ -183,17 +223,39 @@ class SpeculativeModelRunner(ModelRunner):
         counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
         rows = self._spec_rows(ran, counts)
         step = rows.arrays()
+        # the drafts of this step are verified at the next one: the slots that will decode then
+        plan = self.draft_policy.plan((ib.this_time > 0) & ~ib.chunk)
+        if self._mtp:
+            self.proposer.prepare_steps(plan.num_steps)
+            if plan.drop:
+                self.proposer.drop([b for b, _ in plan.drop])
+        step["draft_cap"] = plan.caps.astype(np.int32).reshape(-1, 1) + 1
+        sampling_drafts = self.spec_config.draft_sampling
+        if sampling_drafts:
+            step.update(self._draft_sampling_arrays(ran, counts))
         if self.spec_config.verification in ("topp", "topk"):
             # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
             step["verify_top_p"] = (
                 np.where(ib.greedy, 0.0, ib.top_p).astype(np.float32).reshape(-1, 1)
             )
-        rows.device = ib.push(step)  # the step's one host-to-device transfer
+        rows.device = dev = ib.push(step)  # the step's one host-to-device transfer
         meta, hidden, logits = self._forward()
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
         self._penalties(logits, rows, meta)
+        self._draft_probs = (
+            self._gather_draft_probs(dev["draft_prob_rows"])
+            if sampling_drafts and (counts > 1).any()
+            else None
+        )
         self._verify(
-            logits, rows, this_time, enc, dec, si["output_padding_offset"], si["output_cum_offsets"]
+            logits,
+            rows,
+            this_time,
+            enc,
+            dec,
+            si["output_padding_offset"],
+            si["output_cum_offsets"],
+            drafts=bool((counts > 1).any()),
         )
         ops.speculate_update(
             enc,
@@ -221,7 +283,27 @@ class SpeculativeModelRunner(ModelRunner):
             dec,
             si["step_idx"],
         )
-        self.proposer.run(hidden)
+        stats = self.proposer.stats
+        before = (stats.forward, stats.run, stats.forwards)
+        if self._mtp and self.draft_policy.off[ran].all():
+            # every running request is off: no draft to make, nothing of the proposer's to keep
+            # (an off slot's draft state is rebuilt at its next insertion); each keeps
+            # seq_lens_this_time 1 and its last token in draft_tokens[b, 0] (speculate_update)
+            pass
+        elif self._mtp:
+            self.proposer.run(
+                hidden,
+                num_steps=plan.num_steps,
+                draft_greedy=dev.get("draft_greedy"),
+                draft_uniform=dev.get("draft_uniform"),
+            )
+        else:
+            self.proposer.run(hidden)
+        # the plan's caps: seq_lens_this_time (1 + drafts) of each slot at most 1 + cap
+        target_len = si["seq_lens_this_time"]
+        paddle.assign(
+            paddle.minimum(target_len, dev["draft_cap"].reshape(target_len.shape)), target_len
+        )
         # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
         host = ib.pull(
             {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True
@@ -236,8 +318,54 @@ class SpeculativeModelRunner(ModelRunner):
             int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
             for b, p, c in zip(ran, prefilling, counts)
         }
+        policy = self.draft_policy
+        for b, p, c in zip(ran, prefilling, counts):
+            if not p:
+                policy.observe(int(b), int(c) - 1, len(result[int(b)]))
+        # the step's cost: this call, plus the engine's time since the previous call when it ran
+        # back to back (scheduling, stop checks: paid once per step, plain or speculative)
+        t_end = time.perf_counter()
+        in_call = t_end - t0
+        gap = 0.0 if self._last_step_end is None else t0 - self._last_step_end
+        self._last_step_end = t_end
+        if not prefilling.any():
+            proposer_seconds = stats.run - before[1]
+            policy.observe_costs(
+                tokens=int(counts.sum()),
+                target_seconds=in_call + (gap if 0.0 <= gap < in_call else 0.0) - proposer_seconds,
+                substeps=stats.forwards - before[2],
+                forward_seconds=stats.forward - before[0],
+                proposer_seconds=proposer_seconds,
+            )
         self.num_steps += 1
         return result
+
+    def _draft_sampling_arrays(self, ran: np.ndarray, counts: np.ndarray) -> dict:
+        """The step arrays of draft sampling: ``draft_greedy`` [B], ``draft_uniform`` [B, S]
+        (uniforms of (request seed + salt, step * S + substep)) and ``draft_prob_rows`` (for each
+        output row of this step, the row of the proposer's ``draft_probs`` viewed as [B * K, V]
+        holding the distribution of the draft it verifies)."""
+        ib = self.input_batch
+        B, S, K = self.max_num_seqs, self.spec_config.num_model_steps, self.num_speculative_tokens
+        seeds = (ib.seed.astype(np.uint64) + np.uint64(_DRAFT_SEED_SALT)) % np.uint64(SEED_MODULUS)
+        counter = self.num_steps * S + np.arange(S)
+        u = uniforms(np.repeat(seeds.astype(np.int64), S), np.tile(counter, B)).reshape(B, S)
+        row_b = np.repeat(ran, counts)
+        row_j = np.arange(row_b.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        return {
+            "draft_greedy": ib.greedy.copy(),
+            "draft_uniform": u.astype(np.float32),
+            "draft_prob_rows": (row_b * K + np.minimum(row_j, K - 1)).astype(np.int64),
+        }
+
+    def _gather_draft_probs(self, rows):
+        """``[T, V]`` draft probabilities of this step's output rows (``speculate_verify``'s
+        ``draft_probs``: row ``start + i`` = the distribution draft ``i + 1`` was drawn from)."""
+        buf = self.proposer.model_inputs["draft_probs"]
+        B, K, V = buf.shape
+        import paddle
+
+        return paddle.gather(buf.reshape([B * K, V]), rows)
 
     def _spec_rows(self, ran: np.ndarray, counts: np.ndarray) -> SamplingRows:
         """Sampling parameters of every output row: request b's row j samples its token number
@@ -257,12 +385,19 @@ class SpeculativeModelRunner(ModelRunner):
             banned_ids=banned_ids,
         )
 
-    def _verify(self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum) -> None:
+    def _verify(
+        self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum, drafts=True
+    ) -> None:
         import paddle
 
         si = self.share_inputs
         cfg = self.spec_config
         strategy = cfg.verification
+        if strategy == "rejection" and not drafts:
+            # no row verifies a draft (every request off or prefilling): each emits one token
+            # sampled from the target's distribution either way; "target_match" takes the
+            # sampler's draw, as plain decoding, and needs no target_probs
+            strategy = "target_match"
         R = logits.shape[0]
         target_probs = None
         top_p = si["top_p"]
@@ -313,4 +448,5 @@ class SpeculativeModelRunner(ModelRunner):
             verify_strategy=strategy,
             prefill_one_step_stop=False,
             target_probs=target_probs,
+            draft_probs=self._draft_probs if strategy == "rejection" else None,
         )

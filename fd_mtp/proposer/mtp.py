@@ -51,6 +51,7 @@ import numpy as np
 from .. import ops
 from ..batch import InputBatch, ProposerStats, TaskKind, pack_step
 from ..config import SpeculativeConfig
+from .draft_sampling import sample_draft_rows
 
 ROLES = ("mixed", "prefill", "decode")
 SCHEDULERS = ("v1", "v0")
@@ -151,6 +152,10 @@ class MTPProposer:
         self.hybrid_mode = cfg.hybrid_mode
         self.draft_end_ids = self.target["eos_token_id"] if draft_end_ids is None else draft_end_ids
         self.stats = ProposerStats()
+        self.draft_sampling = cfg.draft_sampling
+        self._steps = self.num_model_steps  # substeps of the current `run`
+        self._inserted: set[int] = set()  # slots (re)started since the last `run`
+        self._draft_rng = None  # (greedy [B] bool, uniform [B, num_model_steps]) of the run
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
             raise ValueError(
@@ -252,6 +257,11 @@ class MTPProposer:
         mi["mask_rollback"] = paddle.full([B, 1], 0, "int32")
         mi["recompute_token_num"] = paddle.full([B, 1], self.num_model_steps - 1, "int32")
         mi["caches"] = self.caches
+        # draft_sampling: q of each slot's draft at every substep (the verifier's draft_probs)
+        V = self.model_config.vocab_size
+        mi["draft_probs"] = (
+            paddle.zeros([B, K, V], "float32") if self.config.draft_sampling else None
+        )
         # Python attributes of FastDeploy's proposer
         self.seq_lens_this_time_buffer = t["seq_lens_this_time"].clone()
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer  # always the full [B, 1] buffer
@@ -321,6 +331,7 @@ class MTPProposer:
             else:
                 w["recompute_token_num"][b] = self.num_model_steps - 1
                 w["mask_rollback"][b] = 0
+                self._inserted.add(b)
         mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
 
     def insert_prefill_inputs(
@@ -405,10 +416,62 @@ class MTPProposer:
         self._chunks[b] = (prompt, sizes, idx + 1)
 
     # -- one step (spec §4.1 step 7) ----------------------------------------------------------------
-    def run(self, full_hidden_states) -> None:
+    def prepare_steps(self, num_steps: int) -> None:
+        """Announce, before the step's push, that the next `run` takes ``num_steps`` substeps:
+        the slots inserted since the last run get ``recompute_token_num = num_steps - 1`` (the
+        positions their first run's later substeps fill with drafts, which the next
+        ``draft_model_preprocess`` rewinds; insertion assumed ``num_model_steps - 1``)."""
+        steps = int(num_steps)
+        if not 1 <= steps <= self.num_model_steps:
+            raise ValueError(
+                f"MTPProposer.prepare_steps: num_steps must be in [1, {self.num_model_steps}], "
+                f"got {num_steps!r}"
+            )
+        for b in self._inserted:
+            self._w["recompute_token_num"][b] = steps - 1
+        self._inserted.clear()
+
+    def drop(self, slots) -> None:
+        """Stop drafting for ``slots`` until their next insertion: their ``batch_drop`` flag (the
+        op's parameter; mtp.py's call site passes the Python ``is_block_step`` tensor there, spec
+        §6.1 quirk) is set, so ``draft_model_preprocess`` stops their draft and
+        ``draft_model_postprocess`` gives the target ``seq_lens_this_time = 1``: plain decoding
+        through the ops' normal paths. Staged: takes effect with the next push."""
+        for b in slots:
+            self._w["is_block_step"][int(b)] = True
+
+    def run(
+        self,
+        full_hidden_states,
+        *,
+        num_steps: int | None = None,
+        draft_greedy=None,
+        draft_uniform=None,
+    ) -> None:
         """Draft the next tokens from the target's packed hidden states ``[sum(q), H]`` of this step
         (already final-normed). Writes the target's ``draft_tokens`` (row = [last accepted, drafts,
-        -1 ...]) and ``seq_lens_this_time`` (1 + drafts for decoding requests)."""
+        -1 ...]) and ``seq_lens_this_time`` (1 + drafts for decoding requests).
+
+        Args:
+            num_steps: MTP substeps of this call, 1..num_model_steps (default num_model_steps):
+                the ``num_model_step`` of ``draft_model_preprocess`` (which rewinds the next
+                call by ``num_steps - 1`` positions) and the number of substeps. A value other
+                than num_model_steps needs `prepare_steps` with it before the step's push.
+            draft_greedy, draft_uniform: with ``draft_sampling``, device tensors ``[B]`` bool
+                (greedy requests) and ``[B, >= num_steps]`` float32 in [0, 1) (the uniform of
+                each slot's draft at each substep); required then.
+        """
+        steps = self.num_model_steps if num_steps is None else int(num_steps)
+        if not 1 <= steps <= self.num_model_steps:
+            raise ValueError(
+                f"MTPProposer.run: num_steps must be in [1, {self.num_model_steps}], got {num_steps!r}"
+            )
+        if self.draft_sampling and (draft_greedy is None or draft_uniform is None):
+            raise ValueError(
+                "MTPProposer.run: draft_sampling needs draft_greedy and draft_uniform tensors"
+            )
+        self._steps = steps
+        self._draft_rng = (draft_greedy, draft_uniform) if self.draft_sampling else None
         t0 = time.perf_counter()
         self._prepare_inputs(full_hidden_states)
         self._propose()
@@ -445,7 +508,7 @@ class MTPProposer:
             t["stop_flags"],
             t["is_block_step"],
             t["draft_tokens"],
-            self.num_model_steps,
+            self._steps,
             True,
             self.role == "prefill",
             self.scheduler == "v1",
@@ -459,14 +522,14 @@ class MTPProposer:
             t["accept_num"],
             t["seq_lens_this_time"],
             t["seq_lens_encoder"],
-            self.num_model_steps,
+            self._steps,
         )
 
     def _propose(self) -> None:
         paddle = self._paddle
         mi = self.model_inputs
         L = self.max_model_len
-        for substep in range(self.num_model_steps):
+        for substep in range(self._steps):
             if not bool(mi["not_need_stop"].numpy()[0]):  # a host tensor: no transfer
                 continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
             mi["substep"] = substep
@@ -488,7 +551,8 @@ class MTPProposer:
                 )
                 logits = self.model.compute_logits(rows)
             self.stats.forward += time.perf_counter() - f0
-            next_tokens = self._sample(logits, this_time, out_pad, out_cum)
+            self.stats.forwards += 1
+            next_tokens = self._sample(logits, this_time, out_pad, out_cum, substep)
             prefilled = mi["seq_lens_encoder"].reshape([-1, 1]) > 0  # before the update zeroes it
             if self.tp_broadcast is not None:
                 self.tp_broadcast(next_tokens)
@@ -523,7 +587,7 @@ class MTPProposer:
                     self.scheduler == "v1",
                     msg_queue_id=self.msg_queue_id,
                 )
-            if substep < self.num_model_steps - 1:
+            if substep < self._steps - 1:
                 # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
                 # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
                 # would be taken for a decode (spec §6.4 edge). Requests that prefilled in this substep
@@ -547,8 +611,10 @@ class MTPProposer:
                     step,
                 )
 
-    def _sample(self, logits, this_time, out_pad, out_cum):
-        """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax."""
+    def _sample(self, logits, this_time, out_pad, out_cum, substep: int = 0):
+        """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax; with
+        ``draft_sampling``: a draw from each row's distribution (`sample_draft_rows`), whose
+        ``q`` for each slot's last row is kept in ``model_inputs["draft_probs"][:, substep]``."""
         paddle = self._paddle
         mi = self.model_inputs
         if logits.shape[0] == 0:
@@ -569,7 +635,44 @@ class MTPProposer:
             out_cum,
             self.max_model_len,
         )
-        return paddle.argmax(logits, axis=-1).astype("int64")
+        if self._draft_rng is None:
+            return paddle.argmax(logits, axis=-1).astype("int64")
+        return self._sample_drafts(logits, out_pad, substep)
+
+    def _sample_drafts(self, logits, out_pad, substep: int):
+        """Draft sampling for the rows ``draft_model_update`` reads (each slot's last row): those
+        rows' tokens are drawn from their ``q`` (kept in ``draft_probs[:, substep]``); the other
+        rows (earlier accepted tokens of substep 0) keep the argmax, which nothing reads."""
+        paddle = self._paddle
+        mi = self.model_inputs
+        greedy, uniform = self._draft_rng
+        R = int(logits.shape[0])
+        B = self.max_num_seqs
+        # packed row r belongs to slot (r + output_padding_offset[r]) // L (spec §1.3); rows are
+        # in slot order, so a slot's last row is the running count of rows up to it, minus one
+        slot = (
+            paddle.arange(R, dtype="int64") + out_pad.reshape([-1])[:R].astype("int64")
+        ) // self.max_model_len
+        counts = paddle.bincount(slot, minlength=B)
+        has = counts > 0
+        last = paddle.clip(paddle.cumsum(counts) - 1, 0, R - 1)
+        tokens, q = sample_draft_rows(
+            paddle.gather(logits, last),
+            greedy.reshape([-1]),
+            mi["top_k"].reshape([-1]),
+            mi["top_p"].reshape([-1]),
+            uniform[:, substep],
+        )
+        buf = mi["draft_probs"]
+        buf[:, substep, :] = paddle.where(has.unsqueeze(-1), q, buf[:, substep, :])
+        # every row: the argmax; each slot's last row: its sample (slots without rows write to a
+        # sink entry past the end)
+        out = paddle.concat(
+            [paddle.argmax(logits, axis=-1).astype("int64"), paddle.zeros([1], "int64")]
+        )
+        index = paddle.where(has, last, paddle.full_like(last, R))
+        out = paddle.scatter(out, index, tokens, overwrite=True)
+        return out[:R]
 
     def _update_status(self) -> None:
         mi, t = self.model_inputs, self.target

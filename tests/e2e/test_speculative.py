@@ -18,6 +18,12 @@ paddle = pytest.importorskip("paddle")
 
 import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
+from fd_mtp.engine.draft_policy import (  # noqa: E402
+    AdaptiveDraftPolicy,
+    DraftPlan,
+    FixedDraftPolicy,
+    StepCostModel,
+)
 from fd_mtp.engine.request import SpeculativeMetrics  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 
@@ -398,3 +404,227 @@ def test_random_engines_equal_plain_greedy(ckpts, data):
         num_gpu_blocks=blocks,
     )
     assert llm.engine.block_manager.num_free == blocks and not llm.engine.running
+
+
+# -- draft length policies, per-request control, draft sampling (issue 18) --------------------------
+
+
+class ShufflingPolicy(FixedDraftPolicy):
+    """A draft policy that draws, every step, the substep count, every slot's cap and a few
+    switch-offs at random (seeded): greedy output must not depend on any of it."""
+
+    def __init__(self, B, K, steps, seed, drop_p=0.04):
+        super().__init__(B, K, steps)
+        self.rng = np.random.default_rng(seed)
+        self.drop_p = drop_p
+
+    def plan(self, decoding):
+        rng = self.rng
+        steps = int(rng.integers(1, self.num_model_steps + 1))
+        caps = np.minimum(
+            rng.integers(0, self.K + 1, self.cap.size), np.where(self.off, 0, self.cap)
+        )
+        drop = []
+        for b in np.flatnonzero(decoding & ~self.off):
+            if rng.random() < self.drop_p:
+                drop.append((int(b), "low_acceptance"))
+                self.off[b] = True
+                caps[b] = 0
+                self.metrics.off_reasons["low_acceptance"] += 1
+        self._record(caps, decoding, steps)
+        return DraftPlan(steps, caps, drop)
+
+
+def shuffled(llm, seed):
+    """Give ``llm``'s runner a `ShufflingPolicy`; returns it."""
+    r = llm.runner
+    r.draft_policy = ShufflingPolicy(
+        r.max_num_seqs, r.num_speculative_tokens, r.spec_config.num_model_steps, seed
+    )
+    return r.draft_policy
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        mtp(2),
+        mtp(3),
+        mtp(5, 4),
+        mtp(3, 1, mtp_strategy="with_ngram"),
+        mtp(3, verification="rejection", draft_sampling=True),
+    ],
+    ids=["k2", "k3", "k5s4", "hybrid3", "draft_sampling"],
+)
+def test_greedy_equals_plain_whatever_the_draft_plan(ckpts, spec):
+    ckpt = ckpts["mixed"]
+    ps = prompts([5, 1, 17, 9, 3, 30, 4], seed=80)
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in [20, 14, 22, 9, 18, 16, 25]]
+    llm = llm_for(ckpt, spec)
+    policy = shuffled(llm, seed=7)
+    outs = llm.generate(ps, params, use_tqdm=False)
+    for i, (o, w) in enumerate(zip(outs, plain_tokens(ckpt, ps, params))):
+        assert o.token_ids == w, f"request {i}: speculative {o.token_ids} != plain {w}"
+    m = policy.metrics
+    assert sum(1 for n in m.k_histogram if n) >= 3  # caps varied
+    assert len(m.steps_histogram) == spec["num_model_steps"]  # every substep count ran
+    assert m.off_reasons["low_acceptance"] > 0  # and slots were switched off mid-request
+    assert llm.speculative_metrics.num_accepted > 0
+
+
+@pytest.mark.parametrize("steps", [2, 3])
+@pytest.mark.parametrize("chunk", [None, 6])
+def test_exact_drafts_stay_exact_whatever_the_substeps(ckpts, steps, chunk):
+    """The draft model's state (positions, KV cache, hidden states, rewinds) stays right when the
+    substeps change every step and slots are switched off: the exact head's drafts are then all
+    accepted, also with chunked prefill and requests joining mid-run."""
+    ckpt = ckpts["exact"]
+    ps = prompts([5, 1, 17, 9, 3, 30], seed=85)
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in [24, 20, 26, 12, 22, 18]]
+    kw = {} if chunk is None else {"max_num_batched_tokens": chunk}
+    llm = llm_for(ckpt, mtp(3, steps), **kw)
+    policy = shuffled(llm, seed=steps)
+    outs = llm.generate(ps, params, use_tqdm=False)
+    for i, (o, w) in enumerate(zip(outs, plain_tokens(ckpt, ps, params))):
+        assert o.token_ids == w, f"request {i}"
+    m = llm.speculative_metrics
+    assert m.num_drafted > 50 and m.acceptance_rate == 1.0, m.summary()
+    assert len(policy.metrics.steps_histogram) == steps
+
+
+@pytest.mark.parametrize("which", ["mixed", "exact", "random"])
+def test_adaptive_policy_keeps_greedy_output(ckpts, which):
+    """The adaptive policy on measured costs (whatever it chooses, greedy output is plain's)."""
+    spec = mtp(3, draft_policy="adaptive")
+    llm, outs = check_equal(ckpts[which], spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30])
+    m = llm.runner.draft_policy.metrics
+    steps = llm.speculative_metrics.num_steps
+    assert sum(m.k_histogram) >= steps - 4 and len(m.history) > 0
+    if which == "exact" and llm.speculative_metrics.num_drafted:
+        assert llm.speculative_metrics.acceptance_rate == 1.0
+
+
+class FrozenCosts(StepCostModel):
+    """A cost model measured once and then deaf to the clock: the policy's choices are a pure
+    function of the acceptance it sees."""
+
+    def __init__(self, alpha, beta, substep):
+        super().__init__(weight=1.0)
+        for n in range(1, 65):
+            super().observe_target(n, alpha + beta * n)
+        for _ in range(4):
+            super().observe_proposer(1, substep, 1.1 * substep)
+
+    def observe_target(self, tokens, seconds):
+        pass
+
+    def observe_proposer(self, substeps, forward_seconds, run_seconds):
+        pass
+
+
+@pytest.mark.parametrize(
+    "which,substep,drafting",
+    [("exact", 0.0005, True), ("random", 0.0005, False), ("exact", 0.5, False)],
+)
+def test_adaptive_choices_follow_acceptance_and_costs(ckpts, which, substep, drafting):
+    """With costs fixed (injected), the policy keeps drafting when drafts are right and cheap, and
+    switches speculation off when they are never right or too expensive; output stays plain."""
+    llm = llm_for(ckpts[which], mtp(3, draft_policy="adaptive"))
+    r = llm.runner
+    r.draft_policy = AdaptiveDraftPolicy(
+        r.max_num_seqs, 3, 3, cost_model=FrozenCosts(0.01, 0.0005, substep)
+    )
+    ps = prompts([6, 2, 11, 8], seed=91)
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in [24, 18, 20, 30]]
+    outs = llm.generate(ps, params, use_tqdm=False)
+    assert [o.token_ids for o in outs] == plain_tokens(ckpts[which], ps, params)
+    m = r.draft_policy.metrics
+    if drafting:
+        assert sum(m.k_histogram[2:]) > 2 * m.k_histogram[0] and not m.off_reasons
+        assert llm.speculative_metrics.acceptance_rate == 1.0
+    else:
+        assert sum(m.off_reasons.values()) >= 4 and m.k_histogram[0] > sum(m.k_histogram[1:])
+
+
+def test_per_request_speculation_off_and_caps(ckpts):
+    ckpt = ckpts["exact"]
+    ps = prompts([5, 8, 3, 10], seed=95)
+    params = [SamplingParams(max_tokens=16, max_draft_tokens=n, **GREEDY) for n in (0, 1, None, 2)]
+    llm = llm_for(ckpt, mtp(3))
+    outs = llm.generate(ps, params, use_tqdm=False)
+    for i, (o, w) in enumerate(zip(outs, plain_tokens(ckpt, ps, params))):
+        assert o.token_ids == w, f"request {i}"
+    specs = [o.metrics.spec for o in outs]
+    assert specs[0].num_drafted == 0 and specs[0].mean_accepted_length == 1.0
+    assert specs[1].drafted_per_position[1:] == [0, 0] and specs[1].drafted_per_position[0] > 0
+    assert specs[2].drafted_per_position[2] > 0
+    assert specs[3].drafted_per_position[2] == 0 and specs[3].drafted_per_position[1] > 0
+    assert all(s.num_accepted == s.num_drafted for s in specs)  # the exact head: all accepted
+    assert llm.runner.draft_policy.metrics.off_reasons == {"request": 1}
+    # every request off: the proposer is skipped altogether, output still plain decoding's
+    off = [SamplingParams(max_tokens=16, max_draft_tokens=0, **GREEDY)] * 4
+    llm = llm_for(ckpt, mtp(3))
+    outs = llm.generate(ps, off, use_tqdm=False)
+    assert [o.token_ids for o in outs] == plain_tokens(ckpt, ps, off)
+    assert llm.proposer_stats.calls == 0 and llm.speculative_metrics.num_drafted == 0
+
+
+def test_draft_sampling_with_varying_draft_length_matches_plain_sampling(ckpts):
+    """Drafts sampled from the MTP head (temperature 0.8, top-p 0.9) and verified with their
+    probabilities (top-k 3 keeps the joint distribution small enough to test): the first three
+    tokens of 1200 seeded requests have the same joint
+    distribution as plain sampling (chi-square homogeneity, seeded), with the draft length,
+    substeps and switch-offs drawn at random every step. Sampling the drafts accepts more of them
+    than the argmax drafter does on the same requests."""
+    ckpt = ckpts["mixed"]
+    n_req = 1200
+    prompt = prompts([6], seed=121)[0]
+    params = [
+        SamplingParams(
+            max_tokens=3, seed=3000 + i, temperature=0.8, top_p=0.9, top_k=3, ignore_eos=True
+        )
+        for i in range(n_req)
+    ]
+    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    spec = mtp(3, verification="rejection", draft_sampling=True)
+    llm = llm_for(ckpt, spec, max_num_seqs=64, seed=13)
+    policy = shuffled(llm, seed=5)
+    out = llm.generate([prompt] * n_req, params, use_tqdm=False)
+    a = np.array([o.token_ids for o in plain])
+    b = np.array([o.token_ids for o in out])
+    stat, dof = _chi2_homogeneity(a, b)
+    m = llm.speculative_metrics
+    assert m.num_accepted > 300 and m.num_drafted - m.num_accepted > 300, m.summary()
+    assert sum(1 for n in policy.metrics.k_histogram if n) == 4
+    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
+    # the argmax drafter on the first 300 requests, same caps: fewer drafts accepted
+    few = params[:300]
+    argmax = llm_for(ckpt, mtp(3, verification="rejection"), max_num_seqs=64, seed=13)
+    sampled = llm_for(ckpt, spec, max_num_seqs=64, seed=13)
+    for x in (argmax, sampled):
+        x.runner.draft_policy = FixedDraftPolicy(64, 3, 3)
+        x.generate([prompt] * 300, few, use_tqdm=False)
+    rate = [x.speculative_metrics.acceptance_per_position[0] for x in (argmax, sampled)]
+    assert rate[1] > rate[0] + 0.05, rate
+
+
+def test_adaptive_sampled_requests_match_plain_sampling(ckpts):
+    """The adaptive policy (real costs, real acceptance) with draft sampling: same distribution
+    as plain sampling (seeded chi-square), and the policy records its choices."""
+    ckpt = ckpts["mixed"]
+    n_req = 800
+    prompt = prompts([5], seed=122)[0]
+    params = [
+        SamplingParams(
+            max_tokens=3, seed=5000 + i, temperature=0.8, top_p=0.9, top_k=3, ignore_eos=True
+        )
+        for i in range(n_req)
+    ]
+    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    spec = mtp(2, verification="rejection", draft_sampling=True, draft_policy="adaptive")
+    llm = llm_for(ckpt, spec, max_num_seqs=64, seed=17)
+    out = llm.generate([prompt] * n_req, params, use_tqdm=False)
+    stat, dof = _chi2_homogeneity(
+        np.array([o.token_ids for o in plain]), np.array([o.token_ids for o in out])
+    )
+    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
+    assert sum(llm.runner.draft_policy.metrics.k_histogram) > 0

@@ -26,6 +26,8 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
         [
             "--modes",
             "plain,mtp_k2,hybrid_k3",
+            "--workloads",
+            "greedy-heldout",
             "--batches",
             "1,3",
             "--max-tokens",
@@ -71,6 +73,44 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
     }
 
 
+def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
+    """--quick over every workload: plain, a fixed K and both adaptive modes, one CSV row set
+    per workload, the vs-best-K column, and --check on the greedy workloads."""
+    bench = load_bench()
+    bench.main(
+        [
+            "--quick",
+            "--modes",
+            "plain,mtp_k1,adaptive,adaptive_ds",
+            "--batches",
+            "1,2",
+            "--prompt-len",
+            "8",
+            "--check",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "check: passed" in out and "vs bestK" in out
+    rows = list(csv.DictReader(open(tmp_path / "bench_e2e.csv")))
+    kernels = {r["kernel"] for r in rows}
+    assert kernels == {f"e2e_decoding/{w}" for w in bench.WORKLOADS}
+    for w in bench.WORKLOADS:
+        got = {
+            (r["provider"], r["x"])
+            for r in rows
+            if r["kernel"] == f"e2e_decoding/{w}" and r["metric"] == "tokens_per_s"
+        }
+        modes = ["plain", "mtp_k1", "adaptive"] + (["adaptive_ds"] if "sampled" in w else [])
+        assert got == {(m, b) for m in modes for b in ("1", "2")}, w
+        assert f"== {w} ==" in out
+    assert (tmp_path / "bench_e2e_sampled-repeat.png").stat().st_size > 0
+    assert "draft length k histogram" in out  # the adaptive modes report their choices
+    # the repetitive workload repeats the prompt's first quarter
+    assert bench.repetitive([1, 2, 3, 4, 5, 6, 7, 8]) == [1, 2] * 4
+
+
 def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
     bench = load_bench()
     orig = bench.fd_mtp.LLM.generate
@@ -90,6 +130,8 @@ def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
             [
                 "--modes",
                 "plain,mtp_k1",
+                "--workloads",
+                "greedy-heldout",
                 "--batches",
                 "1",
                 "--max-tokens",

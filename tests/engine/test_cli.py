@@ -275,6 +275,27 @@ def test_generate_speculative_prints_metrics_and_matches_plain(exact_ckpt, capsy
     assert calls >= 4 and run > 0 and fwd > 0 and abs(run - fwd - host) < 2e-3
 
 
+def test_generate_adaptive_draft_length_and_draft_sampling_match_plain(exact_ckpt, capsys):
+    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
+    plain = parse(capsys.readouterr().out)
+    extra = [
+        "--speculative-method",
+        "mtp",
+        "--num-speculative-tokens",
+        "3",
+        "--draft-policy",
+        "adaptive",
+        "--verification",
+        "rejection",
+        "--draft-sampling",
+    ]
+    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, *extra]) == 0
+    out = capsys.readouterr().out
+    assert parse(out) == plain and "spec: mean accepted length" in out
+    policy = next(x for x in out.splitlines() if x.startswith("draft policy (adaptive, sampled"))
+    assert "draft length k histogram [0:" in policy and "switched off:" in policy
+
+
 def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
     assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
     plain = parse(capsys.readouterr().out)
@@ -344,6 +365,15 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
             ],
             "--num-model-steps, --mtp-strategy apply to --speculative-method mtp only",
         ),
+        (
+            ["--speculative-method", "ngram", "--draft-policy", "adaptive"],
+            "--draft-policy applies to --speculative-method mtp only",
+        ),
+        (
+            ["--speculative-method", "mtp", "--draft-sampling"],
+            "SpeculativeConfig.draft_sampling=True needs verification='rejection'",
+        ),
+        (["--draft-sampling"], "--draft-sampling needs --speculative-method"),
     ],
 )
 def test_generate_speculative_bad_values_exit_2(exact_ckpt, capsys, argv, field):
