@@ -36,9 +36,8 @@ O(1)). The measured maxima are printed (``-s``).
 
 from __future__ import annotations
 
-import shutil
-
 import os
+import shutil
 
 import numpy as np
 import paddle
