@@ -96,6 +96,82 @@ bool read_schedule() {
   return false;
 }
 
+#if !defined(SIMT_THREADS)
+// ------------------------------------------------------------------- fiber contexts ---
+// A fiber switch saves the callee-saved registers on the fiber's stack and swaps stack
+// pointers: no system call (ucontext's swapcontext saves the signal mask with one, which costs
+// microseconds per switch in some sandboxes). x86-64 System V; other targets use ucontext.
+#if defined(__x86_64__)
+extern "C" void simt_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .globl simt_switch
+  .hidden simt_switch
+  .type simt_switch, @function
+simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size simt_switch, .-simt_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+void* g_scheduler_sp = nullptr;
+
+void fiber_entry();
+
+// A fresh context that starts fiber_entry on [stack, stack + bytes).
+void prepare(Context& c, char* stack, size_t bytes) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                                  // fiber_entry's return address: none
+  *--sp = reinterpret_cast<void*>(&fiber_entry);    // simt_switch's `ret` goes there
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;      // rbp, rbx, r12-r15
+  *--sp = nullptr;                                  // mxcsr and the x87 control word:
+  reinterpret_cast<uint32_t*>(sp)[0] = 0x1f80;      // the defaults
+  reinterpret_cast<uint16_t*>(sp)[2] = 0x037f;
+  c.sp = sp;
+}
+void enter(Context& c) { simt_switch(&g_scheduler_sp, c.sp); }
+void leave(Context& c) { simt_switch(&c.sp, g_scheduler_sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+ucontext_t g_scheduler;
+void fiber_entry();
+void prepare(Context& c, char* stack, size_t bytes) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, fiber_entry, 0);
+}
+void enter(Context& c) { swapcontext(&g_scheduler, &c.uc); }
+void leave(Context& c) { swapcontext(&c.uc, &g_scheduler); }
+#endif
+#endif
+
 // ------------------------------------------------------------------- threads and blocks ---
 struct Block;
 
@@ -112,7 +188,7 @@ struct Thread {
   int result = 0;
   std::vector<std::pair<const void*, uint64_t>> uses;  // CUB storage -> epoch of last use
 #if !defined(SIMT_THREADS)
-  ucontext_t ctx;
+  Context ctx;
   char* stack = nullptr;
 #endif
 };
@@ -171,7 +247,7 @@ int initial(int op) { return op == 2 ? 1 : 0; }
 
 #if !defined(SIMT_THREADS)
 // ------------------------------------------------------------------- fibers ---
-ucontext_t g_scheduler;
+
 std::vector<char*> g_stacks;  // a pool, one per fiber of the largest block so far
 
 char* stack_at(size_t i) {
@@ -190,13 +266,14 @@ void fiber_entry() {
   Thread* self = tls_self;
   self->block->body(self->block->closure);
   self->state = Thread::kDone;
-  swapcontext(&self->ctx, &g_scheduler);
+  leave(self->ctx);
+  std::abort();  // a finished fiber is never resumed
 }
 
 // Returns to the scheduler; `state` tells it why.
 void switch_out(Thread* self, Thread::State state) {
   self->state = state;
-  swapcontext(&self->ctx, &g_scheduler);
+  leave(self->ctx);
   tls_self = self;
 }
 
@@ -218,11 +295,7 @@ bool run_block(Block& blk) {
       set_error(cudaErrorMemoryAllocation, "no memory for the fiber stacks");
       return false;
     }
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = t.stack;
-    t.ctx.uc_stack.ss_size = kStackBytes;
-    t.ctx.uc_link = nullptr;
-    makecontext(&t.ctx, fiber_entry, 0);
+    prepare(t.ctx, t.stack, kStackBytes);
     ready.push_back(i);
   }
   size_t done = 0;
@@ -232,7 +305,7 @@ bool run_block(Block& blk) {
       Thread& t = blk.threads[i];
       t.state = Thread::kReady;
       tls_self = &t;
-      swapcontext(&g_scheduler, &t.ctx);
+      enter(t.ctx);
       tls_self = nullptr;
       if (t.state == Thread::kFailed) return false;  // the other fibers are abandoned
       if (t.state == Thread::kDone) ++done;

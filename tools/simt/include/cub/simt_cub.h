@@ -50,17 +50,22 @@ inline void begin_use(const void* storage, const char* what) {
                  what, storage, ::simt::current().linear);
 }
 
-// op over v[lo, hi) (non-empty) in order; bracketed at random in the random schedule.
+// op over v[lo, hi) (non-empty) in order, bracketed at random when `random`.
 template <typename T, typename Op>
-T fold(const T* v, int lo, int hi, Op& op) {
-  if (hi - lo == 1) return v[lo];
-  if (::simt::random_schedule()) {
+T fold_range(const T* v, int lo, int hi, Op& op, bool random) {
+  if (random && hi - lo > 1) {
     const int mid = lo + 1 + static_cast<int>(::simt::rand_below(hi - lo - 1));
-    return op(fold(v, lo, mid, op), fold(v, mid, hi, op));
+    return op(fold_range(v, lo, mid, op, true), fold_range(v, mid, hi, op, true));
   }
   T acc = v[lo];
   for (int i = lo + 1; i < hi; ++i) acc = op(acc, v[i]);
   return acc;
+}
+
+// The fold of v[lo, hi): random bracketing in the random schedule.
+template <typename T, typename Op>
+T fold(const T* v, int lo, int hi, Op& op) {
+  return fold_range(v, lo, hi, op, ::simt::random_schedule());
 }
 
 // Every thread stores its item in `slots`, then waits for the whole block.
