@@ -24,7 +24,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _fd_mtp_build():
-    spec = importlib.util.spec_from_file_location("fd_mtp_build", ROOT / "cmake" / "fd_mtp_build.py")
+    spec = importlib.util.spec_from_file_location(
+        "fd_mtp_build", ROOT / "cmake" / "fd_mtp_build.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

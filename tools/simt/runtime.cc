@@ -144,11 +144,11 @@ void fiber_entry();
 void prepare(Context& c, char* stack, size_t bytes) {
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
   void** sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                                  // fiber_entry's return address: none
-  *--sp = reinterpret_cast<void*>(&fiber_entry);    // simt_switch's `ret` goes there
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;      // rbp, rbx, r12-r15
-  *--sp = nullptr;                                  // mxcsr and the x87 control word:
-  reinterpret_cast<uint32_t*>(sp)[0] = 0x1f80;      // the defaults
+  *--sp = nullptr;                                // fiber_entry's return address: none
+  *--sp = reinterpret_cast<void*>(&fiber_entry);  // simt_switch's `ret` goes there
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;    // rbp, rbx, r12-r15
+  *--sp = nullptr;                                // mxcsr and the x87 control word:
+  reinterpret_cast<uint32_t*>(sp)[0] = 0x1f80;    // the defaults
   reinterpret_cast<uint16_t*>(sp)[2] = 0x037f;
   c.sp = sp;
 }
@@ -323,8 +323,8 @@ bool run_block(Block& blk) {
       if (first == nullptr) {
         first = &t;
       } else if (!same_barrier(*first, t)) {
-        set_error(cudaErrorLaunchFailure, where(blk) + ": __syncthreads divergence: " +
-                                              site(*first) + ", " + site(t));
+        set_error(cudaErrorLaunchFailure,
+                  where(blk) + ": __syncthreads divergence: " + site(*first) + ", " + site(t));
         return false;
       }
     }
@@ -409,8 +409,7 @@ bool check_shape(const LaunchConfig& c, const char* kernel, const char* file, in
   if (problem == nullptr) return true;
   char buf[512];
   std::snprintf(buf, sizeof(buf), "%s launched at %s:%d with grid (%u, %u, %u), block (%u, %u, %u)",
-                kernel, file, line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y,
-                c.block.z);
+                kernel, file, line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z);
   set_error(cudaErrorInvalidConfiguration, std::string(buf) + ": " + problem);
   return false;
 }
@@ -646,9 +645,7 @@ cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
-}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;

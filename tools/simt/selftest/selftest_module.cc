@@ -33,10 +33,10 @@ py::tuple result(cudaError_t err) {
 }  // namespace
 
 PYBIND11_MODULE(simt_selftest, m) {
-  m.def("shared_sum", [](uintptr_t out, bool barrier) {
-    return result(shared_sum(ptr<int64_t>(out), barrier));
-  });
-  m.def("divergent_barrier", [](uintptr_t out) { return result(divergent_barrier(ptr<int>(out))); });
+  m.def("shared_sum",
+        [](uintptr_t out, bool barrier) { return result(shared_sum(ptr<int64_t>(out), barrier)); });
+  m.def("divergent_barrier",
+        [](uintptr_t out) { return result(divergent_barrier(ptr<int>(out))); });
   m.def("early_exit", [](uintptr_t out) { return result(early_exit(ptr<int>(out))); });
   m.def("reduce_twice", [](uintptr_t out, bool barrier) {
     return result(reduce_twice(ptr<int64_t>(out), barrier));
@@ -47,9 +47,8 @@ PYBIND11_MODULE(simt_selftest, m) {
   m.def("scan", [](uintptr_t out, uintptr_t total) {
     return result(scan(ptr<int64_t>(out), ptr<int64_t>(total)));
   });
-  m.def("uninitialized_shared", [](uintptr_t out, bool init) {
-    return result(uninitialized_shared(ptr<int>(out), init));
-  });
+  m.def("uninitialized_shared",
+        [](uintptr_t out, bool init) { return result(uninitialized_shared(ptr<int>(out), init)); });
   m.def("ticket", [](uintptr_t order, uintptr_t next, unsigned blocks, unsigned threads) {
     return result(ticket(ptr<int>(order), ptr<int>(next), blocks, threads));
   });

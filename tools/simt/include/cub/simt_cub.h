@@ -36,18 +36,20 @@ template <int X, int Y, int Z>
 void check_shape(const char* what) {
   const dim3 b = ::simt::current().block_dim;
   if (b.x != unsigned(X) || b.y != unsigned(Y) || b.z != unsigned(Z))
-    ::simt::fail("%s<T, %d, ..., %d, %d> used in a block of (%u, %u, %u) threads: CUB needs the "
-                 "block shape of its template arguments",
-                 what, X, Y, Z, b.x, b.y, b.z);
+    ::simt::fail(
+        "%s<T, %d, ..., %d, %d> used in a block of (%u, %u, %u) threads: CUB needs the "
+        "block shape of its template arguments",
+        what, X, Y, Z, b.x, b.y, b.z);
 }
 
 // Entry of a collective on `storage`: this thread's previous use must be behind a __syncthreads.
 inline void begin_use(const void* storage, const char* what) {
   const uint64_t epoch = ::simt::barrier_epoch();
   if (::simt::exchange_use(storage, epoch) == epoch)
-    ::simt::fail("%s: TempStorage %p reused by thread %u without a __syncthreads() since its "
-                 "previous use",
-                 what, storage, ::simt::current().linear);
+    ::simt::fail(
+        "%s: TempStorage %p reused by thread %u without a __syncthreads() since its "
+        "previous use",
+        what, storage, ::simt::current().linear);
 }
 
 // op over v[lo, hi) (non-empty) in order, bracketed at random when `random`.
@@ -77,8 +79,9 @@ void publish(T* slots, const T& input) {
 
 }  // namespace simt_detail
 
-template <typename T, int BLOCK_DIM_X, BlockReduceAlgorithm ALGORITHM = BLOCK_REDUCE_WARP_REDUCTIONS,
-          int BLOCK_DIM_Y = 1, int BLOCK_DIM_Z = 1, int LEGACY_PTX_ARCH = 0>
+template <typename T, int BLOCK_DIM_X,
+          BlockReduceAlgorithm ALGORITHM = BLOCK_REDUCE_WARP_REDUCTIONS, int BLOCK_DIM_Y = 1,
+          int BLOCK_DIM_Z = 1, int LEGACY_PTX_ARCH = 0>
 class BlockReduce {
   static constexpr int kThreads = BLOCK_DIM_X * BLOCK_DIM_Y * BLOCK_DIM_Z;
 

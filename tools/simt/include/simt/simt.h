@@ -236,15 +236,15 @@ inline float atomic_add_float(float* a, float v) {
 }
 }  // namespace simt
 
-#define SIMT_INT_ATOMICS(T)                                                                     \
-  inline T atomicAdd(T* a, T v) { return ::simt::atomic_add(a, v); }                           \
-  inline T atomicCAS(T* a, T e, T d) { return ::simt::atomic_cas(a, e, d); }                   \
-  inline T atomicExch(T* a, T v) { return ::simt::atomic_exch(a, v); }                         \
-  inline T atomicMax(T* a, T v) {                                                              \
-    return ::simt::atomic_update(a, v, [](T x, T y) { return x > y ? x : y; });                \
-  }                                                                                            \
-  inline T atomicMin(T* a, T v) {                                                              \
-    return ::simt::atomic_update(a, v, [](T x, T y) { return x < y ? x : y; });                \
+#define SIMT_INT_ATOMICS(T)                                                     \
+  inline T atomicAdd(T* a, T v) { return ::simt::atomic_add(a, v); }            \
+  inline T atomicCAS(T* a, T e, T d) { return ::simt::atomic_cas(a, e, d); }    \
+  inline T atomicExch(T* a, T v) { return ::simt::atomic_exch(a, v); }          \
+  inline T atomicMax(T* a, T v) {                                               \
+    return ::simt::atomic_update(a, v, [](T x, T y) { return x > y ? x : y; }); \
+  }                                                                             \
+  inline T atomicMin(T* a, T v) {                                               \
+    return ::simt::atomic_update(a, v, [](T x, T y) { return x < y ? x : y; }); \
   }
 SIMT_INT_ATOMICS(int)
 SIMT_INT_ATOMICS(unsigned int)
