@@ -347,8 +347,10 @@ bool run_block(Block& blk) {
 
 #else
 // ------------------------------------------------------------------- OS threads ---
-void* thread_entry(void* arg) {
-  Thread* self = static_cast<Thread*>(arg);
+// A persistent pool: worker i runs thread i of every block (starting OS threads is what costs
+// most under ThreadSanitizer). The hand-offs go through mutexes, so ThreadSanitizer sees every
+// block ordered after the previous one and after the launching thread's writes.
+void run_thread(Thread* self) {
   tls_self = self;
   Block& blk = *self->block;
   try {
@@ -371,25 +373,68 @@ void* thread_entry(void* arg) {
     blk.cv.notify_all();
   }
   tls_self = nullptr;
+}
+
+struct Worker {
+  std::mutex m;
+  std::condition_variable cv;
+  Thread* job = nullptr;
+  pthread_t id;
+};
+
+struct Pool {
+  std::mutex m;
+  std::condition_variable done;
+  size_t remaining = 0;
+  std::vector<Worker*> workers;  // never freed: they live as long as the process
+} g_pool;
+
+void* worker_main(void* arg) {
+  Worker* w = static_cast<Worker*>(arg);
+  for (;;) {
+    Thread* job;
+    {
+      std::unique_lock<std::mutex> lock(w->m);
+      w->cv.wait(lock, [&] { return w->job != nullptr; });
+      job = w->job;
+      w->job = nullptr;
+    }
+    run_thread(job);
+    std::lock_guard<std::mutex> lock(g_pool.m);
+    if (--g_pool.remaining == 0) g_pool.done.notify_one();
+  }
   return nullptr;
 }
 
 bool run_block(Block& blk) {
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, kStackBytes);
-  std::vector<pthread_t> ids(blk.threads.size());
-  size_t started = 0;
-  for (; started < ids.size(); ++started)
-    if (pthread_create(&ids[started], &attr, thread_entry, &blk.threads[started]) != 0) break;
-  pthread_attr_destroy(&attr);
-  if (started < ids.size()) {
-    std::lock_guard<std::mutex> lock(blk.m);
-    blk.aborted = true;
-    blk.cv.notify_all();
-    set_error(cudaErrorLaunchOutOfResources, where(blk) + ": cannot start an OS thread");
+  const size_t n = blk.threads.size();
+  while (g_pool.workers.size() < n) {
+    Worker* w = new Worker;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kStackBytes);
+    const int rc = pthread_create(&w->id, &attr, worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+      delete w;
+      set_error(cudaErrorLaunchOutOfResources, where(blk) + ": cannot start an OS thread");
+      return false;
+    }
+    pthread_detach(w->id);
+    g_pool.workers.push_back(w);
   }
-  for (size_t i = 0; i < started; ++i) pthread_join(ids[i], nullptr);
+  {
+    std::lock_guard<std::mutex> lock(g_pool.m);
+    g_pool.remaining = n;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Worker* w = g_pool.workers[i];
+    std::lock_guard<std::mutex> lock(w->m);
+    w->job = &blk.threads[i];
+    w->cv.notify_one();
+  }
+  std::unique_lock<std::mutex> lock(g_pool.m);
+  g_pool.done.wait(lock, [] { return g_pool.remaining == 0; });
   return !blk.aborted;
 }
 #endif
