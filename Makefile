@@ -43,8 +43,16 @@ SIMT_PYTEST = FD_MTP_SIMT=1 $(PY) -m pytest -p no:cacheprovider
 # The fast subset of make test: every op and case but the large vocabularies and the 600 / 1024
 # row batches of the penalty and top-p kernels (those run in make test-simt-full).
 SIMT_FAST := -k "not 32000 and not 100000 and not (vocab_100k and not 100-float16) and not ((top_p_matches or penalty_matches) and (600- or 1024-))"
-# The kernels with __shared__ memory or CUB (barriers), for ThreadSanitizer.
-SIMT_TSAN_TESTS := tests/gpu/test_gpu_sampling.py tests/gpu/test_gpu_ngram.py tests/gpu/test_gpu_draft.py tests/gpu/test_gpu_packing.py
+# Small cases of the kernels with __shared__ memory or CUB (barriers), for ThreadSanitizer
+# (an OS thread per CUDA thread: about a minute for these).
+SIMT_TSAN_TESTS := "tests/gpu/test_gpu_sampling.py::test_top_p_matches_reference[7-float32]" \
+  tests/gpu/test_gpu_sampling.py::test_top_p_all_equal_row_takes_the_lowest_ids \
+  "tests/gpu/test_gpu_sampling.py::test_penalty_matches_reference[7-float16]" \
+  "tests/gpu/test_gpu_draft.py::test_eagle_hidden_states_parity[float32-8-7]" \
+  "tests/gpu/test_gpu_draft.py::test_eagle_self_hidden_states_parity[float32-8-7]" \
+  tests/gpu/test_gpu_ngram.py::test_ngram_match_rows_longer_than_the_batch \
+  "tests/gpu/test_gpu_ngram.py::test_random_batches[False-0-7]" \
+  tests/gpu/test_gpu_packing.py::test_padding_offset_long_prefills_and_no_tokens
 
 .PHONY: demo test bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
 
@@ -94,8 +102,9 @@ test-simt-full: build $(SIMT_STAMP)
 # One OS thread per CUDA thread, built with -fsanitize=thread (the Python interpreter is not:
 # libtsan is preloaded). A race stops the run with the two racing accesses' stacks.
 test-simt-tsan: build $(SIMT_TSAN_STAMP)
+	$(PY) -m pytest -p no:cacheprovider -q tests/simt -k thread_sanitizer
 	LD_PRELOAD=$$(g++ -print-file-name=libtsan.so) TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0" \
-	  FD_MTP_CUDA_MODULE_DIR=$(CURDIR)/build/simt-tsan/lib $(SIMT_PYTEST) -q -x $(SIMT_TSAN_TESTS) $(SIMT_FAST)
+	  FD_MTP_CUDA_MODULE_DIR=$(CURDIR)/build/simt-tsan/lib $(SIMT_PYTEST) -q -x $(SIMT_TSAN_TESTS)
 
 demo: build
 	$(PY) -m fd_mtp.demo

@@ -8,6 +8,7 @@ The rewriting and stand-in tests need no build. The kernel tests need `make simt
 import importlib.util
 import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -236,6 +237,45 @@ def test_cuda_ipc_is_not_supported_on_the_emulator():
     with pytest.raises(RuntimeError, match="not supported"):
         module.ipc_publish_cuda(ptr(buf), buf.nbytes, name, 0, [4], 4, "float32")
     assert not os.path.exists(f"/dev/shm{name}")
+
+
+TSAN_LIB = ROOT / "build" / "simt-tsan" / "lib"
+_RACE_SCRIPT = """
+import importlib.util, sys
+import numpy as np
+path = sorted(__import__("pathlib").Path(sys.argv[1]).glob("simt_selftest*.so"))[0]
+spec = importlib.util.spec_from_file_location("_simt_tsan.simt_selftest", path)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+out = np.zeros(1, np.int64)
+print(m.shared_sum(out.ctypes.data, sys.argv[2] == "barrier"), int(out[0]))
+"""
+
+
+@pytest.mark.parametrize("barrier", [True, False], ids=["barrier", "no-barrier"])
+def test_thread_sanitizer_build_names_the_race_of_a_missing_barrier(barrier):
+    """make test-simt-tsan's build: the missing __syncthreads of shared_sum_kernel is a data race
+    ThreadSanitizer reports with the kernel's source lines; with the barrier it is silent."""
+    if not sorted(TSAN_LIB.glob("simt_selftest*.so")):
+        pytest.skip(f"no ThreadSanitizer build in {TSAN_LIB} (make test-simt-tsan)")
+    libtsan = subprocess.run(
+        ["g++", "-print-file-name=libtsan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    env = dict(os.environ, LD_PRELOAD=libtsan, TSAN_OPTIONS="halt_on_error=1 exitcode=66")
+    run = subprocess.run(
+        [sys.executable, "-c", _RACE_SCRIPT, str(TSAN_LIB), "barrier" if barrier else "none"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    if barrier:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "2016" in run.stdout
+    else:
+        assert run.returncode == 66, run.stdout + run.stderr[-3000:]
+        assert "ThreadSanitizer: data race" in run.stderr
+        assert "selftest_kernels.cu" in run.stderr
 
 
 if __name__ == "__main__":
