@@ -40,9 +40,9 @@ CXX_SOURCES = $(shell find custom_ops tools/simt -name '*.h' -o -name '*.cc' -o 
 SIMT_INPUTS := $(BUILD_INPUTS) $(shell find tools/simt -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name 'CMakeLists.txt' -o -name '*.py' \) -not -path '*/python/*' 2>/dev/null)
 # tests/gpu on the emulator: the CuPy stand-in and build/simt/lib (tests/gpu/conftest.py).
 SIMT_PYTEST = FD_MTP_SIMT=1 $(PY) -m pytest -p no:cacheprovider
-# The fast subset of make test: every op and case but the large vocabularies and the 600 / 1024
-# row batches of the penalty and top-p kernels (those run in make test-simt-full).
-SIMT_FAST := -k "not 32000 and not 100000 and not (vocab_100k and not 100-float16) and not ((top_p_matches or penalty_matches) and (600- or 1024-))"
+# The fast subset of make test: every op and case but the large vocabularies (V >= 32000) and the
+# 600 / 1024 row batches of the penalty and top-p kernels (those run in make test-simt-full).
+SIMT_FAST := -k "not 32000 and not 100000 and not vocab_100k and not top_p_dtypes and not ((top_p_matches or penalty_matches) and (600- or 1024-))"
 # Small cases of the kernels with __shared__ memory or CUB (barriers), for ThreadSanitizer
 # (an OS thread per CUDA thread: about a minute for these).
 SIMT_TSAN_TESTS := "tests/gpu/test_gpu_sampling.py::test_top_p_matches_reference[7-float32]" \
