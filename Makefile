@@ -9,10 +9,16 @@
 #   make cuda-module  only build the raw CUDA module fd_mtp_cuda (needs nvcc)
 #   make test-interop the paddleformers interop tests, in their own environment .venv-interop
 #                     (requirements-interop.txt: paddleformers 1.2.0 needs numpy 1.26; CI runs it)
+#   make simt         only build the CUDA kernels for the CPU emulator (tools/simt: build/simt/lib)
+#   make test-simt    tests/simt, and the fast subset of tests/gpu on the emulator (random schedule)
+#   make test-simt-full  every test of tests/gpu on the emulator, in order, then a random schedule
+#   make test-simt-tsan  the kernels with shared memory under ThreadSanitizer (an OS thread per
+#                     CUDA thread; slow, not part of make test)
 #   make lint         ruff (format check + lint) over Python, clang-format check over custom_ops/
 #   make format       apply ruff format / ruff's fixes and clang-format
 # Variables: PYTHON (the interpreter that makes .venv, default python3), PYTEST_ARGS,
-# WITH_CUDA_MODULE=0 (make test without compiling the CUDA sources).
+# WITH_CUDA_MODULE=0 (make test without compiling the CUDA sources), WITH_SIMT=0 (make test
+# without the emulated GPU tests), SIMT_SEED (the random schedule's seed, default 1).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,6 +26,10 @@ DEPS := $(VENV)/.requirements-installed
 EDITABLE := $(VENV)/.fd_mtp-editable
 OPS_LIB := fd_mtp/_lib/libfd_mtp_ops.so
 CUDA_STAMP := build/.cuda-module-built
+SIMT_STAMP := build/.simt-built
+SIMT_TSAN_STAMP := build/.simt-tsan-built
+WITH_SIMT ?= 1
+SIMT_SEED ?= 1
 PYTEST_ARGS ?=
 NVCC := $(shell command -v nvcc 2>/dev/null)
 WITH_CUDA_MODULE ?= $(if $(NVCC),1,0)
@@ -27,9 +37,26 @@ WITH_CUDA_MODULE ?= $(if $(NVCC),1,0)
 # Everything the C++ build reads (make re-runs the build when one of these is newer than the library).
 BUILD_INPUTS := CMakeLists.txt $(wildcard cmake/*.py fd_mtp/schema/*.py) $(shell find custom_ops -type f 2>/dev/null)
 
-CXX_SOURCES = $(shell find custom_ops -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null)
+CXX_SOURCES = $(shell find custom_ops tools/simt -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' 2>/dev/null)
+# The emulator's build reads the kernels' inputs and its own sources.
+SIMT_INPUTS := $(BUILD_INPUTS) $(shell find tools/simt -type f \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name 'CMakeLists.txt' -o -name '*.py' \) -not -path '*/python/*' 2>/dev/null)
+# tests/gpu on the emulator: the CuPy stand-in and build/simt/lib (tests/gpu/conftest.py).
+SIMT_PYTEST = FD_MTP_SIMT=1 $(PY) -m pytest -p no:cacheprovider
+# The fast subset of make test: every op and case but the large vocabularies (V >= 32000) and the
+# 600 / 1024 row batches of the penalty and top-p kernels (those run in make test-simt-full).
+SIMT_FAST := -k "not 32000 and not 100000 and not vocab_100k and not top_p_dtypes and not ((top_p_matches or penalty_matches) and (600- or 1024-))"
+# Small cases of the kernels with __shared__ memory or CUB (barriers), for ThreadSanitizer
+# (an OS thread per CUDA thread: about a minute for these).
+SIMT_TSAN_TESTS := "tests/gpu/test_gpu_sampling.py::test_top_p_matches_reference[7-float32]" \
+  tests/gpu/test_gpu_sampling.py::test_top_p_all_equal_row_takes_the_lowest_ids \
+  "tests/gpu/test_gpu_sampling.py::test_penalty_matches_reference[7-float16]" \
+  "tests/gpu/test_gpu_draft.py::test_eagle_hidden_states_parity[float32-8-7]" \
+  "tests/gpu/test_gpu_draft.py::test_eagle_self_hidden_states_parity[float32-8-7]" \
+  tests/gpu/test_gpu_ngram.py::test_ngram_match_rows_longer_than_the_batch \
+  "tests/gpu/test_gpu_ngram.py::test_random_batches[False-0-7]" \
+  tests/gpu/test_gpu_packing.py::test_padding_offset_long_prefills_and_no_tokens
 
-.PHONY: demo test test-interop bench build cuda-module lint format clean
+.PHONY: demo test test-interop bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
 
 $(DEPS): requirements.txt
 	@$(PYTHON) -c "import venv, ensurepip" 2>/dev/null || { echo "make: $(PYTHON) cannot create virtual environments: install python3-venv (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
@@ -55,11 +82,40 @@ $(CUDA_STAMP): $(DEPS) $(BUILD_INPUTS)
 
 cuda-module: $(CUDA_STAMP)
 
+$(SIMT_STAMP): $(DEPS) $(SIMT_INPUTS)
+	$(PY) tools/simt/build.py
+	@touch $@
+
+simt: $(SIMT_STAMP)
+
+$(SIMT_TSAN_STAMP): $(DEPS) $(SIMT_INPUTS)
+	$(PY) tools/simt/build.py --tsan
+	@touch $@
+
+test-simt: build $(SIMT_STAMP)
+	$(PY) -m pytest -p no:cacheprovider -q tests/simt
+	FD_MTP_SIMT_SCHEDULE=random:$(SIMT_SEED) $(SIMT_PYTEST) -q tests/gpu $(SIMT_FAST)
+
+test-simt-full: build $(SIMT_STAMP)
+	$(PY) -m pytest -p no:cacheprovider -q tests/simt
+	FD_MTP_SIMT_SCHEDULE=ordered $(SIMT_PYTEST) -q tests/gpu
+	FD_MTP_SIMT_SCHEDULE=random:$(SIMT_SEED) $(SIMT_PYTEST) -q tests/gpu
+
+# One OS thread per CUDA thread, built with -fsanitize=thread (the Python interpreter is not:
+# libtsan is preloaded). A race stops the run with the two racing accesses' stacks.
+test-simt-tsan: build $(SIMT_TSAN_STAMP)
+	$(PY) -m pytest -p no:cacheprovider -q tests/simt -k thread_sanitizer
+	LD_PRELOAD=$$(g++ -print-file-name=libtsan.so) TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0" \
+	  FD_MTP_CUDA_MODULE_DIR=$(CURDIR)/build/simt-tsan/lib $(SIMT_PYTEST) -q -x $(SIMT_TSAN_TESTS)
+
 demo: build
 	$(PY) -m fd_mtp.demo
 
-test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP))
+test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP)) $(if $(filter 1,$(WITH_SIMT)),$(SIMT_STAMP))
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+ifeq ($(WITH_SIMT),1)
+	FD_MTP_SIMT_SCHEDULE=random:$(SIMT_SEED) $(SIMT_PYTEST) -q tests/gpu $(SIMT_FAST)
+endif
 
 INTEROP_VENV ?= .venv-interop
 INTEROP_DEPS := $(INTEROP_VENV)/.requirements-installed

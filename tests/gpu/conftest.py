@@ -6,8 +6,14 @@ under a plain ``pytest tests`` that conftest loads first, which is fine where hy
 
 Each test_gpu_*.py skips its whole module (gpu_util.skip_module_without_gpu) (never fails) when a
 requirement is missing.
+
+FD_MTP_SIMT=1 runs them on the CPU instead (`make test-simt`): the CUDA kernels built for the simt
+emulator (tools/simt; module from FD_MTP_CUDA_MODULE_DIR, default build/simt/lib) and the numpy
+CuPy stand-in tools/simt/python/cupy, put first on sys.path for this pytest process only. Then a
+missing module is an error, not a skip.
 """
 
+import os
 import pathlib
 import sys
 
@@ -18,6 +24,21 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+SIMT = os.environ.get("FD_MTP_SIMT", "") == "1"
+if SIMT:
+    if "cupy" in sys.modules and not getattr(sys.modules["cupy"], "SIMT_STANDIN", False):
+        raise pytest.UsageError("FD_MTP_SIMT=1 but the real CuPy is already imported")
+    sys.path.insert(0, str(ROOT / "tools" / "simt" / "python"))
+    os.environ.setdefault("FD_MTP_CUDA_MODULE_DIR", str(ROOT / "build" / "simt" / "lib"))
+    import fd_mtp.cuda
+
+    try:
+        fd_mtp.cuda.load()
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"FD_MTP_SIMT=1: {exc} (build it with `make simt` or tools/simt/build.py)"
+        ) from exc
 
 
 def pytest_collection_modifyitems(config, items):

@@ -34,6 +34,13 @@ def skip_module_without_gpu():
         pytest.skip(f"GPU parity tests skipped: {reason}", allow_module_level=True)
 
 
+def on_simt():
+    """True when the tests run on the simt CPU emulator (FD_MTP_SIMT=1, see conftest.py)."""
+    import cupy
+
+    return getattr(cupy, "SIMT_STANDIN", False)
+
+
 def assert_exact(actual, expected, name):
     assert actual.dtype == expected.dtype, (
         f"{name}: dtype {actual.dtype}, expected {expected.dtype}"

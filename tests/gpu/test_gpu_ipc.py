@@ -18,9 +18,15 @@ import pathlib
 
 import numpy as np
 import pytest
-from gpu_util import assert_exact, skip_module_without_gpu
+from gpu_util import assert_exact, on_simt, skip_module_without_gpu
 
 skip_module_without_gpu()
+if on_simt():
+    pytest.skip(
+        "CUDA IPC has no CPU meaning: the simt emulator's IPC calls return cudaErrorNotSupported "
+        "(tests/simt/test_simt.py checks that)",
+        allow_module_level=True,
+    )
 
 import cupy as cp  # noqa: E402
 import gpu_ipc_worker  # noqa: E402

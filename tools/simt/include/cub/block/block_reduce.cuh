@@ -1,0 +1,4 @@
+// simt stand-in for CUB's BlockReduce (see cub/simt_cub.h).
+#pragma once
+
+#include "../simt_cub.h"
