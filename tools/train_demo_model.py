@@ -215,7 +215,7 @@ def tokenize(out: Path, tok, files, name: str, check_roundtrip: bool):
     parts, bad = [], []
     for rel, p in files:
         text = read_text(p)
-        ids = tok.encode(text)
+        ids = tok.encode(text, split_special_tokens=True)  # "<s>" in code is text, not bos
         if check_roundtrip and tok.decode(ids) != text:
             bad.append(rel)
         parts.append(np.asarray(ids + [tok.eos_token_id], dtype=np.int32))

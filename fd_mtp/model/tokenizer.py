@@ -98,12 +98,16 @@ class SentencePieceTokenizer:
     def __len__(self) -> int:
         return self.vocab_size
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, split_special_tokens: bool = False) -> list[int]:
+        """Ids of ``text``. Special tokens written in the text (``</s>``, ...) encode as their
+        ids, as paddleformers does; with ``split_special_tokens`` (Hugging Face's name) they are
+        ordinary text, e.g. for training data that contains them."""
         if not isinstance(text, str):
             raise ValueError(f"encode: text must be a str, got {type(text).__name__}")
         ids: list[int] = []
         start = 0
-        for m in self._special_re.finditer(text) if self._special_re is not None else ():
+        special_re = None if split_special_tokens else self._special_re
+        for m in special_re.finditer(text) if special_re is not None else ():
             if m.start() > start:
                 ids += [int(i) for i in self._sp.encode(text[start : m.start()])]
             ids.append(self.special_tokens[m.group()])

@@ -106,3 +106,16 @@ def test_added_tokens_of_tokenizer_config_are_special(tmp_path):
     ids = tok.encode("json<|X|>json")
     half = tok.encode("json")
     assert ids == [*half, 7, *half]
+
+
+@pytest.mark.parametrize("text", ["a</s>b", "states_<s>[<t>]", "<pad>", "x<unk>"])
+def test_split_special_tokens_encodes_them_as_text(text):
+    # Training data (tools/train_demo_model.py) holds code such as lib2to3's "states_<s>": its
+    # special-looking strings are text there, and decode gives them back exactly.
+    from fd_mtp.assets import DEMO_MODEL
+
+    tok = SentencePieceTokenizer(DEMO_MODEL)
+    ids = tok.encode(text, split_special_tokens=True)
+    assert ids == [int(i) for i in tok._sp.encode(text)]
+    assert not set(ids) & set(tok.special_tokens.values())
+    assert tok.decode(ids) == text
