@@ -366,3 +366,35 @@ def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
     for name in ("model.safetensors", "config.json"):
         assert (again / name).read_bytes() == (part_exp / name).read_bytes(), name
     shutil.rmtree(tmp_path / "corpus")
+
+
+# --------------------------------------------------------------------------- the evaluation tool
+def _eval_module():
+    spec = importlib.util.spec_from_file_location(
+        "eval_demo_model", REPO / "tools" / "eval_demo_model.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_eval_repetition_measures_by_hand():
+    E = _eval_module()
+    r = E.repetition([1, 2, 3, 4, 1, 2, 3, 4], "x = 1\n#\n#\n#\n\ny = 2\nx = 1\n")
+    # 4-grams: 1234 2341 3412 4123 1234 -> 4 distinct of 5
+    assert r["distinct4"] == pytest.approx(4 / 5)
+    assert r["lines"] == 6  # blank lines are not counted
+    assert r["repeated_lines"] == 3  # the second and third "#", the second "x = 1"
+    assert r["comment_only_lines"] == 3
+    assert r["longest_run"] == 3
+    assert E.repetition([5, 6, 7], "a")["distinct4"] == 1.0  # no 4-gram: nothing repeats
+
+
+def test_eval_tool_runs_on_the_demo_model(demo, tmp_path):
+    E = _eval_module()
+    out = tmp_path / "eval.json"
+    assert E.main(["--prompts", "2", "--max-tokens", "12", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["prompts"] == 2 and 0 < r["distinct4"] <= 1
+    assert 1 <= r["mean_accepted_length"] <= 4  # K = 3 drafts + the bonus token at most
+    assert len(r["acceptance_per_position"]) == 3
