@@ -286,7 +286,7 @@ def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive
                     time.sleep(0.002)
                     _drain_messages(msg_queue_id, messages)
                 step_messages = [messages.popleft() for _ in range(n_messages)]
-                for h, name, shape, dtype, _ in records:
+                for h, name, shape, dtype, cost in records:
                     firsts = {}
                     for m in step_messages:
                         for slot, pair in first_tokens(m, [h.slot]).items():
@@ -297,13 +297,30 @@ def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive
                             f"decode: request {h.request_id}: the message says first token "
                             f"{token}, the record {h.first_token}"
                         )
+                    t0 = time.perf_counter()
                     view = ops.share_external_data(paddle.empty([0], dtype), name, shape)
                     kv = view.clone()
                     del view
                     link.send(("ack", name))
-                    pending.append((h, kv, draft))
-            while pending and engine.add_prefilled(*pending[0]):
+                    pending.append((h, kv, draft, cost, time.perf_counter() - t0))
+            while pending:
+                h, kv, draft, cost, attach_s = pending[0]
+                t0 = time.perf_counter()
+                if not engine.add_prefilled(h, kv, draft):
+                    break
                 pending.popleft()
+                results.put(
+                    (
+                        "cost",
+                        h.request_id,
+                        dict(
+                            prefill_s=cost[0],
+                            bytes=cost[1],
+                            decode_s=attach_s + time.perf_counter() - t0,
+                            prompt_len=len(h.prompt_token_ids),
+                        ),
+                    )
+                )
             if engine.has_unfinished():
                 for d in engine.step():
                     if d.finished:
@@ -428,6 +445,9 @@ class PDCluster:
         self._returned: set[str] = set()
         self._done: dict[str, object] = {}
         self.pids: dict[str, int] = {}
+        #: per handed-off request: ``prefill_s`` (gather the blocks + publish), ``bytes`` (KV
+        #: moved), ``decode_s`` (attach + copy + insert), ``prompt_len``
+        self.handoff_costs: list[dict] = []
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while len(self.pids) < 2:
@@ -468,6 +488,8 @@ class PDCluster:
             self._done[key] = ("ok", value)
         elif kind == "rejected":
             self._done[key] = ("rejected", value)
+        elif kind == "cost":
+            self.handoff_costs.append(value)
 
     def generate(self, prompts, sampling_params=None) -> list:
         """One `RequestOutput` per prompt (token ids or text), in order. A request the decode
