@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import threading
 import time
 import traceback
 import weakref
@@ -96,7 +97,8 @@ def _worker_main(model_path, setup, device, commands, results):
     try:
         dist.init_parallel_env()
         rank, world = dist.get_rank(), dist.get_world_size()
-        paddle.set_device(device)
+        # GPU: the card spawn gave this rank (not gpu:0 for every rank)
+        paddle.set_device(device if device == "cpu" else f"gpu:{dist.ParallelEnv().device_id}")
         from ..model.loader import load_checkpoint
         from ..model.parallel import TensorParallel
 
@@ -201,6 +203,7 @@ class TPEngineClient:
         self.world_size = int(world_size)
         self.timeout = float(timeout)
         self._closed = False
+        self._lock = threading.RLock()
         ctx = multiprocessing.get_context("spawn")
         self._commands = [ctx.Queue() for _ in range(self.world_size)]
         self._results = ctx.Queue()
@@ -256,11 +259,14 @@ class TPEngineClient:
         return value
 
     def _request(self, op, name, args, kwargs, ranks="all"):
-        if self._closed:
-            raise WorkerError("the tensor-parallel workers are stopped (TPEngineClient.close)")
-        for q in self._commands:
-            q.put((op, name, args, kwargs))
-        return self._collect(f"{op} {name}".strip(), self.timeout)
+        # one call at a time: a server reads attributes (num_running, kv_cache_usage) from its
+        # event loop while its engine thread steps
+        with self._lock:
+            if self._closed:
+                raise WorkerError("the tensor-parallel workers are stopped (TPEngineClient.close)")
+            for q in self._commands:
+                q.put((op, name, args, kwargs))
+            return self._collect(f"{op} {name}".strip(), self.timeout)
 
     def call(self, name: str, *args, **kwargs):
         """``engine.<name>(*args, **kwargs)`` on every rank; rank 0's result."""

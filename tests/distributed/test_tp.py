@@ -188,3 +188,36 @@ def test_cli_generate_tensor_parallel(capsys):
     assert main(argv + ["--tensor-parallel-size", "3"]) == 2
     err = capsys.readouterr().err
     assert "--tensor-parallel-size=3 does not divide the model's num_attention_heads (4)" in err
+
+
+def test_async_front_over_tensor_parallel_workers():
+    """The server's AsyncLLM drives the TP front from its engine thread (and reads its
+    attributes from the event loop): the same tokens as one process."""
+    import asyncio
+
+    from fd_mtp.entrypoints.async_llm import AsyncLLM
+
+    kw = dict(max_num_seqs=2, max_model_len=64, block_size=16)
+    params = SamplingParams(temperature=0, max_tokens=10)
+    want = _outputs(LLM(DEMO_MODEL, **kw), ["def f(", "import "])
+    llm = LLM(DEMO_MODEL, tensor_parallel_size=2, **kw)
+    front = AsyncLLM(llm)
+    front.start()
+
+    async def run():
+        streams = await front.add_requests([("a", "def f(", params), ("b", "import ", params)])
+        out = []
+        for stream in streams:
+            ids = []
+            async for event in stream:
+                ids += event.token_ids
+                assert front.num_running <= 2 and 0.0 <= front.kv_cache_usage <= 1.0
+            out.append(ids)
+        return out
+
+    try:
+        got = asyncio.run(asyncio.wait_for(run(), 300))
+    finally:
+        front.shutdown(60)
+        llm.close()
+    assert got == [w[:10] for w in want]
