@@ -124,3 +124,97 @@ def test_killing_decode_leaves_prefill_serving_and_no_segments():
     assert all(not p.is_alive() for p in (pd.prefill, pd.decode))
     assert _segments(pd.pids["prefill"]) == []
     assert remove_queue(QID + 2) is False
+
+
+# --------------------------------------------------------------------------- in one process
+def _engines(spec, qid):
+    from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig
+    from fd_mtp.engine.pd import DecodeEngine, PrefillEngine
+    from fd_mtp.engine.runner import ModelRunner
+    from fd_mtp.engine.spec_runner import SpeculativeModelRunner
+    from fd_mtp.model.loader import load_checkpoint
+
+    spec = SpeculativeConfig.from_value(spec)
+    out = []
+    for role in ("prefill", "decode"):
+        model, mtp, cfg = load_checkpoint(DEMO_MODEL)
+        sch = SchedulerConfig(3, 2048, 192).resolve(cfg.max_position_embeddings)
+        cache = CacheConfig(16).resolve(sch, 0 if spec is None else spec.extra_positions)
+        if spec is None:
+            runner = ModelRunner(model, scheduler_config=sch, cache_config=cache)
+        else:
+            options = {"role": role, **({"msg_queue_id": qid} if role == "prefill" else {})}
+            runner = SpeculativeModelRunner(
+                model,
+                spec,
+                scheduler_config=sch,
+                cache_config=cache,
+                mtp_model=mtp,
+                proposer_options=options,
+            )
+        out.append(
+            PrefillEngine(runner, msg_queue_id=qid) if role == "prefill" else DecodeEngine(runner)
+        )
+    return out
+
+
+@pytest.mark.parametrize("spec", [None, MTP], ids=["plain", "mtp"])
+def test_engines_hand_off_in_one_process(spec):
+    """PrefillEngine -> (queue message, gather_kv) -> DecodeEngine.add_prefilled, no processes:
+    the mixed engine's greedy tokens; the message carries the first token (and the first draft)."""
+    from fd_mtp.engine.pd import gather_kv
+    from fd_mtp.sysv_queue import receive_message
+
+    qid = QID + 3
+    remove_queue(qid)
+    params = SamplingParams(temperature=0, max_tokens=24)
+    prompts = [[5, 17, 33, 9, 40], [100, 101, 102] * 7, [250, 3, 9]]
+    want = _mixed(DEMO_MODEL, prompts, params, spec)
+    pre, dec = _engines(spec, qid)
+    try:
+        ids = [pre.add_request(p, params) for p in prompts]
+        drafts = 0
+        while pre.has_unfinished():
+            pre.step()
+            messages = [receive_message(qid) for _ in range(pre.messages_sent)]
+            assert receive_message(qid) is None  # messages_sent counts them all
+            for h in pre.handoffs:
+                pairs = [first_tokens(m, [h.slot]).get(h.slot) for m in messages]
+                pairs = [p for p in pairs if p is not None]
+                assert pairs, f"no first-token message for slot {h.slot}"
+                token, draft = pairs[0]
+                assert token == h.first_token and (draft >= 0) == (spec is not None)
+                drafts += draft >= 0
+                assert dec.add_prefilled(h, gather_kv(pre.runner, h.block_ids), draft)
+                pre.pop_output(h.request_id)
+        while dec.has_unfinished():
+            dec.step()
+        got = [dec.pop_output(i) for i in ids]
+    finally:
+        remove_queue(qid)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert drafts == (len(prompts) if spec is not None else 0)
+
+
+def test_decode_engine_refuses_a_foreign_kv_and_changes_nothing():
+    import paddle
+
+    pre, dec = _engines(None, QID + 4)
+    from fd_mtp.engine.pd import Handoff
+
+    h = Handoff("r", [5, 6, 7], None, SamplingParams(max_tokens=4), 0, 9, 0, [0])
+    free_slots, free_blocks = list(dec.free_slots), dec.block_manager.num_free
+    with pytest.raises(ValueError, match="scatter_kv: kv has shape"):
+        dec.add_prefilled(h, paddle.zeros([1, 2, 1, 1, 16, 48]))
+    assert dec.free_slots == free_slots and dec.block_manager.num_free == free_blocks
+    assert not dec.requests and not dec.running
+
+
+def test_pd_refusals():
+    with pytest.raises(ValueError, match="'ngram' is not offered"):
+        PDCluster(DEMO_MODEL, speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    from fd_mtp.engine.pd import DecodeEngine
+
+    pre, _ = _engines(MTP, QID + 5)
+    with pytest.raises(ValueError, match="role 'decode'"):
+        DecodeEngine(pre.runner)
