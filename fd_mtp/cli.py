@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="sample drafts from the MTP head (needs --verification rejection)",
     )
+    _add_parallel_args(g)
     serve = sub.add_parser(
         "serve",
         help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /metrics)",
@@ -243,7 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
         "fd_mtp/entrypoints/openai/api_server.py. SIGTERM drains running requests and exits.",
     )
     add_serve_args(serve)
+    _add_parallel_args(serve)
     return parser
+
+
+def _add_parallel_args(parser) -> None:
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="shard the model over N worker processes (paddle.distributed: gloo on CPU, NCCL on "
+        "GPU); N must divide the heads, kv heads, MLP widths and experts (default 1)",
+    )
 
 
 def _flags(names) -> str:
@@ -402,6 +414,7 @@ LLM_OPTIONS = (
     "block_size",
     "num_gpu_blocks",
     "max_num_batched_tokens",
+    "tensor_parallel_size",
 )
 
 
@@ -446,6 +459,7 @@ def generate(args) -> int:
             num_gpu_blocks=args.num_gpu_blocks,
             max_num_batched_tokens=args.max_num_batched_tokens,
             speculative_config=spec,
+            tensor_parallel_size=args.tensor_parallel_size,
         )
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"fd-mtp generate: {_option_message(exc, LLM_OPTIONS)}", file=sys.stderr)

@@ -356,3 +356,41 @@ class CacheConfig:
             )
         per_seq = -(-(scheduler.max_model_len + extra_positions) // self.block_size)
         return dataclasses.replace(self, num_gpu_blocks=scheduler.max_num_seqs * per_seq)
+
+
+PD_ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass
+class ParallelConfig:
+    """Beyond one process (design §9).
+
+    Args:
+        tensor_parallel_size: ranks that each hold a shard of the model (``paddle.distributed``:
+            gloo on CPU, NCCL on GPU), >= 1. The model's heads, kv heads, MLP widths and experts
+            must divide by it (checked against the model when it is loaded).
+        splitwise_role: FastDeploy's prefill / decode disaggregation role: "mixed" (one instance
+            does both), "prefill" or "decode".
+    """
+
+    tensor_parallel_size: int = 1
+    splitwise_role: str = "mixed"
+
+    def __post_init__(self) -> None:
+        _check_int("ParallelConfig", "tensor_parallel_size", self.tensor_parallel_size, 1)
+        if self.splitwise_role not in PD_ROLES:
+            raise ValueError(
+                f"ParallelConfig.splitwise_role must be one of {list(PD_ROLES)}, got "
+                f"{self.splitwise_role!r}"
+            )
+        if self.tensor_parallel_size > 1 and self.splitwise_role != "mixed":
+            raise ValueError(
+                "ParallelConfig: tensor_parallel_size > 1 with splitwise_role "
+                f"{self.splitwise_role!r} is not supported (prefill / decode disaggregation "
+                "runs one process per instance)"
+            )
+
+    @classmethod
+    def from_value(cls, value: ParallelConfig | Mapping[str, Any] | None) -> ParallelConfig:
+        """A ParallelConfig from one, a dict of its fields (unknown keys refused by name) or None."""
+        return _from_mapping(cls, value, "parallel_config")

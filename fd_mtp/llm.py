@@ -146,6 +146,10 @@ class LLM:
             "float32", "bfloat16" or "float16". Half precision needs device "gpu" (Paddle's CPU build
             has no half-precision matmul): on CPU it raises ValueError.
         seed: engine seed for requests without ``SamplingParams.seed``, an int in ``[0, 2**63 - 2)``.
+        tensor_parallel_size: N > 1 shards the model over N worker processes started with
+            ``paddle.distributed`` (`fd_mtp.distributed.tp`; gloo on CPU), driven by this object:
+            ``model`` must then be a checkpoint directory (or None), and N must divide the heads,
+            kv heads, MLP widths and experts (ValueError). `close` stops the workers.
 
     Bad arguments raise ValueError naming the argument (TypeError for a ``model`` of the wrong type),
     before anything is loaded.
@@ -166,10 +170,11 @@ class LLM:
         mtp_model=None,
         dtype: str | None = None,
         seed: int = 0,
+        tensor_parallel_size: int = 1,
     ):
         import paddle
 
-        from .config import CacheConfig, SchedulerConfig, SpeculativeConfig
+        from .config import CacheConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig
         from .engine.engine import LLMEngine
         from .engine.runner import ModelRunner
 
@@ -201,12 +206,27 @@ class LLM:
                     "half-precision matmul): use dtype='float32' or None (a half-precision "
                     "checkpoint then runs in float32), or device='gpu'"
                 )
+        parallel = _call(ParallelConfig, tensor_parallel_size=tensor_parallel_size)
+        self.parallel_config = parallel
+        self._tp = None
         paddle.set_device(device)
         self.device = device
         if model is None:
             from .assets import default_model_path
 
             model = default_model_path()
+        if parallel.tensor_parallel_size > 1:
+            self._init_tensor_parallel(
+                model,
+                tokenizer,
+                parallel.tensor_parallel_size,
+                spec,
+                scheduler,
+                cache,
+                dtype,
+                seed,
+            )
+            return
         if isinstance(model, (str, Path)):
             from .model.loader import load_checkpoint
 
@@ -246,6 +266,48 @@ class LLM:
             )
         self.engine = LLMEngine(self.runner, tokenizer=tokenizer, seed=seed)
 
+    def _init_tensor_parallel(self, model, tokenizer, n, spec, scheduler, cache, dtype, seed):
+        """The front of N tensor-parallel workers (`fd_mtp.distributed.tp.TPEngineClient`)."""
+        from .distributed.tp import TPEngineClient
+        from .model.config import ErnieConfig
+        from .model.loader import CONFIG_FILE
+        from .model.parallel import check_tp_config
+
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValueError(
+                f"LLM: tensor_parallel_size={n} needs a checkpoint directory (each worker loads "
+                f"its shard), got a {type(model).__name__} instance"
+            )
+        path = Path(model)
+        if not (path / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"{path}: no {CONFIG_FILE}")
+        config = ErnieConfig.from_file(path / CONFIG_FILE)
+        check_tp_config(config, n, what="LLM: tensor_parallel_size")
+        if spec is not None and spec.method == "mtp" and config.num_nextn_predict_layers < 1:
+            raise ValueError(
+                "LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
+                "none (num_nextn_predict_layers = 0); use method 'ngram'"
+            )
+        self.model = None
+        self.tokenizer = tokenizer if tokenizer is not None else _try_tokenizer(path)
+        scheduler = _call(scheduler.resolve, config.max_position_embeddings)
+        cache = _call(cache.resolve, scheduler, 0 if spec is None else spec.extra_positions)
+        self.scheduler_config = scheduler
+        self.cache_config = cache
+        self.max_model_len = scheduler.max_model_len
+        self.speculative_config = spec
+        self.runner = None
+        setup = dict(
+            spec=spec, scheduler=scheduler, cache=cache, dtype=dtype, seed=seed, tokenizer=tokenizer
+        )
+        self._tp = TPEngineClient(path, n, setup, device=self.device)
+        self.engine = self._tp
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers (a no-op in one process)."""
+        if self._tp is not None:
+            self._tp.close()
+
     @property
     def speculative_metrics(self):
         """`SpeculativeMetrics` summed over every request this LLM has run (None: plain decoding)."""
@@ -255,12 +317,20 @@ class LLM:
     def draft_policy_metrics(self):
         """`DraftPolicyMetrics` of the draft-length policy (histogram of the chosen K, substeps,
         switch-off reasons); None: plain decoding."""
+        if self._tp is not None:
+            if self.speculative_config is None:
+                return None
+            return self._tp.get("runner.draft_policy.metrics")
         policy = getattr(self.runner, "draft_policy", None)
         return None if policy is None else policy.metrics
 
     @property
     def proposer_stats(self):
         """The proposer's `ProposerStats` (time in `run` and in MTP forwards); None: plain decoding."""
+        if self._tp is not None:
+            return (
+                None if self.speculative_config is None else self._tp.get("runner.proposer.stats")
+            )
         proposer = self.runner.proposer
         return None if proposer is None else proposer.stats
 

@@ -5,7 +5,8 @@ Every module under fd_mtp/ is parsed with `ast` (nothing is imported); each ``im
 function bodies included) is mapped to the package it lands in: ``fd_mtp.<pkg>`` (a top-level
 module such as ``fd_mtp.llm`` counts as a package of its own). Layers, top to bottom (design §7):
 
-    cli -> entrypoints (the server and its async front, demo, testing, compat) -> llm -> engine
+    cli -> entrypoints (the server and its async front, demo, testing, compat) -> llm
+    -> distributed (tensor-parallel workers, PD instances) -> engine
     -> proposer -> batch -> model -> cuda -> ops / reference -> options (_verify_options, sysv_queue) -> schema
     -> foundation (config, envs, assets)
 
@@ -30,6 +31,7 @@ LAYERS = [
     ("cli", {"cli"}),  # the fd-mtp command: dispatches to `fd-mtp serve` below it
     ("entrypoints", {"entrypoints", "demo", "server", "testing", "compat"}),
     ("llm", {"llm"}),
+    ("distributed", {"distributed"}),  # tensor-parallel workers, prefill / decode instances
     ("engine", {"engine"}),
     ("proposer", {"proposer"}),
     ("batch", {"batch"}),

@@ -82,6 +82,7 @@ from .attention import (
     Rope,  # noqa: F401
 )
 from .config import ErnieConfig
+from .parallel import TensorParallel, local_config, shard_sources
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -115,12 +116,33 @@ def _mm(linear: nn.Linear, x):
     return y if linear.bias is None else y + linear.bias
 
 
+def _active(tp: TensorParallel | None) -> TensorParallel | None:
+    """``tp`` when it spans more than one process, else None (the single-process code paths)."""
+    return tp if tp is not None and tp.active else None
+
+
+def _row_parallel(linear: nn.Linear, x, tp: TensorParallel | None, reduce: bool = True):
+    """A row-parallel ``linear(x)``: this rank's partial product, summed over the group when
+    ``reduce`` (else the caller sums), the bias added once after the sum. ``tp`` None: `_mm`."""
+    if tp is None:
+        return _mm(linear, x)
+    y = paddle.matmul(x, linear.weight)
+    if not reduce:
+        return y
+    tp.all_reduce(y)
+    return y if linear.bias is None else y + linear.bias
+
+
 class Ernie4_5Attention(nn.Layer):
-    def __init__(self, cfg: ErnieConfig, layer_id: int):
+    """``tp``: q / k / v column-parallel by heads, ``o_proj`` row-parallel (`fd_mtp.model.parallel`)."""
+
+    def __init__(self, cfg: ErnieConfig, layer_id: int, tp: TensorParallel | None = None):
         super().__init__()
+        self.tp = _active(tp)
+        n = 1 if self.tp is None else self.tp.world_size
         self.layer_id = layer_id
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
+        self.num_heads = cfg.num_attention_heads // n
+        self.num_kv_heads = cfg.num_key_value_heads // n
         self.head_dim = cfg.head_dim
         self.q_proj = _linear(cfg, cfg.hidden_size, self.num_heads * self.head_dim)
         self.k_proj = _linear(cfg, cfg.hidden_size, self.num_kv_heads * self.head_dim)
@@ -137,18 +159,32 @@ class Ernie4_5Attention(nn.Layer):
     def forward(self, h, rope: Rope, meta: ForwardMeta, backend: AttentionBackend):
         q, k, v = self.qkv(h)
         q, k = rope.apply(q), rope.apply(k)
-        return _mm(self.o_proj, backend.forward(q, k, v, self.layer_id, meta))
+        return _row_parallel(self.o_proj, backend.forward(q, k, v, self.layer_id, meta), self.tp)
 
 
 class Ernie4_5MLP(nn.Layer):
-    def __init__(self, cfg: ErnieConfig, intermediate_size: int):
+    """SwiGLU. ``tp``: gate / up column-parallel, down row-parallel, summed over the group unless
+    ``reduce`` is false (the MoE sums its shared experts with the routed ones)."""
+
+    def __init__(
+        self,
+        cfg: ErnieConfig,
+        intermediate_size: int,
+        tp: TensorParallel | None = None,
+        reduce: bool = True,
+    ):
         super().__init__()
+        self.tp = _active(tp)
+        self.reduce = reduce
+        if self.tp is not None:
+            intermediate_size //= self.tp.world_size
         self.gate_proj = _linear(cfg, cfg.hidden_size, intermediate_size)
         self.up_proj = _linear(cfg, cfg.hidden_size, intermediate_size)
         self.down_proj = _linear(cfg, intermediate_size, cfg.hidden_size)
 
     def forward(self, x):
-        return _mm(self.down_proj, F.silu(_mm(self.gate_proj, x)) * _mm(self.up_proj, x))
+        act = F.silu(_mm(self.gate_proj, x)) * _mm(self.up_proj, x)
+        return _row_parallel(self.down_proj, act, self.tp, self.reduce)
 
 
 class MoeStatics(nn.Layer):
@@ -160,20 +196,33 @@ class MoeStatics(nn.Layer):
 
 
 class Ernie4_5MoE(nn.Layer):
-    """Top-k routed experts + shared experts (see the module docstring for the gate)."""
+    """Top-k routed experts + shared experts (see the module docstring for the gate).
 
-    def __init__(self, cfg: ErnieConfig):
+    ``tp``: the routed experts are split across ranks (this rank holds experts
+    ``[expert_start, expert_start + len(experts))`` whole), the router is replicated, the shared
+    experts are column / row-parallel, and one all-reduce sums experts and shared experts."""
+
+    def __init__(self, cfg: ErnieConfig, tp: TensorParallel | None = None):
         super().__init__()
+        self.tp = _active(tp)
         self.num_experts = cfg.moe_num_experts
         self.top_k = cfg.moe_k
         self.norm_min = cfg.moe_norm_min
+        self.expert_start, expert_stop = (
+            (0, cfg.moe_num_experts) if self.tp is None else self.tp.part(cfg.moe_num_experts)
+        )
         self.gate = nn.Linear(cfg.hidden_size, cfg.moe_num_experts, bias_attr=False)
         self.moe_statics = MoeStatics(cfg.moe_num_experts) if cfg.moe_use_aux_free else None
         self.experts = nn.LayerList(
-            [Ernie4_5MLP(cfg, cfg.moe_intermediate_size) for _ in range(cfg.moe_num_experts)]
+            [
+                Ernie4_5MLP(cfg, cfg.moe_intermediate_size)
+                for _ in range(self.expert_start, expert_stop)
+            ]
         )
         self.shared_experts = (
-            Ernie4_5MLP(cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts)
+            Ernie4_5MLP(
+                cfg, cfg.moe_intermediate_size * cfg.moe_num_shared_experts, tp, reduce=False
+            )
             if cfg.moe_num_shared_experts > 0
             else None
         )
@@ -202,11 +251,23 @@ class Ernie4_5MoE(nn.Layer):
         _, chosen, w = self.route(x)
         combine = paddle.zeros([x.shape[0], self.num_experts], dtype="float32")
         combine = paddle.put_along_axis(combine, chosen, w, axis=-1, reduce="add")
+        if self.tp is not None:
+            combine = combine[:, self.expert_start : self.expert_start + len(self.experts)]
         outs = paddle.stack([e(x).astype("float32") for e in self.experts], axis=1)  # [T, E, H]
-        out = (outs * combine.unsqueeze(-1)).sum(axis=1).astype(x.dtype)
+        out = (outs * combine.unsqueeze(-1)).sum(axis=1)
+        return self._finish(out, x)
+
+    def _finish(self, routed, x):
+        """Routed sum (float32) + shared experts, in x's dtype; one all-reduce under ``tp``."""
+        if self.tp is None:
+            out = routed.astype(x.dtype)
+            if self.shared_experts is not None:
+                out = out + self.shared_experts(x)
+            return out
+        out = routed.astype(x.dtype)
         if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
-        return out
+            out = out + self.shared_experts(x)  # partial (row-parallel, not yet summed)
+        return self.tp.all_reduce(out)
 
     def forward_per_expert(self, x):
         """Route, then run each expert on its own tokens only (one host read of the routing; also
@@ -214,18 +275,15 @@ class Ernie4_5MoE(nn.Layer):
         _, chosen, w = self.route(x)
         chosen_np, w_np = chosen.numpy(), w.numpy()
         out = paddle.zeros(x.shape, dtype="float32")
-        for e in range(self.num_experts):
-            tok, slot = (chosen_np == e).nonzero()
+        for j, expert in enumerate(self.experts):
+            tok, slot = (chosen_np == self.expert_start + j).nonzero()
             if tok.size == 0:
                 continue
             idx = paddle.to_tensor(tok, dtype="int64")
-            y = self.experts[e](paddle.gather(x, idx)).astype("float32")
+            y = expert(paddle.gather(x, idx)).astype("float32")
             y = y * paddle.to_tensor(w_np[tok, slot], dtype="float32").unsqueeze(-1)
             out = paddle.index_add(out, idx, 0, y)
-        out = out.astype(x.dtype)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
-        return out
+        return self._finish(out, x)
 
 
 class Ernie4_5DecoderLayer(nn.Layer):
@@ -233,12 +291,20 @@ class Ernie4_5DecoderLayer(nn.Layer):
     ``cfg.is_moe_layer(layer_id)``) says whether its MLP has routed experts; the MTP block passes
     ``cfg.mtp_block_is_moe`` (layer index 0 for the MoE rule, as paddleformers and FastDeploy)."""
 
-    def __init__(self, cfg: ErnieConfig, layer_id: int, is_moe: bool | None = None):
+    def __init__(
+        self,
+        cfg: ErnieConfig,
+        layer_id: int,
+        is_moe: bool | None = None,
+        tp: TensorParallel | None = None,
+    ):
         super().__init__()
         self.layer_id = layer_id
-        self.self_attn = Ernie4_5Attention(cfg, layer_id)
+        self.self_attn = Ernie4_5Attention(cfg, layer_id, tp)
         self.is_moe = cfg.is_moe_layer(layer_id) if is_moe is None else bool(is_moe)
-        self.mlp = Ernie4_5MoE(cfg) if self.is_moe else Ernie4_5MLP(cfg, cfg.intermediate_size)
+        self.mlp = (
+            Ernie4_5MoE(cfg, tp) if self.is_moe else Ernie4_5MLP(cfg, cfg.intermediate_size, tp)
+        )
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -251,12 +317,37 @@ class Ernie4_5DecoderLayer(nn.Layer):
         return self.mlp(self.post_attention_layernorm(residual)), residual
 
 
-class Ernie4_5Model(nn.Layer):
-    def __init__(self, cfg: ErnieConfig):
+class VocabParallelEmbedding(nn.Layer):
+    """This rank's rows ``[start, start + chunk)`` of the ``[V, H]`` table (``chunk = ceil(V/N)``,
+    the last shard zero-padded); ids outside them look up zeros and the all-reduce sums the
+    shards: exactly the single-process lookup (one non-zero term per element)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, tp: TensorParallel):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.tp = tp
+        self.start = tp.vocab_part(vocab_size)[0]
+        self.chunk = tp.vocab_chunk(vocab_size)
+        self.weight = self.create_parameter([self.chunk, hidden_size])
+
+    def forward(self, ids):
+        local = ids - self.start
+        inside = (local >= 0) & (local < self.chunk)
+        e = F.embedding(paddle.where(inside, local, paddle.zeros_like(local)), self.weight)
+        e = e * inside.unsqueeze(-1).astype(e.dtype)
+        return self.tp.all_reduce(e)
+
+
+class Ernie4_5Model(nn.Layer):
+    def __init__(self, cfg: ErnieConfig, tp: TensorParallel | None = None):
+        super().__init__()
+        tp = _active(tp)
+        self.embed_tokens = (
+            nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            if tp is None
+            else VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
+        )
         self.layers = nn.LayerList(
-            [Ernie4_5DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)]
+            [Ernie4_5DecoderLayer(cfg, i, tp=tp) for i in range(cfg.num_hidden_layers)]
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -265,12 +356,15 @@ class LMHead(nn.Layer):
     """``[H] -> [V]``. Untied: own ``weight [H, V]``. Tied: reads the embedding ``[V, H]`` (no parameter
     of its own; ``weight`` is then the transposed embedding, a computed tensor)."""
 
-    def __init__(self, cfg: ErnieConfig, embedding: nn.Embedding):
+    def __init__(self, cfg: ErnieConfig, embedding: nn.Embedding, tp: TensorParallel | None = None):
         super().__init__()
+        self.tp = _active(tp)
+        self.vocab_size = cfg.vocab_size
         self.tied = cfg.tie_word_embeddings
         self._embedding = [embedding]  # a list, so the embedding is not registered twice
         if not self.tied:
-            self.weight = self.create_parameter([cfg.hidden_size, cfg.vocab_size])
+            cols = cfg.vocab_size if self.tp is None else self.tp.vocab_chunk(cfg.vocab_size)
+            self.weight = self.create_parameter([cfg.hidden_size, cols])
 
     def __getattr__(self, name):
         if name == "weight" and self.__dict__.get("tied", False):
@@ -279,8 +373,16 @@ class LMHead(nn.Layer):
 
     def forward(self, h):
         if self.tied:
-            return paddle.matmul(h, self._embedding[0].weight, transpose_y=True)
-        return paddle.matmul(h, self.weight)
+            logits = paddle.matmul(h, self._embedding[0].weight, transpose_y=True)
+        else:
+            logits = paddle.matmul(h, self.weight)
+        if self.tp is None:
+            return logits
+        # column-parallel (vocabulary shards, the last one padded): gather, drop the padding
+        logits = self.tp.all_gather_last(logits)
+        if logits.shape[-1] == self.vocab_size:
+            return logits
+        return logits[:, : self.vocab_size].contiguous()
 
 
 # --------------------------------------------------------------------------- models
@@ -309,13 +411,24 @@ class Ernie4_5ForCausalLM(nn.Layer):
     (:func:`fd_mtp.model.oracles.dense_forward`: one sequence, no cache, independent code).
     """
 
-    def __init__(self, config: ErnieConfig, attn_backend: AttentionBackend | None = None):
+    def __init__(
+        self,
+        config: ErnieConfig,
+        attn_backend: AttentionBackend | None = None,
+        *,
+        tp: TensorParallel | None = None,
+    ):
         super().__init__()
         _check_dtype_supported(config)
-        self.config = config
+        tp = _active(tp)
+        #: this rank's view (its heads; `fd_mtp.model.parallel.local_config`), what the runner
+        #: sizes the KV cache from; ``full_config`` is the checkpoint's
+        self.config = local_config(config, tp)
+        self.full_config = config
+        self.tp = tp
         self.attn_backend = attn_backend if attn_backend is not None else PagedAttentionCPU()
-        self.ernie = Ernie4_5Model(config)
-        self.lm_head = LMHead(config, self.ernie.embed_tokens)
+        self.ernie = Ernie4_5Model(config, tp)
+        self.lm_head = LMHead(config, self.ernie.embed_tokens, tp)
         _freeze(self)
         if config.dtype != "float32":
             self.to(dtype=config.dtype)
@@ -324,6 +437,13 @@ class Ernie4_5ForCausalLM(nn.Layer):
                     layer.mlp.gate.to(dtype="float32")
                     if layer.mlp.moe_statics is not None:
                         layer.mlp.moe_statics.to(dtype="float32")
+
+    def tp_sources(self):
+        """``{parameter: (checkpoint name, full array -> this rank's shard)}`` under tensor
+        parallelism (`fd_mtp.model.parallel.shard_sources`), None in one process."""
+        if self.tp is None:
+            return None
+        return shard_sources(self.state_dict().keys(), self.full_config, self.tp)
 
     @property
     def embed_tokens(self):
@@ -366,7 +486,7 @@ class Ernie4_5ForCausalLM(nn.Layer):
 class _MTPWeights(nn.Layer):
     """Holds the MTP block's own parameters under the checkpoint names ``ernie.mtp_*``."""
 
-    def __init__(self, cfg: ErnieConfig):
+    def __init__(self, cfg: ErnieConfig, tp: TensorParallel | None = None):
         super().__init__()
         self.mtp_emb_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
         self.mtp_hidden_norm = nn.LayerList([RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)])
@@ -374,7 +494,7 @@ class _MTPWeights(nn.Layer):
             [nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias_attr=False)]
         )
         self.mtp_block = nn.LayerList(
-            [Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers, is_moe=cfg.mtp_block_is_moe)]
+            [Ernie4_5DecoderLayer(cfg, cfg.num_hidden_layers, is_moe=cfg.mtp_block_is_moe, tp=tp)]
         )
 
 
@@ -391,9 +511,14 @@ class Ernie4_5MTP(nn.Layer):
 
     def __init__(self, config: ErnieConfig, main: Ernie4_5ForCausalLM):
         super().__init__()
-        self.config = config
+        tp = getattr(main, "tp", None)
+        #: as the main model's: this rank's view and the checkpoint's config (tensor parallelism:
+        #: the block is sharded like a main layer; enorm / hnorm / eh_proj are replicated)
+        self.config = local_config(config, tp)
+        self.full_config = config
+        self.tp = tp
         self.__dict__["_main"] = main  # plain attribute: not a sublayer, not in state_dict
-        self.ernie = _MTPWeights(config)
+        self.ernie = _MTPWeights(config, tp)
         _freeze(self)
         if config.dtype != "float32":
             self.to(dtype=config.dtype)
@@ -401,6 +526,12 @@ class Ernie4_5MTP(nn.Layer):
                 self.mtp_block.mlp.gate.to(dtype="float32")
                 if self.mtp_block.mlp.moe_statics is not None:
                     self.mtp_block.mlp.moe_statics.to(dtype="float32")
+
+    def tp_sources(self):
+        """As `Ernie4_5ForCausalLM.tp_sources`."""
+        if self.tp is None:
+            return None
+        return shard_sources(self.state_dict().keys(), self.full_config, self.tp)
 
     @property
     def main(self):

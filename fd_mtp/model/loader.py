@@ -388,10 +388,20 @@ def load_weights(
         raise ValueError(f"layout must be 'auto', 'paddle' or 'torch', got {layout!r}")
     from .ernie import state_dict_names
 
-    cfg: ErnieConfig = model_or_mtp.config
+    # a tensor-parallel model (`fd_mtp.model.parallel`) holds shards: the plan is made on the
+    # checkpoint's names and full shapes, each value cut to this rank's shard when assigned
+    cfg: ErnieConfig = getattr(model_or_mtp, "full_config", model_or_mtp.config)
     params = model_or_mtp.state_dict()
-    wanted = {k: list(v.shape) for k, v in params.items()}
+    tp_sources = getattr(model_or_mtp, "tp_sources", lambda: None)()
     everything = state_dict_names(cfg, mtp=True)
+    if tp_sources is None:
+        wanted = {k: list(v.shape) for k, v in params.items()}
+        targets = {k: [(k, None)] for k in params}
+    else:
+        wanted, targets = {}, {}
+        for local, (name, cut) in tp_sources.items():
+            wanted[name] = everything[name]
+            targets.setdefault(name, []).append((local, cut))
     everything.update(wanted)
     torch_layout = layout == "torch" or (
         layout == "auto"
@@ -461,14 +471,15 @@ def load_weights(
                 value = np.ascontiguousarray(full[..., src.part[0] : src.part[1]])
             else:
                 value = _value(tensors, src, orient[name], tuple(wanted[name]))
-            _assign(paddle, params[name], value)
+            for local, cut in targets[name]:
+                _assign(paddle, params[local], value if cut is None else cut(np.asarray(value)))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
 
-    if tied_head is not None:
+    if tied_head is not None and tp_sources is None:
         t, err = _orient(
             "lm_head.weight", tied_head, (cfg.hidden_size, cfg.vocab_size), torch_layout
         )
@@ -503,6 +514,7 @@ def load_checkpoint(
     strict: bool = True,
     layout: str = "auto",
     progress: bool | None = None,
+    tp=None,
 ):
     """Build the models of checkpoint directory ``path``.
 
@@ -514,6 +526,9 @@ def load_checkpoint(
             config carries the dtype used.
         attn_backend: passed to :class:`Ernie4_5ForCausalLM` (None: ``PagedAttentionCPU``).
         strict, layout, progress: see :func:`load_weights`.
+        tp: a `fd_mtp.model.parallel.TensorParallel`: build this rank's shard of the models and
+            load only its part of every tensor (ValueError when the group size does not divide
+            the heads, kv heads, MLP widths or experts). None: the whole model.
 
     Returns:
         ``(model, mtp, config)``: ``mtp`` is an :class:`Ernie4_5MTP` sharing ``model``'s embedding,
@@ -542,7 +557,7 @@ def load_checkpoint(
     with SafetensorsCheckpoint.from_dir(d) as tensors:
         if progress is None:
             progress = tensors.nbytes() > PROGRESS_BYTES
-        model = Ernie4_5ForCausalLM(config, attn_backend)
+        model = Ernie4_5ForCausalLM(config, attn_backend, tp=tp)
         load_weights(model, tensors, strict=strict, layout=layout, progress=progress)
         mtp = None
         has_mtp = any(_canonical(n).startswith("ernie.mtp_") for n in tensors)

@@ -187,6 +187,7 @@ def build_llm(args):
         max_num_batched_tokens=args.max_num_batched_tokens,
         speculative_config=args.speculative_config,
         seed=args.seed,
+        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
     )
 
 
