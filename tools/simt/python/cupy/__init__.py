@@ -14,6 +14,7 @@ Anything outside the subset raises AttributeError naming it, instead of guessing
 from __future__ import annotations
 
 import numpy as _np
+import simt_counters as _counters  # tools/simt/python, first on sys.path with this package
 
 SIMT_STANDIN = True  # fd_mtp's test helpers tell this stand-in from the real CuPy by it
 
@@ -75,6 +76,7 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
                 "cupy.ndarray(memptr=...): raw device memory (CUDA IPC) has no simt stand-in"
             )
         a = _np.ndarray.__new__(cls, shape, dtype, strides=strides, order=order)
+        _counters.array_allocations += 1
         if a.nbytes:
             a.view(_np.ndarray).reshape(-1).view(_np.uint8)[...] = _POISON
         return a
@@ -88,10 +90,32 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
         return cuda.Device(0)
 
     def get(self):
+        _counters.note_host_read()
         return _np.array(self.view(_np.ndarray))
 
     def set(self, arr):
         self[...] = arr
+
+    # Reading a value on the host waits for the device, as in CuPy.
+    def item(self, *args):
+        _counters.note_host_read()
+        return super().item(*args)
+
+    def tolist(self):
+        _counters.note_host_read()
+        return super().tolist()
+
+    def __int__(self):
+        _counters.note_host_read()
+        return super().__int__()
+
+    def __float__(self):
+        _counters.note_host_read()
+        return super().__float__()
+
+    def __bool__(self):
+        _counters.note_host_read()
+        return super().__bool__()
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         _refuse_host(inputs, f"cupy.{ufunc.__name__}")
@@ -124,6 +148,8 @@ array = asarray
 
 def asnumpy(a):
     """A host numpy copy of ``a``."""
+    if isinstance(a, ndarray):
+        _counters.note_host_read()
     return _np.array(_host_view(a), copy=True)
 
 
