@@ -58,8 +58,9 @@ def assert_unchanged(before, args, names, op):
 
 
 def bad_set_value(batch=8):
-    """speculate_set_value_by_flags_and_idx with accept_num out of range for requests 5 and 2
-    (2 is named, on the CPU and on the GPU); returns (case, expected message)."""
+    """speculate_set_value_by_flags_and_idx with accept_num out of range for requests 260 (when
+    the batch has it), 5 and 2 (2 is named, on the CPU and on the GPU); returns (case, expected
+    message)."""
     case = op_inputs.build_set_value(batch)
     names = case.names
     accept_num = case.args[names.index("accept_num")]
@@ -69,8 +70,9 @@ def bad_set_value(batch=8):
     stop[:] = False
     enc[:] = 0
     this_time[:] = np.maximum(this_time, 1)
-    for b in (5, 2):
-        accept_num[b] = 1000
+    for b in (260, 5, 2):  # 260: in the second block of threads when batch > 256
+        if b < batch:
+            accept_num[b] = 1000
     with pytest.raises(ValueError) as info:
         ref.speculate_set_value_by_flags_and_idx(*[np.copy(a) for a in case.args])
     return case, str(info.value)
@@ -195,9 +197,9 @@ def test_fd_mtp_ops_check_pending_reads_the_cuda_record():
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_lowest_bad_request_is_named_whatever_the_schedule(seed, monkeypatch):
-    """Requests 2 and 5 are bad; one GPU thread per request reports, in any order (a seeded
-    random schedule on the emulator: threads start and switch at atomics in random order); the
-    message names request 2, as the CPU driver's first-wins loop does."""
+    """Requests 2, 5 and 260 are bad; one GPU thread per request reports, in any order (a seeded
+    random schedule on the emulator: blocks in random order, threads start and switch at atomics
+    in random order); the message names request 2, as the CPU driver's first-wins loop does."""
     if on_simt():
         monkeypatch.setenv("FD_MTP_SIMT_SCHEDULE", f"random:{seed}")
     case, message = bad_set_value(batch=300)  # two blocks of threads

@@ -14,7 +14,27 @@ Anything outside the subset raises AttributeError naming it, instead of guessing
 from __future__ import annotations
 
 import numpy as _np
-import simt_counters as _counters  # tools/simt/python, first on sys.path with this package
+
+
+def _load_counters():
+    """tools/simt/python/simt_counters.py (first on sys.path with this package; loaded by its
+    path, under the same name, when this file was loaded by path, as tests/simt does)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    try:
+        import simt_counters
+    except ImportError:
+        path = Path(__file__).resolve().parent.parent / "simt_counters.py"
+        spec = importlib.util.spec_from_file_location("simt_counters", path)
+        simt_counters = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(simt_counters)
+        sys.modules["simt_counters"] = simt_counters
+    return simt_counters
+
+
+_counters = _load_counters()
 
 SIMT_STANDIN = True  # fd_mtp's test helpers tell this stand-in from the real CuPy by it
 
