@@ -168,3 +168,18 @@ def test_paged_attention_bad_shape_raises_on_the_host():
     dev["v"] = dev["v"][:, :1].copy()
     with pytest.raises(ValueError, match="paged_attention: v"):
         fcuda.paged_attention(*[dev[k] for k in ORDER])
+
+
+def test_paged_attention_deferred_error_raises_at_check_pending():
+    """Deferred mode: the bad launch returns, writes nothing (the caches keep their rows) and the
+    next check names the op, the argument and the request."""
+    args = make_batch(np.random.default_rng(5), [2, 3], [4, 9])
+    args["block_tables"][1, 0] = -7
+    dev = {k: cp.asarray(v) for k, v in args.items()}
+    with fcuda.errors("deferred"):
+        fcuda.paged_attention(*[dev[k] for k in ORDER])
+        np.testing.assert_array_equal(cp.asnumpy(dev["key_cache"]), args["key_cache"])
+        np.testing.assert_array_equal(cp.asnumpy(dev["value_cache"]), args["value_cache"])
+        with pytest.raises(ValueError, match=r"paged_attention: block_tables \(request 1\) holds "):
+            fcuda.check_pending()
+        fcuda.check_pending()
