@@ -510,19 +510,46 @@ def gen_launchers(ops: list[Op]) -> str:
     return "".join(out)
 
 
+def stream_ops(ops: list[Op]) -> list[Op]:
+    """The ops with a CUDA kernel and statuses, in the order of their ids in a stream's pending
+    record (``STREAM_OPS`` of the raw module; ``stream_op_id`` for the hand-written bindings)."""
+    return sorted((op for op in ops if op.cuda and op.kernel and op.status), key=lambda o: o.name)
+
+
 def gen_cuda_launchers(ops: list[Op]) -> str:
     """``cuda_launchers_gen.cc``: the raw CUDA module's bindings of every standard-dispatch
-    launcher (``bind_launchers``). Each synchronises the stream and returns the kernel status
-    ``(code, request, value, limit)``, with the count: ``(status, count)``; None without
-    statuses."""
-    out = [HEADER, '#include "common.h"\n\nnamespace fd_mtp {\nnamespace pybind {\n\n']
+    launcher (``bind_launchers``) and ``STREAM_OPS``, the op names by id.
+
+    An op with statuses takes ``status`` (and ``count`` with a flag): a nonzero address is a
+    per-call slot; the call synchronises and returns the kernel status ``(code, request, value,
+    limit)``, with the count: ``(status, count)``. Address 0 uses the stream's persistent
+    StreamStatus (custom_ops/cuda/stream_status.h, docs/gpu_errors.md): no allocation, no sync
+    (None) but for an op with a flag, which synchronises to return ``(status, count)``. An op
+    without statuses takes ``sync`` (default True)."""
+    listed = stream_ops(ops)
+    ids = {op.name: i for i, op in enumerate(listed)}
+    out = [HEADER, '#include "common.h"\n\n#include <cstring>\n\n']
+    out.append("namespace fd_mtp {\nnamespace pybind {\n\n")
+    out.append("namespace {\nconstexpr const char* kStreamOps[] = {\n")
+    out.extend(f'    "{op.name}",\n' for op in listed)
+    out.append("};\n}  // namespace\n\n")
+    out.append(
+        "int32_t stream_op_id(const char* name) {\n"
+        "  for (size_t i = 0; i < sizeof(kStreamOps) / sizeof(kStreamOps[0]); ++i)\n"
+        "    if (std::strcmp(kStreamOps[i], name) == 0) return static_cast<int32_t>(i);\n"
+        '  throw std::logic_error(std::string("stream_op_id: no op ") + name);\n}\n\n'
+    )
     out.append("void bind_launchers(py::module_& m) {\n")
-    for op in ops:
-        if not op.generated_dispatch or not op.cuda:
+    names = "".join(f'"{op.name}", ' for op in listed)
+    out.append(f'  m.attr("STREAM_OPS") = py::make_tuple({names.rstrip(", ")});\n')
+    for op in listed:
+        if not op.generated_dispatch:
             continue
+        op_id = ids[op.name]
         params = ["const P& p"]
         pyargs = ['py::arg("params")']
         call = ["p"]
+        persistent = ["p", "&s->current"]
         if op.status:
             params.append("uintptr_t status")
             pyargs.append('py::arg("status")')
@@ -531,24 +558,47 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
             params.append("uintptr_t count")
             pyargs.append('py::arg("count")')
             call.append("as_ptr<int64_t>(count)")
+            persistent.append("&s->count")
         params.append("uintptr_t stream")
         pyargs.append('py::arg("stream") = 0')
         call.append("as_stream(stream)")
+        persistent.append("as_stream(stream)")
+        if not op.status:
+            params.append("bool sync_after")
+            pyargs.append('py::arg("sync") = true')
         out.append(f"  {{\n    using P = {op.params};\n    m.def(\n")
         out.append(f'        "{op.name}",\n')
-        out.append(f"        []({', '.join(params)}) {{\n")
+        out.append(f"        []({', '.join(params)}) -> py::object {{\n")
         out.append(f'          constexpr const char* op = "{op.name}";\n')
         if op.status:
+            out.append("          if (status == 0) {  // the stream's persistent record\n")
+            out.append("            StreamStatus* s = stream_status_for(stream, op);\n")
+            out.append("            throw_if(stream_status_begin(s, as_stream(stream)), op);\n")
+            out.append(f"            throw_if({op.launcher_name}({', '.join(persistent)}), op);\n")
+            out.append(
+                f"            throw_if(stream_status_commit(s, {op_id}, as_stream(stream)), op);\n"
+            )
+            if op.flag is None:
+                out.append("            return py::none();\n")
+            else:
+                out.append(
+                    "            const StreamStatus host = fetch_stream_status(s, stream, op);\n"
+                )
+                out.append(
+                    "            return py::make_tuple(status_tuple(host.current), host.count);\n"
+                )
+            out.append("          }\n")
             out.append('          require(status, op, "status");\n')
         if op.flag is not None:
             out.append('          require(count, op, "count");\n')
         out.append(f"          throw_if({op.launcher_name}({', '.join(call)}), op);\n")
         if not op.status:
-            out.append("          sync(stream, op);\n")
-            doc = "Returns None."
+            out.append("          if (sync_after) sync(stream, op);\n")
+            out.append("          return py::none();\n")
+            doc = "Returns None; sync=False leaves the stream running."
         elif op.flag is None:
             out.append("          return status_tuple(fetch_status(status, stream, op));\n")
-            doc = "Returns (code, request, value, limit)."
+            doc = "Returns (code, request, value, limit); status=0: the stream's record, None."
         else:
             out.append("          const KernelStatus st = fetch_status(status, stream, op);\n")
             out.append(
@@ -556,13 +606,27 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
             )
             doc = "Returns ((code, request, value, limit), count)."
         out.append(f'        }},\n        {", ".join(pyargs)},\n        "{doc}");\n  }}\n')
+    for op in ops:  # the standard-dispatch ops without statuses
+        if not op.generated_dispatch or not op.cuda or op.status:
+            continue
+        out.append(f"  {{\n    using P = {op.params};\n    m.def(\n")
+        out.append(f'        "{op.name}",\n')
+        out.append("        [](const P& p, uintptr_t stream, bool sync_after) {\n")
+        out.append(f'          constexpr const char* op = "{op.name}";\n')
+        out.append(f"          throw_if({op.launcher_name}(p, as_stream(stream)), op);\n")
+        out.append("          if (sync_after) sync(stream, op);\n")
+        out.append(
+            '        },\n        py::arg("params"), py::arg("stream") = 0, py::arg("sync") = true,\n'
+        )
+        out.append('        "Returns None; sync=False leaves the stream running.");\n  }\n')
     out.append("}\n\n}  // namespace pybind\n}  // namespace fd_mtp\n")
     return "".join(out)
 
 
 def sources(ops: list[Op]) -> dict[str, list[str]]:
     """The hand-written C++ sources the build compiles, derived from the schema (sorted)."""
-    cuda = sorted({f"custom_ops/cuda/{op.kernel}.cu" for op in ops if op.kernel and op.cuda})
+    cuda = {f"custom_ops/cuda/{op.kernel}.cu" for op in ops if op.kernel and op.cuda}
+    cuda = sorted(cuda | {"custom_ops/cuda/stream_status.cu"})  # the error model's steps
     paddle = sorted({op.hand_binding for op in ops if op.hand_binding})
     headers = sorted(
         {f"custom_ops/kernels/{op.kernel}.h" for op in ops if op.kernel and op.cuda and op.params}

@@ -38,6 +38,13 @@ def _int(name: str, raw: str) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+def _choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ValueError(f"environment variable {name}={raw!r} is not one of {', '.join(choices)}")
+    return value
+
+
 @dataclass(frozen=True)
 class EnvVar:
     """One variable: its parser (``(name, raw) -> value``), its value when unset, and its meaning."""
@@ -72,6 +79,13 @@ VARIABLES: dict[str, EnvVar] = {
         lambda name, raw: raw,
         None,
         "fd_mtp.cuda: load the raw CUDA module fd_mtp_cuda from this directory",
+    ),
+    "FD_MTP_CUDA_ERRORS": EnvVar(
+        lambda name, raw: _choice(name, raw, ("deferred", "checked", "record")),
+        "deferred",
+        "fd_mtp.cuda's error mode (docs/gpu_errors.md): deferred (no sync per op; errors raise at "
+        "the step's own syncs or check_pending), checked (sync and raise after each op), record "
+        "(never raise; check_pending reads)",
     ),
 }
 

@@ -41,12 +41,9 @@ __device__ inline void block_add(int64_t local, int64_t* total) {
     atomicAdd(reinterpret_cast<unsigned long long*>(total), static_cast<unsigned long long>(sum));
 }
 
-// Zeroes a status record and a counter before a check/apply launch pair.
-inline cudaError_t reset_status(KernelStatus* status, int64_t* count, cudaStream_t stream) {
-  cudaError_t err = cudaMemsetAsync(status, 0, sizeof(KernelStatus), stream);
-  if (err == cudaSuccess && count != nullptr)
-    err = cudaMemsetAsync(count, 0, sizeof(int64_t), stream);
-  return err;
-}
+// Resets a status record and a counter (may be null) before a check/apply launch pair: zero,
+// except that a code kStatusPoisoned is kept (the stream is poisoned: the apply kernels, which
+// write nothing while status->code != 0, skip). A kernel, stream-ordered (stream_status.cu).
+cudaError_t reset_status(KernelStatus* status, int64_t* count, cudaStream_t stream);
 
 }  // namespace fd_mtp

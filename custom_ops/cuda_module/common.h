@@ -5,10 +5,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "../cuda/launchers.h"
+#include "../cuda/stream_status.h"
 
 namespace fd_mtp {
 namespace pybind {
@@ -53,6 +56,63 @@ inline int64_t fetch_int64(uintptr_t ptr, uintptr_t stream, const char* op) {
   int64_t v = 0;
   throw_if(cudaMemcpy(&v, as_ptr<int64_t>(ptr), sizeof(v), cudaMemcpyDeviceToHost), op);
   return v;
+}
+
+// The id of op `name` in a stream's pending record (generated: cuda_launchers_gen.cc, the order
+// of the module's STREAM_OPS).
+int32_t stream_op_id(const char* name);
+
+// The persistent StreamStatus of `stream` (docs/gpu_errors.md): allocated and zeroed on the
+// stream's first op, then reused by every op on it for the life of the process (one small
+// allocation per stream, none per call).
+inline StreamStatus* stream_status_for(uintptr_t stream, const char* op) {
+  static std::mutex mutex;
+  static std::unordered_map<uintptr_t, StreamStatus*> records;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = records.find(stream);
+  if (it != records.end()) return it->second;
+  void* mem = nullptr;
+  throw_if(cudaMalloc(&mem, sizeof(StreamStatus)), op);
+  throw_if(cudaMemsetAsync(mem, 0, sizeof(StreamStatus), as_stream(stream)), op);
+  auto* s = static_cast<StreamStatus*>(mem);
+  records.emplace(stream, s);
+  return s;
+}
+
+// The stream's record on the host (synchronises the stream first).
+inline StreamStatus fetch_stream_status(const StreamStatus* s, uintptr_t stream, const char* op) {
+  sync(stream, op);
+  StreamStatus host{};
+  throw_if(cudaMemcpy(&host, s, sizeof(host), cudaMemcpyDeviceToHost), op);
+  return host;
+}
+
+// Whether the hand-written bindings defer their status (fd_mtp.cuda's error mode is not
+// "checked"; set by fd_mtp.cuda before each call through `set_deferred`). One flag per process:
+// the mode is fd_mtp.cuda's, a process-wide setting.
+inline bool& deferred_flag() {
+  static bool deferred = false;
+  return deferred;
+}
+
+// The end of a hand-written binding whose op wrote its status into the per-call slot `status`:
+// deferred, the slot's error moves into the stream's record on the device (no sync) and None is
+// returned; checked, the stream is synchronised and the status returned as a tuple.
+inline py::object finish_status(uintptr_t status, uintptr_t stream, const char* op,
+                                const char* op_name) {
+  if (deferred_flag()) {
+    throw_if(
+        stream_status_commit_slot(stream_status_for(stream, op), as_ptr<const KernelStatus>(status),
+                                  stream_op_id(op_name), as_stream(stream)),
+        op);
+    return py::none();
+  }
+  return status_tuple(fetch_status(status, stream, op));
+}
+
+// The end of a hand-written binding without a status: synchronises only in checked mode.
+inline void finish(uintptr_t stream, const char* op) {
+  if (!deferred_flag()) sync(stream, op);
 }
 
 // Binds `Struct::field` (a pointer) as an integer address property.

@@ -67,7 +67,7 @@ void bind_draft(py::module_& m) {
                                       as_ptr<const int64_t>(src_rows), out_rows, row_bytes,
                                       as_stream(stream)),
                  op);
-        sync(stream, op);
+        finish(stream, op);
       },
       py::arg("input"), py::arg("output"), py::arg("src_rows"), py::arg("out_rows"),
       py::arg("row_bytes"), py::arg("stream") = 0,
@@ -84,7 +84,7 @@ void bind_draft(py::module_& m) {
           if (p.need_list == nullptr)
             throw std::invalid_argument("mtp_step: params.need_list is null");
           throw_if(mtp_step_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "mtp_step_paddle");
         },
         py::arg("params"), py::arg("status"), py::arg("stream") = 0,
         "params.need_list: [max(bsz, 1)] int32 workspace. Returns (code, request, value, limit).");

@@ -37,7 +37,41 @@ using namespace fd_mtp::pybind;
 PYBIND11_MODULE(fd_mtp_cuda, m) {
   m.doc() = "fd_mtp CUDA launchers on raw device pointers (see fd_mtp.cuda)";
   m.attr("STATUS_BYTES") = py::int_(sizeof(KernelStatus));
-  static_assert(sizeof(KernelStatus) == 24, "KernelStatus is {int32, int32, int64, int64}");
+  static_assert(sizeof(KernelStatus) == 32,
+                "KernelStatus is {int32, int32, int64, int64, int32, int32}");
+  m.attr("STATUS_POISONED") = py::int_(kStatusPoisoned);
+
+  // The error model (custom_ops/cuda/stream_status.h, docs/gpu_errors.md).
+  m.def(
+      "stream_pending",
+      [](uintptr_t stream, bool clear) -> py::object {
+        constexpr const char* op = "stream_pending";
+        StreamStatus* s = stream_status_for(stream, op);
+        const StreamStatus host = fetch_stream_status(s, stream, op);
+        if (host.pending.code == 0 && host.preset.code == 0) return py::none();
+        if (clear) throw_if(stream_status_clear(s, as_stream(stream)), op);
+        return py::make_tuple(host.pending.op, status_tuple(host.pending));
+      },
+      py::arg("stream") = 0, py::arg("clear") = true,
+      "Synchronises `stream` and returns its first pending error as (op id in STREAM_OPS, "
+      "(code, request, value, limit)), or None; clear=True clears it and un-poisons the stream.");
+  m.def(
+      "set_deferred", [](bool deferred) { deferred_flag() = deferred; }, py::arg("deferred"),
+      "The hand-written bindings' mode: True, statuses go to the stream's record (no sync, "
+      "they return None); False, they synchronise and return the status.");
+  m.def(
+      "stream_preset",
+      [](uintptr_t status, uintptr_t stream) {
+        constexpr const char* op = "stream_preset";
+        require(status, op, "status");
+        throw_if(stream_status_preset(stream_status_for(stream, op), as_ptr<KernelStatus>(status),
+                                      as_stream(stream)),
+                 op);
+      },
+      py::arg("status"), py::arg("stream") = 0,
+      "Stream-ordered: writes the stream's preset (zero, or STATUS_POISONED once an op on it "
+      "failed) into the KernelStatus at `status`, so that the op launched with it next skips on "
+      "a poisoned stream.");
 
   m.def(
       "read_status",
@@ -54,6 +88,26 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
         return fetch_int64(ptr, stream, "read_int64");
       },
       py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
+
+  // paged_attention (fd_mtp.model): a hand-written dispatch in the Paddle binding (returned out
+  // first), so bound here: status 0 uses the stream's record (no sync), as the generated ones.
+  m.def(
+      "paged_attention",
+      [](const PagedAttentionParams& p, uintptr_t status, uintptr_t stream) -> py::object {
+        constexpr const char* op = "paged_attention";
+        if (status == 0) {
+          static const int32_t id = stream_op_id(op);
+          StreamStatus* s = stream_status_for(stream, op);
+          throw_if(stream_status_begin(s, as_stream(stream)), op);
+          throw_if(paged_attention_cuda(p, &s->current, as_stream(stream)), op);
+          throw_if(stream_status_commit(s, id, as_stream(stream)), op);
+          return py::none();
+        }
+        throw_if(paged_attention_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
+        return status_tuple(fetch_status(status, stream, op));
+      },
+      py::arg("params"), py::arg("status"), py::arg("stream") = 0,
+      "Returns (code, request, value, limit); status=0: the stream's record, None.");
 
   bind_params(m);
   bind_launchers(m);

@@ -16,11 +16,12 @@ void bind_ngram(py::module_& m) {
         throw_if(
             ngram_cuda(p, as_ptr<int64_t>(hits), as_ptr<KernelStatus>(status), as_stream(stream)),
             op);
-        return status_tuple(fetch_status(status, stream, op));
+        return finish_status(status, stream, op, p.hybrid ? "hybrid_mtp_ngram" : "ngram_match");
       },
       py::arg("params"), py::arg("hits"), py::arg("status"), py::arg("stream") = 0,
       "ngram_match (params.hybrid false) or hybrid_mtp_ngram (true) on device pointers. "
-      "hits: [max(bsz, 1)] int64 workspace. Returns (code, request, value, limit).");
+      "hits: [max(bsz, 1)] int64 workspace. Returns (code, request, value, limit), or None in "
+      "deferred mode (set_deferred).");
 
   // The CPU driver on host pointers (e.g. numpy arrays' addresses): the CPU op
   // without paddle, so that a paddle-less GPU machine can compare and time it.

@@ -17,7 +17,7 @@ void bind_packing(py::module_& m) {
           throw_if(speculate_get_padding_offset_cuda(p, as_ptr<KernelStatus>(status),
                                                      as_ptr<int64_t>(total), as_stream(stream)),
                    op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "speculate_get_padding_offset");
         },
         py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
         "total: int64 scratch (sum of seq_len). Returns (code, request, value, limit); "
@@ -32,7 +32,7 @@ void bind_packing(py::module_& m) {
         [](const P& p, uintptr_t stream) {
           throw_if(speculate_get_seq_lens_output_cuda(p, as_stream(stream)),
                    "speculate_get_seq_lens_output");
-          sync(stream, "speculate_get_seq_lens_output");
+          finish(stream, "speculate_get_seq_lens_output");
         },
         py::arg("params"), py::arg("stream") = 0);
   }
@@ -49,7 +49,7 @@ void bind_packing(py::module_& m) {
           throw_if(speculate_get_output_padding_offset_cuda(
                        p, as_ptr<KernelStatus>(status), as_ptr<int64_t>(total), as_stream(stream)),
                    op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "speculate_get_output_padding_offset");
         },
         py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
         "total: int64 scratch (sum of seq_lens_output). Returns (code, request, value, limit); "
@@ -67,7 +67,7 @@ void bind_packing(py::module_& m) {
           if (p.output_padding_offset != nullptr && p.max_input_length < 1)
             throw std::invalid_argument("rebuild_padding: max_input_length must be >= 1");
           throw_if(rebuild_padding_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "rebuild_padding");
         },
         py::arg("params"), py::arg("status"), py::arg("stream") = 0,
         "params.output_padding_offset = 0 selects the plain branch (out_rows = bsz). "

@@ -20,7 +20,7 @@ void bind_sampling(py::module_& m) {
           throw_if(token_penalty_cuda(p, as_ptr<int32_t>(workspace), workspace_rows,
                                       as_ptr<KernelStatus>(status), as_stream(stream)),
                    op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "speculate_get_token_penalty_multi_scores");
         },
         py::arg("params"), py::arg("workspace"), py::arg("workspace_rows"), py::arg("status"),
         py::arg("stream") = 0,
@@ -37,7 +37,7 @@ void bind_sampling(py::module_& m) {
           constexpr const char* op = "top_p_candidates";
           require(status, op, "status");
           throw_if(top_p_candidates_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-          return status_tuple(fetch_status(status, stream, op));
+          return finish_status(status, stream, op, "top_p_candidates");
         },
         py::arg("params"), py::arg("status"), py::arg("stream") = 0,
         "Returns (code, request, value, limit).");

@@ -19,7 +19,9 @@ inline void cuda(const char* op, cudaError_t err) {
 }  // namespace check
 
 // Device memory for one KernelStatus and one int64 counter, taken from
-// paddle's allocator on the device of `like` (no cudaMalloc per call).
+// paddle's allocator on the device of `like` (no cudaMalloc per call), zeroed:
+// the launchers' reset_status keeps a poisoned code (custom_ops/cuda/stream_status.h),
+// so the slot must not start as one by chance.
 class GpuScratch {
  public:
   struct Result {
@@ -29,8 +31,8 @@ class GpuScratch {
   static_assert(sizeof(Result) % sizeof(int64_t) == 0, "Result must pack into int64 words");
 
   explicit GpuScratch(const paddle::Tensor& like)
-      : buf_(paddle::empty({static_cast<int64_t>(sizeof(Result) / sizeof(int64_t))},
-                           paddle::DataType::INT64, like.place())) {}
+      : buf_(paddle::full({static_cast<int64_t>(sizeof(Result) / sizeof(int64_t))}, 0,
+                          paddle::DataType::INT64, like.place())) {}
 
   KernelStatus* status() { return &reinterpret_cast<Result*>(buf_.data<int64_t>())->status; }
   int64_t* count() { return &reinterpret_cast<Result*>(buf_.data<int64_t>())->count; }

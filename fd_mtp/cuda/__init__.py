@@ -5,7 +5,15 @@
 host numpy bool array of one element, as the Paddle op takes a CPU tensor) and behaves like the
 Paddle binding's GPU branch: bsz and row widths are derived the same way, bad shapes/dtypes and
 data-dependent problems raise ValueError naming the argument (nothing written), and CUDA errors
-raise RuntimeError. Every call synchronises the current stream.
+raise RuntimeError.
+
+Errors without a sync per op (docs/gpu_errors.md): by default (``deferred``) an op with data
+checks does not synchronise; its error is recorded in the stream's persistent status record,
+every later op on that stream skips on the device (writes nothing), and the ValueError (naming
+the op and the argument, as in checked mode) raises at the next op that synchronises anyway (an op
+with a host flag, a shape op) or at ``check_pending()``. ``set_error_mode("checked")`` /
+``errors("checked")`` / ``FD_MTP_CUDA_ERRORS=checked`` synchronise and raise after each op;
+``record`` never raises (``pending()`` reads the record).
 
 The launchers live in the pybind11 module ``fd_mtp_cuda`` (custom_ops/cuda_module/), built
 into ``fd_mtp/_lib`` by ``make cuda-module`` (or ``python cmake/fd_mtp_build.py cuda-module`` where
@@ -18,13 +26,36 @@ Importing this module needs neither CuPy nor the compiled module; both load on f
 import importlib as _importlib
 import importlib.util as _importlib_util
 
+from ..ops import _loader as _ops_loader
 from ..schema import FAMILIES as _FAMILIES
-from ._common import BUILD_HINT, MODULE_DIR_ENV, load
+from ._common import (
+    BUILD_HINT,
+    ERROR_MODES,
+    MODULE_DIR_ENV,
+    check_pending,
+    error_mode,
+    errors,
+    load,
+    pending,
+    set_error_mode,
+)
+
+_ops_loader.register_pending_check(check_pending)  # fd_mtp.ops.check_pending reaches it
 
 # One module per schema family that has CUDA kernels; the standard-dispatch wrappers in them are
 # generated from the schema (fd_mtp/schema), the rest written there. This package offers every
 # name in each family module's ``__all__``.
-__all__ = ["BUILD_HINT", "MODULE_DIR_ENV", "load"]
+__all__ = [
+    "BUILD_HINT",
+    "ERROR_MODES",
+    "MODULE_DIR_ENV",
+    "check_pending",
+    "error_mode",
+    "errors",
+    "load",
+    "pending",
+    "set_error_mode",
+]
 for _family in _FAMILIES:
     if _importlib_util.find_spec(f"{__name__}.{_family}") is None:
         continue  # a family without CUDA kernels (msgqueue) or without raw bindings (attention)

@@ -1,12 +1,15 @@
 """Shared helpers of fd_mtp.cuda: loading the compiled module, CuPy, argument checks that
-mirror custom_ops/paddle/check.h, kernel-status decoding and scratch buffers."""
+mirror custom_ops/paddle/check.h, kernel-status decoding, scratch buffers and the error model
+(docs/gpu_errors.md: error modes, ``pending`` / ``check_pending``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -17,7 +20,9 @@ BUILD_HINT = (
     f"{MODULE_DIR_ENV} at the directory holding an fd_mtp_cuda*.so"
 )
 
-STATUS_WORDS = 3  # KernelStatus {int32 code, int32 request, int64 value, int64 limit} = 24 bytes
+# KernelStatus {int32 code, int32 request, int64 value, int64 limit, int32 lock, int32 op} = 32 bytes
+STATUS_WORDS = 4
+ERROR_MODES = ("deferred", "checked", "record")
 
 
 @functools.cache
@@ -123,12 +128,127 @@ def _check_status(op, status, table):
     _fail(op, "input", f"is invalid (kernel status {code})")
 
 
+_SCRATCH_RING = 4  # per (stream, size): the slots one hand-written wrapper call may hold at once
+_scratch_pool: dict = {}
+_scratch_lock = threading.Lock()
+
+
 def _scratch(words=STATUS_WORDS):
+    """An int64 device buffer of ``words`` words for one call of a hand-written wrapper (a kernel
+    status, a counter): persistent per stream (a ring of _SCRATCH_RING per size, allocated once),
+    so no allocation per call; safe because those wrappers synchronise before they return. A
+    status slot (``words == STATUS_WORDS``) starts as the stream's preset, stream-ordered: zero,
+    or the poisoned code once an op on the stream failed, so that the op skips then (its status
+    comes back as ``STATUS_POISONED`` and `raise_status` raises the pending error)."""
     cp = _cupy()
-    return cp.zeros(words, dtype=cp.int64)
+    stream = _stream()
+    with _scratch_lock:
+        ring = _scratch_pool.get((stream, words))
+        if ring is None:
+            ring = _scratch_pool[(stream, words)] = [
+                [cp.zeros(words, dtype=cp.int64) for _ in range(_SCRATCH_RING)],
+                0,
+            ]
+        buf = ring[0][ring[1]]
+        ring[1] = (ring[1] + 1) % _SCRATCH_RING
+    if words == STATUS_WORDS:
+        load().stream_preset(_ptr(buf), stream)
+    return buf
+
+
+_workspaces: dict = {}
+
+
+def _workspace(key, shape, dtype):
+    """A C-contiguous device array of ``shape`` / ``dtype`` for op workspace ``key`` (an op's
+    own name for it): a view of a buffer persistent per (stream, key), reallocated (zeroed) only
+    when it grows, so a steady step allocates nothing. Reuse is ordered by the stream: the next
+    op on it runs after this one's kernels. A workspace the kernel leaves as it found it (the
+    penalty op's zero counts) stays zero."""
+    cp = _cupy()
+    dt = np.dtype(dtype)
+    n = max(int(np.prod(shape, dtype=np.int64)), 1)
+    k = (_stream(), key, dt.str)
+    with _scratch_lock:
+        buf = _workspaces.get(k)
+        if buf is None or buf.size < n:
+            buf = _workspaces[k] = cp.zeros(n, dtype=dt)
+    return buf[: max(int(np.prod(shape, dtype=np.int64)), 0)].reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------
+# The error model (docs/gpu_errors.md)
+# ------------------------------------------------------------------------------------------
+_mode_override: str | None = None
+
+
+def error_mode() -> str:
+    """The error mode now: `set_error_mode`'s, else ``FD_MTP_CUDA_ERRORS`` (default deferred)."""
+    from .. import envs
+
+    return _mode_override or envs.get("FD_MTP_CUDA_ERRORS")
+
+
+def set_error_mode(mode: str | None) -> str | None:
+    """Sets the error mode of fd_mtp.cuda (None: back to ``FD_MTP_CUDA_ERRORS``); returns the
+    previous override. ``deferred``: an op with data checks launches check and apply without a
+    sync; its error is recorded in the stream's persistent record, later ops on the stream skip,
+    and the error raises at the next op that synchronises anyway (the flag and shape ops) or at
+    `check_pending`. ``checked``: every op synchronises and raises its own error (tests,
+    debugging). ``record``: no op raises a recorded error (graph capture); `pending` /
+    `check_pending` read it."""
+    global _mode_override
+    if mode is not None and mode not in ERROR_MODES:
+        raise ValueError(f"error mode must be one of {', '.join(ERROR_MODES)}, got {mode!r}")
+    previous, _mode_override = _mode_override, mode
+    return previous
+
+
+@contextlib.contextmanager
+def errors(mode: str):
+    """``with fd_mtp.cuda.errors("checked"): ...``: `set_error_mode` for the block."""
+    previous = set_error_mode(mode)
+    try:
+        yield
+    finally:
+        set_error_mode(previous)
+
+
+def pending(stream: int | None = None, clear: bool = True):
+    """The first error recorded on ``stream`` (default: CuPy's current stream) since the last
+    read, as ``(op name, message)``, or None. Synchronises the stream (one wait). ``clear``
+    (default) forgets it and un-poisons the stream."""
+    mod = load()
+    rec = mod.stream_pending(_stream() if stream is None else stream, clear)
+    if rec is None:
+        return None
+    op_id, status = rec
+    if status[0] == 0:  # poisoned with nothing pending: cannot happen (commit sets both)
+        return ("fd_mtp", "fd_mtp: the stream is poisoned but no error is recorded")
+    from .. import schema
+
+    name = mod.STREAM_OPS[op_id]
+    return name, schema.get(name).format_status(*status)
+
+
+def check_pending(stream: int | None = None) -> None:
+    """Raises the first error recorded on ``stream`` since the last check as the ValueError its
+    op raises in checked mode (naming the op and the argument), and clears it; returns None when
+    there is none. Synchronises the stream."""
+    found = pending(stream)
+    if found is not None:
+        raise ValueError(found[1])
+
+
+def _raise_pending(stream=None):
+    if error_mode() != "record":
+        check_pending(stream)
 
 
 def _stream():
+    """CuPy's current stream; also tells the raw module's hand-written bindings the error mode
+    (every wrapper asks for the stream before it launches)."""
+    load().set_deferred(error_mode() != "checked")
     return _cupy().cuda.get_current_stream().ptr
 
 
@@ -174,7 +294,15 @@ def prepare(op_name, values):
 
 
 def raise_status(op, status):
-    """Raises the op's ValueError for a kernel status tuple (code, request, value, limit)."""
+    """Raises the op's ValueError for a kernel status tuple (code, request, value, limit), after
+    the stream's pending error (an earlier deferred op's, which comes first; outside record
+    mode). Called after a sync, so reading the record waits for nothing. None (a hand-written
+    binding in deferred mode: the status went to the stream's record) raises nothing now."""
+    if status is None:  # deferred by the binding: recorded on the device, raised later
+        return
+    _raise_pending()
+    if status[0] == load().STATUS_POISONED:  # record mode: skipped on a poisoned stream
+        return
     if status[0] != 0:
         raise ValueError(op.format_status(*status))
 
@@ -202,9 +330,11 @@ def _host_value(x):
 def launch(op_name, values, check=None):
     """Runs the standard-dispatch op ``op_name`` on CuPy arrays ``values`` (by name): checks and
     Params fill (`prepare`), ``check(op, values, dims, params)`` (the Python side of an op's
-    ``<op>_check`` hook, when it has one), the launcher of the raw module, the kernel status
-    raised by name, and the op's ``flag`` (a host numpy bool array of one element) set from the
-    kernel's count."""
+    ``<op>_check`` hook, when it has one), the launcher of the raw module on the stream's
+    persistent status record, and the op's ``flag`` (a host numpy bool array of one element) set
+    from the kernel's count. A kernel status raises by name as `error_mode` says: at once in
+    checked mode, at the next synchronising op or `check_pending` in deferred mode; an op with a
+    flag synchronises anyway and raises what is pending (but in record mode)."""
     from .. import schema
 
     op = schema.get(op_name)
@@ -215,16 +345,22 @@ def launch(op_name, values, check=None):
     if check is not None:
         check(op, values, dims, p)
     fn = getattr(load(), op.name)
+    mode = error_mode()
+    stream = _stream()
     if not op.status:
-        fn(p, _stream())
+        fn(p, stream, sync=mode == "checked")
         return
-    status = _scratch()
+    # Status address 0: the stream's persistent record (no allocation; no sync but for a flag).
     if op.flag is None:
-        raise_status(op, fn(p, _ptr(status), _stream()))
+        fn(p, 0, stream)
+        if mode == "checked":
+            check_pending(stream)
         return
-    counter = _scratch(1)
-    st, count = fn(p, _ptr(status), _ptr(counter), _stream())
-    raise_status(op, st)
+    st, count = fn(p, 0, 0, stream)  # synchronises: the count sets a host flag
+    if mode != "record":
+        check_pending(stream)  # this op's error or an earlier one's: nothing more to wait for
+    if st[0] != 0:  # skipped (recorded, or poisoned): the flag keeps its value
+        return
     host = {name: _host_value(values[name]) for name in reads}
     _set_flag(values[op.flag[0]], schema.flag_value(op, count, dims, p, host))
 

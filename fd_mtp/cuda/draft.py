@@ -12,6 +12,7 @@ from ._common import (
     _ptr,
     _scratch,
     _stream,
+    _workspace,
     define_launchers,
     load,
     prepare,
@@ -22,7 +23,7 @@ from ._common import (
 def _gather(op, plan_fn, p, input):
     cp = _cupy()
     in_rows, hidden = input.shape
-    src = cp.empty(max(in_rows, 1), dtype=cp.int64)
+    src = _workspace("eagle_src_rows", (max(in_rows, 1),), cp.int64)
     status, counter = _scratch(), _scratch(1)
     stream = _stream()
     st, out_rows = plan_fn(p, in_rows, _ptr(src), _ptr(status), _ptr(counter), stream)
@@ -76,7 +77,7 @@ def mtp_step_paddle(
     op, _, dims, p = prepare("mtp_step_paddle", locals())
     if free_list.ndim != 1:  # as custom_ops/paddle/mtp_step.cc
         _fail(op.name, "free_list", f"must have shape [F] (1-D), got {list(free_list.shape)}")
-    need_list = _cupy().empty(max(dims["B"], 1), dtype=np.int32)  # the kernel's workspace [bsz]
+    need_list = _workspace("mtp_step_need_list", (max(dims["B"], 1),), np.int32)  # [bsz]
     p.need_list = _ptr(need_list)
     status = _scratch()
     raise_status(op, load().mtp_step(p, _ptr(status), _stream()))

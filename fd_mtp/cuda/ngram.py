@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import _cupy, _fail, _ptr, _scratch, _stream, load, prepare, raise_status
+from ._common import (
+    _fail,
+    _ptr,
+    _scratch,
+    _stream,
+    _workspace,
+    load,
+    prepare,
+    raise_status,
+)
 
 __all__ = [
     "ngram_match",
@@ -62,7 +71,7 @@ def _apply(op, v, p):
 def _run_device(op_name, values):
     op, v, _, p = prepare(op_name, values)
     _apply(op, v, p)
-    hits = _cupy().empty(max(p.bsz, 1), dtype=np.int64)
+    hits = _workspace("ngram_hits", (max(p.bsz, 1),), np.int64)  # persistent per stream
     status = _scratch()
     raise_status(op, load().ngram(p, _ptr(hits), _ptr(status), _stream()))
 

@@ -149,7 +149,15 @@ def pre_process(
     cp = _cupy()
     _dtype("pre_process", "seq_lens_this_time", seq_lens_this_time, np.int32)
     max_len = input_ids.shape[1]
-    token_num = int(seq_lens_this_time.sum(dtype=cp.int64))
+    # The counts are read on the host in one wait (docs/gpu_errors.md): this_time and, for the
+    # speculative layout, seq_lens_encoder, back to back before anything is launched; the output
+    # token count is then seq_lens_output's sum (spec §5.2) computed on the host.
+    this_time = cp.asnumpy(seq_lens_this_time).reshape(-1).astype(np.int64)
+    enc = None
+    if speculative_decoding and seq_lens_encoder is not None:
+        enc = cp.asnumpy(seq_lens_encoder).reshape(-1)
+        enc = enc[: this_time.size] if enc.size >= this_time.size else None  # the op will refuse
+    token_num = int(this_time.sum())
     cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
     if not speculative_decoding:
         ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
@@ -169,7 +177,11 @@ def pre_process(
     seq_lens_output = speculate_get_seq_lens_output(
         seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
     )
-    out_token_num = int(seq_lens_output.sum(dtype=cp.int64))
+    if enc is not None:
+        one = (this_time == 1) | (enc != 0)
+        out_token_num = int(np.where(this_time == 0, 0, np.where(one, 1, this_time)).sum())
+    else:
+        out_token_num = int(seq_lens_output.sum(dtype=cp.int64))
     out_cum_tmp = cp.cumsum(max_len - seq_lens_output, dtype=cp.int32)
     padding, out_cum = speculate_get_output_padding_offset(
         out_cum_tmp, out_token_num, seq_lens_output, max_len

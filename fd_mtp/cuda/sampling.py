@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import _cupy, _fail, _ptr, _scratch, _stream, load, prepare, raise_status
+from ._common import (
+    _cupy,
+    _fail,
+    _ptr,
+    _scratch,
+    _stream,
+    _workspace,
+    load,
+    prepare,
+    raise_status,
+)
 
 __all__ = [
     "speculate_get_token_penalty_multi_scores",
@@ -64,7 +74,7 @@ def speculate_get_token_penalty_multi_scores(
         return logits
     m = load()
     ws_rows = m.token_penalty_workspace_rows(rows)
-    workspace = _cupy().zeros((ws_rows, vocab), dtype=np.int32)
+    workspace = _workspace("token_penalty", (ws_rows, vocab), np.int32)  # zero, left zero
     status = _scratch()
     raise_status(op, m.token_penalty(p, _ptr(workspace), ws_rows, _ptr(status), _stream()))
     return logits

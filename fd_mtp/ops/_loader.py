@@ -222,3 +222,25 @@ def define_ops(namespace: dict, family: str) -> list[str]:
             continue
         names.append(op.name)
     return names
+
+
+# ------------------------------------------------------------------------------------------
+# Deferred GPU errors (docs/gpu_errors.md). The Paddle ops check on the host, and their GPU
+# branch synchronises and raises per op, so nothing is ever pending here; a layer above that
+# defers errors (fd_mtp.cuda) registers its reader, which `check_pending` then runs.
+# ------------------------------------------------------------------------------------------
+_pending_checks: list = []
+
+
+def register_pending_check(fn) -> None:
+    """Adds ``fn()`` (raises the first pending error of its layer) to `check_pending`."""
+    if fn not in _pending_checks:
+        _pending_checks.append(fn)
+
+
+def check_pending() -> None:
+    """Raises the first op error recorded on the device but not raised yet (the ValueError its op
+    raises in checked mode, naming the op and the argument) and clears it; returns None when
+    there is none. Synchronises the current stream of each registered layer."""
+    for fn in list(_pending_checks):
+        fn()

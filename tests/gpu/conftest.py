@@ -25,6 +25,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The parity and bad-input tests expect an op's error at the op: fd_mtp.cuda's checked mode
+# (docs/gpu_errors.md). test_gpu_errors.py switches modes itself.
+os.environ.setdefault("FD_MTP_CUDA_ERRORS", "checked")
+
 SIMT = os.environ.get("FD_MTP_SIMT", "") == "1"
 if SIMT:
     if "cupy" in sys.modules and not getattr(sys.modules["cupy"], "SIMT_STANDIN", False):

@@ -7,6 +7,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
@@ -33,6 +34,34 @@ struct Abort {};  // unwinds an OS thread of the SIMT_THREADS build out of its k
 
 // ------------------------------------------------------------------- error state ---
 std::mutex g_error_mutex;
+
+// ------------------------------------------------------------------- runtime counters ---
+// Every host-visible runtime call the kernels' bindings make, for the sync and allocation
+// budgets of tests/gpu/test_gpu_step_budget.py (read through simt_counters, see
+// tools/simt/python/simt_counters.py). `waits` counts the blocking calls that found work enqueued
+// since the last one: the times a GPU host thread would really wait for the device (a second
+// sync or a copy on a drained stream costs a few microseconds, not a round trip).
+enum Counter {
+  kSyncCalls,  // cudaStreamSynchronize + cudaDeviceSynchronize
+  kHostReads,  // blocking device-to-host copies (cudaMemcpy D2H/default, cudaMemcpyAsync D2H)
+  kWaits,      // of those two, the ones with enqueued work (see above)
+  kMallocs,    // cudaMalloc
+  kFrees,      // cudaFree
+  kLaunches,   // kernel launches
+  kAsyncOps,   // cudaMemsetAsync / cudaMemcpyAsync other than D2H
+  kCounters
+};
+std::atomic<uint64_t> g_counters[kCounters];
+std::atomic<bool> g_enqueued{false};  // work was enqueued since the last blocking call
+void count(Counter c) { g_counters[c].fetch_add(1, std::memory_order_relaxed); }
+void blocking(Counter c) {
+  count(c);
+  if (g_enqueued.exchange(false)) count(kWaits);
+}
+void enqueued(Counter c) {
+  count(c);
+  g_enqueued.store(true);
+}
 cudaError_t g_error = cudaSuccess;  // pending, until cudaGetLastError
 cudaError_t g_message_code = cudaSuccess;
 std::string g_message;  // the last error's explanation, for cudaGetErrorString
@@ -591,6 +620,7 @@ void run_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, i
     std::lock_guard<std::mutex> lock(g_error_mutex);
     if (g_error == cudaErrorLaunchFailure) return;  // a failed kernel poisons what follows
   }
+  enqueued(kLaunches);
   if (!read_schedule() || !check_shape(cfg, kernel, file, line)) return;
   const dim3 g = cfg.grid, b = cfg.block;
   const uint64_t blocks = uint64_t(g.x) * g.y * g.z;
@@ -623,33 +653,66 @@ using simt::set_error;
 
 extern "C" {
 
+// The counters above, in Counter order, into out[0 .. n) (n <= kCounters); returns kCounters.
+__attribute__((visibility("default"))) int simt_counters(uint64_t* out, int n) {
+  for (int i = 0; i < n && i < simt::kCounters; ++i) out[i] = simt::g_counters[i].load();
+  return simt::kCounters;
+}
+// A blocking host read made outside the runtime (the CuPy stand-in's asnumpy / get).
+__attribute__((visibility("default"))) void simt_note_host_read(void) {
+  simt::blocking(simt::kHostReads);
+}
+
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  simt::count(simt::kMallocs);
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* ptr) {
+  if (ptr != nullptr) simt::count(simt::kFrees);
   std::free(ptr);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+static cudaError_t simt_copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+// Blocking for the host: D2H (and "default", which the bindings use for reads) waits for the
+// device; H2D and D2D are ordered on the device without a host wait.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault)
+    simt::blocking(simt::kHostReads);
+  else
+    simt::enqueued(simt::kAsyncOps);
+  return simt_copy(dst, src, bytes);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  if (kind == cudaMemcpyDeviceToHost)  // into pageable host memory: returns once copied
+    simt::blocking(simt::kHostReads);
+  else
+    simt::enqueued(simt::kAsyncOps);
+  return simt_copy(dst, src, bytes);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes) std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
+  simt::enqueued(simt::kAsyncOps);
+  if (bytes) std::memset(ptr, value, bytes);
+  return cudaSuccess;
 }
 // Launches run synchronously: a stream has nothing left to wait for, but a kernel's failure is
 // reported here too (as CUDA reports asynchronous errors), until cudaGetLastError clears it.
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaPeekAtLastError(); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaPeekAtLastError(); }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  simt::blocking(simt::kSyncCalls);
+  return cudaPeekAtLastError();
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  simt::blocking(simt::kSyncCalls);
+  return cudaPeekAtLastError();
+}
 cudaError_t cudaGetLastError(void) {
   std::lock_guard<std::mutex> lock(simt::g_error_mutex);
   const cudaError_t e = simt::g_error;

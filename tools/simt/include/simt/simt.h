@@ -189,6 +189,10 @@ void launch(const LaunchConfig& cfg, const char* name, const char* file, int lin
 #define __syncthreads_and(p) ::simt::sync_threads(__FILE__, __LINE__, 2, (p) ? 1 : 0)
 #define __syncthreads_count(p) ::simt::sync_threads(__FILE__, __LINE__, 3, (p) ? 1 : 0)
 
+// A fiber sees every write at once; with OS threads (SIMT_THREADS) a sequentially consistent
+// fence, which is at least what CUDA's device-scope fence orders.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
 // ------------------------------------------------------------------- atomics ---
 // Relaxed atomics on the real addresses (ThreadSanitizer sees them as atomics), with a schedule
 // point first. Only the overloads CUDA has.

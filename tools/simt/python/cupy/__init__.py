@@ -15,6 +15,27 @@ from __future__ import annotations
 
 import numpy as _np
 
+
+def _load_counters():
+    """tools/simt/python/simt_counters.py (first on sys.path with this package; loaded by its
+    path, under the same name, when this file was loaded by path, as tests/simt does)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    try:
+        import simt_counters
+    except ImportError:
+        path = Path(__file__).resolve().parent.parent / "simt_counters.py"
+        spec = importlib.util.spec_from_file_location("simt_counters", path)
+        simt_counters = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(simt_counters)
+        sys.modules["simt_counters"] = simt_counters
+    return simt_counters
+
+
+_counters = _load_counters()
+
 SIMT_STANDIN = True  # fd_mtp's test helpers tell this stand-in from the real CuPy by it
 
 bool_ = _np.bool_
@@ -75,6 +96,7 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
                 "cupy.ndarray(memptr=...): raw device memory (CUDA IPC) has no simt stand-in"
             )
         a = _np.ndarray.__new__(cls, shape, dtype, strides=strides, order=order)
+        _counters.array_allocations += 1
         if a.nbytes:
             a.view(_np.ndarray).reshape(-1).view(_np.uint8)[...] = _POISON
         return a
@@ -88,10 +110,32 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
         return cuda.Device(0)
 
     def get(self):
+        _counters.note_host_read()
         return _np.array(self.view(_np.ndarray))
 
     def set(self, arr):
         self[...] = arr
+
+    # Reading a value on the host waits for the device, as in CuPy.
+    def item(self, *args):
+        _counters.note_host_read()
+        return super().item(*args)
+
+    def tolist(self):
+        _counters.note_host_read()
+        return super().tolist()
+
+    def __int__(self):
+        _counters.note_host_read()
+        return super().__int__()
+
+    def __float__(self):
+        _counters.note_host_read()
+        return super().__float__()
+
+    def __bool__(self):
+        _counters.note_host_read()
+        return super().__bool__()
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         _refuse_host(inputs, f"cupy.{ufunc.__name__}")
@@ -124,6 +168,8 @@ array = asarray
 
 def asnumpy(a):
     """A host numpy copy of ``a``."""
+    if isinstance(a, ndarray):
+        _counters.note_host_read()
     return _np.array(_host_view(a), copy=True)
 
 

@@ -1,0 +1,83 @@
+// The stream-ordered steps of the error model (stream_status.h) and the launchers' status reset.
+#include "launch.cuh"
+#include "stream_status.h"
+
+namespace fd_mtp {
+
+namespace {
+
+__global__ void status_reset_kernel(KernelStatus* status, int64_t* count) {
+  if (status->code != kStatusPoisoned) {
+    status->code = 0;
+    status->request = 0;
+    status->value = 0;
+    status->limit = 0;
+  }
+  status->lock = 0;
+  if (count != nullptr) *count = 0;
+}
+
+__global__ void stream_begin_kernel(StreamStatus* s) {
+  s->current = s->preset;
+  s->current.lock = 0;
+  s->count = 0;
+}
+
+__global__ void stream_commit_kernel(StreamStatus* s, const KernelStatus* slot, int32_t op) {
+  const int32_t code = slot->code;
+  s->committed += 1;
+  if (code == 0 || code == kStatusPoisoned) return;
+  if (s->pending.code == 0) {
+    s->pending = *slot;
+    s->pending.lock = 0;
+    s->pending.op = op;
+  }
+  s->preset = KernelStatus{};
+  s->preset.code = kStatusPoisoned;
+  s->preset.request = -1;
+}
+
+__global__ void stream_preset_kernel(const StreamStatus* s, KernelStatus* status) {
+  *status = s->preset;
+  status->lock = 0;
+}
+
+__global__ void stream_clear_kernel(StreamStatus* s) {
+  s->pending = KernelStatus{};
+  s->preset = KernelStatus{};
+}
+
+}  // namespace
+
+cudaError_t reset_status(KernelStatus* status, int64_t* count, cudaStream_t stream) {
+  status_reset_kernel<<<1, 1, 0, stream>>>(status, count);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_status_begin(StreamStatus* s, cudaStream_t stream) {
+  stream_begin_kernel<<<1, 1, 0, stream>>>(s);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_status_commit(StreamStatus* s, int32_t op, cudaStream_t stream) {
+  stream_commit_kernel<<<1, 1, 0, stream>>>(s, &s->current, op);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_status_commit_slot(StreamStatus* s, const KernelStatus* slot, int32_t op,
+                                      cudaStream_t stream) {
+  stream_commit_kernel<<<1, 1, 0, stream>>>(s, slot, op);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_status_preset(const StreamStatus* s, KernelStatus* status, cudaStream_t stream) {
+  stream_preset_kernel<<<1, 1, 0, stream>>>(s, status);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_status_clear(StreamStatus* s, cudaStream_t stream) {
+  stream_clear_kernel<<<1, 1, 0, stream>>>(s);
+  return cudaGetLastError();
+}
+
+}  // namespace fd_mtp
