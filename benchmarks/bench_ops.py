@@ -81,6 +81,8 @@ OPS = (
         "speculate_schedule_cache",
         "recover_decode_task",
         "speculate_step_paddle",
+        "speculate_step_system_cache",
+        "speculate_step_reschedule",
     )
 )
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)

@@ -12,23 +12,20 @@ unsigned request_blocks(int64_t bsz) {
   return static_cast<unsigned>(bsz < 1 ? 1 : (bsz > 8192 ? 8192 : bsz));
 }
 
-// Check pass: per-request layout checks, and the sum of the lengths.
+// Check pass: per-request layout checks.
 template <typename Params, typename CheckFn>
-__global__ void packed_check_kernel(Params p, const int32_t* lens, CheckFn check,
-                                    KernelStatus* status, int64_t* total) {
-  int64_t local = 0;
-  for (int64_t b = global_thread(); b < p.bsz; b += global_stride()) {
-    check(p, b, status);
-    local += lens[b];
-  }
-  block_add(local, total);
+__global__ void packed_check_kernel(Params p, CheckFn check, KernelStatus* status) {
+  for (int64_t b = global_thread(); b < p.bsz; b += global_stride()) check(p, b, status);
 }
 
-// Single thread on purpose: it compares one host-read scalar with the sum the
-// check pass accumulated, after every block of that pass has finished.
-__global__ void packed_total_kernel(int64_t expected, const int64_t* total, int32_t code,
-                                    KernelStatus* status) {
-  if (status->code == 0 && *total != expected) report(status, code, -1, expected, *total);
+// Single thread on purpose: it compares one host-read total with the end of
+// the layout, after every block of the check pass has finished (the layout is
+// valid then, so the end is the largest packed index + 1).
+__global__ void packed_end_kernel(int64_t total, const int32_t* cum, int64_t width, int64_t bsz,
+                                  int32_t code, KernelStatus* status) {
+  if (status->code != 0) return;
+  const int64_t end = packed_end(cum, width, bsz);
+  if (end > total) report(status, code, -1, total, end);
 }
 
 struct PaddingOffsetCheck {
@@ -76,11 +73,11 @@ __global__ void seq_lens_output_kernel(SeqLensOutputParams p) {
 
 cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
                                               int64_t* total, cudaStream_t stream) {
-  cudaError_t err = reset_status(status, total, stream);
+  cudaError_t err = reset_status(status, total, stream);  // total: unused scratch
   if (err != cudaSuccess) return err;
-  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, p.seq_len, PaddingOffsetCheck{},
-                                                                status, total);
-  packed_total_kernel<<<1, 1, 0, stream>>>(p.token_num, total, kPadTokenNum, status);
+  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, PaddingOffsetCheck{}, status);
+  packed_end_kernel<<<1, 1, 0, stream>>>(p.token_num, p.cum_offsets, p.input_ids_cols, p.bsz,
+                                         kPadTokenNum, status);
   padding_offset_apply_kernel<<<request_blocks(p.bsz), kTokenThreads, 0, stream>>>(p, status);
   return cudaGetLastError();
 }
@@ -94,11 +91,12 @@ cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p, cud
 cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
                                                      KernelStatus* status, int64_t* total,
                                                      cudaStream_t stream) {
-  cudaError_t err = reset_status(status, total, stream);
+  cudaError_t err = reset_status(status, total, stream);  // total: unused scratch
   if (err != cudaSuccess) return err;
-  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(
-      p, p.seq_lens_output, OutputPaddingOffsetCheck{}, status, total);
-  packed_total_kernel<<<1, 1, 0, stream>>>(p.out_token_num, total, kOutTokenNum, status);
+  packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, OutputPaddingOffsetCheck{},
+                                                                status);
+  packed_end_kernel<<<1, 1, 0, stream>>>(p.out_token_num, p.output_cum_offsets_tmp, p.max_seq_len,
+                                         p.bsz, kOutTokenNum, status);
   output_padding_offset_apply_kernel<<<request_blocks(p.bsz), kTokenThreads, 0, stream>>>(p,
                                                                                           status);
   return cudaGetLastError();

@@ -7,17 +7,23 @@
 // Both offset ops take an inclusive prefix sum `cum` of (width - len[b]) and
 // place request b's items at packed indices [b*width - cum[b-1], ... + len[b]).
 // Upstream trusts `cum`; here a check pass verifies, before anything is
-// written, that cum[b] - cum[b-1] == width - len[b] for every b (so the
-// requests tile [0, sum(len)) exactly, each index written once) and that the
-// host-read total equals sum(len).
+// written, that the requests' ranges neither overlap nor leave [0, total):
+// request b's slot [start(b), start(b + 1)) must hold its len[b] items
+// (cum[b] - cum[b-1] <= width - len[b]) and the end of the last slot,
+// start(bsz) = bsz*width - cum[bsz-1], may not pass the host-read total.
+// FastDeploy's own tests pass offsets with gaps between requests (slots
+// wider than the requests); gap entries of the outputs stay zero, as
+// upstream's zero-initialised outputs. The exact prefix sum (no gaps) is the
+// common case.
 #pragma once
 
 #include "common.h"
 
 namespace fd_mtp {
 
-// Shared by both offset ops: 0 <= len[b], and cum[b] is the inclusive prefix
-// sum of (width - len). `code_len` / `code_cum` are the op's status codes.
+// Shared by both offset ops: 0 <= len[b], and request b's slot holds len[b]
+// items: cum[b] <= cum[b-1] + width - len[b] (equality: no gap after it).
+// `code_len` / `code_cum` are the op's status codes.
 FD_HOST_DEVICE inline bool packed_layout_check(const int32_t* cum, const int32_t* len,
                                                int64_t width, int64_t b, int32_t code_len,
                                                int32_t code_cum, KernelStatus* st) {
@@ -27,9 +33,9 @@ FD_HOST_DEVICE inline bool packed_layout_check(const int32_t* cum, const int32_t
     return false;
   }
   const int64_t before = b == 0 ? 0 : cum[b - 1];
-  const int64_t expected = before + width - n;
-  if (cum[b] != expected) {
-    report(st, code_cum, static_cast<int32_t>(b), cum[b], expected);
+  const int64_t most = before + width - n;
+  if (cum[b] > most) {
+    report(st, code_cum, static_cast<int32_t>(b), cum[b], most);
     return false;
   }
   return true;
@@ -39,6 +45,12 @@ FD_HOST_DEVICE inline bool packed_layout_check(const int32_t* cum, const int32_t
 // once the layout is checked).
 FD_HOST_DEVICE inline int64_t packed_start(const int32_t* cum, int64_t width, int64_t b) {
   return b * width - (b == 0 ? 0 : static_cast<int64_t>(cum[b - 1]));
+}
+
+// One past the last packed index the layout reserves: start(bsz) (0 for an
+// empty batch). It must not exceed the host-read total.
+FD_HOST_DEVICE inline int64_t packed_end(const int32_t* cum, int64_t width, int64_t bsz) {
+  return bsz == 0 ? 0 : packed_start(cum, width, bsz);
 }
 
 // ------------------------------------------- speculate_get_padding_offset ---
@@ -101,12 +113,9 @@ FD_HOST_DEVICE inline void padding_offset_cu_seqlens(const PaddingOffsetParams& 
 
 inline KernelStatus speculate_get_padding_offset_cpu(const PaddingOffsetParams& p) {
   KernelStatus st{};
-  int64_t total = 0;
-  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) {
-    padding_offset_check(p, b, &st);
-    total += p.seq_len[b];
-  }
-  if (st.code == 0 && total != p.token_num) report(&st, kPadTokenNum, -1, p.token_num, total);
+  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) padding_offset_check(p, b, &st);
+  const int64_t end = st.code == 0 ? packed_end(p.cum_offsets, p.input_ids_cols, p.bsz) : 0;
+  if (st.code == 0 && end > p.token_num) report(&st, kPadTokenNum, -1, p.token_num, end);
   if (st.code != 0) return st;
   p.cu_seqlens_q[0] = 0;
   p.cu_seqlens_k[0] = 0;
@@ -183,13 +192,9 @@ FD_HOST_DEVICE inline void output_cum_offsets_of(const OutputPaddingOffsetParams
 
 inline KernelStatus speculate_get_output_padding_offset_cpu(const OutputPaddingOffsetParams& p) {
   KernelStatus st{};
-  int64_t total = 0;
-  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) {
-    output_padding_offset_check(p, b, &st);
-    total += p.seq_lens_output[b];
-  }
-  if (st.code == 0 && total != p.out_token_num)
-    report(&st, kOutTokenNum, -1, p.out_token_num, total);
+  for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) output_padding_offset_check(p, b, &st);
+  const int64_t end = st.code == 0 ? packed_end(p.output_cum_offsets_tmp, p.max_seq_len, p.bsz) : 0;
+  if (st.code == 0 && end > p.out_token_num) report(&st, kOutTokenNum, -1, p.out_token_num, end);
   if (st.code != 0) return st;
   for (int64_t b = 0; b < p.bsz; ++b) {
     for (int64_t i = 0; i < p.seq_lens_output[b]; ++i) output_padding_offset_row(p, b, i);

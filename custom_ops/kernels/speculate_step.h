@@ -21,6 +21,21 @@
 // would loop forever (blocks needed, nothing preemptible) or write outside a
 // list, a block-table row or an input_ids row, the op reports an error and
 // writes nothing. No batch cap (upstream: bsz <= 256).
+//
+// Two variants share every function below (the `variant` field; each has its
+// own CPU driver and launcher, which set it):
+//   * speculate_step_system_cache (prefix caching): identical, except that a
+//     recovered request's seq_lens_decoder is restored from
+//     ori_seq_lens_decoder (its cached prefix) instead of being left at 0.
+//   * speculate_step_reschedule (FD_DISABLED_RECOVER=1): preempted requests go
+//     back to the scheduler, not to step_block_list. Phase 1 frees every
+//     stopped request (block-stepped or not); phase 2 preempts the request
+//     holding the most decode blocks with no exemption (is_block_step and
+//     max_decoder_block_num are not consulted), zeroes its
+//     encoder_block_lens and used_list_len as well, and neither marks it
+//     block-stepped nor touches accept_num; there is no phase 4 and no
+//     re-prefill. The step, recover, input_ids, pre_ids and step_idx
+//     arguments are not read (their pointers may be null).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +43,12 @@
 #include "common.h"
 
 namespace fd_mtp {
+
+enum SpeculateStepVariant : int32_t {
+  kStepPaddle = 0,
+  kStepSystemCache = 1,
+  kStepReschedule = 2,
+};
 
 enum SpeculateStepStatus : int32_t {
   kStepOutOfBlocks = 1,
@@ -81,15 +102,23 @@ struct SpeculateStepParams {
   int64_t bsz;
   int32_t block_size;
   int32_t max_draft_tokens;
+  // speculate_step_system_cache: seq_lens_decoder of a recovered request (else null).
+  const int32_t* ori_seq_lens_decoder;
+  int32_t variant;  // SpeculateStepVariant, set by the driver / launcher of each op
 };
 
 FD_HOST_DEVICE inline int64_t step_max_decoder_blocks(const SpeculateStepParams& p) {
   return p.input_ids_cols / p.block_size;
 }
 
-// Stopped and not block-stepped: the request is done; its decode blocks go back.
+FD_HOST_DEVICE inline bool step_reschedules(const SpeculateStepParams& p) {
+  return p.variant == kStepReschedule;
+}
+
+// Stopped and not block-stepped: the request is done; its decode blocks go back
+// (reschedule: every stopped request; it never block-steps one).
 FD_HOST_DEVICE inline bool step_finished(const SpeculateStepParams& p, int64_t b) {
-  return p.stop_flags[b] && !p.is_block_step[b];
+  return p.stop_flags[b] && (step_reschedules(p) || !p.is_block_step[b]);
 }
 
 FD_HOST_DEVICE inline int64_t step_slot(const SpeculateStepParams& p, int64_t b) {
@@ -123,6 +152,7 @@ FD_HOST_DEVICE inline int64_t step_used_after_release(const SpeculateStepParams&
 // Preemption candidate in the pass with `flag` = step_max_block_flag.
 FD_HOST_DEVICE inline bool step_eligible(const SpeculateStepParams& p, int64_t b, bool flag,
                                          int64_t max_dec_blocks) {
+  if (step_reschedules(p)) return true;  // any holder (a victim drops to 0 blocks)
   if (p.is_block_step[b]) return false;
   const int64_t used = step_used_after_release(p, b);
   // With the flag set, the requests preempted before it was set are block-stepped
@@ -139,7 +169,8 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
     report(st, kStepFreeListLen, -1, free_len0, p.free_list_capacity);
     return;
   }
-  const int64_t step_lens0 = *p.step_lens;
+  const bool resched = step_reschedules(p);
+  const int64_t step_lens0 = resched ? 0 : *p.step_lens;
   if (step_lens0 < 0 || step_lens0 > p.step_list_capacity) {
     report(st, kStepStepLens, -1, step_lens0, p.step_list_capacity);
     return;
@@ -148,7 +179,7 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
     report(st, kStepNeedLen, -1, *p.need_block_len, 0);
     return;
   }
-  if (*p.recover_lens != 0) {
+  if (!resched && *p.recover_lens != 0) {
     report(st, kStepRecoverLens, -1, *p.recover_lens, 0);
     return;
   }
@@ -201,7 +232,7 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
       }
     }
     if (victim < 0) {
-      if (flag) {  // upstream spins forever here
+      if (flag || resched) {  // upstream spins forever here
         report(st, kStepOutOfBlocks, -1, need - removed, free_len);
         return;
       }
@@ -210,7 +241,7 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
       last_b = -1;
       continue;
     }
-    if (step_lens0 + pushed >= p.step_list_capacity) {
+    if (!resched && step_lens0 + pushed >= p.step_list_capacity) {
       report(st, kStepStepListFull, static_cast<int32_t>(victim), step_lens0 + pushed + 1,
              p.step_list_capacity);
       return;
@@ -228,6 +259,7 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
   }
   // Phase 3: every remaining entry of the need list that is not stopped pops one.
   free_len -= need - removed - need_stopped;
+  if (resched) return;  // no phase 4
   // Phase 4 and the re-prefill.
   const int64_t step_lens = step_lens0 + pushed;
   if (step_lens == 0) return;
@@ -294,7 +326,8 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
     int64_t victim = -1;
     int32_t most = 0;
     for (int64_t b = 0; b < p.bsz; ++b) {
-      if (p.is_block_step[b] || (!flag && p.used_list_len[b] == mdb)) continue;
+      if (!step_reschedules(p) && (p.is_block_step[b] || (!flag && p.used_list_len[b] == mdb)))
+        continue;
       if (p.used_list_len[b] > most) {
         most = p.used_list_len[b];
         victim = b;
@@ -305,8 +338,15 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
       flag = true;
       continue;
     }
-    step_release_blocks(p, victim);  // used_list_len is kept for the recovery
-    p.step_block_list[(*p.step_lens)++] = static_cast<int32_t>(victim);
+    step_release_blocks(p, victim);
+    if (step_reschedules(p)) {  // handed back to the scheduler: holds nothing
+      p.encoder_block_lens[victim] = 0;
+      p.used_list_len[victim] = 0;
+    } else {  // used_list_len is kept for the recovery
+      p.step_block_list[(*p.step_lens)++] = static_cast<int32_t>(victim);
+      p.is_block_step[victim] = true;
+      p.accept_num[victim] = 0;
+    }
     for (int64_t i = 0; i < listed; ++i) {
       if (p.need_block_list[i] == victim) {
         p.need_block_list[i] = -1;
@@ -315,10 +355,8 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
       }
     }
     p.stop_flags[victim] = true;
-    p.is_block_step[victim] = true;
     p.seq_lens_this_time[victim] = 0;
     p.seq_lens_decoder[victim] = 0;
-    p.accept_num[victim] = 0;
   }
   // 3. Allocate in need-list order from the free-list top.
   for (int64_t i = 0; i < listed; ++i) {
@@ -329,6 +367,10 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
       p.block_tables[b * nb + step_slot(p, b)] = p.free_list[*p.free_list_len];
     }
     p.need_block_list[i] = -1;
+  }
+  if (step_reschedules(p)) {
+    *p.need_block_len = 0;
+    return;
   }
   // 4. Recover at most one block-stepped request (the last pushed).
   if (*p.step_lens > 0) {
@@ -353,6 +395,7 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
     const int32_t seq = ori + static_cast<int32_t>(steps);
     p.seq_lens_this_time[r] = seq;
     p.seq_lens_encoder[r] = seq;
+    if (p.variant == kStepSystemCache) p.seq_lens_decoder[r] = p.ori_seq_lens_decoder[r];
     p.stop_flags[r] = false;
     int64_t* ids = p.input_ids + r * p.input_ids_cols;
     ids[0] = p.first_token_ids[r];
@@ -367,11 +410,23 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
   *p.recover_lens = 0;
 }
 
-inline KernelStatus speculate_step_cpu(const SpeculateStepParams& p) {
+inline KernelStatus speculate_step_run_cpu(SpeculateStepParams p, SpeculateStepVariant variant) {
+  p.variant = variant;
   KernelStatus st{};
   speculate_step_check(p, &st);
   if (st.code == 0) speculate_step_apply(p);
   return st;
+}
+
+// The CPU drivers of the three ops.
+inline KernelStatus speculate_step_cpu(const SpeculateStepParams& p) {
+  return speculate_step_run_cpu(p, kStepPaddle);
+}
+inline KernelStatus speculate_step_system_cache_cpu(const SpeculateStepParams& p) {
+  return speculate_step_run_cpu(p, kStepSystemCache);
+}
+inline KernelStatus speculate_step_reschedule_cpu(const SpeculateStepParams& p) {
+  return speculate_step_run_cpu(p, kStepReschedule);
 }
 
 }  // namespace fd_mtp

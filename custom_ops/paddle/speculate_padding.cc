@@ -20,8 +20,9 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
   const auto& ref = a.input_ids;
   const int64_t t = packing::host_count(a.op, "token_num", a.token_num);
   const int64_t bsz = a.dims.B;
-  auto x = paddle::empty({t}, Dt::INT64, ref.place());
-  auto batch_id = paddle::empty({t}, Dt::INT32, ref.place());
+  // Zeros, as upstream: entries in gaps between requests (wider slots in cum_offsets) stay 0.
+  auto x = paddle::full({t}, 0, Dt::INT64, ref.place());
+  auto batch_id = paddle::full({t}, 0, Dt::INT32, ref.place());
   auto cu_q = paddle::empty({bsz + 1}, Dt::INT32, ref.place());
   auto cu_k = paddle::empty({bsz + 1}, Dt::INT32, ref.place());
   p.token_num = t;
@@ -90,7 +91,7 @@ std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(
   using namespace fd_mtp;
   const auto& ref = a.output_cum_offsets_tmp;
   const int64_t to = packing::host_count(a.op, "out_token_num", a.out_token_num);
-  auto padding = paddle::empty({to}, Dt::INT32, ref.place());
+  auto padding = paddle::full({to}, 0, Dt::INT32, ref.place());  // gap rows stay 0
   auto cum = paddle::empty({a.dims.B}, Dt::INT32, ref.place());
   p.out_token_num = to;
   p.output_padding_offset = padding.data<int32_t>();

@@ -42,8 +42,6 @@ MISSING = (
     "speculate_get_logits",
     "speculate_save_output_topk",
     "speculate_get_output_topk",
-    "speculate_step_system_cache",
-    "speculate_step_reschedule",
 )  # (upstream's ngram_match_mixed.cu is the file of hybrid_mtp_ngram, which fd_mtp has)
 _MARK = "__fd_mtp_compat__"
 _SHADOWED: dict[str, types.ModuleType] = {}  # real modules a forced install replaced

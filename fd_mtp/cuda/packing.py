@@ -92,8 +92,8 @@ def speculate_get_padding_offset(
     Returns [x_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k] as new CuPy arrays."""
     op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", locals(), "token_num")
     cp = _cupy()
-    x = cp.empty(t, dtype=cp.int64)
-    batch_id = cp.empty(t, dtype=cp.int32)
+    x = cp.zeros(t, dtype=cp.int64)  # gaps between requests (wider slots) stay 0, as upstream
+    batch_id = cp.zeros(t, dtype=cp.int32)
     cu_q = cp.empty(dims["B"] + 1, dtype=cp.int32)
     cu_k = cp.empty(dims["B"] + 1, dtype=cp.int32)
     p.token_num = t
@@ -125,7 +125,7 @@ def speculate_get_output_padding_offset(
         "speculate_get_output_padding_offset", locals(), "out_token_num"
     )
     cp = _cupy()
-    padding = cp.empty(to, dtype=cp.int32)
+    padding = cp.zeros(to, dtype=cp.int32)  # gap rows stay 0
     cum = cp.empty(dims["B"], dtype=cp.int32)
     p.out_token_num = to
     p.output_padding_offset = _ptr(padding)

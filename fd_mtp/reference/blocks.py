@@ -13,7 +13,13 @@ import numpy as np
 
 from ..schema import resolve_kw
 
-__all__ = ["speculate_schedule_cache", "recover_decode_task", "speculate_step_paddle"]
+__all__ = [
+    "speculate_schedule_cache",
+    "recover_decode_task",
+    "speculate_step_paddle",
+    "speculate_step_system_cache",
+    "speculate_step_reschedule",
+]
 
 
 def _flat(a):
@@ -294,8 +300,261 @@ def speculate_step_paddle(
     _commit(written, [work[n] for n in _STEP_WRITTEN])
 
 
-def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
-    op = "speculate_step_paddle"
+def speculate_step_system_cache(
+    stop_flags,
+    seq_lens_this_time,
+    ori_seq_lens_encoder,
+    ori_seq_lens_decoder,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    block_tables,
+    encoder_block_lens,
+    is_block_step,
+    step_block_list,
+    step_lens,
+    recover_block_list,
+    recover_lens,
+    need_block_list,
+    need_block_len,
+    used_list_len,
+    free_list,
+    free_list_len,
+    input_ids,
+    pre_ids,
+    step_idx,
+    next_tokens,
+    first_token_ids,
+    accept_num,
+    block_size,
+    encoder_decoder_block_num,
+    max_draft_tokens,
+):
+    """speculate_step_paddle with prefix caching (spec §5.13). Returns None.
+
+    Everything is as in `speculate_step_paddle`, except the re-prefill of the recovered request
+    r, which also restores ``seq_lens_decoder[r] = ori_seq_lens_decoder[r]`` (the cached part of
+    the sequence) instead of leaving it at 0.
+    """
+    args = dict(
+        stop_flags=stop_flags,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_encoder=seq_lens_encoder,
+        seq_lens_decoder=seq_lens_decoder,
+        block_tables=block_tables,
+        encoder_block_lens=encoder_block_lens,
+        is_block_step=is_block_step,
+        step_block_list=step_block_list,
+        step_lens=step_lens,
+        recover_block_list=recover_block_list,
+        recover_lens=recover_lens,
+        need_block_list=need_block_list,
+        need_block_len=need_block_len,
+        used_list_len=used_list_len,
+        free_list=free_list,
+        free_list_len=free_list_len,
+        input_ids=input_ids,
+        first_token_ids=first_token_ids,
+        accept_num=accept_num,
+    )
+    written = [args[n] for n in _STEP_WRITTEN]
+    work = {n: a.copy() for n, a in args.items()}
+    _speculate_step(
+        work,
+        _flat(ori_seq_lens_encoder),
+        pre_ids,
+        _flat(step_idx),
+        block_size,
+        max_draft_tokens,
+        op="speculate_step_system_cache",
+        cached=_flat(ori_seq_lens_decoder),
+    )
+    _commit(written, [work[n] for n in _STEP_WRITTEN])
+
+
+_RESCHEDULE_WRITTEN = (
+    "stop_flags",
+    "seq_lens_this_time",
+    "seq_lens_decoder",
+    "block_tables",
+    "encoder_block_lens",
+    "need_block_list",
+    "need_block_len",
+    "used_list_len",
+    "free_list",
+    "free_list_len",
+    "first_token_ids",
+)
+
+
+def speculate_step_reschedule(
+    stop_flags,
+    seq_lens_this_time,
+    ori_seq_lens_encoder,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    block_tables,
+    encoder_block_lens,
+    is_block_step,
+    step_block_list,
+    step_lens,
+    recover_block_list,
+    recover_lens,
+    need_block_list,
+    need_block_len,
+    used_list_len,
+    free_list,
+    free_list_len,
+    input_ids,
+    pre_ids,
+    step_idx,
+    next_tokens,
+    first_token_ids,
+    accept_num,
+    block_size,
+    encoder_decoder_block_num,
+    max_draft_tokens,
+):
+    """The decode-block manager that hands preempted requests back to the scheduler (spec
+    §5.13, FD_DISABLED_RECOVER). Returns None.
+
+    Writes stop_flags, seq_lens_this_time, seq_lens_decoder, block_tables, encoder_block_lens,
+    need_block_list, need_block_len, used_list_len, free_list, free_list_len, first_token_ids.
+    Ignores ori_seq_lens_encoder, seq_lens_encoder, is_block_step, the step / recover lists,
+    input_ids, pre_ids, step_idx, next_tokens, accept_num and encoder_decoder_block_num.
+
+    1. Every stopped request: first_token_ids -1; its decode blocks (if any) go back to the free
+       list and its encoder_block_lens / used_list_len become 0. Running requests with an empty
+       slot ``(dec + K + 1) // block_size`` inside the row join the need list (batch order).
+    2. While short: the request with most decode blocks (ties: lowest b; no exemptions) gives
+       them back, is stopped with this_time, dec, encoder_block_lens and used_list_len 0, and
+       leaves the need list. Not block-stepped; accept_num kept.
+    3. Remaining running entries pop the free-list top into their slot. No recovery.
+
+    Raises ValueError (nothing written) where upstream loops forever (``free_list``) or would
+    write outside a list or a block-table row.
+    """
+    args = dict(
+        stop_flags=stop_flags,
+        seq_lens_this_time=seq_lens_this_time,
+        seq_lens_decoder=seq_lens_decoder,
+        block_tables=block_tables,
+        encoder_block_lens=encoder_block_lens,
+        need_block_list=need_block_list,
+        need_block_len=need_block_len,
+        used_list_len=used_list_len,
+        free_list=free_list,
+        free_list_len=free_list_len,
+        first_token_ids=first_token_ids,
+    )
+    written = [args[n] for n in _RESCHEDULE_WRITTEN]
+    work = {n: a.copy() for n, a in args.items()}
+    _reschedule(work, block_size, max_draft_tokens)
+    _commit(written, [work[n] for n in _RESCHEDULE_WRITTEN])
+
+
+def _reschedule(w, block_size, k):
+    op = "speculate_step_reschedule"
+
+    def fail(arg, msg):
+        raise ValueError(f"{op}: {arg} {msg}")
+
+    stop = _flat(w["stop_flags"])
+    this_time = _flat(w["seq_lens_this_time"])
+    dec = _flat(w["seq_lens_decoder"])
+    tables = w["block_tables"]
+    enc_blocks = _flat(w["encoder_block_lens"])
+    need_list = _flat(w["need_block_list"])
+    need_len = _flat(w["need_block_len"])
+    used = _flat(w["used_list_len"])
+    free_list = _flat(w["free_list"])
+    free_len = _flat(w["free_list_len"])
+    first = _flat(w["first_token_ids"])
+    bsz, nb = this_time.size, tables.shape[1]
+
+    if not 0 <= free_len[0] <= free_list.size:
+        fail("free_list_len", f"is {int(free_len[0])}; it must be in [0, {free_list.size}]")
+    if need_len[0] != 0:
+        fail("need_block_len", f"is {int(need_len[0])} on entry; it must be 0")
+    for b in range(bsz):
+        if used[b] < 0 or enc_blocks[b] < 0 or enc_blocks[b] + used[b] > nb:
+            fail(
+                "used_list_len",
+                f"(request {b}) is {int(used[b])}; with encoder_block_lens it must fit the "
+                f"block table row ({nb} slots)",
+            )
+        if not stop[b] and this_time[b] != 0 and dec[b] < 0:
+            fail(
+                "seq_lens_decoder",
+                f"(request {b}) is {int(dec[b])} for a running request; it must be >= 0",
+            )
+
+    def slot(b):
+        return (int(dec[b]) + k + 1) // block_size
+
+    def give_back(b):
+        """Request b's decode blocks onto the free list; it holds none afterwards."""
+        lo, n, top = int(enc_blocks[b]), int(used[b]), int(free_len[0])
+        if top + n > free_list.size:
+            fail(
+                "free_list",
+                f"is too small: returned blocks would fill {top + n} entries but it has "
+                f"{free_list.size}",
+            )
+        free_list[top : top + n] = tables[b, lo : lo + n]
+        tables[b, lo : lo + n] = -1
+        free_len[0] = top + n
+        enc_blocks[b] = 0
+        used[b] = 0
+
+    # 1. Stopped requests (block-stepped or not) free their decode blocks; who needs one.
+    need = []
+    for b in range(bsz):
+        if stop[b]:
+            first[b] = -1
+            if used[b] > 0:
+                give_back(b)
+        elif this_time[b] != 0 and slot(b) < nb and tables[b, slot(b)] == -1:
+            need.append(b)
+    if len(need) > need_list.size:
+        fail(
+            "need_block_list",
+            f"is too small: {len(need)} requests need a block but it has {need_list.size} entries",
+        )
+    need_list[: len(need)] = need
+    need_len[0] = len(need)
+
+    # 2. Hand the biggest holders back to the scheduler while short.
+    while need_len[0] > free_len[0]:
+        victim = int(np.argmax(used[:bsz])) if bsz else 0
+        if bsz == 0 or used[victim] <= 0:
+            fail(
+                "free_list",
+                f"is exhausted: {int(need_len[0])} requests need a decode block, "
+                f"{int(free_len[0])} are free, and no running request holds a decode block to "
+                "preempt (upstream loops forever)",
+            )
+        give_back(victim)
+        if victim in need:
+            need_list[need.index(victim)] = -1
+            need_len[0] -= 1
+        stop[victim] = True
+        this_time[victim] = 0
+        dec[victim] = 0
+
+    # 3. Allocate in need-list order from the free-list top; no recovery.
+    for i in range(len(need)):
+        b = int(need_list[i])
+        if b != -1 and not stop[b]:
+            used[b] += 1
+            free_len[0] -= 1
+            tables[b, slot(b)] = free_list[free_len[0]]
+        need_list[i] = -1
+    need_len[0] = 0
+
+
+def _speculate_step(
+    w, ori, pre_ids, step_idx, block_size, k, op="speculate_step_paddle", cached=None
+):
 
     def fail(arg, msg):
         raise ValueError(f"{op}: {arg} {msg}")
@@ -472,6 +731,8 @@ def _speculate_step(w, ori, pre_ids, step_idx, block_size, k):
                 f"{input_ids.shape[1]}",
             )
         this_time[r] = enc[r] = o + s
+        if cached is not None:  # speculate_step_system_cache: the cached prefix
+            dec[r] = cached[r]
         stop[r] = False
         input_ids[r, 0] = first[r]
         e = int(enc_blocks[r])

@@ -52,16 +52,24 @@ def _count(op, arg, value):
 
 
 def _check_layout(op, cum, lens, width, b, len_arg, cum_arg, width_name):
-    """The shared layout check of §1.3: lens[b] >= 0 and cum is the prefix sum of width - lens."""
+    """The shared layout check of §1.3: lens[b] >= 0, and request b's slot [start(b),
+    start(b + 1)) holds its lens[b] items, start(b) = b * width - cum[b - 1]: cum[b] is at most
+    cum[b - 1] + width - lens[b] (the inclusive prefix sum of width - lens when there is no gap;
+    smaller values leave gaps between requests, which FastDeploy's own tests do)."""
     n = int(lens[b])
     if n < 0:
         raise ValueError(f"{op}: {len_arg} (request {b}) is {n}; counts must be >= 0")
-    expected = (0 if b == 0 else int(cum[b - 1])) + width - n
-    if int(cum[b]) != expected:
+    most = (0 if b == 0 else int(cum[b - 1])) + width - n
+    if int(cum[b]) > most:
         raise ValueError(
-            f"{op}: {cum_arg} (request {b}) is {int(cum[b])}; it must be the inclusive prefix sum "
-            f"of {width_name} - {len_arg}, {expected}"
+            f"{op}: {cum_arg} (request {b}) is {int(cum[b])}; requests would overlap: it must be "
+            f"at most {most} (the inclusive prefix sum of {width_name} - {len_arg} or less)"
         )
+
+
+def _layout_end(cum, width, bsz):
+    """One past the last packed index the layout reserves: bsz * width - cum[bsz - 1]."""
+    return 0 if bsz == 0 else bsz * width - int(cum[bsz - 1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,9 +109,9 @@ def speculate_get_padding_offset(
                 f"{op}: seq_len (request {b}) is {n} for a decoding request but its "
                 f"draft_tokens row has {kd} columns"
             )
-    total = int(lens.astype(np.int64).sum())
-    if total != t:
-        raise ValueError(f"{op}: token_num is {t} but seq_len sums to {total}")
+    end = _layout_end(cum, l_in, bsz)
+    if end > t:
+        raise ValueError(f"{op}: token_num is {t} but the layout of cum_offsets ends at {end}")
 
     x = np.zeros(t, np.int64)
     batch_id = np.zeros(t, np.int32)
@@ -186,9 +194,11 @@ def speculate_get_output_padding_offset(
                 f"{op}: seq_lens_output (request {b}) is {int(lens[b])}; it must be <= "
                 f"max_seq_len = {max_seq_len}"
             )
-    total = int(lens[:bsz].astype(np.int64).sum())
-    if total != to:
-        raise ValueError(f"{op}: out_token_num is {to} but seq_lens_output sums to {total}")
+    end = _layout_end(cum, max_seq_len, bsz)
+    if end > to:
+        raise ValueError(
+            f"{op}: out_token_num is {to} but the layout of output_cum_offsets_tmp ends at {end}"
+        )
 
     padding = np.zeros(to, np.int32)
     out_cum = np.zeros(bsz, np.int32)

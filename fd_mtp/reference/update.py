@@ -9,6 +9,8 @@ argument, before anything is written, like the ops.
 
 import numpy as np
 
+from ..schema.update import stop_seqs_layout
+
 __all__ = [
     "speculate_set_stop_value_multi_seqs",
     "speculate_update",
@@ -67,7 +69,8 @@ def speculate_set_stop_value_multi_seqs(
 
     ``bs = accept_tokens.shape[0]``. Writes accept_tokens [bs, Wa], accept_num and stop_flags;
     reads pre_ids [bs, Lp] (target convention), step_idx (already advanced by verify),
-    stop_seqs [bs, S, Ls], stop_seqs_len [bs, S], end_ids (end_ids[0]); seq_lens is unused.
+    stop_seqs [bs, S, Ls] with stop_seqs_len [bs, S], or stop_seqs [bs, Ls] with stop_seqs_len
+    [bs] (one stop sequence per request), end_ids (end_ids[0]); seq_lens is unused.
 
     For a running request with ``a = accept_num``, ``t = step_idx`` and each stop sequence of
     length ``len > 0``, candidate idx = 0 .. a-1 (skipped when ``t - a + idx + 1 < len``) is a hit
@@ -88,7 +91,10 @@ def speculate_set_stop_value_multi_seqs(
     step = _flat(step_idx)
     stop = _flat(stop_flags)
     bs, wa = accept_tokens.shape
-    n_seqs, ls = stop_seqs.shape[1], stop_seqs.shape[2]
+    # [bs, S, Ls] with [bs, S], or [bs, Ls] with [bs]: one stop sequence per request.
+    n_seqs, ls = stop_seqs_layout(op, stop_seqs.shape, stop_seqs_len.shape, bs)
+    stop_seqs = stop_seqs.reshape(stop_seqs.shape[0], n_seqs, ls)
+    stop_seqs_len = stop_seqs_len.reshape(stop_seqs_len.shape[0], n_seqs)
     lp = pre_ids.shape[1]
     eos = int(end_ids.reshape(-1)[0])
 
@@ -113,7 +119,7 @@ def speculate_set_stop_value_multi_seqs(
                     op,
                     "stop_seqs_len",
                     b,
-                    f"is {length}; it must be in [0, {ls}] (stop_seqs.shape[2])",
+                    f"is {length}; it must be in [0, {ls}] (Ls, the last dim of stop_seqs)",
                 )
             # Candidate idx reads pre_ids (down from column t - a) when the sequence is longer than idx.
             reads_pre_ids |= any(idx <= length - 1 for idx in candidates(b, length))

@@ -6,6 +6,176 @@ from . import Attr, Op, Status, Tensor
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
 ANY = "any[]"  # an unused argument: any dtype and shape
 
+
+def _step_args(variant="paddle"):
+    """The arguments of speculate_step_paddle and its two variants (FastDeploy's order; the
+    system-cache variant inserts ori_seq_lens_decoder; the reschedule variant never reads the
+    step / recover lists, is_block_step, accept_num or the re-prefill inputs)."""
+    resched = variant == "reschedule"
+
+    def unused_if_resched(t):
+        """Unused by the reschedule variant: any dtype and shape, not passed to the kernel."""
+        if not resched:
+            return t
+        return Tensor(t.name, ANY, "unused", param=None, doc="unused by this variant")
+
+    args = (
+        Tensor("stop_flags", "bool[>=B]", "written"),
+        Tensor("seq_lens_this_time", "int32[B]", "written"),
+        Tensor(
+            "ori_seq_lens_encoder",
+            "int32[>=B]",
+            doc="prompt lengths (FastDeploy: step_seq_lens_encoder)",
+        ),
+        Tensor("seq_lens_encoder", "int32[>=B]", "written"),
+        Tensor("seq_lens_decoder", "int32[>=B]", "written"),
+        Tensor("block_tables", "int32[>=B, NB]", "written"),
+        Tensor("encoder_block_lens", "int32[>=B]", "written"),
+        Tensor("is_block_step", "bool[>=B]", "written"),
+        Tensor("step_block_list", "int32[]", "written"),
+        Tensor("step_lens", "int32[1]", "written"),
+        Tensor("recover_block_list", "int32[]", "written"),
+        Tensor("recover_lens", "int32[1]", "written", doc="0 on entry and exit"),
+        Tensor("need_block_list", "int32[]", "written"),
+        Tensor("need_block_len", "int32[1]", "written", doc="0 on entry and exit"),
+        Tensor("used_list_len", "int32[>=B]", "written"),
+        Tensor("free_list", "int32[]", "written"),
+        Tensor("free_list_len", "int32[1]", "written"),
+        Tensor("input_ids", "int64[>=B, L]", "written", doc="re-prefill rows"),
+        Tensor("pre_ids", "int64[>=B, Lp]"),
+        Tensor("step_idx", "int64[>=B]"),
+        Tensor("next_tokens", ANY, "unused", param=None),
+        Tensor("first_token_ids", "int64[>=B]", "written"),
+        Tensor("accept_num", "int32[>=B]", "written"),
+        Attr("block_size", "int", min=1),
+        Attr("encoder_decoder_block_num", "int", param=None, doc="unused"),
+        Attr("max_draft_tokens", "int", min=0),
+    )
+    args = tuple(unused_if_resched(a) if a.name in _RESCHED_UNUSED else a for a in args)
+    if variant == "system_cache":
+        i = [a.name for a in args].index("ori_seq_lens_encoder") + 1
+        ori_dec = Tensor(
+            "ori_seq_lens_decoder",
+            "int32[>=B]",
+            doc="seq_lens_decoder of a recovered request (FastDeploy: step_seq_lens_decoder)",
+        )
+        args = args[:i] + (ori_dec,) + args[i:]
+    return args
+
+
+_RESCHED_UNUSED = {
+    "ori_seq_lens_encoder",
+    "seq_lens_encoder",
+    "is_block_step",
+    "step_block_list",
+    "step_lens",
+    "recover_block_list",
+    "recover_lens",
+    "input_ids",
+    "pre_ids",
+    "step_idx",
+    "accept_num",
+}
+
+_STEP_EXTRA = {
+    "num_blocks_per_seq": "NB",
+    "step_list_capacity": "numel(step_block_list)",
+    "recover_list_capacity": "numel(recover_block_list)",
+    "need_list_capacity": "numel(need_block_list)",
+    "free_list_capacity": "numel(free_list)",
+    "input_ids_cols": "L",
+    "pre_ids_cols": "Lp",
+    "bsz": "B",
+}
+
+_STEP_STATUS = (
+    Status(
+        "kStepOutOfBlocks",
+        1,
+        "free_list",
+        "is exhausted: {value} requests need a decode block, {limit} are free, and no running "
+        "request holds a decode block to preempt",
+    ),
+    Status(
+        "kStepFreeListFull",
+        2,
+        "free_list",
+        "is too small: returned blocks would fill {value} entries but it has {limit}",
+    ),
+    Status(
+        "kStepUsedListLen",
+        3,
+        "used_list_len",
+        "is {value}; with encoder_block_lens it must fit the block table row ({limit} slots)",
+    ),
+    Status("kStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"),
+    Status(
+        "kStepStepLens",
+        5,
+        "step_lens",
+        "is {value}; it must be in [0, {limit}] (step_block_list size)",
+    ),
+    Status(
+        "kStepStepListFull",
+        6,
+        "step_block_list",
+        "is too small: preemption pushes entry {value} but it has {limit}",
+    ),
+    Status(
+        "kStepStepListEntry",
+        7,
+        "step_block_list",
+        "the request to recover is {value}; it must be in [0, {limit})",
+    ),
+    Status("kStepNeedLen", 8, "need_block_len", "is {value} on entry; it must be {limit}"),
+    Status("kStepRecoverLens", 9, "recover_lens", "is {value} on entry; it must be {limit}"),
+    Status(
+        "kStepNeedListFull",
+        10,
+        "need_block_list",
+        "is too small: {value} requests need a block but it has {limit} entries",
+    ),
+    Status(
+        "kStepRecoverListFull",
+        11,
+        "recover_block_list",
+        "is too small: a recovery needs {value} entry but it has {limit}",
+    ),
+    Status(
+        "kStepDecoder",
+        12,
+        "seq_lens_decoder",
+        "is {value} for a running request; it must be >= {limit}",
+    ),
+    Status(
+        "kStepRecoverBlocks",
+        13,
+        "encoder_block_lens",
+        "with the blocks granted on recovery the row needs {value} slots but it has {limit} "
+        "(or max_decoder_block_num = input_ids columns / block_size is below encoder_block_lens)",
+    ),
+    Status(
+        "kStepOriLen",
+        14,
+        "ori_seq_lens_encoder",
+        "is {value} for the request to recover; it must be >= {limit}",
+    ),
+    Status(
+        "kStepStepIdx",
+        15,
+        "step_idx",
+        "is {value} for the request to recover; its generated tokens pre_ids[1..step_idx] must "
+        "fit pre_ids (step_idx in [0, {limit}])",
+    ),
+    Status(
+        "kStepInputIds",
+        16,
+        "input_ids",
+        "the re-prefill (prompt + generated tokens) needs {value} columns but the row has {limit}",
+    ),
+)
+
+
 OPS = [
     Op(
         name="recover_decode_task",
@@ -291,137 +461,142 @@ OPS = [
         cpu="speculate_step_cpu",
         launcher="speculate_step_cuda",
         params="SpeculateStepParams",
+        extra_params=_STEP_EXTRA,
+        args=_step_args(),
+        status=_STEP_STATUS,
+    ),
+    Op(
+        name="speculate_step_system_cache",
+        entry="SpeculateStepSystemCache",
+        spec="§5.13",
+        doc="""The target's decode KV-block manager with prefix caching (v0 scheduler, spec §5.13).
+
+        ``speculate_step_paddle`` with one more argument, ``ori_seq_lens_decoder`` (FastDeploy
+        passes ``step_seq_lens_decoder``), after ``ori_seq_lens_encoder``. Phases 1-4 are the
+        same (the same kernel runs). The one difference is the re-prefill of the recovered
+        request r: besides ``seq_lens_this_time = seq_lens_encoder = ori_seq_lens_encoder[r] +
+        step_idx[r]``, it sets ``seq_lens_decoder[r] = ori_seq_lens_decoder[r]`` (the part of the
+        sequence whose KV is cached), where ``speculate_step_paddle`` leaves it at 0.
+
+        Args: those of ``speculate_step_paddle`` (see there), plus
+            ori_seq_lens_decoder: int32 ``[bsz]`` or ``[bsz, 1]``, read (copied as is).
+
+        Returns:
+            None. The same determinism, checks and errors as ``speculate_step_paddle`` (ValueError
+            naming the argument, nothing written); no batch cap (upstream: bsz <= 256).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+            >>> i64 = lambda v: paddle.to_tensor(v, dtype="int64")
+            >>> # request 0 was preempted (block-stepped, 1 decode block); 3 blocks are free, so it
+            >>> # recovers with min(1 + 1, 12 // 4 - 1) = 2 blocks and a cached prefix of 2.
+            >>> stop = paddle.to_tensor([True, False]); this_time = i32([0, 2])
+            >>> enc = i32([0, 0]); dec = i32([0, 1]); tables = i32([[0, -1, -1], [1, -1, -1]])
+            >>> block_step = paddle.to_tensor([True, False]); step_list = i32([0, -1])
+            >>> step_lens = i32([1]); used = i32([1, 0]); free = i32([5, 6, 7]); free_len = i32([3])
+            >>> ids = i64([[0] * 12, [0] * 12]); pre = i64([[-1, 11, 12, 0], [-1, 0, 0, 0]])
+            >>> ops.speculate_step_system_cache(stop, this_time, i32([3, 3]), i32([2, 0]), enc, dec,
+            ...     tables, i32([1, 1]), block_step, step_list, step_lens, i32([-1, -1]), i32([0]),
+            ...     i32([-1, -1]), i32([0]), used, free, free_len, ids, pre, i64([2, 1]),
+            ...     i64([0, 0]), i64([9, 9]), i32([0, 2]), 4, 0, 1)
+            >>> tables.tolist(), used.tolist(), free_len.tolist(), step_lens.tolist()
+            ([[0, 7, 6], [1, -1, -1]], [2, 0], [1], [0])
+            >>> this_time.tolist(), enc.tolist(), dec.tolist(), stop.tolist()
+            ([5, 2], [5, 0], [2, 1], [False, False])
+            >>> ids.tolist()[0][:6]
+            [9, 0, 0, 11, 12, 0]
+        """,
+        batch="seq_lens_this_time",
+        kernel="speculate_step",
+        cpu="speculate_step_system_cache_cpu",
+        launcher="speculate_step_system_cache_cuda",
+        params="SpeculateStepParams",
+        extra_params=_STEP_EXTRA,
+        args=_step_args("system_cache"),
+        status=_STEP_STATUS,
+    ),
+    Op(
+        name="speculate_step_reschedule",
+        entry="SpeculateStepReschedule",
+        spec="§5.13",
+        doc="""The target's decode KV-block manager that hands preempted requests back to the
+        scheduler (``FD_DISABLED_RECOVER=1``, v0 scheduler, spec §5.13).
+
+        ``bsz = seq_lens_this_time.shape[0]``, ``NB = block_tables.shape[1]``; a request's decode
+        blocks are ``block_tables[b, encoder_block_lens[b] : encoder_block_lens[b] +
+        used_list_len[b]]``. Differences from ``speculate_step_paddle``:
+
+        1. *Every* stopped request (block-stepped or not) gets ``first_token_ids`` -1 and, when it
+           holds decode blocks, returns them to the free list (table entries -1,
+           ``encoder_block_lens`` and ``used_list_len`` 0). Running requests whose slot
+           ``(seq_lens_decoder + max_draft_tokens + 1) // block_size`` is inside the row and -1 join
+           the need list, in batch order.
+        2. While the need list is longer than the free list: the request holding the most decode
+           blocks (ties: lowest b) is preempted, with no exemption (``is_block_step`` and
+           ``max_decoder_block_num`` are not consulted). Its decode blocks return to the free list;
+           ``stop_flags`` True; ``seq_lens_this_time``, ``seq_lens_decoder``,
+           ``encoder_block_lens`` and ``used_list_len`` 0; it leaves the need list. It is *not*
+           marked block-stepped, not pushed on ``step_block_list`` and keeps ``accept_num``.
+        3. Each need-list entry still running pops the top of the free list into its slot
+           (``used_list_len`` + 1); ``need_block_list`` entries and ``need_block_len`` end -1 / 0.
+        4. No recovery and no re-prefill: the scheduler re-inserts the preempted requests.
+
+        Never read (any dtype and shape, accepted for FastDeploy's signature):
+        ``ori_seq_lens_encoder``, ``seq_lens_encoder``, ``is_block_step``, ``step_block_list``, ``step_lens``,
+        ``recover_block_list``, ``recover_lens``, ``input_ids``, ``pre_ids``, ``step_idx``,
+        ``next_tokens``, ``accept_num``, ``encoder_decoder_block_num``.
+
+        Args (int32 ``[bsz]`` or ``[bsz, 1]`` unless noted; **W** = written in place):
+            stop_flags: bool, **W**. seq_lens_this_time: **W**; defines bsz.
+            seq_lens_decoder: **W**. block_tables: ``[>=bsz, NB]``, **W**.
+            encoder_block_lens: **W**. need_block_list: ``[N]``, **W**.
+            need_block_len: ``[1]``, **W** (0 on entry and exit). used_list_len: **W**.
+            free_list: ``[F]``, **W**. free_list_len: ``[1]``, **W**.
+            first_token_ids: int64, **W**.
+            block_size (int), max_draft_tokens (int): attributes.
+
+        Returns:
+            None. Deliberate differences: upstream also sends a SysV message (``-3`` for each
+            preempted request) to the token processor on queue ``INFERENCE_MSG_QUEUE_ID`` (else
+            the device id) and prints; fd_mtp's op sends nothing (the preempted requests are
+            those whose ``stop_flags`` turned True with ``used_list_len`` 0). Where upstream loops
+            forever (blocks needed and nobody holds one) this raises ValueError naming
+            ``free_list``; list positions and block-table slots are range-checked first. Batch
+            order instead of atomics; no batch cap (upstream: bsz <= 256). On any error nothing
+            is written.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+            >>> i64 = lambda v: paddle.to_tensor(v, dtype="int64")
+            >>> # block_size 4, K 1: both slots (3 + 2) // 4 = 1 are empty and nothing is free, so
+            >>> # request 0 (2 decode blocks, the most) is preempted; request 1 takes one of them.
+            >>> stop = paddle.to_tensor([False, False]); this_time = i32([2, 2])
+            >>> dec = i32([3, 3]); tables = i32([[0, -1, 8, 9], [1, -1, -1, -1]])
+            >>> enc_blocks = i32([2, 1]); used = i32([2, 0]); free = i32([0, 0, 0]); free_len = i32([0])
+            >>> ops.speculate_step_reschedule(stop, this_time, i32([3, 3]), i32([0, 0]), dec, tables,
+            ...     enc_blocks, paddle.to_tensor([False, False]), i32([-1, -1]), i32([0]),
+            ...     i32([-1, -1]), i32([0]), i32([-1, -1]), i32([0]), used, free, free_len,
+            ...     i64([[0] * 8] * 2), i64([[0] * 8] * 2), i64([0, 0]), i64([0, 0]), i64([5, 6]),
+            ...     i32([2, 2]), 4, 0, 1)
+            >>> stop.tolist(), this_time.tolist(), dec.tolist()
+            ([True, False], [0, 2], [0, 3])
+            >>> tables.tolist(), enc_blocks.tolist(), used.tolist(), free_len.tolist()
+            ([[0, -1, -1, -1], [1, 9, -1, -1]], [0, 1], [0, 1], [1])
+        """,
+        batch="seq_lens_this_time",
+        kernel="speculate_step",
+        cpu="speculate_step_reschedule_cpu",
+        launcher="speculate_step_reschedule_cuda",
+        params="SpeculateStepParams",
         extra_params={
             "num_blocks_per_seq": "NB",
-            "step_list_capacity": "numel(step_block_list)",
-            "recover_list_capacity": "numel(recover_block_list)",
             "need_list_capacity": "numel(need_block_list)",
             "free_list_capacity": "numel(free_list)",
-            "input_ids_cols": "L",
-            "pre_ids_cols": "Lp",
             "bsz": "B",
         },
-        args=(
-            Tensor("stop_flags", "bool[>=B]", "written"),
-            Tensor("seq_lens_this_time", "int32[B]", "written"),
-            Tensor(
-                "ori_seq_lens_encoder",
-                "int32[>=B]",
-                doc="prompt lengths (FastDeploy: step_seq_lens_encoder)",
-            ),
-            Tensor("seq_lens_encoder", "int32[>=B]", "written"),
-            Tensor("seq_lens_decoder", "int32[>=B]", "written"),
-            Tensor("block_tables", "int32[>=B, NB]", "written"),
-            Tensor("encoder_block_lens", "int32[>=B]", "written"),
-            Tensor("is_block_step", "bool[>=B]", "written"),
-            Tensor("step_block_list", "int32[]", "written"),
-            Tensor("step_lens", "int32[1]", "written"),
-            Tensor("recover_block_list", "int32[]", "written"),
-            Tensor("recover_lens", "int32[1]", "written", doc="0 on entry and exit"),
-            Tensor("need_block_list", "int32[]", "written"),
-            Tensor("need_block_len", "int32[1]", "written", doc="0 on entry and exit"),
-            Tensor("used_list_len", "int32[>=B]", "written"),
-            Tensor("free_list", "int32[]", "written"),
-            Tensor("free_list_len", "int32[1]", "written"),
-            Tensor("input_ids", "int64[>=B, L]", "written", doc="re-prefill rows"),
-            Tensor("pre_ids", "int64[>=B, Lp]"),
-            Tensor("step_idx", "int64[>=B]"),
-            Tensor("next_tokens", ANY, "unused", param=None),
-            Tensor("first_token_ids", "int64[>=B]", "written"),
-            Tensor("accept_num", "int32[>=B]", "written"),
-            Attr("block_size", "int", min=1),
-            Attr("encoder_decoder_block_num", "int", param=None, doc="unused"),
-            Attr("max_draft_tokens", "int", min=0),
-        ),
-        status=(
-            Status(
-                "kStepOutOfBlocks",
-                1,
-                "free_list",
-                "is exhausted: {value} requests need a decode block, {limit} are free, and no running "
-                "request holds a decode block to preempt",
-            ),
-            Status(
-                "kStepFreeListFull",
-                2,
-                "free_list",
-                "is too small: returned blocks would fill {value} entries but it has {limit}",
-            ),
-            Status(
-                "kStepUsedListLen",
-                3,
-                "used_list_len",
-                "is {value}; with encoder_block_lens it must fit the block table row ({limit} slots)",
-            ),
-            Status(
-                "kStepFreeListLen", 4, "free_list_len", "is {value}; it must be in [0, {limit}]"
-            ),
-            Status(
-                "kStepStepLens",
-                5,
-                "step_lens",
-                "is {value}; it must be in [0, {limit}] (step_block_list size)",
-            ),
-            Status(
-                "kStepStepListFull",
-                6,
-                "step_block_list",
-                "is too small: preemption pushes entry {value} but it has {limit}",
-            ),
-            Status(
-                "kStepStepListEntry",
-                7,
-                "step_block_list",
-                "the request to recover is {value}; it must be in [0, {limit})",
-            ),
-            Status("kStepNeedLen", 8, "need_block_len", "is {value} on entry; it must be {limit}"),
-            Status(
-                "kStepRecoverLens", 9, "recover_lens", "is {value} on entry; it must be {limit}"
-            ),
-            Status(
-                "kStepNeedListFull",
-                10,
-                "need_block_list",
-                "is too small: {value} requests need a block but it has {limit} entries",
-            ),
-            Status(
-                "kStepRecoverListFull",
-                11,
-                "recover_block_list",
-                "is too small: a recovery needs {value} entry but it has {limit}",
-            ),
-            Status(
-                "kStepDecoder",
-                12,
-                "seq_lens_decoder",
-                "is {value} for a running request; it must be >= {limit}",
-            ),
-            Status(
-                "kStepRecoverBlocks",
-                13,
-                "encoder_block_lens",
-                "with the blocks granted on recovery the row needs {value} slots but it has {limit} "
-                "(or max_decoder_block_num = input_ids columns / block_size is below encoder_block_lens)",
-            ),
-            Status(
-                "kStepOriLen",
-                14,
-                "ori_seq_lens_encoder",
-                "is {value} for the request to recover; it must be >= {limit}",
-            ),
-            Status(
-                "kStepStepIdx",
-                15,
-                "step_idx",
-                "is {value} for the request to recover; its generated tokens pre_ids[1..step_idx] must "
-                "fit pre_ids (step_idx in [0, {limit}])",
-            ),
-            Status(
-                "kStepInputIds",
-                16,
-                "input_ids",
-                "the re-prefill (prompt + generated tokens) needs {value} columns but the row has {limit}",
-            ),
-        ),
+        args=_step_args("reschedule"),
+        status=_STEP_STATUS,
     ),
 ]

@@ -23,9 +23,10 @@ OPS = [
         Args:
             input_ids: ``[>=bsz, L_in]`` int64, read.
             draft_tokens: ``[>=bsz, Kd]`` int64, read.
-            cum_offsets: ``[>=bsz]`` int32, read: inclusive ``cumsum(L_in - seq_len)``.
+            cum_offsets: ``[>=bsz]`` int32, read: inclusive ``cumsum(L_in - seq_len)`` (or smaller
+                steps: gaps).
             token_num: one-element int64 (or int32) tensor on any device, read on the host:
-                ``sum(seq_len)``.
+                ``sum(seq_len)`` (at least the end of the layout).
             seq_len: ``[bsz]`` or ``[bsz, 1]`` int32, read (``seq_lens_this_time``); defines bsz.
             seq_lens_encoder: ``[>=bsz]`` int32, read.
 
@@ -38,9 +39,12 @@ OPS = [
         Differences from upstream (which reads ``draft_tokens`` flat at ``b * Kd + i`` without a bounds
         check and trusts ``cum_offsets``): before anything is computed, ValueError naming the argument
         when ``seq_len`` is negative, when a prefilling request has more tokens than ``input_ids``
-        has columns or a decoding one more than ``draft_tokens`` has, when ``cum_offsets`` is not the
-        prefix sum of ``L_in - seq_len`` (so every packed index is written exactly once and lies in
-        ``[0, T)``), or when ``token_num != sum(seq_len)``. No batch-size limit.
+        has columns or a decoding one more than ``draft_tokens`` has, when requests would overlap
+        (``cum_offsets[b] > cum_offsets[b - 1] + L_in - seq_len[b]``) or the layout would pass the
+        end (``bsz * L_in - cum_offsets[bsz - 1] > token_num``). Offsets smaller than the prefix
+        sum are accepted, as upstream: they leave gaps between requests (FastDeploy's own tests
+        pass such offsets); gap entries of ``x_remove_padding`` / ``batch_id_per_token`` are 0 and
+        ``cu_seqlens_q[b + 1]`` is where request b + 1 starts. No batch-size limit.
 
         Example:
             >>> import paddle, fd_mtp.ops as ops
@@ -89,9 +93,15 @@ OPS = [
                 "kPadCumOffsets",
                 4,
                 "cum_offsets",
-                "is {value}; it must be the inclusive prefix sum of input_ids.shape[1] - seq_len, {limit}",
+                "is {value}; requests would overlap: it must be at most {limit} (the inclusive prefix "
+                "sum of input_ids.shape[1] - seq_len, or less to leave gaps)",
             ),
-            Status("kPadTokenNum", 5, "token_num", "is {value} but seq_len sums to {limit}"),
+            Status(
+                "kPadTokenNum",
+                5,
+                "token_num",
+                "is {value} but the layout of cum_offsets ends at {limit}",
+            ),
         ),
     ),
     Op(
@@ -155,9 +165,12 @@ OPS = [
             ``[output_padding_offset [To] int32, output_cum_offsets [bsz] int32]``.
 
         Differences from upstream: ValueError naming the argument (nothing computed) when
-        ``seq_lens_output`` is negative or above ``max_seq_len``, when ``output_cum_offsets_tmp`` is not
-        the prefix sum of ``max_seq_len - seq_lens_output``, or when ``out_token_num !=
-        sum(seq_lens_output)`` (upstream writes wherever the offsets point). No batch-size limit.
+        ``seq_lens_output`` is negative or above ``max_seq_len``, when requests' rows would overlap
+        (``output_cum_offsets_tmp[b] > output_cum_offsets_tmp[b - 1] + max_seq_len -
+        seq_lens_output[b]``) or the layout would pass the end (``bsz * max_seq_len -
+        output_cum_offsets_tmp[bsz - 1] > out_token_num``); upstream writes wherever the offsets
+        point. Smaller offsets (gaps between requests) are accepted, as upstream; gap rows hold 0.
+        No batch-size limit.
 
         Example:
             >>> import paddle, fd_mtp.ops as ops
@@ -205,10 +218,14 @@ OPS = [
                 "kOutCumOffsets",
                 3,
                 "output_cum_offsets_tmp",
-                "is {value}; it must be the inclusive prefix sum of max_seq_len - seq_lens_output, {limit}",
+                "is {value}; requests would overlap: it must be at most {limit} (the inclusive prefix "
+                "sum of max_seq_len - seq_lens_output, or less to leave gaps)",
             ),
             Status(
-                "kOutTokenNum", 4, "out_token_num", "is {value} but seq_lens_output sums to {limit}"
+                "kOutTokenNum",
+                4,
+                "out_token_num",
+                "is {value} but the layout of output_cum_offsets_tmp ends at {limit}",
             ),
         ),
     ),

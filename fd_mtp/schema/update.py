@@ -66,8 +66,10 @@ OPS = [
             stop_flags: ``[>=bs]`` bool, **W**.
             seq_lens: unused (kept for the signature): any shape; any dtype fd_mtp knows (int64,
                 int32, bool, uint8, float32, float16, bfloat16).
-            stop_seqs: ``[>=bs, S, Ls]`` int64, read (must be 3-D).
-            stop_seqs_len: ``[>=bs, S]`` int32, read; each in ``[0, Ls]``.
+            stop_seqs: ``[>=bs, S, Ls]`` int64, read; or ``[>=bs, Ls]``: one stop sequence per
+                request (S = 1; FastDeploy's own tests pass this form).
+            stop_seqs_len: ``[>=bs, S]`` int32, read, each in ``[0, Ls]``; ``[>=bs]`` (or
+                ``[>=bs, 1]``) with a 2-D ``stop_seqs``.
             end_ids: ``[E >= 1]`` int64, read (only ``end_ids[0]``).
 
         Returns:
@@ -75,7 +77,10 @@ OPS = [
             for a running request, an accept_num outside ``[0, Wa]``, a stop_seqs_len outside
             ``[0, Ls]`` or a compared pre_ids column ``t - a >= Lp``.
 
-        Deliberate difference: upstream runs one thread per (request, stop sequence), and several
+        Deliberate differences: upstream reads ``stop_seqs.shape[2]`` even of a 2-D stop_seqs
+        (past the shape's end) and indexes ``stop_seqs_len`` by ``b * S + s`` with ``S =
+        stop_seqs.shape[1]``, past a ``[bs]`` stop_seqs_len; here a 2-D stop_seqs is one stop
+        sequence per request. Upstream runs one thread per (request, stop sequence), and several
         hits in one request race (last writer wins). Here the earliest hit idx over all the
         request's stop sequences wins, deterministically.
 
@@ -96,12 +101,11 @@ OPS = [
         # bs is accept_tokens' row count (a matrix, so not an Op.batch vector): it binds B itself.
         kernel="speculate_set_stop_value_multi_seqs",
         cpu="set_stop_value_cpu",
+        check=True,  # the two stop_seqs forms: num_stop_seqs, stop_seq_cols (stop_seqs_layout)
         params="SetStopValueParams",
         extra_params={
             "accept_tokens_cols": "Wa",
             "pre_ids_cols": "Lp",
-            "num_stop_seqs": "S",
-            "stop_seq_cols": "Ls",
             "bs": "B",
         },
         args=(
@@ -111,8 +115,8 @@ OPS = [
             Tensor("step_idx", "int64[>=B]"),
             Tensor("stop_flags", "bool[>=B]", "written"),
             Tensor("seq_lens", ANY, "unused", param=None),
-            Tensor("stop_seqs", "int64[>=B, S>=0, Ls>=0]"),
-            Tensor("stop_seqs_len", "int32[>=B, S]"),
+            Tensor("stop_seqs", "int64[]", doc="[>=bs, S, Ls], or [>=bs, Ls]: one per request"),
+            Tensor("stop_seqs_len", "int32[]", doc="[>=bs, S], or [>=bs] with a 2-D stop_seqs"),
             Tensor("end_ids", "int64[>=1]", doc="only end_ids[0] is read"),
         ),
         status=(
@@ -121,7 +125,7 @@ OPS = [
                 "kStopSeqLen",
                 2,
                 "stop_seqs_len",
-                "is {value}; it must be in [0, {limit}] (stop_seqs.shape[2])",
+                "is {value}; it must be in [0, {limit}] (Ls, the last dim of stop_seqs)",
             ),
             Status(
                 "kStopPreIdsColumn",
@@ -516,3 +520,30 @@ OPS = [
         ),
     ),
 ]
+
+
+def stop_seqs_layout(op: str, stop_seqs_shape, stop_seqs_len_shape, bs: int) -> tuple[int, int]:
+    """``(S, Ls)`` of speculate_set_stop_value_multi_seqs' stop sequences: ``stop_seqs`` is
+    ``[>=bs, S, Ls]`` with ``stop_seqs_len`` ``[>=bs, S]``, or ``[>=bs, Ls]`` (one stop sequence per
+    request, S = 1) with ``stop_seqs_len`` ``[>=bs]`` or ``[>=bs, 1]``. Raises ValueError naming the
+    argument otherwise (the same rule as the C++ check hook, custom_ops/paddle/
+    speculate_set_stop_value_multi_seqs.cc)."""
+    seqs, lens = tuple(stop_seqs_shape), tuple(stop_seqs_len_shape)
+    if len(seqs) not in (2, 3):
+        raise ValueError(
+            f"{op}: stop_seqs must have shape [bs, S, Ls] or [bs, Ls] (one stop sequence per "
+            f"request), got {list(seqs)}"
+        )
+    if seqs[0] < bs:
+        raise ValueError(f"{op}: stop_seqs has {seqs[0]} rows but accept_tokens has {bs}")
+    n = seqs[1] if len(seqs) == 3 else 1
+    ok = (len(lens) == 1 and n == 1) or (len(lens) == 2 and lens[1] == n)
+    if not ok:
+        raise ValueError(
+            f"{op}: stop_seqs_len must have shape [bs, {n}]"
+            + (" or [bs]" if n == 1 else "")
+            + f" for stop_seqs of shape {list(seqs)}, got {list(lens)}"
+        )
+    if lens[0] < bs:
+        raise ValueError(f"{op}: stop_seqs_len has {lens[0]} rows but accept_tokens has {bs}")
+    return int(n), int(seqs[-1])

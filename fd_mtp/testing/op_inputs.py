@@ -1253,3 +1253,46 @@ def build_ngram(batch, op="ngram_match", history=64):
 
 BUILDERS["ngram_match"] = functools.partial(build_ngram, op="ngram_match")
 BUILDERS["hybrid_mtp_ngram"] = functools.partial(build_ngram, op="hybrid_mtp_ngram")
+
+
+# speculate_step_paddle's variants (spec §5.13): the same state as build_speculate_step.
+def build_speculate_step_system_cache(batch):
+    """build_speculate_step plus ori_seq_lens_decoder (the cached prefix each request would
+    resume from: half its prompt); the parked request on top of the stack recovers."""
+    case = build_speculate_step(batch)
+    names = _positional("speculate_step_system_cache")
+    prompt = case.args[case.names.index("ori_seq_lens_encoder")]
+    args = list(case.args)
+    args.insert(names.index("ori_seq_lens_decoder"), (prompt // 2).astype(np.int32))
+    written = [case.names[i] for i in case.written]
+    return Case(args, names, written, case.config + ";cached=prompt/2")
+
+
+def build_speculate_step_reschedule(batch):
+    """build_speculate_step's state for the reschedule variant: parked requests hold no decode
+    blocks (used_list_len 0) and, being stopped, are freed like finished ones; no recovery."""
+    case = build_speculate_step(batch)
+    names = _positional("speculate_step_reschedule")
+    args = list(case.args)
+    parked = args[names.index("is_block_step")]
+    used = args[names.index("used_list_len")].copy()
+    used[parked] = 0
+    args[names.index("used_list_len")] = used
+    written = [
+        "stop_flags",
+        "seq_lens_this_time",
+        "seq_lens_decoder",
+        "block_tables",
+        "encoder_block_lens",
+        "need_block_list",
+        "need_block_len",
+        "used_list_len",
+        "free_list",
+        "free_list_len",
+        "first_token_ids",
+    ]
+    return Case(args, names, written, case.config.replace(";recover=1", ";recover=0"))
+
+
+BUILDERS["speculate_step_system_cache"] = build_speculate_step_system_cache
+BUILDERS["speculate_step_reschedule"] = build_speculate_step_reschedule

@@ -1,6 +1,7 @@
 """Parity of the block managers' CUDA kernels (fd_mtp.cuda, on CuPy) with the numpy references:
 speculate_schedule_cache, recover_decode_task (both variants), speculate_step_paddle (with
-preemption and recovery). Seeded random batches including batch > 512 (no batch cap); every
+preemption and recovery) and its variants speculate_step_system_cache and
+speculate_step_reschedule. Seeded random batches including batch > 512 (no batch cap); every
 written array must match exactly; then one bad-input case per op: ValueError naming the
 argument, nothing written.
 
@@ -293,4 +294,66 @@ def test_speculate_step_bad_input_writes_nothing(case, argument):
     host, dev = split(args)
     with pytest.raises(ValueError, match=rf"speculate_step_paddle: {argument}"):
         call(fcuda.speculate_step_paddle, dev, STEP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+# ------------------------------------------------------------------------------------------------
+# speculate_step_system_cache, speculate_step_reschedule (the same kernel, other variants)
+# ------------------------------------------------------------------------------------------------
+SYSTEM_CACHE_ORDER = STEP_ORDER[:3] + ["ori_seq_lens_decoder"] + STEP_ORDER[3:]
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("scarce", [False, True])
+def test_speculate_step_system_cache_parity(bsz, scarce):
+    rng = np.random.default_rng([bsz, int(scarce), 4])
+    free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
+    args = step_batch(rng, bsz, free_len)
+    args["ori_seq_lens_decoder"] = rng.integers(0, 50, bsz).astype(np.int32)
+    host, dev = split(args)
+    try:
+        call(ref.speculate_step_system_cache, host, SYSTEM_CACHE_ORDER)
+    except ValueError:
+        pytest.skip("random batch has no valid outcome (out of blocks)")
+    call(fcuda.speculate_step_system_cache, dev, SYSTEM_CACHE_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("scarce", [False, True])
+def test_speculate_step_reschedule_parity(bsz, scarce):
+    rng = np.random.default_rng([bsz, int(scarce), 5])
+    free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
+    args = step_batch(rng, bsz, free_len)
+    args["used_list_len"][args["is_block_step"]] = 0  # parked requests hold nothing here
+    host, dev = split(args)
+    try:
+        call(ref.speculate_step_reschedule, host, STEP_ORDER)
+    except ValueError:
+        pytest.skip("random batch has no valid outcome (out of blocks)")
+    call(fcuda.speculate_step_reschedule, dev, STEP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.parametrize(
+    "op", [("speculate_step_system_cache", True), ("speculate_step_reschedule", False)]
+)
+def test_step_variants_bad_input_writes_nothing(op):
+    name, cached = op
+    args = step_batch(np.random.default_rng(63), 600, free_len=0)
+    args["stop_flags"][:] = False  # everyone needs a block, nothing is free or held
+    args["is_block_step"][:] = False
+    args["seq_lens_this_time"][:] = 3
+    args["used_list_len"][:] = 0
+    args["encoder_block_lens"][:] = 0
+    args["block_tables"][:] = -1
+    args["seq_lens_decoder"][:] = 0
+    args["step_lens"][0] = 0
+    order = STEP_ORDER
+    if cached:
+        args["ori_seq_lens_decoder"] = np.zeros(600, np.int32)
+        order = SYSTEM_CACHE_ORDER
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=rf"{name}: free_list"):
+        call(getattr(fcuda, name), dev, order)
     compare_all(dev, host, arrays_of(args))

@@ -100,6 +100,34 @@ def test_padding_offset_parity(bsz, seed):
             assert_exact(host(d), a, "input (read only)")
 
 
+@pytest.mark.parametrize("bsz", BATCHES)
+def test_padding_offset_gaps_parity(bsz):
+    """cum_offsets with gaps between requests (FastDeploy's tests pass them): gap entries 0."""
+    rng = np.random.default_rng([bsz, 17])
+    args = padding_args(mixed_batch(rng, bsz))
+    q = args[4].astype(np.int64)
+    gaps = rng.integers(0, 3, q.size)
+    args[2] = np.cumsum(WIDTH - q - gaps).astype(np.int32)
+    args[3] = np.int64(int((q + gaps).sum()) + 2)
+    expected = ref.speculate_get_padding_offset(*args)
+    got = fcuda.speculate_get_padding_offset(
+        *[dev(a) if isinstance(a, np.ndarray) else a for a in args]
+    )
+    compare(got, expected, PAD_NAMES)
+
+
+def test_output_padding_offset_gaps_parity():
+    rng = np.random.default_rng(18)
+    o = rng.integers(0, 5, 700).astype(np.int32)
+    gaps = rng.integers(0, 2, 700)
+    width = 8
+    tmp = np.cumsum(width - o.astype(np.int64) - gaps).astype(np.int32)
+    count = int((o + gaps).sum()) + 1
+    expected = ref.speculate_get_output_padding_offset(tmp, np.int64(count), o, width)
+    got = fcuda.speculate_get_output_padding_offset(dev(tmp), count, dev(o), width)
+    compare(got, expected, ["output_padding_offset", "output_cum_offsets"])
+
+
 def test_padding_offset_long_prefills_and_no_tokens():
     # Prefill chunks longer than the 128 threads of a request's block; then a step with no tokens.
     rng = np.random.default_rng(3)
@@ -250,8 +278,8 @@ def test_padding_offset_bad_input(case, argument):
     args = padding_args(b)
     if case == "cum":
         args[2][650] += 1
-    elif case == "count":
-        args[3] = np.int64(args[3] + 1)
+    elif case == "count":  # the layout passes token_num (a larger one leaves a trailing gap)
+        args[3] = np.int64(args[3] - 1)
     dargs = [dev(a) if isinstance(a, np.ndarray) else a for a in args]
     with pytest.raises(ValueError, match=rf"^speculate_get_padding_offset: {argument}\b"):
         fcuda.speculate_get_padding_offset(*dargs)
@@ -272,8 +300,8 @@ def test_output_padding_offset_bad_input(case, argument):
     if case == "long":
         o[800] = width + 1
     tmp = np.cumsum(width - o.astype(np.int64)).astype(np.int32)
-    count = int(o.sum()) + (1 if case == "count" else 0)
-    if case == "cum":
+    count = int(o.sum()) - (1 if case == "count" else 0)
+    if case == "cum":  # request 11's rows would overlap request 10's
         tmp[10] -= 1
     with pytest.raises(ValueError, match=rf"^speculate_get_output_padding_offset: {argument}\b"):
         fcuda.speculate_get_output_padding_offset(dev(tmp), count, dev(o), width)

@@ -77,6 +77,30 @@ def test_set_stop_value_parity(bs, seed):
         assert (host["stop_flags"] != args["stop_flags"]).any(), "the batch must exercise hits"
 
 
+@pytest.mark.parametrize("bs", BATCHES)
+@pytest.mark.parametrize("lens_shape", ["flat", "column"])
+def test_set_stop_value_two_dimensional_form_parity(bs, lens_shape):
+    """stop_seqs [bs, Ls] with stop_seqs_len [bs] (or [bs, 1]): one stop sequence per request."""
+    rng = np.random.default_rng([bs, 59])
+    args = stop_batch(rng, bs, n_seqs=1)
+    n = args["stop_seqs"].shape[0]
+    args["stop_seqs"] = args["stop_seqs"].reshape(n, -1)
+    args["stop_seqs_len"] = args["stop_seqs_len"].reshape((n,) if lens_shape == "flat" else (n, 1))
+    host, dev = split(args)
+    call(ref.speculate_set_stop_value_multi_seqs, host, STOP_ORDER)
+    call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
+def test_set_stop_value_two_dimensional_form_with_several_lengths_is_refused():
+    args = stop_batch(np.random.default_rng(60), 7, n_seqs=2)
+    args["stop_seqs"] = args["stop_seqs"][:, 0, :].copy()  # 2-D, but 2 lengths per request
+    host, dev = split(args)
+    with pytest.raises(ValueError, match="speculate_set_stop_value_multi_seqs: stop_seqs_len"):
+        call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+
+
 @pytest.mark.parametrize(
     "case, argument",
     [("accept_num", "accept_num"), ("len", "stop_seqs_len"), ("pre_ids", "pre_ids")],

@@ -13,6 +13,10 @@ op). Every KV position a step writes must lie in a block the request owns.
 (a) v0: speculate_step_paddle with a small free list: requests are preempted, recovered one per
     call with a re-prefill of prompt + generated tokens, and finish with exactly the tokens of a
     run with ample blocks.
+(a') v0 variants: speculate_step_system_cache with no cached prefix runs exactly as (a);
+    speculate_step_reschedule hands preempted requests back and the test, as the scheduler,
+    re-inserts them as prefills of prompt + generated tokens; every request still finishes with
+    exactly its tokens and every decode block comes back.
 (b) v1: speculate_schedule_cache + recover_decode_task with the test acting as the Python
     scheduler (a small block pool, at most one grant per step): requests block-step when their
     next slot is missing, get a block later, resume with their parked lengths and draft row, and
@@ -284,6 +288,109 @@ def test_v0_preemption_and_recovery_lose_and_repeat_no_token(monkeypatch, block_
     # everything finished: every decode block is back in the free list
     assert int(tight["free_list_len"][0]) == n_free
     assert sorted(tight["free_list"][:n_free].tolist()) == list(range(n_free))
+
+
+# ------------------------------------------------------------------------------------------------
+# (a') v0 variants: speculate_step_system_cache (no cached prefix: identical to (a)) and
+# speculate_step_reschedule with the test as the scheduler that re-inserts preempted requests
+# ------------------------------------------------------------------------------------------------
+SYSTEM_CACHE_NAMES = V0_NAMES[:3] + ("ori_seq_lens_decoder",) + V0_NAMES[3:]
+
+
+def run_reschedule(n_free):
+    """v0 with speculate_step_reschedule: a preempted request is handed back; the scheduler (the
+    test) re-inserts it at once as a prefill of prompt + generated tokens, with fresh prompt blocks
+    from its own pool (its old ones, still in the row, go back to that pool)."""
+    s = v0_state(n_free)
+    pool = list(range(3000, 4000))
+    log = []
+    for step in range(MAX_STEPS):
+        if all(finished(s, q) for q in range(NREQ)):
+            break
+        engine_step(s, v1=False)
+        before = {n: a.copy() for n, a in s.items()}
+        call_both(
+            ops.speculate_step_reschedule,
+            reference.speculate_step_reschedule,
+            V0_NAMES,
+            s,
+            BS,
+            2,
+            K,
+        )
+        assert_unique_owners(s["block_tables"], s["free_list"][: int(s["free_list_len"][0])])
+        assert s["need_block_len"][0] == 0
+        for name in ("step_block_list", "step_lens", "recover_block_list", "is_block_step"):
+            assert_same(s[name], before[name], name + " (never written)")
+        for b in np.flatnonzero(s["stop_flags"] & ~before["stop_flags"]):
+            assert s["seq_lens_this_time"][b] == 0 and s["seq_lens_decoder"][b] == 0
+            assert s["used_list_len"][b] == 0 and s["encoder_block_lens"][b] == 0
+            assert s["accept_num"][b] == before["accept_num"][b], "a victim keeps accept_num"
+            log.append((step, int(b)))
+            q, g = int(b), int(s["step_idx"][b])
+            n = PROMPT_LENS[q] + g
+            row = s["block_tables"][b]
+            pool.extend(int(x) for x in row[row != -1])  # its prompt blocks (decode ones: freed)
+            row[:] = -1
+            n_enc = -(-n // BS) + 1
+            row[:n_enc] = [pool.pop(0) for _ in range(n_enc)]
+            s["encoder_block_lens"][b] = n_enc
+            s["input_ids"][b, :n] = (
+                sequence(q, PROMPT_LENS[q]) + s["pre_ids"][b, 1 : g + 1].tolist()
+            )
+            s["seq_lens_encoder"][b] = s["seq_lens_this_time"][b] = n
+            s["stop_flags"][b] = False
+            s["first_token_ids"][b] = s["input_ids"][b, 0]
+    else:
+        pytest.fail(f"reschedule scenario did not finish in {MAX_STEPS} steps")
+    return s, log
+
+
+@pytest.mark.parametrize("block_size, k, n_free", [(4, 2, 8), (2, 1, 14), (8, 3, 3)])
+def test_v0_reschedule_hands_back_and_loses_no_token(monkeypatch, block_size, k, n_free):
+    configure(monkeypatch, block_size, k)
+    tight, log = run_reschedule(n_free)
+    assert len(log) >= 3, log
+    for q in range(NREQ):
+        gen = tight["pre_ids"][q, 1 : MAX_GEN[q] + 1]
+        assert_same(gen, expected_generated(q), f"request {q} tokens")
+        assert tight["step_idx"][q] == MAX_GEN[q]
+    assert int(tight["free_list_len"][0]) == n_free  # every decode block came back
+    assert sorted(tight["free_list"][:n_free].tolist()) == list(range(n_free))
+
+
+def test_v0_system_cache_without_a_cached_prefix_runs_as_speculate_step_paddle(monkeypatch):
+    configure(monkeypatch, 4, 2)
+    plain, plain_log = run_v0(n_free=8)
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "call_both",
+        _as_system_cache(call_both),
+    )
+    cached, log = run_v0(n_free=8)
+    assert log == plain_log and len(log["recovered"]) >= 3
+    for name in V0_NAMES:
+        assert_same(cached[name], plain[name], name)
+
+
+def _as_system_cache(call):
+    """call_both that runs speculate_step_system_cache (ori_seq_lens_decoder all 0) where the v0
+    scenario runs speculate_step_paddle."""
+
+    def run(op, ref, names, state, *attrs, **kwargs):
+        if op is not ops.speculate_step_paddle:
+            return call(op, ref, names, state, *attrs, **kwargs)
+        state.setdefault("ori_seq_lens_decoder", np.zeros(BSZ, np.int32))
+        return call(
+            ops.speculate_step_system_cache,
+            reference.speculate_step_system_cache,
+            SYSTEM_CACHE_NAMES,
+            state,
+            *attrs,
+            **kwargs,
+        )
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------

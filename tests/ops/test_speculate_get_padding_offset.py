@@ -191,24 +191,32 @@ def test_decode_longer_than_its_draft_tokens_row_is_refused():
     assert "(request 4)" in msg and "draft_tokens row has 4 columns" in msg
 
 
-@pytest.mark.parametrize("b, delta", [(0, 1), (4, -1), (8, 3)])
-def test_cum_offsets_that_are_not_the_prefix_sum_are_refused(b, delta):
+@pytest.mark.parametrize("b, delta", [(0, 1), (4, 1), (8, 3)])
+def test_cum_offsets_that_make_requests_overlap_are_refused(b, delta):
     args = bad_args()
-    args[2][b] += delta
+    args[2][b] += delta  # request b's slot ends after request b + 1 starts
     assert f"(request {b})" in expect_error(args, "cum_offsets")
+
+
+def test_a_smaller_step_leaves_a_gap_but_the_next_request_then_overlaps():
+    # cum_offsets[4] - 1: a gap after request 4, but request 5's slot shrinks below its tokens.
+    args = bad_args()
+    args[2][4] -= 1
+    assert "(request 5)" in expect_error(args, "cum_offsets")
 
 
 def test_cum_offsets_built_with_another_width_are_refused():
     args = bad_args()
-    args[2] = cum_offsets(args[4], 15)  # not input_ids.shape[1]
+    args[2] = cum_offsets(args[4], 17)  # wider than input_ids.shape[1]: requests overlap
     expect_error(args, "cum_offsets")
+    args[2] = cum_offsets(args[4], 15)  # narrower: gaps, and the layout ends past token_num
+    assert "ends at" in expect_error(args, "token_num")
 
 
-@pytest.mark.parametrize("delta", [-1, 1])
-def test_token_num_other_than_the_sum_is_refused(delta):
+def test_token_num_below_the_end_of_the_layout_is_refused():
     args = bad_args()
-    args[3] = i64(int(args[4].sum()) + delta)
-    assert "seq_len sums to" in expect_error(args, "token_num")
+    args[3] = i64(int(args[4].sum()) - 1)
+    assert "the layout of cum_offsets ends at" in expect_error(args, "token_num")
 
 
 def test_negative_or_multi_element_token_num_is_refused():
@@ -235,3 +243,88 @@ def test_wrong_dtype_rank_or_length_is_refused(index, value, argument):
     args = bad_args()
     args[index] = value(args[index])
     expect_error(args, argument, reference_too=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gaps between requests (issue 16: accept what is harmless). FastDeploy's own operator test
+# passes cum_offsets smaller than the prefix sum: the requests' ranges neither overlap nor leave
+# [0, token_num); the entries in the gaps stay 0.
+# ---------------------------------------------------------------------------------------------
+def gap_outputs(args):
+    got, after = run_op(OP, args)
+    expected = run_ref(OP, args)
+    for name, g, e in zip(
+        ("x_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k"), got, expected
+    ):
+        assert_same(g, e, f"{name} (op vs reference)")
+    for a, b in zip(after, args):
+        assert_same(a, b, "input (read only)")
+    return got
+
+
+def test_fastdeploy_cum_offsets_with_gaps():
+    # FastDeploy's tests/operators/test_speculate_get_padding_offset.py: L_in 10, cum_offsets
+    # [2, 5, 8, 12] (the prefix sum of 10 - seq_len would be [2, 7, 10, 14]), token_num 32 for
+    # 26 tokens. Request b starts at b * 10 - cum_offsets[b - 1]: 0, 8, 15, 22 (gaps 13..14 and
+    # 28..31). Upstream's test has 4 draft columns for decodes of 5 and 6 tokens (reads past the
+    # draft row, refused below); here the draft rows are 8 wide.
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 1000, (4, 10)).astype(np.int64)
+    drafts = rng.integers(0, 1000, (4, 8)).astype(np.int64)
+    cum = i32([2, 5, 8, 12])
+    q = i32([8, 5, 7, 6])
+    enc = i32([1, 0, 1, 0])
+    x, batch_id, cu_q, cu_k = gap_outputs([ids, drafts, cum, i64(32), q, enc])
+    assert cu_q.tolist() == [0, 8, 15, 22, 28] and cu_k.tolist() == cu_q.tolist()
+    want_bid = np.zeros(32, np.int32)
+    want_x = np.zeros(32, np.int64)
+    for b, start in enumerate([0, 8, 15, 22]):
+        want_bid[start : start + q[b]] = b
+        want_x[start : start + q[b]] = (ids if enc[b] > 0 else drafts)[b, : q[b]]
+    assert_same(batch_id, want_bid, "batch_id_per_token (gaps 0)")
+    assert_same(x, want_x, "x_remove_padding (gaps 0)")
+
+
+def test_fastdeploy_cum_offsets_with_a_draft_row_too_short_stay_refused():
+    # The same input with upstream's 4 draft columns: request 1 decodes 5 tokens from a row of 4
+    # (upstream reads into the next row). Refused, naming seq_len.
+    rng = np.random.default_rng(0)
+    args = [
+        rng.integers(0, 1000, (4, 10)).astype(np.int64),
+        rng.integers(0, 1000, (4, 4)).astype(np.int64),
+        i32([2, 5, 8, 12]),
+        i64(32),
+        i32([8, 5, 7, 6]),
+        i32([1, 0, 1, 0]),
+    ]
+    assert "draft_tokens row has 4 columns" in expect_error(args, "seq_len")
+
+
+def test_trailing_gap_when_token_num_exceeds_the_layout():
+    args = bad_args()
+    t = int(args[4].sum())
+    args[3] = i64(t + 3)
+    x, batch_id, cu_q, _ = gap_outputs(args)
+    assert x.shape == (t + 3,) and cu_q[-1] == t
+    assert np.all(x[t:] == 0) and np.all(batch_id[t:] == 0)
+
+
+@pytest.mark.parametrize("bsz", BATCH_GRID)
+def test_random_gaps_match_the_reference_and_keep_every_token(bsz):
+    rng = np.random.default_rng([bsz, 16])
+    b = mixed_batch(rng, bsz, width=16, k=3)
+    args = padding_offset_args(b)
+    q = args[4].astype(np.int64)
+    gaps = rng.integers(0, 3, q.size) * (rng.random(q.size) < 0.5)
+    args[2] = np.cumsum(16 - q - gaps).astype(np.int32)  # slot b = q[b] + gaps[b]
+    args[3] = i64(int((q + gaps).sum()) + int(rng.integers(0, 3)))
+    x, batch_id, cu_q, cu_k = gap_outputs(args)
+    starts = np.concatenate([[0], np.cumsum(q + gaps)])
+    assert_same(cu_q, starts.astype(np.int32), "cu_seqlens_q = slot starts")
+    enc = args[5]
+    for r in range(q.size):
+        lo = int(starts[r])
+        src = args[0] if enc[r] > 0 else args[1]
+        assert_same(x[lo : lo + q[r]], src[r, : q[r]], f"tokens of request {r}")
+        assert np.all(batch_id[lo : lo + q[r]] == r)
+        assert np.all(x[lo + q[r] : int(starts[r + 1])] == 0), "gap entries stay 0"

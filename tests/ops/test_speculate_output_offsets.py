@@ -177,15 +177,15 @@ def test_seq_lens_output_above_max_seq_len_is_refused():
 
 
 @pytest.mark.parametrize("b", [0, 2, 4])
-def test_tmp_that_is_not_the_prefix_sum_is_refused(b):
+def test_tmp_that_makes_requests_overlap_is_refused(b):
     args, w = bad_args()
-    args[0][b] -= 1
+    args[0][b] += 1  # request b's rows would run into request b + 1's (or past the end)
     assert f"(request {b})" in expect_error(args, w, "output_cum_offsets_tmp")
 
 
-def test_out_token_num_other_than_the_sum_is_refused():
+def test_out_token_num_below_the_end_of_the_layout_is_refused():
     args, w = bad_args()
-    args[1] = i64(int(args[2].sum()) + 1)
+    args[1] = i64(int(args[2].sum()) - 1)
     expect_error(args, w, "out_token_num")
 
 
@@ -198,3 +198,23 @@ def test_bad_max_seq_len_dtype_and_length_are_refused():
     args, w = bad_args()
     args[2] = args[2][:3]
     expect_error(args, w, "seq_lens_output", reference_too=False)
+
+
+def test_gaps_between_requests_are_accepted_and_gap_rows_hold_zero():
+    # Offsets below the prefix sum (FastDeploy accepts them): request b's rows start at
+    # b * 8 - tmp[b - 1] = 0, 3, 6, 7 with slots 3, 3, 1, 2 (gaps after requests 0 and 2), and two
+    # more rows after the layout's end (out_token_num 11 > 9).
+    o = i32([1, 3, 0, 2])
+    gaps = np.array([2, 0, 1, 0])
+    w = 8
+    tmp = np.cumsum(w - o - gaps).astype(np.int32)
+    args = [tmp, i64(11), o]
+    got, after = run_op(OUT, args, w)
+    expected = run_ref(OUT, args, w)
+    for g, e, name in zip(got, expected, ("output_padding_offset", "output_cum_offsets")):
+        assert_same(g, e, name + " (op vs reference)")
+    ce = [0, 5, 10, 17]  # tmp[b - 1]
+    assert got[1].tolist() == ce
+    assert got[0].tolist() == [0, 0, 0, 5, 5, 5, 0, 17, 17, 0, 0]
+    for a, b in zip(after, args):
+        assert_same(a, b, "input (read only)")

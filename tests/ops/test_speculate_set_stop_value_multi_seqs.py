@@ -313,8 +313,9 @@ def test_wrong_dtype_names_the_argument(name):
         ("pre_ids", (3,)),
         ("step_idx", (3, 2)),
         ("stop_flags", (3, 2)),
-        ("stop_seqs", (3, 3)),
-        ("stop_seqs_len", (3,)),
+        ("stop_seqs", (3,)),
+        ("stop_seqs", (3, 1, 3, 1)),
+        ("stop_seqs_len", (3, 1, 1)),
     ],
 )
 def test_wrong_rank_names_the_argument(name, shape):
@@ -367,3 +368,113 @@ def test_large_step_idx_without_a_pre_ids_read_is_fine():
     d["step_idx"][0] = 10**6
     got = run_pair(d)
     assert_same(got["accept_num"], d["accept_num"], "accept_num")
+
+
+# ------------------------------------------------------------------------------------------------
+# FastDeploy's input forms (issue 16): one stop sequence per request as stop_seqs [bs, Ls] with
+# stop_seqs_len [bs] (FastDeploy's own operator tests pass these); what stays refused
+# ------------------------------------------------------------------------------------------------
+def fastdeploy_basic():
+    """FastDeploy's tests/operators/test_speculate_set_stop_value_multi_seqs.py,
+    test_basic_functionality: 2-D stop_seqs, 1-D stop_seqs_len."""
+    return {
+        "accept_tokens": np.array([[4, 5, 0, 0, 0], [1, 2, 3, 0, 0]], np.int64),
+        "accept_num": np.array([3, 4], np.int32),
+        "pre_ids": np.array([[7, 8, 9, 3, 4, 5], [7, 8, 9, 1, 2, 3]], np.int64),
+        "step_idx": np.array([6, 6], np.int64),
+        "stop_flags": np.array([False, False]),
+        "seq_lens": np.array([6, 6], np.int32),
+        "stop_seqs": np.array([[3, 4, 5], [0, 0, 0]], np.int64),
+        "stop_seqs_len": np.array([3, 0], np.int32),
+        "end_ids": np.array([-1], np.int64),
+    }
+
+
+def test_fastdeploy_two_dimensional_stop_seqs_are_one_sequence_per_request():
+    # Request 0: 3 4 5 ends just before accept_tokens[2] (pre_ids[3] = 3, then 4 5 accepted), so
+    # that token becomes end_ids[0] = -1 and the request stops; request 1 has no stop sequence.
+    d = fastdeploy_basic()
+    got = check_case(
+        d,
+        accept_tokens=[[4, 5, -1, 0, 0], [1, 2, 3, 0, 0]],
+        accept_num=[3, 4],
+        stop_flags=[True, False],
+    )
+    # The same as the 3-D form with S = 1.
+    d3 = dict(d, stop_seqs=d["stop_seqs"][:, None, :], stop_seqs_len=d["stop_seqs_len"][:, None])
+    got3 = run_pair(d3)
+    for name in WRITTEN:
+        assert_same(got[name], got3[name], name + " (2-D vs 3-D form)")
+
+
+@pytest.mark.parametrize("lens_shape", ["flat", "column"])
+@pytest.mark.parametrize("bs", [1, 7, 33])
+def test_two_dimensional_form_equals_three_dimensional_form(bs, lens_shape):
+    rng = np.random.default_rng([bs, 5])
+    ls = 4
+    d = {
+        "accept_tokens": rng.integers(0, 4, (bs, 5)).astype(np.int64),
+        "accept_num": rng.integers(0, 6, bs).astype(np.int32),
+        "pre_ids": rng.integers(0, 4, (bs, 16)).astype(np.int64),
+        "step_idx": rng.integers(5, 16, bs).astype(np.int64),
+        "stop_flags": rng.random(bs) < 0.2,
+        "seq_lens": np.zeros(bs, np.int32),
+        "stop_seqs": rng.integers(0, 4, (bs, ls)).astype(np.int64),
+        "stop_seqs_len": rng.integers(0, 3, bs).astype(np.int32),
+        "end_ids": np.array([EOS], np.int64),
+    }
+    if lens_shape == "column":
+        d["stop_seqs_len"] = d["stop_seqs_len"].reshape(bs, 1)
+    got = run_pair(d)
+    d3 = dict(
+        d,
+        stop_seqs=d["stop_seqs"].reshape(bs, 1, ls),
+        stop_seqs_len=d["stop_seqs_len"].reshape(bs, 1),
+    )
+    got3 = run_pair(d3)
+    for name in WRITTEN:
+        assert_same(got[name], got3[name], name + " (2-D vs 3-D form)")
+
+
+def test_two_dimensional_stop_seqs_with_several_lengths_per_request_is_refused():
+    d = fastdeploy_basic()
+    d["stop_seqs_len"] = np.zeros((2, 2), np.int32)
+    expect_error(d, "stop_seqs_len")
+
+
+def test_three_dimensional_stop_seqs_with_one_length_per_request_is_refused():
+    # S = 2 stop sequences per request but one length per request: upstream reads past it.
+    d = fastdeploy_basic()
+    d["stop_seqs"] = np.zeros((2, 2, 3), np.int64)
+    expect_error(d, "stop_seqs_len")
+
+
+def test_fastdeploy_no_match_case_reads_past_the_pre_ids_row_and_stays_refused():
+    # FastDeploy's test_no_match: step_idx 8, accept_num 3, pre_ids rows of 5 columns: upstream
+    # compares pre_ids[b, 5] (past the row: the next row, or past the tensor for the last one).
+    d = fastdeploy_basic()
+    d.update(
+        accept_tokens=np.array([[10, 20, 30, 0, 0], [40, 50, 60, 0, 0]], np.int64),
+        accept_num=np.array([3, 3], np.int32),
+        pre_ids=np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]], np.int64),
+        step_idx=np.array([8, 8], np.int64),
+        stop_seqs=np.array([[11, 12, 13], [14, 15, 16]], np.int64),
+        stop_seqs_len=np.array([3, 3], np.int32),
+    )
+    expect_error(d, "pre_ids", data=True)
+
+
+def test_fastdeploy_already_stopped_case_is_accepted():
+    # test_already_stopped: the same short pre_ids row, but the request is stopped: nothing read.
+    d = fastdeploy_basic()
+    d.update(
+        accept_tokens=np.array([[10, 20, 30, 0, 0]], np.int64),
+        accept_num=np.array([3], np.int32),
+        pre_ids=np.array([[1, 2, 3, 4, 5]], np.int64),
+        step_idx=np.array([8], np.int64),
+        stop_flags=np.array([True]),
+        seq_lens=np.array([10], np.int32),
+        stop_seqs=np.array([[5, 4, 3]], np.int64),
+        stop_seqs_len=np.array([3], np.int32),
+    )
+    check_case(d)

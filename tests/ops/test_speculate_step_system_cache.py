@@ -1,0 +1,283 @@
+"""Tests of fd_mtp.ops.speculate_step_system_cache (spec ops.md §5.13, prefix caching) against its
+numpy reference: hand cases (the recovered request's seq_lens_decoder comes from
+ori_seq_lens_decoder; preemption order, the step_max_block_flag retry and free-list exhaustion
+as in speculate_step_paddle), the odd-size grid, Hypothesis properties (block conservation, and
+"equal to speculate_step_paddle except the recovered request's seq_lens_decoder"), bad input
+(ValueError naming the argument, nothing written)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_speculate_step import BS, ENC_DEC, NAMES, K, batch, check_invariants, random_batch
+from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
+
+import fd_mtp.ops as ops
+import fd_mtp.reference as reference
+
+OP = "speculate_step_system_cache"
+# FastDeploy's order: ori_seq_lens_decoder right after ori_seq_lens_encoder.
+SC_NAMES = NAMES[:3] + ("ori_seq_lens_decoder",) + NAMES[3:]
+
+
+def with_cached(d, cached=None):
+    d = dict(d)
+    n = d["seq_lens_this_time"].size
+    d["ori_seq_lens_decoder"] = (
+        np.arange(n, dtype=np.int32) + 100 if cached is None else np.asarray(cached, np.int32)
+    )
+    return d
+
+
+def both(d, bs=BS, k=K):
+    op_args, ref_args, _, _ = run_both(
+        lambda *a: ops.speculate_step_system_cache(*a, bs, ENC_DEC, k),
+        lambda *a: reference.speculate_step_system_cache(*a, bs, ENC_DEC, k),
+        [d[n] for n in SC_NAMES],
+    )
+    for n, a, e in zip(SC_NAMES, op_args, ref_args):
+        assert_same(a, e, n)
+    return dict(zip(SC_NAMES, op_args))
+
+
+def expect(out, before, **fields):
+    for n, v in fields.items():
+        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
+    for n in SC_NAMES:
+        if n not in fields:
+            assert_same(out[n], before[n], n + " (unchanged)")
+
+
+def paddle_variant(d, bs=BS, k=K):
+    """The reference speculate_step_paddle on the same state (no ori_seq_lens_decoder)."""
+    e = {n: d[n].copy() for n in NAMES}
+    reference.speculate_step_paddle(*[e[n] for n in NAMES], bs, ENC_DEC, k)
+    return e
+
+
+# ------------------------------------------------------------------------------------------------
+# Hand cases
+# ------------------------------------------------------------------------------------------------
+def test_recovery_restores_the_cached_decoder_length():
+    # Request 0 is parked (1 decode block). 3 free blocks: it recovers with min(1 + 1, 16 // 4 - 1)
+    # = 2 blocks (31 then 30 from the top), re-prefills prompt 3 + 2 generated tokens, and its
+    # seq_lens_decoder becomes the cached 2 (speculate_step_paddle leaves it 0).
+    d = with_cached(
+        batch(
+            2,
+            stop_flags=[True, False],
+            is_block_step=[True, False],
+            seq_lens_this_time=[0, 2],
+            seq_lens_decoder=[0, 1],
+            block_tables=[[3, -1, -1, -1], [4, -1, -1, -1]],
+            used_list_len=[1, 0],
+            step_block_list=[0, -1],
+            step_lens=[1],
+            step_idx=[2, 0],
+            free_list=[29, 30, 31],
+            free_list_len=[3],
+        ),
+        cached=[2, 7],
+    )
+    out = both(d)
+    ids = d["input_ids"].copy()
+    ids[0, 0] = 70
+    ids[0, 3:5] = d["pre_ids"][0, 1:3]
+    expect(
+        out,
+        d,
+        stop_flags=[False, False],
+        is_block_step=[False, False],
+        seq_lens_this_time=[5, 2],
+        seq_lens_encoder=[5, 0],
+        seq_lens_decoder=[2, 1],
+        used_list_len=[2, 0],
+        block_tables=[[3, 31, 30, -1], [4, -1, -1, -1]],
+        free_list_len=[1],
+        step_block_list=[-1, -1],
+        step_lens=[0],
+        recover_block_list=[0, -1],
+        input_ids=ids,
+    )
+    plain = paddle_variant(d)
+    for n in NAMES:
+        want = plain[n].copy()
+        if n == "seq_lens_decoder":
+            want[0] = 2  # the one difference
+        assert_same(out[n], want, n + " (vs speculate_step_paddle)")
+
+
+def test_preempted_then_recovered_in_the_same_call_gets_its_cached_length():
+    # Both hold max_decoder_block_num = 2 (width 8): the flag retry preempts request 0 (tie), whose
+    # blocks 10 11 go back; request 1 pops 11; request 0 recovers at once with block 10.
+    d = with_cached(
+        batch(
+            2,
+            width=8,
+            seq_lens_decoder=[11, 11],
+            block_tables=[[0, 10, 11, -1], [1, 12, 13, -1]],
+            used_list_len=[2, 2],
+            step_idx=[2, 0],
+        ),
+        cached=[9, 9],
+    )
+    out = both(d)
+    assert out["seq_lens_decoder"].tolist() == [9, 11]
+    assert out["recover_block_list"].tolist() == [0, -1]
+    assert out["block_tables"].tolist() == [[0, 10, -1, -1], [1, 12, 13, 11]]
+    assert out["accept_num"].tolist() == [0, 2]  # the preemption zeroed it
+
+
+def test_preemption_order_is_most_blocks_then_lowest_index():
+    # Three need a block (slot (6 + 2) // 4 = 2), none free: 1 and 2 hold 2 decode blocks each, 0
+    # holds 1. Request 1 (tie with 2, lower index) is preempted first: 2 blocks cover the other two.
+    d = with_cached(
+        batch(
+            3,
+            nb=5,
+            width=20,
+            seq_lens_decoder=[6, 10, 10],
+            block_tables=[[0, 20, -1, -1, -1], [1, 21, 22, -1, -1], [2, 23, 24, -1, -1]],
+            used_list_len=[1, 2, 2],
+        )
+    )
+    out = both(d)
+    assert out["step_block_list"].tolist() == [1, -1, -1]
+    assert out["stop_flags"].tolist() == [False, True, False]
+    assert out["block_tables"].tolist() == [
+        [0, 20, 22, -1, -1],
+        [1, -1, -1, -1, -1],
+        [2, 23, 24, 21, -1],
+    ]
+    # Not recovered this call: it wants min(2 + 1, 5 - 1) = 3 blocks, none are left.
+    assert out["seq_lens_decoder"].tolist() == [6, 0, 10]
+
+
+def test_free_list_exhausted_raises_and_writes_nothing():
+    d = with_cached(batch(2, seq_lens_decoder=[6, 6], block_tables=[[5, -1, -1, -1]] * 2))
+    raises_and_unchanged(d, "free_list")
+
+
+# ------------------------------------------------------------------------------------------------
+# Grid and properties
+# ------------------------------------------------------------------------------------------------
+def compare_or_both_raise(d, bs=4, k=2):
+    try:
+        reference.speculate_step_system_cache(*[d[n].copy() for n in SC_NAMES], bs, ENC_DEC, k)
+    except ValueError as exc:
+        arg = str(exc).split(": ", 1)[1].split(" ", 1)[0]
+        raises_and_unchanged(d, arg, bs, k)
+        return None
+    after = both(d, bs, k)
+    check_invariants(d, after)
+    plain = paddle_variant(d, bs, k)
+    recovered = d["is_block_step"] & ~after["is_block_step"]
+    for n in NAMES:
+        want = plain[n].copy()
+        if n == "seq_lens_decoder":
+            want[recovered] = d["ori_seq_lens_decoder"][recovered]
+        assert_same(after[n], want, n + " (vs speculate_step_paddle)")
+    return after
+
+
+@pytest.mark.parametrize("bsz", BATCH_GRID)
+@pytest.mark.parametrize("bs, k", [(1, 1), (4, 3), (16, 5)])
+def test_grid_matches_reference(bsz, bs, k):
+    rng = np.random.default_rng([bsz, bs, k, 1])
+    d = with_cached(random_batch(rng, bsz, nb=8, bs=bs, k=k, width=8 * bs))
+    assert compare_or_both_raise(d, bs, k) is not None
+
+
+@given(
+    bsz=st.integers(1, 24),
+    nb=st.integers(2, 7),
+    bs=st.sampled_from([1, 2, 4]),
+    k=st.integers(0, 4),
+    tight=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, seed):
+    rng = np.random.default_rng(seed)
+    d = random_batch(rng, bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight)
+    d = with_cached(d, rng.integers(0, 50, bsz))
+    compare_or_both_raise(d, bs, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: ValueError naming the argument; nothing written
+# ------------------------------------------------------------------------------------------------
+def raises_and_unchanged(d, name, bs=BS, k=K):
+    t = [to_paddle(d[n]) for n in SC_NAMES]
+    with pytest.raises(ValueError, match=f"{OP}: {name}"):
+        ops.speculate_step_system_cache(*t, bs, ENC_DEC, k)
+    for x, n in zip(t, SC_NAMES):
+        assert_same(to_numpy(x), d[n], n + " (unchanged)")
+
+
+def good():
+    return with_cached(
+        batch(
+            2,
+            seq_lens_decoder=[6, 0],
+            seq_lens_this_time=[2, 0],
+            stop_flags=[False, True],
+            is_block_step=[False, True],
+            block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
+            used_list_len=[1, 0],
+            step_block_list=[1, -1],
+            step_lens=[1],
+            free_list=[30, 0, 0],
+            free_list_len=[1],
+            step_idx=[3, 4],
+        )
+    )
+
+
+BAD = {
+    "used_past_row": ("used_list_len", dict(used_list_len=[4, 0])),
+    "need_len_nonzero": ("need_block_len", dict(need_block_len=[1])),
+    "recover_lens_nonzero": ("recover_lens", dict(recover_lens=[1])),
+    "step_lens_past_list": ("step_lens", dict(step_lens=[3])),
+    "negative_decoder": ("seq_lens_decoder", dict(seq_lens_decoder=[-6, 0])),
+    "input_ids_too_narrow": (
+        "input_ids",
+        dict(ori_seq_lens_encoder=[3, 13], free_list=[30, 31, 32], free_list_len=[3]),
+    ),
+    "step_idx_past_pre_ids": (
+        "step_idx",
+        dict(step_idx=[3, 16], free_list=[30, 31, 32], free_list_len=[3]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_values(case):
+    name, fields = BAD[case]
+    d = good()
+    for n, v in fields.items():
+        d[n] = np.asarray(v, dtype=d[n].dtype)
+    raises_and_unchanged(d, name)
+    with pytest.raises(ValueError, match=name):
+        reference.speculate_step_system_cache(*[d[n] for n in SC_NAMES], BS, ENC_DEC, K)
+
+
+@pytest.mark.parametrize(
+    "name, change",
+    [
+        ("ori_seq_lens_decoder", lambda a: a.astype(np.int64)),
+        ("ori_seq_lens_decoder", lambda a: a[:1].copy()),
+        ("block_tables", lambda a: a.astype(np.int64)),
+        ("stop_flags", lambda a: a.astype(np.int32)),
+    ],
+)
+def test_bad_dtypes_and_shapes(name, change):
+    d = good()
+    d[name] = change(d[name])
+    raises_and_unchanged(d, name)
+
+
+def test_good_args_are_good():
+    out = both(good())
+    assert out["block_tables"].tolist() == [[5, 20, 30, -1], [6, -1, -1, -1]]
