@@ -13,6 +13,7 @@
 // (given the request's starts) and the per-element copy.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common.h"
@@ -99,19 +100,27 @@ FD_HOST_DEVICE inline void get_logits_counts(const GetLogitsParams& p, int64_t b
   p.cu_batch_token_offset[b + 1] = static_cast<int32_t>(batch_end);
 }
 
-// Apply, part 2 (after part 1 for every request): element e of request b's
-// written rows (e < batch(b) * vocab), from the offsets written by part 1.
+// Apply, part 2 (after part 1 for every request), from the offsets part 1
+// wrote: the source of written row `row` (< batch(b)) of request b, and the
+// destination row. A prefill's row 0 is first_token_logits[b], its row 1
+// logits[cu_next[b]]; a decode's row r is logits[cu_next[b] + r].
+FD_HOST_DEVICE inline const float* get_logits_source_row(const GetLogitsParams& p, int64_t b,
+                                                         int64_t row) {
+  const int64_t next_start = p.cu_next_token_offset[b];
+  if (p.seq_lens_encoder[b] > 0)
+    return row == 0 ? p.first_token_logits + b * p.vocab : p.logits + next_start * p.vocab;
+  return p.logits + (next_start + row) * p.vocab;
+}
+
+FD_HOST_DEVICE inline float* get_logits_dest_row(const GetLogitsParams& p, int64_t b, int64_t row) {
+  return p.draft_logits + (static_cast<int64_t>(p.cu_batch_token_offset[b]) + row) * p.vocab;
+}
+
+// Element e (< batch(b) * vocab) of request b's written rows (the CUDA copy).
 FD_HOST_DEVICE inline void get_logits_element(const GetLogitsParams& p, int64_t b, int64_t e) {
   const int64_t row = e / p.vocab;
   const int64_t col = e - row * p.vocab;
-  const int64_t next_start = p.cu_next_token_offset[b];
-  const int64_t dst = (static_cast<int64_t>(p.cu_batch_token_offset[b]) + row) * p.vocab + col;
-  if (p.seq_lens_encoder[b] > 0) {
-    p.draft_logits[dst] =
-        row == 0 ? p.first_token_logits[b * p.vocab + col] : p.logits[next_start * p.vocab + col];
-  } else {
-    p.draft_logits[dst] = p.logits[(next_start + row) * p.vocab + col];
-  }
+  get_logits_dest_row(p, b, row)[col] = get_logits_source_row(p, b, row)[col];
 }
 
 inline KernelStatus get_logits_cpu(const GetLogitsParams& p) {
@@ -133,9 +142,12 @@ inline KernelStatus get_logits_cpu(const GetLogitsParams& p) {
     batch_sum += get_logits_batch_count(p, b);
     get_logits_counts(p, b, next_sum, batch_sum);
   }
-  for (int64_t b = 0; b < p.bsz; ++b) {
-    const int64_t total = get_logits_batch_count(p, b) * p.vocab;
-    for (int64_t e = 0; e < total; ++e) get_logits_element(p, b, e);
+  for (int64_t b = 0; b < p.bsz; ++b) {  // whole rows (the CPU copies a row at a time)
+    const int64_t rows = get_logits_batch_count(p, b);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = get_logits_source_row(p, b, r);
+      std::copy(src, src + p.vocab, get_logits_dest_row(p, b, r));
+    }
   }
   return st;
 }

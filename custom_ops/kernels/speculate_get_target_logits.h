@@ -5,6 +5,7 @@
 // <= 0).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common.h"
@@ -63,9 +64,11 @@ inline KernelStatus get_target_logits_cpu(const GetTargetLogitsParams& p) {
   KernelStatus st{};
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) get_target_logits_check(p, b, &st);
   if (st.code != 0) return st;
-  for (int64_t b = 0; b < p.bsz; ++b) {
+  for (int64_t b = 0; b < p.bsz; ++b) {  // the request's rows are contiguous on both sides
     const int64_t total = target_logits_rows(p, b) * p.vocab;
-    for (int64_t e = 0; e < total; ++e) get_target_logits_element(p, b, e);
+    const float* src = p.logits + static_cast<int64_t>(p.ori_cu_batch_token_offset[b]) * p.vocab;
+    std::copy(src, src + total,
+              p.target_logits + static_cast<int64_t>(p.cu_batch_token_offset[b]) * p.vocab);
   }
   return st;
 }
