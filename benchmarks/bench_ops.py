@@ -84,6 +84,12 @@ OPS = (
         "speculate_step_system_cache",
         "speculate_step_reschedule",
     )
+    + (
+        # logprob helpers (spec §5.18)
+        f"speculate_get_logits[V={SAMPLING_VOCABS[0]}]",
+        "speculate_insert_first_token",
+        f"speculate_get_target_logits[V={SAMPLING_VOCABS[0]}]",
+    )
 )
 DEFAULT_BATCHES = (1, 16, 64, 256, 1024)
 

@@ -55,12 +55,51 @@ def test_an_upstream_style_call_runs_in_place(alias):
 def test_missing_ops_are_named(alias):
     import fastdeploy.model_executor.ops.gpu as gpu
 
-    with pytest.raises(AttributeError, match="speculate_get_logits: FastDeploy's op is not"):
-        gpu.speculate_get_logits  # noqa: B018
+    with pytest.raises(AttributeError, match="speculate_step_reschedule: FastDeploy's op is not"):
+        gpu.speculate_step_reschedule  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute 'no_such_op'"):
         gpu.no_such_op  # noqa: B018
     for name in compat.MISSING:
         assert not hasattr(ops, name), f"{name} is implemented now: remove it from MISSING"
+
+
+def test_logprob_ops_resolve_from_both_upstream_paths(alias):
+    # upstream spec_decode/mtp.py and pre_and_post_process.py: the custom ops
+    # upstream layers/sample/sampler.py: its own Python module of the logprob helpers
+    from fastdeploy.model_executor.layers.sample.ops import (
+        speculate_get_target_logits,
+        speculate_insert_first_token,
+    )
+    from fastdeploy.model_executor.layers.sample.ops.speculate_logprob_utils import (
+        speculate_get_target_logits as utils_target,
+    )
+    from fastdeploy.model_executor.ops.gpu import (
+        speculate_get_logits,
+        speculate_get_output_topk,
+        speculate_save_output_topk,
+    )
+
+    assert speculate_get_logits is ops.speculate_get_logits
+    assert speculate_save_output_topk is ops.speculate_save_output_topk
+    assert speculate_get_output_topk is ops.speculate_get_output_topk
+    assert speculate_get_target_logits is utils_target is ops.speculate_get_target_logits
+    assert speculate_insert_first_token is ops.speculate_insert_first_token
+    import fastdeploy.model_executor.layers.sample.ops as sample_ops
+
+    with pytest.raises(AttributeError, match="top_k_top_p_sampling: FastDeploy's sampler"):
+        sample_ops.top_k_top_p_sampling  # noqa: B018
+
+
+def test_an_upstream_style_logprob_gather_runs_in_place(alias):
+    from fastdeploy.model_executor.layers.sample.ops import speculate_get_target_logits
+
+    logits = paddle.to_tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    target = paddle.zeros([3, 2])
+    i32 = lambda v: paddle.to_tensor(v, dtype="int32")  # noqa: E731
+    speculate_get_target_logits(
+        target, logits, i32([0, 1]), i32([0, 1]), i32([5, 3]), i32([5, 0]), i32([1, 2])
+    )
+    assert target.tolist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
 
 
 def test_uninstall_removes_only_the_alias(alias):
@@ -68,6 +107,7 @@ def test_uninstall_removes_only_the_alias(alias):
     compat.uninstall()
     assert not compat.installed()
     assert "fastdeploy" not in sys.modules
+    assert not any(name in sys.modules for name in compat.SAMPLE_MODULES)
 
 
 def test_a_real_fastdeploy_is_not_shadowed(tmp_path):

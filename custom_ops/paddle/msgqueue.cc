@@ -24,9 +24,13 @@
 #include <cstring>
 #include <string>
 
+#include <vector>
+
 #include "mtp_save_first_token.gen.h"
 #include "speculate_get_output.gen.h"
+#include "speculate_get_output_topk.gen.h"
 #include "speculate_save_output.gen.h"
+#include "speculate_save_output_topk.gen.h"
 
 namespace {
 namespace mq = fd_mtp::msgqueue;
@@ -89,6 +93,19 @@ void send(const char* op, const std::string& ftok_path, int msg_queue_id, const 
     sys_fail(op, "msg_queue_id", what.c_str(), errno);
   }
 }
+
+// A message of `words` int32 words behind a `long mtype` (the top-k layout's
+// size depends on max_bsz): the buffer is longs, so the payload is aligned as
+// in upstream's struct.
+struct VarMessage {
+  explicit VarMessage(int64_t words)
+      : buf(1 + static_cast<size_t>((words * 4 + sizeof(long) - 1) / sizeof(long)), 0),
+        bytes(static_cast<size_t>(words) * 4) {}
+  void* data() { return buf.data(); }
+  int32_t* words() { return reinterpret_cast<int32_t*>(buf.data() + 1); }
+  std::vector<long> buf;
+  size_t bytes;  // payload bytes (msgsnd / msgrcv size)
+};
 
 }  // namespace
 
@@ -178,4 +195,89 @@ void mtp_save_first_token_apply(MtpSaveFirstTokenArgs& a) {
   msg.mtype = 1;
   mq::first_token_message(p, msg.mtext);
   send(a.op, a.ftok_path, a.msg_queue_id, msg);
+}
+
+// Checked by the schema: sampled_token_ids [>=bsz, Ws] int64; logprob_token_ids
+// [N, C] int64, logprob_scores [N, C] float32, logprob_ranks [>=N] int64;
+// token_num_per_batch [bsz] int32; cu_batch_token_offset, seq_lens_decoder
+// [>=bsz] int32; prompt_lens [>=bsz] int64; not_need_stop [1] bool on the CPU;
+// 1 <= max_bsz <= 512. Here (on every rank): bsz <= max_bsz, msg_id, C <= 21,
+// every sent count in [0, min(6, Ws)] with its logprob rows inside [0, N);
+// then one message is sent unless rank_id > 0 and !save_each_rank. Nothing is
+// written.
+void speculate_save_output_topk_apply(SpeculateSaveOutputTopkArgs& a) {
+  const auto sampled = on_host(a.op, "sampled_token_ids", a.sampled_token_ids);
+  const auto ids = on_host(a.op, "logprob_token_ids", a.logprob_token_ids);
+  const auto scores = on_host(a.op, "logprob_scores", a.logprob_scores);
+  const auto ranks = on_host(a.op, "logprob_ranks", a.logprob_ranks);
+  const auto num = on_host(a.op, "token_num_per_batch", a.token_num_per_batch);
+  const auto cu = on_host(a.op, "cu_batch_token_offset", a.cu_batch_token_offset);
+  const auto dec = on_host(a.op, "seq_lens_decoder", a.seq_lens_decoder);
+  const auto prompt = on_host(a.op, "prompt_lens", a.prompt_lens);
+  mq::SaveTopkParams p{sampled.data<int64_t>(),
+                       a.dims.Ws,
+                       ids.data<int64_t>(),
+                       scores.data<float>(),
+                       ranks.data<int64_t>(),
+                       a.dims.N,
+                       a.dims.C,
+                       num.data<int32_t>(),
+                       cu.data<int32_t>(),
+                       dec.data<int32_t>(),
+                       prompt.data<int64_t>(),
+                       a.dims.B,
+                       a.max_bsz,
+                       a.not_need_stop.data<bool>()[0],
+                       a.message_flag,
+                       a.msg_id};
+  fd_mtp::KernelStatus st{};
+  mq::save_topk_check(p, &st);
+  fd_mtp::check::status(a.op, st, kSpeculateSaveOutputTopkStatus);
+  if (!a.save_each_rank && a.rank_id > 0) return;
+
+  VarMessage msg(mq::topk_sent_words(a.max_bsz));
+  msg.buf[0] = 1;  // mtype
+  mq::save_topk_message(p, msg.words());
+  const int queue = open_queue(a.op, a.ftok_path, a.msg_queue_id);
+  if (msgsnd(queue, msg.data(), msg.bytes, 0) == -1) {
+    const std::string what = std::to_string(a.msg_queue_id) + ": msgsnd of a " +
+                             std::to_string(msg.bytes) + "-byte top-k message failed";
+    sys_fail(a.op, "msg_queue_id", what.c_str(), errno);
+  }
+}
+
+// Checked by the schema: output_tokens, output_ranks int64 and output_scores
+// float32 on the CPU (flat), 0 <= real_k <= 20, 1 <= max_bsz <= 512. Here:
+// the buffers hold a message of max_bsz requests; a received message's bs and
+// counts are in range (else nothing is written). rank_id is unused (as
+// upstream). With wait_flag false and an empty queue: output_tokens[0..2] =
+// -2, 0, 0.
+void speculate_get_output_topk_apply(SpeculateGetOutputTopkArgs& a) {
+  mq::GetTopkParams p{a.output_tokens.data<int64_t>(),
+                      a.output_tokens.numel(),
+                      a.output_scores.data<float>(),
+                      a.output_scores.numel(),
+                      a.output_ranks.data<int64_t>(),
+                      a.output_ranks.numel(),
+                      a.real_k,
+                      a.max_bsz};
+  fd_mtp::KernelStatus st{};
+  mq::get_topk_check(p, &st);
+  fd_mtp::check::status(a.op, st, kSpeculateGetOutputTopkStatus);
+
+  const int queue = open_queue(a.op, a.ftok_path, a.msg_queue_id);
+  VarMessage msg(mq::topk_sent_words(a.max_bsz));
+  const ssize_t got = msgrcv(queue, msg.data(), msg.bytes, 0, a.wait_flag ? 0 : IPC_NOWAIT);
+  if (got == -1) {
+    const int err = errno;
+    if (!a.wait_flag && err == ENOMSG) {
+      mq::get_topk_empty(p);
+      return;
+    }
+    const std::string what = std::to_string(a.msg_queue_id) + ": msgrcv failed";
+    sys_fail(a.op, "msg_queue_id", what.c_str(), err);
+  }
+  mq::get_topk_check_message(msg.words(), a.max_bsz, &st);
+  fd_mtp::check::status(a.op, st, kSpeculateGetOutputTopkStatus);
+  mq::get_topk_write(p, msg.words());
 }

@@ -11,6 +11,12 @@ effects, so FastDeploy-style code runs unchanged. Upstream's pybind spelling
 raises AttributeError naming it (``fd_mtp.compat.fastdeploy.MISSING`` lists FastDeploy's
 speculative-decoding ops not offered yet).
 
+FastDeploy's speculative sampler imports its logprob helpers from a Python module of its own,
+``fastdeploy.model_executor.layers.sample.ops`` (file ``speculate_logprob_utils.py``):
+``speculate_get_target_logits`` and ``speculate_insert_first_token`` there (and in the
+``...sample.ops.speculate_logprob_utils`` submodule) are fd_mtp's ops too; that module's other
+names (the penalty and top-k / top-p sampling wrappers) raise AttributeError naming them.
+
 The alias is installed only where no real FastDeploy is importable: with FastDeploy installed,
 importing this module warns and installs nothing, and `install` raises ImportError, instead of
 shadowing it (call `install(force=True)` to shadow it on purpose, e.g. to compare the two in one
@@ -24,7 +30,7 @@ import sys
 import types
 import warnings
 
-__all__ = ["MISSING", "MODULES", "install", "installed", "uninstall"]
+__all__ = ["MISSING", "MODULES", "SAMPLE_MODULES", "install", "installed", "uninstall"]
 
 # The module path the ops are imported from upstream, and its parents.
 MODULES = (
@@ -33,16 +39,29 @@ MODULES = (
     "fastdeploy.model_executor.ops",
     "fastdeploy.model_executor.ops.gpu",
 )
+# FastDeploy's sampler-side module of the logprob helpers (fastdeploy/model_executor/layers/sample/
+# ops/__init__.py re-exports speculate_logprob_utils.py), under the "fastdeploy.model_executor"
+# package of MODULES.
+SAMPLE_MODULES = (
+    "fastdeploy.model_executor.layers",
+    "fastdeploy.model_executor.layers.sample",
+    "fastdeploy.model_executor.layers.sample.ops",
+    "fastdeploy.model_executor.layers.sample.ops.speculate_logprob_utils",
+)
+SAMPLE_OPS = ("speculate_get_target_logits", "speculate_insert_first_token")
+# Names of upstream's sample.ops module fd_mtp does not offer (not custom ops: Python wrappers).
+SAMPLE_MISSING = (
+    "apply_penalty_multi_scores",
+    "apply_speculative_penalty_multi_scores",
+    "top_k_top_p_sampling",
+    "min_p_sampling",
+)
 # Upstream names that differ from fd_mtp's.
 ALIASES = {"hybird_mtp_ngram": "hybrid_mtp_ngram"}
-# FastDeploy release/2.4 speculative-decoding ops fd_mtp does not offer yet.
-MISSING = (
-    "speculate_get_target_logits",
-    "speculate_insert_first_token",
-    "speculate_get_logits",
-    "speculate_save_output_topk",
-    "speculate_get_output_topk",
-)  # (upstream's ngram_match_mixed.cu is the file of hybrid_mtp_ngram, which fd_mtp has)
+# FastDeploy release/2.4 speculative-decoding ops fd_mtp does not offer yet: none now (every op of
+# upstream's custom_ops/gpu_ops/speculate_decoding/ is offered; its ngram_match_mixed.cu is the file
+# of hybrid_mtp_ngram). Kept so that code checking the list keeps working.
+MISSING: tuple[str, ...] = ()
 _MARK = "__fd_mtp_compat__"
 _SHADOWED: dict[str, types.ModuleType] = {}  # real modules a forced install replaced
 
@@ -92,6 +111,33 @@ def _ops_module() -> types.ModuleType:
     return module
 
 
+def _sample_modules() -> list[types.ModuleType]:
+    """The sampler-side alias modules (SAMPLE_MODULES), parents first."""
+    import fd_mtp.ops as ops
+
+    out = []
+    for name in SAMPLE_MODULES:
+        module = types.ModuleType(name, "fd_mtp.compat.fastdeploy alias (logprob helpers)")
+        setattr(module, _MARK, True)
+        if name != SAMPLE_MODULES[-1]:
+            module.__path__ = []  # a package: submodules resolve through sys.modules
+        if name.endswith(".ops") or name == SAMPLE_MODULES[-1]:
+            for op in SAMPLE_OPS:
+                setattr(module, op, getattr(ops, op))
+            module.__all__ = list(SAMPLE_OPS)
+
+            def __getattr__(attr, _name=name):  # noqa: N807 - the module-level hook
+                if attr in SAMPLE_MISSING:
+                    raise AttributeError(
+                        f"{_name}.{attr}: FastDeploy's sampler function is not offered by fd_mtp"
+                    )
+                raise AttributeError(f"module {_name!r} has no attribute {attr!r}")
+
+            module.__getattr__ = __getattr__
+        out.append(module)
+    return out
+
+
 def install(force: bool = False) -> types.ModuleType:
     """Installs the alias modules in ``sys.modules`` and returns the ops module. Refuses (with
     ImportError) when a real FastDeploy is importable, unless ``force``."""
@@ -112,7 +158,10 @@ def install(force: bool = False) -> types.ModuleType:
     chain = [*parents, ops_module]
     for parent, child in zip(chain, chain[1:]):
         setattr(parent, child.__name__.rsplit(".", 1)[1], child)
-    for module in chain:
+    sample = _sample_modules()
+    for parent, child in zip([parents[1], *sample], sample):  # under fastdeploy.model_executor
+        setattr(parent, child.__name__.rsplit(".", 1)[1], child)
+    for module in [*chain, *sample]:
         previous = sys.modules.get(module.__name__)
         if previous is not None:
             _SHADOWED[module.__name__] = previous
@@ -123,7 +172,7 @@ def install(force: bool = False) -> types.ModuleType:
 def uninstall() -> None:
     """Removes the alias modules installed by `install`; modules a forced install shadowed
     come back (real modules are never removed)."""
-    for name in reversed(MODULES):
+    for name in reversed([*MODULES, *SAMPLE_MODULES]):
         module = sys.modules.get(name)
         if module is not None and getattr(module, _MARK, False):
             del sys.modules[name]

@@ -33,7 +33,14 @@ from ..batch import Task, TaskKind
 from ..config import SchedulerConfig
 from .block_manager import BlockManager, blocks_for
 from .detokenizer import IncrementalDetokenizer
-from .request import Request, RequestOutput, RequestStatus, SpeculativeMetrics, StreamDelta
+from .request import (
+    Request,
+    RequestOutput,
+    RequestStatus,
+    SpeculativeMetrics,
+    StreamDelta,
+    with_decoded_tokens,
+)
 from .runner import ModelRunner
 from .sampler import _splitmix64
 from .sampling_params import SEED_MODULUS, SamplingParams
@@ -315,6 +322,9 @@ class LLMEngine:
         for slot, (req, end) in sorted(plan.items(), key=lambda kv: kv[1][0].arrival_index):
             tokens = sampled[slot]
             tokens = tokens if isinstance(tokens, list) else [tokens]
+            logprobs = getattr(self.runner, "last_logprobs", {}).get(
+                slot
+            )  # SamplingParams.logprobs
             if req.prefilled:
                 # a decode: the fed token and the accepted drafts are now in the cache
                 req.num_computed += len(tokens)
@@ -332,8 +342,10 @@ class LLMEngine:
                 tokens = tokens[:1]
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
-            for token in tokens:
+            for i, token in enumerate(tokens):
                 req.output_token_ids.append(token)
+                if req.logprobs is not None and logprobs is not None:
+                    req.logprobs.append(with_decoded_tokens(logprobs[i], self.tokenizer))
                 req.metrics.num_generated_tokens += 1
                 reason = self._check_stop(req, token)
                 if reason is not None:

@@ -6,7 +6,19 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from .sampler import Logprob
 from .sampling_params import SamplingParams
+
+__all__ = [
+    "Logprob",
+    "Request",
+    "RequestMetrics",
+    "RequestOutput",
+    "RequestStatus",
+    "SpeculativeMetrics",
+    "StreamDelta",
+    "with_decoded_tokens",
+]
 
 
 class RequestStatus(enum.Enum):
@@ -183,6 +195,12 @@ class Request:
     stop_text_len: int | None = None  # text cut here by a stop string
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
     detokenizer: object = field(default=None, repr=False)  # the engine's IncrementalDetokenizer
+    #: one ``{token id: Logprob}`` per output token when ``sampling_params.logprobs`` is set
+    logprobs: list | None = None
+
+    def __post_init__(self):
+        if self.logprobs is None and self.sampling_params.logprobs is not None:
+            self.logprobs = []
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -228,6 +246,10 @@ class RequestOutput:
             max_model_len), "error" (the request was rejected: see ``error``), or "aborted".
         error: the message of a rejected request, else None.
         metrics: a `RequestMetrics`.
+        logprobs: None unless ``SamplingParams.logprobs`` was set; then one dict per entry of
+            ``token_ids``, ``{token id: Logprob}``, holding the ``logprobs`` most likely tokens
+            and the generated token (``logprobs + 1`` entries, or fewer when the generated
+            token is among the most likely), as vLLM.
     """
 
     request_id: str
@@ -239,6 +261,7 @@ class RequestOutput:
     finish_reason: str | None
     error: str | None = None
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    logprobs: list | None = None
 
     @classmethod
     def from_request(cls, req: Request) -> RequestOutput:
@@ -252,6 +275,7 @@ class RequestOutput:
             req.finish_reason,
             None,
             req.metrics,
+            None if req.logprobs is None else list(req.logprobs),
         )
 
     @classmethod
@@ -268,3 +292,11 @@ class RequestOutput:
             error,
             RequestMetrics(arrival_time=now, finished_time=now),
         )
+
+
+def with_decoded_tokens(entry: dict, tokenizer) -> dict:
+    """``entry`` (``{token id: Logprob}``) with each Logprob's ``decoded_token`` set to the
+    token's text (``tokenizer.decode([id])``); unchanged without a tokenizer."""
+    if tokenizer is None:
+        return entry
+    return {t: Logprob(lp.logprob, lp.rank, tokenizer.decode([t])) for t, lp in entry.items()}

@@ -39,7 +39,7 @@ from .. import ops
 from ..batch import InputBatch, Task, TaskKind, pack_step
 from ..config import CacheConfig, SchedulerConfig
 from .block_manager import blocks_for
-from .sampler import Sampler, SamplingRows, uniforms
+from .sampler import Sampler, SamplingRows, logprob_entries, token_logprobs, uniforms
 from .sampling_params import SamplingParams
 
 __all__ = ["ModelRunner", "Task", "TaskKind", "pack_step"]
@@ -116,6 +116,11 @@ class ModelRunner:
         self.input_batch = InputBatch(self.share_inputs)
         #: drafts each slot had verified in the last step (speculative runner; always {} here)
         self.last_drafted: dict[int, int] = {}
+        #: SamplingParams.logprobs of each slot (-1: off)
+        self.logprobs_k = np.full(self.max_num_seqs, -1, np.int64)
+        #: ``{slot: [{token id: Logprob}, ...]}``: one entry per token the last step returned, for
+        #: the slots that asked for logprobs (empty when none did)
+        self.last_logprobs: dict[int, list] = {}
 
     @property
     def decode_tokens(self) -> int:
@@ -280,6 +285,7 @@ class ModelRunner:
         ib.seed[b] = seed
         ib.min_tokens[b] = p.min_tokens
         ib.stop_token_ids[b] = list(p.stop_token_ids)
+        self.logprobs_k[b] = -1 if p.logprobs is None else p.logprobs
 
     # -- one step -----------------------------------------------------------------------------------
     def _forward(self):
@@ -351,12 +357,57 @@ class ModelRunner:
         rows = self._rows(ran)
         rows.device = ib.push(rows.arrays())  # the step's one host-to-device transfer
         meta, _, logits = self._forward()
+        raw = self._raw_logits(logits, ran)
         self._penalties(logits, rows, meta)
         tokens = ib.pull({"tokens": self.sampler.sample_tensor(logits, rows)})[
             "tokens"
         ]  # the one D2H
+        self.last_logprobs = {} if raw is None else self._logprobs(raw, ran, tokens, [1] * ran.size)
         self._update(ran, tokens, prefill)
         return {int(b): int(t) for b, t in zip(ran, tokens)}
+
+    # -- logprobs (SamplingParams.logprobs) --------------------------------------------------------
+    def _raw_logits(self, logits, ran: np.ndarray):
+        """A copy of the step's raw logits (before the in-place penalties) when a running slot asked
+        for logprobs, else None: requests without logprobs cost nothing."""
+        if not (self.logprobs_k[ran] >= 0).any():
+            return None
+        return logits.clone()
+
+    def _logprobs(self, rows, ran: np.ndarray, tokens, counts) -> dict[int, list]:
+        """``{slot: entries}`` for the slots of ``ran`` with logprobs on: ``rows`` [n, V] are the raw
+        logits of the ``n = sum(counts)`` tokens ``tokens`` (flat, in slot order), ``counts[i]`` of
+        them for slot ``ran[i]``."""
+        counts = np.asarray(counts, np.int64)
+        ks = np.repeat(self.logprobs_k[ran], counts)
+        lp = token_logprobs(rows, tokens, int(max(ks.max(), 0)))
+        entries = logprob_entries(lp, tokens, np.maximum(ks, 0))
+        out, start = {}, 0
+        for b, c in zip(ran, counts):
+            if self.logprobs_k[b] >= 0:
+                out[int(b)] = entries[start : start + c]
+            start += c
+        return out
+
+    def _accepted_logits(self, raw, this_time, enc):
+        """The raw logits rows of the tokens verify accepted (FastDeploy's speculative sampler:
+        ``speculate_get_target_logits``), ``[R, V]`` with the accepted rows first in slot order.
+        Call right after ``speculate_verify`` (``accept_num`` as verify left it). A request's
+        verified rows are 1 for a prefill, ``seq_lens_this_time`` for a decode; slots that did
+        not run count 0 accepted tokens."""
+        import paddle
+
+        accept_num = self.share_inputs["accept_num"]
+        n = accept_num.shape[0]
+        this_time, enc = this_time.reshape([-1])[:n], enc.reshape([-1])[:n]
+        zero = paddle.zeros([1], "int32")
+        accepted = paddle.where(this_time > 0, accept_num, paddle.zeros_like(accept_num))
+        verified = paddle.where(enc > 0, paddle.ones_like(this_time), this_time)
+        ori = paddle.concat([zero, paddle.cumsum(verified).astype("int32")])
+        cu = paddle.concat([zero, paddle.cumsum(accepted).astype("int32")])
+        target = paddle.zeros_like(raw)
+        ops.speculate_get_target_logits(target, raw, cu, ori, this_time, enc, accepted)
+        return target
 
     def _banned(self, slots: np.ndarray, index: np.ndarray):
         """(row, token id) pairs masked while a request's ``min_tokens`` is not reached: its extra

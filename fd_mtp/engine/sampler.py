@@ -258,3 +258,63 @@ class Sampler:
         dist = paddle.put_along_axis(paddle.zeros_like(kept), order, kept, axis=-1)
         greedy = rows.tensor("greedy").unsqueeze(-1)
         return paddle.where(greedy, onehot, dist).astype("float32")
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """The log-probability of one token at one position (vLLM's ``Logprob``).
+
+    ``logprob``: ``log_softmax`` of the model's raw logits (before penalties, temperature, top-k
+    and top-p) at that token; ``rank``: 1 + the number of tokens with a strictly larger
+    log-probability (1 = the most likely); ``decoded_token``: the token's text (None without a
+    tokenizer)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+def token_logprobs(logits, token_ids, k: int) -> dict:
+    """Log-probabilities of ``logits`` rows (``[n, V]`` float32 tensor, the model's raw logits):
+    ``log_softmax`` of each row, the value and rank of ``token_ids[r]`` in row r, and the ``k``
+    largest values with their token ids (k = 0: none).
+
+    Returns host arrays: ``token`` [n] float32, ``rank`` [n] int64 (1 + the number of tokens with
+    a strictly larger log-probability), ``top_ids`` [n, k] int64 and ``top`` [n, k] float32
+    (descending; ties in paddle.topk's order).
+    """
+    import paddle
+
+    n = int(logits.shape[0])
+    if n == 0:
+        return {
+            "token": np.zeros([0], np.float32),
+            "rank": np.zeros([0], np.int64),
+            "top_ids": np.zeros([0, k], np.int64),
+            "top": np.zeros([0, k], np.float32),
+        }
+    lp = paddle.nn.functional.log_softmax(logits, axis=-1)
+    ids = paddle.to_tensor(np.asarray(token_ids, np.int64).reshape(-1, 1), place=lp.place)
+    tok = paddle.take_along_axis(lp, ids, axis=1)
+    rank = paddle.sum((lp > tok).astype("int64"), axis=1) + 1
+    out = {"token": tok.reshape([-1]).numpy(), "rank": rank.numpy().astype(np.int64)}
+    if k > 0:
+        top, top_ids = paddle.topk(lp, k, axis=-1)
+        out["top"], out["top_ids"] = top.numpy(), top_ids.numpy().astype(np.int64)
+    else:
+        out["top"], out["top_ids"] = np.zeros([n, 0], np.float32), np.zeros([n, 0], np.int64)
+    return out
+
+
+def logprob_entries(lp: dict, token_ids, ks) -> list:
+    """One ``{token id: Logprob}`` per row of `token_logprobs`' result ``lp``: the ``ks[r]``
+    most likely tokens (ranks 1..ks[r]) and the row's token ``token_ids[r]`` (its own rank)."""
+    out = []
+    for r, (tid, k) in enumerate(zip(token_ids, ks)):
+        entry = {
+            int(i): Logprob(float(v), j + 1)
+            for j, (i, v) in enumerate(zip(lp["top_ids"][r, :k], lp["top"][r, :k]))
+        }
+        entry[int(tid)] = Logprob(float(lp["token"][r]), int(lp["rank"][r]))
+        out.append(entry)
+    return out

@@ -8,6 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+#: the largest ``SamplingParams.logprobs`` (FastDeploy's and vLLM's default cap)
+MAX_LOGPROBS = 20
+
 # FastDeploy keeps per-request seeds in an int64 buffer and wraps them at this modulus (spec §2, infer_seed).
 SEED_MODULUS = 9223372036854775806
 
@@ -50,6 +53,12 @@ class SamplingParams:
             ``num_speculative_tokens``), 0 (no speculation: the request decodes one token per
             step and its drafter is switched off) or an int ``>= 1`` capping the drafts verified
             per step (at most the engine's K). Ignored without speculative decoding.
+        logprobs: None (off: no extra work) or an int in ``[0, 20]``: every generated token
+            gets the log-probabilities of the ``logprobs`` most likely tokens and of the sampled
+            token itself (vLLM's semantics: so 1 or ``logprobs + 1`` entries), in
+            ``RequestOutput.logprobs``. The distribution is the model's raw one,
+            ``log_softmax(logits)`` before penalties, temperature, top-k and top-p
+            (FastDeploy's default ``logprobs_mode``, "raw_logprobs").
 
     Raises:
         ValueError naming the field for any out-of-range or mistyped value.
@@ -78,6 +87,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     max_draft_tokens: int | None = None
+    logprobs: int | None = None
     stop_list: list[str] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -122,6 +132,10 @@ class SamplingParams:
             not _is_int(self.max_draft_tokens) or self.max_draft_tokens < 0
         ):
             bad("max_draft_tokens", "must be None or an int >= 0")
+        if self.logprobs is not None and (
+            not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
+        ):
+            bad("logprobs", f"must be None or an int in [0, {MAX_LOGPROBS}]")
         stop = self.stop
         if stop is None:
             stop_list = []

@@ -241,6 +241,7 @@ class SpeculativeModelRunner(ModelRunner):
         rows.device = dev = ib.push(step)  # the step's one host-to-device transfer
         meta, hidden, logits = self._forward()
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
+        raw = self._raw_logits(logits, ran)  # logprobs: the raw logits (None when none asked)
         self._penalties(logits, rows, meta)
         self._draft_probs = (
             self._gather_draft_probs(dev["draft_prob_rows"])
@@ -257,6 +258,7 @@ class SpeculativeModelRunner(ModelRunner):
             si["output_cum_offsets"],
             drafts=bool((counts > 1).any()),
         )
+        accepted_rows = None if raw is None else self._accepted_logits(raw, this_time, enc)
         ops.speculate_update(
             enc,
             dec,
@@ -310,6 +312,16 @@ class SpeculativeModelRunner(ModelRunner):
         )
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
         result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
+        self.last_logprobs = (
+            {}
+            if accepted_rows is None
+            else self._logprobs(
+                accepted_rows[: int(num[ran].sum())],
+                ran,
+                [t for b in ran for t in result[int(b)]],
+                num[ran],
+            )
+        )
         # drafts compared by verify: all of them, unless the op ended the request inside the run
         # (max_dec_len): then only those before the end. (The proposer never writes the target's
         # stop_flags, so the pulled flags are verify's.)

@@ -61,8 +61,13 @@ __all__ = [
     "remove_queue",
     "speculate_get_output",
     "speculate_get_output_dynamic",
+    "speculate_get_output_topk",
     "speculate_save_output",
     "speculate_save_output_dynamic",
+    "speculate_save_output_topk",
+    "TOPK_DEFAULT_MAX_BSZ",
+    "TOPK_FTOK_PATH",
+    "topk_message_bytes",
 ]
 
 
@@ -321,3 +326,186 @@ def mtp_save_first_token_dynamic(
         msg_id=msg_id,
         ftok_path=ftok_path,
     )
+
+
+# ------------------------------------------------------------------------------------------
+# Top-k (logprob) messages: speculate_save_output_topk / speculate_get_output_topk
+# ------------------------------------------------------------------------------------------
+#: requests per top-k message upstream (MAX_BSZ of speculate_save_output_with_topk.cc)
+TOPK_DEFAULT_MAX_BSZ = 512
+#: the directory upstream's top-k ops key their queue with (``ftok("/dev/shm", id)``)
+TOPK_FTOK_PATH = "/dev/shm"
+
+
+def topk_message_bytes(max_bsz: int = TOPK_DEFAULT_MAX_BSZ) -> int:
+    """Bytes ``msgsnd`` / ``msgrcv`` move for a top-k message of ``max_bsz`` requests:
+    ``sizeof(struct msgdata) - sizeof(long)``, i.e. ``3 + max_bsz`` meta words, ``max_bsz``
+    slots of 258 words and the struct's tail padding (530448 for upstream's 512)."""
+    words = 3 + max_bsz + max_bsz * 258
+    return 4 * (words + words % 2)
+
+
+def _topk_max_bsz(max_bsz):
+    return TOPK_DEFAULT_MAX_BSZ if max_bsz is None else max_bsz
+
+
+def _msgmax():
+    try:
+        with open("/proc/sys/kernel/msgmax") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _invoke_topk(op: str, values: dict) -> None:
+    """`_invoke`, with the kernel's message-size limit named when msgsnd refuses the message."""
+    try:
+        _invoke(op, values)
+    except OSError as exc:
+        size = topk_message_bytes(values["max_bsz"])
+        limit = _msgmax()
+        if exc.errno == 22 and limit is not None and size > limit:  # EINVAL
+            raise OSError(
+                exc.errno,
+                f"{exc.strerror}: the {size}-byte top-k message exceeds this kernel's "
+                f"kernel.msgmax = {limit} (raise it, e.g. sysctl -w kernel.msgmax={size} and "
+                f"kernel.msgmnb >= that, or pass a smaller max_bsz to writer and reader alike)",
+            ) from None
+        raise
+
+
+def speculate_save_output_topk(
+    sampled_token_ids,
+    logprob_token_ids,
+    logprob_scores,
+    logprob_ranks,
+    token_num_per_batch,
+    cu_batch_token_offset,
+    not_need_stop,
+    seq_lens_decoder,
+    prompt_lens,
+    message_flag,
+    rank_id,
+    save_each_rank,
+    *,
+    msg_queue_id=None,
+    msg_id=None,
+    ftok_path=None,
+    max_bsz=None,
+) -> None:
+    """Send this step's tokens with their logprobs to the token processor (FastDeploy's
+    ``speculate_save_output_topk``; spec §5.16, docs/spec/logprobs.md).
+
+    ``bs = token_num_per_batch.shape[0]`` (at most ``max_bsz``). Nothing is sent when
+    ``rank_id > 0`` and not ``save_each_rank``. Otherwise one top-k message::
+
+        long mtype = 1
+        int32 meta[3 + max_bsz]: +msg_id (-msg_id when not_need_stop is False), message_flag, bs,
+                                 then the token count of each request
+        max_bsz slots {int32 tokens[6 * 21]; float32 scores[6 * 21]; int32 ranks[6]}
+
+    Request i sends ``n = token_num_per_batch[i]`` tokens (0 while ``seq_lens_decoder[i] <
+    prompt_lens[i]``); its token j uses logprob row ``r = cu_batch_token_offset[i] + j``: entry 0
+    is ``sampled_token_ids[i, j]`` with score ``logprob_scores[r, 0]``, entry k (1 <= k < C) is
+    ``logprob_token_ids[r, k]`` / ``logprob_scores[r, k]``, entries k >= C are -1 / 0.0, and
+    ``ranks[j] = logprob_ranks[r]``. Slots past bs and tokens past a count are zero.
+
+    Args:
+        sampled_token_ids: ``[>=bs, Ws]`` int64 (accept_tokens), read.
+        logprob_token_ids: ``[N, C]`` int64, read: per emitted token, column 0 the sampled token
+            (replaced by sampled_token_ids on the wire), columns 1.. the top logprob ids; C <= 21.
+        logprob_scores: ``[N, C]`` float32, read. logprob_ranks: ``[>=N]`` int64, read.
+        token_num_per_batch: ``[bs]`` int32, read (accept_num); defines bs.
+        cu_batch_token_offset: ``[>=bs]`` int32, read: request i's first logprob row.
+        not_need_stop: ``[1]`` bool on the CPU, read: the sign of ``meta[0]``.
+        seq_lens_decoder: ``[>=bs]`` int32, read. prompt_lens: ``[>=bs]`` int64, read.
+        message_flag (int): ``meta[1]``, 3 for the target's tokens, 4 for the draft's.
+        rank_id (int), save_each_rank (bool).
+        msg_queue_id: keyword-only queue id; default (None) ``$INFERENCE_MSG_QUEUE_ID`` or 1.
+        msg_id: keyword-only message id; default (None) ``$INFERENCE_MSG_ID`` or 1; 2 or
+            negative raise ValueError.
+        ftok_path: keyword-only; default (None) ``"/dev/shm"`` (upstream's top-k key directory).
+        max_bsz: keyword-only requests per message, 1..512; default (None) 512, upstream's
+            layout (530448 bytes, more than Linux's default ``kernel.msgmax`` of 8192: FastDeploy
+            hosts raise it). Writer and reader must agree.
+
+    Returns:
+        None; no tensor is written. Raises ValueError naming the argument, with nothing sent (on
+        every rank), on bad shapes / dtypes, bs > max_bsz, a count outside ``[0, min(6, Ws)]``,
+        logprob rows outside ``[0, N)``, C > 21 or a reserved msg_id; OSError when msgsnd fails
+        (naming kernel.msgmax when the message is larger). Differences from upstream: upstream
+        checks none of these (it reads past the arrays), keeps stale slots from earlier messages,
+        and assumes C = 21 for the row stride.
+
+    Example:
+        >>> import paddle, fd_mtp.ops as ops
+        >>> i32 = lambda v: paddle.to_tensor(v, dtype="int32")
+        >>> sampled = paddle.to_tensor([[7, 8]], dtype="int64")
+        >>> ids = paddle.to_tensor([[7, 3], [8, 8]], dtype="int64")
+        >>> scores = paddle.to_tensor([[-0.5, -0.25], [-0.125, -0.125]])
+        >>> ranks = paddle.to_tensor([2, 1], dtype="int64")
+        >>> ops.speculate_save_output_topk(sampled, ids, scores, ranks, i32([2]), i32([0]),
+        ...     paddle.to_tensor([True]), i32([9]), paddle.to_tensor([4], dtype="int64"), 3, 0,
+        ...     False, msg_queue_id=96, msg_id=5, max_bsz=2)
+        >>> toks = paddle.zeros([3 + 2 * 127], dtype="int64")
+        >>> scs = paddle.zeros([2 * 126], dtype="float32")
+        >>> rks = paddle.zeros([2 * 6], dtype="int64")
+        >>> ops.speculate_get_output_topk(toks, scs, rks, 1, 0, False, msg_queue_id=96, max_bsz=2)
+        >>> toks[:4].tolist(), toks[5:7].tolist(), toks[26:28].tolist()
+        ([5, 3, 1, 2], [7, 3], [8, 8])
+        >>> scs[:2].tolist(), scs[21:23].tolist(), rks[:2].tolist()
+        ([-0.5, -0.25], [-0.125, -0.125], [2, 1])
+        >>> ops.remove_queue(96, ftok_path=ops.TOPK_FTOK_PATH)
+        True
+    """
+    msg_queue_id = resolve_msg_queue_id(msg_queue_id)
+    msg_id = resolve_msg_id(msg_id)
+    ftok_path = _path(TOPK_FTOK_PATH if ftok_path is None else ftok_path)
+    max_bsz = _topk_max_bsz(max_bsz)
+    _invoke_topk("speculate_save_output_topk", locals())
+
+
+def speculate_get_output_topk(
+    output_tokens,
+    output_scores,
+    output_ranks,
+    real_k,
+    rank_id,
+    wait_flag,
+    *,
+    msg_queue_id=None,
+    ftok_path=None,
+    max_bsz=None,
+) -> None:
+    """Receive one top-k message (the token processor's side of `speculate_save_output_topk`;
+    FastDeploy's ``speculate_get_output_topk``).
+
+    With ``wait_flag`` False and an empty queue: ``output_tokens[0:3] = -2, 0, 0`` and nothing
+    else. Otherwise (blocking when ``wait_flag``), flat views::
+
+        output_tokens[0:3]   meta[0] (+-msg_id), meta[1] (message_flag), meta[2] (bs)
+        output_tokens[3 + i]                          count n_i of request i < bs
+        output_tokens[3 + max_bsz + 126 i + 21 j + k] token entry k of token j (k <= real_k)
+        output_scores[126 i + 21 j + k]               its score
+        output_ranks[6 i + j]                         the sampled token's rank
+
+    for j < n_i; every other element is left as it was (as upstream).
+
+    Args:
+        output_tokens: int64 CPU tensor, >= 3 + 127 max_bsz elements (FastDeploy: [65027, 1]),
+            **written**.
+        output_scores: float32 CPU tensor, >= 126 max_bsz elements, **written**.
+        output_ranks: int64 CPU tensor, >= 6 max_bsz elements, **written**.
+        real_k (int): 0..20, the logprobs the reader wants (entries 0..real_k are copied).
+        rank_id (int): unused (as upstream). wait_flag (bool).
+        msg_queue_id, ftok_path, max_bsz: keyword-only, as `speculate_save_output_topk`.
+
+    Returns:
+        None. Raises ValueError naming the argument on bad input and when a received message is
+        not a top-k message of this ``max_bsz`` (bs or a count out of range: nothing written);
+        OSError when msgrcv fails (e.g. E2BIG: a message larger than this max_bsz's).
+    """
+    msg_queue_id = resolve_msg_queue_id(msg_queue_id)
+    ftok_path = _path(TOPK_FTOK_PATH if ftok_path is None else ftok_path)
+    max_bsz = _topk_max_bsz(max_bsz)
+    _invoke("speculate_get_output_topk", locals())

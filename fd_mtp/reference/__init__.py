@@ -4,10 +4,32 @@ One module per schema family (fd_mtp/schema/<family>.py; ipc has none: those ops
 this package offers every name in each module's ``__all__`` (tests/ops/test_schema.py checks
 that every op has its reference with the schema's signature)."""
 
-from . import attention, blocks, draft, msgqueue, ngram, packing, sampling, update, verify
+from . import (
+    attention,
+    blocks,
+    draft,
+    logprobs,
+    msgqueue,
+    ngram,
+    packing,
+    sampling,
+    update,
+    verify,
+)
 
 __all__ = []
-for _module in (attention, blocks, draft, msgqueue, ngram, packing, sampling, update, verify):
+for _module in (
+    attention,
+    blocks,
+    draft,
+    logprobs,
+    msgqueue,
+    ngram,
+    packing,
+    sampling,
+    update,
+    verify,
+):
     for _name in _module.__all__:
         globals()[_name] = getattr(_module, _name)
         __all__.append(_name)

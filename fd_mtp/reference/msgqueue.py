@@ -25,6 +25,8 @@ __all__ = [
     "speculate_save_output",
     "mtp_save_first_token",
     "speculate_get_output",
+    "speculate_save_output_topk",
+    "speculate_get_output_topk",
 ]
 
 
@@ -206,3 +208,222 @@ def speculate_get_output(
     msg_queue_id = resolve_kw("speculate_get_output", "msg_queue_id", msg_queue_id)
     message = receive_message(msg_queue_id, ftok_path=ftok_path, wait=bool(wait_flag))
     return speculate_get_output_from_message(x, message)
+
+
+# --------------------------------------------------------------------------------------------
+# Top-k (logprob) messages (docs/spec/logprobs.md)
+# --------------------------------------------------------------------------------------------
+TOPK_K = 20
+TOPK_COLUMNS = TOPK_K + 1  # the sampled token, then the top 20
+TOPK_MAX_TOKENS = 6
+TOPK_SLOT_ENTRIES = TOPK_MAX_TOKENS * TOPK_COLUMNS  # 126
+TOPK_SLOT_WORDS = 2 * TOPK_SLOT_ENTRIES + TOPK_MAX_TOKENS  # 258
+TOPK_DEFAULT_MAX_BSZ = 512
+TOPK_FTOK_PATH = "/dev/shm"
+
+
+def topk_sent_words(max_bsz):
+    """int32 words of a top-k message of ``max_bsz`` slots as msgsnd sends it: ``3 + max_bsz``
+    meta words, the slots, and one zero word of struct padding when their count is odd."""
+    words = 3 + max_bsz + max_bsz * TOPK_SLOT_WORDS
+    return words + words % 2
+
+
+def _max_bsz(max_bsz):
+    max_bsz = TOPK_DEFAULT_MAX_BSZ if max_bsz is None else int(max_bsz)
+    if not 1 <= max_bsz <= TOPK_DEFAULT_MAX_BSZ:
+        raise ValueError(f"max_bsz must be in [1, {TOPK_DEFAULT_MAX_BSZ}], got {max_bsz}")
+    return max_bsz
+
+
+def _wrap32(values):
+    """int64 -> int32 as the C cast (two's complement wrap)."""
+    return np.asarray(values, np.int64).astype(np.uint64).astype(np.uint32).view(np.int32)
+
+
+def speculate_save_output_topk(
+    sampled_token_ids,
+    logprob_token_ids,
+    logprob_scores,
+    logprob_ranks,
+    token_num_per_batch,
+    cu_batch_token_offset,
+    not_need_stop,
+    seq_lens_decoder,
+    prompt_lens,
+    message_flag,
+    rank_id,
+    save_each_rank,
+    *,
+    msg_queue_id=None,
+    msg_id=None,
+    ftok_path=None,
+    max_bsz=None,
+):
+    """The payload `fd_mtp.ops.speculate_save_output_topk` sends, as int32 words
+    (``topk_sent_words(max_bsz)``; float32 scores as their bit patterns), or None when the rank
+    sends nothing. ``msg_queue_id`` and ``ftok_path`` are accepted for the op's signature."""
+    msg_id = _msg_id(msg_id)
+    max_bsz = _max_bsz(max_bsz)
+    _dtype("token_num_per_batch", token_num_per_batch, np.int32)
+    if token_num_per_batch.ndim not in (1, 2) or (
+        token_num_per_batch.ndim == 2 and token_num_per_batch.shape[1] != 1
+    ):
+        raise ValueError(
+            f"token_num_per_batch must be [bsz], got {list(token_num_per_batch.shape)}"
+        )
+    bsz = token_num_per_batch.shape[0]
+    num = token_num_per_batch.reshape(-1)
+    _dtype("sampled_token_ids", sampled_token_ids, np.int64)
+    if sampled_token_ids.ndim != 2 or sampled_token_ids.shape[0] < bsz:
+        raise ValueError(f"sampled_token_ids must be [>= {bsz}, W], got {sampled_token_ids.shape}")
+    _dtype("logprob_token_ids", logprob_token_ids, np.int64)
+    _dtype("logprob_scores", logprob_scores, np.float32)
+    _dtype("logprob_ranks", logprob_ranks, np.int64)
+    if logprob_token_ids.ndim != 2 or logprob_token_ids.shape[1] < 1:
+        raise ValueError(f"logprob_token_ids must be [N, C >= 1], got {logprob_token_ids.shape}")
+    rows, cols = logprob_token_ids.shape
+    if logprob_scores.shape != (rows, cols):
+        raise ValueError(f"logprob_scores must be [{rows}, {cols}], got {logprob_scores.shape}")
+    if logprob_ranks.size < rows:
+        raise ValueError(f"logprob_ranks needs >= {rows} entries, got {logprob_ranks.shape}")
+    cu = _per_request("cu_batch_token_offset", cu_batch_token_offset, np.int32, bsz)
+    dec = _per_request("seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
+    prompt = _per_request("prompt_lens", prompt_lens, np.int64, bsz)
+    go_on = _flag(not_need_stop)
+    if bsz > max_bsz:
+        raise ValueError(
+            f"token_num_per_batch has {bsz} entries but a message holds at most {max_bsz} requests"
+        )
+    if cols > TOPK_COLUMNS:
+        raise ValueError(f"logprob_token_ids has {cols} columns; a message holds {TOPK_COLUMNS}")
+    width = min(TOPK_MAX_TOKENS, sampled_token_ids.shape[1])
+    counts = [0 if int(dec[i]) < int(prompt[i]) else int(num[i]) for i in range(bsz)]
+    for i, n in enumerate(counts):
+        if not 0 <= n <= width:
+            raise ValueError(f"token_num_per_batch (request {i}) is {n}; must be in [0, {width}]")
+        if n and not (0 <= int(cu[i]) and int(cu[i]) + n <= rows):
+            raise ValueError(
+                f"cu_batch_token_offset (request {i}) puts its rows at {int(cu[i])}..{int(cu[i]) + n}"
+                f", outside [0, {rows}]"
+            )
+    if not save_each_rank and rank_id > 0:
+        return None
+    words = np.zeros(topk_sent_words(max_bsz), np.int32)
+    words[0] = msg_id if go_on else -msg_id
+    words[1] = message_flag
+    words[2] = bsz
+    words[3 : 3 + bsz] = counts
+    scores_bits = logprob_scores.view(np.int32)
+    for i, n in enumerate(counts):
+        slot = words[3 + max_bsz + i * TOPK_SLOT_WORDS : 3 + max_bsz + (i + 1) * TOPK_SLOT_WORDS]
+        tokens = slot[:TOPK_SLOT_ENTRIES].reshape(TOPK_MAX_TOKENS, TOPK_COLUMNS)
+        scores = slot[TOPK_SLOT_ENTRIES : 2 * TOPK_SLOT_ENTRIES].reshape(
+            TOPK_MAX_TOKENS, TOPK_COLUMNS
+        )
+        ranks = slot[2 * TOPK_SLOT_ENTRIES :]
+        for j in range(n):
+            r = int(cu[i]) + j
+            tokens[j, 0] = _wrap32(sampled_token_ids[i, j])
+            tokens[j, 1:cols] = _wrap32(logprob_token_ids[r, 1:cols])
+            tokens[j, cols:] = -1
+            scores[j, :cols] = scores_bits[r, :cols]
+            scores[j, cols:] = 0  # the bits of 0.0f
+            ranks[j] = _wrap32(logprob_ranks.reshape(-1)[r])
+    return words
+
+
+def speculate_get_output_topk_from_message(
+    output_tokens, output_scores, output_ranks, real_k, words, max_bsz=None
+):
+    """What `fd_mtp.ops.speculate_get_output_topk` writes given the received message ``words``
+    (int32, ``topk_sent_words(max_bsz)``), or None for an empty queue in non-blocking mode.
+    The outputs are numpy arrays written through flat views. Returns True when consumed."""
+    max_bsz = _max_bsz(max_bsz)
+    toks, scs, rks = (a.reshape(-1) for a in (output_tokens, output_scores, output_ranks))
+    if toks.size < 3 + max_bsz * (1 + TOPK_SLOT_ENTRIES):
+        raise ValueError(f"output_tokens has {toks.size} elements; too small for max_bsz {max_bsz}")
+    if scs.size < max_bsz * TOPK_SLOT_ENTRIES:
+        raise ValueError(f"output_scores has {scs.size} elements; too small for max_bsz {max_bsz}")
+    if rks.size < max_bsz * TOPK_MAX_TOKENS:
+        raise ValueError(f"output_ranks has {rks.size} elements; too small for max_bsz {max_bsz}")
+    if words is None:
+        toks[:3] = [-2, 0, 0]
+        return False
+    words = np.asarray(words, np.int32)
+    bsz = int(words[2])
+    counts = words[3 : 3 + max(bsz, 0)]
+    if not 0 <= bsz <= max_bsz or (counts < 0).any() or (counts > TOPK_MAX_TOKENS).any():
+        raise ValueError("msg_queue_id delivered a message that is not a top-k message")
+    toks[:3] = words[:3]
+    toks[3 : 3 + bsz] = counts
+    base = 3 + max_bsz
+    float_words = words.view(np.float32)
+    for i in range(bsz):
+        slot = base + i * TOPK_SLOT_WORDS
+        for j in range(int(counts[i])):
+            e = j * TOPK_COLUMNS + np.arange(real_k + 1)
+            toks[base + i * TOPK_SLOT_ENTRIES + e] = words[slot + e]
+            scs[i * TOPK_SLOT_ENTRIES + e] = float_words[slot + TOPK_SLOT_ENTRIES + e]
+            rks[i * TOPK_MAX_TOKENS + j] = words[slot + 2 * TOPK_SLOT_ENTRIES + j]
+    return True
+
+
+def speculate_get_output_topk(
+    output_tokens,
+    output_scores,
+    output_ranks,
+    real_k,
+    rank_id,
+    wait_flag,
+    *,
+    msg_queue_id=None,
+    ftok_path=None,
+    max_bsz=None,
+):
+    """`fd_mtp.ops.speculate_get_output_topk` with libc's ``msgrcv`` (ctypes): receives the next
+    message of the queue (``ftok_path`` None: ``"/dev/shm"``) and writes the numpy outputs as the
+    op does (`speculate_get_output_topk_from_message`). Returns True when a message was
+    consumed."""
+    import ctypes
+    import ctypes.util
+    import errno
+    import os
+
+    from ..sysv_queue import queue_key
+
+    max_bsz = _max_bsz(max_bsz)
+    msg_queue_id = resolve_kw("speculate_get_output_topk", "msg_queue_id", msg_queue_id)
+    key = queue_key(msg_queue_id, ftok_path=TOPK_FTOK_PATH if ftok_path is None else ftok_path)
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    queue = libc.msgget(key, 0o1000 | 0o666)
+    if queue == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
+    n = topk_sent_words(max_bsz)
+
+    class Message(ctypes.Structure):
+        _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * n)]
+
+    libc.msgrcv.restype = ctypes.c_ssize_t
+    libc.msgrcv.argtypes = (
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_long,
+        ctypes.c_int,
+    )
+    msg = Message()
+    if libc.msgrcv(queue, ctypes.byref(msg), 4 * n, 0, 0 if wait_flag else 0o4000) == -1:
+        err = ctypes.get_errno()
+        if not wait_flag and err == errno.ENOMSG:
+            words = None
+        else:
+            raise OSError(err, f"msgrcv of key {key:#010x}: {os.strerror(err)}")
+    else:
+        words = np.ctypeslib.as_array(msg.mtext).astype(np.int32)
+    return speculate_get_output_topk_from_message(
+        output_tokens, output_scores, output_ranks, real_k, words, max_bsz
+    )

@@ -299,6 +299,7 @@ FAMILIES = (
     "ipc",
     "msgqueue",
     "attention",
+    "logprobs",
 )
 
 _OPS: dict[str, Op] | None = None

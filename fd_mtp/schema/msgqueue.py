@@ -17,6 +17,16 @@ _BATCH_TOO_LARGE = (
 _BAD_MSG_ID = 'is {value}; 2 and negative ids are reserved (-2 means "no output")'
 
 
+_MAX_BSZ = Attr(
+    "max_bsz",
+    "int",
+    min=1,
+    max=512,
+    kw=True,
+    doc="requests per top-k message (MAX_BSZ of the wire format); None: 512 (upstream's)",
+)
+
+
 def _ids(msg_id: bool) -> tuple:
     """The keyword-only queue / message / key attributes every op of the family takes."""
     out = (
@@ -129,6 +139,118 @@ OPS = [
         status=(
             Status("msgqueue::kBatchTooLarge", 1, "x", _BATCH_TOO_LARGE),
             Status("msgqueue::kBadMsgId", 2, "msg_id", _BAD_MSG_ID),
+        ),
+    ),
+    Op(
+        name="speculate_save_output_topk",
+        entry="SpeculateSaveOutputTopk",
+        spec="§5.16, docs/spec/logprobs.md",
+        kernel="msgqueue",
+        cuda=False,
+        params=None,  # host pointers (GPU inputs are copied first): filled by hand in apply
+        batch="token_num_per_batch",
+        args=(
+            Tensor(
+                "sampled_token_ids",
+                "int64[>=B, Ws>=1]",
+                any_place=True,
+                param=None,
+                doc="accept_tokens: token j of request i at [i, j]",
+            ),
+            Tensor("logprob_token_ids", "int64[N, C>=1]", any_place=True, param=None),
+            Tensor("logprob_scores", "float32[N, C]", any_place=True, param=None),
+            Tensor("logprob_ranks", "int64[>=N]", any_place=True, param=None),
+            Tensor(
+                "token_num_per_batch",
+                "int32[B]",
+                any_place=True,
+                param=None,
+                doc="defines bs (<= max_bsz)",
+            ),
+            Tensor("cu_batch_token_offset", "int32[>=B]", any_place=True, param=None),
+            Tensor(
+                "not_need_stop", "bool[1]", cpu=True, param=None, doc="the sign of the header word"
+            ),
+            Tensor("seq_lens_decoder", "int32[>=B]", any_place=True, param=None),
+            Tensor("prompt_lens", "int64[>=B]", any_place=True, param=None),
+            Attr("message_flag", "int", doc="meta[1]: 3 target, 4 draft"),
+            Attr("rank_id", "int64"),
+            Attr("save_each_rank", "bool"),
+            *_ids(msg_id=True),
+            _MAX_BSZ,
+        ),
+        status=(
+            Status(
+                "msgqueue::kTopkBatchTooLarge",
+                1,
+                "token_num_per_batch",
+                "has {value} entries but a message holds at most {limit} requests (max_bsz)",
+            ),
+            Status("msgqueue::kTopkBadMsgId", 2, "msg_id", _BAD_MSG_ID),
+            Status(
+                "msgqueue::kTopkTokenNum",
+                3,
+                "token_num_per_batch",
+                "is {value} but must be in [0, {limit}] (min(6, sampled_token_ids columns))",
+            ),
+            Status(
+                "msgqueue::kTopkOffset",
+                4,
+                "cu_batch_token_offset",
+                "puts the request's logprob rows at {value}, outside [0, {limit}] (rows)",
+            ),
+            Status(
+                "msgqueue::kTopkWideLogprobs",
+                5,
+                "logprob_token_ids",
+                "has {value} columns; a message holds {limit} per token (sampled + top 20)",
+            ),
+        ),
+    ),
+    Op(
+        name="speculate_get_output_topk",
+        entry="SpeculateGetOutputTopk",
+        spec="§5.16, docs/spec/logprobs.md",
+        kernel="msgqueue",
+        cuda=False,
+        params=None,
+        place="output_tokens",
+        args=(
+            Tensor("output_tokens", "int64[>=1]", "written", cpu=True, param=None),
+            Tensor("output_scores", "float32[>=1]", "written", cpu=True, param=None),
+            Tensor("output_ranks", "int64[>=1]", "written", cpu=True, param=None),
+            Attr("real_k", "int", min=0, max=20, doc="entries 0 .. real_k of each token copied"),
+            Attr("rank_id", "int64", doc="unused (as upstream)"),
+            Attr("wait_flag", "bool"),
+            *_ids(msg_id=False),
+            _MAX_BSZ,
+        ),
+        status=(
+            Status(
+                "msgqueue::kTopkOutputTokens",
+                1,
+                "output_tokens",
+                "has {value} elements; a message needs {limit} (3 + max_bsz * 127)",
+            ),
+            Status(
+                "msgqueue::kTopkOutputScores",
+                2,
+                "output_scores",
+                "has {value} elements; a message needs {limit} (max_bsz * 126)",
+            ),
+            Status(
+                "msgqueue::kTopkOutputRanks",
+                3,
+                "output_ranks",
+                "has {value} elements; a message needs {limit} (max_bsz * 6)",
+            ),
+            Status(
+                "msgqueue::kTopkBadMessage",
+                4,
+                "msg_queue_id",
+                "delivered a message with {value} requests / tokens (limit {limit}): not a top-k "
+                "message of this max_bsz",
+            ),
         ),
     ),
 ]
