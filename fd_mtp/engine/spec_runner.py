@@ -67,7 +67,7 @@ import time
 import numpy as np
 
 from .. import ops
-from ..config import SpeculativeConfig
+from ..config import MAX_STOP_SEQS, SpeculativeConfig
 from ..proposer import make_proposer
 from .draft_policy import make_draft_policy
 from .runner import ModelRunner, Task, TaskKind
@@ -124,8 +124,16 @@ class SpeculativeModelRunner(ModelRunner):
         self.spec_config = cfg
         self.num_speculative_tokens = cfg.num_speculative_tokens
         self.lookahead = cfg.lookahead
+        #: "ops": the ops end requests (FastDeploy's configuration); "engine": the host does
+        self.ops_stop = cfg.stop_handling == "ops"
         super().__init__(model, scheduler_config=scheduler_config, cache_config=cache_config)
-        self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
+        # end tokens of speculate_verify and draft_model_update: the model's EOS ids ("ops"), or
+        # a list that matches nothing ("engine")
+        ends = self.eos_token_ids if self.ops_stop else [_NO_END_TOKEN]
+        self._end_tokens = paddle.to_tensor(ends, dtype="int64")
+        #: slots whose request the ops ended in the last step ("ops"; a non-final prefill chunk
+        #: is never listed: its next chunk's insertion restarts it, as upstream)
+        self.last_stopped: set[int] = set()
         self.verify_seed = int(seed)
         self.num_steps = 0
         self._last_step_end = None  # perf_counter at the end of the previous execute_model
@@ -159,13 +167,38 @@ class SpeculativeModelRunner(ModelRunner):
                 "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
             }
         )
+        if self.ops_stop:
+            # a request's stop token ids as one-token stop sequences (FastDeploy's stop_seqs /
+            # stop_seqs_len, FD_MAX_STOP_SEQS_NUM of them)
+            si["stop_seqs"] = paddle.full([B, MAX_STOP_SEQS, 1], -1, "int64")
+            si["stop_seqs_len"] = paddle.full([B, MAX_STOP_SEQS], 0, "int32")
         return si
 
     # -- insertion ----------------------------------------------------------------------------------
     def _max_dec_len(self, p, prompt_len: int) -> int:
+        limit = min(p.max_tokens, self.max_model_len - prompt_len)
+        if self.ops_stop:
+            # the real limit, as FastDeploy's input processor clamps max_tokens to
+            # max_model_len - prompt length: the ops end the request there
+            return limit
         # past the engine's own limit by the drafts' lead (num_model_steps): neither verify nor
         # draft_model_update stops a request the engine keeps running
-        return min(p.max_tokens, self.max_model_len - prompt_len) + self.lookahead + 1
+        return limit + self.lookahead + 1
+
+    def _set_params(self, b: int, p, seed: int, prompt_len: int):
+        super()._set_params(b, p, seed, prompt_len)
+        if self.ops_stop:
+            ids = list(p.stop_token_ids)
+            if len(ids) > MAX_STOP_SEQS:
+                raise ValueError(
+                    f"stop_handling='ops': {len(ids)} stop_token_ids, at most {MAX_STOP_SEQS} "
+                    "(FastDeploy's FD_MAX_STOP_SEQS_NUM)"
+                )
+            w = self.input_batch.writer(self.share_inputs)
+            w["stop_seqs"][b] = -1
+            w["stop_seqs_len"][b] = 0
+            w["stop_seqs"][b, : len(ids), 0] = ids
+            w["stop_seqs_len"][b, : len(ids)] = 1
 
     def insert_tasks_v1(self, tasks: list[Task]) -> None:
         """The target's insertion (`ModelRunner.insert_tasks_v1`), then the proposer's on the same tasks."""
@@ -257,6 +290,19 @@ class SpeculativeModelRunner(ModelRunner):
             si["output_cum_offsets"],
             drafts=bool((counts > 1).any()),
         )
+        if self.ops_stop:
+            # FastDeploy's post-processing order: stop sequences between verify and update
+            ops.speculate_set_stop_value_multi_seqs(
+                si["accept_tokens"],
+                si["accept_num"],
+                si["pre_ids"],
+                si["step_idx"],
+                si["stop_flags"],
+                this_time,
+                si["stop_seqs"],
+                si["stop_seqs_len"],
+                self._end_tokens,
+            )
         ops.speculate_update(
             enc,
             dec,
@@ -314,6 +360,8 @@ class SpeculativeModelRunner(ModelRunner):
         # (max_dec_len): then only those before the end. (The proposer never writes the target's
         # stop_flags, so the pulled flags are verify's.)
         stopped = ib.stop
+        if self.ops_stop:
+            self.last_stopped = {int(b) for b in ran if stopped[b] and not ib.chunk[b]}
         self.last_drafted = {
             int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
             for b, p, c in zip(ran, prefilling, counts)

@@ -9,6 +9,15 @@ Sampling: "target_match" verification reproduces plain seeded sampling token for
 "rejection" (lossless speculative sampling) matches plain sampling in distribution (a bounded,
 seeded chi-square test). Invariants of spec §1.4 between the target and the proposer hold after
 every step.
+
+Stop handling (``SpeculativeConfig.stop_handling``): the core greedy cases (every K and
+num_model_steps, batches joining mid-run, chunked prefill, KV blocks running out, stops inside an
+accepted run, random engines) run in both modes. "engine" (the host stops requests as plain
+decoding does) must equal plain decoding; "ops" (FastDeploy's configuration: the ops end
+requests, ``ignore_eos`` refused) must equal plain decoding's token stream under upstream's stop
+rules (`ops_expected`: an EOS id ends the request and is kept; the token at the request's limit is
+replaced by the first EOS id and the finish reason is "length"). The rules themselves are tested
+case by case in tests/e2e/test_ops_stop_path.py.
 """
 
 import numpy as np
@@ -75,24 +84,64 @@ def mtp(k, steps=None, **kw):
     }
 
 
-def check_equal(ckpt, spec, ps, max_tokens, **llm_kw):
-    params = [SamplingParams(max_tokens=n, **GREEDY) for n in max_tokens]
-    llm = llm_for(ckpt, spec, **llm_kw)
+MODES = ["engine", "ops"]
+
+
+def with_mode(spec, mode):
+    """``spec`` (a dict) with ``stop_handling = mode``."""
+    return {**spec, "stop_handling": mode}
+
+
+def greedy_params(n, mode, **kw):
+    """Greedy SamplingParams of ``n`` tokens: ignoring EOS in "engine" mode (as plain decoding is
+    run), not in "ops" mode (which refuses ignore_eos)."""
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=mode == "engine", **kw)
+
+
+def ops_expected(stream, limit, eos_ids):
+    """Upstream's stop rules (stop_handling "ops", no stop token ids) applied to a greedy token
+    stream: ``(tokens, finish_reason)``. Token k (1-based) ends the request when k == limit
+    (speculate_verify's ``step_idx >= max_dec_len``: the token becomes ``eos_ids[0]``, reason
+    "length", FastDeploy's "token count == max_tokens") or when it is an EOS id (kept; "stop")."""
+    out = []
+    for k, t in enumerate(stream[:limit], 1):
+        if k == limit:
+            return out + [eos_ids[0]], "length"
+        out.append(t)
+        if t in eos_ids:
+            return out, "stop"
+    raise AssertionError(f"the stream has {len(stream)} tokens, fewer than the limit {limit}")
+
+
+def expected_outputs(ckpt, ps, max_tokens, mode, eos_ids):
+    """What speculative greedy generation must give per mode: plain decoding's output ("engine"),
+    or `ops_expected` of plain decoding's stream ("ops")."""
+    stream = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=n, **GREEDY) for n in max_tokens])
+    if mode == "engine":
+        return [(w, "length") for w in stream]
+    # every LLM of this module has max_model_len L
+    return [ops_expected(w, min(n, L - len(p)), eos_ids) for w, n, p in zip(stream, max_tokens, ps)]
+
+
+def check_equal(ckpt, spec, ps, max_tokens, mode="engine", **llm_kw):
+    params = [greedy_params(n, mode) for n in max_tokens]
+    llm = llm_for(ckpt, with_mode(spec, mode), **llm_kw)
     outs = llm.generate(ps, params, use_tqdm=False)
-    want = plain_tokens(ckpt, ps, params)
-    for i, (o, w) in enumerate(zip(outs, want)):
-        assert o.error is None and o.finish_reason == "length", (i, o.error)
-        assert o.token_ids == w, f"request {i}: speculative {o.token_ids} != plain {w}"
+    want = expected_outputs(ckpt, ps, max_tokens, mode, llm.runner.eos_token_ids)
+    for i, (o, (w, reason)) in enumerate(zip(outs, want)):
+        assert o.error is None and o.finish_reason == reason, (i, o.error, o.finish_reason)
+        assert o.token_ids == w, f"request {i} ({mode}): speculative {o.token_ids} != {w}"
     return llm, outs
 
 
 GRID = [(k, s) for k in range(1, 6) for s in range(1, k + 1)]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("k,steps", GRID)
-def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps):
+def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps, mode):
     ps = prompts([5, 1, 17, 9, 3, 30], seed=k)
-    llm, outs = check_equal(ckpts["mixed"], mtp(k, steps), ps, [12, 9, 14, 6, 11, 10])
+    llm, outs = check_equal(ckpts["mixed"], mtp(k, steps), ps, [12, 9, 14, 6, 11, 10], mode)
     m = llm.speculative_metrics
     assert m.num_drafted > 0 and 0 < m.num_accepted < m.num_drafted  # both paths ran
     assert m.drafted_per_position[steps:] == [0] * (k - steps)  # no hybrid: num_model_steps drafts
@@ -147,17 +196,19 @@ def test_ngram_method_equals_plain(ckpts):
     assert llm.speculative_metrics.num_drafted > 0
 
 
-def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts, mode):
     ckpt = ckpts["mixed"]
     ps = prompts([3, 8, 1, 21, 5, 13, 2, 9, 17, 4, 6, 30, 11, 7, 1, 15], seed=70)
     n = [9, 12, 7, 10, 14, 6, 11, 8, 13, 9, 5, 12, 10, 7, 11, 8]
-    params = [SamplingParams(max_tokens=k, **GREEDY) for k in n]
-    want = plain_tokens(ckpt, ps, params)
+    params = [greedy_params(k, mode) for k in n]
+    want = [w for w, _ in expected_outputs(ckpt, ps, n, mode, [2])]
+    spec = with_mode(mtp(3, 2), mode)
     # batch of one
-    single = llm_for(ckpt, mtp(3, 2), max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
+    single = llm_for(ckpt, spec, max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
     assert [o.token_ids for o in single] == want[:3]
     # 16 slots, requests arriving while others decode
-    llm = llm_for(ckpt, mtp(3, 2), max_num_seqs=16, max_num_batched_tokens=64)
+    llm = llm_for(ckpt, spec, max_num_seqs=16, max_num_batched_tokens=64)
     engine = llm.engine
     ids = [engine.add_request(ps[i], params[i]) for i in range(4)]
     steps = 0
@@ -175,28 +226,30 @@ def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
     assert [engine.pop_output(r).token_ids for r in ids] == want
 
 
-def test_chunked_prefill(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_chunked_prefill(ckpts, mode):
     ps = prompts([41, 23, 3, 57], seed=80)
     # 8 tokens per step: the long prompts are prefilled in chunks, and decodes (4 tokens each with
     # K = 3) leave the chunked prefills some steps with no budget at all (they sit those out)
-    llm, outs = check_equal(ckpts["mixed"], mtp(3, 3), ps, [10, 12, 9, 8], max_num_batched_tokens=8)
+    llm, outs = check_equal(
+        ckpts["mixed"], mtp(3, 3), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=8
+    )
     assert outs[3].metrics.num_steps >= 57 // 8
-    check_equal(ckpts["exact"], mtp(2, 2), ps, [10, 12, 9, 8], max_num_batched_tokens=5)
+    check_equal(ckpts["exact"], mtp(2, 2), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=5)
 
 
-def test_kv_blocks_running_out(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_kv_blocks_running_out(ckpts, mode):
     ps = prompts([9, 12, 6, 10], seed=90)
     n = [14, 12, 16, 13]
     # block_size 4: each request needs up to 8 blocks (+ draft lookahead); 18 blocks for 4 slots
-    llm, outs = check_equal(
-        ckpts["mixed"], mtp(3, 2), ps, n, block_size=4, num_gpu_blocks=18, max_num_batched_tokens=16
-    )
+    kw = dict(block_size=4, max_num_batched_tokens=16)
+    llm, outs = check_equal(ckpts["mixed"], mtp(3, 2), ps, n, mode, num_gpu_blocks=18, **kw)
     assert llm.engine.num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
     assert llm.engine.block_manager.num_free == 18
-    llm, _ = check_equal(
-        ckpts["exact"], mtp(4, 4), ps, n, block_size=4, num_gpu_blocks=12, max_num_batched_tokens=32
-    )
+    kw = dict(block_size=4, max_num_batched_tokens=32)
+    llm, _ = check_equal(ckpts["exact"], mtp(4, 4), ps, n, mode, num_gpu_blocks=12, **kw)
     assert llm.engine.num_preemptions > 0
 
 
@@ -345,22 +398,30 @@ def test_bad_speculative_settings(ckpts, tmp_path):
     assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 3
 
 
-def test_stops_inside_an_accepted_run(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_stops_inside_an_accepted_run(ckpts, mode):
     """A stop token id, EOS or max_tokens reached in the middle of a step's accepted drafts ends the
-    request there: later tokens of that step are dropped, as plain decoding never produces them."""
+    request there: later tokens of that step are dropped, as plain decoding never produces them.
+    "ops": speculate_set_stop_value_multi_seqs replaces the token after the stop token id by the
+    EOS id, and verify the 13th token of request 1 (its max_tokens) by the EOS id."""
     ckpt = ckpts["exact"]
     ps = prompts([5, 8], seed=130)
     plain = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=24, **GREEDY)] * 2)
-    stop_tok = plain[0][9]  # the 10th token of request 0
+    stop_tok = plain[0][9]  # the 10th token of request 0 (inside the third step's run of 5)
     params = [
         SamplingParams(max_tokens=24, temperature=0.0, stop_token_ids=[stop_tok]),
-        SamplingParams(max_tokens=13, **GREEDY),
+        greedy_params(13, mode),
     ]
-    want = plain_tokens(ckpt, ps, params)
-    llm = llm_for(ckpt, mtp(4))
+    want = plain_tokens(ckpt, ps, [params[0], SamplingParams(max_tokens=13, **GREEDY)])
+    llm = llm_for(ckpt, with_mode(mtp(4), mode))
     outs = llm.generate(ps, params, use_tqdm=False)
-    assert [o.token_ids for o in outs] == want
-    assert outs[0].token_ids[-1] == stop_tok and outs[0].finish_reason == "stop"
+    if mode == "engine":
+        assert [o.token_ids for o in outs] == want
+    else:
+        assert outs[0].token_ids == want[0] + [2]  # the EOS id replaces the token after the stop
+        assert outs[1].token_ids == want[1][:12] + [2]
+    assert want[0][-1] == stop_tok
+    assert outs[0].finish_reason == "stop"
     assert len(outs[1].token_ids) == 13 and outs[1].finish_reason == "length"
     assert llm.engine.block_manager.num_free == llm.runner.num_blocks
 
@@ -369,13 +430,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(data=st.data())
-def test_random_engines_equal_plain_greedy(ckpts, data):
-    """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
-    block size and KV-cache size, greedy speculative generation equals plain greedy generation."""
+def _random_engine_equals_plain(ckpts, data, mode):
     k = data.draw(st.integers(1, 5), label="K")
     steps = data.draw(st.integers(1, k), label="num_model_steps")
     hybrid = data.draw(st.booleans(), label="hybrid") and k > steps
@@ -398,12 +453,33 @@ def test_random_engines_equal_plain_greedy(ckpts, data):
         spec,
         ps,
         max_tokens,
+        mode,
         max_num_seqs=slots,
         max_num_batched_tokens=budget,
         block_size=block_size,
         num_gpu_blocks=blocks,
     )
     assert llm.engine.block_manager.num_free == blocks and not llm.engine.running
+
+
+_HYPOTHESIS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@settings(max_examples=40, **_HYPOTHESIS)
+@given(data=st.data())
+def test_random_engines_equal_plain_greedy(ckpts, data):
+    """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
+    block size and KV-cache size, greedy speculative generation equals plain greedy generation
+    (stop_handling "engine")."""
+    _random_engine_equals_plain(ckpts, data, "engine")
+
+
+@settings(max_examples=20, **_HYPOTHESIS)
+@given(data=st.data())
+def test_random_engines_ops_stop_path_follow_upstream_rules(ckpts, data):
+    """The same property with stop_handling "ops" (fewer examples): the output is plain greedy
+    decoding's stream under upstream's stop rules (`ops_expected`)."""
+    _random_engine_equals_plain(ckpts, data, "ops")
 
 
 # -- draft length policies, per-request control, draft sampling (issue 18) --------------------------
