@@ -12,6 +12,9 @@ One `step()`:
 2. `ModelRunner.insert_tasks_v1` with the PREFILL / DECODE / PREEMPTED tasks, `execute_model`.
 3. Append the sampled tokens (a non-final prefill chunk's token is discarded), check stop
    conditions, free finished requests' blocks and slots, return the per-request `StreamDelta`s.
+   With ``speculative_config.stop_handling = "ops"`` the ops end requests (the runner's
+   ``last_stopped`` slots finish, with the tokens the ops kept; `_ops_stop_reason`) and the host
+   checks stop strings only (`_check_host_stop`); plain decoding always stops on the host.
 
 Text: each request's output is detokenized incrementally (`IncrementalDetokenizer`: a window of
 its newest tokens per token, not the whole output), so ``text`` costs O(1) decode work per token;

@@ -48,16 +48,50 @@ for). With
 the step and the substep, pushed with the step's transfer) and verification gets their
 probabilities as ``draft_probs``.
 
-Stopping is the engine's job, on the host, as in plain decoding (EOS unless ``ignore_eos``, stop
-token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and draft_model_update get an
-end-token list that matches nothing, and ``max_dec_len`` is the request's real limit plus
-``num_model_steps``, so the ops never end a request (or its draft) before the engine does, and
-tokens past a stop are dropped by the engine. ``pre_ids`` has ``K + 2`` spare columns for the
-positions a last step may write past the limit.
-Speculative steps therefore produce exactly what plain steps produce under greedy and
-"target_match" verification. Differences from plain decoding that remain (upstream semantics):
-the penalty op counts repeats over the accepted history only, not over the earlier drafts of the
-same step.
+Stopping (``SpeculativeConfig.stop_handling``; plain decoding, `ModelRunner`, always stops on the
+host in the engine's own loop, with no stop op):
+
+* "engine" (default): stopping is the engine's job, on the host, as in plain decoding (EOS unless
+  ``ignore_eos``, stop token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and
+  draft_model_update get an end-token list that matches nothing, and ``max_dec_len`` is the
+  request's real limit plus ``num_model_steps``, so the ops never end a request (or its draft)
+  before the engine does, and tokens past a stop are dropped by the engine. Speculative steps
+  therefore produce exactly what plain steps produce under greedy and "target_match"
+  verification.
+* "ops": FastDeploy's configuration. verify and draft_model_update get the model's EOS ids
+  (``eos_token_ids``) and ``max_dec_len = min(max_tokens, max_model_len - prompt length)`` (the
+  clamp FastDeploy's input processor applies to max_tokens); each stop token id is a one-token
+  stop sequence (``stop_seqs`` ``[B, MAX_STOP_SEQS, 1]``, ``stop_seqs_len``) of
+  ``speculate_set_stop_value_multi_seqs``, run between verify and update as upstream; the runner
+  reports the slots whose ``stop_flags`` the step set in ``last_stopped`` (a non-final prefill
+  chunk never: its next chunk's insertion restarts it, as upstream) and the engine finishes those
+  requests with the tokens the ops kept. The host keeps what the ops cannot do: stop strings (text).
+  ``min_tokens`` is the penalty op's ``min_len`` (EOS masked; fd_mtp's sampler also masks stop
+  token ids until then, which upstream has no equivalent of). The divergences from "engine" mode
+  that upstream's semantics force (each tested in tests/e2e/test_ops_stop_path.py):
+
+  - ``step_idx`` counts generated tokens and verify stops at ``step_idx >= max_dec_len`` by
+    writing ``end_tokens[0]`` over the token: max_tokens=n gives n-1 model tokens and the first
+    EOS id (max_tokens=1: just the EOS id).
+  - finish_reason is FastDeploy's serving rule: "length" iff the request has its limit of
+    tokens, else "stop" (an EOS on the last allowed token is "length").
+  - an EOS id inside an accepted run ends the request there, kept (as plain decoding); a drafted
+    EOS also stops that request's draft (draft_model_update), so that step verifies fewer drafts,
+    and the next ``draft_model_preprocess`` takes its stop-recovery branch.
+  - a stop token id is kept and the token after it is replaced by the first EOS id (one step later
+    when the stop token was the last of its step: the request runs one more step); it is missed
+    when verify ends the request in the step that would see it (an EOS or max_dec_len in the same
+    step or the next): the tokens after the stop token are then kept.
+  - ``ignore_eos`` is refused (the end tokens are one list for the batch) and so are more than
+    ``MAX_STOP_SEQS`` (5, FastDeploy's FD_MAX_STOP_SEQS_NUM) stop token ids.
+  - draft_model_update also stops a draft at max_dec_len: the proposer counts one token less
+    (token k at its step k - 1), so the draft one past the limit becomes the EOS id and nothing is
+    drafted after it; verify ends the request at the limit before reaching it (same output,
+    fewer drafts in the last step).
+
+``pre_ids`` has ``K + 2`` spare columns for the positions a last step may write past the limit.
+Differences from plain decoding that remain in both modes (upstream semantics): the penalty op
+counts repeats over the accepted history only, not over the earlier drafts of the same step.
 """
 
 from __future__ import annotations
@@ -97,7 +131,8 @@ class SpeculativeModelRunner(ModelRunner):
         proposer_factory: builds the drafter (default `fd_mtp.proposer.make_proposer`), called as
             ``factory(speculative_config, input_batch, mtp_model=..., max_model_len=...,
             block_size=..., num_main_blocks=..., draft_end_ids=..., **proposer_options)``
-            (``draft_end_ids``: an end list that matches nothing, unless ``proposer_options`` gives one).
+            (``draft_end_ids``: the runner's end tokens, the EOS ids with ``stop_handling="ops"``,
+            else a list that matches nothing; ``proposer_options`` may override it).
     """
 
     def __init__(
@@ -357,8 +392,9 @@ class SpeculativeModelRunner(ModelRunner):
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
         result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
         # drafts compared by verify: all of them, unless the op ended the request inside the run
-        # (max_dec_len): then only those before the end. (The proposer never writes the target's
-        # stop_flags, so the pulled flags are verify's.)
+        # (max_dec_len, "ops": an end token or a stop sequence): then only those before the end.
+        # (The proposer never writes the target's stop_flags, so the pulled flags are the verify
+        # and stop-sequence ops'.)
         stopped = ib.stop
         if self.ops_stop:
             self.last_stopped = {int(b) for b in ran if stopped[b] and not ib.chunk[b]}

@@ -18,7 +18,8 @@ Each divergence from "engine" mode (= plain decoding) that upstream's semantics 
 * finish_reason follows FastDeploy's serving layer: "length" iff the request has its limit of
   tokens, so an EOS (or stop token id) landing on the last allowed token finishes with "length".
 * an EOS id inside an accepted run ends the request there, kept (as plain decoding), but the
-  drafter stops drafting at a drafted EOS: that step verifies fewer drafts.
+  drafter stops drafting at a drafted EOS, and one token past max_dec_len (where it proposes the
+  EOS id): that step verifies fewer drafts.
 * a stop token id is followed by the first EOS id (set_stop_value replaces the next token), one
   step later when the stop token id was the last token of its step (the request runs one more
   step), and it is missed when verify ends the request in the step that would see it (EOS or
@@ -145,15 +146,19 @@ def test_an_eos_id_in_the_accepted_run_ends_the_request_as_the_host_does(exact, 
     assert engine.finish_reason == ops.finish_reason == "stop"
 
 
-def test_the_drafter_stops_at_a_drafted_eos(exact, S):
-    """After step 2 (tokens 2-6) the drafter drafts tokens 7-10; with token 8 an EOS id, "ops"
-    (draft_model_update's end ids) stops the draft at it: the EOS is still proposed, nothing after
-    it, and the target verifies 2 drafts instead of 4 (same output)."""
+@pytest.mark.parametrize("cause", ["eos", "max_dec_len"])
+def test_the_drafter_stops_at_a_drafted_eos_and_past_max_dec_len(exact, S, cause):
+    """After step 2 (tokens 2-6) the drafter drafts tokens 7-10. "eos": token 8 is an EOS id, and
+    "ops" (draft_model_update's end ids) stops the draft at it: the EOS is still proposed, nothing
+    after it, and the target verifies 2 drafts instead of 4. "max_dec_len": max_tokens 8, and the
+    draft of token 9 (proposer step_idx 8 >= max_dec_len) becomes the EOS id, nothing after it.
+    Same output in both modes ("ops": the 8th token is the EOS id there)."""
+    eos, n = (S[7], 20) if cause == "eos" else (EOS, 8)
     rows = {}
     for mode in ("engine", "ops"):
-        llm = make_llm(exact(S[7]), mode)
+        llm = make_llm(exact(eos), mode)
         engine = llm.engine
-        rid = engine.add_request(PROMPT, SamplingParams(max_tokens=20, temperature=0.0))
+        rid = engine.add_request(PROMPT, SamplingParams(max_tokens=n, temperature=0.0))
         engine.step()
         engine.step()
         slot = engine.requests[rid].slot
@@ -164,9 +169,13 @@ def test_the_drafter_stops_at_a_drafted_eos(exact, S):
         )
         while engine.has_unfinished():
             engine.step()
-        assert engine.pop_output(rid).token_ids == S[:8]
+        want = S[:7] + [EOS] if cause == "max_dec_len" and mode == "ops" else S[:8]
+        assert engine.pop_output(rid).token_ids == want
     assert rows["engine"] == (S[5:10], 5)
-    assert rows["ops"] == (S[5:8] + [-1, -1], 3)
+    if cause == "eos":
+        assert rows["ops"] == (S[5:8] + [-1, -1], 3)
+    else:
+        assert rows["ops"] == (S[5:8] + [EOS, -1], 4)
 
 
 def test_an_eos_on_the_last_allowed_token_finishes_with_length(exact, S):
