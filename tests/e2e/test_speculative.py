@@ -16,8 +16,10 @@ accepted run, random engines) run in both modes. "engine" (the host stops reques
 decoding does) must equal plain decoding; "ops" (FastDeploy's configuration: the ops end
 requests, ``ignore_eos`` refused) must equal plain decoding's token stream under upstream's stop
 rules (`ops_expected`: an EOS id ends the request and is kept; the token at the request's limit is
-replaced by the first EOS id and the finish reason is "length"). The rules themselves are tested
-case by case in tests/e2e/test_ops_stop_path.py.
+replaced by the first EOS id and the finish reason is "length"). "ops" runs on the same weights
+with a second EOS id that greedy decoding meets (``*_eos`` checkpoints: about a quarter of the
+requests end at it, often inside an accepted run). The rules themselves are tested case by case
+in tests/e2e/test_ops_stop_path.py.
 """
 
 import numpy as np
@@ -47,6 +49,14 @@ def ckpts(tmp_path_factory):
         "exact": write_exact_draft_checkpoint(root / "exact", seed=3),
         "mixed": write_exact_draft_checkpoint(root / "mixed", seed=3, context=0.3),
         "random": write_random_checkpoint(root / "random", seed=4),
+        # the same weights with a second EOS id that greedy decoding meets in some requests
+        # (stop_handling "ops" then ends those requests inside accepted runs); the first EOS id
+        # (2, never generated) is what verify writes at max_tokens
+        "exact_eos": write_exact_draft_checkpoint(root / "exact_eos", seed=3, eos_token_id=[2, 87]),
+        "mixed_eos": write_exact_draft_checkpoint(
+            root / "mixed_eos", seed=3, context=0.3, eos_token_id=[2, 133]
+        ),
+        "random_eos": write_random_checkpoint(root / "random_eos", seed=4, eos_token_id=[2, 147]),
     }
 
 
@@ -141,7 +151,8 @@ GRID = [(k, s) for k in range(1, 6) for s in range(1, k + 1)]
 @pytest.mark.parametrize("k,steps", GRID)
 def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps, mode):
     ps = prompts([5, 1, 17, 9, 3, 30], seed=k)
-    llm, outs = check_equal(ckpts["mixed"], mtp(k, steps), ps, [12, 9, 14, 6, 11, 10], mode)
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm, outs = check_equal(ckpt, mtp(k, steps), ps, [12, 9, 14, 6, 11, 10], mode)
     m = llm.speculative_metrics
     assert m.num_drafted > 0 and 0 < m.num_accepted < m.num_drafted  # both paths ran
     assert m.drafted_per_position[steps:] == [0] * (k - steps)  # no hybrid: num_model_steps drafts
@@ -198,11 +209,11 @@ def test_ngram_method_equals_plain(ckpts):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts, mode):
-    ckpt = ckpts["mixed"]
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
     ps = prompts([3, 8, 1, 21, 5, 13, 2, 9, 17, 4, 6, 30, 11, 7, 1, 15], seed=70)
     n = [9, 12, 7, 10, 14, 6, 11, 8, 13, 9, 5, 12, 10, 7, 11, 8]
     params = [greedy_params(k, mode) for k in n]
-    want = [w for w, _ in expected_outputs(ckpt, ps, n, mode, [2])]
+    want = [w for w, _ in expected_outputs(ckpt, ps, n, mode, [2, 133])]
     spec = with_mode(mtp(3, 2), mode)
     # batch of one
     single = llm_for(ckpt, spec, max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
@@ -231,11 +242,12 @@ def test_chunked_prefill(ckpts, mode):
     ps = prompts([41, 23, 3, 57], seed=80)
     # 8 tokens per step: the long prompts are prefilled in chunks, and decodes (4 tokens each with
     # K = 3) leave the chunked prefills some steps with no budget at all (they sit those out)
+    eos = "" if mode == "engine" else "_eos"
     llm, outs = check_equal(
-        ckpts["mixed"], mtp(3, 3), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=8
+        ckpts["mixed" + eos], mtp(3, 3), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=8
     )
     assert outs[3].metrics.num_steps >= 57 // 8
-    check_equal(ckpts["exact"], mtp(2, 2), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=5)
+    check_equal(ckpts["exact" + eos], mtp(2, 2), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=5)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -244,12 +256,13 @@ def test_kv_blocks_running_out(ckpts, mode):
     n = [14, 12, 16, 13]
     # block_size 4: each request needs up to 8 blocks (+ draft lookahead); 18 blocks for 4 slots
     kw = dict(block_size=4, max_num_batched_tokens=16)
-    llm, outs = check_equal(ckpts["mixed"], mtp(3, 2), ps, n, mode, num_gpu_blocks=18, **kw)
+    eos = "" if mode == "engine" else "_eos"
+    llm, outs = check_equal(ckpts["mixed" + eos], mtp(3, 2), ps, n, mode, num_gpu_blocks=18, **kw)
     assert llm.engine.num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
     assert llm.engine.block_manager.num_free == 18
     kw = dict(block_size=4, max_num_batched_tokens=32)
-    llm, _ = check_equal(ckpts["exact"], mtp(4, 4), ps, n, mode, num_gpu_blocks=12, **kw)
+    llm, _ = check_equal(ckpts["exact" + eos], mtp(4, 4), ps, n, mode, num_gpu_blocks=12, **kw)
     assert llm.engine.num_preemptions > 0
 
 
@@ -449,7 +462,7 @@ def _random_engine_equals_plain(ckpts, data, mode):
     ps = prompts(lengths, seed=data.draw(st.integers(0, 10**6), label="prompt seed"))
     spec = mtp(k, steps, mtp_strategy="with_ngram" if hybrid else "default")
     llm, _ = check_equal(
-        ckpts[which],
+        ckpts[which if mode == "engine" else which + "_eos"],
         spec,
         ps,
         max_tokens,
