@@ -269,6 +269,7 @@ class SpeculativeModelRunner(ModelRunner):
 
         t0 = time.perf_counter()
         ib = self.input_batch
+        self.last_stopped = set()
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
         if missing:

@@ -22,6 +22,8 @@ requests end at it, often inside an accepted run). The rules themselves are test
 in tests/e2e/test_ops_stop_path.py.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -194,7 +196,8 @@ def test_random_drafter_changes_nothing(ckpts):
     assert llm.speculative_metrics.num_drafted > 0
 
 
-def test_ngram_method_equals_plain(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_ngram_method_equals_plain(ckpts, mode):
     base = prompts([5, 7], seed=60)
     ps = [b * 3 for b in base] + prompts([9], seed=61)
     spec = {
@@ -203,7 +206,8 @@ def test_ngram_method_equals_plain(ckpts):
         "verification": "greedy",
         "max_ngram_size": 3,
     }
-    llm, _ = check_equal(ckpts["mixed"], spec, ps, [14, 12, 9])
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm, _ = check_equal(ckpt, spec, ps, [14, 12, 9], mode)
     assert llm.speculative_metrics.num_drafted > 0
 
 
@@ -308,16 +312,21 @@ def test_proposer_agrees_with_the_target_after_every_step(ckpts):
 SAMPLED = dict(temperature=0.9, top_p=0.95, top_k=40, ignore_eos=True)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("which,k,steps", [("mixed", 3, 3), ("exact", 2, 1), ("random", 2, 2)])
-def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps):
+def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps, mode):
+    """ "ops": the plain seeded stream under upstream's stop rules (sampled tokens may be EOS)."""
     ps = prompts([6, 15, 2, 9], seed=110)
     params = [
         SamplingParams(max_tokens=12, seed=s, repetition_penalty=1.0, **SAMPLED)
         for s in (5, 6, 7, 8)
     ]
     want = plain_tokens(ckpts[which], ps, params)
-    spec = mtp(k, steps, verification="target_match")
+    spec = with_mode(mtp(k, steps, verification="target_match"), mode)
     llm = llm_for(ckpts[which], spec, block_size=4, num_gpu_blocks=22, max_num_batched_tokens=12)
+    if mode == "ops":
+        want = [ops_expected(w, 12, [2])[0] for w in want]
+        params = [dataclasses.replace(p, ignore_eos=False) for p in params]
     assert [o.token_ids for o in llm.generate(ps, params, use_tqdm=False)] == want
     assert llm.speculative_metrics.num_drafted > 0
 
