@@ -28,16 +28,16 @@ no half-precision matmul). Default: the checkpoint's dtype, loaded as float32 on
 
 Without ``--speculative-method`` the engine decodes plainly, and the speculative options
 (``--num-speculative-tokens``, ``--num-model-steps``, ``--mtp-strategy``, ``--verification``,
-``--draft-policy``, ``--draft-sampling``, ``--stop-handling``) are refused. With it, ``speculative_config`` is passed
-to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``, MTP substeps:
-``--num-model-steps``; for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram``
+``--draft-policy``, ``--draft-sampling``, ``--stop-handling``) are refused. With it,
+``speculative_config`` is passed to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``,
+MTP substeps: ``--num-model-steps``; for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram``
 with K > N is hybrid mode). ``--num-model-steps`` and
 ``--mtp-strategy`` are MTP options: refused with ``--speculative-method ngram``, as are
 ``--draft-policy adaptive`` (draft length chosen per step and per request from measured
 acceptance and costs) and ``--draft-sampling`` (drafts sampled from the MTP head, with
-``--verification rejection``). ``--stop-handling ops`` lets the ops end requests as in FastDeploy
-(EOS ids and max_tokens in speculate_verify; ``SpeculativeConfig.stop_handling``); ``fd-mtp serve``
-takes it in ``--speculative-config`` (``"stop_handling": "ops"``).
+``--verification rejection``). ``--stop-handling ops`` lets the ops end requests as in
+FastDeploy (EOS ids and max_tokens in speculate_verify; ``SpeculativeConfig.stop_handling``);
+``fd-mtp serve`` takes it in ``--speculative-config`` (``"stop_handling": "ops"``).
 The default verification, "target_match", accepts a draft while it equals the token the target
 emits at that position, so output equals plain decoding for greedy and for seeded sampled requests.
 Then each request also prints ``[i] spec: <SpeculativeMetrics.summary()>``, and after the summary

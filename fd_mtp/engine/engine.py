@@ -147,8 +147,8 @@ class LLMEngine:
         if self.ops_stop:
             if params.ignore_eos:
                 raise ValueError(
-                    "ignore_eos=True: with speculative_config.stop_handling='ops' the ops end every "
-                    "request at the model's EOS ids (one end-token list for the whole batch, as "
+                    "ignore_eos=True: with speculative_config.stop_handling='ops' the ops end "
+                    "every request at the model's EOS ids (one end-token list for the whole batch, as "
                     "FastDeploy); use stop_handling='engine' to ignore EOS"
                 )
             if len(params.stop_token_ids) > MAX_STOP_SEQS:
