@@ -331,21 +331,35 @@ def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps, m
     assert llm.speculative_metrics.num_drafted > 0
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("verification", ["topp", "topk"])
-def test_candidate_verification(ckpts, verification):
+def test_candidate_verification(ckpts, verification, mode):
     """FastDeploy's candidate rules: greedy requests keep only the argmax candidate (greedy output);
     sampled requests accept drafts among the top-p candidates (not lossless: only validity is
-    checked)."""
+    checked; "ops": a request ends at an EOS id or with the EOS id as its 12th token)."""
     ps = prompts([6, 15, 2], seed=140)
-    greedy = [SamplingParams(max_tokens=12, **GREEDY)] * 3
-    llm = llm_for(ckpts["mixed"], mtp(3, 2, verification=verification), seed=5)
-    assert [o.token_ids for o in llm.generate(ps, greedy, use_tqdm=False)] == plain_tokens(
-        ckpts["mixed"], ps, greedy
-    )
-    sampled = [SamplingParams(max_tokens=12, seed=s, **SAMPLED) for s in (1, 2, 3)]
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm = llm_for(ckpt, with_mode(mtp(3, 2, verification=verification), mode), seed=5)
+    want = expected_outputs(ckpt, ps, [12] * 3, mode, [2, 133])
+    greedy = [greedy_params(12, mode)] * 3
+    outs = llm.generate(ps, greedy, use_tqdm=False)
+    assert [(o.token_ids, o.finish_reason) for o in outs] == want
+    sampled = [
+        SamplingParams(max_tokens=12, seed=s, **{**SAMPLED, "ignore_eos": mode == "engine"})
+        for s in (1, 2, 3)
+    ]
     outs = llm.generate(ps, sampled, use_tqdm=False)
-    assert all(o.finish_reason == "length" and len(o.token_ids) == 12 for o in outs)
     assert all(0 <= t < 300 for o in outs for t in o.token_ids)
+    for o in outs:
+        if mode == "engine":
+            assert o.finish_reason == "length" and len(o.token_ids) == 12
+        else:  # ends at its first EOS id, or with the EOS id written at max_tokens
+            assert not {2, 133} & set(o.token_ids[:-1])
+            if o.finish_reason == "length":
+                assert len(o.token_ids) == 12 and o.token_ids[-1] == 2
+            else:
+                assert o.finish_reason == "stop" and o.token_ids[-1] in (2, 133)
+                assert len(o.token_ids) < 12
     assert llm.speculative_metrics.num_accepted > 0
 
 
@@ -589,11 +603,13 @@ def test_exact_drafts_stay_exact_whatever_the_substeps(ckpts, steps, chunk):
     assert len(policy.metrics.steps_histogram) == steps
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("which", ["mixed", "exact", "random"])
-def test_adaptive_policy_keeps_greedy_output(ckpts, which):
+def test_adaptive_policy_keeps_greedy_output(ckpts, which, mode):
     """The adaptive policy on measured costs (whatever it chooses, greedy output is plain's)."""
     spec = mtp(3, draft_policy="adaptive")
-    llm, outs = check_equal(ckpts[which], spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30])
+    ckpt = ckpts[which if mode == "engine" else which + "_eos"]
+    llm, outs = check_equal(ckpt, spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30], mode)
     m = llm.runner.draft_policy.metrics
     steps = llm.speculative_metrics.num_steps
     assert sum(m.k_histogram) >= steps - 4 and len(m.history) > 0
