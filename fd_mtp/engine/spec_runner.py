@@ -76,8 +76,14 @@ host in the engine's own loop, with no stop op):
   - finish_reason is FastDeploy's serving rule: "length" iff the request has its limit of
     tokens, else "stop" (an EOS on the last allowed token is "length").
   - an EOS id inside an accepted run ends the request there, kept (as plain decoding); a drafted
-    EOS also stops that request's draft (draft_model_update), so that step verifies fewer drafts,
-    and the next ``draft_model_preprocess`` takes its stop-recovery branch.
+    EOS also stops that request's draft (draft_model_update), so that step verifies fewer drafts.
+  - a request whose draft stopped (a drafted EOS id, or the draft past max_dec_len, below) while
+    the target goes on decodes on without drafts (`_drop_stopped_drafts`: the proposer's
+    ``batch_drop`` until its next insertion): 2.4's stop-recovery branch of
+    ``draft_model_preprocess`` rewinds the draft by the target's ``seq_lens_this_time`` instead
+    of ``accept_num`` (spec §14.5), which leaves its positions behind by the rejected drafts and
+    below zero for short sequences (one-token prompt, K = num_model_steps = 3, max_tokens 3).
+    A fix belongs in that op (rewind by accept_num, as later upstream versions do).
   - a stop token id is kept and the token after it is replaced by the first EOS id (one step later
     when the stop token was the last of its step: the request runs one more step); it is missed
     when verify ends the request in the step that would see it (an EOS or max_dec_len in the same
@@ -169,6 +175,9 @@ class SpeculativeModelRunner(ModelRunner):
         #: slots whose request the ops ended in the last step ("ops"; a non-final prefill chunk
         #: is never listed: its next chunk's insertion restarts it, as upstream)
         self.last_stopped: set[int] = set()
+        # "ops": slots whose drafting `_drop_stopped_drafts` switched off, and how many times
+        self._draft_dropped: set[int] = set()
+        self.num_draft_stop_drops = 0
         self.verify_seed = int(seed)
         self.num_steps = 0
         self._last_step_end = None  # perf_counter at the end of the previous execute_model
@@ -249,8 +258,34 @@ class SpeculativeModelRunner(ModelRunner):
                     policy.start(t.slot, None if t.params is None else t.params.max_draft_tokens)
                 if policy.off[t.slot] and self._mtp:
                     self.proposer.drop([t.slot])  # every chunk's insertion clears the flag
+                self._draft_dropped.discard(t.slot)
             elif t.kind is TaskKind.PREEMPTED:
                 policy.release(t.slot)
+                self._draft_dropped.discard(t.slot)
+
+    def _drop_stopped_drafts(self, ran: np.ndarray, draft_stop: np.ndarray) -> None:
+        """stop_handling "ops": switch drafting off (`MTPProposer.drop`, until the request's next
+        insertion) for a running request whose draft draft_model_update stopped (a drafted EOS
+        id, or the draft one past max_dec_len) while the target goes on. In 2.4 the next
+        ``draft_model_preprocess`` would take its stop-recovery branch, which rewinds the draft
+        by the target's ``seq_lens_this_time`` instead of ``accept_num`` (spec §14.5): the
+        draft's positions then lag by the rejected drafts, below zero for a short sequence
+        (upstream reads outside the KV cache; fd_mtp's attention refuses). The request decodes
+        on without drafts; the output is unchanged."""
+        ib, off = self.input_batch, self.draft_policy.off
+        new = [
+            int(b)
+            for b in ran
+            if draft_stop[b]
+            and not ib.stop[b]
+            and not ib.chunk[b]
+            and not off[b]
+            and int(b) not in self._draft_dropped
+        ]
+        if new:
+            self.proposer.drop(new)
+            self._draft_dropped.update(new)
+            self.num_draft_stop_drops += len(new)
 
     # -- one step -----------------------------------------------------------------------------------
     def execute_model(self, decode_slots) -> dict[int, list[int]]:
@@ -387,9 +422,10 @@ class SpeculativeModelRunner(ModelRunner):
             paddle.minimum(target_len, dev["draft_cap"].reshape(target_len.shape)), target_len
         )
         # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
-        host = ib.pull(
-            {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True
-        )
+        pulled = {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}
+        if self.ops_stop and self._mtp:
+            pulled["draft_stop"] = self.proposer.model_inputs["stop_flags"]
+        host = ib.pull(pulled, mirrored=True)
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
         result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
         # drafts compared by verify: all of them, unless the op ended the request inside the run
@@ -399,6 +435,8 @@ class SpeculativeModelRunner(ModelRunner):
         stopped = ib.stop
         if self.ops_stop:
             self.last_stopped = {int(b) for b in ran if stopped[b] and not ib.chunk[b]}
+            if self._mtp:
+                self._drop_stopped_drafts(ran, host["draft_stop"].reshape(-1))
         self.last_drafted = {
             int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
             for b, p, c in zip(ran, prefilling, counts)

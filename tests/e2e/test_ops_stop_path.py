@@ -25,6 +25,10 @@ Each divergence from "engine" mode (= plain decoding) that upstream's semantics 
   step), and it is missed when verify ends the request in the step that would see it (EOS or
   max_dec_len reached in the same or the next step: the tokens after the stop token are kept).
 * min_tokens is the penalty op's min_len (EOS masked): both modes give the same tokens.
+* a request whose draft stopped (drafted EOS, or the draft past max_dec_len) while the target
+  goes on has its drafting switched off: 2.4's stop-recovery branch of draft_model_preprocess
+  rewinds by the target's seq_lens_this_time instead of accept_num (spec §14.5), which puts the
+  draft's positions below zero for short sequences.
 * a non-final prefill chunk the ops stop (max_tokens=1) is restarted by its next chunk.
 * what the ops cannot do stays on the host: stop strings. ``ignore_eos`` (the ops' end tokens are
   one list for the batch) and more than 5 stop token ids (FastDeploy's FD_MAX_STOP_SEQS_NUM) are
@@ -39,7 +43,7 @@ paddle = pytest.importorskip("paddle")
 import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.cli import main as cli_main  # noqa: E402
-from fd_mtp.testing import write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 
 K = 4
 L = 64
@@ -176,6 +180,34 @@ def test_the_drafter_stops_at_a_drafted_eos_and_past_max_dec_len(exact, S, cause
         assert rows["ops"] == (S[5:8] + [-1, -1], 3)
     else:
         assert rows["ops"] == (S[5:8] + [EOS, -1], 4)
+
+
+@pytest.mark.parametrize("prompt", [[7], [11]])
+def test_a_stopped_draft_is_switched_off_not_recovered(tmp_path, prompt):
+    """K = num_model_steps = 3, a one-token prompt, max_tokens 3 and a drafter that is wrong: after
+    the prefill the draft of token 4 (one past max_dec_len) is the EOS id and the draft stops;
+    the target rejects the first draft and goes on. 2.4's draft_model_preprocess would then
+    rewind the draft by the target's seq_lens_this_time (4) instead of accept_num (1) (spec
+    §14.5): seq_lens_decoder 2 - 4 < 0, which fd_mtp's attention refuses (upstream reads outside
+    the KV cache). The runner switches the request's drafting off instead (`MTPProposer.drop`),
+    and the output is plain decoding's under upstream's rules."""
+    ckpt = write_random_checkpoint(tmp_path / "random", seed=4)
+    params = SamplingParams(max_tokens=3, temperature=0.0)
+    plain = make_llm(ckpt, None).generate([prompt], params, use_tqdm=False)[0].token_ids
+    spec = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
+    spec.update(verification="greedy", stop_handling="ops")
+
+    def llm():
+        return fd_mtp.LLM(str(ckpt), speculative_config=spec, max_model_len=L, block_size=4)
+
+    ops = llm()
+    out = ops.generate([prompt], params, use_tqdm=False)[0]
+    assert out.token_ids == plain[:2] + [EOS] and out.finish_reason == "length"
+    assert ops.runner.num_draft_stop_drops == 1
+    recovering = llm()
+    recovering.runner._drop_stopped_drafts = lambda *args: None  # upstream's recovery
+    with pytest.raises(ValueError, match="seq_lens_decoder must be non-negative"):
+        recovering.generate([prompt], params, use_tqdm=False)
 
 
 def test_an_eos_on_the_last_allowed_token_finishes_with_length(exact, S):
