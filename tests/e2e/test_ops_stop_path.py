@@ -30,6 +30,8 @@ Each divergence from "engine" mode (= plain decoding) that upstream's semantics 
   rewinds by the target's seq_lens_this_time instead of accept_num (spec §14.5), which puts the
   draft's positions below zero for short sequences.
 * a non-final prefill chunk the ops stop (max_tokens=1) is restarted by its next chunk.
+* sampled requests under "rejection" (with draft sampling and the adaptive policy too) and
+  "topp" verification end by the same rules.
 * what the ops cannot do stays on the host: stop strings. ``ignore_eos`` (the ops' end tokens are
   one list for the batch) and more than 5 stop token ids (FastDeploy's FD_MAX_STOP_SEQS_NUM) are
   refused with an error naming the option.
@@ -367,3 +369,45 @@ def test_cli_stop_handling_flag(exact, S, capsys):
     assert "ignore_eos=True" in capsys.readouterr().out
     assert cli_main(args + ["--stop-handling", "ops"]) == 2
     assert "--stop-handling needs --speculative-method" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(verification="rejection"),
+        dict(verification="rejection", draft_sampling=True, draft_policy="adaptive"),
+        dict(verification="topp"),
+    ],
+    ids=["rejection", "draft_sampling_adaptive", "topp"],
+)
+def test_sampled_requests_end_by_upstream_rules(tmp_path, spec):
+    """Sampled requests (stop token ids, EOS ids [2, 133] that sampling meets, max_tokens 1..19)
+    under every sampling verifier: each output ends with an EOS id and holds none before it (an
+    EOS id, the EOS id written at max_tokens, or the one after a stop token id), and the finish
+    reason is "length" exactly when it has max_tokens tokens."""
+    ckpt = write_exact_draft_checkpoint(tmp_path / "m", seed=3, context=0.3, eos_token_id=[2, 133])
+    rng = np.random.default_rng(1)
+    ps = [[int(t) for t in rng.integers(3, 300, n)] for n in rng.integers(1, 20, 32)]
+    params = [
+        SamplingParams(
+            max_tokens=int(n), temperature=0.9, top_k=20, seed=i, stop_token_ids=[int(s)]
+        )
+        for i, (n, s) in enumerate(zip(rng.integers(1, 20, 32), rng.integers(3, 300, 32)))
+    ]
+    full = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3, **spec}
+    llm = fd_mtp.LLM(
+        str(ckpt),
+        speculative_config={**full, "stop_handling": "ops"},
+        max_num_seqs=8,
+        max_model_len=L,
+        block_size=4,
+        max_num_batched_tokens=32,
+    )
+    outs = llm.generate(ps, params, use_tqdm=False)
+    reasons = [o.finish_reason for o in outs]
+    assert "stop" in reasons and "length" in reasons
+    for o, p in zip(outs, params):
+        assert o.token_ids[-1] in (2, 133) and not {2, 133} & set(o.token_ids[:-1])
+        assert (o.finish_reason == "length") == (len(o.token_ids) == p.max_tokens)
+    assert llm.speculative_metrics.num_drafted > 0
+    assert llm.engine.block_manager.num_free == llm.runner.num_blocks
