@@ -8,7 +8,7 @@
                     [--device cpu|gpu --dtype float32|bfloat16|float16]
                     [--speculative-method mtp|ngram --num-speculative-tokens K --num-model-steps N
                      --mtp-strategy default|with_ngram --verification target_match
-                     --draft-policy fixed|adaptive --draft-sampling]
+                     --draft-policy fixed|adaptive --draft-sampling --stop-handling engine|ops]
 
 prints every request's generated token ids (and text when the checkpoint has a tokenizer), then
 ``N requests, T tokens in S s: X tokens/s``. Exit status 1 when a request was rejected; 2 on a bad
@@ -28,14 +28,16 @@ no half-precision matmul). Default: the checkpoint's dtype, loaded as float32 on
 
 Without ``--speculative-method`` the engine decodes plainly, and the speculative options
 (``--num-speculative-tokens``, ``--num-model-steps``, ``--mtp-strategy``, ``--verification``,
-``--draft-policy``, ``--draft-sampling``) are refused. With it, ``speculative_config`` is passed
-to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``, MTP substeps:
-``--num-model-steps``; for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram``
+``--draft-policy``, ``--draft-sampling``, ``--stop-handling``) are refused. With it,
+``speculative_config`` is passed to `fd_mtp.LLM` as a dict (K: ``--num-speculative-tokens``,
+MTP substeps: ``--num-model-steps``; for "mtp" K is raised to N when smaller; ``--mtp-strategy with_ngram``
 with K > N is hybrid mode). ``--num-model-steps`` and
 ``--mtp-strategy`` are MTP options: refused with ``--speculative-method ngram``, as are
 ``--draft-policy adaptive`` (draft length chosen per step and per request from measured
 acceptance and costs) and ``--draft-sampling`` (drafts sampled from the MTP head, with
-``--verification rejection``).
+``--verification rejection``). ``--stop-handling ops`` lets the ops end requests as in
+FastDeploy (EOS ids and max_tokens in speculate_verify; ``SpeculativeConfig.stop_handling``);
+``fd-mtp serve`` takes it in ``--speculative-config`` (``"stop_handling": "ops"``).
 The default verification, "target_match", accepts a draft while it equals the token the target
 emits at that position, so output equals plain decoding for greedy and for seeded sampled requests.
 Then each request also prints ``[i] spec: <SpeculativeMetrics.summary()>``, and after the summary
@@ -236,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="sample drafts from the MTP head (needs --verification rejection)",
     )
+    s.add_argument(
+        "--stop-handling",
+        choices=("engine", "ops"),
+        default=None,
+        help="who ends requests: the engine on the host (default) or the ops, as FastDeploy "
+        "(the token at max_tokens becomes EOS; no --ignore-eos)",
+    )
     _add_parallel_args(g)
     serve = sub.add_parser(
         "serve",
@@ -273,6 +282,7 @@ def speculative_config(args) -> dict | None:
         "verification": args.verification,
         "draft_policy": args.draft_policy,
         "draft_sampling": args.draft_sampling,
+        "stop_handling": args.stop_handling,
     }
     given = [k for k, v in opts.items() if v is not None]
     if args.speculative_method is None:

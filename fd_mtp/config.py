@@ -26,6 +26,11 @@ MTP_STRATEGIES = ("default", "with_ngram")
 VERIFICATIONS = ("greedy", "topp", "topk", "target_match", "rejection")
 # How many drafts each step verifies (fd_mtp.engine.draft_policy).
 DRAFT_POLICIES = ("fixed", "adaptive")
+# Who ends speculative requests (fd_mtp.engine.spec_runner's module docstring).
+STOP_HANDLINGS = ("engine", "ops")
+# Stop token ids per request under stop_handling "ops" (one-token stop sequences; FastDeploy's
+# FD_MAX_STOP_SEQS_NUM default).
+MAX_STOP_SEQS = 5
 # candidates_len values top_p_candidates accepts (spec §5.6).
 CANDIDATE_LENS = tuple(range(1, 11)) + tuple(range(20, 101, 10))
 MAX_SPECULATIVE_TOKENS = 5  # the SysV output message carries 6 tokens per request (§12)
@@ -71,6 +76,19 @@ class SpeculativeConfig:
             argmax, and verify with those draft probabilities: needs ``verification="rejection"``
             and method "mtp" without n-gram extension. Same output distribution as plain
             sampling, with higher acceptance for sampled requests.
+        stop_handling: who ends requests. "engine" (default): the engine checks EOS, stop token
+            ids, stop strings, ``max_tokens`` and ``max_model_len`` on the host, token by token,
+            exactly as plain decoding does, and the ops are given end tokens that match nothing
+            and a length limit past the request's (speculative output equals plain output).
+            "ops": FastDeploy's configuration: ``speculate_verify`` ends a request at an EOS id
+            and at ``max_dec_len`` (= min(max_tokens, max_model_len - prompt length)),
+            ``speculate_set_stop_value_multi_seqs`` at a stop token id (each a one-token stop
+            sequence, at most 5 per request), ``draft_model_update`` stops drafts at EOS ids and
+            at max_dec_len, and the engine finishes a request when the ops' ``stop_flags`` say
+            so; only stop strings stay on the host. Upstream's semantics then show (the token
+            at max_tokens becomes the EOS id, a stop token id is followed by an EOS id, ...;
+            listed in `fd_mtp.engine.spec_runner`), and ``ignore_eos`` requests are refused
+            (the ops' end tokens are one list for the whole batch, as FastDeploy's).
         model: FastDeploy's path of a separate draft checkpoint; fd_mtp always drafts with the MTP
             block of the main checkpoint, so only None (or "") is accepted: a path raises
             ValueError rather than being silently ignored.
@@ -93,6 +111,7 @@ class SpeculativeConfig:
     adaptive_warmup_steps: int = 2
     adaptive_off_patience: int = 2
     draft_sampling: bool = False
+    stop_handling: str = "engine"
     extra: dict = field(
         default_factory=dict, repr=False
     )  # unknown keys of a dict, kept for callers
@@ -135,6 +154,7 @@ class SpeculativeConfig:
         if self.method == "mtp" and self.num_speculative_tokens < self.num_model_steps:
             self.num_speculative_tokens = self.num_model_steps
         _choice("draft_policy", self.draft_policy, DRAFT_POLICIES)
+        _choice("stop_handling", self.stop_handling, STOP_HANDLINGS)
         if (
             isinstance(self.adaptive_ema, bool)
             or not isinstance(self.adaptive_ema, (int, float))

@@ -140,6 +140,9 @@ class LLM:
             "num_model_steps": 3}``. Method "mtp" drafts with the checkpoint's MTP block (it must
             have one: ``num_nextn_predict_layers = 1``), "ngram" by prompt lookup. Per-request
             draft statistics land in ``output.metrics.spec``, totals in `speculative_metrics`.
+            ``"stop_handling": "ops"`` lets the ops end requests as in FastDeploy (EOS ids and
+            max_tokens in speculate_verify, stop token ids as stop sequences; see
+            `SpeculativeConfig`); the default "engine" stops them on the host as plain decoding.
         mtp_model: the ``Ernie4_5MTP`` to draft with when ``model`` is a model instance (a
             checkpoint directory brings its own).
         dtype: model dtype when loading a checkpoint: None (the checkpoint's config; float32 on CPU),

@@ -12,6 +12,9 @@ One `step()`:
 2. `ModelRunner.insert_tasks_v1` with the PREFILL / DECODE / PREEMPTED tasks, `execute_model`.
 3. Append the sampled tokens (a non-final prefill chunk's token is discarded), check stop
    conditions, free finished requests' blocks and slots, return the per-request `StreamDelta`s.
+   With ``speculative_config.stop_handling = "ops"`` the ops end requests (the runner's
+   ``last_stopped`` slots finish, with the tokens the ops kept; `_ops_stop_reason`) and the host
+   checks stop strings only (`_check_host_stop`); plain decoding always stops on the host.
 
 Text: each request's output is detokenized incrementally (`IncrementalDetokenizer`: a window of
 its newest tokens per token, not the whole output), so ``text`` costs O(1) decode work per token;
@@ -30,7 +33,7 @@ import time
 import numpy as np
 
 from ..batch import Task, TaskKind
-from ..config import SchedulerConfig
+from ..config import MAX_STOP_SEQS, SchedulerConfig
 from .block_manager import BlockManager, blocks_for
 from .detokenizer import IncrementalDetokenizer
 from .request import (
@@ -80,6 +83,10 @@ class LLMEngine:
         self.spec_metrics = (
             SpeculativeMetrics(runner.num_speculative_tokens) if self.speculative else None
         )
+        # speculative_config.stop_handling "ops": the ops end requests (the runner's
+        # last_stopped); the host keeps stop strings only
+        spec = runner.spec_config
+        self.ops_stop = spec is not None and spec.stop_handling == "ops"
 
     # -- requests -----------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -144,6 +151,19 @@ class LLMEngine:
                 "speculative_config.verification='greedy' emits the argmax: it needs greedy sampling "
                 "(temperature 0); use verification='target_match' or 'rejection' to sample"
             )
+        if self.ops_stop:
+            if params.ignore_eos:
+                raise ValueError(
+                    "ignore_eos=True: with speculative_config.stop_handling='ops' the ops end "
+                    "every request at the model's EOS ids (one end-token list for the whole batch, as "
+                    "FastDeploy); use stop_handling='engine' to ignore EOS"
+                )
+            if len(params.stop_token_ids) > MAX_STOP_SEQS:
+                raise ValueError(
+                    f"{len(params.stop_token_ids)} stop_token_ids: with speculative_config."
+                    f"stop_handling='ops' a request has at most {MAX_STOP_SEQS} (FastDeploy's "
+                    "FD_MAX_STOP_SEQS_NUM stop sequences)"
+                )
         need = blocks_for(
             min(len(ids) + params.max_tokens, L) + self.runner.max_extra_positions,
             self.runner.block_size,
@@ -342,19 +362,56 @@ class LLMEngine:
                 tokens = tokens[:1]
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
+            reason = None
             for i, token in enumerate(tokens):
                 req.output_token_ids.append(token)
                 if req.logprobs is not None and logprobs is not None:
                     req.logprobs.append(with_decoded_tokens(logprobs[i], self.tokenizer))
                 req.metrics.num_generated_tokens += 1
-                reason = self._check_stop(req, token)
+                reason = (
+                    self._check_host_stop(req) if self.ops_stop else self._check_stop(req, token)
+                )
                 if reason is not None:
-                    # tokens a speculative step emitted past the stop are dropped
-                    self._release(req)
-                    self._finish(req, reason, now)
-                    break
+                    break  # tokens a speculative step emitted past the stop are dropped
+            if reason is None and self.ops_stop:
+                reason = self._ops_stop_reason(req, slot in self.runner.last_stopped)
+            if reason is not None:
+                self._release(req)
+                self._finish(req, reason, now)
             deltas.append(self._delta(req))
         return deltas
+
+    def _ops_stop_reason(self, req: Request, stopped: bool) -> str | None:
+        """stop_handling "ops": the finish reason of a request after its step's tokens. The ops
+        ended it (``stopped``): "length" when it has its limit of tokens, min(max_tokens,
+        max_model_len - prompt length), the last one being the EOS id verify writes there (as
+        FastDeploy's serving layer: "length" iff the token count is max_tokens), else "stop".
+        RuntimeError when the ops let a request run past its limit (they must not)."""
+        limit = min(
+            req.sampling_params.max_tokens, self.runner.max_model_len - len(req.prompt_token_ids)
+        )
+        n = len(req.output_token_ids)
+        if stopped:
+            return "length" if n >= limit else "stop"
+        if n >= limit:
+            raise RuntimeError(
+                f"request {req.request_id!r}: {n} tokens, the limit is {limit} and the ops did "
+                "not stop it (stop_handling='ops': speculate_verify stops at max_dec_len)"
+            )
+        return None
+
+    def _check_host_stop(self, req: Request) -> str | None:
+        """stop_handling "ops": what the host still checks after each token, stop strings
+        (the ops compare token ids only)."""
+        p = req.sampling_params
+        if self.tokenizer is not None:
+            self._update_text(req)
+            if p.stop_list and len(req.output_token_ids) >= p.min_tokens:
+                cut = self._find_stop(req)
+                if cut is not None:
+                    req.text = req.text[:cut]
+                    return "stop"
+        return None
 
     def _check_stop(self, req: Request, token: int) -> str | None:
         p = req.sampling_params

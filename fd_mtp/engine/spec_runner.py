@@ -48,16 +48,56 @@ for). With
 the step and the substep, pushed with the step's transfer) and verification gets their
 probabilities as ``draft_probs``.
 
-Stopping is the engine's job, on the host, as in plain decoding (EOS unless ``ignore_eos``, stop
-token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and draft_model_update get an
-end-token list that matches nothing, and ``max_dec_len`` is the request's real limit plus
-``num_model_steps``, so the ops never end a request (or its draft) before the engine does, and
-tokens past a stop are dropped by the engine. ``pre_ids`` has ``K + 2`` spare columns for the
-positions a last step may write past the limit.
-Speculative steps therefore produce exactly what plain steps produce under greedy and
-"target_match" verification. Differences from plain decoding that remain (upstream semantics):
-the penalty op counts repeats over the accepted history only, not over the earlier drafts of the
-same step.
+Stopping (``SpeculativeConfig.stop_handling``; plain decoding, `ModelRunner`, always stops on the
+host in the engine's own loop, with no stop op):
+
+* "engine" (default): stopping is the engine's job, on the host, as in plain decoding (EOS unless
+  ``ignore_eos``, stop token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and
+  draft_model_update get an end-token list that matches nothing, and ``max_dec_len`` is the
+  request's real limit plus ``num_model_steps``, so the ops never end a request (or its draft)
+  before the engine does, and tokens past a stop are dropped by the engine. Speculative steps
+  therefore produce exactly what plain steps produce under greedy and "target_match"
+  verification.
+* "ops": FastDeploy's configuration. verify and draft_model_update get the model's EOS ids
+  (``eos_token_ids``) and ``max_dec_len = min(max_tokens, max_model_len - prompt length)`` (the
+  clamp FastDeploy's input processor applies to max_tokens); each stop token id is a one-token
+  stop sequence (``stop_seqs`` ``[B, MAX_STOP_SEQS, 1]``, ``stop_seqs_len``) of
+  ``speculate_set_stop_value_multi_seqs``, run between verify and update as upstream; the runner
+  reports the slots whose ``stop_flags`` the step set in ``last_stopped`` (a non-final prefill
+  chunk never: its next chunk's insertion restarts it, as upstream) and the engine finishes those
+  requests with the tokens the ops kept. The host keeps what the ops cannot do: stop strings (text).
+  ``min_tokens`` is the penalty op's ``min_len`` (EOS masked; fd_mtp's sampler also masks stop
+  token ids until then, which upstream has no equivalent of). The divergences from "engine" mode
+  that upstream's semantics force (each tested in tests/e2e/test_ops_stop_path.py):
+
+  - ``step_idx`` counts generated tokens and verify stops at ``step_idx >= max_dec_len`` by
+    writing ``end_tokens[0]`` over the token: max_tokens=n gives n-1 model tokens and the first
+    EOS id (max_tokens=1: just the EOS id).
+  - finish_reason is FastDeploy's serving rule: "length" iff the request has its limit of
+    tokens, else "stop" (an EOS on the last allowed token is "length").
+  - an EOS id inside an accepted run ends the request there, kept (as plain decoding); a drafted
+    EOS also stops that request's draft (draft_model_update), so that step verifies fewer drafts.
+  - a request whose draft stopped (a drafted EOS id, or the draft past max_dec_len, below) while
+    the target goes on decodes on without drafts (`_drop_stopped_drafts`: the proposer's
+    ``batch_drop`` until its next insertion): 2.4's stop-recovery branch of
+    ``draft_model_preprocess`` rewinds the draft by the target's ``seq_lens_this_time`` instead
+    of ``accept_num`` (spec §14.5), which leaves its positions behind by the rejected drafts and
+    below zero for short sequences (one-token prompt, K = num_model_steps = 3, max_tokens 3).
+    A fix belongs in that op (rewind by accept_num, as later upstream versions do).
+  - a stop token id is kept and the token after it is replaced by the first EOS id (one step later
+    when the stop token was the last of its step: the request runs one more step); it is missed
+    when verify ends the request in the step that would see it (an EOS or max_dec_len in the same
+    step or the next): the tokens after the stop token are then kept.
+  - ``ignore_eos`` is refused (the end tokens are one list for the batch) and so are more than
+    ``MAX_STOP_SEQS`` (5, FastDeploy's FD_MAX_STOP_SEQS_NUM) stop token ids.
+  - draft_model_update also stops a draft at max_dec_len: the proposer counts one token less
+    (token k at its step k - 1), so the draft one past the limit becomes the EOS id and nothing is
+    drafted after it; verify ends the request at the limit before reaching it (same output,
+    fewer drafts in the last step).
+
+``pre_ids`` has ``K + 2`` spare columns for the positions a last step may write past the limit.
+Differences from plain decoding that remain in both modes (upstream semantics): the penalty op
+counts repeats over the accepted history only, not over the earlier drafts of the same step.
 """
 
 from __future__ import annotations
@@ -67,7 +107,7 @@ import time
 import numpy as np
 
 from .. import ops
-from ..config import SpeculativeConfig
+from ..config import MAX_STOP_SEQS, SpeculativeConfig
 from ..proposer import make_proposer
 from .draft_policy import make_draft_policy
 from .runner import ModelRunner, Task, TaskKind
@@ -97,7 +137,8 @@ class SpeculativeModelRunner(ModelRunner):
         proposer_factory: builds the drafter (default `fd_mtp.proposer.make_proposer`), called as
             ``factory(speculative_config, input_batch, mtp_model=..., max_model_len=...,
             block_size=..., num_main_blocks=..., draft_end_ids=..., **proposer_options)``
-            (``draft_end_ids``: an end list that matches nothing, unless ``proposer_options`` gives one).
+            (``draft_end_ids``: the runner's end tokens, the EOS ids with ``stop_handling="ops"``,
+            else a list that matches nothing; ``proposer_options`` may override it).
     """
 
     def __init__(
@@ -124,8 +165,19 @@ class SpeculativeModelRunner(ModelRunner):
         self.spec_config = cfg
         self.num_speculative_tokens = cfg.num_speculative_tokens
         self.lookahead = cfg.lookahead
+        #: "ops": the ops end requests (FastDeploy's configuration); "engine": the host does
+        self.ops_stop = cfg.stop_handling == "ops"
         super().__init__(model, scheduler_config=scheduler_config, cache_config=cache_config)
-        self._end_tokens = paddle.to_tensor([_NO_END_TOKEN], dtype="int64")
+        # end tokens of speculate_verify and draft_model_update: the model's EOS ids ("ops"), or
+        # a list that matches nothing ("engine")
+        ends = self.eos_token_ids if self.ops_stop else [_NO_END_TOKEN]
+        self._end_tokens = paddle.to_tensor(ends, dtype="int64")
+        #: slots whose request the ops ended in the last step ("ops"; a non-final prefill chunk
+        #: is never listed: its next chunk's insertion restarts it, as upstream)
+        self.last_stopped: set[int] = set()
+        # "ops": slots whose drafting `_drop_stopped_drafts` switched off, and how many times
+        self._draft_dropped: set[int] = set()
+        self.num_draft_stop_drops = 0
         self.verify_seed = int(seed)
         self.num_steps = 0
         self._last_step_end = None  # perf_counter at the end of the previous execute_model
@@ -159,13 +211,38 @@ class SpeculativeModelRunner(ModelRunner):
                 "cu_batch_token_offset": paddle.full([B + 1], 0, "int32"),
             }
         )
+        if self.ops_stop:
+            # a request's stop token ids as one-token stop sequences (FastDeploy's stop_seqs /
+            # stop_seqs_len, FD_MAX_STOP_SEQS_NUM of them)
+            si["stop_seqs"] = paddle.full([B, MAX_STOP_SEQS, 1], -1, "int64")
+            si["stop_seqs_len"] = paddle.full([B, MAX_STOP_SEQS], 0, "int32")
         return si
 
     # -- insertion ----------------------------------------------------------------------------------
     def _max_dec_len(self, p, prompt_len: int) -> int:
+        limit = min(p.max_tokens, self.max_model_len - prompt_len)
+        if self.ops_stop:
+            # the real limit, as FastDeploy's input processor clamps max_tokens to
+            # max_model_len - prompt length: the ops end the request there
+            return limit
         # past the engine's own limit by the drafts' lead (num_model_steps): neither verify nor
         # draft_model_update stops a request the engine keeps running
-        return min(p.max_tokens, self.max_model_len - prompt_len) + self.lookahead + 1
+        return limit + self.lookahead + 1
+
+    def _set_params(self, b: int, p, seed: int, prompt_len: int):
+        super()._set_params(b, p, seed, prompt_len)
+        if self.ops_stop:
+            ids = list(p.stop_token_ids)
+            if len(ids) > MAX_STOP_SEQS:
+                raise ValueError(
+                    f"stop_handling='ops': {len(ids)} stop_token_ids, at most {MAX_STOP_SEQS} "
+                    "(FastDeploy's FD_MAX_STOP_SEQS_NUM)"
+                )
+            w = self.input_batch.writer(self.share_inputs)
+            w["stop_seqs"][b] = -1
+            w["stop_seqs_len"][b] = 0
+            w["stop_seqs"][b, : len(ids), 0] = ids
+            w["stop_seqs_len"][b, : len(ids)] = 1
 
     def insert_tasks_v1(self, tasks: list[Task]) -> None:
         """The target's insertion (`ModelRunner.insert_tasks_v1`), then the proposer's on the same tasks."""
@@ -181,8 +258,34 @@ class SpeculativeModelRunner(ModelRunner):
                     policy.start(t.slot, None if t.params is None else t.params.max_draft_tokens)
                 if policy.off[t.slot] and self._mtp:
                     self.proposer.drop([t.slot])  # every chunk's insertion clears the flag
+                self._draft_dropped.discard(t.slot)
             elif t.kind is TaskKind.PREEMPTED:
                 policy.release(t.slot)
+                self._draft_dropped.discard(t.slot)
+
+    def _drop_stopped_drafts(self, ran: np.ndarray, draft_stop: np.ndarray) -> None:
+        """stop_handling "ops": switch drafting off (`MTPProposer.drop`, until the request's next
+        insertion) for a running request whose draft draft_model_update stopped (a drafted EOS
+        id, or the draft one past max_dec_len) while the target goes on. In 2.4 the next
+        ``draft_model_preprocess`` would take its stop-recovery branch, which rewinds the draft
+        by the target's ``seq_lens_this_time`` instead of ``accept_num`` (spec §14.5): the
+        draft's positions then lag by the rejected drafts, below zero for a short sequence
+        (upstream reads outside the KV cache; fd_mtp's attention refuses). The request decodes
+        on without drafts; the output is unchanged."""
+        ib, off = self.input_batch, self.draft_policy.off
+        new = [
+            int(b)
+            for b in ran
+            if draft_stop[b]
+            and not ib.stop[b]
+            and not ib.chunk[b]
+            and not off[b]
+            and int(b) not in self._draft_dropped
+        ]
+        if new:
+            self.proposer.drop(new)
+            self._draft_dropped.update(new)
+            self.num_draft_stop_drops += len(new)
 
     # -- one step -----------------------------------------------------------------------------------
     def execute_model(self, decode_slots) -> dict[int, list[int]]:
@@ -201,6 +304,7 @@ class SpeculativeModelRunner(ModelRunner):
 
         t0 = time.perf_counter()
         ib = self.input_batch
+        self.last_stopped = set()
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
         if missing:
@@ -258,6 +362,21 @@ class SpeculativeModelRunner(ModelRunner):
             si["output_cum_offsets"],
             drafts=bool((counts > 1).any()),
         )
+        if self.ops_stop:
+            # FastDeploy's post-processing order: stop sequences between verify and update
+            ops.speculate_set_stop_value_multi_seqs(
+                si["accept_tokens"],
+                si["accept_num"],
+                si["pre_ids"],
+                si["step_idx"],
+                si["stop_flags"],
+                this_time,
+                si["stop_seqs"],
+                si["stop_seqs_len"],
+                self._end_tokens,
+            )
+        # logprobs: the raw rows of the tokens kept (after the stop sequences, which only shorten
+        # a run: the rows stay laid out by the accept_num pulled below)
         accepted_rows = None if raw is None else self._accepted_logits(raw, this_time, enc)
         ops.speculate_update(
             enc,
@@ -307,9 +426,10 @@ class SpeculativeModelRunner(ModelRunner):
             paddle.minimum(target_len, dev["draft_cap"].reshape(target_len.shape)), target_len
         )
         # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
-        host = ib.pull(
-            {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}, mirrored=True
-        )
+        pulled = {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}
+        if self.ops_stop and self._mtp:
+            pulled["draft_stop"] = self.proposer.model_inputs["stop_flags"]
+        host = ib.pull(pulled, mirrored=True)
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
         result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
         self.last_logprobs = (
@@ -323,9 +443,14 @@ class SpeculativeModelRunner(ModelRunner):
             )
         )
         # drafts compared by verify: all of them, unless the op ended the request inside the run
-        # (max_dec_len): then only those before the end. (The proposer never writes the target's
-        # stop_flags, so the pulled flags are verify's.)
+        # (max_dec_len, "ops": an end token or a stop sequence): then only those before the end.
+        # (The proposer never writes the target's stop_flags, so the pulled flags are the verify
+        # and stop-sequence ops'.)
         stopped = ib.stop
+        if self.ops_stop:
+            self.last_stopped = {int(b) for b in ran if stopped[b] and not ib.chunk[b]}
+            if self._mtp:
+                self._drop_stopped_drafts(ran, host["draft_stop"].reshape(-1))
         self.last_drafted = {
             int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
             for b, p, c in zip(ran, prefilling, counts)

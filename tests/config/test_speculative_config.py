@@ -78,6 +78,9 @@ def test_hybrid_mode_needs_more_drafts_than_substeps():
         ("num_gpu_block_expand_ratio", 0, "num_gpu_block_expand_ratio must be a number > 0"),
         ("benchmark_mode", 1, "benchmark_mode must be a bool"),
         ("model", 3, "model must be a path string or None"),
+        ("stop_handling", "host", r"stop_handling must be one of \['engine', 'ops'\], got 'host'"),
+        ("stop_handling", None, "stop_handling must be one of"),
+        ("stop_handling", True, "stop_handling must be one of"),
     ],
 )
 def test_bad_values_raise_naming_the_field(field, value, message):
@@ -109,3 +112,10 @@ def test_a_separate_draft_model_is_refused_not_ignored():
             SpeculativeConfig(model=value)
     assert SpeculativeConfig(model=None).model is None
     assert SpeculativeConfig.from_value({"method": "mtp", "model": ""}).model is None
+
+
+def test_stop_handling_defaults_to_the_engine_and_accepts_ops():
+    assert SpeculativeConfig().stop_handling == "engine"
+    assert SpeculativeConfig(stop_handling="ops").stop_handling == "ops"
+    c = SpeculativeConfig.from_value({"method": "ngram", "stop_handling": "ops"})
+    assert (c.method, c.stop_handling, c.extra) == ("ngram", "ops", {})

@@ -9,7 +9,20 @@ Sampling: "target_match" verification reproduces plain seeded sampling token for
 "rejection" (lossless speculative sampling) matches plain sampling in distribution (a bounded,
 seeded chi-square test). Invariants of spec §1.4 between the target and the proposer hold after
 every step.
+
+Stop handling (``SpeculativeConfig.stop_handling``): the core greedy cases (every K and
+num_model_steps, batches joining mid-run, chunked prefill, KV blocks running out, stops inside an
+accepted run, random engines) run in both modes. "engine" (the host stops requests as plain
+decoding does) must equal plain decoding; "ops" (FastDeploy's configuration: the ops end
+requests, ``ignore_eos`` refused) must equal plain decoding's token stream under upstream's stop
+rules (`ops_expected`: an EOS id ends the request and is kept; the token at the request's limit is
+replaced by the first EOS id and the finish reason is "length"). "ops" runs on the same weights
+with a second EOS id that greedy decoding meets (``*_eos`` checkpoints: about a quarter of the
+requests end at it, often inside an accepted run). The rules themselves are tested case by case
+in tests/e2e/test_ops_stop_path.py.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -38,6 +51,14 @@ def ckpts(tmp_path_factory):
         "exact": write_exact_draft_checkpoint(root / "exact", seed=3),
         "mixed": write_exact_draft_checkpoint(root / "mixed", seed=3, context=0.3),
         "random": write_random_checkpoint(root / "random", seed=4),
+        # the same weights with a second EOS id that greedy decoding meets in some requests
+        # (stop_handling "ops" then ends those requests inside accepted runs); the first EOS id
+        # (2, never generated) is what verify writes at max_tokens
+        "exact_eos": write_exact_draft_checkpoint(root / "exact_eos", seed=3, eos_token_id=[2, 87]),
+        "mixed_eos": write_exact_draft_checkpoint(
+            root / "mixed_eos", seed=3, context=0.3, eos_token_id=[2, 133]
+        ),
+        "random_eos": write_random_checkpoint(root / "random_eos", seed=4, eos_token_id=[2, 147]),
     }
 
 
@@ -75,24 +96,65 @@ def mtp(k, steps=None, **kw):
     }
 
 
-def check_equal(ckpt, spec, ps, max_tokens, **llm_kw):
-    params = [SamplingParams(max_tokens=n, **GREEDY) for n in max_tokens]
-    llm = llm_for(ckpt, spec, **llm_kw)
+MODES = ["engine", "ops"]
+
+
+def with_mode(spec, mode):
+    """``spec`` (a dict) with ``stop_handling = mode``."""
+    return {**spec, "stop_handling": mode}
+
+
+def greedy_params(n, mode, **kw):
+    """Greedy SamplingParams of ``n`` tokens: ignoring EOS in "engine" mode (as plain decoding is
+    run), not in "ops" mode (which refuses ignore_eos)."""
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=mode == "engine", **kw)
+
+
+def ops_expected(stream, limit, eos_ids):
+    """Upstream's stop rules (stop_handling "ops", no stop token ids) applied to a greedy token
+    stream: ``(tokens, finish_reason)``. Token k (1-based) ends the request when k == limit
+    (speculate_verify's ``step_idx >= max_dec_len``: the token becomes ``eos_ids[0]``, reason
+    "length", FastDeploy's "token count == max_tokens") or when it is an EOS id (kept; "stop")."""
+    out = []
+    for k, t in enumerate(stream[:limit], 1):
+        if k == limit:
+            return out + [eos_ids[0]], "length"
+        out.append(t)
+        if t in eos_ids:
+            return out, "stop"
+    raise AssertionError(f"the stream has {len(stream)} tokens, fewer than the limit {limit}")
+
+
+def expected_outputs(ckpt, ps, max_tokens, mode, eos_ids):
+    """What speculative greedy generation must give per mode: plain decoding's output ("engine"),
+    or `ops_expected` of plain decoding's stream ("ops")."""
+    stream = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=n, **GREEDY) for n in max_tokens])
+    if mode == "engine":
+        return [(w, "length") for w in stream]
+    # every LLM of this module has max_model_len L
+    return [ops_expected(w, min(n, L - len(p)), eos_ids) for w, n, p in zip(stream, max_tokens, ps)]
+
+
+def check_equal(ckpt, spec, ps, max_tokens, mode="engine", **llm_kw):
+    params = [greedy_params(n, mode) for n in max_tokens]
+    llm = llm_for(ckpt, with_mode(spec, mode), **llm_kw)
     outs = llm.generate(ps, params, use_tqdm=False)
-    want = plain_tokens(ckpt, ps, params)
-    for i, (o, w) in enumerate(zip(outs, want)):
-        assert o.error is None and o.finish_reason == "length", (i, o.error)
-        assert o.token_ids == w, f"request {i}: speculative {o.token_ids} != plain {w}"
+    want = expected_outputs(ckpt, ps, max_tokens, mode, llm.runner.eos_token_ids)
+    for i, (o, (w, reason)) in enumerate(zip(outs, want)):
+        assert o.error is None and o.finish_reason == reason, (i, o.error, o.finish_reason)
+        assert o.token_ids == w, f"request {i} ({mode}): speculative {o.token_ids} != {w}"
     return llm, outs
 
 
 GRID = [(k, s) for k in range(1, 6) for s in range(1, k + 1)]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("k,steps", GRID)
-def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps):
+def test_greedy_equals_plain_for_every_k_and_num_model_steps(ckpts, k, steps, mode):
     ps = prompts([5, 1, 17, 9, 3, 30], seed=k)
-    llm, outs = check_equal(ckpts["mixed"], mtp(k, steps), ps, [12, 9, 14, 6, 11, 10])
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm, outs = check_equal(ckpt, mtp(k, steps), ps, [12, 9, 14, 6, 11, 10], mode)
     m = llm.speculative_metrics
     assert m.num_drafted > 0 and 0 < m.num_accepted < m.num_drafted  # both paths ran
     assert m.drafted_per_position[steps:] == [0] * (k - steps)  # no hybrid: num_model_steps drafts
@@ -134,7 +196,8 @@ def test_random_drafter_changes_nothing(ckpts):
     assert llm.speculative_metrics.num_drafted > 0
 
 
-def test_ngram_method_equals_plain(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_ngram_method_equals_plain(ckpts, mode):
     base = prompts([5, 7], seed=60)
     ps = [b * 3 for b in base] + prompts([9], seed=61)
     spec = {
@@ -143,21 +206,24 @@ def test_ngram_method_equals_plain(ckpts):
         "verification": "greedy",
         "max_ngram_size": 3,
     }
-    llm, _ = check_equal(ckpts["mixed"], spec, ps, [14, 12, 9])
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm, _ = check_equal(ckpt, spec, ps, [14, 12, 9], mode)
     assert llm.speculative_metrics.num_drafted > 0
 
 
-def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
-    ckpt = ckpts["mixed"]
+@pytest.mark.parametrize("mode", MODES)
+def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts, mode):
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
     ps = prompts([3, 8, 1, 21, 5, 13, 2, 9, 17, 4, 6, 30, 11, 7, 1, 15], seed=70)
     n = [9, 12, 7, 10, 14, 6, 11, 8, 13, 9, 5, 12, 10, 7, 11, 8]
-    params = [SamplingParams(max_tokens=k, **GREEDY) for k in n]
-    want = plain_tokens(ckpt, ps, params)
+    params = [greedy_params(k, mode) for k in n]
+    want = [w for w, _ in expected_outputs(ckpt, ps, n, mode, [2, 133])]
+    spec = with_mode(mtp(3, 2), mode)
     # batch of one
-    single = llm_for(ckpt, mtp(3, 2), max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
+    single = llm_for(ckpt, spec, max_num_seqs=1).generate(ps[:3], params[:3], use_tqdm=False)
     assert [o.token_ids for o in single] == want[:3]
     # 16 slots, requests arriving while others decode
-    llm = llm_for(ckpt, mtp(3, 2), max_num_seqs=16, max_num_batched_tokens=64)
+    llm = llm_for(ckpt, spec, max_num_seqs=16, max_num_batched_tokens=64)
     engine = llm.engine
     ids = [engine.add_request(ps[i], params[i]) for i in range(4)]
     steps = 0
@@ -175,28 +241,32 @@ def test_batches_of_1_to_16_with_requests_joining_mid_run(ckpts):
     assert [engine.pop_output(r).token_ids for r in ids] == want
 
 
-def test_chunked_prefill(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_chunked_prefill(ckpts, mode):
     ps = prompts([41, 23, 3, 57], seed=80)
     # 8 tokens per step: the long prompts are prefilled in chunks, and decodes (4 tokens each with
     # K = 3) leave the chunked prefills some steps with no budget at all (they sit those out)
-    llm, outs = check_equal(ckpts["mixed"], mtp(3, 3), ps, [10, 12, 9, 8], max_num_batched_tokens=8)
+    eos = "" if mode == "engine" else "_eos"
+    llm, outs = check_equal(
+        ckpts["mixed" + eos], mtp(3, 3), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=8
+    )
     assert outs[3].metrics.num_steps >= 57 // 8
-    check_equal(ckpts["exact"], mtp(2, 2), ps, [10, 12, 9, 8], max_num_batched_tokens=5)
+    check_equal(ckpts["exact" + eos], mtp(2, 2), ps, [10, 12, 9, 8], mode, max_num_batched_tokens=5)
 
 
-def test_kv_blocks_running_out(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_kv_blocks_running_out(ckpts, mode):
     ps = prompts([9, 12, 6, 10], seed=90)
     n = [14, 12, 16, 13]
     # block_size 4: each request needs up to 8 blocks (+ draft lookahead); 18 blocks for 4 slots
-    llm, outs = check_equal(
-        ckpts["mixed"], mtp(3, 2), ps, n, block_size=4, num_gpu_blocks=18, max_num_batched_tokens=16
-    )
+    kw = dict(block_size=4, max_num_batched_tokens=16)
+    eos = "" if mode == "engine" else "_eos"
+    llm, outs = check_equal(ckpts["mixed" + eos], mtp(3, 2), ps, n, mode, num_gpu_blocks=18, **kw)
     assert llm.engine.num_preemptions > 0
     assert sum(o.metrics.num_preemptions for o in outs) == llm.engine.num_preemptions
     assert llm.engine.block_manager.num_free == 18
-    llm, _ = check_equal(
-        ckpts["exact"], mtp(4, 4), ps, n, block_size=4, num_gpu_blocks=12, max_num_batched_tokens=32
-    )
+    kw = dict(block_size=4, max_num_batched_tokens=32)
+    llm, _ = check_equal(ckpts["exact" + eos], mtp(4, 4), ps, n, mode, num_gpu_blocks=12, **kw)
     assert llm.engine.num_preemptions > 0
 
 
@@ -242,35 +312,54 @@ def test_proposer_agrees_with_the_target_after_every_step(ckpts):
 SAMPLED = dict(temperature=0.9, top_p=0.95, top_k=40, ignore_eos=True)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("which,k,steps", [("mixed", 3, 3), ("exact", 2, 1), ("random", 2, 2)])
-def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps):
+def test_target_match_reproduces_plain_seeded_sampling(ckpts, which, k, steps, mode):
+    """ "ops": the plain seeded stream under upstream's stop rules (sampled tokens may be EOS)."""
     ps = prompts([6, 15, 2, 9], seed=110)
     params = [
         SamplingParams(max_tokens=12, seed=s, repetition_penalty=1.0, **SAMPLED)
         for s in (5, 6, 7, 8)
     ]
     want = plain_tokens(ckpts[which], ps, params)
-    spec = mtp(k, steps, verification="target_match")
+    spec = with_mode(mtp(k, steps, verification="target_match"), mode)
     llm = llm_for(ckpts[which], spec, block_size=4, num_gpu_blocks=22, max_num_batched_tokens=12)
+    if mode == "ops":
+        want = [ops_expected(w, 12, [2])[0] for w in want]
+        params = [dataclasses.replace(p, ignore_eos=False) for p in params]
     assert [o.token_ids for o in llm.generate(ps, params, use_tqdm=False)] == want
     assert llm.speculative_metrics.num_drafted > 0
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("verification", ["topp", "topk"])
-def test_candidate_verification(ckpts, verification):
+def test_candidate_verification(ckpts, verification, mode):
     """FastDeploy's candidate rules: greedy requests keep only the argmax candidate (greedy output);
     sampled requests accept drafts among the top-p candidates (not lossless: only validity is
-    checked)."""
+    checked; "ops": a request ends at an EOS id or with the EOS id as its 12th token)."""
     ps = prompts([6, 15, 2], seed=140)
-    greedy = [SamplingParams(max_tokens=12, **GREEDY)] * 3
-    llm = llm_for(ckpts["mixed"], mtp(3, 2, verification=verification), seed=5)
-    assert [o.token_ids for o in llm.generate(ps, greedy, use_tqdm=False)] == plain_tokens(
-        ckpts["mixed"], ps, greedy
-    )
-    sampled = [SamplingParams(max_tokens=12, seed=s, **SAMPLED) for s in (1, 2, 3)]
+    ckpt = ckpts["mixed" if mode == "engine" else "mixed_eos"]
+    llm = llm_for(ckpt, with_mode(mtp(3, 2, verification=verification), mode), seed=5)
+    want = expected_outputs(ckpt, ps, [12] * 3, mode, [2, 133])
+    greedy = [greedy_params(12, mode)] * 3
+    outs = llm.generate(ps, greedy, use_tqdm=False)
+    assert [(o.token_ids, o.finish_reason) for o in outs] == want
+    sampled = [
+        SamplingParams(max_tokens=12, seed=s, **{**SAMPLED, "ignore_eos": mode == "engine"})
+        for s in (1, 2, 3)
+    ]
     outs = llm.generate(ps, sampled, use_tqdm=False)
-    assert all(o.finish_reason == "length" and len(o.token_ids) == 12 for o in outs)
     assert all(0 <= t < 300 for o in outs for t in o.token_ids)
+    for o in outs:
+        if mode == "engine":
+            assert o.finish_reason == "length" and len(o.token_ids) == 12
+        else:  # ends at its first EOS id, or with the EOS id written at max_tokens
+            assert not {2, 133} & set(o.token_ids[:-1])
+            if o.finish_reason == "length":
+                assert len(o.token_ids) == 12 and o.token_ids[-1] == 2
+            else:
+                assert o.finish_reason == "stop" and o.token_ids[-1] in (2, 133)
+                assert len(o.token_ids) < 12
     assert llm.speculative_metrics.num_accepted > 0
 
 
@@ -345,22 +434,30 @@ def test_bad_speculative_settings(ckpts, tmp_path):
     assert outs[1].finish_reason == "length" and len(outs[1].token_ids) == 3
 
 
-def test_stops_inside_an_accepted_run(ckpts):
+@pytest.mark.parametrize("mode", MODES)
+def test_stops_inside_an_accepted_run(ckpts, mode):
     """A stop token id, EOS or max_tokens reached in the middle of a step's accepted drafts ends the
-    request there: later tokens of that step are dropped, as plain decoding never produces them."""
+    request there: later tokens of that step are dropped, as plain decoding never produces them.
+    "ops": speculate_set_stop_value_multi_seqs replaces the token after the stop token id by the
+    EOS id, and verify the 13th token of request 1 (its max_tokens) by the EOS id."""
     ckpt = ckpts["exact"]
     ps = prompts([5, 8], seed=130)
     plain = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=24, **GREEDY)] * 2)
-    stop_tok = plain[0][9]  # the 10th token of request 0
+    stop_tok = plain[0][9]  # the 10th token of request 0 (inside the third step's run of 5)
     params = [
         SamplingParams(max_tokens=24, temperature=0.0, stop_token_ids=[stop_tok]),
-        SamplingParams(max_tokens=13, **GREEDY),
+        greedy_params(13, mode),
     ]
-    want = plain_tokens(ckpt, ps, params)
-    llm = llm_for(ckpt, mtp(4))
+    want = plain_tokens(ckpt, ps, [params[0], SamplingParams(max_tokens=13, **GREEDY)])
+    llm = llm_for(ckpt, with_mode(mtp(4), mode))
     outs = llm.generate(ps, params, use_tqdm=False)
-    assert [o.token_ids for o in outs] == want
-    assert outs[0].token_ids[-1] == stop_tok and outs[0].finish_reason == "stop"
+    if mode == "engine":
+        assert [o.token_ids for o in outs] == want
+    else:
+        assert outs[0].token_ids == want[0] + [2]  # the EOS id replaces the token after the stop
+        assert outs[1].token_ids == want[1][:12] + [2]
+    assert want[0][-1] == stop_tok
+    assert outs[0].finish_reason == "stop"
     assert len(outs[1].token_ids) == 13 and outs[1].finish_reason == "length"
     assert llm.engine.block_manager.num_free == llm.runner.num_blocks
 
@@ -369,13 +466,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(data=st.data())
-def test_random_engines_equal_plain_greedy(ckpts, data):
-    """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
-    block size and KV-cache size, greedy speculative generation equals plain greedy generation."""
+def _random_engine_equals_plain(ckpts, data, mode):
     k = data.draw(st.integers(1, 5), label="K")
     steps = data.draw(st.integers(1, k), label="num_model_steps")
     hybrid = data.draw(st.booleans(), label="hybrid") and k > steps
@@ -394,16 +485,37 @@ def test_random_engines_equal_plain_greedy(ckpts, data):
     ps = prompts(lengths, seed=data.draw(st.integers(0, 10**6), label="prompt seed"))
     spec = mtp(k, steps, mtp_strategy="with_ngram" if hybrid else "default")
     llm, _ = check_equal(
-        ckpts[which],
+        ckpts[which if mode == "engine" else which + "_eos"],
         spec,
         ps,
         max_tokens,
+        mode,
         max_num_seqs=slots,
         max_num_batched_tokens=budget,
         block_size=block_size,
         num_gpu_blocks=blocks,
     )
     assert llm.engine.block_manager.num_free == blocks and not llm.engine.running
+
+
+_HYPOTHESIS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@settings(max_examples=40, **_HYPOTHESIS)
+@given(data=st.data())
+def test_random_engines_equal_plain_greedy(ckpts, data):
+    """Property: for random K, num_model_steps, hybrid mode, drafter, batch composition, token budget,
+    block size and KV-cache size, greedy speculative generation equals plain greedy generation
+    (stop_handling "engine")."""
+    _random_engine_equals_plain(ckpts, data, "engine")
+
+
+@settings(max_examples=20, **_HYPOTHESIS)
+@given(data=st.data())
+def test_random_engines_ops_stop_path_follow_upstream_rules(ckpts, data):
+    """The same property with stop_handling "ops" (fewer examples): the output is plain greedy
+    decoding's stream under upstream's stop rules (`ops_expected`)."""
+    _random_engine_equals_plain(ckpts, data, "ops")
 
 
 # -- draft length policies, per-request control, draft sampling (issue 18) --------------------------
@@ -491,11 +603,13 @@ def test_exact_drafts_stay_exact_whatever_the_substeps(ckpts, steps, chunk):
     assert len(policy.metrics.steps_histogram) == steps
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("which", ["mixed", "exact", "random"])
-def test_adaptive_policy_keeps_greedy_output(ckpts, which):
+def test_adaptive_policy_keeps_greedy_output(ckpts, which, mode):
     """The adaptive policy on measured costs (whatever it chooses, greedy output is plain's)."""
     spec = mtp(3, draft_policy="adaptive")
-    llm, outs = check_equal(ckpts[which], spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30])
+    ckpt = ckpts[which if mode == "engine" else which + "_eos"]
+    llm, outs = check_equal(ckpt, spec, prompts([6, 2, 11, 8], seed=90), [24, 18, 20, 30], mode)
     m = llm.runner.draft_policy.metrics
     steps = llm.speculative_metrics.num_steps
     assert sum(m.k_histogram) >= steps - 4 and len(m.history) > 0
