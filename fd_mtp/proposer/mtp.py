@@ -81,10 +81,13 @@ class MTPProposer:
         rank_id, msg_queue_id: where a prefill node sends its first tokens (mtp_save_first_token).
         ngram_threshold: ``hybrid_mtp_ngram``'s token budget (SPEC_TOKENUM_THRESHOLD; None = env/1024).
         draft_end_ids: the ``end_ids`` of ``draft_model_update`` (a drafted end id stops the draft);
-            default the target's ``eos_token_id`` as FastDeploy. fd_mtp's runner passes ``[-1]``
-            (matches nothing): its engine stops requests on the host, and a draft stop would send
-            the next step through 2.4's stop-recovery branch, which rewinds by the target's
-            seq_lens_this_time instead of accept_num (spec §14.5) and shifts the draft's positions.
+            default the target's ``eos_token_id`` as FastDeploy. With ``stop_handling="engine"``
+            (the default) fd_mtp's runner passes ``[-1]`` (matches nothing): its engine stops
+            requests on the host, and a draft stop would send the next step through 2.4's
+            stop-recovery branch, which rewinds by the target's seq_lens_this_time instead of
+            accept_num (spec §14.5) and shifts the draft's positions. With ``stop_handling="ops"``
+            it passes the real end ids and switches drafting off for a request whose draft
+            stopped while the target goes on (see `fd_mtp.engine.spec_runner`).
     """
 
     def __init__(
