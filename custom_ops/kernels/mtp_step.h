@@ -47,25 +47,82 @@ FD_HOST_DEVICE inline bool mtp_step_releases(const MtpStepParams& p, int64_t b) 
   return p.base_model_stop_flags[b] || p.batch_drop[b];
 }
 
+// Slot of the block holding position seq_lens_decoder + K + 1 of request b.
+FD_HOST_DEVICE inline int64_t mtp_step_next_slot(const MtpStepParams& p, int64_t b) {
+  return (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
+}
+
 // Slot of the block request b needs next, or -1 when it needs none.
 FD_HOST_DEVICE inline int64_t mtp_step_needed_slot(const MtpStepParams& p, int64_t b) {
   if (mtp_step_releases(p, b)) return -1;
-  const int64_t slot =
-      (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
+  const int64_t slot = mtp_step_next_slot(p, b);
   if (slot < 0 || slot >= p.num_blocks_per_seq) return -1;
   return p.block_tables[b * p.num_blocks_per_seq + slot] == -1 ? slot : -1;
 }
 
+// Moves decode block i of request b (0 <= i < used_list_len[b]) to
+// free_list[offset + i] and clears its slot in the block table.
+FD_HOST_DEVICE inline void mtp_step_release_block(const MtpStepParams& p, int64_t b, int64_t i,
+                                                  int64_t offset) {
+  int32_t* row = p.block_tables + b * p.num_blocks_per_seq + p.encoder_block_lens[b];
+  p.free_list[offset + i] = row[i];
+  row[i] = -1;
+}
+
+// Moves request b's decode blocks to free_list[offset, offset + used) and
+// zeroes its used_list_len; returns how many it moved (free_list_len is the
+// caller's).
+FD_HOST_DEVICE inline int32_t mtp_step_release_blocks_at(const MtpStepParams& p, int64_t b,
+                                                         int64_t offset) {
+  const int32_t used = p.used_list_len[b];
+  for (int32_t i = 0; i < used; ++i) mtp_step_release_block(p, b, i, offset);
+  p.used_list_len[b] = 0;
+  return used;
+}
+
 // Appends request b's decode blocks to the free list and clears them.
 FD_HOST_DEVICE inline void mtp_step_release_blocks(const MtpStepParams& p, int64_t b) {
-  int32_t* row = p.block_tables + b * p.num_blocks_per_seq + p.encoder_block_lens[b];
-  const int32_t used = p.used_list_len[b];
-  for (int32_t i = 0; i < used; ++i) {
-    p.free_list[*p.free_list_len + i] = row[i];
-    row[i] = -1;
+  *p.free_list_len += mtp_step_release_blocks_at(p, b, *p.free_list_len);
+}
+
+// Step 3's preemption of request b, after its blocks were released: it stops
+// drafting this step.
+FD_HOST_DEVICE inline void mtp_step_drop(const MtpStepParams& p, int64_t b) {
+  p.stop_flags[b] = true;
+  p.batch_drop[b] = true;
+  p.seq_lens_this_time[b] = 0;
+  p.seq_lens_decoder[b] = 0;
+}
+
+// Step 4 for request b (in the need list, not dropped): its next slot gets `block`.
+FD_HOST_DEVICE inline void mtp_step_take_block(const MtpStepParams& p, int64_t b, int32_t block) {
+  p.used_list_len[b] += 1;
+  p.block_tables[b * p.num_blocks_per_seq + mtp_step_next_slot(p, b)] = block;
+}
+
+// Step 3's victim key of request b (after step 1): the decode blocks it
+// holds, 0 for a stopped request. The victim has the largest key, the lowest
+// index on ties.
+FD_HOST_DEVICE inline int32_t mtp_step_victim_key(const MtpStepParams& p, int64_t b) {
+  return p.base_model_stop_flags[b] ? 0 : p.used_list_len[b];
+}
+
+// The per-request part of mtp_step_check: reports the first problem of
+// request b and returns false, or returns true.
+FD_HOST_DEVICE inline bool mtp_step_check_request(const MtpStepParams& p, int64_t b,
+                                                  KernelStatus* st) {
+  const int64_t used = p.used_list_len[b];
+  if (used < 0 || p.encoder_block_lens[b] < 0 ||
+      p.encoder_block_lens[b] + used > p.num_blocks_per_seq) {
+    report(st, kMtpStepUsedListLen, b, used,
+           p.num_blocks_per_seq - (p.encoder_block_lens[b] > 0 ? p.encoder_block_lens[b] : 0));
+    return false;
   }
-  *p.free_list_len += used;
-  p.used_list_len[b] = 0;
+  if (!mtp_step_releases(p, b) && p.seq_lens_decoder[b] < 0) {
+    report(st, kMtpStepNegativeDecoder, b, p.seq_lens_decoder[b], 0);
+    return false;
+  }
+  return true;
 }
 
 // Validates the whole batch without writing: every append stays inside the
@@ -79,20 +136,11 @@ FD_HOST_DEVICE inline void mtp_step_check(const MtpStepParams& p, KernelStatus* 
   }
   int64_t released = 0, preemptible = 0, need = 0;
   for (int64_t b = 0; b < p.bsz; ++b) {
+    if (!mtp_step_check_request(p, b, st)) return;
     const int64_t used = p.used_list_len[b];
-    if (used < 0 || p.encoder_block_lens[b] < 0 ||
-        p.encoder_block_lens[b] + used > p.num_blocks_per_seq) {
-      report(st, kMtpStepUsedListLen, b, used,
-             p.num_blocks_per_seq - (p.encoder_block_lens[b] > 0 ? p.encoder_block_lens[b] : 0));
-      return;
-    }
     if (mtp_step_releases(p, b)) {
       released += used;
     } else {
-      if (p.seq_lens_decoder[b] < 0) {
-        report(st, kMtpStepNegativeDecoder, b, p.seq_lens_decoder[b], 0);
-        return;
-      }
       preemptible += used;
       need += mtp_step_needed_slot(p, b) >= 0;
     }
@@ -144,27 +192,21 @@ FD_HOST_DEVICE inline void mtp_step_apply(const MtpStepParams& p) {
     int64_t victim = 0;
     int32_t most = -1;
     for (int64_t b = 0; b < p.bsz; ++b) {
-      const int32_t used = p.base_model_stop_flags[b] ? 0 : p.used_list_len[b];
+      const int32_t used = mtp_step_victim_key(p, b);
       if (used > most) {
         most = used;
         victim = b;
       }
     }
     mtp_step_release_blocks(p, victim);  // most > 0: guaranteed by mtp_step_check
-    p.stop_flags[victim] = true;
-    p.batch_drop[victim] = true;
-    p.seq_lens_this_time[victim] = 0;
-    p.seq_lens_decoder[victim] = 0;
+    mtp_step_drop(p, victim);
   }
   // 4. Give each remaining needy request one block.
   for (int64_t i = 0; i < need; ++i) {
     const int64_t b = p.need_list[i];
     if (p.batch_drop[b]) continue;
-    const int64_t slot =
-        (static_cast<int64_t>(p.seq_lens_decoder[b]) + p.max_draft_tokens + 1) / p.block_size;
-    p.used_list_len[b] += 1;
     *p.free_list_len -= 1;
-    p.block_tables[b * p.num_blocks_per_seq + slot] = p.free_list[*p.free_list_len];
+    mtp_step_take_block(p, b, p.free_list[*p.free_list_len]);
   }
 }
 

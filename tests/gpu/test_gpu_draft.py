@@ -544,3 +544,236 @@ def test_mtp_step_bad_input_writes_nothing(case, argument):
     with pytest.raises(ValueError, match=rf"mtp_step_paddle: {argument}"):
         call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
     compare_all(dev, host, arrays_of(args))
+
+
+# The kernel runs one block that walks the batch in chunks of its threads: prefix sums for the
+# free-list appends, the need list and the pops, a block arg-max per victim. The cases below
+# cover batches past one chunk, many victims, ties in holdings and every error status.
+MTP_BATCHES = [1, 7, 33, 257, 1000, 4097]
+MTP_NB, MTP_BS, MTP_K = 8, 4, 2
+
+
+def mtp_crowded_batch(rng, bsz, *, max_used=3, free_len=0, p_stop=0.1, p_drop=0.05, p_need=0.9):
+    """A batch where most running requests need a block (their next slot is the first free one),
+    holdings are small (many ties) and free_len is small, so step 3 preempts many requests. Every
+    request's encoder + decode blocks fit the row and its next slot stays inside it."""
+    enc_blocks = rng.integers(0, 3, bsz).astype(np.int32)
+    used = rng.integers(0, max_used + 1, bsz).astype(np.int32)
+    assert int((enc_blocks + used).max(initial=0)) < MTP_NB
+    tables = np.full((bsz, MTP_NB), -1, dtype=np.int32)
+    held = enc_blocks + used
+    ids = np.arange(int(held.sum()), dtype=np.int32)
+    starts = np.concatenate([[0], np.cumsum(held)[:-1]]).astype(np.int64)
+    for b in range(bsz):
+        tables[b, : held[b]] = ids[starts[b] : starts[b] + held[b]]
+    # slot (dec + K + 1) // BS: the first free slot (needs a block) or the last held one (not).
+    needy = rng.random(bsz) < p_need
+    slot = np.where(needy | (held == 0), held, held - 1).astype(np.int64)
+    dec = slot * MTP_BS - MTP_K - 1 + rng.integers(0, MTP_BS, bsz)
+    dec = np.maximum(dec, 0).astype(np.int32)
+    assert np.array_equal((dec.astype(np.int64) + MTP_K + 1) // MTP_BS, slot)
+    capacity = free_len + int(used.sum()) + 4
+    return dict(
+        base_model_stop_flags=rng.random(bsz) < p_stop,
+        stop_flags=rng.random(bsz) < 0.2,
+        batch_drop=rng.random(bsz) < p_drop,
+        seq_lens_this_time=rng.integers(0, MTP_K + 2, bsz).astype(np.int32),
+        seq_lens_encoder=rng.integers(0, 10, bsz).astype(np.int32),
+        seq_lens_decoder=dec,
+        block_tables=tables,
+        encoder_block_lens=enc_blocks,
+        used_list_len=used,
+        free_list=np.arange(10**5, 10**5 + capacity, dtype=np.int32),
+        free_list_len=np.array([free_len], dtype=np.int32),
+        block_size=MTP_BS,
+        max_draft_tokens=MTP_K,
+    )
+
+
+def mtp_set_free_len(args, free_len):
+    """free_len free blocks, and room in the free list for every decode block held plus 4."""
+    capacity = free_len + int(args["used_list_len"].sum()) + 4
+    args["free_list"] = np.arange(10**5, 10**5 + capacity, dtype=np.int32)
+    args["free_list_len"][0] = free_len
+
+
+def mtp_shortfall(args):
+    """Blocks needed beyond what the free list, step 1 and every possible victim can give."""
+    running = ~(args["base_model_stop_flags"] | args["batch_drop"])
+    dec = args["seq_lens_decoder"].astype(np.int64)
+    slot = (dec + args["max_draft_tokens"] + 1) // args["block_size"]
+    rows = np.arange(slot.size)
+    inside = slot < args["block_tables"].shape[1]
+    needy = running & inside
+    needy[inside] &= args["block_tables"][rows[inside], slot[inside]] == -1
+    return int(needy.sum()) - int(args["used_list_len"].sum())
+
+
+def mtp_expected_status(args):
+    """(code, request, value, limit) of mtp_step_check (custom_ops/kernels/mtp_step.h), or None:
+    the sequential check the kernel must reproduce exactly, first failing request first."""
+    stop = args["base_model_stop_flags"].reshape(-1)
+    drop = args["batch_drop"].reshape(-1)
+    dec = args["seq_lens_decoder"].reshape(-1)
+    enc = args["encoder_block_lens"].reshape(-1)
+    used = args["used_list_len"].reshape(-1)
+    tables = args["block_tables"]
+    nb = tables.shape[1]
+    capacity = args["free_list"].size
+    free_len = int(args["free_list_len"][0])
+    bsz = args["seq_lens_this_time"].size
+    k, bs = args["max_draft_tokens"], args["block_size"]
+    if free_len < 0 or free_len > capacity:
+        return (4, -1, free_len, capacity)
+    released = preemptible = need = 0
+    for b in range(bsz):
+        u, e = int(used[b]), int(enc[b])
+        if u < 0 or e < 0 or e + u > nb:
+            return (3, b, u, nb - max(e, 0))
+        if stop[b] or drop[b]:
+            released += u
+            continue
+        if dec[b] < 0:
+            return (5, b, int(dec[b]), 0)
+        preemptible += u
+        slot = (int(dec[b]) + k + 1) // bs
+        need += 0 <= slot < nb and tables[b, slot] == -1
+    if need > free_len + released + preemptible:
+        return (1, -1, need, free_len + released + preemptible)
+    free_after = free_len + released
+    order = sorted((-int(used[b]), b) for b in range(bsz) if not (stop[b] or drop[b]))
+    for neg_used, _ in order:
+        if need <= free_after:
+            break
+        free_after -= neg_used
+    if free_after > capacity:
+        return (2, -1, free_after, capacity)
+    return None
+
+
+def mtp_check_outcome(args):
+    """Runs the kernel on device copies of args: on success every written array must equal the
+    reference's; on an expected error the message must be the sequential check's (same code,
+    request, value and limit) and nothing may be written. Returns the expected status."""
+    from fd_mtp import schema
+
+    expected = mtp_expected_status(args)
+    host, dev = split(args)
+    if expected is None:
+        call(ref.mtp_step_paddle, host, MTP_ORDER)
+        call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+    else:
+        message = schema.get("mtp_step_paddle").format_status(*expected)
+        with pytest.raises(ValueError) as err:
+            call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+        assert str(err.value) == message
+    compare_all(dev, host, arrays_of(args))
+    return expected
+
+
+def newly_dropped(args_before, dev):
+    return int((cp.asnumpy(dev["batch_drop"]) & ~args_before["batch_drop"]).sum())
+
+
+@pytest.mark.parametrize("bsz", MTP_BATCHES)
+@pytest.mark.parametrize("max_used", [1, 3, 5])
+def test_mtp_step_heavy_preemption(bsz, max_used):
+    rng = np.random.default_rng([bsz, max_used, 62])
+    args = mtp_crowded_batch(rng, bsz, max_used=max_used, p_stop=0.02, p_drop=0.01)
+    mtp_set_free_len(args, max(int(rng.integers(0, 3)), mtp_shortfall(args)))
+    assert mtp_expected_status(args) is None  # blocks suffice after preemption
+    host, dev = split(args)
+    call(ref.mtp_step_paddle, host, MTP_ORDER)
+    call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+    compare_all(dev, host, arrays_of(args))
+    victims = newly_dropped(args, dev)
+    if bsz >= 33:  # the case is what it claims: step 3 preempts many requests
+        assert victims >= bsz // (4 * max_used), victims
+
+
+@pytest.mark.parametrize("bsz", MTP_BATCHES)
+def test_mtp_step_equal_holdings_preempt_lowest_indices_first(bsz):
+    # Every request holds 2 decode blocks and needs one, nothing is free: each victim frees 2
+    # and stays in the need list, so the first ceil(bsz / 2) requests (ties: lowest index) are
+    # dropped and each remaining one takes a block.
+    rng = np.random.default_rng([bsz, 63])
+    args = mtp_crowded_batch(rng, bsz, max_used=0, p_stop=0, p_drop=0, p_need=1)
+    args["used_list_len"][:] = 2
+    held = args["encoder_block_lens"] + 2
+    args["block_tables"][:] = -1
+    for b in range(bsz):
+        args["block_tables"][b, : held[b]] = np.arange(held[b]) + 10 * b
+    args["seq_lens_decoder"][:] = held * MTP_BS - MTP_K - 1
+    mtp_set_free_len(args, 0)
+    victims = (bsz + 1) // 2
+    assert mtp_check_outcome(args) is None
+    host, dev = split(args)
+    call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
+    drop = cp.asnumpy(dev["batch_drop"])
+    assert drop[:victims].all() and not drop[victims:].any()
+    assert int(cp.asnumpy(dev["free_list_len"])[0]) == 2 * victims - (bsz - victims)
+
+
+@pytest.mark.parametrize("bsz", MTP_BATCHES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mtp_step_exhaustion_and_full_free_list(bsz, seed):
+    rng = np.random.default_rng([bsz, seed, 64])
+    # Exhausted: nothing free and too few blocks held (OutOfBlocks), or just enough (success).
+    args = mtp_crowded_batch(rng, bsz, max_used=1, free_len=0, p_stop=0.05, p_need=1)
+    expected = mtp_check_outcome(args)
+    if bsz >= 7:
+        assert expected is not None and expected[0] == 1, expected
+    # Full: the free list has one entry less than the preemption's returns need (FreeListFull),
+    # or exactly as many (success).
+    for spare in (-1, 0):
+        args = mtp_crowded_batch(rng, bsz, max_used=4)
+        mtp_set_free_len(args, max(int(rng.integers(0, 4)), mtp_shortfall(args)))
+        assert mtp_expected_status(args) is None
+        free_len = int(args["free_list_len"][0])
+        args["free_list"] = args["free_list"][:free_len].copy()
+        full = mtp_expected_status(args)  # (2, -1, entries the returns fill, capacity) or None
+        free_after = free_len if full is None else full[2]
+        args["free_list"] = np.arange(10**5, 10**5 + free_after + spare, dtype=np.int32)
+        expected = mtp_check_outcome(args)
+        assert (expected is None) == (spare == 0), expected
+        if bsz >= 7 and spare < 0:
+            assert expected[0] == 2, expected
+
+
+@pytest.mark.parametrize(
+    "bad", [[5], [300, 4000], [4000, 300, 45], [45, 45 + 256, 45 + 512], [4096, 0]]
+)
+@pytest.mark.parametrize("kind", ["used", "negative_decoder", "mixed"])
+def test_mtp_step_first_bad_request_is_reported(bad, kind):
+    # Bad requests in different threads of the block and in one thread's later chunks: the
+    # report names the first in batch order, with its own value and limit, as the CPU does.
+    bsz = 4097
+    rng = np.random.default_rng([len(bad), bad[0], 65])
+    args = mtp_crowded_batch(rng, bsz, free_len=bsz)
+    args["base_model_stop_flags"][bad] = False
+    args["batch_drop"][bad] = False
+    for j, b in enumerate(bad):
+        if kind == "used" or (kind == "mixed" and j % 2 == 0):
+            args["used_list_len"][b] = MTP_NB - args["encoder_block_lens"][b] + 1 + j
+        else:
+            args["seq_lens_decoder"][b] = -1 - j
+    expected = mtp_check_outcome(args)
+    assert expected is not None and expected[1] == min(bad), expected
+
+
+def test_mtp_step_negative_decoder_of_a_stopped_request_is_no_error():
+    rng = np.random.default_rng(66)
+    args = mtp_crowded_batch(rng, 1000, free_len=3)
+    args["base_model_stop_flags"][[10, 700]] = True
+    args["seq_lens_decoder"][[10, 700]] = -5
+    assert mtp_check_outcome(args) is None
+
+
+def test_mtp_step_free_list_len_out_of_range_comes_first():
+    # free_list_len is checked before any request (a bad request later is not reported).
+    rng = np.random.default_rng(67)
+    args = mtp_crowded_batch(rng, 257, free_len=2)
+    args["used_list_len"][3] = MTP_NB + 1
+    for bad_len in (-1, args["free_list"].size + 1):
+        args["free_list_len"][0] = bad_len
+        assert mtp_check_outcome(args)[0] == 4
