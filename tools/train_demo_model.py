@@ -38,15 +38,15 @@ uninterrupted run). ``--max-minutes`` stops cleanly (saves, exports) before the 
 Threads: ``--threads`` sets OMP/MKL and Paddle's CPU thread count (set before Paddle is imported).
 
 Outputs (``--export``, default ``fd_mtp/assets/ernie45_tiny_mtp``): config.json +
-model.safetensors (bfloat16, paddleformers' layout: ``model.*`` names, ``[out, in]`` linear
-weights; `fd_mtp.model.loader.load_checkpoint` reads it back as float32 on CPU),
+model.safetensors (float32 by default, ``--export-dtype bfloat16`` halves it; paddleformers'
+layout: ``model.*`` names, ``[out, in]`` linear weights; `fd_mtp.model.loader.load_checkpoint`
+reads it back as float32 on CPU),
 tokenizer.model + tokenizer_config.json, README.md, train_log.csv, loss_curve.png, train_info.json.
 ``--export-only --from-state DIR`` exports a snapshot of a running training.
 
 Example (the demo checkpoint's run; ``--help`` lists every option)::
 
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python tools/train_demo_model.py --threads 1 \\
-        --out runs/demo --max-minutes 55
+    python tools/train_demo_model.py --out runs/demo     # the defaults: 1500 steps, 2 threads
 """
 
 from __future__ import annotations
@@ -122,12 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="read *.py files here instead of the standard library (tests)",
     )
     g = p.add_argument_group("optimisation")
-    g.add_argument("--steps", type=int, default=850)
-    g.add_argument("--batch-size", type=int, default=4)
+    g.add_argument("--steps", type=int, default=1500)
+    g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--seq-len", type=int, default=256)
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     g.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr (cosine)")
-    g.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
+    g.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
     g.add_argument("--weight-decay", type=float, default=0.1)
     g.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clip")
     g.add_argument(
@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("model")
     g.add_argument("--vocab-size", type=int, default=3072)
-    g.add_argument("--hidden-size", type=int, default=192)
-    g.add_argument("--intermediate-size", type=int, default=512)
+    g.add_argument("--hidden-size", type=int, default=256)
+    g.add_argument("--intermediate-size", type=int, default=704)
     g.add_argument("--layers", type=int, default=6)
     g.add_argument("--heads", type=int, default=4)
     g.add_argument("--kv-heads", type=int, default=2)
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=3_000_000,
         help="characters of training files the tokenizer is trained on",
     )
-    g.add_argument("--export-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    g.add_argument("--export-dtype", default="float32", choices=["bfloat16", "float32"])
     return p
 
 
