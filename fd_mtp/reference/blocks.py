@@ -11,7 +11,7 @@ allocations by atomics; here (and in the op) everything goes in batch order.
 
 import numpy as np
 
-from ..schema import resolve_kw
+from ..schema import resolve_kw, written_args
 
 __all__ = [
     "speculate_schedule_cache",
@@ -200,27 +200,7 @@ def recover_decode_task(
 # --------------------------------------------------------------------------------------------
 # §5.13 speculate_step_paddle
 # --------------------------------------------------------------------------------------------
-_STEP_WRITTEN = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "is_block_step",
-    "step_block_list",
-    "step_lens",
-    "recover_block_list",
-    "recover_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "input_ids",
-    "first_token_ids",
-    "accept_num",
-)
+_STEP_WRITTEN = written_args("speculate_step_paddle")  # from the schema
 
 
 def speculate_step_paddle(
@@ -371,19 +351,7 @@ def speculate_step_system_cache(
     _commit(written, [work[n] for n in _STEP_WRITTEN])
 
 
-_RESCHEDULE_WRITTEN = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "first_token_ids",
-)
+_RESCHEDULE_WRITTEN = written_args("speculate_step_reschedule")
 
 
 def speculate_step_reschedule(

@@ -339,6 +339,11 @@ def get(name: str) -> Op:
     return all_ops()[name]
 
 
+def written_args(name: str) -> tuple[str, ...]:
+    """Names of the op's tensors written in place (role "written"), in argument order."""
+    return tuple(a.name for a in get(name).args if not isinstance(a, Attr) and a.role == "written")
+
+
 def python_signature(op: Op) -> tuple[list[str], set[str]]:
     """(positional parameter names in order, keyword-only names) of the op's Python wrapper."""
     positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]

@@ -23,6 +23,7 @@ import numpy as np
 from .. import reference as ref
 from ..schema import get as _schema_op
 from ..schema import python_signature as _python_signature
+from ..schema import written_args as _written_args
 
 
 def _positional(op: str) -> list[str]:
@@ -1278,19 +1279,7 @@ def build_speculate_step_reschedule(batch):
     used = args[names.index("used_list_len")].copy()
     used[parked] = 0
     args[names.index("used_list_len")] = used
-    written = [
-        "stop_flags",
-        "seq_lens_this_time",
-        "seq_lens_decoder",
-        "block_tables",
-        "encoder_block_lens",
-        "need_block_list",
-        "need_block_len",
-        "used_list_len",
-        "free_list",
-        "free_list_len",
-        "first_token_ids",
-    ]
+    written = list(_written_args("speculate_step_reschedule"))
     return Case(args, names, written, case.config.replace(";recover=1", ";recover=0"))
 
 

@@ -17,21 +17,10 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import written_args
 
 OP = "speculate_step_reschedule"
-WRITTEN = {
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "first_token_ids",
-}
+WRITTEN = set(written_args(OP))  # from the schema
 
 
 def both(d, bs=BS, k=K):
