@@ -91,20 +91,17 @@ def queue_key(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
     return key
 
 
-class _Message(ctypes.Structure):
-    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * MESSAGE_INTS)]
-
-
 _IPC_CREAT, _IPC_NOWAIT = 0o1000, 0o4000
 
 
-def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=False):
+def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=False, words=None):
     """The next message of the queue the ops would use, received with libc's ``msgrcv`` (any mtype;
-    no paddle): its ``MESSAGE_INTS`` int32 words as a numpy array (a shorter message is
-    zero-padded), or None when ``wait`` is False and the queue is empty. The queue is created if
-    missing, as the ops do. A failing ``msgget`` / ``msgrcv`` raises OSError.
+    no paddle): its ``words`` (default ``MESSAGE_INTS``) int32 words as a numpy array (a shorter
+    message is zero-padded), or None when ``wait`` is False and the queue is empty. The queue is
+    created if missing, as the ops do. A failing ``msgget`` / ``msgrcv`` raises OSError.
 
-    fd_mtp.reference.speculate_get_output reads the queue with it.
+    fd_mtp.reference.speculate_get_output (and ``_topk``, with the top-k message's size) read the
+    queue with it.
     """
     import numpy as np
 
@@ -124,8 +121,13 @@ def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=Fals
         ctypes.c_long,
         ctypes.c_int,
     )
-    msg = _Message()  # zero-filled
-    if libc.msgrcv(queue, ctypes.byref(msg), MESSAGE_BYTES, 0, 0 if wait else _IPC_NOWAIT) == -1:
+    n = MESSAGE_INTS if words is None else int(words)
+
+    class Message(ctypes.Structure):
+        _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * n)]
+
+    msg = Message()  # zero-filled
+    if libc.msgrcv(queue, ctypes.byref(msg), 4 * n, 0, 0 if wait else _IPC_NOWAIT) == -1:
         err = ctypes.get_errno()
         if not wait and err == _errno.ENOMSG:
             return None

@@ -381,49 +381,20 @@ def speculate_get_output_topk(
     ftok_path=None,
     max_bsz=None,
 ):
-    """`fd_mtp.ops.speculate_get_output_topk` with libc's ``msgrcv`` (ctypes): receives the next
+    """`fd_mtp.ops.speculate_get_output_topk` with libc's ``msgrcv``: receives the next
     message of the queue (``ftok_path`` None: ``"/dev/shm"``) and writes the numpy outputs as the
     op does (`speculate_get_output_topk_from_message`). Returns True when a message was
     consumed."""
-    import ctypes
-    import ctypes.util
-    import errno
-    import os
-
-    from ..sysv_queue import queue_key
+    from ..sysv_queue import receive_message  # libc msgrcv through ctypes
 
     max_bsz = _max_bsz(max_bsz)
     msg_queue_id = resolve_kw("speculate_get_output_topk", "msg_queue_id", msg_queue_id)
-    key = queue_key(msg_queue_id, ftok_path=TOPK_FTOK_PATH if ftok_path is None else ftok_path)
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.msgget.restype = ctypes.c_int
-    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
-    queue = libc.msgget(key, 0o1000 | 0o666)
-    if queue == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, f"msgget of key {key:#010x}: {os.strerror(err)}")
-    n = topk_sent_words(max_bsz)
-
-    class Message(ctypes.Structure):
-        _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_int32 * n)]
-
-    libc.msgrcv.restype = ctypes.c_ssize_t
-    libc.msgrcv.argtypes = (
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_long,
-        ctypes.c_int,
+    words = receive_message(
+        msg_queue_id,
+        ftok_path=TOPK_FTOK_PATH if ftok_path is None else ftok_path,
+        wait=bool(wait_flag),
+        words=topk_sent_words(max_bsz),
     )
-    msg = Message()
-    if libc.msgrcv(queue, ctypes.byref(msg), 4 * n, 0, 0 if wait_flag else 0o4000) == -1:
-        err = ctypes.get_errno()
-        if not wait_flag and err == errno.ENOMSG:
-            words = None
-        else:
-            raise OSError(err, f"msgrcv of key {key:#010x}: {os.strerror(err)}")
-    else:
-        words = np.ctypeslib.as_array(msg.mtext).astype(np.int32)
     return speculate_get_output_topk_from_message(
         output_tokens, output_scores, output_ranks, real_k, words, max_bsz
     )

@@ -249,8 +249,7 @@ def test_demo_checkpoint_is_saved_in_paddleformers_layout():
     assert all(n.startswith("model.") for n in names)
     want = to_torch_layout({n: np.zeros(s) for n, s in state_dict_names(cfg, mtp=True).items()})
     assert names == set(want)
-    # float32 tensors holding the exported bfloat16 values, and a config that says float32
+    # float32 tensors (the trainer's float32 export) and a config that says float32
     assert dtypes == {"F32"} and saved["dtype"] == saved["torch_dtype"] == "float32"
-    with SafetensorsCheckpoint.from_dir(d) as t:
-        for n in t:
-            assert not (np.ascontiguousarray(t[n]).view(np.uint32) & 0xFFFF).any(), n
+    info = json.loads((d / "train_info.json").read_text())
+    assert info["weights_dtype"] == "float32"

@@ -220,11 +220,18 @@ def test_sampling_options_reach_the_engine(servers, offline):
     )
     ref = offline.generate(PROMPTS[2], fd_mtp.SamplingParams(top_k=20, **kw), use_tqdm=False)[0]
     assert out.choices[0].token_ids == ref.token_ids
-    # a stop string cuts the text (greedy output of PROMPTS[0] starts with "    return")
+    # a stop string cuts the text: three non-blank characters from the middle of the offline
+    # greedy output (whatever the demo model writes), cut before their first occurrence
+    full = offline.generate(
+        PROMPTS[0], fd_mtp.SamplingParams(max_tokens=12, temperature=0), use_tqdm=False
+    )[0].text
+    mid = len(full) // 2
+    stop = next(full[i : i + 3] for i in range(mid, len(full) - 2) if full[i : i + 3].strip())
     out = c.completions.create(
-        model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0, stop=["return"]
+        model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0, stop=[stop]
     )
-    assert out.choices[0].finish_reason == "stop" and "return" not in out.choices[0].text
+    assert out.choices[0].finish_reason == "stop"
+    assert out.choices[0].text == full[: full.index(stop)]
 
 
 def test_models_and_health(servers):

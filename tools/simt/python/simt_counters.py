@@ -26,8 +26,10 @@ _lib = None
 array_allocations = 0  # incremented by the CuPy stand-in
 
 
-def _runtime():
-    """The loaded emulated module as a ctypes library, or None before it is loaded."""
+def _runtime(strict: bool = True):
+    """The loaded emulated module as a ctypes library, or None before it is loaded. A loaded
+    fd_mtp_cuda that is not the simt build (the nvcc one, in a process that also uses the stand-in)
+    raises when ``strict``, else counts as not loaded (nothing to count on)."""
     global _lib
     if _lib is None:
         for name in _MODULES:
@@ -35,6 +37,8 @@ def _runtime():
             if mod is not None and getattr(mod, "__file__", None):
                 lib = ctypes.CDLL(mod.__file__)
                 if not hasattr(lib, "simt_counters"):
+                    if not strict:
+                        return None
                     raise RuntimeError(f"{mod.__file__} is not the simt build of fd_mtp_cuda")
                 lib.simt_counters.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
                 lib.simt_counters.restype = ctypes.c_int
@@ -46,7 +50,7 @@ def _runtime():
 
 
 def note_host_read() -> None:
-    lib = _runtime()
+    lib = _runtime(strict=False)
     if lib is not None:
         lib.simt_note_host_read()
 
