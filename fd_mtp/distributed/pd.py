@@ -40,6 +40,8 @@ import traceback
 import weakref
 from pathlib import Path
 
+from ._reap import reap
+
 __all__ = ["PDCluster", "PDError", "SEGMENT_PREFIX"]
 
 #: POSIX names of the KV hand-off segments: ``/fdmtp_pd.<prefill pid>.<n>``
@@ -530,21 +532,7 @@ class PDCluster:
 def _stop(processes, commands, msg_queue_id, grace: float = 10.0) -> None:
     from ..sysv_queue import remove_queue
 
-    for q in commands.values():
-        try:
-            q.put(("stop",))
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + grace
-    for p in processes:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-            p.join(5.0)
-        if p.is_alive():
-            p.kill()
-            p.join(5.0)
+    reap(processes, commands.values(), ("stop",), grace)
     try:
         remove_queue(msg_queue_id)
     except OSError:

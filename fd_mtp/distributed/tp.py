@@ -28,6 +28,8 @@ import traceback
 import weakref
 from pathlib import Path
 
+from ._reap import reap
+
 __all__ = ["TPEngineClient", "WorkerError"]
 
 #: how long a worker may take to load its shard and answer the first call (seconds)
@@ -295,18 +297,4 @@ class TPEngineClient:
 
 
 def _reap(processes, commands, grace: float = 10.0) -> None:
-    for q in commands:
-        try:
-            q.put(("stop", "", (), {}))
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + grace
-    for p in processes:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-            p.join(5.0)
-        if p.is_alive():
-            p.kill()
-            p.join(5.0)
+    reap(processes, commands, ("stop", "", (), {}), grace)
