@@ -70,22 +70,30 @@ cudaError_t row_gather_plan(const Params& p, PlanFn plan, int64_t input_rows, in
   return cudaGetLastError();
 }
 
+// output[r] = input[src_rows[r]] for r < out_rows. Padded variant (live_rows
+// not null): out_rows is the capacity, rows r >= *live_rows (the plan's count,
+// on the device) are zeroed, and nothing is written while *status is nonzero.
 template <typename Unit>
 __global__ void row_gather_copy_kernel(const Unit* in, Unit* out, const int64_t* src_rows,
-                                       int64_t out_rows, int64_t row_units) {
+                                       int64_t out_rows, int64_t row_units,
+                                       const int64_t* live_rows, const KernelStatus* status) {
+  if (status != nullptr && status->code != 0) return;  // bad input: write nothing
+  const int64_t live = live_rows != nullptr ? *live_rows : out_rows;
   const int64_t total = out_rows * row_units;
   for (int64_t i = global_thread(); i < total; i += global_stride()) {
     const int64_t r = i / row_units;
-    out[i] = in[src_rows[r] * row_units + (i - r * row_units)];
+    out[i] = r < live ? in[src_rows[r] * row_units + (i - r * row_units)] : Unit{};
   }
 }
 
 template <typename Unit>
 cudaError_t row_gather_copy_as(const void* in, void* out, const int64_t* src_rows, int64_t out_rows,
-                               int64_t row_bytes, cudaStream_t stream) {
+                               int64_t row_bytes, const int64_t* live_rows,
+                               const KernelStatus* status, cudaStream_t stream) {
   const int64_t row_units = row_bytes / static_cast<int64_t>(sizeof(Unit));
   row_gather_copy_kernel<Unit><<<grid_for(out_rows * row_units), kThreads, 0, stream>>>(
-      static_cast<const Unit*>(in), static_cast<Unit*>(out), src_rows, out_rows, row_units);
+      static_cast<const Unit*>(in), static_cast<Unit*>(out), src_rows, out_rows, row_units,
+      live_rows, status);
   return cudaGetLastError();
 }
 
@@ -108,17 +116,43 @@ cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesPa
   return row_gather_plan(p, SelfHiddenStatesPlan{}, input_rows, src_rows, status, out_rows, stream);
 }
 
+namespace {
+
+// Picks the widest copy unit the rows and pointers allow (16-byte vectors, else smaller).
+cudaError_t row_gather_copy_any(const void* input, void* output, const int64_t* src_rows,
+                                int64_t out_rows, int64_t row_bytes, const int64_t* live_rows,
+                                const KernelStatus* status, cudaStream_t stream) {
+  if (out_rows == 0 || row_bytes == 0) return cudaSuccess;
+  const auto fits = [&](int64_t unit) {
+    return aligned(input, row_bytes, unit) && aligned(output, row_bytes, unit);
+  };
+  if (fits(16))
+    return row_gather_copy_as<uint4>(input, output, src_rows, out_rows, row_bytes, live_rows,
+                                     status, stream);
+  if (fits(4))
+    return row_gather_copy_as<uint32_t>(input, output, src_rows, out_rows, row_bytes, live_rows,
+                                        status, stream);
+  if (fits(2))
+    return row_gather_copy_as<uint16_t>(input, output, src_rows, out_rows, row_bytes, live_rows,
+                                        status, stream);
+  return row_gather_copy_as<uint8_t>(input, output, src_rows, out_rows, row_bytes, live_rows,
+                                     status, stream);
+}
+
+}  // namespace
+
 cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t* src_rows,
                                  int64_t out_rows, int64_t row_bytes, cudaStream_t stream) {
-  if (out_rows == 0 || row_bytes == 0) return cudaSuccess;
-  // 16-byte vectors when rows and pointers allow, else the widest unit that fits.
-  if (aligned(input, row_bytes, 16) && aligned(output, row_bytes, 16))
-    return row_gather_copy_as<uint4>(input, output, src_rows, out_rows, row_bytes, stream);
-  if (aligned(input, row_bytes, 4) && aligned(output, row_bytes, 4))
-    return row_gather_copy_as<uint32_t>(input, output, src_rows, out_rows, row_bytes, stream);
-  if (aligned(input, row_bytes, 2) && aligned(output, row_bytes, 2))
-    return row_gather_copy_as<uint16_t>(input, output, src_rows, out_rows, row_bytes, stream);
-  return row_gather_copy_as<uint8_t>(input, output, src_rows, out_rows, row_bytes, stream);
+  return row_gather_copy_any(input, output, src_rows, out_rows, row_bytes, nullptr, nullptr,
+                             stream);
+}
+
+cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const int64_t* src_rows,
+                                        const int64_t* live_rows, int64_t capacity,
+                                        int64_t row_bytes, const KernelStatus* status,
+                                        cudaStream_t stream) {
+  return row_gather_copy_any(input, output, src_rows, capacity, row_bytes, live_rows, status,
+                             stream);
 }
 
 }  // namespace fd_mtp

@@ -29,6 +29,13 @@ cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesPa
                                                    cudaStream_t stream);
 cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t* src_rows,
                                  int64_t out_rows, int64_t row_bytes, cudaStream_t stream);
+// The padded copy (no host read of the count): output has `capacity` rows
+// (the input's); rows < *live_rows (the plan's out_rows, on the device) are
+// gathered, the rest zeroed; nothing is written while *status is nonzero.
+cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const int64_t* src_rows,
+                                        const int64_t* live_rows, int64_t capacity,
+                                        int64_t row_bytes, const KernelStatus* status,
+                                        cudaStream_t stream);
 
 // p.need_list: [bsz] int32 workspace.
 cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
@@ -64,6 +71,11 @@ cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetPa
 // (16-byte units when aligned). p.out_rows is computed by the caller.
 cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
                                  cudaStream_t stream);
+// The padded variant (no host read of R): p.out_rows is the capacity (T);
+// R is computed on the device into *live_rows ([1] int64 scratch, written),
+// rows >= R are zero. p.live_rows is set by the launcher.
+cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
+                                        KernelStatus* status, cudaStream_t stream);
 // speculate_get_token_penalty_multi_scores. workspace: [workspace_rows, vocab]
 // int32, all zero on entry and left all zero; workspace_rows (>= 1) is the
 // grid size (token_penalty_workspace_rows). Writes p.logits in place.

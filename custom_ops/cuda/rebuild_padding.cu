@@ -34,16 +34,28 @@ cudaError_t copy_as(const RebuildPaddingParams& p, const KernelStatus* status,
   return cudaGetLastError();
 }
 
+// Padded variant: R on the device. One block sums the prefill excess over the
+// batch in chunks of kThreads (a reduction: no batch cap), thread 0 writes R.
+__global__ void rebuild_padding_rows_kernel(RebuildPaddingParams p, int64_t* live_rows,
+                                            KernelStatus* status) {
+  using Reduce = cub::BlockReduce<int64_t, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  int64_t prefill = 0;
+  for (int64_t b = threadIdx.x; b < p.bsz; b += blockDim.x) {
+    const int64_t enc = p.seq_lens_encoder[b];
+    if (enc > 0) prefill += enc - 1;
+  }
+  const int64_t total = Reduce(tmp).Sum(prefill);
+  if (threadIdx.x == 0) *live_rows = rebuild_padding_live_rows(p, total, status);
+}
+
 bool aligned_to(const void* ptr, int64_t bytes, int64_t unit) {
   return reinterpret_cast<uintptr_t>(ptr) % unit == 0 && bytes % unit == 0;
 }
 
-}  // namespace
-
-cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
-                                 cudaStream_t stream) {
-  cudaError_t err = reset_status(status, nullptr, stream);
-  if (err != cudaSuccess || p.out_rows == 0) return err;
+// The check pass and the copy over p.out_rows rows (status reset before).
+cudaError_t rebuild_padding_launch(const RebuildPaddingParams& p, KernelStatus* status,
+                                   cudaStream_t stream) {
   rebuild_padding_check_kernel<<<grid_for(p.out_rows), kThreads, 0, stream>>>(p, status);
   if (p.row_bytes == 0) return cudaGetLastError();
   // 16-byte vectors when the rows and both pointers allow (any H of a
@@ -55,6 +67,25 @@ cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* st
   if (fits(4)) return copy_as<uint32_t>(p, status, stream);
   if (fits(2)) return copy_as<uint16_t>(p, status, stream);
   return copy_as<uint8_t>(p, status, stream);
+}
+
+}  // namespace
+
+cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
+                                 cudaStream_t stream) {
+  cudaError_t err = reset_status(status, nullptr, stream);
+  if (err != cudaSuccess || p.out_rows == 0) return err;
+  return rebuild_padding_launch(p, status, stream);
+}
+
+cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
+                                        KernelStatus* status, cudaStream_t stream) {
+  cudaError_t err = reset_status(status, live_rows, stream);
+  if (err != cudaSuccess) return err;
+  rebuild_padding_rows_kernel<<<1, kThreads, 0, stream>>>(p, live_rows, status);
+  if (p.out_rows == 0) return cudaGetLastError();
+  p.live_rows = live_rows;
+  return rebuild_padding_launch(p, status, stream);
 }
 
 }  // namespace fd_mtp

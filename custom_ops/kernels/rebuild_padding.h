@@ -12,6 +12,11 @@
 // The row count R of the speculative branch is computed by the caller on the
 // host, as upstream: R = T - sum over enc[b] > 0 of (enc[b] - 1). The copy is
 // a byte copy, so the kernels are dtype-agnostic (row_bytes = H * itemsize).
+//
+// Padded variant (fd_mtp.cuda, issue 20: no host read): out_rows is a fixed
+// capacity (T) and `live_rows` points at R computed on the device from
+// cu_seqlens_q[bsz] (the packed token count) instead of T; rows r >= R are
+// zero rows, neither checked nor copied.
 #pragma once
 
 #include <cstring>
@@ -23,6 +28,7 @@ namespace fd_mtp {
 enum RebuildPaddingStatus : int32_t {
   kRebuildRequest = 1,    // a row maps to a request outside [0, bsz)
   kRebuildSourceRow = 2,  // a row would copy from outside tmp_out
+  kRebuildRows = 3,       // padded: R outside [0, out_rows]
 };
 
 struct RebuildPaddingParams {
@@ -36,8 +42,10 @@ struct RebuildPaddingParams {
   const int32_t* output_padding_offset;  // [>= out_rows], or null: plain branch
   int64_t bsz;
   int64_t max_input_length;
-  int64_t out_rows;  // R (speculative) or bsz (plain)
+  int64_t out_rows;  // R (speculative) or bsz (plain); the capacity when padded
   void* out;         // [out_rows, row_bytes], written
+  // Padded variant only (else null): R on the device; rows >= *live_rows are zero.
+  const int64_t* live_rows;
 };
 
 // Where output row r comes from: `row` = source row of tmp_out, or -1 for a
@@ -53,6 +61,7 @@ struct RebuildSource {
 
 FD_HOST_DEVICE inline RebuildSource rebuild_padding_source(const RebuildPaddingParams& p,
                                                            int64_t r) {
+  if (p.live_rows != nullptr && r >= *p.live_rows) return RebuildSource{-1, 0, 0, 0, 0};
   int64_t b = r, local = 0;
   if (p.output_padding_offset != nullptr) {
     const int64_t pos = r + p.output_padding_offset[r];
@@ -83,6 +92,19 @@ inline int64_t rebuild_padding_rows(int64_t tmp_rows, const int32_t* seq_lens_en
   int64_t rows = tmp_rows;
   for (int64_t b = 0; b < bsz; ++b)
     if (seq_lens_encoder[b] > 0) rows -= seq_lens_encoder[b] - 1;
+  return rows;
+}
+
+// The padded variant's R from device data: the packed token count
+// cu_seqlens_q[bsz] less sum over prefilling requests of (enc - 1), `prefill`
+// being that sum. Reports kRebuildRows when R leaves [0, out_rows].
+FD_HOST_DEVICE inline int64_t rebuild_padding_live_rows(const RebuildPaddingParams& p,
+                                                        int64_t prefill, KernelStatus* st) {
+  const int64_t rows = static_cast<int64_t>(p.cu_seqlens_q[p.bsz]) - prefill;
+  if (rows < 0 || rows > p.out_rows) {
+    report(st, kRebuildRows, -1, rows, p.out_rows);
+    return 0;
+  }
   return rows;
 }
 

@@ -36,6 +36,36 @@ def _gather(op, plan_fn, p, input):
     return out
 
 
+def _gather_padded(op, padded_fn, p, input):
+    """The fixed-capacity gather: no host read; the output has the input's rows, those past the
+    plan's count (kept on the device) are zero."""
+    cp = _cupy()
+    in_rows, hidden = input.shape
+    src = _workspace("eagle_src_rows", (max(in_rows, 1),), cp.int64)
+    live_rows = _workspace("eagle_live_rows", (1,), cp.int64)
+    out = cp.empty((in_rows, hidden), dtype=input.dtype)
+    st = padded_fn(
+        p,
+        in_rows,
+        _ptr(src),
+        _ptr(_scratch()),
+        _ptr(live_rows),
+        _ptr(input) if input.size else 0,
+        _ptr(out) if out.size else 0,
+        hidden * input.itemsize,
+        _stream(),
+    )
+    raise_status(op, st)
+    return out
+
+
+_PADDED_DOC = """
+
+    ``padded=True`` (keyword, fd_mtp.cuda only) selects the fixed-capacity variant: nothing is
+    read on the host; the output has the input's rows (the gathered rows never outnumber them),
+    the gathered ones first and zero rows after them; the count stays on the device."""
+
+
 def eagle_get_hidden_states(
     input,
     seq_lens_this_time,
@@ -46,16 +76,35 @@ def eagle_get_hidden_states(
     base_model_seq_lens_this_time,
     base_model_seq_lens_encoder,
     actual_draft_token_num,
+    *,
+    padded=False,
 ):
-    """fd_mtp.ops.eagle_get_hidden_states on CuPy arrays; returns a new CuPy array."""
-    op, _, _, p = prepare("eagle_get_hidden_states", locals())
+    op, _, _, p = prepare(
+        "eagle_get_hidden_states", {k: v for k, v in locals().items() if k != "padded"}
+    )
+    if padded:
+        return _gather_padded(op, load().eagle_get_hidden_states_padded, p, input)
     return _gather(op, load().eagle_get_hidden_states_plan, p, input)
 
 
-def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_time, step_idx):
-    """fd_mtp.ops.eagle_get_self_hidden_states on CuPy arrays; returns a new CuPy array."""
-    op, _, _, p = prepare("eagle_get_self_hidden_states", locals())
+def eagle_get_self_hidden_states(
+    input, last_seq_lens_this_time, seq_lens_this_time, step_idx, *, padded=False
+):
+    op, _, _, p = prepare(
+        "eagle_get_self_hidden_states", {k: v for k, v in locals().items() if k != "padded"}
+    )
+    if padded:
+        return _gather_padded(op, load().eagle_get_self_hidden_states_padded, p, input)
     return _gather(op, load().eagle_get_self_hidden_states_plan, p, input)
+
+
+eagle_get_hidden_states.__doc__ = (
+    "fd_mtp.ops.eagle_get_hidden_states on CuPy arrays; returns a new CuPy array." + _PADDED_DOC
+)
+eagle_get_self_hidden_states.__doc__ = (
+    "fd_mtp.ops.eagle_get_self_hidden_states on CuPy arrays; returns a new CuPy array."
+    + _PADDED_DOC
+)
 
 
 def mtp_step_paddle(

@@ -16,6 +16,7 @@ from ._common import (
     _ptr,
     _scratch,
     _stream,
+    _workspace,
     load,
     prepare,
     raise_status,
@@ -144,11 +145,31 @@ def pre_process(
     draft_tokens=None,
     seq_lens_encoder=None,
     seq_lens_decoder=None,
+    *,
+    token_capacity=None,
 ):
-    """fd_mtp.ops.pre_process on CuPy arrays (the same glue: cumsums on the device, counts read on the host)."""
+    """fd_mtp.ops.pre_process on CuPy arrays (the same glue: cumsums on the device, counts read on the host).
+
+    ``token_capacity`` (keyword, fd_mtp.cuda only) selects the fixed-capacity variant: nothing is
+    read on the host. The packed outputs (``ids_remove_padding``, ``batch_id_per_token`` and, for
+    the speculative layout, ``output_padding_offset``) have ``token_capacity`` entries; the real
+    token count stays on the device (``cu_seqlens_q[bsz]``), entries past it are 0, and a batch
+    with more tokens than the capacity is the kernel's error on ``token_num`` (deferred like any
+    other, docs/gpu_errors.md). The speculative output rows are at most the tokens, so the same
+    capacity holds them."""
     cp = _cupy()
     _dtype("pre_process", "seq_lens_this_time", seq_lens_this_time, np.int32)
     max_len = input_ids.shape[1]
+    if token_capacity is not None:
+        return _pre_process_padded(
+            input_ids,
+            seq_lens_this_time,
+            speculative_decoding,
+            draft_tokens,
+            seq_lens_encoder,
+            seq_lens_decoder,
+            token_capacity,
+        )
     # The counts are read on the host in one wait (docs/gpu_errors.md): this_time and, for the
     # speculative layout, seq_lens_encoder, back to back before anything is launched; the output
     # token count is then seq_lens_output's sum (spec §5.2) computed on the host.
@@ -189,6 +210,49 @@ def pre_process(
     return ids, batch_id, cu_q, cu_k, out_cum, padding
 
 
+def _pre_process_padded(
+    input_ids,
+    seq_lens_this_time,
+    speculative_decoding,
+    draft_tokens,
+    seq_lens_encoder,
+    seq_lens_decoder,
+    capacity,
+):
+    """pre_process with fixed-capacity outputs and no host read (see pre_process)."""
+    cp = _cupy()
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+        _fail("pre_process", "token_capacity", f"must be an int, got {type(capacity).__name__}")
+    capacity = int(capacity)
+    if not 0 <= capacity <= _INT32_MAX:
+        _fail("pre_process", "token_capacity", f"is {capacity}; it must be in [0, {_INT32_MAX}]")
+    max_len = input_ids.shape[1]
+    cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
+    if not speculative_decoding:
+        ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
+            input_ids, input_ids, cum_offsets_now, capacity, seq_lens_this_time, seq_lens_this_time
+        )
+        return ids, batch_id, cu_q, cu_k, None, None
+    for name, value in (
+        ("draft_tokens", draft_tokens),
+        ("seq_lens_encoder", seq_lens_encoder),
+        ("seq_lens_decoder", seq_lens_decoder),
+    ):
+        if value is None:
+            _fail("pre_process", name, "is required when speculative_decoding is True")
+    ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
+        input_ids, draft_tokens, cum_offsets_now, capacity, seq_lens_this_time, seq_lens_encoder
+    )
+    seq_lens_output = speculate_get_seq_lens_output(
+        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    )
+    out_cum_tmp = cp.cumsum(max_len - seq_lens_output, dtype=cp.int32)
+    padding, out_cum = speculate_get_output_padding_offset(
+        out_cum_tmp, capacity, seq_lens_output, max_len
+    )
+    return ids, batch_id, cu_q, cu_k, out_cum, padding
+
+
 def rebuild_padding(
     tmp_out,
     cu_seqlens_q,
@@ -201,8 +265,15 @@ def rebuild_padding(
     enable_logprob,
     *,
     use_output_padding_offset=None,
+    padded=False,
 ):
-    """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array."""
+    """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array.
+
+    ``padded=True`` (keyword, fd_mtp.cuda only; the speculative branch) selects the
+    fixed-capacity variant: nothing is read on the host. The output has tmp_out's T rows (R <= T
+    always); R = cu_seqlens_q[bsz] - sum of (seq_lens_encoder - 1) over prefilling requests is
+    computed on the device and rows from R on are zero. output_padding_offset must then have at
+    least T entries (pre_process's ``token_capacity`` outputs do, for tmp_out of that many rows)."""
     if use_output_padding_offset is None:
         use_output_padding_offset = output_padding_offset is not None
     op, v, dims, p = prepare("rebuild_padding", locals())
@@ -219,6 +290,8 @@ def rebuild_padding(
     rows = dims["T"]
     out_rows = bsz
     offsets = 0
+    if padded:
+        return _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, dims["H"])
     if v["use_output_padding_offset"]:
         entries = 0 if output_padding_offset is None else output_padding_offset.size
         if v["max_input_length"] < 1:
@@ -251,4 +324,31 @@ def rebuild_padding(
     p.out_rows = out_rows
     p.out = _ptr(out)
     raise_status(op, load().rebuild_padding(p, _ptr(_scratch()), _stream()))
+    return out
+
+
+def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidden):
+    """rebuild_padding's fixed-capacity variant (see rebuild_padding)."""
+    cp = _cupy()
+    name = op.name
+    if not v["use_output_padding_offset"]:
+        _fail(name, "padded", "needs the speculative branch (output_padding_offset)")
+    if v["max_input_length"] < 1:
+        _fail(name, "max_input_length", f"must be >= 1, got {v['max_input_length']}")
+    entries = 0 if output_padding_offset is None else output_padding_offset.size
+    if entries < rows:
+        _fail(
+            name,
+            "output_padding_offset",
+            f"has {entries} entries but the padded output has tmp_out's {rows} rows",
+        )
+    out = cp.empty((rows, hidden), dtype=tmp_out.dtype)
+    p.tmp_out = _ptr(tmp_out)
+    p.row_bytes = hidden * tmp_out.itemsize
+    p.output_padding_offset = _ptr(output_padding_offset) if rows > 0 else 0
+    p.bsz = v["cu_seqlens_q"].shape[0] - 1
+    p.out_rows = rows
+    p.out = _ptr(out)
+    live_rows = _workspace("rebuild_padding_live_rows", (1,), np.int64)
+    raise_status(op, load().rebuild_padding_padded(p, _ptr(live_rows), _ptr(_scratch()), _stream()))
     return out

@@ -296,6 +296,14 @@ OPS = [
                 "cu_seqlens_q",
                 "with seq_lens_encoder selects tmp_out row {value} but tmp_out has {limit} rows",
             ),
+            Status(
+                "kRebuildRows",
+                3,
+                "seq_lens_encoder",
+                "gives the output R = {value} rows, outside [0, {limit}] (padded: R = "
+                "cu_seqlens_q[bsz] - sum of (seq_lens_encoder - 1) over prefilling requests, "
+                "computed on the device; {limit} = the capacity, tmp_out's rows)",
+            ),
         ),
     ),
 ]
