@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fd_mtp.schema import DTYPES, Attr, Op, Tensor, all_ops, host_reads  # noqa: E402
+from fd_mtp.schema import DTYPES, Attr, Op, Tensor, all_ops, device_flag, host_reads  # noqa: E402
 
 CPP_TYPES = {
     "int64": "int64_t",
@@ -459,8 +459,8 @@ def gen_dispatch(op: Op) -> str:
         return "".join(out)
     out.append("    return;\n  }\n#ifdef PADDLE_WITH_CUDA\n")
     launcher = op.launcher_name
-    if not op.status:
-        out.append(f"  check::cuda(a.op, {launcher}(p, ref.stream()));\n")
+    if not op.status:  # no stream record here (checked): null preset, the op always runs
+        out.append(f"  check::cuda(a.op, {launcher}(p, nullptr, ref.stream()));\n")
     else:
         out.append("  GpuScratch scratch(ref);\n")
         count_arg = ", scratch.count()" if op.flag is not None else ""
@@ -483,6 +483,8 @@ def launcher_decl(op: Op) -> str:
     args = [f"const {params_type(op)}& p"]
     if op.status:
         args.append("fd_mtp::KernelStatus* status")
+    else:  # the stream's preset status (or null): the op writes nothing on a poisoned stream
+        args.append("const fd_mtp::KernelStatus* preset")
     if op.flag is not None:
         args.append("int64_t* count")
     args.append("cudaStream_t stream")
@@ -502,6 +504,8 @@ def gen_launchers(ops: list[Op]) -> str:
         what = "raw pointers, no allocation, no synchronisation"
         if op.status:
             what += "; *status: the first bad request (nothing written then)"
+        else:
+            what += "; nothing written while preset (if not null) has a nonzero code"
         if op.flag is not None:
             what += f"; *count: the count {op.flag[0]} is computed from"
         out.append(f"// {op.name} (spec {op.spec}): {what}.\n")
@@ -524,9 +528,17 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
     per-call slot; the call synchronises and returns the kernel status ``(code, request, value,
     limit)``, with the count: ``(status, count)``. Address 0 uses the stream's persistent
     StreamStatus (custom_ops/cuda/stream_status.h, docs/gpu_errors.md): no allocation, no sync
-    (None) but for an op with a flag, which synchronises to return ``(status, count)``. An op
-    without statuses takes ``sync`` (default True)."""
+    (None). An op with a flag takes the device form of its flag (fd_mtp.schema.device_flag,
+    derived here: the comparison is compiled in, an expression without a device form stops the
+    generation): ``flag`` (the device address of a bool, or 0), ``offset`` and ``bound`` (the
+    host-known ints of the call) and ``bound_ptr`` (the device address of the int64 the bound is
+    read from, or 0: ``bound``). On the stream's record, a device ``flag`` is set by a kernel
+    after the op (unchanged when the op failed or was skipped) and nothing synchronises (None);
+    ``flag`` 0 computes it into the record and synchronises to return ``(status, count,
+    flag)``. An op without statuses takes ``sync`` (default True) and skips on a poisoned
+    stream (the record's preset)."""
     listed = stream_ops(ops)
+    flags = {op.name: device_flag(op) for op in ops if op.flag is not None}
     ids = {op.name: i for i, op in enumerate(listed)}
     out = [HEADER, '#include "common.h"\n\n#include <cstring>\n\n']
     out.append("namespace fd_mtp {\nnamespace pybind {\n\n")
@@ -560,9 +572,18 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
             call.append("as_ptr<int64_t>(count)")
             persistent.append("&s->count")
         params.append("uintptr_t stream")
-        pyargs.append('py::arg("stream") = 0')
+        pyargs.append('py::arg("stream")' if op.flag is not None else 'py::arg("stream") = 0')
         call.append("as_stream(stream)")
         persistent.append("as_stream(stream)")
+        if op.flag is not None:
+            params += ["uintptr_t flag", "int64_t offset", "uintptr_t bound_ptr", "int64_t bound"]
+            pyargs += ['py::arg("flag")', 'py::arg("offset")', 'py::arg("bound_ptr")']
+            pyargs.append('py::arg("bound")')
+            dflag = flags[op.name]
+            flag_args = (
+                "offset, kCompare, as_ptr<const int64_t>(bound_ptr), bound, {target}, "
+                "as_stream(stream)"
+            )
         if not op.status:
             params.append("bool sync_after")
             pyargs.append('py::arg("sync") = true')
@@ -570,28 +591,53 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
         out.append(f'        "{op.name}",\n')
         out.append(f"        []({', '.join(params)}) -> py::object {{\n")
         out.append(f'          constexpr const char* op = "{op.name}";\n')
+        if op.flag is not None:
+            out.append(f"          // the flag {op.flag[0]} = {op.flag[1]} on the device\n")
+            out.append(
+                "          constexpr FlagCompare kCompare = "
+                f"static_cast<FlagCompare>({dflag.compare_id});  // {dflag.compare}\n"
+            )
         if op.status:
             out.append("          if (status == 0) {  // the stream's persistent record\n")
             out.append("            StreamStatus* s = stream_status_for(stream, op);\n")
             out.append("            throw_if(stream_status_begin(s, as_stream(stream)), op);\n")
             out.append(f"            throw_if({op.launcher_name}({', '.join(persistent)}), op);\n")
+            if op.flag is not None:
+                out.append(
+                    "            bool* target = flag != 0 ? as_ptr<bool>(flag) : &s->flag;\n"
+                )
+                out.append(
+                    "            throw_if(stream_flag(&s->current, &s->count, "
+                    + flag_args.format(target="target")
+                    + "), op);\n"
+                )
             out.append(
                 f"            throw_if(stream_status_commit(s, {op_id}, as_stream(stream)), op);\n"
             )
             if op.flag is None:
                 out.append("            return py::none();\n")
             else:
+                out.append("            if (flag != 0) return py::none();  // no sync\n")
                 out.append(
                     "            const StreamStatus host = fetch_stream_status(s, stream, op);\n"
                 )
                 out.append(
-                    "            return py::make_tuple(status_tuple(host.current), host.count);\n"
+                    "            return py::make_tuple(status_tuple(host.current), host.count, "
+                    "host.flag);\n"
                 )
             out.append("          }\n")
             out.append('          require(status, op, "status");\n')
         if op.flag is not None:
             out.append('          require(count, op, "count");\n')
         out.append(f"          throw_if({op.launcher_name}({', '.join(call)}), op);\n")
+        if op.flag is not None:
+            out.append("          if (flag != 0)\n")
+            out.append(
+                "            throw_if(stream_flag(as_ptr<KernelStatus>(status), "
+                "as_ptr<int64_t>(count), "
+                + flag_args.format(target="as_ptr<bool>(flag)")
+                + "), op);\n"
+            )
         if not op.status:
             out.append("          if (sync_after) sync(stream, op);\n")
             out.append("          return py::none();\n")
@@ -604,7 +650,11 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
             out.append(
                 "          return py::make_tuple(status_tuple(st), fetch_int64(count, stream, op));\n"
             )
-            doc = "Returns ((code, request, value, limit), count)."
+            doc = (
+                "status=0: the stream's record; flag=0 synchronises and returns ((code, request, "
+                "value, limit), count, flag), a device flag returns None (no sync). A per-call "
+                "status: returns ((code, request, value, limit), count), the device flag set too."
+            )
         out.append(f'        }},\n        {", ".join(pyargs)},\n        "{doc}");\n  }}\n')
     for op in ops:  # the standard-dispatch ops without statuses
         if not op.generated_dispatch or not op.cuda or op.status:
@@ -613,12 +663,19 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
         out.append(f'        "{op.name}",\n')
         out.append("        [](const P& p, uintptr_t stream, bool sync_after) {\n")
         out.append(f'          constexpr const char* op = "{op.name}";\n')
-        out.append(f"          throw_if({op.launcher_name}(p, as_stream(stream)), op);\n")
+        out.append("          // the stream's preset: on a poisoned stream the op writes nothing\n")
+        out.append("          const StreamStatus* s = stream_status_for(stream, op);\n")
+        out.append(
+            f"          throw_if({op.launcher_name}(p, &s->preset, as_stream(stream)), op);\n"
+        )
         out.append("          if (sync_after) sync(stream, op);\n")
         out.append(
             '        },\n        py::arg("params"), py::arg("stream") = 0, py::arg("sync") = true,\n'
         )
-        out.append('        "Returns None; sync=False leaves the stream running.");\n  }\n')
+        out.append(
+            '        "Returns None; sync=False leaves the stream running. Writes nothing on a "\n'
+            '        "poisoned stream.");\n  }\n'
+        )
     out.append("}\n\n}  // namespace pybind\n}  // namespace fd_mtp\n")
     return "".join(out)
 

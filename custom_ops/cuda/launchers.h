@@ -62,7 +62,10 @@ cudaError_t cuda_ipc_close(void* base);
 // clean; read `status` back after the stream to learn whether they ran.
 cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
                                               int64_t* total, cudaStream_t stream);
-cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p, cudaStream_t stream);
+// preset: the stream's preset status, or null; the op writes nothing while its code is nonzero
+// (a poisoned stream, docs/gpu_errors.md).
+cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
+                                               const KernelStatus* preset, cudaStream_t stream);
 cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
                                                      KernelStatus* status, int64_t* total,
                                                      cudaStream_t stream);

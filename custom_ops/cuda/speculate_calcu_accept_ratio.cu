@@ -6,7 +6,11 @@ namespace fd_mtp {
 // One block walks the whole batch (block-stride loop: no batch cap), sums in
 // int64 and commits from thread 0. The two reductions share one TempStorage,
 // so a barrier separates them (CUB's contract).
+// A status already nonzero on entry is the poisoned preset (reset_status keeps it): the op
+// writes nothing on a poisoned stream. Every thread reads it before the first barrier, so the
+// whole block leaves together.
 __global__ void calcu_accept_ratio_kernel(AcceptRatioParams p, KernelStatus* status) {
+  if (status->code != 0) return;
   int64_t drafted = 0, accepted = 0;
   for (int64_t b = threadIdx.x; b < p.bsz; b += blockDim.x) {
     int64_t d = 0, a = 0;

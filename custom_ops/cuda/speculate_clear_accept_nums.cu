@@ -3,14 +3,18 @@
 
 namespace fd_mtp {
 
-__global__ void clear_accept_nums_kernel(ClearAcceptNumsParams p) {
+// `preset`: the stream's preset status (null: always runs); on a poisoned stream (code nonzero)
+// the op writes nothing, as the ops with statuses (docs/gpu_errors.md).
+__global__ void clear_accept_nums_kernel(ClearAcceptNumsParams p, const KernelStatus* preset) {
+  if (preset != nullptr && preset->code != 0) return;
   for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
     clear_accept_nums_request(p, b);
 }
 
-cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p, cudaStream_t stream) {
+cudaError_t speculate_clear_accept_nums_cuda(const ClearAcceptNumsParams& p,
+                                             const KernelStatus* preset, cudaStream_t stream) {
   if (p.bsz == 0) return cudaSuccess;
-  clear_accept_nums_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p);
+  clear_accept_nums_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, preset);
   return cudaGetLastError();
 }
 

@@ -64,7 +64,10 @@ __global__ void output_padding_offset_apply_kernel(OutputPaddingOffsetParams p,
   }
 }
 
-__global__ void seq_lens_output_kernel(SeqLensOutputParams p) {
+// `preset`: the stream's preset status (null: always runs); on a poisoned stream (code nonzero)
+// the op writes nothing (docs/gpu_errors.md).
+__global__ void seq_lens_output_kernel(SeqLensOutputParams p, const KernelStatus* preset) {
+  if (preset != nullptr && preset->code != 0) return;
   for (int64_t b = global_thread(); b < p.bsz; b += global_stride())
     p.seq_lens_output[b] = seq_lens_output_of(p.seq_lens_this_time[b], p.seq_lens_encoder[b]);
 }
@@ -82,9 +85,10 @@ cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, Kern
   return cudaGetLastError();
 }
 
-cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p, cudaStream_t stream) {
+cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
+                                               const KernelStatus* preset, cudaStream_t stream) {
   if (p.bsz == 0) return cudaSuccess;
-  seq_lens_output_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p);
+  seq_lens_output_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, preset);
   return cudaGetLastError();
 }
 

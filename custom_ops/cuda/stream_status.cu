@@ -47,6 +47,36 @@ __global__ void stream_clear_kernel(StreamStatus* s) {
   s->preset = KernelStatus{};
 }
 
+__global__ void stream_flag_kernel(const KernelStatus* status, const int64_t* count, int64_t offset,
+                                   FlagCompare cmp, const int64_t* bound_ptr, int64_t bound,
+                                   bool* flag) {
+  if (status->code != 0) return;  // the op wrote nothing: neither does its flag
+  const int64_t lhs = *count + offset;
+  const int64_t rhs = bound_ptr != nullptr ? *bound_ptr : bound;
+  bool value = false;
+  switch (cmp) {
+    case kFlagLess:
+      value = lhs < rhs;
+      break;
+    case kFlagLessEqual:
+      value = lhs <= rhs;
+      break;
+    case kFlagGreater:
+      value = lhs > rhs;
+      break;
+    case kFlagGreaterEqual:
+      value = lhs >= rhs;
+      break;
+    case kFlagEqual:
+      value = lhs == rhs;
+      break;
+    case kFlagNotEqual:
+      value = lhs != rhs;
+      break;
+  }
+  *flag = value;
+}
+
 }  // namespace
 
 cudaError_t reset_status(KernelStatus* status, int64_t* count, cudaStream_t stream) {
@@ -77,6 +107,14 @@ cudaError_t stream_status_preset(const StreamStatus* s, KernelStatus* status, cu
 
 cudaError_t stream_status_clear(StreamStatus* s, cudaStream_t stream) {
   stream_clear_kernel<<<1, 1, 0, stream>>>(s);
+  return cudaGetLastError();
+}
+
+cudaError_t stream_flag(const KernelStatus* status, const int64_t* count, int64_t offset,
+                        FlagCompare cmp, const int64_t* bound_ptr, int64_t bound, bool* flag,
+                        cudaStream_t stream) {
+  if (cmp < kFlagLess || cmp > kFlagNotEqual) return cudaErrorInvalidValue;
+  stream_flag_kernel<<<1, 1, 0, stream>>>(status, count, offset, cmp, bound_ptr, bound, flag);
   return cudaGetLastError();
 }
 

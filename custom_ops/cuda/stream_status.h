@@ -29,6 +29,18 @@ struct StreamStatus {
   KernelStatus preset;   // what `current` starts as: all zero, or code kStatusPoisoned
   int64_t count;         // the counter of an op with a flag (reset by begin)
   int64_t committed;     // ops committed on this stream (a diagnostic)
+  bool flag;             // the flag of the last op with a host flag (stream_flag's target)
+};
+
+// The comparison of a flag computed on the device (stream_flag); the order of
+// fd_mtp.schema.FLAG_COMPARES.
+enum FlagCompare : int32_t {
+  kFlagLess = 0,
+  kFlagLessEqual = 1,
+  kFlagGreater = 2,
+  kFlagGreaterEqual = 3,
+  kFlagEqual = 4,
+  kFlagNotEqual = 5,
 };
 
 // current <- preset, count <- 0 (one kernel of one thread).
@@ -43,5 +55,13 @@ cudaError_t stream_status_commit_slot(StreamStatus* s, const KernelStatus* slot,
 cudaError_t stream_status_preset(const StreamStatus* s, KernelStatus* status, cudaStream_t stream);
 // Zeroes pending and preset: the stream runs ops again (after the host read the error).
 cudaError_t stream_status_clear(StreamStatus* s, cudaStream_t stream);
+// An op's flag on the device (fd_mtp.schema.device_flag: `count + offset <cmp> bound`), one
+// kernel of one thread, stream-ordered after the op: *flag <- (*count + offset) cmp rhs, rhs =
+// *bound_ptr (a one-element int64 tensor read on the device, e.g. stop_nums) when bound_ptr is
+// not null, else `bound`. Left unchanged when status->code is nonzero (the op failed or was
+// skipped on a poisoned stream). No sync, no allocation.
+cudaError_t stream_flag(const KernelStatus* status, const int64_t* count, int64_t offset,
+                        FlagCompare cmp, const int64_t* bound_ptr, int64_t bound, bool* flag,
+                        cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -30,11 +30,15 @@ void bind_packing(py::module_& m) {
     m.def(
         "speculate_get_seq_lens_output",
         [](const P& p, uintptr_t stream) {
-          throw_if(speculate_get_seq_lens_output_cuda(p, as_stream(stream)),
-                   "speculate_get_seq_lens_output");
-          finish(stream, "speculate_get_seq_lens_output");
+          constexpr const char* op = "speculate_get_seq_lens_output";
+          // The stream's preset: on a poisoned stream the op writes nothing (no status of its
+          // own, nothing to commit).
+          const StreamStatus* s = stream_status_for(stream, op);
+          throw_if(speculate_get_seq_lens_output_cuda(p, &s->preset, as_stream(stream)), op);
+          finish(stream, op);
         },
-        py::arg("params"), py::arg("stream") = 0);
+        py::arg("params"), py::arg("stream") = 0,
+        "Writes params.seq_lens_output, nothing on a poisoned stream.");
   }
 
   // ------------------------------------- speculate_get_output_padding_offset ---

@@ -67,7 +67,7 @@ std::vector<paddle::Tensor> speculate_get_seq_lens_output_apply(SpeculateGetSeqL
   p.seq_lens_output = out.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, ref.stream()));
+    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, nullptr, ref.stream()));
     return {out};
   }
 #endif

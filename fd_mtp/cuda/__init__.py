@@ -2,7 +2,8 @@
 
 ``fd_mtp.cuda.<op>`` has the same positional signature as ``fd_mtp.ops.<op>`` and
 ``fd_mtp.reference.<op>``, takes CuPy arrays on the current device (``not_need_stop`` is a
-host numpy bool array of one element, as the Paddle op takes a CPU tensor) and behaves like the
+host numpy bool array of one element, as the Paddle op takes a CPU tensor, or a one-element CuPy
+bool array, then set on the device without a sync) and behaves like the
 Paddle binding's GPU branch: bsz and row widths are derived the same way, bad shapes/dtypes and
 data-dependent problems raise ValueError naming the argument (nothing written), and CUDA errors
 raise RuntimeError.

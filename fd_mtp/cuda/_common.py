@@ -265,18 +265,25 @@ def _host_array(op, tensor, x):
         _fail(op.name, tensor.name, f"must be a host numpy array, got {type(x).__name__}")
 
 
-def prepare(op_name, values):
+def prepare(op_name, values, device_ok=()):
     """Checks the arguments ``values`` (by name) of schema op ``op_name`` and fills its kernel
     Params. Returns ``(op, values, dims, params)``: attributes converted and their keyword-only
     defaults resolved from the environment, the named dims, the filled Params (None for ops
-    without one)."""
+    without one). ``device_ok``: names of host (``cpu``) tensors that may be CuPy arrays too (a
+    flag computed on the device); their dtype and shape are checked all the same."""
     from .. import schema
     from ..schema import arrays
 
     op = schema.get(op_name)
     cp = _cupy()
     values = dict(values)
-    dims = arrays.check_arrays(op, values, lambda x: isinstance(x, cp.ndarray), _host_array)
+
+    def host_check(op, tensor, x):
+        if tensor.name in device_ok and isinstance(x, cp.ndarray):
+            return
+        _host_array(op, tensor, x)
+
+    dims = arrays.check_arrays(op, values, lambda x: isinstance(x, cp.ndarray), host_check)
     for a in op.attrs:
         values[a.name] = arrays.convert_attr(
             op, a, schema.resolve_kw(op_name, a.name, values[a.name])
@@ -311,41 +318,50 @@ def raise_status(op, status):
         raise ValueError(op.format_status(*status))
 
 
-def _host_readable(values, name):
-    """``values`` with the one-element array ``name``, which the op reads on the host, as a CuPy
-    array: it may be a host numpy array too (the old contract), and is then checked as the
-    binding checks it (int64, one element)."""
-    x = values[name]
-    if isinstance(x, np.ndarray):
-        values = dict(values)
-        values[name] = _cupy().asarray(x)
-    return values
-
-
-def _host_value(x):
-    """The value of a one-element numpy or CuPy array, read on the host."""
-    return int(_cupy().asnumpy(x).reshape(-1)[0])
-
-
 # ------------------------------------------------------------------------------------------
 # The standard dispatch (schema ``cpu=``): one generic launch, the same steps as the generated
 # Paddle binding's GPU branch.
 # ------------------------------------------------------------------------------------------
+_DEVICE_FLAGS: dict = {}  # op name -> fd_mtp.schema.DeviceFlag (parsed once)
+
+
+def _flag_args(op, values, dims, p):
+    """The device form of the op's flag for this call (fd_mtp.schema.device_flag): ``(offset,
+    bound_ptr, bound)``. The bound tensor (``stop_nums``) is read on the device when it is a
+    CuPy array (bound_ptr), and its value is host-known when it is a numpy array (the binding's
+    check made it a one-element int64): nothing is read back from the device."""
+    form = _DEVICE_FLAGS.get(op.name)
+    if form is None:
+        from .. import schema
+
+        form = _DEVICE_FLAGS[op.name] = schema.device_flag(op)
+    offset, bound = form.host_ints(dims, p)
+    if form.bound_tensor is None:
+        return offset, 0, bound
+    x = values[form.bound_tensor]
+    if isinstance(x, np.ndarray):
+        return offset, 0, int(x.reshape(-1)[0])
+    return offset, _ptr(x), 0
+
+
 def launch(op_name, values, check=None):
     """Runs the standard-dispatch op ``op_name`` on CuPy arrays ``values`` (by name): checks and
     Params fill (`prepare`), ``check(op, values, dims, params)`` (the Python side of an op's
     ``<op>_check`` hook, when it has one), the launcher of the raw module on the stream's
-    persistent status record, and the op's ``flag`` (a host numpy bool array of one element) set
-    from the kernel's count. A kernel status raises by name as `error_mode` says: at once in
-    checked mode, at the next synchronising op or `check_pending` in deferred mode; an op with a
-    flag synchronises anyway and raises what is pending (but in record mode)."""
+    persistent status record. A kernel status raises by name as `error_mode` says: at once in
+    checked mode, at the next synchronising op or `check_pending` in deferred mode.
+
+    The op's ``flag`` (``not_need_stop``) is computed on the device after the op by one small
+    kernel from the op's count (fd_mtp.schema.device_flag; ``stop_nums`` read there) and left
+    unchanged when the op failed or was skipped on a poisoned stream. A CuPy bool[1] flag is
+    written there, stream-ordered: no sync (but in checked mode), no allocation. A host numpy
+    bool[1] flag (FastDeploy's contract) makes the op synchronise and read the flag back with the
+    record, raising what is pending first (but in record mode)."""
     from .. import schema
 
     op = schema.get(op_name)
-    reads = schema.host_reads(op)
-    for name in reads:
-        values = _host_readable(values, name)
-    op, values, dims, p = prepare(op_name, values)
+    flag = op.flag[0] if op.flag is not None else None
+    op, values, dims, p = prepare(op_name, values, device_ok=(flag,) if flag else ())
     if check is not None:
         check(op, values, dims, p)
     fn = getattr(load(), op.name)
@@ -355,18 +371,24 @@ def launch(op_name, values, check=None):
         fn(p, stream, sync=mode == "checked")
         return
     # Status address 0: the stream's persistent record (no allocation; no sync but for a flag).
-    if op.flag is None:
+    if flag is None:
         fn(p, 0, stream)
         if mode == "checked":
             check_pending(stream)
         return
-    st, count = fn(p, 0, 0, stream)  # synchronises: the count sets a host flag
+    offset, bound_ptr, bound = _flag_args(op, values, dims, p)
+    target = values[flag]
+    if isinstance(target, _cupy().ndarray):  # checked: bool, one element
+        fn(p, 0, 0, stream, _ptr(target), offset, bound_ptr, bound)  # stream-ordered, no sync
+        if mode == "checked":
+            check_pending(stream)
+        return
+    st, _, value = fn(p, 0, 0, stream, 0, offset, bound_ptr, bound)  # synchronises
     if mode != "record":
         check_pending(stream)  # this op's error or an earlier one's: nothing more to wait for
     if st[0] != 0:  # skipped (recorded, or poisoned): the flag keeps its value
         return
-    host = {name: _host_value(values[name]) for name in reads}
-    _set_flag(values[op.flag[0]], schema.flag_value(op, count, dims, p, host))
+    _set_flag(target, value)
 
 
 def define_launchers(namespace, family):
@@ -382,9 +404,15 @@ def define_launchers(namespace, family):
         names.append(op.name)
         if op.name in namespace:
             continue
-        notes = [f"{op.flag[0]}: host numpy [1] bool"] if op.flag else []
+        notes = []
+        if op.flag:
+            notes.append(
+                f"{op.flag[0]}: host numpy bool[1] (the op synchronises to set it) or a CuPy "
+                "bool[1] (set on the device by the stream: no sync), left unchanged when the op "
+                "fails or is skipped"
+            )
         notes += [
-            f"{n}: one int64 element, CuPy or numpy, read on the host"
+            f"{n}: one int64 element, CuPy (read on the device) or numpy"
             for n in schema.host_reads(op)
         ]
         doc = f"fd_mtp.ops.{op.name} on CuPy arrays" + (f" ({'; '.join(notes)})." if notes else ".")
