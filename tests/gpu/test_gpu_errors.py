@@ -311,3 +311,57 @@ def test_emulator_counts_syncs_and_allocations():
     assert mid["waits"] == 0 and mid["sync_calls"] == 0 and mid["launches"] >= 3
     assert used["waits"] == 1 and used["sync_calls"] == 2
     assert used["mallocs"] == 0
+
+
+# ------------------------------------------------------------------------------------------
+# The same step with the fixed-capacity variants: one wait, at the end of the step
+# ------------------------------------------------------------------------------------------
+def padded_step():
+    """The ops of `step_cases` as the fixed-capacity variants (docs/gpu_errors.md): pre_process
+    with a token capacity, rebuild_padding and the eagle gathers padded (output_padding_offset
+    widened to tmp_out's rows, as pre_process's padded output is), and the not_need_stop
+    producers with a device flag. Returns (prepared ops, the device flags)."""
+    prepared, flags = [], []
+    for name, case in step_cases():
+        args, kwargs = device_args(name, case)
+        if name == "pre_process":
+            kwargs["token_capacity"] = int(case.args[0].size)
+        elif name == "rebuild_padding":
+            opo = cp.zeros(args[0].shape[0], dtype=cp.int32)
+            opo[: args[5].size] = args[5]
+            args[5] = opo
+            kwargs["padded"] = True
+        elif name in ("eagle_get_hidden_states", "eagle_get_self_hidden_states"):
+            kwargs["padded"] = True
+        for i, n in enumerate(case.names):
+            if n == "not_need_stop":
+                args[i] = cp.asarray(args[i])
+                flags.append(args[i])
+        prepared.append((name, args, kwargs))
+    return prepared, flags
+
+
+@pytest.mark.skipif("not __import__('gpu_util').on_simt()", reason="counted by the simt emulator")
+def test_padded_step_waits_once(record_property):
+    """Issue 20's capturable step: between the step's start and its end no host sync, no host
+    read, no cudaMalloc (what stream capture forbids); the end reads the step's errors and its
+    not_need_stop flags in one wait. At most 2 waits per step is the budget; this step needs 1."""
+    import simt_counters
+
+    with fcuda.errors("deferred"):
+        run_step(padded_step()[0])  # warm-up
+        fcuda.check_pending()
+        prepared, flags = padded_step()
+        before = simt_counters.snapshot()
+        outputs = run_step(prepared)
+        body = simt_counters.since(before)
+        fcuda.check_pending()  # the step's errors: it raised none
+        stop = [bool(cp.asnumpy(f)[0]) for f in flags]  # the flags the engine reads
+        used = simt_counters.since(before)
+    for key, value in used.items():
+        record_property(key, value)
+    print(f"\npadded: body {body}, step {used} ({outputs} output arrays), not_need_stop {stop}")
+    assert body["sync_calls"] == 0 and body["host_reads"] == 0 and body["waits"] == 0, body
+    assert used["mallocs"] == 0 and used["frees"] == 0, used
+    assert used["array_allocations"] == outputs, used
+    assert used["waits"] <= 2 and used["waits"] == 1, used
