@@ -8,6 +8,10 @@ Paddle binding's GPU branch: bsz and row widths are derived the same way, bad sh
 data-dependent problems raise ValueError naming the argument (nothing written), and CUDA errors
 raise RuntimeError.
 
+Fixed-capacity variants (docs/gpu_errors.md): the shape ops take one extra keyword-only argument
+here, listed in ``FIXED_CAPACITY`` (``pre_process(..., token_capacity=N)``, ``rebuild_padding`` and
+the eagle gathers' ``padded=True``): outputs of a fixed number of rows, nothing read on the host.
+
 Errors without a sync per op (docs/gpu_errors.md): by default (``deferred``) an op with data
 checks does not synchronise; its error is recorded in the stream's persistent status record,
 every later op on that stream skips on the device (writes nothing), and the ValueError (naming
@@ -43,12 +47,22 @@ from ._common import (
 
 _ops_loader.register_pending_check(check_pending)  # fd_mtp.ops.check_pending reaches it
 
+# The keyword-only argument of each op's fixed-capacity variant, fd_mtp.cuda's only extension of
+# FastDeploy's signatures (its off value is the default: None or False).
+FIXED_CAPACITY = {
+    "pre_process": "token_capacity",
+    "rebuild_padding": "padded",
+    "eagle_get_hidden_states": "padded",
+    "eagle_get_self_hidden_states": "padded",
+}
+
 # One module per schema family that has CUDA kernels; the standard-dispatch wrappers in them are
 # generated from the schema (fd_mtp/schema), the rest written there. This package offers every
 # name in each family module's ``__all__``.
 __all__ = [
     "BUILD_HINT",
     "ERROR_MODES",
+    "FIXED_CAPACITY",
     "MODULE_DIR_ENV",
     "check_pending",
     "error_mode",
