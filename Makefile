@@ -55,7 +55,11 @@ SIMT_TSAN_TESTS := "tests/gpu/test_gpu_sampling.py::test_top_p_matches_reference
   tests/gpu/test_gpu_ngram.py::test_ngram_match_rows_longer_than_the_batch \
   "tests/gpu/test_gpu_ngram.py::test_random_batches[False-0-7]" \
   tests/gpu/test_gpu_packing.py::test_padding_offset_long_prefills_and_no_tokens \
-  "tests/gpu/test_gpu_draft.py::test_mtp_step_heavy_preemption[3-257]"
+  "tests/gpu/test_gpu_draft.py::test_mtp_step_heavy_preemption[3-257]" \
+  "tests/gpu/test_gpu_blocks.py::test_speculate_step_parity[True-0-257]" \
+  "tests/gpu/test_gpu_blocks.py::test_speculate_step_parity[False-0-257]" \
+  "tests/gpu/test_gpu_blocks.py::test_speculate_step_bad_input_writes_nothing[input_ids-input_ids]" \
+  "tests/gpu/test_gpu_blocks.py::test_speculate_step_reschedule_parity[True-257]"
 
 .PHONY: demo test test-interop bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
 

@@ -1,7 +1,4 @@
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-
-#include "launch.cuh"
+#include "block_sched.cuh"
 #include "launchers.h"
 
 namespace fd_mtp {
@@ -33,26 +30,12 @@ struct AddSums {
   }
 };
 
-// A victim candidate: the key (blocks held) and the request; -1 / INT64_MAX for none.
-struct Candidate {
-  int64_t key, b;
-};
-
-// Larger key first, lower index on ties: the sequential scan's `key > most`
-// in batch order. Associative and commutative.
-struct FirstVictim {
-  __device__ Candidate operator()(const Candidate& x, const Candidate& y) const {
-    return (x.key > y.key || (x.key == y.key && x.b < y.b)) ? x : y;
-  }
-};
-
-__device__ inline void consider(Candidate* c, int64_t key, int64_t b) {
-  if (key > c->key || (key == c->key && b < c->b)) *c = {key, b};
-}
-
-using Scan = cub::BlockScan<int64_t, kThreads>;
+using sched::ArgMax;
+using sched::Candidate;
+using sched::consider;
+using sched::FirstVictim;
+using sched::Scan;
 using SumReduce = cub::BlockReduce<CheckSums, kThreads>;
-using ArgMax = cub::BlockReduce<Candidate, kThreads>;
 
 struct Shared {
   union {
@@ -66,26 +49,6 @@ struct Shared {
   int64_t free_after, last_key, last_b;  // check's victim replay
   Candidate victim;
 };
-
-// Block-wide exclusive prefix sum of count(i) over [0, n), in chunks of
-// kThreads; body(i, offset) runs for every i with count(i) > 0. Returns the
-// total in every thread (the scan's block aggregate, summed per thread) and
-// ends with the block synchronised.
-template <typename Count, typename Body>
-__device__ int64_t chunked_scan(Shared& sh, int64_t n, Count count, Body body) {
-  int64_t carry = 0;
-  for (int64_t first = 0; first < n; first += kThreads) {
-    const int64_t i = first + threadIdx.x;
-    const int64_t c = i < n ? count(i) : 0;
-    int64_t offset, total;
-    Scan(sh.tmp.scan).ExclusiveSum(c, offset, total);
-    if (c > 0) body(i, carry + offset);
-    carry += total;
-    __syncthreads();  // tmp reusable; the body's writes visible to the block
-  }
-  __syncthreads();
-  return carry;
-}
 
 // mtp_step_check in parallel; returns true (every thread) when it passed.
 __device__ bool check(const MtpStepParams& p, KernelStatus* status, Shared& sh) {
@@ -155,8 +118,8 @@ __device__ bool check(const MtpStepParams& p, KernelStatus* status, Shared& sh) 
 __device__ void apply(const MtpStepParams& p, Shared& sh) {
   // 1. Free the decode blocks of stopped or dropped requests, in batch order.
   const int64_t base = sh.free_len;  // *free_list_len, read by the check
-  const int64_t released = chunked_scan(
-      sh, p.bsz,
+  const int64_t released = sched::chunked_scan(
+      sh.tmp.scan, p.bsz,
       [&](int64_t b) -> int64_t {
         return mtp_step_releases(p, b) && p.used_list_len[b] > 0 ? p.used_list_len[b] : 0;
       },
@@ -165,8 +128,8 @@ __device__ void apply(const MtpStepParams& p, Shared& sh) {
         p.encoder_block_lens[b] = 0;
       });
   // 2. The need list, in batch order.
-  const int64_t need = chunked_scan(
-      sh, p.bsz, [&](int64_t b) -> int64_t { return mtp_step_needed_slot(p, b) >= 0; },
+  const int64_t need = sched::chunked_scan(
+      sh.tmp.scan, p.bsz, [&](int64_t b) -> int64_t { return mtp_step_needed_slot(p, b) >= 0; },
       [&](int64_t b, int64_t offset) { p.need_list[offset] = static_cast<int32_t>(b); });
   int64_t free_len = base + released;
   // 3. While short, preempt the request holding the most decode blocks
@@ -190,8 +153,8 @@ __device__ void apply(const MtpStepParams& p, Shared& sh) {
     __syncthreads();
   }
   // 4. Entry i of the need list, the r-th not dropped, pops free_list[free_len - 1 - r].
-  const int64_t taken = chunked_scan(
-      sh, need, [&](int64_t i) -> int64_t { return !p.batch_drop[p.need_list[i]]; },
+  const int64_t taken = sched::chunked_scan(
+      sh.tmp.scan, need, [&](int64_t i) -> int64_t { return !p.batch_drop[p.need_list[i]]; },
       [&](int64_t i, int64_t rank) {
         mtp_step_take_block(p, p.need_list[i], p.free_list[free_len - 1 - rank]);
       });

@@ -133,15 +133,12 @@ FD_HOST_DEVICE inline bool step_needs_block(const SpeculateStepParams& p, int64_
   return slot < p.num_blocks_per_seq && p.block_tables[b * p.num_blocks_per_seq + slot] == -1;
 }
 
-// Appends request b's decode blocks to the free list and clears them in its row.
-FD_HOST_DEVICE inline void step_release_blocks(const SpeculateStepParams& p, int64_t b) {
+// Moves decode block i of request b to free_list[free_base + i] and clears it in its row.
+FD_HOST_DEVICE inline void step_release_block_at(const SpeculateStepParams& p, int64_t b, int64_t i,
+                                                 int64_t free_base) {
   int32_t* row = p.block_tables + b * p.num_blocks_per_seq + p.encoder_block_lens[b];
-  const int32_t used = p.used_list_len[b];
-  for (int32_t i = 0; i < used; ++i) {
-    p.free_list[*p.free_list_len + i] = row[i];
-    row[i] = -1;
-  }
-  *p.free_list_len += used;
+  p.free_list[free_base + i] = row[i];
+  row[i] = -1;
 }
 
 // Decode blocks request b holds after phase 1 (finished requests hold none).
@@ -161,115 +158,159 @@ FD_HOST_DEVICE inline bool step_eligible(const SpeculateStepParams& p, int64_t b
   return used != max_dec_blocks;
 }
 
-// Validates the whole call without writing: replays phases 1-4 and the
-// re-prefill on counts. `st` must start zeroed.
-FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, KernelStatus* st) {
+// ---------------------------------------------------------------------------
+// The check, in pieces that the CPU driver runs in order and the CUDA kernel
+// runs with the per-request parts spread over a block (speculate_step.cu).
+// Each piece reports through `st` and returns false on the first problem.
+
+// Phase 1 on counts: blocks released by finished requests, needy requests.
+struct StepCounts {
+  int64_t released, need, need_stopped;
+};
+
+// Phases 2-4 on counts: the victim replay's state.
+struct StepReplay {
+  int64_t free_len;           // the free list's length as the replay goes
+  int64_t removed, pushed;    // victims that left the need list; victims pushed
+  int64_t last_victim;        // the latest victim (-1: none)
+  int64_t last_used, last_b;  // the cursor: the latest victim's holding and index
+  bool flag;                  // step_max_block_flag
+};
+
+// The list lengths, before any request is read.
+FD_HOST_DEVICE inline bool speculate_step_check_lists(const SpeculateStepParams& p,
+                                                      KernelStatus* st) {
   const int64_t free_len0 = *p.free_list_len;
   if (free_len0 < 0 || free_len0 > p.free_list_capacity) {
     report(st, kStepFreeListLen, -1, free_len0, p.free_list_capacity);
-    return;
+    return false;
   }
-  const bool resched = step_reschedules(p);
-  const int64_t step_lens0 = resched ? 0 : *p.step_lens;
+  const int64_t step_lens0 = step_reschedules(p) ? 0 : *p.step_lens;
   if (step_lens0 < 0 || step_lens0 > p.step_list_capacity) {
     report(st, kStepStepLens, -1, step_lens0, p.step_list_capacity);
-    return;
+    return false;
   }
   if (*p.need_block_len != 0) {
     report(st, kStepNeedLen, -1, *p.need_block_len, 0);
-    return;
+    return false;
   }
-  if (!resched && *p.recover_lens != 0) {
+  if (!step_reschedules(p) && *p.recover_lens != 0) {
     report(st, kStepRecoverLens, -1, *p.recover_lens, 0);
-    return;
+    return false;
+  }
+  return true;
+}
+
+// Request b: its lengths, and its share of the phase-1 counts.
+FD_HOST_DEVICE inline bool speculate_step_check_request(const SpeculateStepParams& p, int64_t b,
+                                                        StepCounts* c, KernelStatus* st) {
+  const int64_t nb = p.num_blocks_per_seq;
+  const int64_t enc = p.encoder_block_lens[b], used = p.used_list_len[b];
+  if (used < 0 || enc < 0 || enc + used > nb) {
+    report(st, kStepUsedListLen, static_cast<int32_t>(b), used, nb - (enc > 0 ? enc : 0));
+    return false;
+  }
+  if (step_finished(p, b)) {
+    c->released += used;
+  } else if (p.seq_lens_this_time[b] != 0) {
+    if (p.seq_lens_decoder[b] < 0) {
+      report(st, kStepDecoder, static_cast<int32_t>(b), p.seq_lens_decoder[b], 0);
+      return false;
+    }
+    if (step_needs_block(p, b)) {
+      c->need += 1;
+      c->need_stopped += p.stop_flags[b];
+    }
+  }
+  return true;
+}
+
+// The totals of phase 1; starts the replay.
+FD_HOST_DEVICE inline bool speculate_step_check_totals(const SpeculateStepParams& p,
+                                                       const StepCounts& c, StepReplay* r,
+                                                       KernelStatus* st) {
+  if (c.need > p.need_list_capacity) {
+    report(st, kStepNeedListFull, -1, c.need, p.need_list_capacity);
+    return false;
+  }
+  const int64_t free_len = *p.free_list_len + c.released;
+  if (free_len > p.free_list_capacity) {
+    report(st, kStepFreeListFull, -1, free_len, p.free_list_capacity);
+    return false;
+  }
+  *r = StepReplay{free_len, 0, 0, -1, INT64_MAX, -1, false};
+  return true;
+}
+
+// Phase 2 on counts. Preempting a request changes nobody else's holdings, so the
+// victims of one pass come in (holdings descending, index ascending) order: the
+// cursor (last_used, last_b) walks that order. The replay goes on while this holds.
+FD_HOST_DEVICE inline bool step_replay_short(const StepCounts& c, const StepReplay& r) {
+  return c.need - r.removed > r.free_len;
+}
+
+// Request b's key in the replay's next victim search: the blocks it holds, or -1
+// when it is not a candidate. The victim is the largest key > 0, lowest index first.
+FD_HOST_DEVICE inline int64_t step_replay_key(const SpeculateStepParams& p, const StepReplay& r,
+                                              int64_t b) {
+  if (!step_eligible(p, b, r.flag, step_max_decoder_blocks(p))) return -1;
+  const int64_t used = step_used_after_release(p, b);
+  const bool after_cursor = used < r.last_used || (used == r.last_used && b > r.last_b);
+  return after_cursor ? used : -1;
+}
+
+// One replayed preemption: `victim` (-1: none) holding `most` blocks.
+FD_HOST_DEVICE inline bool speculate_step_check_victim(const SpeculateStepParams& p,
+                                                       const StepCounts& c, StepReplay* r,
+                                                       int64_t victim, int64_t most,
+                                                       KernelStatus* st) {
+  if (victim < 0) {
+    if (r->flag || step_reschedules(p)) {  // upstream spins forever here
+      report(st, kStepOutOfBlocks, -1, c.need - r->removed, r->free_len);
+      return false;
+    }
+    r->flag = true;
+    r->last_used = INT64_MAX;
+    r->last_b = -1;
+    return true;
+  }
+  const int64_t step_lens0 = step_reschedules(p) ? 0 : *p.step_lens;
+  if (!step_reschedules(p) && step_lens0 + r->pushed >= p.step_list_capacity) {
+    report(st, kStepStepListFull, static_cast<int32_t>(victim), step_lens0 + r->pushed + 1,
+           p.step_list_capacity);
+    return false;
+  }
+  if (r->free_len + most > p.free_list_capacity) {
+    report(st, kStepFreeListFull, -1, r->free_len + most, p.free_list_capacity);
+    return false;
+  }
+  r->free_len += most;
+  r->pushed += 1;
+  r->removed += step_needs_block(p, victim);
+  r->last_victim = victim;
+  r->last_used = most;
+  r->last_b = victim;
+  return true;
+}
+
+// Phase 3 on counts, then phase 4 and the re-prefill.
+FD_HOST_DEVICE inline bool speculate_step_check_recovery(const SpeculateStepParams& p,
+                                                         const StepCounts& c, const StepReplay& rp,
+                                                         KernelStatus* st) {
+  // Phase 3: every remaining entry of the need list that is not stopped pops one.
+  const int64_t free_len = rp.free_len - (c.need - rp.removed - c.need_stopped);
+  if (step_reschedules(p)) return true;  // no phase 4
+  const int64_t step_lens = *p.step_lens + rp.pushed;
+  if (step_lens == 0) return true;
+  const int64_t r = rp.pushed > 0 ? rp.last_victim : p.step_block_list[step_lens - 1];
+  if (r < 0 || r >= p.bsz) {
+    report(st, kStepStepListEntry, -1, r, p.bsz);
+    return false;
   }
   const int64_t nb = p.num_blocks_per_seq;
   const int64_t mdb = step_max_decoder_blocks(p);
-  int64_t released = 0, need = 0, need_stopped = 0;
-  for (int64_t b = 0; b < p.bsz; ++b) {
-    const int64_t enc = p.encoder_block_lens[b], used = p.used_list_len[b];
-    if (used < 0 || enc < 0 || enc + used > nb) {
-      report(st, kStepUsedListLen, static_cast<int32_t>(b), used, nb - (enc > 0 ? enc : 0));
-      return;
-    }
-    if (step_finished(p, b)) {
-      released += used;
-    } else if (p.seq_lens_this_time[b] != 0) {
-      if (p.seq_lens_decoder[b] < 0) {
-        report(st, kStepDecoder, static_cast<int32_t>(b), p.seq_lens_decoder[b], 0);
-        return;
-      }
-      if (step_needs_block(p, b)) {
-        ++need;
-        need_stopped += p.stop_flags[b];
-      }
-    }
-  }
-  if (need > p.need_list_capacity) {
-    report(st, kStepNeedListFull, -1, need, p.need_list_capacity);
-    return;
-  }
-  int64_t free_len = free_len0 + released;
-  if (free_len > p.free_list_capacity) {
-    report(st, kStepFreeListFull, -1, free_len, p.free_list_capacity);
-    return;
-  }
-  // Phase 2 on counts. Preempting a request changes nobody else's holdings,
-  // so the victims of one pass come in (holdings descending, index ascending)
-  // order: a cursor (last_used, last_b) walks that order.
-  bool flag = false;
-  int64_t removed = 0, pushed = 0, last_victim = -1;
-  int64_t last_used = INT64_MAX, last_b = -1;
-  while (need - removed > free_len) {
-    int64_t victim = -1, most = 0;
-    for (int64_t b = 0; b < p.bsz; ++b) {
-      if (!step_eligible(p, b, flag, mdb)) continue;
-      const int64_t used = step_used_after_release(p, b);
-      const bool after_cursor = used < last_used || (used == last_used && b > last_b);
-      if (after_cursor && used > most) {
-        most = used;
-        victim = b;
-      }
-    }
-    if (victim < 0) {
-      if (flag || resched) {  // upstream spins forever here
-        report(st, kStepOutOfBlocks, -1, need - removed, free_len);
-        return;
-      }
-      flag = true;
-      last_used = INT64_MAX;
-      last_b = -1;
-      continue;
-    }
-    if (!resched && step_lens0 + pushed >= p.step_list_capacity) {
-      report(st, kStepStepListFull, static_cast<int32_t>(victim), step_lens0 + pushed + 1,
-             p.step_list_capacity);
-      return;
-    }
-    if (free_len + most > p.free_list_capacity) {
-      report(st, kStepFreeListFull, -1, free_len + most, p.free_list_capacity);
-      return;
-    }
-    free_len += most;
-    ++pushed;
-    removed += step_needs_block(p, victim);
-    last_victim = victim;
-    last_used = most;
-    last_b = victim;
-  }
-  // Phase 3: every remaining entry of the need list that is not stopped pops one.
-  free_len -= need - removed - need_stopped;
-  if (resched) return;  // no phase 4
-  // Phase 4 and the re-prefill.
-  const int64_t step_lens = step_lens0 + pushed;
-  if (step_lens == 0) return;
-  const int64_t r = pushed > 0 ? last_victim : p.step_block_list[step_lens - 1];
-  if (r < 0 || r >= p.bsz) {
-    report(st, kStepStepListEntry, -1, r, p.bsz);
-    return;
-  }
   int64_t used_r, enc_r;
-  if (pushed > 0) {  // a victim keeps used_list_len (its blocks are re-granted on recovery)
+  if (rp.pushed > 0) {  // a victim keeps used_list_len (its blocks are re-granted on recovery)
     used_r = p.used_list_len[r];
     enc_r = p.encoder_block_lens[r];
   } else {
@@ -279,39 +320,145 @@ FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, Ke
     if (step_needs_block(p, r) && !p.stop_flags[r]) used_r += 1;  // popped in phase 3
   }
   const int64_t want = used_r + 1 < mdb - enc_r ? used_r + 1 : mdb - enc_r;
-  if (free_len < want) return;  // not enough blocks yet: stays block-stepped
+  if (free_len < want) return true;  // not enough blocks yet: stays block-stepped
   if (p.recover_list_capacity < 1) {
     report(st, kStepRecoverListFull, static_cast<int32_t>(r), 1, p.recover_list_capacity);
-    return;
+    return false;
   }
   if (want < 0 || enc_r + want > nb) {
     report(st, kStepRecoverBlocks, static_cast<int32_t>(r), enc_r + want, nb);
-    return;
+    return false;
   }
   const int64_t ori = p.ori_seq_lens_encoder[r];
   const int64_t steps = p.step_idx[r];
   if (ori < 0) {
     report(st, kStepOriLen, static_cast<int32_t>(r), ori, 0);
-    return;
+    return false;
   }
   if (steps < 0 || (steps > 0 && steps + 1 > p.pre_ids_cols)) {
     report(st, kStepStepIdx, static_cast<int32_t>(r), steps, p.pre_ids_cols - 1);
-    return;
+    return false;
   }
-  if (p.input_ids_cols < 1 || ori + steps > p.input_ids_cols)
+  if (p.input_ids_cols < 1 || ori + steps > p.input_ids_cols) {
     report(st, kStepInputIds, static_cast<int32_t>(r), ori + steps, p.input_ids_cols);
+    return false;
+  }
+  return true;
+}
+
+// Validates the whole call without writing: replays phases 1-4 and the
+// re-prefill on counts. `st` must start zeroed.
+FD_HOST_DEVICE inline void speculate_step_check(const SpeculateStepParams& p, KernelStatus* st) {
+  if (!speculate_step_check_lists(p, st)) return;
+  StepCounts c{0, 0, 0};
+  for (int64_t b = 0; b < p.bsz; ++b)
+    if (!speculate_step_check_request(p, b, &c, st)) return;
+  StepReplay r;
+  if (!speculate_step_check_totals(p, c, &r, st)) return;
+  while (step_replay_short(c, r)) {
+    int64_t victim = -1, most = 0;
+    for (int64_t b = 0; b < p.bsz; ++b) {
+      const int64_t key = step_replay_key(p, r, b);
+      if (key > most) {
+        most = key;
+        victim = b;
+      }
+    }
+    if (!speculate_step_check_victim(p, c, &r, victim, most, st)) return;
+  }
+  speculate_step_check_recovery(p, c, r, st);
+}
+
+// ---------------------------------------------------------------------------
+// The apply, in the pieces the CUDA kernel shares. free_len is the free list's
+// length as the call goes (written back to *free_list_len at the end).
+
+// Request b's key in phase 2's victim search, `flag` = step_max_block_flag: the
+// blocks it holds, or -1 when it is exempt. The victim: the largest key > 0,
+// lowest index first.
+FD_HOST_DEVICE inline int64_t step_victim_key(const SpeculateStepParams& p, int64_t b, bool flag) {
+  if (!step_reschedules(p) &&
+      (p.is_block_step[b] || (!flag && p.used_list_len[b] == step_max_decoder_blocks(p))))
+    return -1;
+  return p.used_list_len[b];
+}
+
+// The victim's state once its blocks are back on the free list (its need-list
+// entry is cleared by the caller).
+FD_HOST_DEVICE inline void step_preempt(const SpeculateStepParams& p, int64_t victim) {
+  if (step_reschedules(p)) {  // handed back to the scheduler: holds nothing
+    p.encoder_block_lens[victim] = 0;
+    p.used_list_len[victim] = 0;
+  } else {  // used_list_len is kept for the recovery
+    p.step_block_list[(*p.step_lens)++] = static_cast<int32_t>(victim);
+    p.is_block_step[victim] = true;
+    p.accept_num[victim] = 0;
+  }
+  p.stop_flags[victim] = true;
+  p.seq_lens_this_time[victim] = 0;
+  p.seq_lens_decoder[victim] = 0;
+}
+
+// Phase 3 for need-list entry b: still running, it takes `block` at its slot.
+FD_HOST_DEVICE inline bool step_takes_block(const SpeculateStepParams& p, int32_t b) {
+  return b != -1 && !p.stop_flags[b];
+}
+FD_HOST_DEVICE inline void step_take_block(const SpeculateStepParams& p, int64_t b, int32_t block) {
+  p.used_list_len[b] += 1;
+  p.block_tables[b * p.num_blocks_per_seq + step_slot(p, b)] = block;
+}
+
+// Phase 4: the last pushed block-stepped request is recovered when `free_len`
+// blocks are enough; it joins the recover list.
+FD_HOST_DEVICE inline void step_recover(const SpeculateStepParams& p, int64_t free_len) {
+  if (*p.step_lens == 0) return;
+  const int32_t r = p.step_block_list[*p.step_lens - 1];
+  const int32_t grow = p.used_list_len[r] + 1;
+  const int32_t room = static_cast<int32_t>(step_max_decoder_blocks(p)) - p.encoder_block_lens[r];
+  const int32_t want = grow < room ? grow : room;
+  if (free_len >= want) {
+    p.recover_block_list[(*p.recover_lens)++] = r;
+    p.is_block_step[r] = false;
+    p.used_list_len[r] = want;
+    p.step_block_list[*p.step_lens - 1] = -1;
+    *p.step_lens -= 1;
+  }
+}
+
+// The re-prefill of recovered request r: its lengths and first token. Its blocks
+// (step_regrant_block) and generated tokens (step_refill_token) follow.
+FD_HOST_DEVICE inline void step_reprefill(const SpeculateStepParams& p, int64_t r) {
+  const int32_t seq = p.ori_seq_lens_encoder[r] + static_cast<int32_t>(p.step_idx[r]);
+  p.seq_lens_this_time[r] = seq;
+  p.seq_lens_encoder[r] = seq;
+  if (p.variant == kStepSystemCache) p.seq_lens_decoder[r] = p.ori_seq_lens_decoder[r];
+  p.stop_flags[r] = false;
+  p.input_ids[r * p.input_ids_cols] = p.first_token_ids[r];
+}
+
+// Decode block j of recovered request r: popped from the free list's top.
+FD_HOST_DEVICE inline void step_regrant_block(const SpeculateStepParams& p, int64_t r, int64_t j,
+                                              int64_t free_len) {
+  p.block_tables[r * p.num_blocks_per_seq + p.encoder_block_lens[r] + j] =
+      p.free_list[free_len - 1 - j];
+}
+
+// Generated token j of recovered request r, after its prompt (ids[0] is written first).
+FD_HOST_DEVICE inline void step_refill_token(const SpeculateStepParams& p, int64_t r, int64_t j) {
+  p.input_ids[r * p.input_ids_cols + p.ori_seq_lens_encoder[r] + j] =
+      p.pre_ids[r * p.pre_ids_cols + j + 1];
 }
 
 // The whole op, sequentially. Call after speculate_step_check succeeded.
 FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
-  const int64_t nb = p.num_blocks_per_seq;
-  const int64_t mdb = step_max_decoder_blocks(p);
-  // 1. Finished requests give their decode blocks back; who needs a block.
+  int64_t free_len = *p.free_list_len;
+  // 1. Finished requests give their decode blocks back (batch order); who needs a block.
   for (int64_t b = 0; b < p.bsz; ++b) {
     if (step_finished(p, b)) {
       p.first_token_ids[b] = -1;
       if (p.used_list_len[b] > 0) {
-        step_release_blocks(p, b);
+        for (int64_t i = 0; i < p.used_list_len[b]; ++i) step_release_block_at(p, b, i, free_len);
+        free_len += p.used_list_len[b];
         p.encoder_block_lens[b] = 0;
         p.used_list_len[b] = 0;
       }
@@ -322,14 +469,12 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
   // 2. Preempt while short.
   const int64_t listed = *p.need_block_len;
   bool flag = false;
-  while (*p.need_block_len > *p.free_list_len) {
-    int64_t victim = -1;
-    int32_t most = 0;
+  while (*p.need_block_len > free_len) {
+    int64_t victim = -1, most = 0;
     for (int64_t b = 0; b < p.bsz; ++b) {
-      if (!step_reschedules(p) && (p.is_block_step[b] || (!flag && p.used_list_len[b] == mdb)))
-        continue;
-      if (p.used_list_len[b] > most) {
-        most = p.used_list_len[b];
+      const int64_t key = step_victim_key(p, b, flag);
+      if (key > most) {
+        most = key;
         victim = b;
       }
     }
@@ -338,15 +483,8 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
       flag = true;
       continue;
     }
-    step_release_blocks(p, victim);
-    if (step_reschedules(p)) {  // handed back to the scheduler: holds nothing
-      p.encoder_block_lens[victim] = 0;
-      p.used_list_len[victim] = 0;
-    } else {  // used_list_len is kept for the recovery
-      p.step_block_list[(*p.step_lens)++] = static_cast<int32_t>(victim);
-      p.is_block_step[victim] = true;
-      p.accept_num[victim] = 0;
-    }
+    for (int64_t i = 0; i < most; ++i) step_release_block_at(p, victim, i, free_len);
+    free_len += most;
     for (int64_t i = 0; i < listed; ++i) {
       if (p.need_block_list[i] == victim) {
         p.need_block_list[i] = -1;
@@ -354,60 +492,29 @@ FD_HOST_DEVICE inline void speculate_step_apply(const SpeculateStepParams& p) {
         break;
       }
     }
-    p.stop_flags[victim] = true;
-    p.seq_lens_this_time[victim] = 0;
-    p.seq_lens_decoder[victim] = 0;
+    step_preempt(p, victim);
   }
   // 3. Allocate in need-list order from the free-list top.
   for (int64_t i = 0; i < listed; ++i) {
     const int32_t b = p.need_block_list[i];
-    if (b != -1 && !p.stop_flags[b]) {
-      p.used_list_len[b] += 1;
-      *p.free_list_len -= 1;
-      p.block_tables[b * nb + step_slot(p, b)] = p.free_list[*p.free_list_len];
-    }
+    if (step_takes_block(p, b)) step_take_block(p, b, p.free_list[--free_len]);
     p.need_block_list[i] = -1;
   }
-  if (step_reschedules(p)) {
-    *p.need_block_len = 0;
-    return;
-  }
-  // 4. Recover at most one block-stepped request (the last pushed).
-  if (*p.step_lens > 0) {
-    const int32_t r = p.step_block_list[*p.step_lens - 1];
-    const int32_t grow = p.used_list_len[r] + 1;
-    const int32_t room = static_cast<int32_t>(mdb) - p.encoder_block_lens[r];
-    const int32_t want = grow < room ? grow : room;
-    if (*p.free_list_len >= want) {
-      p.recover_block_list[(*p.recover_lens)++] = r;
-      p.is_block_step[r] = false;
-      p.used_list_len[r] = want;
-      p.step_block_list[*p.step_lens - 1] = -1;
-      *p.step_lens -= 1;
-    }
-  }
   *p.need_block_len = 0;
-  // Re-prefill of each recovered request: prompt + generated tokens, its blocks back.
-  for (int32_t i = 0; i < *p.recover_lens; ++i) {
-    const int64_t r = p.recover_block_list[i];
-    const int32_t ori = p.ori_seq_lens_encoder[r];
-    const int64_t steps = p.step_idx[r];
-    const int32_t seq = ori + static_cast<int32_t>(steps);
-    p.seq_lens_this_time[r] = seq;
-    p.seq_lens_encoder[r] = seq;
-    if (p.variant == kStepSystemCache) p.seq_lens_decoder[r] = p.ori_seq_lens_decoder[r];
-    p.stop_flags[r] = false;
-    int64_t* ids = p.input_ids + r * p.input_ids_cols;
-    ids[0] = p.first_token_ids[r];
-    int32_t* row = p.block_tables + r * nb + p.encoder_block_lens[r];
-    for (int32_t j = 0; j < p.used_list_len[r]; ++j) {
-      *p.free_list_len -= 1;
-      row[j] = p.free_list[*p.free_list_len];
+  if (!step_reschedules(p)) {
+    // 4. Recover at most one block-stepped request (the last pushed), and re-prefill it:
+    //    prompt + generated tokens, its blocks back.
+    step_recover(p, free_len);
+    for (int32_t i = 0; i < *p.recover_lens; ++i) {
+      const int64_t r = p.recover_block_list[i];
+      step_reprefill(p, r);
+      for (int64_t j = 0; j < p.used_list_len[r]; ++j) step_regrant_block(p, r, j, free_len);
+      free_len -= p.used_list_len[r];
+      for (int64_t j = 0; j < p.step_idx[r]; ++j) step_refill_token(p, r, j);
     }
-    const int64_t* pre = p.pre_ids + r * p.pre_ids_cols;
-    for (int64_t j = 0; j < steps; ++j) ids[ori + j] = pre[j + 1];
+    *p.recover_lens = 0;
   }
-  *p.recover_lens = 0;
+  *p.free_list_len = static_cast<int32_t>(free_len);
 }
 
 inline KernelStatus speculate_step_run_cpu(SpeculateStepParams p, SpeculateStepVariant variant) {

@@ -71,8 +71,9 @@ def load() -> None:
 
 
 # Paddle appends the C++ source location to a PD_THROW message; users need
-# only the message itself.
-_SOURCE_SUFFIX = re.compile(r"\s*\[[^\]]*\.(?:cc|h|cu):\d+\]\s*$")
+# only the message itself. The location has no "[" inside, so a message that
+# ends in a half-open range ("must be in [0, 300)") keeps it.
+_SOURCE_SUFFIX = re.compile(r"\s*\[[^\[\]]*\.(?:cc|h|cu):\d+\]\s*$")
 
 
 def call(op: str, *args):

@@ -621,3 +621,16 @@ def test_docstring_examples_of_the_block_managers():
 
     result = doctest.testmod(fd_mtp.ops.blocks)
     assert result.attempted >= 20 and result.failed == 0, result
+
+
+def test_message_is_the_schema_message_whole():
+    # The recovery target is -1. The message ends in a half-open range, which the loader's
+    # stripping of Paddle's "[file.cc:N]" suffix once took for that suffix and cut off.
+    from fd_mtp import schema
+
+    d = good()
+    d["step_block_list"] = np.asarray([-1, -1], np.int32)
+    with pytest.raises(ValueError) as err:
+        ops.speculate_step_paddle(*[to_paddle(d[n]) for n in NAMES], BS, ENC_DEC, K)
+    assert str(err.value) == schema.get("speculate_step_paddle").format_status(7, -1, -1, 2)
+    assert str(err.value).endswith("it must be in [0, 2)")
