@@ -49,7 +49,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from harness import percentiles, plot_panels, time_calls, write_csv  # noqa: E402
+from harness import can_plot, percentiles, plot_panels, time_calls, write_csv  # noqa: E402
 
 import fd_mtp  # noqa: E402
 import fd_mtp.reference as ref  # noqa: E402
@@ -325,12 +325,14 @@ def main(argv=None):
 
     csv_path = write_csv(rows, out / "bench_ngram.csv")
     kernels = [f"{op}[H={h}]" for op in ops for h in histories]
-    png_path = plot_panels(
-        rows,
-        out / "bench_ngram.png",
-        kernels,
-        title=f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)",
-    )
+    png_path = "no PNG (matplotlib is not installed)"
+    if can_plot():
+        png_path = plot_panels(
+            rows,
+            out / "bench_ngram.png",
+            kernels,
+            title=f"fd_mtp {fd_mtp.__version__} n-gram drafting: ours vs numpy (and CUDA)",
+        )
 
     by = {(r["kernel"], r["provider"], r["x"]): r for r in rows}
     gpu = gpu_reason is None

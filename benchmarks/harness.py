@@ -88,6 +88,17 @@ def write_csv(rows, path: Path, digits: int = 3) -> Path:
     return path
 
 
+def can_plot() -> bool:
+    """Whether matplotlib is importable. It is a dependency of fd_mtp's benchmarks, but a GPU
+    machine without network may lack it: the benchmarks that run there (bench_ngram,
+    bench_gpu_ops) then write their CSV and skip the PNG."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def plot_panels(
     rows,
     path: Path,

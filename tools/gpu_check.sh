@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# The GPU check: build the CUDA module fd_mtp_cuda (no paddle) into fd_mtp/_lib and run the
-# GPU parity tests (tests/gpu: fd_mtp.cuda on CuPy vs fd_mtp.reference on numpy).
+# The GPU check: build the CUDA module fd_mtp_cuda (no paddle) into fd_mtp/_lib, run the GPU
+# parity tests (tests/gpu: fd_mtp.cuda on CuPy vs fd_mtp.reference on numpy), then the GPU
+# benchmarks into benchmarks/results (BENCH=0 skips them):
+#   bench_gpu_ops.py --quick   every CUDA op at batch 1 / 64 / 256, deferred vs checked errors,
+#                              and the whole step: exact shapes vs the fixed-capacity variants;
+#   bench_ngram.py             hybrid_mtp_ngram at batch 64, 8k history: the CUDA kernel vs the
+#                              FastDeploy-style CPU op with its device<->host copies (--refcheck).
 #
 # Needs nvcc, cmake, a Python with pybind11, numpy, pytest and cupy; no paddle, no hypothesis,
-# no network. Run from anywhere: tools/gpu_check.sh   (env: PYTHON, CUDA_ARCH (default 90), JOBS)
+# no network (matplotlib optional: without it the benchmarks write CSV only). Run from anywhere:
+# tools/gpu_check.sh   (env: PYTHON, CUDA_ARCH (default 90), JOBS, BENCH (default 1))
 #
 # pytest runs with --confcutdir=tests/gpu so tests/conftest.py (which imports hypothesis for the
 # CPU tests) is not loaded; tests/gpu/conftest.py puts the checkout on sys.path.
-# Exit status: 0 when the build and all tests pass, non-zero otherwise.
+# Exit status: 0 when the build, all tests and the benchmarks pass, non-zero otherwise.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +21,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 CUDA_ARCH="${CUDA_ARCH:-90}"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
+BENCH="${BENCH:-1}"
 BUILD_DIR="$ROOT/build/gpu"
 
 echo "== fd_mtp GPU check: $(date -u +%FT%TZ)"
@@ -38,9 +45,17 @@ set +e
 "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
 rc=$?
 set -e
+if [ "$BENCH" = "1" ]; then
+  echo "== benchmarks (CSV under benchmarks/results)"
+  start=$SECONDS
+  "$PYTHON" benchmarks/bench_gpu_ops.py --quick || rc=$((rc == 0 ? 3 : rc))
+  "$PYTHON" benchmarks/bench_ngram.py --refcheck --batches 64 --histories 8192 \
+    --ops hybrid_mtp_ngram || rc=$((rc == 0 ? 4 : rc))
+  echo "benchmarks: $((SECONDS - start)) s"
+fi
 if [ "$rc" -eq 0 ]; then
   echo "== GPU check PASSED"
 else
-  echo "== GPU check FAILED (pytest exit $rc)"
+  echo "== GPU check FAILED (exit $rc: pytest's, or 3 bench_gpu_ops, 4 bench_ngram)"
 fi
 exit "$rc"

@@ -25,22 +25,13 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
-from fd_mtp import schema  # noqa: E402
 from fd_mtp.testing import op_inputs  # noqa: E402
-
-
-def device_args(op_name, case):
-    """Device copies of a Case's arrays (the schema's CPU tensors stay numpy) and its kwargs."""
-    try:
-        cpu = {t.name for t in schema.get(op_name).tensors if t.cpu}
-    except KeyError:  # pre_process: no schema op, everything on the device
-        cpu = set()
-    args = [
-        (a.copy() if n in cpu else cp.asarray(a)) if isinstance(a, np.ndarray) else a
-        for a, n in zip(case.args, case.names)
-    ]
-    kwargs = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.kwargs.items()}
-    return args, kwargs
+from fd_mtp.testing.gpu_step import (  # noqa: E402  (the step's ops, shared with bench_gpu_ops)
+    device_args,
+    padded_step,
+    prepare_step,
+    run_step,
+)
 
 
 def host(x):
@@ -214,58 +205,6 @@ def test_lowest_bad_request_is_named_whatever_the_schedule(seed, monkeypatch):
 # ------------------------------------------------------------------------------------------
 # One speculative step: the sync and allocation budget
 # ------------------------------------------------------------------------------------------
-STEP_BATCH = 8
-STEP_VOCAB = 512
-STEP_HIDDEN = 64
-
-
-def step_cases():
-    """The ops of one MTP step with one substep, in the engine's order (spec_runner, then the
-    proposer), each on a valid batch of op_inputs: (op name, Case)."""
-    b, v, h = STEP_BATCH, STEP_VOCAB, STEP_HIDDEN
-    return [
-        # target model: packing, logits rows, sampling, verification, update
-        ("pre_process", op_inputs.build_pre_process(b)),
-        ("rebuild_padding", op_inputs.build_rebuild_padding(b, hidden=h, dtype="float32")),
-        ("speculate_get_token_penalty_multi_scores", op_inputs.build_penalty(b, v)),
-        ("top_p_candidates", op_inputs.build_top_p(b, v)),
-        ("speculate_verify", op_inputs.build_verify(b)),
-        ("speculate_update", op_inputs.build_speculate_update(b)),
-        ("speculate_set_value_by_flags_and_idx", op_inputs.build_set_value(b)),
-        # MTP proposer, one substep
-        ("draft_model_preprocess", op_inputs.build_preprocess(b)),
-        ("eagle_get_hidden_states", op_inputs.build_eagle_hidden(b, hidden=h, dtype="float32")),
-        ("pre_process", op_inputs.build_pre_process(b)),
-        ("rebuild_padding", op_inputs.build_rebuild_padding(b, hidden=h, dtype="float32")),
-        ("draft_model_update", op_inputs.build_update(b)),
-        (
-            "eagle_get_self_hidden_states",
-            op_inputs.build_self_hidden(b, hidden=h, dtype="float32"),
-        ),
-        ("speculate_get_token_penalty_multi_scores", op_inputs.build_penalty(b, v)),
-        ("draft_model_postprocess", op_inputs.build_postprocess(b)),
-        ("mtp_step_paddle", op_inputs.build_mtp_step(b)),
-    ]
-
-
-def run_step(prepared):
-    """Runs the prepared ops; returns the number of arrays they returned (their outputs), with
-    the intermediate output pre_process chains (speculate_get_seq_lens_output's)."""
-    outputs = 0
-    for name, args, kwargs in prepared:
-        out = getattr(fcuda, name)(*args, **kwargs)
-        if isinstance(out, (list, tuple)):
-            outputs += sum(isinstance(o, cp.ndarray) for o in out)
-        elif isinstance(out, cp.ndarray) and not any(out is a for a in args):
-            outputs += 1  # a new array (not an argument written in place and returned)
-        outputs += name == "pre_process"
-    return outputs
-
-
-def prepare_step():
-    return [(name, *device_args(name, case)) for name, case in step_cases()]
-
-
 @pytest.mark.skipif("not __import__('gpu_util').on_simt()", reason="counted by the simt emulator")
 @pytest.mark.parametrize("mode", ["deferred", "checked"])
 def test_step_sync_and_allocation_budget(mode, record_property):
@@ -316,31 +255,6 @@ def test_emulator_counts_syncs_and_allocations():
 # ------------------------------------------------------------------------------------------
 # The same step with the fixed-capacity variants: one wait, at the end of the step
 # ------------------------------------------------------------------------------------------
-def padded_step():
-    """The ops of `step_cases` as the fixed-capacity variants (docs/gpu_errors.md): pre_process
-    with a token capacity, rebuild_padding and the eagle gathers padded (output_padding_offset
-    widened to tmp_out's rows, as pre_process's padded output is), and the not_need_stop
-    producers with a device flag. Returns (prepared ops, the device flags)."""
-    prepared, flags = [], []
-    for name, case in step_cases():
-        args, kwargs = device_args(name, case)
-        if name == "pre_process":
-            kwargs["token_capacity"] = int(case.args[0].size)
-        elif name == "rebuild_padding":
-            opo = cp.zeros(args[0].shape[0], dtype=cp.int32)
-            opo[: args[5].size] = args[5]
-            args[5] = opo
-            kwargs["padded"] = True
-        elif name in ("eagle_get_hidden_states", "eagle_get_self_hidden_states"):
-            kwargs["padded"] = True
-        for i, n in enumerate(case.names):
-            if n == "not_need_stop":
-                args[i] = cp.asarray(args[i])
-                flags.append(args[i])
-        prepared.append((name, args, kwargs))
-    return prepared, flags
-
-
 @pytest.mark.skipif("not __import__('gpu_util').on_simt()", reason="counted by the simt emulator")
 def test_padded_step_waits_once(record_property):
     """Issue 20's capturable step: between the step's start and its end no host sync, no host

@@ -211,6 +211,14 @@ def _wrap(name):
     return device_func
 
 
+def copyto(dst, src):
+    """cupy.copyto: ``dst`` a device array, ``src`` a device array or a scalar (simt stand-in)."""
+    if not isinstance(dst, ndarray):
+        raise TypeError("cupy.copyto: dst must be a cupy.ndarray")
+    _refuse_host((src,), "cupy.copyto")
+    _np.copyto(_host_view(dst), _host_view(src))
+
+
 arange = _wrap("arange")
 concatenate = _wrap("concatenate")
 cumsum = _wrap("cumsum")
