@@ -88,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--export", type=Path, default=DEFAULT_EXPORT, help="final checkpoint directory")
     g.add_argument("--resume", action="store_true", help="continue from the snapshot in --out")
     g.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="warm start: initial weights and tokenizer from this exported checkpoint directory "
+        "(e.g. the shipped demo model) instead of a random init; a new schedule of --steps "
+        "(fresh optimizer); the model options must match its config.json",
+    )
+    g.add_argument(
         "--export-only",
         action="store_true",
         help="no training: export the snapshot of --from-state (default --out) to --export",
@@ -176,7 +184,13 @@ TOKENIZER_OPTIONS = dict(
 )
 
 
-def build_tokenizer(out: Path, train_files, vocab_size: int, max_chars: int):
+def build_tokenizer(
+    out: Path, train_files, vocab_size: int, max_chars: int, init_from: Path | None = None
+):
+    """The run's tokenizer in ``out/tokenizer``: trained once (cached), or with ``init_from`` the
+    warm-start checkpoint's own tokenizer, copied (its ids are the ones the weights were trained on)."""
+    import shutil
+
     from fd_mtp.model.tokenizer import SentencePieceTokenizer, train_sentencepiece
 
     tok_dir = out / "tokenizer"
@@ -186,6 +200,15 @@ def build_tokenizer(out: Path, train_files, vocab_size: int, max_chars: int):
         "options": TOKENIZER_OPTIONS,
         "train_files": [r for r, _ in train_files],
     }
+    if init_from is not None:
+        settings["copied_from"] = str(init_from.resolve())
+        if not (tok_dir / "tokenizer.model").is_file():
+            tok_dir.mkdir(parents=True, exist_ok=True)
+            for name in ("tokenizer.model", "tokenizer_config.json"):
+                if not (init_from / name).is_file():
+                    raise SystemExit(f"--init-from {init_from}: no {name}")
+                shutil.copyfile(init_from / name, tok_dir / name)
+            (tok_dir / "settings.json").write_text(json.dumps(settings) + "\n")
     if (tok_dir / "settings.json").is_file():
         if json.loads((tok_dir / "settings.json").read_text()) != json.loads(json.dumps(settings)):
             raise SystemExit(
@@ -500,6 +523,71 @@ def load_params(state_dir: Path, model, mtp) -> None:
     mtp.set_state_dict({k: v for k, v in sd.items() if k.startswith("ernie.mtp_")})
 
 
+INIT_MATCH_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rope_theta",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "num_nextn_predict_layers",
+)
+
+
+def init_from_checkpoint(src: Path, cfg, model, mtp) -> dict:
+    """Warm start: copy the weights of the exported checkpoint ``src`` into the trainable models
+    (its shapes must be this run's: the fields of ``INIT_MATCH_FIELDS`` are compared first).
+    Returns what the run records of it (its training summary)."""
+    from fd_mtp.model.config import ErnieConfig
+    from fd_mtp.model.loader import SafetensorsCheckpoint, load_weights
+
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"--init-from {src}: no config.json (not a checkpoint directory)")
+    theirs = ErnieConfig.from_file(src / "config.json")
+    diff = [
+        f"{f} {getattr(theirs, f)!r} (this run: {getattr(cfg, f)!r})"
+        for f in INIT_MATCH_FIELDS
+        if getattr(theirs, f) != getattr(cfg, f)
+    ]
+    if diff:
+        raise SystemExit(
+            f"--init-from {src}: its config differs from this run's model options: "
+            + "; ".join(diff)
+        )
+    with SafetensorsCheckpoint.from_dir(src) as tensors:
+        load_weights(model, tensors, strict=True, progress=False)
+        load_weights(mtp, tensors, strict=True, progress=False)
+    for layer in (model, mtp):
+        for prm in layer.parameters():
+            prm.stop_gradient = False
+        layer.train()
+    record = {"dir": str(src)}
+    info_file = src / "train_info.json"
+    if info_file.is_file():
+        info = json.loads(info_file.read_text())
+        record.update(
+            {
+                k: info.get(k)
+                for k in (
+                    "step",
+                    "tokens_seen",
+                    "tokens_seen_total",
+                    "wall_time_s",
+                    "wall_time_s_total",
+                    "command",
+                )
+            }
+        )
+        record["final_val"] = info.get("final_val")
+        if info.get("init_from"):
+            record["init_from"] = info["init_from"]
+    return record
+
+
 # --------------------------------------------------------------------------- evaluation
 def validation_windows(val_tokens, n: int, length: int):
     """The first ``n`` non-overlapping windows of the validation stream (fixed set)."""
@@ -638,6 +726,7 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
         "batch_size": meta["args"]["batch_size"],
         "seq_len": meta["args"]["seq_len"],
         "tokens_seen": meta["step"] * meta["args"]["batch_size"] * meta["args"]["seq_len"],
+        "init_from": meta.get("init_from"),
         "lr": meta["args"]["lr"],
         "warmup": meta["args"]["warmup"],
         "mtp_weight": meta["args"]["mtp_weight"],
@@ -653,6 +742,13 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
         "paddle_version": meta.get("paddle_version"),
         "platform": meta.get("platform"),
     }
+    prior = info["init_from"] or {}
+    info["tokens_seen_total"] = info["tokens_seen"] + (
+        prior.get("tokens_seen_total") or prior.get("tokens_seen") or 0
+    )
+    info["wall_time_s_total"] = round(
+        info["wall_time_s"] + (prior.get("wall_time_s_total") or prior.get("wall_time_s") or 0), 1
+    )
     (dest / "train_info.json").write_text(json.dumps(info, indent=2) + "\n")
     (dest / "README.md").write_text(readme(cfg, info))
     return info
@@ -675,6 +771,17 @@ def readme(cfg, info: dict) -> str:
         if info.get("stopped_early")
         else ""
     )
+    prior = info.get("init_from")
+    if prior:
+        pv = prior.get("final_val") or {}
+        prior_tokens = prior.get("tokens_seen_total") or prior.get("tokens_seen") or 0
+        stop_note += (
+            f"\nWarm start: this run began from the weights of an earlier export of this model "
+            f"(`--init-from`; {prior.get('step')} steps, {prior_tokens:,} "
+            f"tokens, held-out main CE {_fmt(pv.get('val_main'))}), trained by:\n\n```\n{prior.get('command')}\n```\n\n"
+            f"In all: {info['tokens_seen_total']:,} training tokens, {info['wall_time_s_total'] / 60:.1f} minutes. "
+            "The steps, tokens and minutes above are this run's own.\n"
+        )
     stop_note += (
         "\nThe same weights need the same corpus (this Python version's standard library), seed and "
         "Paddle build; the loss curve should match closely elsewhere.\n"
@@ -745,7 +852,9 @@ def main(argv=None) -> int:
 
     root = args.corpus_dir or stdlib_root()
     train_files, val_files = split_corpus(root)
-    tok = build_tokenizer(out, train_files, args.vocab_size, args.tokenizer_chars)
+    tok = build_tokenizer(
+        out, train_files, args.vocab_size, args.tokenizer_chars, init_from=args.init_from
+    )
     train_tokens = tokenize(out, tok, train_files, "train", check_roundtrip=False)
     val_tokens = tokenize(out, tok, val_files, "val", check_roundtrip=True)
     cfg = make_config(args, tok)
@@ -760,6 +869,10 @@ def main(argv=None) -> int:
     paddle.seed(args.seed)
     np.random.seed(args.seed)
     model, mtp = build_models(cfg, args.seed)
+    init_record = None
+    if args.init_from is not None and not (args.resume and (out / "state.json").is_file()):
+        init_record = init_from_checkpoint(args.init_from, cfg, model, mtp)
+        print(f"warm start from {args.init_from} (its step {init_record.get('step')})", flush=True)
     opt = make_optimizer(args, model, mtp)
     sampler = np.random.default_rng(args.seed)
     rows: list[dict] = []
@@ -779,6 +892,7 @@ def main(argv=None) -> int:
         sampler.bit_generator.state = meta["sampler_state"]
         step, elapsed0, rows = meta["step"], meta["elapsed_s"], meta["log"]
         command = meta["command"]
+        init_record = meta.get("init_from")
         print(f"resumed from {out} at step {step}", flush=True)
     elif args.resume:
         print(f"--resume: no snapshot in {out}, starting from step 0", flush=True)
@@ -819,6 +933,7 @@ def main(argv=None) -> int:
             "stopped_early": stopped_early,
             "paddle_version": paddle.__version__,
             "platform": platform.platform(),
+            "init_from": init_record,
         }
         save_state(out, model, mtp, opt, meta)
         return meta

@@ -368,6 +368,65 @@ def test_script_trains_exports_and_resumes_exactly(tmp_path, T, monkeypatch):
     shutil.rmtree(tmp_path / "corpus")
 
 
+def test_script_warm_starts_from_an_export(tmp_path, T, monkeypatch):
+    """--init-from: the weights and tokenizer of an export, a fresh schedule; with lr 0 the first
+    validation is the export's last one and the weights come back unchanged."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    from fd_mtp.model.loader import SafetensorsCheckpoint
+
+    corpus = _tiny_corpus(tmp_path)
+    common = TINY_ARGS + ["--corpus-dir", str(corpus)]
+    first = tmp_path / "first_export"
+    assert (
+        T.main(common + ["--steps", "3", "--out", str(tmp_path / "a"), "--export", str(first)]) == 0
+    )
+    info0 = json.loads((first / "train_info.json").read_text())
+
+    warm = tmp_path / "warm_export"
+    args = common + ["--init-from", str(first), "--out", str(tmp_path / "b"), "--export", str(warm)]
+    assert T.main(args + ["--steps", "1", "--lr", "0", "--warmup", "1"]) == 0
+    info = json.loads((warm / "train_info.json").read_text())
+    assert info["init_from"]["step"] == 3 and info["step"] == 1
+    assert info["tokens_seen_total"] == info0["tokens_seen"] + info["tokens_seen"]
+    assert info["init_from"]["final_val"] == info0["final_val"]
+    for k in ("val_main", "val_mtp1", "val_mtp2"):  # same weights, same windows
+        assert abs(info["final_val"][k] - info0["final_val"][k]) < 1e-5, k
+    assert (warm / "tokenizer.model").read_bytes() == (first / "tokenizer.model").read_bytes()
+    with SafetensorsCheckpoint.from_dir(first) as a, SafetensorsCheckpoint.from_dir(warm) as b:
+        assert sorted(a) == sorted(b)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert "Warm start" in (warm / "README.md").read_text()
+
+    # it trains from there (lr > 0 moves the weights), and a mismatched shape is refused by name
+    moved = tmp_path / "moved"
+    assert (
+        T.main(
+            common
+            + [
+                "--init-from",
+                str(first),
+                "--out",
+                str(tmp_path / "c"),
+                "--export",
+                str(moved),
+                "--steps",
+                "1",
+                "--warmup",
+                "1",
+            ]
+        )
+        == 0
+    )
+    with SafetensorsCheckpoint.from_dir(first) as a, SafetensorsCheckpoint.from_dir(moved) as b:
+        assert any(not np.array_equal(a[n], b[n]) for n in a)
+    bad = [x if x != "32" else "48" for x in common]  # --hidden-size 48
+    with pytest.raises(SystemExit, match="hidden_size 32 .this run: 48"):
+        T.main(bad + ["--init-from", str(first), "--out", str(tmp_path / "d"), "--steps", "1"])
+    shutil.rmtree(corpus)
+
+
 # --------------------------------------------------------------------------- the evaluation tool
 def _eval_module():
     spec = importlib.util.spec_from_file_location(
