@@ -12,6 +12,11 @@ corpus split of ``fd_mtp.assets.corpus``, files the model never trained on):
   ``repeated lines`` (non-blank generated lines equal to an earlier generated line of the same
   continuation), ``comment-only lines`` (non-blank lines made only of ``#`` and spaces: the old
   model's failure) and ``longest run`` (the longest run of one identical line);
+* syntax of those continuations: the longest prefix of whole generated lines such that prompt +
+  prefix parses as Python (``ast.parse``; a prefix ending in an open block or bracket does not),
+  as a share of the generated whole lines (``parsed line share``), and how many of its lines are
+  code (not blank, not only a comment) per continuation (``parsed code lines``): runs of comment
+  lines parse, so the second figure is the one comment loops cannot inflate;
 * MTP acceptance of those greedy continuations (``num_speculative_tokens = 3``, three model
   steps): mean accepted length (tokens per target step, bonus included) and acceptance per draft
   position; the speculative output must equal plain decoding token for token (it is checked).
@@ -53,6 +58,35 @@ def repetition(token_ids: list[int], text: str) -> dict:
     }
 
 
+def _parses(src: str) -> bool:
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore"
+        )  # SyntaxWarning: invalid escape sequences in generated strings
+        try:
+            ast.parse(src)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+    return True
+
+
+def syntax(prompt: str, text: str) -> dict:
+    """The longest prefix of the whole generated lines (``text`` up to its last newline) that
+    parses after ``prompt`` (which ends at a line end): its line count, how many of those are
+    code, and the number of whole generated lines."""
+    whole = text[: text.rfind("\n") + 1].splitlines(keepends=True) if "\n" in text else []
+    best = 0
+    for n in range(len(whole), -1, -1):
+        if _parses(prompt + "".join(whole[:n])):
+            best = n
+            break
+    code = sum(1 for ln in whole[:best] if ln.strip() and not ln.strip().startswith("#"))
+    return {"whole_lines": len(whole), "parsed_lines": best, "parsed_code_lines": code}
+
+
 def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
     from fd_mtp.assets.corpus import held_out_prompts
     from fd_mtp.engine.sampling_params import SamplingParams
@@ -65,8 +99,8 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
         "model": str(model),
         "params_main": info["params_main"],
         "params_mtp": info["params_mtp"],
-        "tokens_seen": info["tokens_seen"],
-        "train_minutes": round(info["wall_time_s"] / 60, 1),
+        "tokens_seen": info.get("tokens_seen_total", info["tokens_seen"]),
+        "train_minutes": round(info.get("wall_time_s_total", info["wall_time_s"]) / 60, 1),
         "threads": info["threads"],
         "val_main_ce": val["val_main"],
         "val_main_bits_per_char": val["val_main"] / math.log(2) / cpt,
@@ -89,6 +123,8 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
     if [o.token_ids for o in outs] != [o.token_ids for o in base]:
         raise SystemExit("eval: speculative greedy output differs from plain decoding")
     reps = [repetition(o.token_ids, o.text) for o in base]
+    syn = [syntax(t, o.text) for t, o in zip(texts, base)]
+    whole = sum(x["whole_lines"] for x in syn)
     lines = sum(r["lines"] for r in reps)
     m = spec.speculative_metrics
     out.update(
@@ -98,6 +134,8 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
         repeated_line_frac=sum(r["repeated_lines"] for r in reps) / max(lines, 1),
         comment_only_line_frac=sum(r["comment_only_lines"] for r in reps) / max(lines, 1),
         longest_run_mean=sum(r["longest_run"] for r in reps) / len(reps),
+        parsed_line_share=sum(x["parsed_lines"] for x in syn) / max(whole, 1),
+        parsed_code_lines_mean=sum(x["parsed_code_lines"] for x in syn) / len(syn),
         mean_accepted_length=m.mean_accepted_length,
         acceptance_per_position=m.acceptance_per_position,
         samples=[o.text for o in base[:3]],

@@ -449,11 +449,27 @@ def test_eval_repetition_measures_by_hand():
     assert E.repetition([5, 6, 7], "a")["distinct4"] == 1.0  # no 4-gram: nothing repeats
 
 
+def test_eval_syntax_measure_by_hand():
+    E = _eval_module()
+    prompt = "def f(x):\n    y = x\n"
+    # whole generated lines: 4 (the cut "ret" is not one); prompt + the first 3 parse, + 4 does not
+    r = E.syntax(prompt, "    # c\n    return y\n\ndef g(:\nret")
+    assert r == {"whole_lines": 4, "parsed_lines": 3, "parsed_code_lines": 1}
+    # a prompt that ends inside a string parses once the string closes (lines are counted as
+    # text: the string's lines are not comments, so they count as code)
+    r = E.syntax('s = """doc\n', 'more\n"""\nt = 1\n')
+    assert r == {"whole_lines": 3, "parsed_lines": 3, "parsed_code_lines": 3}
+    # nothing parses: 0; no whole line: 0 of 0
+    assert E.syntax("def f(:\n", "x\n")["parsed_lines"] == 0
+    assert E.syntax(prompt, "    retu")["whole_lines"] == 0
+
+
 def test_eval_tool_runs_on_the_demo_model(demo, tmp_path):
     E = _eval_module()
     out = tmp_path / "eval.json"
     assert E.main(["--prompts", "2", "--max-tokens", "12", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["prompts"] == 2 and 0 < r["distinct4"] <= 1
+    assert 0 <= r["parsed_line_share"] <= 1 and r["parsed_code_lines_mean"] >= 0
     assert 1 <= r["mean_accepted_length"] <= 4  # K = 3 drafts + the bonus token at most
     assert len(r["acceptance_per_position"]) == 3
