@@ -6,7 +6,10 @@ held-out standard-library files (files the model was not trained on). Every mode
 prompts greedily at batch 1; for each it prints tokens/s, the speedup over plain decoding, the mean
 accepted length (tokens per target step, bonus token included), the acceptance per draft position,
 and whether its output is token for token the plain output (it must be: greedy speculative decoding
-is lossless).
+is lossless). Then it prints the greedy continuation of the first ``--show`` prompts and a sampled
+one (``--temperature`` 0.7, ``--top-p`` 0.9, ``--seed``; MTP K = 3 speculative sampling, whose output
+follows the target model's distribution, not plain decoding's tokens): a model this small falls
+into loops under greedy decoding, and sampling shows better what it learnt.
 
     python -m fd_mtp.demo [--model DIR] [--max-tokens 128] [--prompts 6] [--modes plain,mtp_k1,...]
 """
@@ -44,8 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
     )
     p.add_argument(
-        "--show", type=int, default=1, help="print the continuation of this many prompts"
+        "--show", type=int, default=1, help="print the continuations of this many prompts"
     )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.7,
+        help="temperature of the sampled continuations printed (0: print none)",
+    )
+    p.add_argument("--top-p", type=float, default=0.9, help="top_p of the sampled continuations")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled continuations")
     return p
 
 
@@ -147,8 +158,30 @@ def run(args) -> int:
             f"{r['mode']:<10} {r['tps']:>9.1f} {r['tps'] / base:>8.2f}x {mal:>13}  {pos:<{max(24, 5 * k_max)}} "
             f"{host:>21}  {'yes' if r['same'] else 'NO'}"
         )
-    for o in sample[: max(args.show, 0)]:
+    shown = sample[: max(args.show, 0)]
+    sampled = []
+    if shown and args.temperature > 0:
+        llm = LLM(
+            str(model),
+            max_num_seqs=1,
+            max_model_len=2048,
+            block_size=64,
+            speculative_config=MODES["mtp_k3"],
+        )
+        sp = SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+        )
+        sampled = llm.generate([o.prompt for o in shown], sp, use_tqdm=False)
+    for i, o in enumerate(shown):
         print(f"\n--- prompt (held-out) ---\n{o.prompt}\n--- greedy continuation ---\n{o.text}")
+        if i < len(sampled):
+            print(
+                f"--- sampled continuation (temperature {args.temperature:g}, top_p {args.top_p:g}, "
+                f"seed {args.seed}, MTP K = 3) ---\n{sampled[i].error or sampled[i].text}"
+            )
     if not all(r["same"] for r in rows):
         print("\ndemo: a speculative mode's output differs from plain decoding", file=sys.stderr)
         return 1

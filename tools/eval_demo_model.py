@@ -17,6 +17,9 @@ corpus split of ``fd_mtp.assets.corpus``, files the model never trained on):
   as a share of the generated whole lines (``parsed line share``), and how many of its lines are
   code (not blank, not only a comment) per continuation (``parsed code lines``): runs of comment
   lines parse, so the second figure is the one comment loops cannot inflate;
+* the same measures of sampled continuations (temperature 0.7, top_p 0.9, seed 0: what ``make
+  demo`` prints beside the greedy one; speculative sampling with MTP K = 3) and their mean
+  accepted length;
 * MTP acceptance of those greedy continuations (``num_speculative_tokens = 3``, three model
   steps): mean accepted length (tokens per target step, bonus included) and acceptance per draft
   position; the speculative output must equal plain decoding token for token (it is checked).
@@ -87,6 +90,10 @@ def syntax(prompt: str, text: str) -> dict:
     return {"whole_lines": len(whole), "parsed_lines": best, "parsed_code_lines": code}
 
 
+#: the sampled continuations' settings (those ``make demo`` prints)
+SAMPLED = {"temperature": 0.7, "top_p": 0.9, "seed": 0}
+
+
 def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
     from fd_mtp.assets.corpus import held_out_prompts
     from fd_mtp.engine.sampling_params import SamplingParams
@@ -122,25 +129,52 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
     outs = spec.generate(texts, params, use_tqdm=False)
     if [o.token_ids for o in outs] != [o.token_ids for o in base]:
         raise SystemExit("eval: speculative greedy output differs from plain decoding")
-    reps = [repetition(o.token_ids, o.text) for o in base]
-    syn = [syntax(t, o.text) for t, o in zip(texts, base)]
-    whole = sum(x["whole_lines"] for x in syn)
-    lines = sum(r["lines"] for r in reps)
     m = spec.speculative_metrics
+    out.update(prompts=len(texts), max_tokens=max_tokens, **measures(texts, base))
     out.update(
-        prompts=len(texts),
+        mean_accepted_length=m.mean_accepted_length,
+        acceptance_per_position=m.acceptance_per_position,
+    )
+    # sampled (speculative sampling, MTP K = 3): what the model writes without greedy's loops
+    sampler = LLM(
+        str(model),
+        max_num_seqs=4,
+        max_model_len=2048,
+        block_size=64,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
+    )
+    sp = SamplingParams(
+        temperature=SAMPLED["temperature"],
+        top_p=SAMPLED["top_p"],
+        seed=SAMPLED["seed"],
         max_tokens=max_tokens,
+        ignore_eos=True,
+    )
+    sampled = sampler.generate(texts, sp, use_tqdm=False)
+    out["sampled"] = dict(
+        SAMPLED,
+        **measures(texts, sampled),
+        mean_accepted_length=sampler.speculative_metrics.mean_accepted_length,
+    )
+    out["samples"] = [o.text for o in base[:3]]
+    out["sampled_samples"] = [o.text for o in sampled[:3]]
+    return out
+
+
+def measures(prompts: list[str], outs) -> dict:
+    """Repetition and syntax measures of the continuations ``outs`` of ``prompts``."""
+    reps = [repetition(o.token_ids, o.text) for o in outs]
+    syn = [syntax(t, o.text) for t, o in zip(prompts, outs)]
+    lines = sum(r["lines"] for r in reps)
+    whole = sum(x["whole_lines"] for x in syn)
+    return dict(
         distinct4=sum(r["distinct4"] for r in reps) / len(reps),
         repeated_line_frac=sum(r["repeated_lines"] for r in reps) / max(lines, 1),
         comment_only_line_frac=sum(r["comment_only_lines"] for r in reps) / max(lines, 1),
         longest_run_mean=sum(r["longest_run"] for r in reps) / len(reps),
         parsed_line_share=sum(x["parsed_lines"] for x in syn) / max(whole, 1),
         parsed_code_lines_mean=sum(x["parsed_code_lines"] for x in syn) / len(syn),
-        mean_accepted_length=m.mean_accepted_length,
-        acceptance_per_position=m.acceptance_per_position,
-        samples=[o.text for o in base[:3]],
     )
-    return out
 
 
 def main(argv=None) -> int:
@@ -156,10 +190,15 @@ def main(argv=None) -> int:
         args.model = Path(default_model_path())
     r = evaluate(args.model, args.prompts, args.max_tokens)
     for k, v in r.items():
-        if k != "samples":
-            print(f"{k:>24}: {v}")
+        if k == "sampled":
+            for k2, v2 in v.items():
+                print(f"{'sampled ' + k2:>32}: {v2}")
+        elif not k.endswith("samples"):
+            print(f"{k:>32}: {v}")
     for s in r["samples"]:
         print("--- greedy continuation ---\n" + s)
+    for s in r["sampled_samples"]:
+        print("--- sampled continuation ---\n" + s)
     if args.json:
         args.json.write_text(json.dumps(r, indent=1))
     return 0

@@ -44,9 +44,11 @@ reads it back as float32 on CPU),
 tokenizer.model + tokenizer_config.json, README.md, train_log.csv, loss_curve.png, train_info.json.
 ``--export-only --from-state DIR`` exports a snapshot of a running training.
 
-Example (the demo checkpoint's run; ``--help`` lists every option)::
+Example (the demo checkpoint's two runs; ``--help`` lists every option)::
 
-    python tools/train_demo_model.py --out runs/demo     # the defaults: 1500 steps, 2 threads
+    python tools/train_demo_model.py --out runs/demo --export runs/stage1   # the defaults: 1500 steps
+    python tools/train_demo_model.py --init-from runs/stage1 --out runs/demo3 \\
+        --steps 2200 --lr 1.5e-3 --warmup 100                               # warm start: 2200 more
 """
 
 from __future__ import annotations
@@ -780,7 +782,8 @@ def readme(cfg, info: dict) -> str:
             f"(`--init-from`; {prior.get('step')} steps, {prior_tokens:,} "
             f"tokens, held-out main CE {_fmt(pv.get('val_main'))}), trained by:\n\n```\n{prior.get('command')}\n```\n\n"
             f"In all: {info['tokens_seen_total']:,} training tokens, {info['wall_time_s_total'] / 60:.1f} minutes. "
-            "The steps, tokens and minutes above are this run's own.\n"
+            "The steps, tokens and minutes above are this run's own. To reproduce from scratch, run "
+            "the earlier command with `--export DIR` added, then this one with `--init-from DIR`.\n"
         )
     stop_note += (
         "\nThe same weights need the same corpus (this Python version's standard library), seed and "

@@ -471,5 +471,24 @@ def test_eval_tool_runs_on_the_demo_model(demo, tmp_path):
     r = json.loads(out.read_text())
     assert r["prompts"] == 2 and 0 < r["distinct4"] <= 1
     assert 0 <= r["parsed_line_share"] <= 1 and r["parsed_code_lines_mean"] >= 0
+    assert r["sampled"]["temperature"] == 0.7 and 0 < r["sampled"]["distinct4"] <= 1
+    assert 1 <= r["sampled"]["mean_accepted_length"] <= 4
     assert 1 <= r["mean_accepted_length"] <= 4  # K = 3 drafts + the bonus token at most
     assert len(r["acceptance_per_position"]) == 3
+
+
+# --------------------------------------------------------------------------- make demo
+def test_demo_program_runs_and_prints_both_continuations(demo, capsys):
+    from fd_mtp import demo as demo_program
+
+    argv = ["--prompts", "2", "--max-tokens", "10", "--modes", "plain,mtp_k1", "--show", "1"]
+    assert demo_program.main(argv) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("tokens/s  vs plain") :]
+    assert table.count("yes") == 2 and " NO" not in table  # mtp_k1's greedy output is plain's
+    assert out.count("--- greedy continuation ---") == 1
+    assert (
+        out.count("--- sampled continuation (temperature 0.7, top_p 0.9, seed 0, MTP K = 3)") == 1
+    )
+    assert demo_program.main(argv + ["--temperature", "0"]) == 0
+    assert "sampled continuation" not in capsys.readouterr().out
