@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
     )
     p.add_argument(
-        "--show", type=int, default=1, help="print the continuations of this many prompts"
+        "--show", type=int, default=2, help="print the continuations of this many prompts"
     )
     p.add_argument(
         "--temperature",
