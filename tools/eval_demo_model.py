@@ -90,6 +90,19 @@ def syntax(prompt: str, text: str) -> dict:
     return {"whole_lines": len(whole), "parsed_lines": best, "parsed_code_lines": code}
 
 
+MTP_K3 = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
+
+
+def engine(LLM, model: Path, speculative_config):
+    return LLM(
+        str(model),
+        max_num_seqs=4,
+        max_model_len=2048,
+        block_size=64,
+        speculative_config=speculative_config,
+    )
+
+
 #: the sampled continuations' settings (those ``make demo`` prints)
 SAMPLED = {"temperature": 0.7, "top_p": 0.9, "seed": 0}
 
@@ -117,15 +130,9 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
     }
     texts = [t for _, t in held_out_prompts(prompts, chars=400)]
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    plain = LLM(str(model), max_num_seqs=4, max_model_len=2048, block_size=64)
+    plain = engine(LLM, model, None)
     base = plain.generate(texts, params, use_tqdm=False)
-    spec = LLM(
-        str(model),
-        max_num_seqs=4,
-        max_model_len=2048,
-        block_size=64,
-        speculative_config={"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
-    )
+    spec = engine(LLM, model, MTP_K3)
     outs = spec.generate(texts, params, use_tqdm=False)
     if [o.token_ids for o in outs] != [o.token_ids for o in base]:
         raise SystemExit("eval: speculative greedy output differs from plain decoding")
@@ -136,13 +143,7 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
         acceptance_per_position=m.acceptance_per_position,
     )
     # sampled (speculative sampling, MTP K = 3): what the model writes without greedy's loops
-    sampler = LLM(
-        str(model),
-        max_num_seqs=4,
-        max_model_len=2048,
-        block_size=64,
-        speculative_config={"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3},
-    )
+    sampler = engine(LLM, model, MTP_K3)  # fresh acceptance counters
     sp = SamplingParams(
         temperature=SAMPLED["temperature"],
         top_p=SAMPLED["top_p"],
