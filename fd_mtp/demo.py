@@ -88,6 +88,16 @@ def run(args) -> int:
         print("demo: no held-out standard-library file found for prompts", file=sys.stderr)
         return 2
     texts = [t for _, t in prompts]
+
+    def engine(speculative_config):  # batch 1, as every figure of the demo
+        return LLM(
+            str(model),
+            max_num_seqs=1,
+            max_model_len=2048,
+            block_size=64,
+            speculative_config=speculative_config,
+        )
+
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     print(f"fd_mtp demo: {model}")
     print(
@@ -96,13 +106,7 @@ def run(args) -> int:
     )
     rows, plain_ids, sample = [], None, None
     for mode in modes:
-        llm = LLM(
-            str(model),
-            max_num_seqs=1,
-            max_model_len=2048,
-            block_size=64,
-            speculative_config=MODES[mode],
-        )
+        llm = engine(MODES[mode])
         if llm.tokenizer is None:
             print("demo: the checkpoint has no tokenizer", file=sys.stderr)
             return 2
@@ -161,13 +165,7 @@ def run(args) -> int:
     shown = sample[: max(args.show, 0)]
     sampled = []
     if shown and args.temperature > 0:
-        llm = LLM(
-            str(model),
-            max_num_seqs=1,
-            max_model_len=2048,
-            block_size=64,
-            speculative_config=MODES["mtp_k3"],
-        )
+        llm = engine(MODES["mtp_k3"])
         sp = SamplingParams(
             temperature=args.temperature,
             top_p=args.top_p,

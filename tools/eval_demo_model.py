@@ -66,9 +66,8 @@ def _parses(src: str) -> bool:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore"
-        )  # SyntaxWarning: invalid escape sequences in generated strings
+        # SyntaxWarning: invalid escape sequences in generated strings
+        warnings.simplefilter("ignore")
         try:
             ast.parse(src)
         except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -776,7 +776,7 @@ def readme(cfg, info: dict) -> str:
     prior = info.get("init_from")
     if prior:
         pv = prior.get("final_val") or {}
-        prior_tokens = prior.get("tokens_seen_total") or prior.get("tokens_seen") or 0
+        prior_tokens = info["tokens_seen_total"] - info["tokens_seen"]
         stop_note += (
             f"\nWarm start: this run began from the weights of an earlier export of this model "
             f"(`--init-from`; {prior.get('step')} steps, {prior_tokens:,} "
