@@ -46,20 +46,9 @@ SIMT_PYTEST = FD_MTP_SIMT=1 $(PY) -m pytest -p no:cacheprovider
 # 600 / 1024 row batches of the penalty and top-p kernels (those run in make test-simt-full).
 SIMT_FAST := -k "not 32000 and not 100000 and not vocab_100k and not top_p_dtypes and not ((top_p_matches or penalty_matches) and (600- or 1024-))"
 # Small cases of the kernels with __shared__ memory or CUB (barriers), for ThreadSanitizer
-# (an OS thread per CUDA thread: about a minute for these).
-SIMT_TSAN_TESTS := "tests/gpu/test_gpu_sampling.py::test_top_p_matches_reference[7-float32]" \
-  tests/gpu/test_gpu_sampling.py::test_top_p_all_equal_row_takes_the_lowest_ids \
-  "tests/gpu/test_gpu_sampling.py::test_penalty_matches_reference[7-float16]" \
-  "tests/gpu/test_gpu_draft.py::test_eagle_hidden_states_parity[float32-8-7]" \
-  "tests/gpu/test_gpu_draft.py::test_eagle_self_hidden_states_parity[float32-8-7]" \
-  tests/gpu/test_gpu_ngram.py::test_ngram_match_rows_longer_than_the_batch \
-  "tests/gpu/test_gpu_ngram.py::test_random_batches[False-0-7]" \
-  tests/gpu/test_gpu_packing.py::test_padding_offset_long_prefills_and_no_tokens \
-  "tests/gpu/test_gpu_draft.py::test_mtp_step_heavy_preemption[3-257]" \
-  "tests/gpu/test_gpu_blocks.py::test_speculate_step_parity[True-0-257]" \
-  "tests/gpu/test_gpu_blocks.py::test_speculate_step_parity[False-0-257]" \
-  "tests/gpu/test_gpu_blocks.py::test_speculate_step_bad_input_writes_nothing[input_ids-input_ids]" \
-  "tests/gpu/test_gpu_blocks.py::test_speculate_step_reschedule_parity[True-257]"
+# (an OS thread per CUDA thread: about a minute for these); tools/gpu_check.sh runs the same list
+# under compute-sanitizer on a GPU.
+SIMT_TSAN_TESTS := $(shell grep -v '^\#' tests/gpu/shared_memory_cases.txt | sed "s/.*/'&'/")
 
 .PHONY: demo test test-interop bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
 

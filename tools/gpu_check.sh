@@ -6,14 +6,18 @@
 #                              and the whole step: exact shapes vs the fixed-capacity variants;
 #   bench_ngram.py             hybrid_mtp_ngram at batch 64, 8k history: the CUDA kernel vs the
 #                              FastDeploy-style CPU op with its device<->host copies (--refcheck).
+# SANITIZE=1 then runs the kernels with shared memory, CUB or barriers (the cases listed in
+# tests/gpu/shared_memory_cases.txt) under compute-sanitizer's memcheck and racecheck.
 #
 # Needs nvcc, cmake, a Python with pybind11, numpy, pytest and cupy; no paddle, no hypothesis,
 # no network (matplotlib optional: without it the benchmarks write CSV only). Run from anywhere:
-# tools/gpu_check.sh   (env: PYTHON, CUDA_ARCH (default 90), JOBS, BENCH (default 1))
+# tools/gpu_check.sh [pytest args]
+#   env: PYTHON, CUDA_ARCH (default 90), JOBS, BENCH (default 1), SANITIZE (default 0),
+#        STAGE_TIMEOUT (seconds per stage: build, tests, each sanitizer, benchmarks; default 600)
 #
 # pytest runs with --confcutdir=tests/gpu so tests/conftest.py (which imports hypothesis for the
 # CPU tests) is not loaded; tests/gpu/conftest.py puts the checkout on sys.path.
-# Exit status: 0 when the build, all tests and the benchmarks pass, non-zero otherwise.
+# Exit status: 0 when the build, all tests, the sanitizers and the benchmarks pass, non-zero otherwise.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +26,8 @@ PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 CUDA_ARCH="${CUDA_ARCH:-90}"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
 BENCH="${BENCH:-1}"
+SANITIZE="${SANITIZE:-0}"
+STAGE_TIMEOUT="${STAGE_TIMEOUT:-600}"
 BUILD_DIR="$ROOT/build/gpu"
 
 echo "== fd_mtp GPU check: $(date -u +%FT%TZ)"
@@ -36,26 +42,40 @@ start=$SECONDS
 cmake -S "$ROOT" -B "$BUILD_DIR" -DFD_MTP_WITH_PADDLE=OFF -DFD_MTP_WITH_CUDA=ON \
   -DFD_MTP_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPython3_EXECUTABLE="$PYTHON" \
   -DFD_MTP_OUTPUT_DIR="$ROOT/fd_mtp/_lib"
-cmake --build "$BUILD_DIR" -j "$JOBS"
+timeout "$STAGE_TIMEOUT" cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "build: $((SECONDS - start)) s"
 "$PYTHON" -c "import fd_mtp.cuda as c; m = c.load(); print('loaded', m.__file__)"
 
 echo "== pytest tests/gpu"
 set +e
-"$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
+start=$SECONDS
+timeout "$STAGE_TIMEOUT" "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
 rc=$?
+echo "tests: $((SECONDS - start)) s"
+if [ "$SANITIZE" = "1" ]; then
+  mapfile -t cases < <(grep -v '^#' tests/gpu/shared_memory_cases.txt)
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool: ${#cases[@]} cases of tests/gpu/shared_memory_cases.txt"
+    start=$SECONDS
+    timeout "$STAGE_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu "${cases[@]}"
+    src=$?
+    echo "$tool: exit $src, $((SECONDS - start)) s"
+    [ "$src" -eq 0 ] || rc=$((rc == 0 ? 5 : rc))
+  done
+fi
 set -e
 if [ "$BENCH" = "1" ]; then
   echo "== benchmarks (CSV under benchmarks/results)"
   start=$SECONDS
-  "$PYTHON" benchmarks/bench_gpu_ops.py --quick || rc=$((rc == 0 ? 3 : rc))
-  "$PYTHON" benchmarks/bench_ngram.py --refcheck --batches 64 --histories 8192 \
+  timeout "$STAGE_TIMEOUT" "$PYTHON" benchmarks/bench_gpu_ops.py --quick || rc=$((rc == 0 ? 3 : rc))
+  timeout "$STAGE_TIMEOUT" "$PYTHON" benchmarks/bench_ngram.py --refcheck --batches 64 --histories 8192 \
     --ops hybrid_mtp_ngram || rc=$((rc == 0 ? 4 : rc))
   echo "benchmarks: $((SECONDS - start)) s"
 fi
 if [ "$rc" -eq 0 ]; then
   echo "== GPU check PASSED"
 else
-  echo "== GPU check FAILED (exit $rc: pytest's, or 3 bench_gpu_ops, 4 bench_ngram)"
+  echo "== GPU check FAILED (exit $rc: pytest's (124: timed out), or 5 a sanitizer, 3 bench_gpu_ops, 4 bench_ngram)"
 fi
 exit "$rc"
