@@ -291,12 +291,7 @@ def gen_op_source(op: Op) -> str:
     init = ", ".join([t.name for t in op.tensors] + [a.name for a in op.attrs] + ["{}"])
     out.append(f"  {cls}Args a{{{init}}};\n")
     bound: dict[str, str] = {}
-    ordered = list(op.tensors)
-    if op.batch is not None:  # the batch-defining tensor is checked first: it binds B
-        batch = op.arg(op.batch)
-        ordered.remove(batch)
-        ordered.insert(0, batch)
-    for t in ordered:
+    for t in op.check_order:  # the batch-defining tensor first: it binds B
         var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
         lines = [line for line in [dtype_check(op, t, var)] if line]
         if t.name == op.batch:

@@ -6,8 +6,9 @@
 #                              and the whole step: exact shapes vs the fixed-capacity variants;
 #   bench_ngram.py             hybrid_mtp_ngram at batch 64, 8k history: the CUDA kernel vs the
 #                              FastDeploy-style CPU op with its device<->host copies (--refcheck).
-# SANITIZE=1 then runs the kernels with shared memory, CUB or barriers (the cases listed in
-# tests/gpu/shared_memory_cases.txt) under compute-sanitizer's memcheck and racecheck.
+# SANITIZE=1 then runs compute-sanitizer: memcheck and initcheck over every CUDA op on its
+# realistic inputs (test_gpu_op_inputs.py's parity cases at batches 1 and 33), memcheck and
+# racecheck over the kernels with shared memory, CUB or barriers (tests/gpu/shared_memory_cases.txt).
 #
 # Needs nvcc, cmake, a Python with pybind11, numpy, pytest and cupy; no paddle, no hypothesis,
 # no network (matplotlib optional: without it the benchmarks write CSV only). Run from anywhere:
@@ -52,16 +53,25 @@ start=$SECONDS
 timeout "$STAGE_TIMEOUT" "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
 rc=$?
 echo "tests: $((SECONDS - start)) s"
+# One pytest run under compute-sanitizer: sanitize TOOL WHAT PYTEST-ARGS...
+sanitize() {
+  local tool=$1 what=$2
+  shift 2
+  echo "== compute-sanitizer --tool $tool: $what"
+  local t0=$SECONDS
+  timeout "$STAGE_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu "$@"
+  local src=$?
+  echo "$tool: exit $src, $((SECONDS - t0)) s"
+  [ "$src" -eq 0 ] || rc=$((rc == 0 ? 5 : rc))
+}
 if [ "$SANITIZE" = "1" ]; then
   mapfile -t cases < <(grep -v '^#' tests/gpu/shared_memory_cases.txt)
+  every_op=(tests/gpu/test_gpu_op_inputs.py -k "test_op_inputs_parity and not -600]")
+  sanitize memcheck "every CUDA op on its realistic inputs (batches 1 and 33)" "${every_op[@]}"
+  sanitize initcheck "every CUDA op on its realistic inputs (batches 1 and 33)" "${every_op[@]}"
   for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool: ${#cases[@]} cases of tests/gpu/shared_memory_cases.txt"
-    start=$SECONDS
-    timeout "$STAGE_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$PYTHON" -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu "${cases[@]}"
-    src=$?
-    echo "$tool: exit $src, $((SECONDS - start)) s"
-    [ "$src" -eq 0 ] || rc=$((rc == 0 ? 5 : rc))
+    sanitize "$tool" "${#cases[@]} cases of tests/gpu/shared_memory_cases.txt" "${cases[@]}"
   done
 fi
 set -e

@@ -37,6 +37,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 __all__ = [
     "Attr",
@@ -114,11 +115,12 @@ class Tensor:
         if self.param == "":
             object.__setattr__(self, "param", self.name)
 
-    @property
+    # The parsed spec is cached on the (frozen) instance: fd_mtp.cuda checks every call with it.
+    @cached_property
     def dtypes(self) -> tuple[str, ...]:
         return tuple(self.spec.replace(" ", "").split("[", 1)[0].split("|"))
 
-    @property
+    @cached_property
     def dims(self) -> tuple[Dim, ...] | None:
         """None: any shape; () : exactly one element (``[1]``) is ``(Dim(at_least=None, name='1'),)``."""
         body = self.spec.replace(" ", "").split("[", 1)[1][:-1]
@@ -254,13 +256,22 @@ class Op:
             return None
         return f"custom_ops/paddle/{self.kernel or self.name}.cc"
 
-    @property
-    def tensors(self) -> list[Tensor]:
-        return [a for a in self.args if isinstance(a, Tensor)]
+    @cached_property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return tuple(a for a in self.args if isinstance(a, Tensor))
 
-    @property
-    def attrs(self) -> list[Attr]:
-        return [a for a in self.args if isinstance(a, Attr)]
+    @cached_property
+    def attrs(self) -> tuple[Attr, ...]:
+        return tuple(a for a in self.args if isinstance(a, Attr))
+
+    @cached_property
+    def check_order(self) -> tuple[Tensor, ...]:
+        """The tensors in the order the bindings check them: the batch tensor (which binds
+        ``B``) first, then the rest in argument order."""
+        if self.batch is None:
+            return self.tensors
+        first = self.arg(self.batch)
+        return (first, *(t for t in self.tensors if t is not first))
 
     def arg(self, name: str):
         for a in self.args:

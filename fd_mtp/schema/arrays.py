@@ -8,7 +8,10 @@ caller supplies ``is_device(x)`` (the type check) and ``ptr(x)`` (the device add
 
 from __future__ import annotations
 
+import functools
 import operator
+
+import numpy as np
 
 from . import Attr, Op, Tensor
 
@@ -22,6 +25,22 @@ _NUMPY_DTYPES = {
     "uint8": ("uint8",),
 }
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+@functools.cache
+def _allowed_dtypes(dtypes: tuple[str, ...]) -> tuple[tuple[np.dtype, ...], frozenset] | None:
+    """The array dtypes a tensor spec's dtypes accept (None: any): the numpy dtype objects (a fast
+    compare) and every name (for dtypes numpy does not know, such as bfloat16 without ml_dtypes)."""
+    if "any" in dtypes:
+        return None
+    names = [n for d in dtypes for n in _NUMPY_DTYPES[d]]
+    objects = []
+    for n in names:
+        try:
+            objects.append(np.dtype(n))
+        except TypeError:
+            pass
+    return tuple(objects), frozenset(names)
 
 
 def _fail(op: Op, arg: str, msg: str):
@@ -42,8 +61,8 @@ def _check_tensor(op: Op, t: Tensor, x, dims: dict, bound: dict, is_device, host
             _fail(op, t.name, f"must be an array, got {type(x).__name__}")
     elif not is_device(x):
         _fail(op, t.name, f"must be a device array, got {type(x).__name__}")
-    names = [n for d in t.dtypes if d != "any" for n in _NUMPY_DTYPES[d]]
-    if "any" not in t.dtypes and str(x.dtype) not in names:
+    allowed = _allowed_dtypes(t.dtypes)
+    if allowed is not None and x.dtype not in allowed[0] and str(x.dtype) not in allowed[1]:
         _fail(op, t.name, f"must be {' or '.join(t.dtypes)}, got {x.dtype}")
     shape = list(x.shape)
     spec = t.dims
@@ -159,11 +178,7 @@ def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:
     returns the named dims. ``host_check(op, tensor, x)`` validates a CPU-side argument."""
     dims: dict[str, int] = {}
     bound: dict[str, str] = {}
-    ordered = list(op.tensors)
-    if op.batch is not None:
-        ordered.remove(op.arg(op.batch))
-        ordered.insert(0, op.arg(op.batch))
-    for t in ordered:
+    for t in op.check_order:
         x = values[t.name]
         if x is None:
             if t.optional:
