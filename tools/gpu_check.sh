@@ -9,6 +9,7 @@
 # SANITIZE=1 then runs compute-sanitizer: memcheck and initcheck over every CUDA op on its
 # realistic inputs (test_gpu_op_inputs.py's parity cases at batches 1 and 33), memcheck and
 # racecheck over the kernels with shared memory, CUB or barriers (tests/gpu/shared_memory_cases.txt).
+# SANITIZE=full runs the whole of tests/gpu (CUDA IPC aside) under memcheck instead of plainly.
 #
 # Needs nvcc, cmake, a Python with pybind11, numpy, pytest and cupy; no paddle, no hypothesis,
 # no network (matplotlib optional: without it the benchmarks write CSV only). Run from anywhere:
@@ -47,12 +48,7 @@ timeout "$STAGE_TIMEOUT" cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "build: $((SECONDS - start)) s"
 "$PYTHON" -c "import fd_mtp.cuda as c; m = c.load(); print('loaded', m.__file__)"
 
-echo "== pytest tests/gpu"
 set +e
-start=$SECONDS
-timeout "$STAGE_TIMEOUT" "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
-rc=$?
-echo "tests: $((SECONDS - start)) s"
 # One pytest run under compute-sanitizer: sanitize TOOL WHAT PYTEST-ARGS...
 sanitize() {
   local tool=$1 what=$2
@@ -65,12 +61,28 @@ sanitize() {
   echo "$tool: exit $src, $((SECONDS - t0)) s"
   [ "$src" -eq 0 ] || rc=$((rc == 0 ? 5 : rc))
 }
-if [ "$SANITIZE" = "1" ]; then
+rc=0
+if [ "$SANITIZE" = "full" ]; then
+  # CUDA IPC (test_gpu_ipc.py: child processes) is left out of the run under the sanitizer.
+  sanitize memcheck "the whole of tests/gpu but test_gpu_ipc.py" tests/gpu -ra \
+    --ignore=tests/gpu/test_gpu_ipc.py "$@"
+else
+  echo "== pytest tests/gpu"
+  start=$SECONDS
+  timeout "$STAGE_TIMEOUT" "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --confcutdir=tests/gpu -ra "$@"
+  rc=$?
+  echo "tests: $((SECONDS - start)) s"
+fi
+if [ "$SANITIZE" = "1" ] || [ "$SANITIZE" = "full" ]; then
   mapfile -t cases < <(grep -v '^#' tests/gpu/shared_memory_cases.txt)
   every_op=(tests/gpu/test_gpu_op_inputs.py -k "test_op_inputs_parity and not -600]")
-  sanitize memcheck "every CUDA op on its realistic inputs (batches 1 and 33)" "${every_op[@]}"
+  case_tools=(racecheck)  # the full run had them under memcheck already
+  if [ "$SANITIZE" = "1" ]; then
+    sanitize memcheck "every CUDA op on its realistic inputs (batches 1 and 33)" "${every_op[@]}"
+    case_tools=(memcheck racecheck)
+  fi
   sanitize initcheck "every CUDA op on its realistic inputs (batches 1 and 33)" "${every_op[@]}"
-  for tool in memcheck racecheck; do
+  for tool in "${case_tools[@]}"; do
     sanitize "$tool" "${#cases[@]} cases of tests/gpu/shared_memory_cases.txt" "${cases[@]}"
   done
 fi
