@@ -20,6 +20,9 @@ corpus split of ``fd_mtp.assets.corpus``, files the model never trained on):
 * the same measures of sampled continuations (temperature 0.7, top_p 0.9, seed 0: what ``make
   demo`` prints beside the greedy one; speculative sampling with MTP K = 3) and their mean
   accepted length;
+* the same measures of greedy continuations with FastDeploy's repetition penalty 1.1 (its penalty
+  op divides a positive logit of an already generated token by it; MTP K = 3), and their mean
+  accepted length;
 * MTP acceptance of those greedy continuations (``num_speculative_tokens = 3``, three model
   steps): mean accepted length (tokens per target step, bonus included) and acceptance per draft
   position; the speculative output must equal plain decoding token for token (it is checked).
@@ -104,6 +107,11 @@ def engine(LLM, model: Path, speculative_config):
 
 #: the sampled continuations' settings (those ``make demo`` prints)
 SAMPLED = {"temperature": 0.7, "top_p": 0.9, "seed": 0}
+#: the decoding settings measured beside plain greedy (MTP K = 3 each)
+VARIANTS = {
+    "sampled": SAMPLED,
+    "penalized": {"temperature": 0.0, "repetition_penalty": 1.1},
+}
 
 
 def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
@@ -141,21 +149,23 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
         mean_accepted_length=m.mean_accepted_length,
         acceptance_per_position=m.acceptance_per_position,
     )
-    # sampled (speculative sampling, MTP K = 3): what the model writes without greedy's loops
-    sampler = engine(LLM, model, MTP_K3)  # fresh acceptance counters
-    sp = SamplingParams(
-        temperature=SAMPLED["temperature"],
-        top_p=SAMPLED["top_p"],
-        seed=SAMPLED["seed"],
-        max_tokens=max_tokens,
-        ignore_eos=True,
-    )
-    sampled = sampler.generate(texts, sp, use_tqdm=False)
-    out["sampled"] = dict(
-        SAMPLED,
-        **measures(texts, sampled),
-        mean_accepted_length=sampler.speculative_metrics.mean_accepted_length,
-    )
+    # sampled (speculative sampling) and greedy with a repetition penalty (FastDeploy's penalty
+    # op), each with MTP K = 3 on a fresh engine (its own acceptance counters)
+    others = {}
+    for name, settings in VARIANTS.items():
+        llm = engine(LLM, model, MTP_K3)
+        got = llm.generate(
+            texts,
+            SamplingParams(**settings, max_tokens=max_tokens, ignore_eos=True),
+            use_tqdm=False,
+        )
+        others[name] = got
+        out[name] = dict(
+            settings,
+            **measures(texts, got),
+            mean_accepted_length=llm.speculative_metrics.mean_accepted_length,
+        )
+    sampled = others["sampled"]
     out["samples"] = [o.text for o in base[:3]]
     out["sampled_samples"] = [o.text for o in sampled[:3]]
     return out
@@ -190,11 +200,11 @@ def main(argv=None) -> int:
         args.model = Path(default_model_path())
     r = evaluate(args.model, args.prompts, args.max_tokens)
     for k, v in r.items():
-        if k == "sampled":
+        if k in VARIANTS:
             for k2, v2 in v.items():
-                print(f"{'sampled ' + k2:>32}: {v2}")
+                print(f"{k + ' ' + k2:>36}: {v2}")
         elif not k.endswith("samples"):
-            print(f"{k:>32}: {v}")
+            print(f"{k:>36}: {v}")
     for s in r["samples"]:
         print("--- greedy continuation ---\n" + s)
     for s in r["sampled_samples"]:

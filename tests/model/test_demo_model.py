@@ -473,6 +473,9 @@ def test_eval_tool_runs_on_the_demo_model(demo, tmp_path):
     assert 0 <= r["parsed_line_share"] <= 1 and r["parsed_code_lines_mean"] >= 0
     assert r["sampled"]["temperature"] == 0.7 and 0 < r["sampled"]["distinct4"] <= 1
     assert 1 <= r["sampled"]["mean_accepted_length"] <= 4
+    assert r["penalized"]["repetition_penalty"] == 1.1 and r["penalized"]["temperature"] == 0.0
+    assert 0 < r["penalized"]["distinct4"] <= 1
+    assert 1 <= r["penalized"]["mean_accepted_length"] <= 4
     assert 1 <= r["mean_accepted_length"] <= 4  # K = 3 drafts + the bonus token at most
     assert len(r["acceptance_per_position"]) == 3
 
