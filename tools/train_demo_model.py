@@ -66,7 +66,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run from a source checkout without installing
     sys.path.insert(0, str(REPO))
-from fd_mtp.assets.corpus import MAX_FILE_BYTES, SPLIT_RULE, read_text, split_corpus, stdlib_root  # noqa: E402
+from fd_mtp.assets.corpus import (  # noqa: E402
+    MAX_FILE_BYTES,
+    SPLIT_RULE,
+    TEST_DIRS,
+    TEST_FILES_RULE,
+    read_text,
+    split_corpus,
+    stdlib_root,
+)
 
 DEFAULT_EXPORT = REPO / "fd_mtp" / "assets" / "ernie45_tiny_mtp"
 STATE_FILES = ("state.pdparams", "state.pdopt", "state.json")
@@ -130,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="read *.py files here instead of the standard library (tests)",
+    )
+    g.add_argument(
+        "--with-tests",
+        action="store_true",
+        help="also train on the standard library's test files (test/, */tests/: "
+        "fd_mtp.assets.corpus.test_files); the validation files stay the same",
     )
     g = p.add_argument_group("optimisation")
     g.add_argument("--steps", type=int, default=1500)
@@ -765,6 +779,13 @@ def _fmt(v, pct=False):
 def readme(cfg, info: dict) -> str:
     v, t = info["final_val"], info["final_train"]
     c = info["corpus"]
+    tests = c.get("test_files")
+    tests_note = (
+        f" Of the training files, {tests['train_files']} are the standard library's own tests "
+        f"({tests['rule']})."
+        if tests
+        else ""
+    )
     stop_note = (
         "\nThe run stopped at its time budget (`--max-minutes`) after step "
         f"{info['step']} of the {info['steps_planned']} planned; on another machine it stops at another "
@@ -807,7 +828,7 @@ not correct programs.
 * Corpus: the `.py` sources of the Python {info["python_version_of_corpus"]} standard library
   ({c["train_files"]} training files, {c["train_tokens"]:,} tokens; {c["val_files"]} validation files,
   {c["val_tokens"]:,} tokens), licensed under the Python Software Foundation License (PSF-2.0).
-  Left out: {c["excluded"]}. Validation split: `{c["split_rule"]}`.
+  Left out: {c["excluded"]}. Validation split: `{c["split_rule"]}`.{tests_note}
 * Tokenizer: SentencePiece BPE, {cfg.vocab_size} pieces, byte fallback, identity normalisation (whitespace
   and newlines round-trip exactly); ids 0 `<unk>`, 1 `<s>`, 2 `</s>` (eos, also between files), 3 `<pad>`.
 * Training: {info["step"]} steps of {info["batch_size"]} x {info["seq_len"]} tokens ({info["tokens_seen"]:,} tokens),
@@ -854,7 +875,7 @@ def main(argv=None) -> int:
         return 0
 
     root = args.corpus_dir or stdlib_root()
-    train_files, val_files = split_corpus(root)
+    train_files, val_files = split_corpus(root, with_tests=args.with_tests)
     tok = build_tokenizer(
         out, train_files, args.vocab_size, args.tokenizer_chars, init_from=args.init_from
     )
@@ -907,9 +928,13 @@ def main(argv=None) -> int:
         "val_tokens": int(len(val_tokens)),
         "split_rule": SPLIT_RULE,
         "root": str(root),
-        "excluded": "site-packages, test/tests directories (test/, lib2to3/tests, ...), idlelib/, "
-        f"pydoc_data/, encodings/, files over {MAX_FILE_BYTES // 1000} kB",
+        "excluded": "site-packages, "
+        + ("" if args.with_tests else "test/tests directories (test/, lib2to3/tests, ...), ")
+        + f"idlelib/, pydoc_data/, encodings/, files over {MAX_FILE_BYTES // 1000} kB",
     }
+    if args.with_tests:
+        n_test = sum(1 for r, _ in train_files if TEST_DIRS.intersection(r.split("/")[:-1]))
+        corpus["test_files"] = {"train_files": n_test, "rule": TEST_FILES_RULE}
     tokenizer = {
         "type": "SentencePiece BPE",
         "vocab_size": tok.vocab_size,

@@ -2,12 +2,16 @@
 
 They are on every machine with Python, offline, under the PSF licence. The training script
 (``tools/train_demo_model.py``) trains on the files `is_validation` rejects; the demo and the
-benchmarks prompt the model with the held-out ones.
+benchmarks prompt the model with the held-out ones. With ``with_tests=True`` the standard
+library's own test files (`test_files`) are added to the training side only: more distinct code
+for the same number of training steps, and the held-out set is the same as without them.
 """
 
 from __future__ import annotations
 
+import ast
 import sysconfig
+import warnings
 import zlib
 from pathlib import Path
 
@@ -17,6 +21,7 @@ __all__ = [
     "SPLIT_RULE",
     "stdlib_root",
     "corpus_files",
+    "test_files",
     "is_validation",
     "read_text",
     "split_corpus",
@@ -32,8 +37,14 @@ EXCLUDED_DIRS = {
     "encodings",
     "__pycache__",
 }
+TEST_DIRS = {"test", "tests"}
 MAX_FILE_BYTES = 200_000
 SPLIT_RULE = "zlib.crc32(relpath.encode()) % 20 == 0 -> validation"
+TEST_FILES_RULE = (
+    "test / tests directories (outside idlelib/, site-packages/): every .py file of at most "
+    "200 kB that is valid UTF-8 and parses as Python 3 (Python 2 and bad-syntax fixtures are "
+    "left out); training only"
+)
 
 
 def stdlib_root() -> Path:
@@ -57,6 +68,37 @@ def corpus_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
+def _parses(text: str, rel: str) -> bool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes and the like in test fixtures
+        try:
+            ast.parse(text, filename=rel)
+        except (SyntaxError, ValueError):
+            return False
+    return True
+
+
+def test_files(root: Path) -> list[tuple[str, Path]]:
+    """``(relpath, path)`` of the standard library's test sources under ``root``
+    (:data:`TEST_FILES_RULE`), sorted by relpath: what `corpus_files` leaves out as tests."""
+    out = []
+    skip = EXCLUDED_DIRS - TEST_DIRS
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root).as_posix()
+        dirs = rel.split("/")[:-1]
+        if not TEST_DIRS.intersection(dirs) or skip.intersection(dirs):
+            continue
+        try:
+            if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
+                continue
+            text = p.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if _parses(text, rel):
+            out.append((rel, p))
+    return sorted(out)
+
+
 def is_validation(rel: str) -> bool:
     """The held-out split: :data:`SPLIT_RULE`."""
     return zlib.crc32(rel.encode()) % 20 == 0
@@ -66,11 +108,15 @@ def read_text(p: Path) -> str:
     return p.read_text(encoding="utf-8", errors="replace")
 
 
-def split_corpus(root: Path):
-    """``(train, validation)`` lists of ``(relpath, path)``; SystemExit when either is empty."""
+def split_corpus(root: Path, *, with_tests: bool = False):
+    """``(train, validation)`` lists of ``(relpath, path)``; SystemExit when either is empty.
+    ``with_tests``: `test_files` go to the training list (sorted in with the rest); the
+    validation list does not change."""
     files = corpus_files(root)
     train = [(r, p) for r, p in files if not is_validation(r)]
     val = [(r, p) for r, p in files if is_validation(r)]
+    if with_tests:
+        train = sorted(train + test_files(root))
     if not train or not val:
         raise SystemExit(
             f"{root}: corpus split left no training or no validation file "

@@ -427,6 +427,61 @@ def test_script_warm_starts_from_an_export(tmp_path, T, monkeypatch):
     shutil.rmtree(corpus)
 
 
+def test_test_files_take_parsing_tests_for_training_only(tmp_path):
+    """corpus.test_files: the test / tests directories' .py files that are UTF-8 and parse, none
+    from idlelib/ or over the size cap; split_corpus(with_tests=True) adds them to the training
+    list and leaves the validation list as it was."""
+    from fd_mtp.assets.corpus import MAX_FILE_BYTES, corpus_files, split_corpus, test_files
+
+    corpus = _tiny_corpus(tmp_path)
+    files = {
+        "test/test_ok.py": "import unittest\n\n\nclass T(unittest.TestCase):\n    pass\n",
+        "test/data/fixture.py": "x = '\\d'\n",  # an invalid escape still parses (a warning)
+        "pkg/tests/test_pkg.py": "def test_it():\n    assert 1 + 1 == 2\n",
+        "test/badsyntax_future.py": "def f(:\n",
+        "test/py2_print.py": 'print "hello"\n',
+        "test/big.py": "x = 1\n" * (MAX_FILE_BYTES // 6 + 1),
+        "idlelib/idle_test/test_x.py": "y = 2\n",
+    }
+    for rel, text in files.items():
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / rel).write_text(text)
+    (corpus / "test" / "latin1.py").write_bytes(b"s = '\xe9'\n")  # not UTF-8
+    got = [r for r, _ in test_files(corpus)]
+    assert got == ["pkg/tests/test_pkg.py", "test/data/fixture.py", "test/test_ok.py"]
+    assert not set(got) & {r for r, _ in corpus_files(corpus)}  # the plain corpus has no tests
+
+    train, val = split_corpus(corpus)
+    train_t, val_t = split_corpus(corpus, with_tests=True)
+    assert val_t == val
+    assert [r for r, _ in train_t] == sorted([r for r, _ in train] + got)
+    shutil.rmtree(corpus)
+
+
+def test_script_with_tests_records_them(tmp_path, T, monkeypatch):
+    """--with-tests: the test files are in the training stream, counted in train_info.json and the
+    exported README; the validation stream is the one without them."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    corpus = _tiny_corpus(tmp_path)
+    (corpus / "test" / "test_one.py").write_text((REPO / "fd_mtp" / "envs.py").read_text())
+    common = TINY_ARGS + ["--corpus-dir", str(corpus), "--steps", "1"]
+    runs = {}
+    for name, extra in (("plain", []), ("tests", ["--with-tests"])):
+        out = tmp_path / name
+        assert T.main(common + extra + ["--out", str(out), "--export", str(out / "x")]) == 0
+        runs[name] = json.loads((out / "x" / "train_info.json").read_text())["corpus"]
+        runs[name]["readme"] = (out / "x" / "README.md").read_text()
+    plain, tests = runs["plain"], runs["tests"]
+    assert tests["train_files"] == plain["train_files"] + 1
+    assert tests["train_tokens"] > plain["train_tokens"]
+    assert (tests["val_files"], tests["val_tokens"]) == (plain["val_files"], plain["val_tokens"])
+    assert tests["test_files"]["train_files"] == 1 and "test_files" not in plain
+    assert "1 are the standard library's own tests" in tests["readme"]
+    assert "own tests" not in plain["readme"]
+    shutil.rmtree(corpus)
+
+
 # --------------------------------------------------------------------------- the evaluation tool
 def _eval_module():
     spec = importlib.util.spec_from_file_location(
