@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from fd_mtp.assets.corpus import parses  # noqa: E402
 
 
 def repetition(token_ids: list[int], text: str) -> dict:
@@ -64,20 +65,6 @@ def repetition(token_ids: list[int], text: str) -> dict:
     }
 
 
-def _parses(src: str) -> bool:
-    import ast
-    import warnings
-
-    with warnings.catch_warnings():
-        # SyntaxWarning: invalid escape sequences in generated strings
-        warnings.simplefilter("ignore")
-        try:
-            ast.parse(src)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False
-    return True
-
-
 def syntax(prompt: str, text: str) -> dict:
     """The longest prefix of the whole generated lines (``text`` up to its last newline) that
     parses after ``prompt`` (which ends at a line end): its line count, how many of those are
@@ -85,7 +72,7 @@ def syntax(prompt: str, text: str) -> dict:
     whole = text[: text.rfind("\n") + 1].splitlines(keepends=True) if "\n" in text else []
     best = 0
     for n in range(len(whole), -1, -1):
-        if _parses(prompt + "".join(whole[:n])):
+        if parses(prompt + "".join(whole[:n])):
             best = n
             break
     code = sum(1 for ln in whole[:best] if ln.strip() and not ln.strip().startswith("#"))

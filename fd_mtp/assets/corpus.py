@@ -22,6 +22,7 @@ __all__ = [
     "stdlib_root",
     "corpus_files",
     "test_files",
+    "parses",
     "is_validation",
     "read_text",
     "split_corpus",
@@ -68,12 +69,14 @@ def corpus_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
-def _parses(text: str, rel: str) -> bool:
+def parses(text: str, filename: str = "<unknown>") -> bool:
+    """Whether ``text`` parses as Python (``ast.parse``), warnings (invalid escapes in test
+    fixtures or generated strings) silenced."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # invalid escapes and the like in test fixtures
+        warnings.simplefilter("ignore")
         try:
-            ast.parse(text, filename=rel)
-        except (SyntaxError, ValueError):
+            ast.parse(text, filename=filename)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
     return True
 
@@ -94,7 +97,7 @@ def test_files(root: Path) -> list[tuple[str, Path]]:
             text = p.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        if _parses(text, rel):
+        if parses(text, rel):
             out.append((rel, p))
     return sorted(out)
 
