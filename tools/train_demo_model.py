@@ -23,6 +23,17 @@ Python Software Foundation License (PSF-2.0). Left out: ``site-packages``, every
 ``tests`` directory (``test/``, ``lib2to3/tests``, ``unittest/test``, ...), ``idlelib/``,
 ``pydoc_data/`` and ``encodings/`` (generated tables), and files over 200 kB. Sorted by relative
 path; a file is held out for validation when ``zlib.crc32(relpath) % 20 == 0``.
+Options that widen or clean the corpus (each recorded in ``train_info.json`` and the README):
+``--with-tests`` adds the standard library's own test files to the training side;
+``--library-code`` adds the hand-written library code of the project's installed dependencies
+(``fd_mtp.assets.corpus.library_files``: the packages of ``LIBRARY_PACKAGES`` in the interpreter's
+``purelib`` directory, without tests, vendored copies, data tables, exact copies of
+standard-library files or near-copies of held-out ones) to the training side, about 8M more
+tokens, so a run of a few thousand steps sees most text once; ``--strip-comments`` removes the
+comments (not the docstrings) from every training and validation text. The validation files stay
+the held-out standard-library files. A warm start scores its starting weights on the run's own
+validation windows first (``init_from.val_this_run``), so a run that changes the corpus options
+still has a before / after on the same windows.
 
 Tokenizer: SentencePiece BPE with byte fallback, identity normalisation, no whitespace folding, no
 dummy prefix, whitespace-only pieces allowed and ``"\\n"`` as a user-defined piece, so
@@ -67,13 +78,17 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run from a source checkout without installing
     sys.path.insert(0, str(REPO))
 from fd_mtp.assets.corpus import (  # noqa: E402
+    LIBRARY_FILES_RULE,
     MAX_FILE_BYTES,
     SPLIT_RULE,
     TEST_DIRS,
     TEST_FILES_RULE,
+    library_files,
+    library_root,
     read_text,
     split_corpus,
     stdlib_root,
+    strip_comments,
 )
 
 DEFAULT_EXPORT = REPO / "fd_mtp" / "assets" / "ernie45_tiny_mtp"
@@ -145,6 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="also train on the standard library's test files (test/, */tests/: "
         "fd_mtp.assets.corpus.test_files); the validation files stay the same",
     )
+    g.add_argument(
+        "--library-code",
+        action="store_true",
+        help="also train on the library code of the installed dependencies "
+        "(fd_mtp.assets.corpus.library_files: LIBRARY_PACKAGES, no tests, no copies of held-out "
+        "files); the validation files stay the same",
+    )
+    g.add_argument(
+        "--strip-comments",
+        action="store_true",
+        help="remove comments from every training and validation text "
+        "(fd_mtp.assets.corpus.strip_comments; docstrings stay)",
+    )
     g = p.add_argument_group("optimisation")
     g.add_argument("--steps", type=int, default=1500)
     g.add_argument("--batch-size", type=int, default=8)
@@ -200,8 +228,33 @@ TOKENIZER_OPTIONS = dict(
 )
 
 
+def load_text(p: Path, strip: bool = False) -> str:
+    """A corpus file's text as the model sees it: comments removed with ``strip``."""
+    t = read_text(p)
+    return strip_comments(t) if strip else t
+
+
+def library_versions() -> dict[str, str]:
+    """``{package: "distribution version"}`` of the installed `LIBRARY_PACKAGES`."""
+    from importlib import metadata
+
+    from fd_mtp.assets.corpus import LIBRARY_PACKAGES
+
+    dists = metadata.packages_distributions()
+    out = {}
+    for pkg in LIBRARY_PACKAGES:
+        for dist in dists.get(pkg, [])[:1]:
+            out[pkg] = f"{dist} {metadata.version(dist)}"
+    return out
+
+
 def build_tokenizer(
-    out: Path, train_files, vocab_size: int, max_chars: int, init_from: Path | None = None
+    out: Path,
+    train_files,
+    vocab_size: int,
+    max_chars: int,
+    init_from: Path | None = None,
+    strip: bool = False,
 ):
     """The run's tokenizer in ``out/tokenizer``: trained once (cached), or with ``init_from`` the
     warm-start checkpoint's own tokenizer, copied (its ids are the ones the weights were trained on)."""
@@ -216,6 +269,8 @@ def build_tokenizer(
         "options": TOKENIZER_OPTIONS,
         "train_files": [r for r, _ in train_files],
     }
+    if strip:
+        settings["strip_comments"] = True
     if init_from is not None:
         settings["copied_from"] = str(init_from.resolve())
         if not (tok_dir / "tokenizer.model").is_file():
@@ -236,7 +291,7 @@ def build_tokenizer(
         for _, p in train_files:  # sorted, deterministic: the first max_chars characters
             if n >= max_chars:
                 break
-            t = read_text(p)
+            t = load_text(p, strip)
             sample.append(t)
             n += len(t)
         train_sentencepiece("\n".join(sample), tok_dir, vocab_size=vocab_size, **TOKENIZER_OPTIONS)
@@ -244,7 +299,7 @@ def build_tokenizer(
     return SentencePieceTokenizer(tok_dir)
 
 
-def tokenize(out: Path, tok, files, name: str, check_roundtrip: bool):
+def tokenize(out: Path, tok, files, name: str, check_roundtrip: bool, strip: bool = False):
     """One int32 stream: each file's ids followed by eos. Cached in ``out/{name}_tokens.npy``."""
     import numpy as np
 
@@ -253,7 +308,7 @@ def tokenize(out: Path, tok, files, name: str, check_roundtrip: bool):
         return np.load(cache)
     parts, bad = [], []
     for rel, p in files:
-        text = read_text(p)
+        text = load_text(p, strip)
         ids = tok.encode(text, split_special_tokens=True)  # "<s>" in code is text, not bos
         if check_roundtrip and tok.decode(ids) != text:
             bad.append(rel)
@@ -786,6 +841,15 @@ def readme(cfg, info: dict) -> str:
         if tests
         else ""
     )
+    lib = c.get("library_files")
+    if lib:
+        pk = ", ".join(lib["packages"].values()) or "none found"
+        tests_note += (
+            f" Of the training files, {lib['train_files']} are library code of the project's "
+            f"installed dependencies ({pk}; each under its own licence): {lib['rule']}."
+        )
+    if c.get("strip_comments"):
+        tests_note += f" Every text, training and validation, has its comments removed ({c['strip_comments']})."
     stop_note = (
         "\nThe run stopped at its time budget (`--max-minutes`) after step "
         f"{info['step']} of the {info['steps_planned']} planned; on another machine it stops at another "
@@ -801,14 +865,21 @@ def readme(cfg, info: dict) -> str:
         stop_note += (
             f"\nWarm start: this run began from the weights of an earlier export of this model "
             f"(`--init-from`; {prior.get('step')} steps, {prior_tokens:,} "
-            f"tokens, held-out main CE {_fmt(pv.get('val_main'))}), trained by:\n\n```\n{prior.get('command')}\n```\n\n"
+            f"tokens, held-out main CE {_fmt(pv.get('val_main'))}"
+            + (
+                f"; {_fmt(prior['val_this_run']['val_main'])} on this run's validation windows"
+                if prior.get("val_this_run")
+                else ""
+            )
+            + f"), trained by:\n\n```\n{prior.get('command')}\n```\n\n"
             f"In all: {info['tokens_seen_total']:,} training tokens, {info['wall_time_s_total'] / 60:.1f} minutes. "
             "The steps, tokens and minutes above are this run's own. To reproduce from scratch, run "
             "the earlier command with `--export DIR` added, then this one with `--init-from DIR`.\n"
         )
     stop_note += (
-        "\nThe same weights need the same corpus (this Python version's standard library), seed and "
-        "Paddle build; the loss curve should match closely elsewhere.\n"
+        "\nThe same weights need the same corpus (this Python version's standard library"
+        + (", and the library packages at the versions above" if c.get("library_files") else "")
+        + "), seed and Paddle build; the loss curve should match closely elsewhere.\n"
     )
     return f"""# ernie45_tiny_mtp: a tiny ERNIE-4.5 with an MTP block, trained on Python code
 
@@ -876,11 +947,22 @@ def main(argv=None) -> int:
 
     root = args.corpus_dir or stdlib_root()
     train_files, val_files = split_corpus(root, with_tests=args.with_tests)
+    n_std_train = len(train_files)
+    if args.library_code:
+        lib = library_files(library_root(), stdlib=root)
+        print(f"library code: {len(lib)} files from {library_root()}", flush=True)
+        train_files = train_files + lib  # after the standard library's (the tokenizer sample)
+    strip = args.strip_comments
     tok = build_tokenizer(
-        out, train_files, args.vocab_size, args.tokenizer_chars, init_from=args.init_from
+        out,
+        train_files,
+        args.vocab_size,
+        args.tokenizer_chars,
+        init_from=args.init_from,
+        strip=strip,
     )
-    train_tokens = tokenize(out, tok, train_files, "train", check_roundtrip=False)
-    val_tokens = tokenize(out, tok, val_files, "val", check_roundtrip=True)
+    train_tokens = tokenize(out, tok, train_files, "train", check_roundtrip=False, strip=strip)
+    val_tokens = tokenize(out, tok, val_files, "val", check_roundtrip=True, strip=strip)
     cfg = make_config(args, tok)
     steps_ahead = 2 if args.mtp2_weight > 0 else 1
     win = args.seq_len + 1 + steps_ahead
@@ -896,7 +978,15 @@ def main(argv=None) -> int:
     init_record = None
     if args.init_from is not None and not (args.resume and (out / "state.json").is_file()):
         init_record = init_from_checkpoint(args.init_from, cfg, model, mtp)
-        print(f"warm start from {args.init_from} (its step {init_record.get('step')})", flush=True)
+        # the warm-start weights on this run's validation windows (its corpus options may differ)
+        init_record["val_this_run"] = evaluate(
+            model, mtp, val_windows, steps_ahead, args.batch_size
+        )
+        print(
+            f"warm start from {args.init_from} (its step {init_record.get('step')}); "
+            f"on this run's validation: {init_record['val_this_run']}",
+            flush=True,
+        )
     opt = make_optimizer(args, model, mtp)
     sampler = np.random.default_rng(args.seed)
     rows: list[dict] = []
@@ -935,13 +1025,25 @@ def main(argv=None) -> int:
     if args.with_tests:
         n_test = sum(1 for r, _ in train_files if TEST_DIRS.intersection(r.split("/")[:-1]))
         corpus["test_files"] = {"train_files": n_test, "rule": TEST_FILES_RULE}
+    if args.library_code:
+        corpus["library_files"] = {
+            "train_files": len(train_files) - n_std_train,
+            "root": str(library_root()),
+            "packages": library_versions(),
+            "rule": LIBRARY_FILES_RULE,
+        }
+    if strip:
+        corpus["strip_comments"] = (
+            "comments removed from every training and validation text "
+            "(fd_mtp.assets.corpus.strip_comments; docstrings kept)"
+        )
     tokenizer = {
         "type": "SentencePiece BPE",
         "vocab_size": tok.vocab_size,
         "options": TOKENIZER_OPTIONS,
         "trained_on_chars": args.tokenizer_chars,
         "chars_per_token_val": round(
-            sum(len(read_text(p)) for _, p in val_files) / len(val_tokens), 3
+            sum(len(load_text(p, strip)) for _, p in val_files) / len(val_tokens), 3
         ),
     }
 

@@ -4,13 +4,19 @@ They are on every machine with Python, offline, under the PSF licence. The train
 (``tools/train_demo_model.py``) trains on the files `is_validation` rejects; the demo and the
 benchmarks prompt the model with the held-out ones. With ``with_tests=True`` the standard
 library's own test files (`test_files`) are added to the training side only: more distinct code
-for the same number of training steps, and the held-out set is the same as without them.
+for the same number of training steps, and the held-out set is the same as without them. Likewise
+`library_files`: hand-written library code of the project's own installed dependencies
+(:data:`LIBRARY_PACKAGES`), training only, with the copies and near-copies of held-out files left
+out. `strip_comments` removes comments (docstrings stay) from a source text.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import io
 import sysconfig
+import tokenize
 import warnings
 import zlib
 from pathlib import Path
@@ -22,6 +28,11 @@ __all__ = [
     "stdlib_root",
     "corpus_files",
     "test_files",
+    "LIBRARY_PACKAGES",
+    "LIBRARY_FILES_RULE",
+    "library_root",
+    "library_files",
+    "strip_comments",
     "parses",
     "is_validation",
     "read_text",
@@ -100,6 +111,131 @@ def test_files(root: Path) -> list[tuple[str, Path]]:
         if parses(text, rel):
             out.append((rel, p))
     return sorted(out)
+
+
+#: top-level packages of the project's pinned dependencies whose sources are hand-written library
+#: code (left out: generated API bindings such as openai's, lexer / font / Unicode tables such as
+#: pygments', fontTools' and idna's, paddle's partly generated sources, and copies of other
+#: packages such as httpx2 / httpcore2)
+LIBRARY_PACKAGES = (
+    "numpy",
+    "matplotlib",
+    "networkx",
+    "pip",
+    "setuptools",
+    "pydantic",
+    "hypothesis",
+    "_pytest",
+    "PIL",
+    "fastapi",
+    "anyio",
+    "packaging",
+    "jinja2",
+    "click",
+    "httpx",
+    "uvicorn",
+    "starlette",
+    "dateutil",
+    "pyparsing",
+    "prometheus_client",
+    "tqdm",
+    "h11",
+    "pluggy",
+    "sortedcontainers",
+)
+LIBRARY_SKIP_DIRS = {"test", "tests", "testing", "_vendor", "_distutils", "__pycache__"}
+MAX_DIGIT_SHARE = 0.25
+NEAR_COPY_SHARE = 0.5
+NEAR_COPY_MIN_LINE = 30
+LIBRARY_FILES_RULE = (
+    "the .py files of LIBRARY_PACKAGES in the interpreter's purelib directory, outside test / "
+    "tests / testing / _vendor / _distutils directories: at most 200 kB, valid UTF-8, parsing as "
+    f"Python 3, digits at most {MAX_DIGIT_SHARE:.0%} of the non-blank characters (data tables "
+    "left out); exact copies (of a standard-library file or of an earlier library file) and "
+    f"near-copies of a held-out file (over {NEAR_COPY_SHARE:.0%} of its lines of at least "
+    f"{NEAR_COPY_MIN_LINE} characters found in the held-out files) left out; training only"
+)
+
+
+def library_root() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def _long_lines(text: str) -> list[str]:
+    return [s for s in (ln.strip() for ln in text.splitlines()) if len(s) >= NEAR_COPY_MIN_LINE]
+
+
+def library_files(
+    root: Path,
+    *,
+    stdlib: Path | None = None,
+    packages: tuple[str, ...] = LIBRARY_PACKAGES,
+) -> list[tuple[str, Path]]:
+    """``(relpath, path)`` of the library sources under ``root`` (:data:`LIBRARY_FILES_RULE`), the
+    relpaths prefixed with ``site-packages/``, sorted. ``stdlib``: the standard-library root whose
+    corpus files are checked for copies (default `stdlib_root`)."""
+    std = corpus_files(stdlib or stdlib_root())
+    seen = {hashlib.sha1(read_text(p).encode()).digest() for _, p in std}
+    held_lines = {ln for r, p in std if is_validation(r) for ln in _long_lines(read_text(p))}
+    cand = []
+    for pkg in packages:
+        base = root / pkg
+        if not base.is_dir():
+            continue
+        for p in base.rglob("*.py"):
+            rel = p.relative_to(root).as_posix()
+            if LIBRARY_SKIP_DIRS.intersection(rel.split("/")[:-1]):
+                continue
+            cand.append((rel, p))
+    out = []
+    for rel, p in sorted(cand):
+        try:
+            if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
+                continue
+            text = p.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        chars = [c for c in text if not c.isspace()]
+        if not chars or sum(c.isdigit() for c in chars) > MAX_DIGIT_SHARE * len(chars):
+            continue
+        digest = hashlib.sha1(text.encode()).digest()
+        if digest in seen:
+            continue
+        long = _long_lines(text)
+        if long and sum(ln in held_lines for ln in long) > NEAR_COPY_SHARE * len(long):
+            continue
+        if not parses(text, rel):
+            continue
+        seen.add(digest)
+        out.append(("site-packages/" + rel, p))
+    return out
+
+
+def strip_comments(text: str) -> str:
+    """``text`` without its comments (``tokenize`` COMMENT tokens: ``#`` in strings stays):
+    a line that held only a comment is removed, a comment after code is cut with the spaces
+    before it. Docstrings stay. The result parses to the same AST. A text ``tokenize`` cannot
+    read comes back unchanged."""
+    lines = text.split("\n")
+    cuts: dict[int, int] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                cuts[tok.start[0] - 1] = tok.start[1]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return text
+    out = []
+    for i, ln in enumerate(lines):
+        col = cuts.get(i)
+        if col is None:
+            out.append(ln)
+            continue
+        code = ln[:col].rstrip()
+        if code:
+            out.append(code)
+        elif i == len(lines) - 1:
+            out.append("")  # keep the final line's position (no trailing newline to drop)
+    return "\n".join(out)
 
 
 def is_validation(rel: str) -> bool:

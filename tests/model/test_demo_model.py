@@ -390,6 +390,8 @@ def test_script_warm_starts_from_an_export(tmp_path, T, monkeypatch):
     assert info["init_from"]["step"] == 3 and info["step"] == 1
     assert info["tokens_seen_total"] == info0["tokens_seen"] + info["tokens_seen"]
     assert info["init_from"]["final_val"] == info0["final_val"]
+    for k in ("val_main", "val_mtp1", "val_mtp2"):  # the start, scored on this run's windows
+        assert abs(info["init_from"]["val_this_run"][k] - info0["final_val"][k]) < 1e-5, k
     for k in ("val_main", "val_mtp1", "val_mtp2"):  # same weights, same windows
         assert abs(info["final_val"][k] - info0["final_val"][k]) < 1e-5, k
     assert (warm / "tokenizer.model").read_bytes() == (first / "tokenizer.model").read_bytes()
@@ -479,6 +481,119 @@ def test_script_with_tests_records_them(tmp_path, T, monkeypatch):
     assert tests["test_files"]["train_files"] == 1 and "test_files" not in plain
     assert "1 are the standard library's own tests" in tests["readme"]
     assert "own tests" not in plain["readme"]
+    shutil.rmtree(corpus)
+
+
+def test_strip_comments_by_hand():
+    """Comment-only lines go, trailing comments are cut, ``#`` inside strings stays, the AST is
+    the same; an untokenizable text comes back as it was."""
+    from fd_mtp.assets.corpus import strip_comments
+
+    src = (
+        "#!/usr/bin/env python\n"
+        "# a header\n"
+        "x = 1  # one\n"
+        "s = '# not a comment'  # but this is\n"
+        "def f():\n"
+        "    # inside\n"
+        '    """Doc # kept."""\n'
+        "    return [1,  # first\n"
+        "            2]\n"
+        "\n"
+        "y = 2 # last, no newline"
+    )
+    want = (
+        "x = 1\n"
+        "s = '# not a comment'\n"
+        "def f():\n"
+        '    """Doc # kept."""\n'
+        "    return [1,\n"
+        "            2]\n"
+        "\n"
+        "y = 2"
+    )
+    assert strip_comments(src) == want
+    assert strip_comments("# only\n") == ""
+    assert strip_comments("a = 1\n# end") == "a = 1\n"
+    assert strip_comments("no comment\n") == "no comment\n"
+    bad = "x = (1,\n# open\n"  # EOF inside a bracket: tokenize fails
+    assert strip_comments(bad) == bad
+    import ast
+
+    real = (REPO / "fd_mtp" / "model" / "ernie.py").read_text()
+    got = strip_comments(real)
+    assert ast.dump(ast.parse(got)) == ast.dump(ast.parse(real))
+    assert len(got) < len(real) and "\n#" not in got
+
+
+def test_library_files_rules(tmp_path):
+    """corpus.library_files: the listed packages' sources outside test / vendored / distutils
+    directories, UTF-8, parsing, not data tables; exact copies (of a standard-library file or an
+    earlier library file) and near-copies of a held-out file left out."""
+    from fd_mtp.assets.corpus import MAX_FILE_BYTES, corpus_files, is_validation, library_files
+
+    std = _tiny_corpus(tmp_path)
+    val_rel, val_path = next((r, p) for r, p in corpus_files(std) if is_validation(r))
+    train_path = next(p for r, p in corpus_files(std) if not is_validation(r))
+    held = val_path.read_text()
+    site = tmp_path / "site"
+    code = "def area(w, h):\n    return w * h\n"
+    files = {
+        "good/a.py": code,
+        "good/sub/b.py": "class B:\n    pass\n",
+        "good/c.py": code,  # a copy of good/a.py: only the first is kept
+        "good/tests/test_a.py": "def test():\n    pass\n",
+        "good/_vendor/lib.py": "z = 1\n",
+        "good/_distutils/core.py": "z = 2\n",
+        "good/table.py": "T = [" + ", ".join(str(i) for i in range(500)) + "]\n",
+        "good/bad.py": "def f(:\n",
+        "good/big.py": "x = 1\n" * (MAX_FILE_BYTES // 6 + 1),
+        "good/stdcopy.py": train_path.read_text(),
+        "good/near.py": held + "\nextra = 'one line of its own that is long enough'\n",
+        "other/x.py": code + "# other\n",  # a package not asked for
+    }
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    (site / "good" / "latin1.py").write_bytes(b"s = '\xe9'\n")
+    got = [r for r, _ in library_files(site, stdlib=std, packages=("good", "missing"))]
+    assert got == ["site-packages/good/a.py", "site-packages/good/sub/b.py"]
+    assert library_files(site, stdlib=std, packages=("other",))[0][0] == "site-packages/other/x.py"
+    shutil.rmtree(std)
+
+
+def test_script_library_code_and_strip_comments_record_them(tmp_path, T, monkeypatch):
+    """--library-code adds the library files to the training stream only; --strip-comments
+    removes comments from both streams; train_info.json and the README say so."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    corpus = _tiny_corpus(tmp_path)
+    site = tmp_path / "site" / "numpy"
+    site.mkdir(parents=True)
+    (site / "mod.py").write_text((REPO / "fd_mtp" / "envs.py").read_text())
+    monkeypatch.setattr(T, "library_root", lambda: tmp_path / "site")
+    common = TINY_ARGS + ["--corpus-dir", str(corpus), "--steps", "1"]
+    runs = {}
+    for name, extra in (
+        ("plain", []),
+        ("lib", ["--library-code"]),
+        ("strip", ["--strip-comments"]),
+    ):
+        out = tmp_path / name
+        assert T.main(common + extra + ["--out", str(out), "--export", str(out / "x")]) == 0
+        runs[name] = json.loads((out / "x" / "train_info.json").read_text())["corpus"]
+        runs[name]["readme"] = (out / "x" / "README.md").read_text()
+    plain, lib, strip = runs["plain"], runs["lib"], runs["strip"]
+    assert lib["train_files"] == plain["train_files"] + 1
+    assert lib["train_tokens"] > plain["train_tokens"]
+    assert (lib["val_files"], lib["val_tokens"]) == (plain["val_files"], plain["val_tokens"])
+    assert lib["library_files"]["train_files"] == 1 and "library_files" not in plain
+    assert "numpy" in lib["library_files"]["packages"]
+    assert "1 are library code" in lib["readme"] and "library code" not in plain["readme"]
+    assert strip["val_tokens"] < plain["val_tokens"]
+    assert strip["train_tokens"] < plain["train_tokens"]
+    assert "strip_comments" in strip and "comments removed" in strip["readme"]
+    assert "comments removed" not in plain["readme"]
     shutil.rmtree(corpus)
 
 
