@@ -92,6 +92,17 @@ def parses(text: str, filename: str = "<unknown>") -> bool:
     return True
 
 
+def _small_utf8_source(p: Path) -> str | None:
+    """The text of the regular file ``p`` if it is at most ``MAX_FILE_BYTES`` and valid UTF-8,
+    else None."""
+    try:
+        if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
+            return None
+        return p.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def test_files(root: Path) -> list[tuple[str, Path]]:
     """``(relpath, path)`` of the standard library's test sources under ``root``
     (:data:`TEST_FILES_RULE`), sorted by relpath: what `corpus_files` leaves out as tests."""
@@ -102,13 +113,8 @@ def test_files(root: Path) -> list[tuple[str, Path]]:
         dirs = rel.split("/")[:-1]
         if not TEST_DIRS.intersection(dirs) or skip.intersection(dirs):
             continue
-        try:
-            if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
-                continue
-            text = p.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if parses(text, rel):
+        text = _small_utf8_source(p)
+        if text is not None and parses(text, rel):
             out.append((rel, p))
     return sorted(out)
 
@@ -189,11 +195,8 @@ def library_files(
             cand.append((rel, p))
     out = []
     for rel, p in sorted(cand):
-        try:
-            if not p.is_file() or p.stat().st_size > MAX_FILE_BYTES:
-                continue
-            text = p.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+        text = _small_utf8_source(p)
+        if text is None:
             continue
         chars = [c for c in text if not c.isspace()]
         if not chars or sum(c.isdigit() for c in chars) > MAX_DIGIT_SHARE * len(chars):
