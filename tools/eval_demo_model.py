@@ -23,6 +23,9 @@ corpus split of ``fd_mtp.assets.corpus``, files the model never trained on):
 * the same measures of greedy continuations with FastDeploy's repetition penalty 1.1 (its penalty
   op divides a positive logit of an already generated token by it; MTP K = 3), and their mean
   accepted length;
+* greedy continuations of a few English prompts (:data:`ENGLISH_PROMPTS`, ``--max-tokens``
+  each; the model saw only Python, so what it makes of prose is a known weak spot: the issue's
+  report was a run of ``#`` lines): the repetition measures above;
 * MTP acceptance of those greedy continuations (``num_speculative_tokens = 3``, three model
   steps): mean accepted length (tokens per target step, bonus included) and acceptance per draft
   position; the speculative output must equal plain decoding token for token (it is checked).
@@ -92,6 +95,13 @@ def engine(LLM, model: Path, speculative_config):
     )
 
 
+#: prose prompts (not Python): what a model trained only on code continues them with
+ENGLISH_PROMPTS = (
+    "The weather today is",
+    "Once upon a time, there was a little",
+    "Please write a short summary of the meeting.",
+    "My favourite book is",
+)
 #: the sampled continuations' settings (those ``make demo`` prints)
 SAMPLED = {"temperature": 0.7, "top_p": 0.9, "seed": 0}
 #: the decoding settings measured beside plain greedy (MTP K = 3 each)
@@ -132,6 +142,9 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
         raise SystemExit("eval: speculative greedy output differs from plain decoding")
     m = spec.speculative_metrics
     out.update(prompts=len(texts), max_tokens=max_tokens, **measures(texts, base))
+    english = plain.generate(list(ENGLISH_PROMPTS), params, use_tqdm=False)
+    # prose prompts: repetition only (the prompt is not Python, so no syntax measure)
+    out["english"] = dict(prompts=len(english), **repetition_measures(english))
     out.update(
         mean_accepted_length=m.mean_accepted_length,
         acceptance_per_position=m.acceptance_per_position,
@@ -153,22 +166,30 @@ def evaluate(model: Path, prompts: int, max_tokens: int) -> dict:
             mean_accepted_length=llm.speculative_metrics.mean_accepted_length,
         )
     sampled = others["sampled"]
+    out["english_samples"] = [o.text for o in english]
     out["samples"] = [o.text for o in base[:3]]
     out["sampled_samples"] = [o.text for o in sampled[:3]]
     return out
 
 
-def measures(prompts: list[str], outs) -> dict:
-    """Repetition and syntax measures of the continuations ``outs`` of ``prompts``."""
+def repetition_measures(outs) -> dict:
+    """The repetition measures of the continuations ``outs``, over all of them."""
     reps = [repetition(o.token_ids, o.text) for o in outs]
-    syn = [syntax(t, o.text) for t, o in zip(prompts, outs)]
     lines = sum(r["lines"] for r in reps)
-    whole = sum(x["whole_lines"] for x in syn)
     return dict(
         distinct4=sum(r["distinct4"] for r in reps) / len(reps),
         repeated_line_frac=sum(r["repeated_lines"] for r in reps) / max(lines, 1),
         comment_only_line_frac=sum(r["comment_only_lines"] for r in reps) / max(lines, 1),
         longest_run_mean=sum(r["longest_run"] for r in reps) / len(reps),
+    )
+
+
+def measures(prompts: list[str], outs) -> dict:
+    """Repetition and syntax measures of the continuations ``outs`` of ``prompts``."""
+    syn = [syntax(t, o.text) for t, o in zip(prompts, outs)]
+    whole = sum(x["whole_lines"] for x in syn)
+    return dict(
+        repetition_measures(outs),
         parsed_line_share=sum(x["parsed_lines"] for x in syn) / max(whole, 1),
         parsed_code_lines_mean=sum(x["parsed_code_lines"] for x in syn) / len(syn),
     )
@@ -187,7 +208,7 @@ def main(argv=None) -> int:
         args.model = Path(default_model_path())
     r = evaluate(args.model, args.prompts, args.max_tokens)
     for k, v in r.items():
-        if k in VARIANTS:
+        if k in VARIANTS or k == "english":
             for k2, v2 in v.items():
                 print(f"{k + ' ' + k2:>36}: {v2}")
         elif not k.endswith("samples"):
@@ -196,6 +217,8 @@ def main(argv=None) -> int:
         print("--- greedy continuation ---\n" + s)
     for s in r["sampled_samples"]:
         print("--- sampled continuation ---\n" + s)
+    for prompt, s in zip(ENGLISH_PROMPTS, r["english_samples"]):
+        print(f"--- greedy continuation of {prompt!r} ---\n" + s)
     if args.json:
         args.json.write_text(json.dumps(r, indent=1))
     return 0

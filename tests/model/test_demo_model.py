@@ -648,6 +648,9 @@ def test_eval_tool_runs_on_the_demo_model(demo, tmp_path):
     assert 1 <= r["penalized"]["mean_accepted_length"] <= 4
     assert 1 <= r["mean_accepted_length"] <= 4  # K = 3 drafts + the bonus token at most
     assert len(r["acceptance_per_position"]) == 3
+    assert r["english"]["prompts"] == len(E.ENGLISH_PROMPTS) == len(r["english_samples"])
+    assert 0 < r["english"]["distinct4"] <= 1
+    assert 0 <= r["english"]["comment_only_line_frac"] <= 1
 
 
 # --------------------------------------------------------------------------- make demo
