@@ -9,6 +9,15 @@ the checkpoint names, with the ERNIE / DeepSeek-V3 joint MTP loss::
          + lambda1 * CE(MTP step 1 at t, x[t+2])      # MTP input: embed(x[t+1]), main hidden h_t
          + lambda2 * CE(MTP step 2 at t, x[t+3])      # MTP input: embed(x[t+2]), MTP-1 hidden at t
 
+With ``--unlikelihood ALPHA`` the main head also gets the token-level unlikelihood term of
+Welleck et al., "Neural Text Generation with Unlikelihood Training" (ICLR 2020)::
+
+    + ALPHA * mean_t sum_{c in C_t} -log(1 - p(c | x[..t]))    # C_t: tokens of x[0..t], not x[t+1]
+
+which lowers the probability of repeating an earlier token of the window where the data does not
+repeat it: the self-reinforcing loops of greedy decoding (the same line again and again) are what
+it targets; the likelihood term still raises the true next token, repeated or not.
+
 Step 2 is the same MTP block applied to its own normed output, as at inference with
 ``num_model_steps > 1`` (spec §10, §4.1 7.2.j). It is trained the way inference runs it: the step-2
 token sits at MTP position t+1 (RoPE angle t+1) and attends to the step-1 keys/values of
@@ -190,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.25,
         help="lambda2: MTP step-2 loss (x[t+3], the block fed its own hidden); 0 disables",
+    )
+    g.add_argument(
+        "--unlikelihood",
+        type=float,
+        default=0.0,
+        metavar="ALPHA",
+        help="weight of the main head's token-level unlikelihood term (Welleck et al. 2020: "
+        "-log(1 - p) of the window's earlier tokens other than the target); 0 disables",
     )
     g = p.add_argument_group("model")
     g.add_argument("--vocab-size", type=int, default=3072)
@@ -481,9 +498,24 @@ def batched_forward(model, mtp, window, *, steps: int = 2):
     return out
 
 
-def losses(model, mtp, window, steps: int):
+def unlikelihood(logits, window):
+    """Token-level unlikelihood of the main head (Welleck et al. 2020): the mean over positions t
+    of ``sum_{c in C_t} -log(1 - p(c))``, ``C_t`` the distinct tokens of ``window[:, :t+1]``
+    other than the target ``window[:, t+1]``; ``logits [B, S, V]``."""
+    import paddle
+    import paddle.nn.functional as F
+
+    b, s, v = logits.shape
+    seen = F.one_hot(window[:, :s], v).cumsum(axis=1) > 0  # token in x[0..t]
+    target = F.one_hot(window[:, 1 : s + 1], v) > 0
+    cand = paddle.logical_and(seen, paddle.logical_not(target)).astype(logits.dtype)
+    p = F.softmax(logits, axis=-1)
+    return -(paddle.log(paddle.clip(1.0 - p, min=1e-5)) * cand).sum(axis=-1).mean()
+
+
+def losses(model, mtp, window, steps: int, ul: bool = False):
     """``{"main", "mtp1"[, "mtp2"]}`` mean cross-entropies and top-1 correct counts, targets
-    ``x[t+1]``, ``x[t+2]``, ``x[t+3]``."""
+    ``x[t+1]``, ``x[t+2]``, ``x[t+3]``; with ``ul`` also ``"ul"``, the main head's `unlikelihood`."""
     import paddle
     import paddle.nn.functional as F
 
@@ -497,6 +529,8 @@ def losses(model, mtp, window, steps: int):
             logits.reshape([-1, logits.shape[-1]]), target.reshape([-1, 1])
         ).mean()
         out[name + "_correct"] = (paddle.argmax(logits, axis=-1) == target).astype("float32").sum()
+        if ul and name == "main":
+            out["ul"] = unlikelihood(logits, window)
     return out
 
 
@@ -702,6 +736,7 @@ LOG_FIELDS = [
     "main",
     "mtp1",
     "mtp2",
+    "ul",
     "val_main",
     "val_mtp1",
     "val_mtp2",
@@ -802,6 +837,7 @@ def export(args, state_dir: Path, dest: Path, meta: dict) -> dict:
         "warmup": meta["args"]["warmup"],
         "mtp_weight": meta["args"]["mtp_weight"],
         "mtp2_weight": meta["args"]["mtp2_weight"],
+        "unlikelihood": meta["args"].get("unlikelihood", 0.0),
         "params_main": n_main,
         "params_mtp": n_mtp,
         "weights_dtype": args.export_dtype,
@@ -835,6 +871,12 @@ def readme(cfg, info: dict) -> str:
     v, t = info["final_val"], info["final_train"]
     c = info["corpus"]
     tests = c.get("test_files")
+    ul_note = (
+        f" + {info['unlikelihood']:g} x the main head's token-level unlikelihood of the window's "
+        "earlier tokens (Welleck et al. 2020; ul in the log)"
+        if info.get("unlikelihood")
+        else ""
+    )
     tests_note = (
         f" Of the training files, {tests['train_files']} are the standard library's own tests "
         f"({tests['rule']})."
@@ -906,7 +948,7 @@ not correct programs.
   AdamW, peak lr {info["lr"]:g}, {info["warmup"]} warmup steps, cosine decay, float32, seed {info["seed"]},
   {info["threads"]} CPU thread(s), {info["wall_time_s"] / 60:.1f} minutes.
   Loss = CE(x[t+1]) + {info["mtp_weight"]:g} CE_MTP(x[t+2]) + {info["mtp2_weight"]:g} CE_MTP-step-2(x[t+3]) (the
-  MTP block applied a second time to its own output hidden state, as with `num_model_steps > 1`).
+  MTP block applied a second time to its own output hidden state, as with `num_model_steps > 1`){ul_note}.
 * Final training losses (nats/token): main {_fmt(t.get("main"))}, MTP {_fmt(t.get("mtp1"))},
   MTP step 2 {_fmt(t.get("mtp2"))}.
 * Validation (held-out stdlib files): main CE {_fmt(v.get("val_main"))} (top-1 {_fmt(v.get("val_main_acc"), True)}),
@@ -1103,10 +1145,12 @@ def main(argv=None) -> int:
         batch = np.stack([train_tokens[s : s + win] for s in starts]).astype(np.int64)
         lr = lr_at(step, args)
         opt.set_lr(lr)
-        r = losses(model, mtp, paddle.to_tensor(batch), steps_ahead)
+        r = losses(model, mtp, paddle.to_tensor(batch), steps_ahead, ul=args.unlikelihood > 0)
         loss = r["main"] + args.mtp_weight * r["mtp1"]
         if steps_ahead == 2:
             loss = loss + args.mtp2_weight * r["mtp2"]
+        if args.unlikelihood > 0:
+            loss = loss + args.unlikelihood * r["ul"]
         loss.backward()
         opt.step()
         opt.clear_grad()
@@ -1121,6 +1165,8 @@ def main(argv=None) -> int:
         }
         if steps_ahead == 2:
             row["mtp2"] = float(r["mtp2"])
+        if args.unlikelihood > 0:
+            row["ul"] = float(r["ul"])
         if not math.isfinite(row["loss"]):
             raise SystemExit(f"step {step}: loss is {row['loss']}")
         if step % args.eval_every == 0 or step == args.steps:

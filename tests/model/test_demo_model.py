@@ -597,6 +597,52 @@ def test_script_library_code_and_strip_comments_record_them(tmp_path, T, monkeyp
     shutil.rmtree(corpus)
 
 
+def test_unlikelihood_by_hand(T):
+    """The token-level unlikelihood term against a loop over positions written from its
+    definition: -log(1 - p(c)) summed over the distinct earlier tokens c (x[0..t]) other than the
+    target x[t+1], averaged over positions."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 5, size=(2, 7))
+    w[0] = [3, 3, 3, 1, 3, 0, 0]  # repeats, the target also seen before, a token seen twice
+    logits = rng.normal(size=(2, 6, 5)).astype(np.float32)
+    got = float(T.unlikelihood(paddle.to_tensor(logits), paddle.to_tensor(w)))
+    p = np.exp(logits.astype(np.float64))
+    p /= p.sum(-1, keepdims=True)
+    want = [
+        sum(-np.log1p(-p[b, t, c]) for c in set(w[b, : t + 1].tolist()) - {int(w[b, t + 1])})
+        for b in range(2)
+        for t in range(6)
+    ]
+    # float32 softmax / log of values in (0, 1): a few ulp of a sum of at most 5 terms
+    assert got == pytest.approx(np.mean(want), rel=1e-5)
+    # a window that never repeats a token before the target leaves nothing to penalise at t = 0
+    one = float(T.unlikelihood(paddle.to_tensor(logits[:1, :1]), paddle.to_tensor(w[1:, :2])))
+    seen0 = {int(w[1, 0])} - {int(w[1, 1])}
+    assert one == pytest.approx(sum(-np.log1p(-p[0, 0, c]) for c in seen0), rel=1e-5, abs=1e-7)
+
+
+def test_script_unlikelihood_trains_and_records_it(tmp_path, T, monkeypatch):
+    """--unlikelihood: the term is logged per step (ul), recorded in train_info.json and named in
+    the exported README; without it, none of them."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "1")
+    corpus = _tiny_corpus(tmp_path)
+    common = TINY_ARGS + ["--corpus-dir", str(corpus), "--steps", "2"]
+    got = {}
+    for name, extra in (("plain", []), ("ul", ["--unlikelihood", "0.5"])):
+        out = tmp_path / name
+        assert T.main(common + extra + ["--out", str(out), "--export", str(out / "x")]) == 0
+        info = json.loads((out / "x" / "train_info.json").read_text())
+        got[name] = (info, (out / "x" / "README.md").read_text(), _train_rows(out))
+    info, readme, rows = got["ul"]
+    assert info["unlikelihood"] == 0.5 and "token-level unlikelihood" in readme
+    assert all(float(r["ul"]) > 0 for r in rows)
+    info, readme, rows = got["plain"]
+    assert info["unlikelihood"] == 0.0 and "token-level unlikelihood" not in readme
+    assert all(r["ul"] == "" for r in rows)
+    shutil.rmtree(corpus)
+
+
 # --------------------------------------------------------------------------- the evaluation tool
 def _eval_module():
     spec = importlib.util.spec_from_file_location(
