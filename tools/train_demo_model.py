@@ -79,6 +79,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -684,6 +685,8 @@ def init_from_checkpoint(src: Path, cfg, model, mtp) -> dict:
                     "wall_time_s",
                     "wall_time_s_total",
                     "command",
+                    "steps_planned",
+                    "stopped_early",
                 )
             }
         )
@@ -867,6 +870,80 @@ def _fmt(v, pct=False):
     return f"{100 * v:.1f} %" if pct else f"{v:.3f}"
 
 
+def _warm_start_chain(info: dict) -> list[dict]:
+    """The runs this export was warm-started from, oldest first (each ``init_from`` record nests
+    the one before it)."""
+    chain, rec = [], info.get("init_from")
+    while rec:
+        chain.append(rec)
+        rec = rec.get("init_from")
+    return chain[::-1]
+
+
+def _steps_option(command: str | None) -> int | None:
+    """The ``--steps`` value of a recorded command line (None when absent or unparsable)."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        if word.startswith("--steps="):
+            value = word.split("=", 1)[1]
+        elif word == "--steps" and i + 1 < len(words):
+            value = words[i + 1]
+        else:
+            continue
+        return int(value) if value.isdigit() else None
+    return None
+
+
+def _warm_start_note(info: dict) -> str:
+    """README paragraph: every run of the warm-start chain with its command, so the export can be
+    reproduced from scratch."""
+    chain = _warm_start_chain(info)
+    prior = chain[-1]
+    pv = prior.get("final_val") or {}
+    lines = []
+    for i, rec in enumerate(chain, 1):
+        wall = rec.get("wall_time_s")
+        minutes = f"{wall / 60:.1f} minutes" if wall is not None else "minutes not recorded"
+        tokens = rec.get("tokens_seen")
+        tokens = f"{tokens:,} tokens" if tokens is not None else "tokens not recorded"
+        ce = _fmt((rec.get("final_val") or {}).get("val_main"))
+        planned = rec.get("steps_planned") or _steps_option(rec.get("command"))
+        stopped = (
+            f" (stopped at its time budget: add `--stop-after {rec.get('step')}` without "
+            "`--max-minutes` to stop at the same step)"
+            if rec.get("stopped_early")
+            or (
+                planned is not None
+                and planned != rec.get("step")
+                and "--stop-after" not in (rec.get("command") or "")
+            )
+            else ""
+        )
+        lines.append(
+            f"{i}. {rec.get('step')} steps{stopped}, {tokens}, {minutes}, held-out main CE {ce}:\n\n"
+            f"   ```\n   {rec.get('command')}\n   ```\n"
+        )
+    return (
+        "\nWarm start: this run began from the weights of an earlier export of this model "
+        f"(`--init-from`; held-out main CE {_fmt(pv.get('val_main'))}"
+        + (
+            f"; {_fmt(prior['val_this_run']['val_main'])} on this run's validation windows"
+            if prior.get("val_this_run")
+            else ""
+        )
+        + "). The runs before this one, oldest first, each started from the export of the one "
+        "before it:\n\n" + "\n".join(lines) + "\n"
+        f"In all ({len(chain) + 1} runs): {info['tokens_seen_total']:,} training tokens, "
+        f"{info['wall_time_s_total'] / 60:.1f} minutes. The steps, tokens and minutes at the top are "
+        "this run's own. To reproduce from scratch, run the commands in order with `--export DIR` "
+        "added to each and `--init-from` pointing at the previous run's `DIR`, then this run's "
+        "command (above) the same way.\n"
+    )
+
+
 def readme(cfg, info: dict) -> str:
     v, t = info["final_val"], info["final_train"]
     c = info["corpus"]
@@ -902,22 +979,7 @@ def readme(cfg, info: dict) -> str:
     )
     prior = info.get("init_from")
     if prior:
-        pv = prior.get("final_val") or {}
-        prior_tokens = info["tokens_seen_total"] - info["tokens_seen"]
-        stop_note += (
-            f"\nWarm start: this run began from the weights of an earlier export of this model "
-            f"(`--init-from`; {prior.get('step')} steps, {prior_tokens:,} "
-            f"tokens, held-out main CE {_fmt(pv.get('val_main'))}"
-            + (
-                f"; {_fmt(prior['val_this_run']['val_main'])} on this run's validation windows"
-                if prior.get("val_this_run")
-                else ""
-            )
-            + f"), trained by:\n\n```\n{prior.get('command')}\n```\n\n"
-            f"In all: {info['tokens_seen_total']:,} training tokens, {info['wall_time_s_total'] / 60:.1f} minutes. "
-            "The steps, tokens and minutes above are this run's own. To reproduce from scratch, run "
-            "the earlier command with `--export DIR` added, then this one with `--init-from DIR`.\n"
-        )
+        stop_note += _warm_start_note(info)
     stop_note += (
         "\nThe same weights need the same corpus (this Python version's standard library"
         + (", and the library packages at the versions above" if c.get("library_files") else "")

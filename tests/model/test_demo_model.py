@@ -399,7 +399,8 @@ def test_script_warm_starts_from_an_export(tmp_path, T, monkeypatch):
         assert sorted(a) == sorted(b)
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    assert "Warm start" in (warm / "README.md").read_text()
+    text = (warm / "README.md").read_text()
+    assert "Warm start" in text and info0["command"] in text
 
     # it trains from there (lr > 0 moves the weights), and a mismatched shape is refused by name
     moved = tmp_path / "moved"
@@ -427,6 +428,34 @@ def test_script_warm_starts_from_an_export(tmp_path, T, monkeypatch):
     with pytest.raises(SystemExit, match="hidden_size 32 .this run: 48"):
         T.main(bad + ["--init-from", str(first), "--out", str(tmp_path / "d"), "--steps", "1"])
     shutil.rmtree(corpus)
+
+
+def test_warm_start_note_lists_the_whole_chain(T):
+    """An export warm-started from a warm-started export names every earlier run, oldest first,
+    and says how to stop a run cut by its time budget at the same step."""
+    first = {"step": 10, "tokens_seen": 100, "wall_time_s": 60.0, "command": "train A --steps 10"}
+    second = {
+        "step": 7,
+        "tokens_seen": 70,
+        "wall_time_s": 30.0,
+        "command": "train B --steps 9 --max-minutes 1",
+        "final_val": {"val_main": 2.5},
+        "init_from": first,
+    }
+    info = {"init_from": second, "tokens_seen_total": 200, "wall_time_s_total": 120.0}
+    assert [r["command"] for r in T._warm_start_chain(info)] == [
+        first["command"],
+        second["command"],
+    ]
+    note = T._warm_start_note(info)
+    assert note.index("train A") < note.index("train B")
+    assert "--stop-after 7" in note and "--stop-after 10" not in note
+    assert (
+        "held-out main CE 2.500" in note
+        and "In all (3 runs): 200 training tokens, 2.0 minutes" in note
+    )
+    assert T._steps_option("x --steps=12 --lr 1") == 12
+    assert T._steps_option("x --lr 1") is None and T._steps_option("x 'unclosed") is None
 
 
 def test_test_files_take_parsing_tests_for_training_only(tmp_path):
