@@ -3,12 +3,13 @@
 # and runs. With nothing changed, a target starts its real work within a few seconds.
 #   make demo         the demo model (fd_mtp/assets) generates with and without MTP, side by side
 #   make test         the test suite (also compiles the CUDA sources when nvcc is installed;
-#                     GPU tests skip where there is no GPU)
+#                     GPU tests skip where there is no GPU), then the paddleformers interop tests
+#                     in their own environment .venv-interop (as make test-interop)
 #   make bench        op benchmarks, checked against the numpy references: CSV + PNG under benchmarks/results/
 #   make build        only set up and build the C++ ops
 #   make cuda-module  only build the raw CUDA module fd_mtp_cuda (needs nvcc)
-#   make test-interop the paddleformers interop tests, in their own environment .venv-interop
-#                     (requirements-interop.txt: paddleformers 1.2.0 needs numpy 1.26; CI runs it)
+#   make test-interop only the paddleformers interop tests, in their own environment .venv-interop
+#                     (requirements-interop.txt: paddleformers 1.2.0 needs numpy 1.26)
 #   make simt         only build the CUDA kernels for the CPU emulator (tools/simt: build/simt/lib)
 #   make test-simt    tests/simt, and the fast subset of tests/gpu on the emulator (random schedule)
 #   make test-simt-full  every test of tests/gpu on the emulator, in order, then a random schedule
@@ -18,7 +19,8 @@
 #   make format       apply ruff format / ruff's fixes and clang-format
 # Variables: PYTHON (the interpreter that makes .venv, default python3), PYTEST_ARGS,
 # WITH_CUDA_MODULE=0 (make test without compiling the CUDA sources), WITH_SIMT=0 (make test
-# without the emulated GPU tests), SIMT_SEED (the random schedule's seed, default 1).
+# without the emulated GPU tests), WITH_INTEROP=0 (make test without the interop tests and their
+# environment), SIMT_SEED (the random schedule's seed, default 1).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -29,6 +31,12 @@ CUDA_STAMP := build/.cuda-module-built
 SIMT_STAMP := build/.simt-built
 SIMT_TSAN_STAMP := build/.simt-tsan-built
 WITH_SIMT ?= 1
+WITH_INTEROP ?= 1
+INTEROP_VENV ?= .venv-interop
+INTEROP_DEPS := $(INTEROP_VENV)/.requirements-installed
+INTEROP_TESTS := tests/model/test_interop_paddleformers.py
+# The same checkout (PYTHONPATH), its built ops, another interpreter with paddleformers.
+INTEROP_PYTEST = PYTHONPATH=$(CURDIR) FD_MTP_REQUIRE_PADDLEFORMERS=1 $(INTEROP_VENV)/bin/python -m pytest -p no:cacheprovider $(INTEROP_TESTS)
 SIMT_SEED ?= 1
 PYTEST_ARGS ?=
 NVCC := $(shell command -v nvcc 2>/dev/null)
@@ -105,23 +113,23 @@ test-simt-tsan: build $(SIMT_TSAN_STAMP)
 demo: build
 	$(PY) -m fd_mtp.demo
 
-test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP)) $(if $(filter 1,$(WITH_SIMT)),$(SIMT_STAMP))
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+# The interop tests run in their own environment (below), so the main run leaves their file out.
+test: build $(if $(filter 1,$(WITH_CUDA_MODULE)),$(CUDA_STAMP)) $(if $(filter 1,$(WITH_SIMT)),$(SIMT_STAMP)) $(if $(filter 1,$(WITH_INTEROP)),$(INTEROP_DEPS))
+	$(PY) -m pytest tests $(if $(filter 1,$(WITH_INTEROP)),--ignore=$(INTEROP_TESTS)) $(PYTEST_ARGS)
 ifeq ($(WITH_SIMT),1)
 	FD_MTP_SIMT_SCHEDULE=random:$(SIMT_SEED) $(SIMT_PYTEST) -q tests/gpu $(SIMT_FAST)
 endif
-
-INTEROP_VENV ?= .venv-interop
-INTEROP_DEPS := $(INTEROP_VENV)/.requirements-installed
+ifeq ($(WITH_INTEROP),1)
+	$(INTEROP_PYTEST) $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS selected none of them
+endif
 
 $(INTEROP_DEPS): requirements-interop.txt
 	$(PYTHON) -m venv $(INTEROP_VENV)
 	$(INTEROP_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off -q -r requirements-interop.txt
 	touch $@
 
-# The same checkout (PYTHONPATH), its built ops, another interpreter with paddleformers.
 test-interop: build $(INTEROP_DEPS)
-	PYTHONPATH=$(CURDIR) FD_MTP_REQUIRE_PADDLEFORMERS=1 $(INTEROP_VENV)/bin/python -m pytest -p no:cacheprovider tests/model/test_interop_paddleformers.py $(PYTEST_ARGS)
+	$(INTEROP_PYTEST) $(PYTEST_ARGS)
 
 bench: build
 	$(PY) benchmarks/bench_ops.py --refcheck

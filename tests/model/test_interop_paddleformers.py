@@ -4,10 +4,10 @@ the same logits; the demo checkpoint loads in paddleformers; the tokenizers agre
 
 Skipped when paddleformers is not installed. It is not in requirements.txt: paddleformers 1.2.0
 needs fast_dataindex (Linux), which pins numpy <= 1.26.4, against the project's numpy 2.x pin.
-``make test-interop`` (run by CI after ``make test``) builds a second environment from
-requirements-interop.txt (paddlepaddle 3.3.1 + numpy 1.26.4 + paddleformers 1.2.0) and runs this
-file there with FD_MTP_REQUIRE_PADDLEFORMERS=1, so a missing paddleformers fails instead of
-skipping.
+``make test`` (after the main suite, which leaves this file out) and ``make test-interop`` build a
+second environment from requirements-interop.txt (paddlepaddle 3.3.1 + numpy 1.26.4 +
+paddleformers 1.2.0) and run this file there with FD_MTP_REQUIRE_PADDLEFORMERS=1, so a missing
+paddleformers fails instead of skipping.
 
 Everything is float32 and local: random tiny models, no model hub.
 
@@ -43,13 +43,13 @@ import numpy as np
 import paddle
 import pytest
 
-if os.environ.get("FD_MTP_REQUIRE_PADDLEFORMERS") == "1":  # make test-interop: never skip
+if os.environ.get("FD_MTP_REQUIRE_PADDLEFORMERS") == "1":  # make test / test-interop: never skip
     import paddleformers as pf
 else:
     pf = pytest.importorskip(
         "paddleformers",
         reason="paddleformers is not installed (1.2.0 pins numpy <= 1.26.4 through "
-        "fast_dataindex, so it is not in requirements.txt: `make test-interop` runs this file "
+        "fast_dataindex, so it is not in requirements.txt: `make test` runs this file "
         "in its own environment, requirements-interop.txt)",
     )
 
