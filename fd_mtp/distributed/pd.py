@@ -21,11 +21,13 @@ role (`fd_mtp.engine.pd`). A request goes:
    request (the prefill side for a request whose first token ends it).
 
 When the decode process dies, the prefill side sees the pipe close: it removes every segment it
-still publishes, drains the first-token queue itself, answers the requests it can no longer hand
-over with ``finish_reason "error"``, and keeps serving; the front reports the requests that were
-on the decode side as errors. Every wait is bounded; `close` stops and reaps both processes and
-removes the SysV queue. Tensor parallelism inside an instance is not offered with PD
-(`fd_mtp.config.ParallelConfig` refuses the combination).
+still publishes, empties the first-token queue before each step, answers the requests it can no
+longer hand over with ``finish_reason "error"``, and keeps serving; the front reports the requests
+that were on the decode side as errors, and empties the queue too while the decode process is
+dead: a prefill step that reached ``msgsnd`` on a full queue before the death was seen waits
+there holding its process's GIL, so only another process can free it. Every wait is bounded;
+`close` stops and reaps both processes and removes the SysV queue. Tensor parallelism inside an
+instance is not offered with PD (`fd_mtp.config.ParallelConfig` refuses the combination).
 """
 
 from __future__ import annotations
@@ -141,21 +143,14 @@ class _Publications:
             self.release(name)
 
 
-def _watch_decode(alive, msg_queue_id, dead, stop) -> None:
+def _watch_decode(alive, dead) -> None:
     """Prefill-side thread: ``alive`` (a pipe end the decode process holds the other end of)
-    reads EOF when that process ends, however it ends; from then on the first-token queue is
-    drained here, so the proposer's blocking ``msgsnd`` never waits on a reader that is gone."""
+    reads EOF when that process ends, however it ends; then ``dead`` is set."""
     try:
         alive.recv()
     except (EOFError, OSError):
         pass
     dead.set()
-    while not stop.is_set():
-        try:
-            _drain_messages(msg_queue_id)
-        except OSError:
-            return
-        stop.wait(0.05)
 
 
 def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, alive):
@@ -172,10 +167,8 @@ def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, aliv
         return
     results.put(("ready", "prefill", os.getpid()))
     decode_alive = True
-    dead, stop = threading.Event(), threading.Event()
-    threading.Thread(
-        target=_watch_decode, args=(alive, msg_queue_id, dead, stop), daemon=True
-    ).start()
+    dead = threading.Event()
+    threading.Thread(target=_watch_decode, args=(alive, dead), daemon=True).start()
 
     def decode_gone():
         nonlocal decode_alive
@@ -204,6 +197,10 @@ def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, aliv
                     cmd = None
             if dead.is_set():
                 decode_gone()
+                # nobody reads the first-token queue any more: empty it before the step sends,
+                # so the proposer's blocking msgsnd finds room (it holds this process's GIL while
+                # it waits, so no thread here could empty it then: the front does, see _pump)
+                _drain_messages(msg_queue_id)
             if engine.has_unfinished():
                 deltas = engine.step()
                 handed = {h.request_id for h in engine.handoffs}
@@ -247,7 +244,6 @@ def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, aliv
     except BaseException:  # noqa: BLE001
         results.put(("failed", "prefill", traceback.format_exc()))
     finally:
-        stop.set()
         pubs.release_all()
 
 
@@ -468,7 +464,14 @@ class PDCluster:
                 raise PDError(
                     f"the prefill instance exited (code {self.prefill.exitcode}) during {what}"
                 ) from None
-            if not self.decode.is_alive() and self._at_decode:
+            if not self.decode.is_alive():
+                # A prefill step may be blocked in msgsnd on the full first-token queue that the
+                # decode side no longer reads (it died before the prefill side saw it): this
+                # process is the one that can empty it.
+                try:
+                    _drain_messages(self.msg_queue_id)
+                except OSError:
+                    pass
                 for rid in self._at_decode:
                     self._done[rid] = ("error", "the decode instance died")
                 self._at_decode.clear()

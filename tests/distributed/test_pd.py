@@ -90,18 +90,24 @@ def test_first_tokens_reads_the_wire_format():
 
 
 def test_killing_decode_leaves_prefill_serving_and_no_segments():
+    """The decode process is stopped first, so the prefill side's first-token messages fill the
+    SysV queue (a few messages on Linux's default msgmnb) and its blocking msgsnd waits, holding
+    its GIL; then it is killed: the front drains the queue of a dead decode side, so the prefill
+    side comes back and answers."""
     pd = PDCluster(DEMO_MODEL, speculative_config=MTP, msg_queue_id=QID + 2, **KW)
     box: list = []
     long = SamplingParams(temperature=0, max_tokens=150)
-    worker = threading.Thread(target=lambda: box.append(pd.generate(PROMPTS, long)))
+    worker = threading.Thread(target=lambda: box.append(pd.generate(PROMPTS * 2, long)))
     try:
         worker.start()
         deadline = time.monotonic() + 120
         while not pd._at_decode and time.monotonic() < deadline:
             time.sleep(0.01)
         assert pd._at_decode, "no request reached the decode instance"
+        os.kill(pd.decode.pid, signal.SIGSTOP)
+        time.sleep(2.0)  # the prefill side hands off the other requests' first tokens meanwhile
         os.kill(pd.decode.pid, signal.SIGKILL)
-        worker.join(180)
+        worker.join(120)
         assert not worker.is_alive()
         outs = box[0]
         errors = [o for o in outs if o.finish_reason == "error"]
