@@ -12,7 +12,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,6 +24,28 @@
 // The __shared__ variables' section (see __shared__ in simt.h); absent when no kernel has one.
 extern "C" char __start_simt_shared[] __attribute__((weak));
 extern "C" char __stop_simt_shared[] __attribute__((weak));
+
+// A recorded operation of a stream capture (cudaGraphNode_t): a kernel launch with its own copy
+// of the launch's closure (the arguments as they were at the launch), a memset or a copy.
+struct CUgraphNode_st {
+  cudaGraphNodeType type;
+  simt::LaunchConfig cfg{dim3(), dim3()};
+  const char* kernel = nullptr;
+  const char* file = nullptr;
+  int line = 0;
+  void (*body)(void*) = nullptr;
+  std::shared_ptr<void> closure;  // shared by the graph and its instantiations
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+  int value = 0;
+};
+struct CUgraph_st {
+  std::vector<CUgraphNode_st> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<CUgraphNode_st> nodes;
+};
 
 namespace simt {
 namespace {
@@ -42,13 +66,15 @@ std::mutex g_error_mutex;
 // since the last one: the times a GPU host thread would really wait for the device (a second
 // sync or a copy on a drained stream costs a few microseconds, not a round trip).
 enum Counter {
-  kSyncCalls,  // cudaStreamSynchronize + cudaDeviceSynchronize
-  kHostReads,  // blocking device-to-host copies (cudaMemcpy D2H/default, cudaMemcpyAsync D2H)
-  kWaits,      // of those two, the ones with enqueued work (see above)
-  kMallocs,    // cudaMalloc
-  kFrees,      // cudaFree
-  kLaunches,   // kernel launches
-  kAsyncOps,   // cudaMemsetAsync / cudaMemcpyAsync other than D2H
+  kSyncCalls,      // cudaStreamSynchronize + cudaDeviceSynchronize
+  kHostReads,      // blocking device-to-host copies (cudaMemcpy D2H/default, cudaMemcpyAsync D2H)
+  kWaits,          // of those two, the ones with enqueued work (see above)
+  kMallocs,        // cudaMalloc
+  kFrees,          // cudaFree
+  kLaunches,       // kernel launches
+  kAsyncOps,       // cudaMemsetAsync / cudaMemcpyAsync other than D2H
+  kGraphLaunches,  // cudaGraphLaunch (its nodes count as launches / async ops as they run)
+  kCapturedNodes,  // launches, memsets and copies recorded by a stream capture (not run)
   kCounters
 };
 std::atomic<uint64_t> g_counters[kCounters];
@@ -79,6 +105,59 @@ std::string vformat(const char* fmt, va_list ap) {
   char buf[1024];
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   return buf;
+}
+
+// ------------------------------------------------------------------- stream capture ---
+// The streams now capturing (a handful at most). A call CUDA refuses during a capture fails
+// with cudaErrorStreamCaptureUnsupported (or ...Implicit for the legacy stream) and invalidates
+// the capture it concerns (every active one for a device-wide call); cudaStreamEndCapture then
+// returns cudaErrorStreamCaptureInvalidated and no graph. Stricter than CUDA's relaxed mode (the
+// one CuPy uses) in one point: cudaMalloc / cudaFree fail any capture, as in the global mode.
+struct Capture {
+  cudaStream_t stream;
+  CUgraph_st* graph;
+  bool invalidated = false;
+  std::string why;  // the first refused call
+};
+std::mutex g_capture_mutex;
+std::vector<Capture> g_captures;
+std::string g_invalidated_why;  // the last capture ended as invalidated, for cudaGetErrorString
+
+bool is_legacy(cudaStream_t s) { return s == nullptr || s == reinterpret_cast<cudaStream_t>(1); }
+
+// Caller holds g_capture_mutex.
+Capture* capture_of(cudaStream_t stream) {
+  for (Capture& c : g_captures)
+    if (c.stream == stream) return &c;
+  return nullptr;
+}
+
+// A refused call: `stream` null for a device-wide call (every capture). Returns the error,
+// cudaSuccess when nothing captures (the call is legal then).
+cudaError_t refuse_in_capture(cudaStream_t stream, bool device_wide, const char* call,
+                              cudaError_t code = cudaErrorStreamCaptureUnsupported) {
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(g_capture_mutex);
+    bool hit = false;
+    for (Capture& c : g_captures) {
+      if (!device_wide && c.stream != stream) continue;
+      hit = true;
+      if (!c.invalidated) {
+        c.invalidated = true;
+        c.why = call;
+      }
+    }
+    if (!hit) return cudaSuccess;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%p", device_wide ? nullptr : static_cast<void*>(stream));
+    message = std::string(call) + " is not permitted while " +
+              (device_wide ? std::string("a stream is capturing")
+                           : std::string("stream ") + buf + " is capturing") +
+              " (CUDA graph capture: the capture is invalidated)";
+  }
+  set_error(code, message);
+  return code;
 }
 
 // ------------------------------------------------------------------- schedule ---
@@ -610,12 +689,9 @@ uint64_t exchange_use(const void* key, uint64_t epoch) {
   return ~uint64_t{0};
 }
 
-void run_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, int line,
-                void (*body)(void*), void* closure) {
-  if (tls_self != nullptr) {
-    set_error(cudaErrorNotSupported, std::string(kernel) + ": launched from a kernel");
-    return;
-  }
+namespace {
+void execute_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, int line,
+                    void (*body)(void*), void* closure) {
   {
     std::lock_guard<std::mutex> lock(g_error_mutex);
     if (g_error == cudaErrorLaunchFailure) return;  // a failed kernel poisons what follows
@@ -646,6 +722,71 @@ void run_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, i
   }
 }
 
+}  // namespace
+
+void run_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, int line,
+                void (*body)(void*), void* closure, void* (*clone)(const void*),
+                void (*destroy)(void*)) {
+  if (tls_self != nullptr) {
+    set_error(cudaErrorNotSupported, std::string(kernel) + ": launched from a kernel");
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_capture_mutex);
+    if (Capture* c = capture_of(cfg.stream)) {
+      if (!read_schedule() || !check_shape(cfg, kernel, file, line)) return;
+      CUgraphNode_st node;
+      node.type = cudaGraphNodeTypeKernel;
+      node.cfg = cfg;
+      node.kernel = kernel;
+      node.file = file;
+      node.line = line;
+      node.body = body;
+      node.closure = std::shared_ptr<void>(clone(closure), destroy);
+      c->graph->nodes.push_back(std::move(node));
+      count(kCapturedNodes);
+      return;
+    }
+  }
+  execute_kernel(cfg, kernel, file, line, body, closure);
+}
+
+// Runs a graph's nodes in order on the host (a graph launch).
+void replay(const std::vector<CUgraphNode_st>& nodes) {
+  for (const CUgraphNode_st& n : nodes) {
+    switch (n.type) {
+      case cudaGraphNodeTypeKernel:
+        execute_kernel(n.cfg, n.kernel, n.file, n.line, n.body, n.closure.get());
+        break;
+      case cudaGraphNodeTypeMemset:
+        enqueued(kAsyncOps);
+        if (n.bytes) std::memset(n.dst, n.value, n.bytes);
+        break;
+      case cudaGraphNodeTypeMemcpy:
+        enqueued(kAsyncOps);
+        if (n.bytes) std::memmove(n.dst, n.src, n.bytes);
+        break;
+    }
+  }
+}
+
+// Records a memset / copy node when `stream` captures; false when it does not.
+bool record_async(cudaStream_t stream, cudaGraphNodeType type, void* dst, const void* src,
+                  size_t bytes, int value) {
+  std::lock_guard<std::mutex> lock(g_capture_mutex);
+  Capture* c = capture_of(stream);
+  if (c == nullptr) return false;
+  CUgraphNode_st node;
+  node.type = type;
+  node.dst = dst;
+  node.src = src;
+  node.bytes = bytes;
+  node.value = value;
+  c->graph->nodes.push_back(std::move(node));
+  count(kCapturedNodes);
+  return true;
+}
+
 }  // namespace simt
 
 // ------------------------------------------------------------------- host runtime calls ---
@@ -658,17 +799,26 @@ __attribute__((visibility("default"))) int simt_counters(uint64_t* out, int n) {
   for (int i = 0; i < n && i < simt::kCounters; ++i) out[i] = simt::g_counters[i].load();
   return simt::kCounters;
 }
-// A blocking host read made outside the runtime (the CuPy stand-in's asnumpy / get).
-__attribute__((visibility("default"))) void simt_note_host_read(void) {
+// A blocking host read made outside the runtime (the CuPy stand-in's asnumpy / get): returns
+// cudaErrorStreamCaptureUnsupported (and invalidates the captures) while a stream captures, as
+// the device-to-host copy behind it fails there in CUDA; 0 otherwise.
+__attribute__((visibility("default"))) int simt_note_host_read(void) {
+  const cudaError_t err =
+      simt::refuse_in_capture(nullptr, true, "a host read of device memory (cudaMemcpy D2H)");
+  if (err != cudaSuccess) return err;
   simt::blocking(simt::kHostReads);
+  return 0;
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  *ptr = nullptr;
+  if (cudaError_t err = simt::refuse_in_capture(nullptr, true, "cudaMalloc")) return err;
   simt::count(simt::kMallocs);
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFree(void* ptr) {
+  if (cudaError_t err = simt::refuse_in_capture(nullptr, true, "cudaFree")) return err;
   if (ptr != nullptr) simt::count(simt::kFrees);
   std::free(ptr);
   return cudaSuccess;
@@ -678,16 +828,29 @@ static cudaError_t simt_copy(void* dst, const void* src, size_t bytes) {
   return cudaSuccess;
 }
 // Blocking for the host: D2H (and "default", which the bindings use for reads) waits for the
-// device; H2D and D2D are ordered on the device without a host wait.
+// device; H2D and D2D are ordered on the device without a host wait. A synchronous copy runs on
+// the legacy stream, which a capture forbids.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t err = simt::refuse_in_capture(nullptr, true, "cudaMemcpy (synchronous)"))
+    return err;
   if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault)
     simt::blocking(simt::kHostReads);
   else
     simt::enqueued(simt::kAsyncOps);
   return simt_copy(dst, src, bytes);
 }
+// On a capturing stream a device-to-device (or default) copy is recorded; a copy from or to the
+// host fails the capture (the emulator cannot tell pinned host memory from pageable).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToDevice ||
+      kind == cudaMemcpyHostToHost) {
+    if (cudaError_t err = simt::refuse_in_capture(stream, false,
+                                                  "cudaMemcpyAsync between host and device memory"))
+      return err;
+  } else if (simt::record_async(stream, cudaGraphNodeTypeMemcpy, dst, src, bytes, 0)) {
+    return cudaSuccess;
+  }
   if (kind == cudaMemcpyDeviceToHost)  // into pageable host memory: returns once copied
     simt::blocking(simt::kHostReads);
   else
@@ -695,24 +858,185 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return simt_copy(dst, src, bytes);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (cudaError_t err = simt::refuse_in_capture(nullptr, true, "cudaMemset (synchronous)"))
+    return err;
   if (bytes) std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  if (simt::record_async(stream, cudaGraphNodeTypeMemset, ptr, nullptr, bytes, value))
+    return cudaSuccess;
   simt::enqueued(simt::kAsyncOps);
   if (bytes) std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
 // Launches run synchronously: a stream has nothing left to wait for, but a kernel's failure is
 // reported here too (as CUDA reports asynchronous errors), until cudaGetLastError clears it.
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+// Synchronising a capturing stream, or the legacy stream (which waits for every stream) while
+// any stream captures, fails the capture.
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  const bool legacy = simt::is_legacy(stream);
+  if (cudaError_t err = simt::refuse_in_capture(
+          stream, legacy, "cudaStreamSynchronize",
+          legacy ? cudaErrorStreamCaptureImplicit : cudaErrorStreamCaptureUnsupported))
+    return err;
   simt::blocking(simt::kSyncCalls);
   return cudaPeekAtLastError();
 }
 cudaError_t cudaDeviceSynchronize(void) {
+  if (cudaError_t err = simt::refuse_in_capture(nullptr, true, "cudaDeviceSynchronize")) return err;
   simt::blocking(simt::kSyncCalls);
   return cudaPeekAtLastError();
 }
+
+// ------------------------------------------------------------------- stream capture ---
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  if (simt::is_legacy(stream)) {
+    set_error(cudaErrorStreamCaptureUnsupported,
+              "cudaStreamBeginCapture: the legacy default stream cannot be captured");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  std::lock_guard<std::mutex> lock(simt::g_capture_mutex);
+  if (simt::capture_of(stream) != nullptr) {
+    set_error(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
+    return cudaErrorIllegalState;
+  }
+  simt::g_captures.push_back(simt::Capture{stream, new CUgraph_st});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  *graph = nullptr;
+  simt::Capture c;
+  {
+    std::lock_guard<std::mutex> lock(simt::g_capture_mutex);
+    auto& all = simt::g_captures;
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](const simt::Capture& x) { return x.stream == stream; });
+    if (it == all.end()) {
+      set_error(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+      return cudaErrorIllegalState;
+    }
+    c = *it;
+    all.erase(it);
+  }
+  if (c.invalidated) {
+    delete c.graph;
+    {
+      // The refused call's error was returned by that call: it does not stay pending.
+      std::lock_guard<std::mutex> lock(simt::g_error_mutex);
+      if (simt::g_error == cudaErrorStreamCaptureUnsupported ||
+          simt::g_error == cudaErrorStreamCaptureImplicit)
+        simt::g_error = cudaSuccess;
+      simt::g_invalidated_why = c.why;
+    }
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *graph = c.graph;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  std::lock_guard<std::mutex> lock(simt::g_capture_mutex);
+  const simt::Capture* c = simt::capture_of(stream);
+  *status = c == nullptr     ? cudaStreamCaptureStatusNone
+            : c->invalidated ? cudaStreamCaptureStatusInvalidated
+                             : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+// Runs the graph's nodes now, in order (launches are synchronous on the emulator). Launching a
+// graph into a capture (a child graph) is not modelled.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return cudaErrorInvalidValue;
+  {
+    std::lock_guard<std::mutex> lock(simt::g_capture_mutex);
+    if (simt::capture_of(stream) != nullptr) {
+      set_error(cudaErrorNotSupported,
+                "cudaGraphLaunch into a capturing stream (a child graph) is not modelled");
+      return cudaErrorNotSupported;
+    }
+  }
+  simt::count(simt::kGraphLaunches);
+  simt::replay(exec->nodes);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (graph == nullptr || count == nullptr) return cudaErrorInvalidValue;
+  if (nodes != nullptr)
+    for (size_t i = 0; i < *count && i < graph->nodes.size(); ++i) nodes[i] = &graph->nodes[i];
+  *count = graph->nodes.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  if (node == nullptr) return cudaErrorInvalidValue;
+  *type = node->type;
+  return cudaSuccess;
+}
+
+// The CuPy stand-in's entry points (tools/simt/python/cupy: cupy.cuda.runtime's capture
+// functions): the calls above on integer handles; each returns the cudaError_t.
+__attribute__((visibility("default"))) int simt_stream_begin_capture(uintptr_t stream, int mode) {
+  return cudaStreamBeginCapture(reinterpret_cast<cudaStream_t>(stream),
+                                static_cast<cudaStreamCaptureMode>(mode));
+}
+__attribute__((visibility("default"))) int simt_stream_end_capture(uintptr_t stream,
+                                                                   uintptr_t* graph) {
+  cudaGraph_t g = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(reinterpret_cast<cudaStream_t>(stream), &g);
+  *graph = reinterpret_cast<uintptr_t>(g);
+  return err;
+}
+__attribute__((visibility("default"))) int simt_stream_is_capturing(uintptr_t stream, int* status) {
+  cudaStreamCaptureStatus st;
+  const cudaError_t err = cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &st);
+  *status = st;
+  return err;
+}
+__attribute__((visibility("default"))) int simt_graph_instantiate(uintptr_t graph,
+                                                                  uintptr_t* exec) {
+  cudaGraphExec_t e = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&e, reinterpret_cast<cudaGraph_t>(graph), 0);
+  *exec = reinterpret_cast<uintptr_t>(e);
+  return err;
+}
+__attribute__((visibility("default"))) int simt_graph_launch(uintptr_t exec, uintptr_t stream) {
+  return cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(exec),
+                         reinterpret_cast<cudaStream_t>(stream));
+}
+__attribute__((visibility("default"))) int simt_graph_destroy(uintptr_t graph) {
+  return cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(graph));
+}
+__attribute__((visibility("default"))) int simt_graph_exec_destroy(uintptr_t exec) {
+  return cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(exec));
+}
+// The node count of an instantiated graph by type (out[0] kernels, out[1] copies, out[2]
+// memsets); returns the total.
+__attribute__((visibility("default"))) int64_t simt_graph_exec_nodes(uintptr_t exec, int64_t* out) {
+  const auto* e = reinterpret_cast<const CUgraphExec_st*>(exec);
+  out[0] = out[1] = out[2] = 0;
+  for (const CUgraphNode_st& n : e->nodes) ++out[n.type];
+  return static_cast<int64_t>(e->nodes.size());
+}
+// The error name and string of a code (for the stand-in's CUDARuntimeError), and clears the
+// pending error (as CuPy's check_status reads it).
+__attribute__((visibility("default"))) const char* simt_error_name(int err) {
+  return cudaGetErrorName(static_cast<cudaError_t>(err));
+}
+__attribute__((visibility("default"))) const char* simt_error_string(int err) {
+  return cudaGetErrorString(static_cast<cudaError_t>(err));
+}
+__attribute__((visibility("default"))) int simt_get_last_error(void) { return cudaGetLastError(); }
 cudaError_t cudaGetLastError(void) {
   std::lock_guard<std::mutex> lock(simt::g_error_mutex);
   const cudaError_t e = simt::g_error;
@@ -741,8 +1065,16 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
     case cudaErrorNotSupported:
       return "cudaErrorNotSupported";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
     default:
       return "cudaErrorUnknown";
   }
@@ -750,6 +1082,11 @@ const char* cudaGetErrorName(cudaError_t err) {
 const char* cudaGetErrorString(cudaError_t err) {
   std::lock_guard<std::mutex> lock(simt::g_error_mutex);
   if (err != cudaSuccess && err == simt::g_message_code) return simt::g_message.c_str();
+  if (err == cudaErrorStreamCaptureInvalidated) {
+    static thread_local std::string why;
+    why = "simt: the stream capture was invalidated by " + simt::g_invalidated_why;
+    return why.c_str();
+  }
   if (err == cudaErrorNotSupported) return "operation not supported (simt: no CUDA IPC on the CPU)";
   return cudaGetErrorName(err);
 }

@@ -152,4 +152,11 @@ cudaError_t fill(float* out, float value, int64_t n, unsigned blocks, unsigned t
   return cudaGetLastError();
 }
 
+// out[i] = value on `stream` (the stream-capture tests: the value is a launch argument, so a
+// captured launch replays the value it had at the launch).
+cudaError_t fill_on(float* out, float value, int64_t n, cudaStream_t stream) {
+  fill_kernel<<<2, 32, 0, stream>>>(out, value, n);
+  return cudaGetLastError();
+}
+
 }  // namespace simt_selftest

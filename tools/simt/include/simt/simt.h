@@ -40,13 +40,40 @@ enum cudaError {
   cudaErrorSymbolNotFound = 500,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
+  cudaErrorIllegalState = 401,
   cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
   cudaErrorUnknown = 999,
 };
 typedef enum cudaError cudaError_t;
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
+
+// Stream capture (CUDA graphs): see the runtime's "stream capture" section.
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+enum cudaGraphNodeType {
+  cudaGraphNodeTypeKernel = 0,
+  cudaGraphNodeTypeMemcpy = 1,
+  cudaGraphNodeTypeMemset = 2,
+};
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+typedef struct CUgraphNode_st* cudaGraphNode_t;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -108,6 +135,20 @@ cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn, unsigned long
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int version,
                                              unsigned long long flags,
                                              cudaDriverEntryPointQueryResult* status);
+// Stream capture: kernel launches, cudaMemsetAsync and device-to-device cudaMemcpyAsync on a
+// capturing stream are recorded (arguments copied at the launch) instead of run; a graph
+// launch runs them in order. The calls CUDA refuses during a capture (synchronisation,
+// synchronous copies, host reads, cudaMalloc / cudaFree) fail it.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
 }
 
 namespace simt {
@@ -152,14 +193,16 @@ struct LaunchConfig {
       : grid(g), block(b), shared_bytes(s), stream(st) {}
 };
 
-// Runs body(closure) once per thread of the grid (see the file comment).
+// Runs body(closure) once per thread of the grid (see the file comment), or, on a capturing
+// stream, records the launch with a copy of the closure (clone / destroy) for graph replays.
 void run_kernel(const LaunchConfig& cfg, const char* kernel, const char* file, int line,
-                void (*body)(void*), void* closure);
+                void (*body)(void*), void* closure, void* (*clone)(const void*),
+                void (*destroy)(void*));
 
 // k<<<cfg>>>(args...) as rewritten by rewrite_launches.py: `kernel` is a generic lambda calling
 // the kernel, so template arguments are deduced from the arguments as nvcc does. The arguments
 // are copied once at the launch (as CUDA copies them to the parameter space), then every thread
-// gets its own copy.
+// gets its own copy; a captured launch keeps a copy of them for every replay.
 template <typename K, typename... Args>
 void launch(const LaunchConfig& cfg, const char* name, const char* file, int line, K kernel,
             Args... args) {
@@ -174,7 +217,8 @@ void launch(const LaunchConfig& cfg, const char* name, const char* file, int lin
         std::tuple<Args...> mine = self->params;
         std::apply(self->kernel, mine);
       },
-      &closure);
+      &closure, [](const void* c) -> void* { return new Closure(*static_cast<const Closure*>(c)); },
+      [](void* c) { delete static_cast<Closure*>(c); });
 }
 
 }  // namespace simt
