@@ -5,7 +5,11 @@
 #   bench_gpu_ops.py --quick   every CUDA op at batch 1 / 64 / 256, deferred vs checked errors,
 #                              and the whole step: exact shapes vs the fixed-capacity variants;
 #   bench_ngram.py             hybrid_mtp_ngram at batch 64, 8k history: the CUDA kernel vs the
-#                              FastDeploy-style CPU op with its device<->host copies (--refcheck).
+#                              FastDeploy-style CPU op with its device<->host copies (--refcheck);
+#   bench_gpu_step.py          the spec step (target side + one MTP substep) captured as CUDA
+#                              graphs and replayed vs the same ops launched one by one, device
+#                              time (CUDA events) at batch 8 and 256, V = 100k, beside the goal
+#                              1.5 x the sum of the ops' bytes-moved floors + 3 us per kernel.
 # SANITIZE=1 then runs compute-sanitizer: memcheck and initcheck over every CUDA op on its
 # realistic inputs (test_gpu_op_inputs.py's parity cases at batches 1 and 33), memcheck and
 # racecheck over the kernels with shared memory, CUB or barriers (tests/gpu/shared_memory_cases.txt).
@@ -93,11 +97,14 @@ if [ "$BENCH" = "1" ]; then
   timeout "$STAGE_TIMEOUT" "$PYTHON" benchmarks/bench_gpu_ops.py --quick || rc=$((rc == 0 ? 3 : rc))
   timeout "$STAGE_TIMEOUT" "$PYTHON" benchmarks/bench_ngram.py --refcheck --batches 64 --histories 8192 \
     --ops hybrid_mtp_ngram || rc=$((rc == 0 ? 4 : rc))
+  echo "== the captured step (bench_gpu_step.py)"
+  timeout "$STAGE_TIMEOUT" "$PYTHON" benchmarks/bench_gpu_step.py --batches 8,256 --vocab 100000 \
+    || rc=$((rc == 0 ? 6 : rc))
   echo "benchmarks: $((SECONDS - start)) s"
 fi
 if [ "$rc" -eq 0 ]; then
   echo "== GPU check PASSED"
 else
-  echo "== GPU check FAILED (exit $rc: pytest's (124: timed out), or 5 a sanitizer, 3 bench_gpu_ops, 4 bench_ngram)"
+  echo "== GPU check FAILED (exit $rc: pytest's (124: timed out), or 5 a sanitizer, 3 bench_gpu_ops, 4 bench_ngram, 6 bench_gpu_step)"
 fi
 exit "$rc"

@@ -66,6 +66,11 @@ cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, Kern
 // (a poisoned stream, docs/gpu_errors.md).
 cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
                                                const KernelStatus* preset, cudaStream_t stream);
+// out[b] = the sum over i <= b of (width - lens[i]), int32 (wrapping, as numpy's int32 cumsum):
+// the cum_offsets / output_cum_offsets_tmp pre_process computes before the packing ops, on the
+// device (fd_mtp.cuda's fixed-capacity pre_process: no CuPy kernel, no allocation). One block.
+cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t width, int32_t* out,
+                                    cudaStream_t stream);
 cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
                                                      KernelStatus* status, int64_t* total,
                                                      cudaStream_t stream);

@@ -72,7 +72,42 @@ __global__ void seq_lens_output_kernel(SeqLensOutputParams p, const KernelStatus
     p.seq_lens_output[b] = seq_lens_output_of(p.seq_lens_this_time[b], p.seq_lens_encoder[b]);
 }
 
+// packed_cum_offsets: each thread sums a contiguous chunk, an inclusive block scan of the chunk
+// sums (Hillis-Steele), then each thread writes its chunk's running sums. Unsigned arithmetic:
+// the int32 wrap of numpy's cumsum without signed overflow.
+constexpr int kScanThreads = 256;
+__global__ void cum_offsets_kernel(const int32_t* lens, int64_t n, int32_t width, int32_t* out) {
+  __shared__ uint32_t sums[kScanThreads];
+  const int64_t chunk = (n + kScanThreads - 1) / kScanThreads;
+  const int64_t begin = threadIdx.x * chunk;
+  const int64_t end = begin + chunk < n ? begin + chunk : n;
+  uint32_t local = 0;
+  for (int64_t i = begin; i < end; ++i)
+    local += static_cast<uint32_t>(width) - static_cast<uint32_t>(lens[i]);
+  sums[threadIdx.x] = local;
+  __syncthreads();
+  for (int offset = 1; offset < kScanThreads; offset <<= 1) {
+    const uint32_t left =
+        threadIdx.x >= static_cast<unsigned>(offset) ? sums[threadIdx.x - offset] : 0u;
+    __syncthreads();
+    sums[threadIdx.x] += left;
+    __syncthreads();
+  }
+  uint32_t run = threadIdx.x == 0 ? 0u : sums[threadIdx.x - 1];
+  for (int64_t i = begin; i < end; ++i) {
+    run += static_cast<uint32_t>(width) - static_cast<uint32_t>(lens[i]);
+    out[i] = static_cast<int32_t>(run);
+  }
+}
+
 }  // namespace
+
+cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t width, int32_t* out,
+                                    cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  cum_offsets_kernel<<<1, kScanThreads, 0, stream>>>(lens, n, width, out);
+  return cudaGetLastError();
+}
 
 cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
                                               int64_t* total, cudaStream_t stream) {

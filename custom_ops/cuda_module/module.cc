@@ -14,6 +14,8 @@
 // fine (when it is not 0 the launch wrote nothing else); launchers with a
 // counter return (status_tuple, count). `read_status` / `read_int64` read such
 // buffers back on their own.
+#include <vector>
+
 #include "common.h"
 
 namespace fd_mtp {
@@ -72,6 +74,48 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
       "Stream-ordered: writes the stream's preset (zero, or STATUS_POISONED once an op on it "
       "failed) into the KernelStatus at `status`, so that the op launched with it next skips on "
       "a poisoned stream.");
+
+  // CUDA graphs (fd_mtp/cuda/graph.py): the stream-ordered memset a captured step uses to clear
+  // its persistent buffers, and the node count of a captured graph by type.
+  m.def(
+      "memset_async",
+      [](uintptr_t ptr, int value, size_t bytes, uintptr_t stream) {
+        if (bytes == 0) return;
+        require(ptr, "memset_async", "ptr");
+        throw_if(cudaMemsetAsync(as_ptr<void>(ptr), value, bytes, as_stream(stream)),
+                 "memset_async");
+      },
+      py::arg("ptr"), py::arg("value"), py::arg("bytes"), py::arg("stream") = 0,
+      "cudaMemsetAsync on `stream` (no sync; captured into a graph on a capturing stream).");
+  m.def(
+      "graph_node_counts",
+      [](uintptr_t graph) {
+        constexpr const char* op = "graph_node_counts";
+        require(graph, op, "graph");
+        cudaGraph_t g = reinterpret_cast<cudaGraph_t>(graph);
+        size_t n = 0;
+        throw_if(cudaGraphGetNodes(g, nullptr, &n), op);
+        std::vector<cudaGraphNode_t> nodes(n);
+        if (n > 0) throw_if(cudaGraphGetNodes(g, nodes.data(), &n), op);
+        py::dict counts;
+        counts["kernel"] = 0;
+        counts["memcpy"] = 0;
+        counts["memset"] = 0;
+        counts["other"] = 0;
+        for (cudaGraphNode_t node : nodes) {
+          cudaGraphNodeType t;
+          throw_if(cudaGraphNodeGetType(node, &t), op);
+          const char* key = t == cudaGraphNodeTypeKernel   ? "kernel"
+                            : t == cudaGraphNodeTypeMemcpy ? "memcpy"
+                            : t == cudaGraphNodeTypeMemset ? "memset"
+                                                           : "other";
+          counts[key] = counts[key].cast<int64_t>() + 1;
+        }
+        return counts;
+      },
+      py::arg("graph"),
+      "The nodes of a captured (not yet destroyed) cudaGraph_t by type: {kernel, memcpy, memset, "
+      "other} (cupy.cuda.runtime.streamEndCapture's handle).");
 
   m.def(
       "read_status",

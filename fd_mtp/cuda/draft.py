@@ -8,6 +8,7 @@ import numpy as np
 
 from ._common import (
     _cupy,
+    _dtype,
     _fail,
     _ptr,
     _scratch,
@@ -36,14 +37,19 @@ def _gather(op, plan_fn, p, input):
     return out
 
 
-def _gather_padded(op, padded_fn, p, input):
+def _gather_padded(op, padded_fn, p, input, out):
     """The fixed-capacity gather: no host read; the output has the input's rows, those past the
-    plan's count (kept on the device) are zero."""
+    plan's count (kept on the device) are zero. ``out``: a persistent output array, or None."""
     cp = _cupy()
     in_rows, hidden = input.shape
     src = _workspace("eagle_src_rows", (max(in_rows, 1),), cp.int64)
     live_rows = _workspace("eagle_live_rows", (1,), cp.int64)
-    out = cp.empty((in_rows, hidden), dtype=input.dtype)
+    if out is None:
+        out = cp.empty((in_rows, hidden), dtype=input.dtype)
+    else:
+        _dtype(op.name, "out", out, input.dtype)
+        if tuple(out.shape) != (in_rows, hidden):
+            _fail(op.name, "out", f"must have shape {[in_rows, hidden]}, got {list(out.shape)}")
     st = padded_fn(
         p,
         in_rows,
@@ -63,7 +69,9 @@ _PADDED_DOC = """
 
     ``padded=True`` (keyword, fd_mtp.cuda only) selects the fixed-capacity variant: nothing is
     read on the host; the output has the input's rows (the gathered rows never outnumber them),
-    the gathered ones first and zero rows after them; the count stays on the device."""
+    the gathered ones first and zero rows after them; the count stays on the device. ``out``
+    (keyword, with ``padded=True`` only): a persistent array of the input's shape and dtype
+    written instead of a new one (what a captured CUDA graph needs, fd_mtp/cuda/graph.py)."""
 
 
 def eagle_get_hidden_states(
@@ -78,23 +86,30 @@ def eagle_get_hidden_states(
     actual_draft_token_num,
     *,
     padded=False,
+    out=None,
 ):
     op, _, _, p = prepare(
-        "eagle_get_hidden_states", {k: v for k, v in locals().items() if k != "padded"}
+        "eagle_get_hidden_states",
+        {k: v for k, v in locals().items() if k not in ("padded", "out")},
     )
     if padded:
-        return _gather_padded(op, load().eagle_get_hidden_states_padded, p, input)
+        return _gather_padded(op, load().eagle_get_hidden_states_padded, p, input, out)
+    if out is not None:
+        _fail(op.name, "out", "needs padded=True (the fixed-capacity variant)")
     return _gather(op, load().eagle_get_hidden_states_plan, p, input)
 
 
 def eagle_get_self_hidden_states(
-    input, last_seq_lens_this_time, seq_lens_this_time, step_idx, *, padded=False
+    input, last_seq_lens_this_time, seq_lens_this_time, step_idx, *, padded=False, out=None
 ):
     op, _, _, p = prepare(
-        "eagle_get_self_hidden_states", {k: v for k, v in locals().items() if k != "padded"}
+        "eagle_get_self_hidden_states",
+        {k: v for k, v in locals().items() if k not in ("padded", "out")},
     )
     if padded:
-        return _gather_padded(op, load().eagle_get_self_hidden_states_padded, p, input)
+        return _gather_padded(op, load().eagle_get_self_hidden_states_padded, p, input, out)
+    if out is not None:
+        _fail(op.name, "out", "needs padded=True (the fixed-capacity variant)")
     return _gather(op, load().eagle_get_self_hidden_states_plan, p, input)
 
 

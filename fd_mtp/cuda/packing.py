@@ -10,6 +10,7 @@ from .. import schema
 from ..schema import arrays
 from ._common import (
     _cupy,
+    _device_array,
     _dtype,
     _fail,
     _host_array,
@@ -91,12 +92,23 @@ def speculate_get_padding_offset(
 ):
     """fd_mtp.ops.speculate_get_padding_offset on CuPy arrays (token_num: int or one-element array).
     Returns [x_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k] as new CuPy arrays."""
-    op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", locals(), "token_num")
-    cp = _cupy()
-    x = cp.zeros(t, dtype=cp.int64)  # gaps between requests (wider slots) stay 0, as upstream
-    batch_id = cp.zeros(t, dtype=cp.int32)
-    cu_q = cp.empty(dims["B"] + 1, dtype=cp.int32)
-    cu_k = cp.empty(dims["B"] + 1, dtype=cp.int32)
+    return _padding_offset(locals(), None)
+
+
+def _padding_offset(values, out):
+    """speculate_get_padding_offset into new arrays (``out`` None) or into ``out``'s four
+    (checked by the caller), whose packed entries are zeroed first, stream-ordered."""
+    op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", values, "token_num")
+    if out is None:
+        cp = _cupy()
+        x = cp.zeros(t, dtype=cp.int64)  # gaps between requests (wider slots) stay 0, as upstream
+        batch_id = cp.zeros(t, dtype=cp.int32)
+        cu_q = cp.empty(dims["B"] + 1, dtype=cp.int32)
+        cu_k = cp.empty(dims["B"] + 1, dtype=cp.int32)
+    else:
+        x, batch_id, cu_q, cu_k = out
+        _zero(x)
+        _zero(batch_id)
     p.token_num = t
     p.x_remove_padding = _ptr(x)
     p.batch_id_per_token = _ptr(batch_id)
@@ -107,11 +119,20 @@ def speculate_get_padding_offset(
     return [x, batch_id, cu_q, cu_k]
 
 
+def _zero(a):
+    """Zeroes device array ``a`` on the stream (cudaMemsetAsync: captured into a graph)."""
+    load().memset_async(_ptr(a), 0, a.nbytes, _stream())
+
+
 def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder):
     """fd_mtp.ops.speculate_get_seq_lens_output on CuPy arrays; returns a new [bsz] int32 array."""
-    _, _, dims, p = prepare("speculate_get_seq_lens_output", locals())
-    cp = _cupy()
-    out = cp.empty(dims["B"], dtype=cp.int32)
+    return _seq_lens_output(locals(), None)
+
+
+def _seq_lens_output(values, out):
+    _, _, dims, p = prepare("speculate_get_seq_lens_output", values)
+    if out is None:
+        out = _cupy().empty(dims["B"], dtype=np.int32)
     p.seq_lens_output = _ptr(out)
     load().speculate_get_seq_lens_output(p, _stream())
     return out
@@ -122,12 +143,20 @@ def speculate_get_output_padding_offset(
 ):
     """fd_mtp.ops.speculate_get_output_padding_offset on CuPy arrays (out_token_num: int or
     one-element array). Returns [output_padding_offset, output_cum_offsets] as new CuPy arrays."""
+    return _output_padding_offset(locals(), None)
+
+
+def _output_padding_offset(values, out):
     op, _, dims, p, to = _prepare_counted(
-        "speculate_get_output_padding_offset", locals(), "out_token_num"
+        "speculate_get_output_padding_offset", values, "out_token_num"
     )
-    cp = _cupy()
-    padding = cp.zeros(to, dtype=cp.int32)  # gap rows stay 0
-    cum = cp.empty(dims["B"], dtype=cp.int32)
+    if out is None:
+        cp = _cupy()
+        padding = cp.zeros(to, dtype=cp.int32)  # gap rows stay 0
+        cum = cp.empty(dims["B"], dtype=cp.int32)
+    else:
+        padding, cum = out
+        _zero(padding)
     p.out_token_num = to
     p.output_padding_offset = _ptr(padding)
     p.output_cum_offsets = _ptr(cum)
@@ -147,6 +176,7 @@ def pre_process(
     seq_lens_decoder=None,
     *,
     token_capacity=None,
+    out=None,
 ):
     """fd_mtp.ops.pre_process on CuPy arrays (the same glue: cumsums on the device, counts read on the host).
 
@@ -156,7 +186,13 @@ def pre_process(
     token count stays on the device (``cu_seqlens_q[bsz]``), entries past it are 0, and a batch
     with more tokens than the capacity is the kernel's error on ``token_num`` (deferred like any
     other, docs/gpu_errors.md). The speculative output rows are at most the tokens, so the same
-    capacity holds them."""
+    capacity holds them. Its cumsums run in one small kernel each (``packed_cum_offsets``), its
+    intermediates live in per-stream workspaces, and ``out`` (keyword, with ``token_capacity``
+    only) names persistent output arrays to write instead of new ones: the six outputs in order
+    (ids_remove_padding int64 [N], batch_id_per_token int32 [N], cu_seqlens_q and cu_seqlens_k
+    int32 [bsz + 1], output_cum_offsets int32 [bsz], output_padding_offset int32 [N]; the last two
+    None without speculative_decoding). Then the step allocates nothing: what a captured CUDA
+    graph needs (fd_mtp/cuda/graph.py)."""
     cp = _cupy()
     _dtype("pre_process", "seq_lens_this_time", seq_lens_this_time, np.int32)
     max_len = input_ids.shape[1]
@@ -169,7 +205,10 @@ def pre_process(
             seq_lens_encoder,
             seq_lens_decoder,
             token_capacity,
+            out,
         )
+    if out is not None:
+        _fail("pre_process", "out", "needs token_capacity (the fixed-capacity variant)")
     # The counts are read on the host in one wait (docs/gpu_errors.md): this_time and, for the
     # speculative layout, seq_lens_encoder, back to back before anything is launched; the output
     # token count is then seq_lens_output's sum (spec §5.2) computed on the host.
@@ -218,19 +257,32 @@ def _pre_process_padded(
     seq_lens_encoder,
     seq_lens_decoder,
     capacity,
+    out,
 ):
     """pre_process with fixed-capacity outputs and no host read (see pre_process)."""
-    cp = _cupy()
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
         _fail("pre_process", "token_capacity", f"must be an int, got {type(capacity).__name__}")
     capacity = int(capacity)
     if not 0 <= capacity <= _INT32_MAX:
         _fail("pre_process", "token_capacity", f"is {capacity}; it must be in [0, {_INT32_MAX}]")
+    _device_array("pre_process", "input_ids", input_ids)
+    if input_ids.ndim != 2:
+        _fail("pre_process", "input_ids", f"must be 2-D, got shape {list(input_ids.shape)}")
     max_len = input_ids.shape[1]
-    cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
+    bsz = seq_lens_this_time.shape[0]
     if not speculative_decoding:
-        ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-            input_ids, input_ids, cum_offsets_now, capacity, seq_lens_this_time, seq_lens_this_time
+        outs = _pre_process_outs(out, capacity, bsz, False)
+        cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
+        ids, batch_id, cu_q, cu_k = _padding_offset(
+            dict(
+                input_ids=input_ids,
+                draft_tokens=input_ids,
+                cum_offsets=cum_offsets_now,
+                token_num=capacity,
+                seq_len=seq_lens_this_time,
+                seq_lens_encoder=seq_lens_this_time,
+            ),
+            outs and outs[:4],
         )
         return ids, batch_id, cu_q, cu_k, None, None
     for name, value in (
@@ -240,17 +292,80 @@ def _pre_process_padded(
     ):
         if value is None:
             _fail("pre_process", name, "is required when speculative_decoding is True")
-    ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
-        input_ids, draft_tokens, cum_offsets_now, capacity, seq_lens_this_time, seq_lens_encoder
+    outs = _pre_process_outs(out, capacity, bsz, True)
+    cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
+    ids, batch_id, cu_q, cu_k = _padding_offset(
+        dict(
+            input_ids=input_ids,
+            draft_tokens=draft_tokens,
+            cum_offsets=cum_offsets_now,
+            token_num=capacity,
+            seq_len=seq_lens_this_time,
+            seq_lens_encoder=seq_lens_encoder,
+        ),
+        outs and outs[:4],
     )
-    seq_lens_output = speculate_get_seq_lens_output(
-        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
+    seq_lens_output = _seq_lens_output(
+        dict(
+            seq_lens_this_time=seq_lens_this_time,
+            seq_lens_encoder=seq_lens_encoder,
+            seq_lens_decoder=seq_lens_decoder,
+        ),
+        _workspace("pre_process_seq_lens_output", (bsz,), np.int32),
     )
-    out_cum_tmp = cp.cumsum(max_len - seq_lens_output, dtype=cp.int32)
-    padding, out_cum = speculate_get_output_padding_offset(
-        out_cum_tmp, capacity, seq_lens_output, max_len
+    out_cum_tmp = _cum_offsets("pre_process_output_cum_offsets_tmp", seq_lens_output, bsz, max_len)
+    padding, out_cum = _output_padding_offset(
+        dict(
+            output_cum_offsets_tmp=out_cum_tmp,
+            out_token_num=capacity,
+            seq_lens_output=seq_lens_output,
+            max_seq_len=max_len,
+        ),
+        outs and (outs[5], outs[4]),
     )
     return ids, batch_id, cu_q, cu_k, out_cum, padding
+
+
+def _cum_offsets(key, lens, bsz, width):
+    """cumsum(width - lens) as int32 [bsz] in the per-stream workspace ``key``, on the device."""
+    _dtype("pre_process", "seq_lens_this_time", lens, np.int32)
+    buf = _workspace(key, (bsz,), np.int32)
+    load().packed_cum_offsets(_ptr(lens), bsz, width, _ptr(buf), _stream())
+    return buf
+
+
+_PRE_PROCESS_OUTS = (
+    ("ids_remove_padding", np.int64, "N"),
+    ("batch_id_per_token", np.int32, "N"),
+    ("cu_seqlens_q", np.int32, "B1"),
+    ("cu_seqlens_k", np.int32, "B1"),
+    ("output_cum_offsets", np.int32, "B"),
+    ("output_padding_offset", np.int32, "N"),
+)
+
+
+def _pre_process_outs(out, capacity, bsz, speculative):
+    """``out`` of the fixed-capacity pre_process checked (None when absent): six entries, the
+    last two None unless ``speculative``."""
+    if out is None:
+        return None
+    if not isinstance(out, (list, tuple)) or len(out) != 6:
+        _fail("pre_process", "out", "must be a list of the 6 output arrays (see pre_process)")
+    sizes = {"N": capacity, "B1": bsz + 1, "B": bsz}
+    for i, ((name, dt, size), a) in enumerate(zip(_PRE_PROCESS_OUTS, out)):
+        if i >= 4 and not speculative:
+            if a is not None:
+                _fail("pre_process", f"out[{i}]", f"({name}) must be None without speculation")
+            continue
+        _out_array("pre_process", f"out[{i}] ({name})", a, (sizes[size],), dt)
+    return list(out)
+
+
+def _out_array(op, arg, a, shape, dt):
+    """A persistent output array: a C-contiguous CuPy array of exactly ``shape`` and ``dt``."""
+    _dtype(op, arg, a, dt)
+    if tuple(a.shape) != tuple(shape):
+        _fail(op, arg, f"must have shape {list(shape)}, got {list(a.shape)}")
 
 
 def rebuild_padding(
@@ -266,6 +381,7 @@ def rebuild_padding(
     *,
     use_output_padding_offset=None,
     padded=False,
+    out=None,
 ):
     """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array.
 
@@ -273,10 +389,14 @@ def rebuild_padding(
     fixed-capacity variant: nothing is read on the host. The output has tmp_out's T rows (R <= T
     always); R = cu_seqlens_q[bsz] - sum of (seq_lens_encoder - 1) over prefilling requests is
     computed on the device and rows from R on are zero. output_padding_offset must then have at
-    least T entries (pre_process's ``token_capacity`` outputs do, for tmp_out of that many rows)."""
+    least T entries (pre_process's ``token_capacity`` outputs do, for tmp_out of that many rows).
+    ``out`` (keyword, with ``padded=True`` only): a persistent [T, H] array of tmp_out's dtype
+    written instead of a new one (every row: the live ones, then zeros)."""
     if use_output_padding_offset is None:
         use_output_padding_offset = output_padding_offset is not None
-    op, v, dims, p = prepare("rebuild_padding", locals())
+    op, v, dims, p = prepare(
+        "rebuild_padding", {k: x for k, x in locals().items() if k not in ("padded", "out")}
+    )
     cp = _cupy()
     name = op.name
     # cu_seqlens_q: [bsz + 1], defines bsz; the per-request vectors: [>=bsz].
@@ -291,7 +411,11 @@ def rebuild_padding(
     out_rows = bsz
     offsets = 0
     if padded:
-        return _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, dims["H"])
+        return _rebuild_padding_padded(
+            op, v, p, tmp_out, output_padding_offset, rows, dims["H"], out
+        )
+    if out is not None:
+        _fail(name, "out", "needs padded=True (the fixed-capacity variant)")
     if v["use_output_padding_offset"]:
         entries = 0 if output_padding_offset is None else output_padding_offset.size
         if v["max_input_length"] < 1:
@@ -327,7 +451,7 @@ def rebuild_padding(
     return out
 
 
-def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidden):
+def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidden, out):
     """rebuild_padding's fixed-capacity variant (see rebuild_padding)."""
     cp = _cupy()
     name = op.name
@@ -342,7 +466,10 @@ def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidd
             "output_padding_offset",
             f"has {entries} entries but the padded output has tmp_out's {rows} rows",
         )
-    out = cp.empty((rows, hidden), dtype=tmp_out.dtype)
+    if out is None:
+        out = cp.empty((rows, hidden), dtype=tmp_out.dtype)
+    else:
+        _out_array(name, "out", out, (rows, hidden), tmp_out.dtype)
     p.tmp_out = _ptr(tmp_out)
     p.row_bytes = hidden * tmp_out.itemsize
     p.output_padding_offset = _ptr(output_padding_offset) if rows > 0 else 0

@@ -10,6 +10,7 @@ import numpy as np
 
 from ._common import (
     _cupy,
+    _dtype,
     _fail,
     _ptr,
     _scratch,
@@ -80,9 +81,13 @@ def speculate_get_token_penalty_multi_scores(
     return logits
 
 
-def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_seq_len):
-    """fd_mtp.ops.top_p_candidates on CuPy arrays; returns [scores, tokens, lens] (new arrays)."""
-    op, v, dims, p = prepare("top_p_candidates", locals())
+def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_seq_len, *, out=None):
+    """fd_mtp.ops.top_p_candidates on CuPy arrays; returns [scores, tokens, lens] (new arrays).
+
+    ``out`` (keyword, fd_mtp.cuda only): persistent [scores [T, C] probs dtype, tokens [T, C]
+    int64, lens [T] int32] written instead of new arrays (the kernel writes every slot), as a
+    captured CUDA graph needs (fd_mtp/cuda/graph.py)."""
+    op, v, dims, p = prepare("top_p_candidates", {k: x for k, x in locals().items() if k != "out"})
     name = op.name
     _same_dtype(name, "top_p", top_p, probs)
     c = v["candidates_len"]
@@ -92,9 +97,24 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
         _fail(name, "candidates_len", f"is {c} but probs has only {dims['V']} columns")
     cp = _cupy()
     rows = dims["T"]
-    scores = cp.zeros((rows, c), dtype=probs.dtype)
-    tokens = cp.zeros((rows, c), dtype=cp.int64)
-    lens = cp.zeros(rows, dtype=cp.int32)
+    if out is None:
+        scores = cp.zeros((rows, c), dtype=probs.dtype)
+        tokens = cp.zeros((rows, c), dtype=cp.int64)
+        lens = cp.zeros(rows, dtype=cp.int32)
+    else:
+        if not isinstance(out, (list, tuple)) or len(out) != 3:
+            _fail(name, "out", "must be a list [scores, tokens, lens]")
+        scores, tokens, lens = out
+        for i, (a, shape, dt) in enumerate(
+            (
+                (scores, (rows, c), probs.dtype),
+                (tokens, (rows, c), np.int64),
+                (lens, (rows,), np.int32),
+            )
+        ):
+            _dtype(name, f"out[{i}]", a, dt)
+            if tuple(a.shape) != shape:
+                _fail(name, f"out[{i}]", f"must have shape {list(shape)}, got {list(a.shape)}")
     if rows == 0:
         return [scores, tokens, lens]
     p.probs = _ptr(probs)

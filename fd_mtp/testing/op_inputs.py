@@ -10,7 +10,9 @@ free blocks to spare). Entries named ``"op[variant]"`` run ``op``. Pure numpy: n
 
 The builders also take keyword parameters for the variants the GPU parity tests (tests/gpu) run
 (the defaults are the benchmark's batches): ``hidden`` / ``dtype`` of the eagle ops and
-rebuild_padding, ``dtype`` of the sampling ops and top_p_candidates' ``candidates``. A dtype is a
+rebuild_padding, ``dtype`` of the sampling ops and top_p_candidates' ``candidates``; the builders
+of fd_mtp.testing.gpu_step's step take ``variant`` (0: the default batch; n: another mix of
+requests drawn with other seeds, the shapes the same but for the packed token counts). A dtype is a
 numpy dtype name or "bfloat16" (stored as its uint16 bit patterns, as fd_mtp.reference takes it).
 """
 
@@ -56,6 +58,13 @@ class Case:
         self.config = config
         self.kwargs = kwargs or {}
         self.returns = returns
+
+
+def _seed(base, variant):
+    """The seed of a builder's generator: ``base`` for variant 0 (the benchmark's batch), else
+    another batch of the same shapes per variant (tests/gpu/test_gpu_capture.py's changing
+    batches: other requests decoding, prefilling, stopped, block-stepped)."""
+    return base if variant == 0 else [base, int(variant)]
 
 
 def _roles(batch, rng):
@@ -139,8 +148,8 @@ def preprocess_state(batch, seed=0):
     return s, roles
 
 
-def build_preprocess(batch):
-    s, _ = preprocess_state(batch)
+def build_preprocess(batch, variant=0):
+    s, _ = preprocess_state(batch, _seed(0, variant))
     names = list(s) + [
         "num_model_step",
         "truncate_first_token",
@@ -172,8 +181,8 @@ def build_preprocess(batch):
     )
 
 
-def _after_preprocess(batch):
-    s, roles = preprocess_state(batch)
+def _after_preprocess(batch, variant=0):
+    s, roles = preprocess_state(batch, _seed(0, variant))
     c = {k: v.copy() for k, v in s.items()}
     ref.draft_model_preprocess(*c.values(), NUM_MODEL_STEP, True, False, True)
     return c, roles
@@ -202,12 +211,12 @@ def as_dtype(values, dtype):
         return values.astype(dtype)
 
 
-def build_eagle_hidden(batch, hidden=H, dtype="bfloat16"):
-    c, _ = _after_preprocess(batch)
+def build_eagle_hidden(batch, hidden=H, dtype="bfloat16", variant=0):
+    c, _ = _after_preprocess(batch, variant)
     enc = c["seq_lens_encoder"].ravel()
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
-    x = _hidden_rows(np.random.default_rng(1), t_in, hidden, dtype)
+    x = _hidden_rows(np.random.default_rng(_seed(1, variant)), t_in, hidden, dtype)
     names = _positional("eagle_get_hidden_states")
     args = [
         x,
@@ -223,10 +232,10 @@ def build_eagle_hidden(batch, hidden=H, dtype="bfloat16"):
     return Case(args, names, [], f"K={K};H={hidden};dtype={dtype};Tin={t_in}", returns=True)
 
 
-def _update_args(batch):
+def _update_args(batch, variant=0):
     """draft_model_update's args for substep 0 after preprocess (numpy), and the names."""
-    c, roles = _after_preprocess(batch)
-    rng = np.random.default_rng(2)
+    c, roles = _after_preprocess(batch, variant)
+    rng = np.random.default_rng(_seed(2, variant))
     this_time, enc = c["seq_lens_this_time"].ravel(), c["seq_lens_encoder"].ravel()
     stop = c["stop_flags"].ravel()
     # Output rows per request after rebuild_padding: 1 per prefill, q per decode, 0 when stopped.
@@ -264,8 +273,8 @@ def _update_args(batch):
     return args, names
 
 
-def build_update(batch):
-    args, names = _update_args(batch)
+def build_update(batch, variant=0):
+    args, names = _update_args(batch, variant)
     written = [
         "draft_tokens",
         "pre_ids",
@@ -282,8 +291,8 @@ def build_update(batch):
     )
 
 
-def build_self_hidden(batch, hidden=H, dtype="bfloat16"):
-    args, names = _update_args(batch)
+def build_self_hidden(batch, hidden=H, dtype="bfloat16", variant=0):
+    args, names = _update_args(batch, variant)
     a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in zip(names, args)}
     last = a["seq_lens_this_time"].copy()
     ref.draft_model_update(*a.values(), prefill_one_step_stop=False)
@@ -295,7 +304,7 @@ def build_self_hidden(batch, hidden=H, dtype="bfloat16"):
             t_in += 1 if (this_time[b] > 0 or q_last[b] > 0) else 0
         else:
             t_in += int(q_last[b])
-    x = _hidden_rows(np.random.default_rng(3), t_in, hidden, dtype)
+    x = _hidden_rows(np.random.default_rng(_seed(3, variant)), t_in, hidden, dtype)
     return Case(
         [x, last, a["seq_lens_this_time"], a["step_idx"]],
         ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"],
@@ -330,9 +339,9 @@ def build_draft_set_value(batch):
     )
 
 
-def build_postprocess(batch):
-    s, roles = preprocess_state(batch)
-    rng = np.random.default_rng(4)
+def build_postprocess(batch, variant=0):
+    s, roles = preprocess_state(batch, _seed(0, variant))
+    rng = np.random.default_rng(_seed(4, variant))
     drafts = _tokens(rng, batch, K + 1)
     # After K substeps: some rows stopped early (trailing -1), a few have an inner -1.
     for b in range(batch):
@@ -358,12 +367,12 @@ def build_postprocess(batch):
     )
 
 
-def build_mtp_step(batch):
+def build_mtp_step(batch, variant=0):
     """v0 block manager: NB = L / BLOCK_SIZE slots per request; each request holds the blocks of
     its positions (encoder blocks, then decode blocks); ~1/16 cross a block boundary this step;
     ~5% were just stopped by the target and give their decode blocks back; the free list has
     room for every block and more free blocks than needed (no preemption)."""
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(_seed(5, variant))
     nb = L // BLOCK_SIZE
     base_stop = np.zeros((batch, 1), bool)
     if batch > 1:
@@ -494,8 +503,8 @@ def build_set_stop_value(batch):
     )
 
 
-def build_speculate_update(batch):
-    s, _ = target_state(batch)
+def build_speculate_update(batch, variant=0):
+    s, _ = target_state(batch, _seed(6, variant))
     names = _positional("speculate_update")
     s["not_need_stop"] = np.zeros(1, bool)
     s["stop_nums"] = np.array([batch], np.int64)
@@ -510,8 +519,8 @@ def build_speculate_update(batch):
     return Case([s[n] for n in names], names, written, f"K={K};real_bsz=max_bsz")
 
 
-def build_set_value(batch):
-    s, _ = target_state(batch)
+def build_set_value(batch, variant=0):
+    s, _ = target_state(batch, _seed(6, variant))
     s["seq_lens_decoder"][s["seq_lens_encoder"] > 0] = (
         0  # after speculate_update: enc moved into dec
     )
@@ -867,8 +876,8 @@ def build_output_padding_offset(batch):
     )
 
 
-def build_pre_process(batch):
-    s = packing_state(batch)
+def build_pre_process(batch, variant=0):
+    s = packing_state(batch, _seed(7, variant))
     names = [
         "input_ids",
         "seq_lens_this_time",
@@ -888,8 +897,8 @@ def build_pre_process(batch):
     return Case(args, names, [], _packing_config(s) + ";speculative=1", returns=True)
 
 
-def build_rebuild_padding(batch, hidden=H, dtype="bfloat16"):
-    s = packing_state(batch)
+def build_rebuild_padding(batch, hidden=H, dtype="bfloat16", variant=0):
+    s = packing_state(batch, _seed(7, variant))
     pre = ref.pre_process(
         s["input_ids"],
         s["seq_lens_this_time"],
@@ -899,7 +908,7 @@ def build_rebuild_padding(batch, hidden=H, dtype="bfloat16"):
         s["seq_lens_decoder"],
     )
     cu_q, opo = pre[2], pre[5]
-    tmp_out = _hidden_rows(np.random.default_rng(8), int(cu_q[-1]), hidden, dtype)
+    tmp_out = _hidden_rows(np.random.default_rng(_seed(8, variant)), int(cu_q[-1]), hidden, dtype)
     names = _positional("rebuild_padding")
     args = [
         tmp_out,
@@ -929,12 +938,12 @@ def _sampling_rows(batch):
     return sum(out_rows), pad, cum
 
 
-def build_penalty(batch, vocab, dtype="float32"):
+def build_penalty(batch, vocab, dtype="float32", variant=0):
     """Target penalties on T = batch * (K + 1) rows of ``dtype`` logits (the penalty, frequency and
     presence scores in ``dtype`` too, temperatures float32): pre_ids [batch, L] holds each
     request's generated tokens (index 0 = -1, 16..1600 tokens), ~1/8 of the requests are below
     their min length, 8 bad words, 2 EOS ids."""
-    rng = np.random.default_rng(6)
+    rng = np.random.default_rng(_seed(6, variant))
     rows, pad, cum = _sampling_rows(batch)
     pre_ids = np.full((batch, L), -1, np.int64)
     gen = rng.integers(16, 1600, batch)
@@ -963,10 +972,10 @@ def build_penalty(batch, vocab, dtype="float32"):
     return Case(args, names, ["logits"], f"V={vocab};T={rows};K={K};L={L};dtype={dtype}")
 
 
-def build_top_p(batch, vocab, dtype="float32", candidates=CANDIDATES):
+def build_top_p(batch, vocab, dtype="float32", candidates=CANDIDATES, variant=0):
     """top_p_candidates on T = batch * (K + 1) softmax rows (probabilities and top_p in
     ``dtype``), C = ``candidates``."""
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(_seed(7, variant))
     rows, pad, _ = _sampling_rows(batch)
     probs = rng.standard_normal((rows, vocab), dtype=np.float32) * np.float32(3)
     probs -= probs.max(axis=1, keepdims=True)
@@ -1043,8 +1052,8 @@ def _verify_state(batch, vocab, seed=6):
 VERIFY_WRITTEN = ["accept_tokens", "accept_num", "step_idx", "stop_flags"]
 
 
-def build_verify(batch):
-    s, T = _verify_state(batch, VERIFY_V)
+def build_verify(batch, variant=0):
+    s, T = _verify_state(batch, VERIFY_V, _seed(6, variant))
     names = list(s) + [
         "max_seq_len",
         "verify_window",

@@ -152,4 +152,3 @@ def test_capture_misuse(rt):
     assert rt.launch(exec_, OTHER)[0] == "cudaErrorNotSupported"  # a child graph
     assert rt.end_capture(OTHER)[2] != 0
     rt.exec_destroy(exec_)
-

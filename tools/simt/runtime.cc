@@ -1037,6 +1037,12 @@ __attribute__((visibility("default"))) const char* simt_error_string(int err) {
   return cudaGetErrorString(static_cast<cudaError_t>(err));
 }
 __attribute__((visibility("default"))) int simt_get_last_error(void) { return cudaGetLastError(); }
+__attribute__((visibility("default"))) int simt_stream_synchronize(uintptr_t stream) {
+  return cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+}
+__attribute__((visibility("default"))) int simt_device_synchronize(void) {
+  return cudaDeviceSynchronize();
+}
 cudaError_t cudaGetLastError(void) {
   std::lock_guard<std::mutex> lock(simt::g_error_mutex);
   const cudaError_t e = simt::g_error;

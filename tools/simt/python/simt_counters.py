@@ -10,7 +10,9 @@ Keys: ``sync_calls`` (cudaStreamSynchronize / cudaDeviceSynchronize), ``host_rea
 device-to-host copies, the CuPy stand-in's ``asnumpy`` / ``.get()`` included), ``waits`` (the
 blocking calls of those two kinds that found work enqueued since the previous one: the host
 really waits for the device), ``mallocs`` / ``frees`` (cudaMalloc / cudaFree), ``launches``,
-``async_ops`` (cudaMemsetAsync, non-blocking copies), ``array_allocations`` (device arrays the
+``async_ops`` (cudaMemsetAsync, non-blocking copies), ``graph_launches`` (cudaGraphLaunch; the
+nodes a launch runs count as launches / async ops), ``captured_nodes`` (launches, memsets and
+copies a stream capture recorded instead of running), ``array_allocations`` (device arrays the
 CuPy stand-in created: CuPy's memory pool hands them out, not cudaMalloc, but each is an
 allocation per call all the same).
 """
@@ -20,7 +22,17 @@ from __future__ import annotations
 import ctypes
 import sys
 
-KEYS = ("sync_calls", "host_reads", "waits", "mallocs", "frees", "launches", "async_ops")
+KEYS = (
+    "sync_calls",
+    "host_reads",
+    "waits",
+    "mallocs",
+    "frees",
+    "launches",
+    "async_ops",
+    "graph_launches",
+    "captured_nodes",
+)
 _MODULES = ("fd_mtp_cuda", "fd_mtp._lib.fd_mtp_cuda")
 _lib = None
 array_allocations = 0  # incremented by the CuPy stand-in
@@ -43,16 +55,19 @@ def _runtime(strict: bool = True):
                 lib.simt_counters.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
                 lib.simt_counters.restype = ctypes.c_int
                 lib.simt_note_host_read.argtypes = []
-                lib.simt_note_host_read.restype = None
+                lib.simt_note_host_read.restype = ctypes.c_int
                 _lib = lib
                 break
     return _lib
 
 
-def note_host_read() -> None:
+def note_host_read() -> int:
+    """Counts a blocking host read; returns its cudaError_t: nonzero (and nothing counted)
+    while a stream captures (the read fails the capture, as in CUDA)."""
     lib = _runtime(strict=False)
     if lib is not None:
-        lib.simt_note_host_read()
+        return lib.simt_note_host_read()
+    return 0
 
 
 def snapshot() -> dict[str, int]:

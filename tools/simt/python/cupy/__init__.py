@@ -9,6 +9,16 @@ launchers of the emulated fd_mtp_cuda take). Like CuPy, it does not mix with num
 arithmetic (TypeError) and ``cupy.empty`` memory is not zeroed (it holds a poison pattern).
 Anything outside the subset raises AttributeError naming it, instead of guessing. Known gap:
 ``numpy.asarray(device_array)`` succeeds here, where CuPy raises TypeError.
+
+Streams and CUDA graphs as CuPy has them (``cupy.cuda.Stream(non_blocking=True)``, ``with
+stream:``, ``stream.begin_capture()`` / ``graph = stream.end_capture()`` / ``graph.launch(stream)``,
+and ``cupy.cuda.runtime.streamBeginCapture`` & co.), on the emulator's stream capture
+(tools/simt/runtime.cc): the raw module's launches and async copies on a capturing stream are
+recorded, a host read (``get`` / ``asnumpy`` / ``int`` ...) or a synchronisation fails the capture
+with CuPy's ``CUDARuntimeError``. Stricter than CuPy in one point: this stand-in runs its own array
+operations (creation, arithmetic, item assignment) on the host at once, so it cannot record them;
+during a capture they raise instead of running (a captured step must use only the raw module's
+launches on persistent buffers, which is what fd_mtp's captured step is built to do).
 """
 
 from __future__ import annotations
@@ -45,6 +55,24 @@ float16, float32, float64 = _np.float16, _np.float32, _np.float64
 dtype = _np.dtype
 
 _POISON = 0xA5  # the bytes of a fresh cupy.empty array
+_capturing: set = set()  # the stream handles capturing now (runtime.streamBeginCapture)
+
+
+def _refuse_in_capture(what):
+    """The stand-in's own array operations run on the host at once: refused during a capture."""
+    if _capturing:
+        raise RuntimeError(
+            f"simt CuPy stand-in: {what} while a stream captures: the stand-in runs its own array "
+            "operations on the host at once and cannot record them (only the raw module's "
+            "launches and async copies are captured); use persistent buffers"
+        )
+
+
+def _host_read():
+    """A blocking device-to-host read: counted; fails (as in CUDA) while a stream captures."""
+    code = _counters.note_host_read()
+    if code:
+        cuda.runtime._raise(code)
 
 
 def _is_host_array(x):
@@ -95,6 +123,7 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
             raise NotImplementedError(
                 "cupy.ndarray(memptr=...): raw device memory (CUDA IPC) has no simt stand-in"
             )
+        _refuse_in_capture("a device array allocation")
         a = _np.ndarray.__new__(cls, shape, dtype, strides=strides, order=order)
         _counters.array_allocations += 1
         if a.nbytes:
@@ -110,34 +139,39 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
         return cuda.Device(0)
 
     def get(self):
-        _counters.note_host_read()
+        _host_read()
         return _np.array(self.view(_np.ndarray))
 
-    def set(self, arr):
+    def set(self, arr, stream=None):
         self[...] = arr
+
+    def __setitem__(self, key, value):
+        _refuse_in_capture("an item assignment of a device array")
+        super().__setitem__(key, value)
 
     # Reading a value on the host waits for the device, as in CuPy.
     def item(self, *args):
-        _counters.note_host_read()
+        _host_read()
         return super().item(*args)
 
     def tolist(self):
-        _counters.note_host_read()
+        _host_read()
         return super().tolist()
 
     def __int__(self):
-        _counters.note_host_read()
+        _host_read()
         return super().__int__()
 
     def __float__(self):
-        _counters.note_host_read()
+        _host_read()
         return super().__float__()
 
     def __bool__(self):
-        _counters.note_host_read()
+        _host_read()
         return super().__bool__()
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        _refuse_in_capture(f"cupy.{ufunc.__name__}")
         _refuse_host(inputs, f"cupy.{ufunc.__name__}")
         if out is not None:
             _refuse_host(out, f"cupy.{ufunc.__name__}")
@@ -148,6 +182,7 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
         return _device(result)
 
     def __array_function__(self, func, types, args, kwargs):
+        _refuse_in_capture(f"cupy.{func.__name__}")
         _refuse_host(args, f"cupy.{func.__name__}")
         _refuse_host(tuple(kwargs.values()), f"cupy.{func.__name__}")
         return _device(func(*_host_view(args), **{k: _host_view(v) for k, v in kwargs.items()}))
@@ -169,7 +204,7 @@ array = asarray
 def asnumpy(a):
     """A host numpy copy of ``a``."""
     if isinstance(a, ndarray):
-        _counters.note_host_read()
+        _host_read()
     return _np.array(_host_view(a), copy=True)
 
 
@@ -202,6 +237,7 @@ def _wrap(name):
     func = getattr(_np, name)
 
     def device_func(*args, **kwargs):
+        _refuse_in_capture(f"cupy.{name}")
         _refuse_host(args, f"cupy.{name}")
         _refuse_host(tuple(kwargs.values()), f"cupy.{name}")
         return _device(func(*_host_view(args), **{k: _host_view(v) for k, v in kwargs.items()}))
@@ -216,6 +252,7 @@ def copyto(dst, src):
     if not isinstance(dst, ndarray):
         raise TypeError("cupy.copyto: dst must be a cupy.ndarray")
     _refuse_host((src,), "cupy.copyto")
+    _refuse_in_capture("cupy.copyto")
     _np.copyto(_host_view(dst), _host_view(src))
 
 
@@ -226,8 +263,87 @@ stack = _wrap("stack")
 where = _wrap("where")
 
 
+def _lib():
+    """The emulator's runtime (the loaded emulated fd_mtp_cuda), its capture entry points typed."""
+    import ctypes
+
+    lib = _counters._runtime()
+    if lib is None:
+        raise RuntimeError(
+            "simt CuPy stand-in: streams and graphs need the emulated fd_mtp_cuda loaded first "
+            "(fd_mtp.cuda.load())"
+        )
+    if not getattr(lib, "_capture_typed", False):
+        u, p, i = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int
+        for fn, args in (
+            ("simt_stream_begin_capture", [u, i]),
+            ("simt_stream_end_capture", [u, p]),
+            ("simt_stream_is_capturing", [u, ctypes.POINTER(i)]),
+            ("simt_graph_instantiate", [u, p]),
+            ("simt_graph_launch", [u, u]),
+            ("simt_graph_destroy", [u]),
+            ("simt_graph_exec_destroy", [u]),
+            ("simt_stream_synchronize", [u]),
+            ("simt_device_synchronize", []),
+            ("simt_get_last_error", []),
+            ("simt_error_name", [i]),
+            ("simt_error_string", [i]),
+        ):
+            f = getattr(lib, fn)
+            f.argtypes = args
+            f.restype = ctypes.c_char_p if fn.startswith("simt_error_") else i
+        lib.simt_graph_exec_nodes.argtypes = [u, ctypes.POINTER(ctypes.c_int64)]
+        lib.simt_graph_exec_nodes.restype = ctypes.c_int64
+        lib._capture_typed = True
+    return lib
+
+
+class CUDARuntimeError(RuntimeError):
+    """cupy.cuda.runtime.CUDARuntimeError: a CUDA runtime call failed (``status``: the code)."""
+
+    def __init__(self, status, message):
+        self.status = status
+        super().__init__(message)
+
+
+class _Graph:
+    """cupy.cuda.Graph: an instantiated graph (made by Stream.end_capture)."""
+
+    def __init__(self, exec_):
+        self._exec = exec_
+
+    def __del__(self):
+        if getattr(self, "_exec", 0) and _counters._lib is not None:
+            _counters._lib.simt_graph_exec_destroy(self._exec)
+            self._exec = 0
+
+    def launch(self, stream=None):
+        ptr = _Cuda.get_current_stream().ptr if stream is None else stream.ptr
+        _Cuda.runtime.graphLaunch(self._exec, ptr)
+
+    def upload(self, stream=None):
+        pass
+
+    def node_counts(self):
+        """simt only: {"kernel": n, "memcpy": n, "memset": n} of the graph's nodes."""
+        import ctypes
+
+        out = (ctypes.c_int64 * 3)()
+        _lib().simt_graph_exec_nodes(self._exec, out)
+        return {"kernel": out[0], "memcpy": out[1], "memset": out[2]}
+
+
+_stream_stack: list = []  # the streams made current by `with stream:` (one host thread)
+_next_stream = [0x5000]
+
+
 class _Cuda:
-    """``cupy.cuda``: one device (0), the legacy default stream (pointer 0)."""
+    """``cupy.cuda``: one device (0), the legacy default stream (pointer 0), streams of their own
+    (a handle each; every stream is ordered with every other on the emulator, whose launches run
+    at once) and CUDA graphs by stream capture."""
+
+    CUDARuntimeError = CUDARuntimeError
+    Graph = _Graph
 
     class Device:
         def __init__(self, device=0):
@@ -240,23 +356,131 @@ class _Cuda:
             return False
 
         def synchronize(self):
-            pass
+            if _counters._runtime(strict=False) is not None:
+                _Cuda.runtime._check(_lib().simt_device_synchronize())
 
     class Stream:
-        def __init__(self, ptr=0):
-            self.ptr = ptr
+        def __init__(self, null=False, non_blocking=False, ptds=False, ptr=None):
+            if ptr is not None:
+                self.ptr = ptr
+            elif null or ptds:
+                self.ptr = 0 if null else 2
+            else:
+                _next_stream[0] += 16
+                self.ptr = _next_stream[0]
+            self.device_id = 0
+
+        def __eq__(self, other):
+            return isinstance(other, _Cuda.Stream) and other.ptr == self.ptr
+
+        def __hash__(self):
+            return self.ptr
+
+        def __enter__(self):
+            _stream_stack.append(self)
+            return self
+
+        def __exit__(self, *exc):
+            _stream_stack.pop()
+            return False
+
+        def use(self):
+            if _stream_stack:
+                _stream_stack[-1] = self
+            else:
+                _stream_stack.append(self)
+            return self
 
         def synchronize(self):
-            pass
+            if _counters._runtime(strict=False) is not None:
+                _Cuda.runtime._check(_lib().simt_stream_synchronize(self.ptr))
+
+        def begin_capture(self, mode=None):
+            if self.ptr in (0, 1):
+                raise RuntimeError("cannot capture on the default (legacy) stream")
+            _Cuda.runtime.streamBeginCapture(
+                self.ptr, _Cuda.runtime.streamCaptureModeRelaxed if mode is None else mode
+            )
+
+        def end_capture(self):
+            graph = _Cuda.runtime.streamEndCapture(self.ptr)
+            exec_ = _Cuda.runtime.graphInstantiate(graph)
+            _Cuda.runtime.graphDestroy(graph)
+            return _Graph(exec_)
+
+        def is_capturing(self):
+            return _Cuda.runtime.streamIsCapturing(self.ptr)
 
     class runtime:  # noqa: N801 (CuPy's name)
+        CUDARuntimeError = CUDARuntimeError
+        streamCaptureModeGlobal = 0  # noqa: N815 (CuPy's names)
+        streamCaptureModeThreadLocal = 1  # noqa: N815
+        streamCaptureModeRelaxed = 2  # noqa: N815
+
         @staticmethod
         def getDeviceCount():  # noqa: N802 (CuPy's name)
             return 1
 
+        @staticmethod
+        def _raise(code):
+            lib = _lib()
+            lib.simt_get_last_error()  # as CuPy's check_status: the error is read
+            name = lib.simt_error_name(code).decode()
+            raise CUDARuntimeError(code, f"{name}: {lib.simt_error_string(code).decode()}")
+
+        @staticmethod
+        def _check(code):
+            if code:
+                _Cuda.runtime._raise(code)
+
+        @staticmethod
+        def streamBeginCapture(stream, mode=2):  # noqa: N802
+            _Cuda.runtime._check(_lib().simt_stream_begin_capture(stream, mode))
+            _capturing.add(stream)
+
+        @staticmethod
+        def streamEndCapture(stream):  # noqa: N802
+            import ctypes
+
+            graph = ctypes.c_uint64(0)
+            code = _lib().simt_stream_end_capture(stream, ctypes.byref(graph))
+            _capturing.discard(stream)
+            _Cuda.runtime._check(code)
+            return graph.value
+
+        @staticmethod
+        def streamIsCapturing(stream):  # noqa: N802
+            import ctypes
+
+            status = ctypes.c_int(0)
+            _Cuda.runtime._check(_lib().simt_stream_is_capturing(stream, ctypes.byref(status)))
+            if status.value == 2:  # invalidated: CuPy raises from cudaStreamIsCapturing's status
+                raise CUDARuntimeError(901, "cudaErrorStreamCaptureInvalidated")
+            return status.value == 1
+
+        @staticmethod
+        def graphInstantiate(graph):  # noqa: N802
+            import ctypes
+
+            exec_ = ctypes.c_uint64(0)
+            _Cuda.runtime._check(_lib().simt_graph_instantiate(graph, ctypes.byref(exec_)))
+            return exec_.value
+
+        @staticmethod
+        def graphLaunch(exec_, stream):  # noqa: N802
+            _Cuda.runtime._check(_lib().simt_graph_launch(exec_, stream))
+
+        @staticmethod
+        def graphDestroy(graph):  # noqa: N802
+            _lib().simt_graph_destroy(graph)
+
+        @staticmethod
+        def graphExecDestroy(exec_):  # noqa: N802
+            _lib().simt_graph_exec_destroy(exec_)
+
     @staticmethod
     def get_current_stream():
-        return _Cuda.Stream(0)
+        return _stream_stack[-1] if _stream_stack else _Cuda.Stream(ptr=0)
 
     def __getattr__(self, name):
         raise AttributeError(f"cupy.cuda.{name} is not in the simt CuPy stand-in")
