@@ -185,3 +185,15 @@ def test_out_buffers_are_checked_by_name(variants):
     name, args, kwargs = step.prepared[1]
     with pytest.raises(ValueError, match="rebuild_padding: out must have shape"):
         fcuda.rebuild_padding(*args, padded=True, out=cp.zeros((1, HIDDEN), cp.float32))
+
+
+def test_captured_step_misuse_is_refused():
+    with pytest.raises(ValueError, match="at least one callable"):
+        CapturedStep([])
+    with pytest.raises(ValueError, match="legacy default stream"):
+        CapturedStep([lambda: None], cp.cuda.Stream(null=True))
+    runner = CapturedStep([lambda: None])
+    with pytest.raises(RuntimeError, match=r"capture\(\) first"):
+        runner.replay()
+    with pytest.raises(ValueError, match="2 gaps for 1 segments"):
+        runner.run_eager([None, None])
