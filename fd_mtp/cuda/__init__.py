@@ -12,6 +12,10 @@ Fixed-capacity variants (docs/gpu_errors.md): the shape ops take one extra keywo
 here, listed in ``FIXED_CAPACITY`` (``pre_process(..., token_capacity=N)``, ``rebuild_padding`` and
 the eagle gathers' ``padded=True``): outputs of a fixed number of rows, nothing read on the host.
 
+Persistent outputs (``PERSISTENT_OUT``): the fixed-capacity variants and top_p_candidates take
+``out=`` arrays to write instead of returning new ones, so that a step allocates nothing and can
+be captured as CUDA graphs and replayed (``CapturedStep``, fd_mtp/cuda/graph.py).
+
 Errors without a sync per op (docs/gpu_errors.md): by default (``deferred``) an op with data
 checks does not synchronise; its error is recorded in the stream's persistent status record,
 every later op on that stream skips on the device (writes nothing), and the ValueError (naming
@@ -47,8 +51,9 @@ from ._common import (
 
 _ops_loader.register_pending_check(check_pending)  # fd_mtp.ops.check_pending reaches it
 
-# The keyword-only argument of each op's fixed-capacity variant, fd_mtp.cuda's only extension of
-# FastDeploy's signatures (its off value is the default: None or False).
+# The keyword-only argument of each op's fixed-capacity variant, one of fd_mtp.cuda's two
+# extensions of FastDeploy's signatures with PERSISTENT_OUT below (the off value is the default:
+# None or False).
 FIXED_CAPACITY = {
     "pre_process": "token_capacity",
     "rebuild_padding": "padded",
@@ -56,13 +61,28 @@ FIXED_CAPACITY = {
     "eagle_get_self_hidden_states": "padded",
 }
 
+# The ops that take ``out=`` (keyword-only, fd_mtp.cuda only): persistent output arrays written
+# instead of new ones; with pre_process / rebuild_padding / the eagle gathers only in their
+# fixed-capacity variant.
+PERSISTENT_OUT = (
+    "pre_process",
+    "rebuild_padding",
+    "eagle_get_hidden_states",
+    "eagle_get_self_hidden_states",
+    "top_p_candidates",
+)
+
+from .graph import CapturedStep  # noqa: E402 (needs neither CuPy nor the module to import)
+
 # One module per schema family that has CUDA kernels; the standard-dispatch wrappers in them are
 # generated from the schema (fd_mtp/schema), the rest written there. This package offers every
 # name in each family module's ``__all__``.
 __all__ = [
     "BUILD_HINT",
+    "CapturedStep",
     "ERROR_MODES",
     "FIXED_CAPACITY",
+    "PERSISTENT_OUT",
     "MODULE_DIR_ENV",
     "check_pending",
     "error_mode",

@@ -134,7 +134,9 @@ def test_captured_body_neither_allocates_nor_reads_the_host(variants):
 
 
 @pytest.mark.skipif(not on_simt(), reason="the simt stand-in's capture errors")
-@pytest.mark.parametrize("breach", ["host read", "sync", "allocation", "cupy kernel"])
+@pytest.mark.parametrize(
+    "breach", ["host read", "element read", "sync", "allocation", "cupy kernel"]
+)
 def test_a_breach_inside_a_capture_fails_it_clearly(variants, breach):
     """What real CUDA refuses in a capture fails it with CuPy's error, the stream usable again
     (the next capture of the clean step works)."""
@@ -147,6 +149,8 @@ def test_a_breach_inside_a_capture_fails_it_clearly(variants, breach):
             segments[0]()
             if breach == "host read":
                 cp.asnumpy(flag)
+            elif breach == "element read":
+                bool(flag[0])  # a 0-d device array; its truth value is a host read
             elif breach == "sync":
                 cp.cuda.get_current_stream().synchronize()
             elif breach == "allocation":
@@ -162,6 +166,7 @@ def test_a_breach_inside_a_capture_fails_it_clearly(variants, breach):
         text = str(info.value)
         expected = {
             "host read": "cudaErrorStreamCaptureUnsupported",
+            "element read": "cudaErrorStreamCaptureUnsupported",
             "sync": "cudaErrorStreamCaptureUnsupported",
             "allocation": "allocation",
             "cupy kernel": "cupy.add",

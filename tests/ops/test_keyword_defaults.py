@@ -28,17 +28,20 @@ def _parameters(fn):
 
 
 def _without_fixed_capacity(layer, name, params):
-    """fd_mtp.cuda's one extension: the fixed-capacity keyword of a shape op (keyword-only, off by
-    default), checked and left out of the comparison."""
+    """fd_mtp.cuda's two extensions: the fixed-capacity keyword of a shape op (FIXED_CAPACITY)
+    and ``out=`` persistent outputs (PERSISTENT_OUT), keyword-only and off by default, checked
+    and left out of the comparison."""
     import fd_mtp.cuda as fcuda
 
-    kw = fcuda.FIXED_CAPACITY.get(name) if layer == "fd_mtp.cuda" else None
-    if kw is None:
+    if layer != "fd_mtp.cuda":
         return params
-    found = [p for p in params if p[0] == kw]
-    assert len(found) == 1, f"{layer}.{name}: no keyword {kw!r} (FIXED_CAPACITY)"
-    assert found[0][1] == inspect.Parameter.KEYWORD_ONLY and found[0][2] in (None, False)
-    return [p for p in params if p[0] != kw]
+    extra = [fcuda.FIXED_CAPACITY.get(name), "out" if name in fcuda.PERSISTENT_OUT else None]
+    for kw in filter(None, extra):
+        found = [p for p in params if p[0] == kw]
+        assert len(found) == 1, f"{layer}.{name}: no keyword {kw!r}"
+        assert found[0][1] == inspect.Parameter.KEYWORD_ONLY and found[0][2] in (None, False)
+        params = [p for p in params if p[0] != kw]
+    return params
 
 
 @pytest.mark.parametrize("name", OPS)

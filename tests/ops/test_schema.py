@@ -33,9 +33,12 @@ def test_layer_signature_equals_schema(layer, name):
         return
     positional, keyword = _signature(fn)
     if layer == "fd_mtp.cuda" and name in module.FIXED_CAPACITY:
-        # fd_mtp.cuda's one extension, not a schema keyword: the fixed-capacity variant (off by
-        # default; tests/ops/test_keyword_defaults.py checks its kind and default)
+        # fd_mtp.cuda's extensions, not schema keywords: the fixed-capacity variant and its
+        # persistent outputs (off by default; tests/ops/test_keyword_defaults.py checks their
+        # kind and default)
         del keyword[module.FIXED_CAPACITY[name]]
+    if layer == "fd_mtp.cuda" and name in module.PERSISTENT_OUT:
+        del keyword["out"]
     want_positional, want_keyword = schema.python_signature(schema.get(name))
     assert positional == want_positional, (
         f"{layer}.{name} positional parameters differ from the schema"

@@ -145,6 +145,14 @@ class ndarray(_np.ndarray):  # noqa: N801 (CuPy's name)
     def set(self, arr, stream=None):
         self[...] = arr
 
+    def __getitem__(self, key):
+        # An element is a 0-d device array viewing the element, as in CuPy (reading its value is
+        # a host read); numpy would return a scalar copy.
+        out = super().__getitem__(key)
+        if isinstance(out, _np.generic):
+            out = super().__getitem__((*key, Ellipsis) if isinstance(key, tuple) else (key, ...))
+        return out
+
     def __setitem__(self, key, value):
         _refuse_in_capture("an item assignment of a device array")
         super().__setitem__(key, value)
