@@ -339,7 +339,7 @@ def _flag_args(op, values, dims, p):
     if form.bound_tensor is None:
         return offset, 0, bound
     x = values[form.bound_tensor]
-    if isinstance(x, np.ndarray):
+    if not isinstance(x, _cupy().ndarray):  # numpy (the simt stand-in's arrays are numpy's too)
         return offset, 0, int(x.reshape(-1)[0])
     return offset, _ptr(x), 0
 
