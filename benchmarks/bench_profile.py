@@ -61,11 +61,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, Path(__file__).resolve().parent):
+# the checkout this file is in, except for --baseline's child (it runs another checkout's fd_mtp,
+# given by PYTHONPATH); harness.py beside this file
+for _p in ([] if "--timed-only" in sys.argv else [ROOT]) + [Path(__file__).resolve().parent]:
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
 from harness import row, timestamp, write_csv  # noqa: E402
+
+import fd_mtp  # noqa: E402,F401  before paddle: fd_mtp picks MKL's AVX2 code on AMD CPUs
 
 MODEL_SCOPES = ("target", "mtp")
 CATEGORIES = (
@@ -256,6 +260,17 @@ def install_timers() -> StepTimers:
 
 
 # --------------------------------------------------------------------------------- counting
+# Tensor operators: each dispatches a framework op, but as a C slot that sys.setprofile does not
+# see, so the counting pass wraps them (`OpCounter.patch_operators`)
+_TENSOR_OPS = frozenset(
+    f"__{n}__"
+    for n in (
+        "add radd sub rsub mul rmul truediv rtruediv floordiv mod pow rpow neg abs matmul "
+        "lt le gt ge eq ne and or xor invert getitem setitem"
+    ).split()
+)
+
+
 class OpCounter:
     """Counts framework op dispatches and host copies under ``sys.setprofile``."""
 
@@ -265,12 +280,38 @@ class OpCounter:
         self.to_host = 0
         self.by_name: dict[str, int] = defaultdict(int)
 
+    def patch_operators(self):
+        """Wraps paddle.Tensor's operators to count them; returns the restore function."""
+        import paddle
+
+        saved = {}
+        for name in _TENSOR_OPS:
+            fn = getattr(paddle.Tensor, name, None)
+            if fn is None:
+                continue
+            saved[name] = fn
+
+            def counted(*args, _fn=fn, _name=name, **kwargs):
+                self.ops += 1
+                self.by_name[_name] += 1
+                return _fn(*args, **kwargs)
+
+            setattr(paddle.Tensor, name, counted)
+
+        def restore():
+            for name, fn in saved.items():
+                setattr(paddle.Tensor, name, fn)
+
+        return restore
+
     def __call__(self, frame, event, arg):
         if event == "c_call":
             mod = getattr(arg, "__module__", None) or ""
             name = getattr(arg, "__name__", "")
             owner = type(getattr(arg, "__self__", None)).__name__
-            if mod.startswith("paddle.base.libpaddle") or "fd_mtp_ops_pybind" in mod:
+            if (
+                mod.startswith("paddle.base.libpaddle") or "fd_mtp_ops_pybind" in mod
+            ) and not name.startswith(("_", "is_")):  # place / grad-flag queries are no ops
                 self.ops += 1
                 self.by_name[name] += 1
             elif owner == "Tensor" and name in ("numpy", "tolist", "item", "__array__"):
@@ -372,7 +413,6 @@ def _prompts(llm, batch: int, chars: int) -> list:
 
 
 def _make_llm(model, batch: int, mode: str, max_model_len: int):
-    import fd_mtp
     from fd_mtp.demo import MODES
 
     spec = MODES[mode]
@@ -420,11 +460,13 @@ def profile_cell(llm, prompts, params) -> dict:
         timers.restore()
     counter = OpCounter()
     steps1 = llm.engine.num_steps
+    restore = counter.patch_operators()
     sys.setprofile(counter)
     try:
         llm.generate(prompts, params, use_tqdm=False)
     finally:
         sys.setprofile(None)
+        restore()
     csteps = llm.engine.num_steps - steps1
     split = {f"{s}/{c}": v / steps * 1e3 for (s, c), v in timers.totals.items()}
     return {
@@ -435,7 +477,7 @@ def profile_cell(llm, prompts, params) -> dict:
         "ops_per_step": counter.ops / csteps,
         "to_tensor_per_step": counter.to_tensor / csteps,
         "to_host_per_step": counter.to_host / csteps,
-        "top_ops": sorted(counter.by_name.items(), key=lambda kv: -kv[1])[:12],
+        "top_ops": sorted(counter.by_name.items(), key=lambda kv: -kv[1]),
     }
 
 
@@ -481,6 +523,12 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-chars", type=int, default=400)
     p.add_argument("--repeats", type=int, default=3, help="timed generates per cell (median)")
     p.add_argument("--threads", type=int, default=1, help="paddle's CPU math threads")
+    p.add_argument(
+        "--forward",
+        default="eager",
+        choices=["eager", "static"],
+        help="the model's forward: op by op, or the compiled program (LLM(forward=...))",
+    )
     p.add_argument("--baseline", default=None, help="another checkout: its timed pass beside")
     p.add_argument("--timed-only", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -488,7 +536,6 @@ def main(argv=None) -> int:
 
     import paddle
 
-    import fd_mtp  # noqa: F401
     from fd_mtp.engine.sampling_params import SamplingParams
 
     paddle.base.core.set_num_threads(args.threads)
@@ -501,7 +548,7 @@ def main(argv=None) -> int:
         res = {}
         for b in batches:
             for mode in modes:
-                llm = _make_llm(args.model, b, mode, max_model_len)
+                llm = _make_llm(args.model, b, mode, max_model_len, args.forward)
                 prompts = _prompts(llm, b, args.prompt_chars)
                 llm.generate(prompts, params, use_tqdm=False)
                 res[f"{b}/{mode}"] = timed_pass(llm, prompts, params, args.repeats)
@@ -511,13 +558,16 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"bench_profile: {timestamp()}  threads {args.threads}  load average {_loadavg()}")
+    print(
+        f"bench_profile: {timestamp()}  threads {args.threads}  forward {args.forward}  "
+        f"load average {_loadavg()}"
+    )
     base = _baseline(args, out / "bench_profile_baseline.json") if args.baseline else None
     rows, cells = [], {}
     rates = None
     for b in batches:
         for mode in modes:
-            llm = _make_llm(args.model, b, mode, max_model_len)
+            llm = _make_llm(args.model, b, mode, max_model_len, args.forward)
             sizes = model_sizes(llm)
             if rates is None:
                 rates = measure_rates(sizes["main_bytes"])
@@ -605,7 +655,9 @@ def _print_cell(b, mode, cell, threads):
         sub = {k: v for k, v in split.items() if k.startswith(scope + "/")}
         if not sub:
             continue
-        print(f"   {scope + ' forward':<28}{sum(sub.values()):8.3f}{100 * sum(sub.values()) / total:6.1f}%")
+        print(
+            f"   {scope + ' forward':<28}{sum(sub.values()):8.3f}{100 * sum(sub.values()) / total:6.1f}%"
+        )
         for k in sorted(sub, key=lambda k: -sub[k]):
             print(f"     {k.split('/')[1]:<26}{sub[k]:8.3f}{100 * sub[k] / total:6.1f}%")
     for cat in HOST_CATEGORIES:
@@ -616,7 +668,10 @@ def _print_cell(b, mode, cell, threads):
         f"   {'instrumented step':<28}{prof['instrumented_step_ms']:8.3f}   (timers' overhead "
         f"{prof['instrumented_step_ms'] - step:+.3f} ms)"
     )
-    print("   most dispatched ops: " + ", ".join(f"{n} {c / prof['steps']:.0f}" for n, c in prof["top_ops"][:8]))
+    print(
+        "   most dispatched ops: "
+        + ", ".join(f"{n} {c / prof['steps']:.0f}" for n, c in prof["top_ops"][:40])
+    )
 
 
 def _summary(cells, threads):
