@@ -90,6 +90,7 @@ class CompiledForward:
         self.calls = 0
         self.fallbacks = 0
         self._program = None
+        self._layer = None
         self._cache_shape = None
 
     def _unsupported_reason(self) -> str | None:
@@ -143,6 +144,7 @@ class CompiledForward:
                 return model.layers_forward(ids, meta, rope, backend)
 
         self._program = paddle.jit.to_static(program, input_spec=specs, full_graph=True)
+        self._layer = None
         self._cache_shape = tuple(cache_shape)
 
     def __call__(self, ids, *args):
@@ -170,5 +172,10 @@ class CompiledForward:
             self._build(shape)
         flat = [c for kv in caches for c in kv]
         extra = [args[0].astype(cfg.dtype)] if self.is_mtp else []
+        inputs = [ids, *extra, rope.rotation, *meta.attn_metadata.kernel_args]
+        if self._layer is None:
+            # the traced program (symbolic token counts: one program serves every step); calling
+            # its layer with the flat input list skips to_static's per-call argument matching
+            _, self._layer = self._program.get_concrete_program(*inputs, flat)
         self.calls += 1
-        return self._program(ids, *extra, rope.rotation, *meta.attn_metadata.kernel_args, flat)
+        return self._layer(inputs + flat)
