@@ -1,9 +1,10 @@
 """Where one engine step goes on the CPU: a profile of fd_mtp's decoding step, with its floor.
 
-For each batch size (``--batches``, default 1 and 8) and mode (``--modes``, default plain and MTP
-with K = 1..3: ``plain``, ``mtp_k1``, ``mtp_k2``, ``mtp_k3`` as in ``make demo``), one LLM on the
-model (default: the shipped demo model) decodes ``--max-tokens`` greedy tokens for each of B
-held-out prompts, after one warm-up generate. Three passes per cell, all on the same LLM:
+For each batch size B (``--batches``, default 1 and 8) and mode (``--modes``, default plain and MTP
+with K = 1..3: ``plain``, ``mtp_k1``, ``mtp_k2``, ``mtp_k3``, and ``hybrid_k3``, as in ``make
+demo``), one LLM with B slots on the model (default: the shipped demo model) decodes
+``--max-tokens`` greedy tokens (EOS ignored) for each of ``max(B, 6)`` held-out prompts, after one
+warm-up generate. Three passes per cell, all on the same LLM:
 
 1. **timed**: wall time per engine step, no instrumentation (the figure the step really costs);
 2. **split**: the same generate with timers wrapped around the functions below (exclusive time:
@@ -406,10 +407,11 @@ def floor_ms(work: dict, steps: int, sizes: dict, rates: dict) -> tuple[float, f
 
 # --------------------------------------------------------------------------------- runs
 def _prompts(llm, batch: int, chars: int) -> list:
+    """``max(batch, 6)`` held-out prompts (``make demo``'s six at batch 1: they run one after
+    another; at batch 6 all at once)."""
     from fd_mtp.assets.corpus import held_out_prompts
 
-    texts = [t for _, t in held_out_prompts(max(batch, 6), chars=chars)]
-    return (texts * (batch // len(texts) + 1))[:batch]
+    return [t for _, t in held_out_prompts(max(batch, 6), chars=chars)]
 
 
 def _make_llm(model, batch: int, mode: str, max_model_len: int):
