@@ -197,6 +197,7 @@ def install_timers() -> StepTimers:
     t.patch(ernie, "_mm", "matmul")
     t.patch(ernie, "_row_parallel", "matmul")
     t.patch(ernie.RMSNorm, "forward", "norm")
+    t.patch(ernie.RMSNorm, "fused_add", "norm")
     t.patch(attention.Rope, "__init__", "rope")
     t.patch(attention.Rope, "apply", "rope")
     for cls in (attention.AttentionBackend, attention.PagedAttentionCPU):
@@ -414,17 +415,19 @@ def _prompts(llm, batch: int, chars: int) -> list:
     return [t for _, t in held_out_prompts(max(batch, 6), chars=chars)]
 
 
-def _make_llm(model, batch: int, mode: str, max_model_len: int):
+def _make_llm(model, batch: int, mode: str, max_model_len: int, forward: str = "eager"):
     from fd_mtp.demo import MODES
 
     spec = MODES[mode]
     if spec is not None:
         spec = dict(spec, verification="greedy")
+    extra = {} if forward == "eager" else {"forward": forward}  # a baseline may predate the option
     return fd_mtp.LLM(
         model,
         max_num_seqs=batch,
         max_model_len=max_model_len,
         speculative_config=spec,
+        **extra,
     )
 
 
@@ -479,7 +482,9 @@ def profile_cell(llm, prompts, params) -> dict:
         "ops_per_step": counter.ops / csteps,
         "to_tensor_per_step": counter.to_tensor / csteps,
         "to_host_per_step": counter.to_host / csteps,
-        "top_ops": sorted(counter.by_name.items(), key=lambda kv: -kv[1]),
+        "top_ops": [
+            (n, c / csteps) for n, c in sorted(counter.by_name.items(), key=lambda kv: -kv[1])
+        ],
     }
 
 
@@ -585,7 +590,7 @@ def main(argv=None) -> int:
             timed = timed_pass(llm, prompts, params, args.repeats)
             prof = profile_cell(llm, prompts, params)
             fl, f_ms, b_ms = floor_ms(prof["work"], prof["steps"], sizes, rates)
-            cell = dict(timed=timed, prof=prof, floor=(fl, f_ms, b_ms))
+            cell = dict(timed=timed, prof=prof, floor=(fl, f_ms, b_ms), layers=sizes["layers"])
             if base is not None and f"{b}/{mode}" in base:
                 cell["base"] = base[f"{b}/{mode}"]
                 same = cell["base"]["token_ids"] == timed["token_ids"]
@@ -652,16 +657,21 @@ def _print_cell(b, mode, cell, threads):
     )
     split = prof["split_ms"]
     total = sum(split.values())
-    print(f"   {'where (ms/step)':<28}{'ms':>8}{'%':>7}")
+    print(f"   {'where (ms/step)':<28}{'ms':>8}{'%':>7}  per layer (ms)")
+    per_layer = {"matmul", "attention", "norm", "rope", "mlp_act", "moe_routing", "layer_other"}
     for scope in MODEL_SCOPES:
         sub = {k: v for k, v in split.items() if k.startswith(scope + "/")}
         if not sub:
             continue
+        layers = cell["layers"] if scope == "target" else 1
         print(
             f"   {scope + ' forward':<28}{sum(sub.values()):8.3f}{100 * sum(sub.values()) / total:6.1f}%"
+            f"  ({layers} layer{'s' if layers > 1 else ''})"
         )
         for k in sorted(sub, key=lambda k: -sub[k]):
-            print(f"     {k.split('/')[1]:<26}{sub[k]:8.3f}{100 * sub[k] / total:6.1f}%")
+            cat = k.split("/")[1]
+            each = f"  {sub[k] / layers:8.3f}" if cat in per_layer else ""
+            print(f"     {cat:<26}{sub[k]:8.3f}{100 * sub[k] / total:6.1f}%{each}")
     for cat in HOST_CATEGORIES:
         v = split.get(f"host/{cat}", 0.0)
         if v:
@@ -670,10 +680,7 @@ def _print_cell(b, mode, cell, threads):
         f"   {'instrumented step':<28}{prof['instrumented_step_ms']:8.3f}   (timers' overhead "
         f"{prof['instrumented_step_ms'] - step:+.3f} ms)"
     )
-    print(
-        "   most dispatched ops: "
-        + ", ".join(f"{n} {c / prof['steps']:.0f}" for n, c in prof["top_ops"][:40])
-    )
+    print("   most dispatched ops: " + ", ".join(f"{n} {c:.0f}" for n, c in prof["top_ops"][:40]))
 
 
 def _summary(cells, threads):
