@@ -725,6 +725,32 @@ def test_rejection_dense_rows_match_reference_bit_for_bit(V, with_draft_probs):
         check_invariants(d, got, "rejection")
 
 
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    bsz=st.integers(1, 12),
+    V=st.sampled_from([1, 2, 31, 32, 33, 64, 1023, 1024, 1025, 2049, 3000]),
+    with_draft_probs=st.booleans(),
+    accept_all=st.booleans(),
+    rng_seed=st.integers(0, 2**40),
+)
+def test_hypothesis_rejection_vocabularies_match_reference(
+    seed, bsz, V, with_draft_probs, accept_all, rng_seed
+):
+    # Dense rows over vocabularies around a lane and a chunk: residual and bonus samples with
+    # every kind of crossing (chunk, lane, step); op == reference bit for bit.
+    rng = np.random.default_rng(seed)
+    d, kw = dense_rejection_batch(rng, bsz, V, with_draft_probs)
+    got = run_pair(
+        d,
+        attrs(accept_all_drafts=accept_all),
+        verify_strategy="rejection",
+        seed=rng_seed,
+        offset=seed,
+        **kw,
+    )
+    check_invariants(d, got, "rejection", accept_all=accept_all)
+
+
 def test_rejection_samples_in_the_blockwise_enumeration_order():
     # p = 0.5 on ids 33 (lane 1, step 1) and 4 (lane 4, step 0) of chunk 0: the blockwise order
     # enumerates lane 1 before lane 4, so the bonus token is 33 when the draw u <= 0.5 (the CDF
@@ -906,6 +932,44 @@ def test_rejection_emits_tokens_distributed_as_p(drafter):
     # Not trivially p: drafts were really accepted, and corrections happened.
     accepted = got["accept_num"] == 2
     assert 0.1 * n < accepted.sum() < 0.9 * n
+
+
+@pytest.mark.parametrize("drafter", ["none", "greedy", "draft_probs"])
+def test_rejection_emits_tokens_distributed_as_p_across_chunks_and_lanes(drafter):
+    # p on ids in three chunks and several lanes / steps of the blockwise sums (V = 2100): the
+    # first emitted token (bonus, accepted draft or correction) ~ p.
+    n, V = 8000, 2100
+    ids = np.array([5, 1030, 37, 2090, 1023, 64])
+    weights = np.array([0.3, 0.2, 0.15, 0.15, 0.1, 0.1])
+    p = np.zeros(V, np.float32)
+    p[ids] = weights
+    q = np.full(V, 0.5 / V, np.float32)
+    q[[1030, 64, 7]] += np.float32(0.5 / 3)
+    rng = np.random.default_rng(11)
+    if drafter == "none":
+        reqs = [dec([0], [[0]]) for _ in range(n)]
+    else:
+        drafts = (
+            np.full(n, 1030)
+            if drafter == "greedy"
+            else rng.choice(V, size=n, p=q.astype(np.float64) / q.astype(np.float64).sum())
+        )
+        reqs = [dec([0, int(x)], [[0], [0]]) for x in drafts]
+    rows = sum(len(r["draft"]) for r in reqs)
+    for r in reqs:
+        r["p"] = [None] * len(r["draft"])
+    d, _ = build(reqs, C=1, V=V)
+    kw = {"target_probs": np.tile(p, (rows, 1))}
+    if drafter == "draft_probs":
+        kw["draft_probs"] = np.tile(q, (rows, 1))
+    got = run_op(d, seed=5, offset=6, verify_strategy="rejection", **kw)
+    tokens = got["accept_tokens"][:, 0]
+    counts = np.array([(tokens == t).sum() for t in ids])
+    assert counts.sum() == n  # nothing outside the support of p
+    assert chi_square(counts, weights) < 30.0  # 5 dof; p ~ 1e-5
+    if drafter != "none":
+        accepted = got["accept_num"] == 2
+        assert 0.05 * n < accepted.sum() < 0.95 * n
 
 
 def stats_batch(n=2000):
