@@ -19,6 +19,7 @@ from gpu_util import (
     assert_exact,
     call,
     compare_all,
+    on_simt,
     run_case,
     skip_module_without_gpu,
     split,
@@ -394,4 +395,30 @@ def test_rejection_first_non_finite_column_of_a_long_row(sample_path):
             offset=1,
             **dev_kw,
         )
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.skipif(not on_simt(), reason="counted by the simt emulator")
+def test_rejection_call_launches_three_kernels_and_allocates_nothing(sample_path):
+    # In deferred mode: reset_status, the check (+ sample) pass, the apply (or write) pass, plus
+    # the stream record's begin and commit; the workspace (fd_mtp.cuda's, persistent per stream)
+    # is allocated by the first call only, nothing waits for the device.
+    import simt_counters
+
+    rng = np.random.default_rng(21)
+    args, kw = verify_batch(rng, 33, C=1, V=3000, rejection=True, draft_probs=True)
+    host, dev = split(args)
+    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
+    opts = dict(verify_strategy="rejection", seed=4, offset=5)
+    with fcuda.errors("deferred"):
+        call(fcuda.speculate_verify, split(args)[1], ORDER, **opts, **dev_kw)  # warm-up
+        fcuda.check_pending()
+        before = simt_counters.snapshot()
+        call(fcuda.speculate_verify, dev, ORDER, **opts, **dev_kw)
+        used = simt_counters.since(before)
+        fcuda.check_pending()
+    for key in ("waits", "sync_calls", "host_reads", "mallocs", "array_allocations"):
+        assert used[key] == 0, used
+    assert used["launches"] == 5, used  # begin, reset_status, check, apply, commit
+    call(ref.speculate_verify, host, ORDER, **opts, **kw)
     compare_all(dev, host, arrays_of(args))
