@@ -580,33 +580,48 @@ FD_HOST_DEVICE inline void speculate_verify_apply(const SpeculateVerifyParams& p
 // ---- CPU driver --------------------------------------------------------------------------------
 
 // The 32 lane sums of chunk c (steps outer, lanes inner: the same adds per
-// lane as verify_lane_sum, in loops the compiler vectorises); *bad |= some
-// value read is NaN or inf ((x - x) != 0 exactly then).
+// lane as verify_lane_sum, in loops the compiler vectorises: 32 independent
+// accumulators); *bad |= some value read is NaN or inf (x * 0 is NaN exactly
+// then; the lanes of chk stay 0 otherwise).
 inline void verify_chunk_lanes_cpu(const SpeculateVerifyParams& p, int64_t row, int64_t c,
                                    bool residual, int64_t draft, float* lanes, bool* bad) {
   const float* prow = p.target_probs + row * p.vocab;
   const float* qrow =
       residual && p.draft_probs != nullptr ? p.draft_probs + row * p.vocab : nullptr;
-  bool nonfinite = false;
-  for (int64_t l = 0; l < kVerifyLanes; ++l) lanes[l] = 0.f;
+  float acc[kVerifyLanes], chk[kVerifyLanes];
+  for (int64_t l = 0; l < kVerifyLanes; ++l) acc[l] = chk[l] = 0.f;
   for (int64_t j = 0; j < kVerifySteps; ++j) {
     const int64_t base = c * kVerifyChunk + j * kVerifyLanes;
     if (base >= p.vocab) break;
-    const int64_t m = p.vocab - base < kVerifyLanes ? p.vocab - base : kVerifyLanes;
-    if (qrow != nullptr) {
-      for (int64_t l = 0; l < m; ++l) {
-        const float x = prow[base + l], y = qrow[base + l];
-        nonfinite |= (x - x) != 0.f || (y - y) != 0.f;
-        const float r = x - y;
-        lanes[l] += r > 0.f ? r : 0.f;
+    const float* x = prow + base;
+    if (p.vocab - base >= kVerifyLanes) {  // a whole step: a fixed trip count
+      if (qrow != nullptr) {
+        const float* y = qrow + base;
+        for (int64_t l = 0; l < kVerifyLanes; ++l) {
+          chk[l] += x[l] * 0.f + y[l] * 0.f;
+          const float r = x[l] - y[l];
+          acc[l] += r > 0.f ? r : 0.f;
+        }
+      } else {
+        for (int64_t l = 0; l < kVerifyLanes; ++l) {
+          chk[l] += x[l] * 0.f;
+          acc[l] += x[l] > 0.f ? x[l] : 0.f;  // max(0, p - 0)
+        }
       }
     } else {
+      const int64_t m = p.vocab - base;
       for (int64_t l = 0; l < m; ++l) {
-        const float x = prow[base + l];
-        nonfinite |= (x - x) != 0.f;
-        lanes[l] += x > 0.f ? x : 0.f;  // max(0, p - 0)
+        const float y = qrow != nullptr ? qrow[base + l] : 0.f;
+        chk[l] += x[l] * 0.f + y * 0.f;
+        const float r = x[l] - y;
+        acc[l] += r > 0.f ? r : 0.f;
       }
     }
+  }
+  bool nonfinite = false;
+  for (int64_t l = 0; l < kVerifyLanes; ++l) {
+    lanes[l] = acc[l];
+    nonfinite |= chk[l] != 0.f;  // NaN != 0
   }
   // A greedy drafter's residual (q one-hot on the draft): the draft's lane is
   // summed again in order with its weight max(0, p_d - 1).
