@@ -186,6 +186,7 @@ __device__ bool verify_block_report(const SpeculateVerifyParams& p, int64_t b,
 // p.sample_tokens[b].
 __global__ void __launch_bounds__(kVerifyThreads)
     verify_rejection_check_sample_kernel(SpeculateVerifyParams p, KernelStatus* status) {
+  if (status->code == kStatusPoisoned) return;  // the op is skipped: no row to read
   __shared__ VerifyBlockState s;
   __shared__ float sums[kVerifyMaxChunks];
   __shared__ float lanes[kVerifyThreads];
@@ -218,6 +219,7 @@ __global__ void verify_rejection_write_kernel(SpeculateVerifyParams p, const Ker
 // Without the workspace: checks and the NaN / inf scan of the sampled rows.
 __global__ void __launch_bounds__(kVerifyThreads)
     verify_rejection_check_kernel(SpeculateVerifyParams p, KernelStatus* status) {
+  if (status->code == kStatusPoisoned) return;  // the op is skipped: no row to read
   __shared__ VerifyBlockState s;
   for (int64_t b = blockIdx.x; b < p.bsz; b += gridDim.x) {
     verify_block_plan(p, b, s, status);
