@@ -136,11 +136,13 @@ def speculate_verify(
 
     Cost: one thread per request (CPU loop / CUDA grid-stride), except "rejection": it reads the
     drafts' entries of the rows it accepts and one sampled row per request (two rows for a
-    residual with ``draft_probs``), once to check it for NaN / inf and once to sample (the
-    CUDA kernel: one block per request). The sampling sums are defined blockwise (chunks of 1024
-    ids, 32 lanes of 32 steps; ``fd_mtp.reference.verify``'s docstring), identical on the CPU,
-    the GPU and in the reference, so the sampled token is reproducible bit for bit; the CPU
-    sums 32 lanes at once (vectorised).
+    residual with ``draft_probs``), once: the check of a request scans that row for NaN / inf
+    and sums it in the same pass, keeping the token until every request passed (the CPU sums 32
+    lanes at once, vectorised; the CUDA kernel runs one block per request, with fd_mtp.cuda's
+    per-stream workspace; the Paddle GPU branch has none yet and reads the row a second time).
+    The sampling sums are defined blockwise (chunks of 1024 ids, 32 lanes of 32 steps;
+    ``fd_mtp.reference.verify``'s docstring), identical on the CPU, the GPU and in the
+    reference, so the sampled token is reproducible bit for bit.
 
     Example:
         >>> import paddle, fd_mtp.ops as ops
