@@ -265,6 +265,19 @@ def _add_parallel_args(parser) -> None:
         help="shard the model over N worker processes (paddle.distributed: gloo on CPU, NCCL on "
         "GPU); N must divide the heads, kv heads, MLP widths and experts (default 1)",
     )
+    parser.add_argument(
+        "--forward",
+        choices=["eager", "static"],
+        default="eager",
+        help="run the model op by op (eager, default) or as a compiled Paddle program (static; "
+        "same outputs)",
+    )
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="paddle's CPU math threads (MKL / OpenMP); default: paddle's setting (1)",
+    )
 
 
 def _flags(names) -> str:
@@ -425,6 +438,8 @@ LLM_OPTIONS = (
     "num_gpu_blocks",
     "max_num_batched_tokens",
     "tensor_parallel_size",
+    "forward",
+    "cpu_threads",
 )
 
 
@@ -470,6 +485,8 @@ def generate(args) -> int:
             max_num_batched_tokens=args.max_num_batched_tokens,
             speculative_config=spec,
             tensor_parallel_size=args.tensor_parallel_size,
+            forward=args.forward,
+            cpu_threads=args.cpu_threads,
         )
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         print(f"fd-mtp generate: {_option_message(exc, LLM_OPTIONS)}", file=sys.stderr)

@@ -28,6 +28,8 @@ __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "GenerationI
 
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
+#: LLM(forward=...): op-by-op dispatch, or the compiled program (fd_mtp.model.compiled)
+FORWARDS = ("eager", "static")
 
 
 class GenerationInterrupted(KeyboardInterrupt):
@@ -153,6 +155,13 @@ class LLM:
             ``paddle.distributed`` (`fd_mtp.distributed.tp`; gloo on CPU), driven by this object:
             ``model`` must then be a checkpoint directory (or None), and N must divide the heads,
             kv heads, MLP widths and experts (ValueError). `close` stops the workers.
+        forward: "eager" (default) runs the model's forward op by op; "static" runs the main
+            model's and the MTP block's forwards as compiled Paddle programs
+            (``paddle.jit.to_static``; `fd_mtp.model.compiled`: the same kernels, outputs equal bit
+            for bit; steps it cannot cover run eagerly). On the 2-core CPU the compiled program
+            is slower than eager dispatch (README, *CPU step profile*), hence the default.
+        cpu_threads: paddle's CPU math threads (MKL / OpenMP; process-wide); None keeps paddle's
+            setting (1 unless changed).
 
     Bad arguments raise ValueError naming the argument (TypeError for a ``model`` of the wrong type),
     before anything is loaded.
@@ -174,6 +183,8 @@ class LLM:
         dtype: str | None = None,
         seed: int = 0,
         tensor_parallel_size: int = 1,
+        forward: str = "eager",
+        cpu_threads: int | None = None,
     ):
         import paddle
 
@@ -209,6 +220,17 @@ class LLM:
                     "half-precision matmul): use dtype='float32' or None (a half-precision "
                     "checkpoint then runs in float32), or device='gpu'"
                 )
+        if forward not in FORWARDS:
+            raise ValueError(f"LLM: forward must be one of {list(FORWARDS)}, got {forward!r}")
+        if cpu_threads is not None:
+            if not _is_int(cpu_threads) or cpu_threads < 1:
+                raise ValueError(
+                    f"LLM: cpu_threads must be None or an int >= 1, got {cpu_threads!r}"
+                )
+            # paddle's CPU math threads (MKL / OpenMP), process-wide, as paddle.inference's
+            # Config.set_cpu_math_library_num_threads
+            paddle.base.core.set_num_threads(int(cpu_threads))
+        self.forward_mode = forward
         parallel = _call(ParallelConfig, tensor_parallel_size=tensor_parallel_size)
         self.parallel_config = parallel
         self._tp = None
@@ -239,6 +261,10 @@ class LLM:
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
         model.eval()
+        if forward == "static":
+            model.compile_forward()
+            if mtp_model is not None:
+                mtp_model.compile_forward()
         self.model = model
         self.tokenizer = tokenizer
         scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from .._verify_options import STRATEGIES, resolve_verify_options
-from ._common import _cupy, _fail, _ptr, _stream, launch, load
+from ._common import _cupy, _fail, _ptr, _stream, _workspace, launch, load
 
 __all__ = ["speculate_verify", "philox4x32_10"]
 
 _counter = 0
+# "rejection": hand the launcher its [bsz] int64 sample workspace (persistent per stream, grown
+# only when a call has more requests than any before it on that stream), so that the check pass
+# samples while it checks and each sampled row is read once. False: the launcher's path without
+# a workspace (the Paddle GPU branch's today: the apply pass reads the rows again); tests set it.
+SAMPLE_WORKSPACE = True
 
 
 def speculate_verify(
@@ -65,13 +70,17 @@ def speculate_verify(
 
 def _check_vocabularies(op, values, dims, p):
     """As speculate_verify_check (custom_ops/paddle/speculate_verify.cc): draft_probs has
-    target_probs' vocabulary."""
+    target_probs' vocabulary. Then the "rejection" sample workspace (SAMPLE_WORKSPACE)."""
     draft_probs = values["draft_probs"]
     if draft_probs is not None and dims["Vq"] != dims["V"]:
         _fail(
             op.name,
             "draft_probs",
             f"must have {dims['V']} columns, got shape {list(draft_probs.shape)}",
+        )
+    if values["target_probs"] is not None and SAMPLE_WORKSPACE:
+        p.sample_tokens = _ptr(
+            _workspace("speculate_verify.sample_tokens", (max(p.bsz, 1),), "int64")
         )
 
 

@@ -74,6 +74,7 @@ from __future__ import annotations
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
+from paddle.incubate.nn.functional import fused_rms_norm as _fused_rms_norm
 
 from .attention import (
     AttentionBackend,
@@ -87,6 +88,11 @@ from .parallel import TensorParallel, local_config, shard_sources
 
 # --------------------------------------------------------------------------- building blocks
 class RMSNorm(nn.Layer):
+    """``x * rsqrt(mean(x^2) + eps) * weight`` in float32. Float32 inputs run Paddle's fused
+    ``fused_rms_norm`` kernel (one op instead of six; the same maths, its own summation order:
+    within a few float32 ulps of the elementwise chain); other dtypes the elementwise chain in
+    float32. `fused_add` also adds the residual in the same op, as FastDeploy's layers do."""
+
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
         self.eps = eps
@@ -94,14 +100,23 @@ class RMSNorm(nn.Layer):
             [hidden_size], default_initializer=nn.initializer.Constant(1.0)
         )
 
+    def _fused(self, x) -> bool:
+        return x.dtype == paddle.float32 and self.weight.dtype == paddle.float32 and x.ndim == 2
+
     def forward(self, x):
-        if x.dtype == paddle.float32 and self.weight.dtype == paddle.float32:
-            return (
-                x * paddle.rsqrt(paddle.mean(x * x, axis=-1, keepdim=True) + self.eps) * self.weight
-            )
+        if self._fused(x):
+            return _fused_rms_norm(x, self.weight, None, self.eps, 1)[0]
         xf = x.astype("float32")
         y = xf * paddle.rsqrt(paddle.mean(xf * xf, axis=-1, keepdim=True) + self.eps)
         return (y * self.weight.astype("float32")).astype(x.dtype)
+
+    def fused_add(self, x, residual):
+        """``(norm(x + residual), x + residual)``: the pre-norm layer's residual step in one op."""
+        if self._fused(x) and residual.dtype == x.dtype:
+            out, res = _fused_rms_norm(x, self.weight, None, self.eps, 1, residual=residual)
+            return out, res
+        res = x + residual
+        return self.forward(res), res
 
 
 def _linear(cfg: ErnieConfig, n_in: int, n_out: int, bias: bool | None = None) -> nn.Linear:
@@ -311,10 +326,13 @@ class Ernie4_5DecoderLayer(nn.Layer):
     def forward(self, h, residual, rope: Rope, meta: ForwardMeta, backend: AttentionBackend):
         """FastDeploy-style fused residual: returns ``(mlp_out, residual)``; the layer's output is
         their sum."""
-        residual = h if residual is None else h + residual
-        h = self.self_attn(self.input_layernorm(residual), rope, meta, backend)
-        residual = h + residual
-        return self.mlp(self.post_attention_layernorm(residual)), residual
+        if residual is None:
+            residual, x = h, self.input_layernorm(h)
+        else:
+            x, residual = self.input_layernorm.fused_add(h, residual)
+        h = self.self_attn(x, rope, meta, backend)
+        x, residual = self.post_attention_layernorm.fused_add(h, residual)
+        return self.mlp(x), residual
 
 
 class VocabParallelEmbedding(nn.Layer):
@@ -457,21 +475,39 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def norm(self):
         return self.ernie.norm
 
-    def run_layers(self, h, layers, meta: ForwardMeta):
-        """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``."""
-        self.attn_backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
-        rope = self.attn_backend.rope(
-            meta, h.shape[0], self.config.head_dim, self.config.rope_theta
-        )
+    #: the compiled program of `forward` (`compile_forward`); None: eager
+    _compiled = None
+
+    def run_layers(self, h, layers, meta: ForwardMeta, rope=None, backend=None):
+        """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``. Without
+        ``backend``, the model's attention backend builds the step's metadata and ``rope``; the
+        compiled program (`fd_mtp.model.compiled`) passes its own."""
+        if backend is None:
+            backend = self.attn_backend
+            backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
+            rope = backend.rope(meta, h.shape[0], self.config.head_dim, self.config.rope_theta)
         residual = None
         for layer in layers:
-            h, residual = layer(h, residual, rope, meta, self.attn_backend)
+            h, residual = layer(h, residual, rope, meta, backend)
         return h, residual
 
-    def forward(self, ids_remove_padding, meta: ForwardMeta):
+    def layers_forward(self, ids_remove_padding, meta, rope=None, backend=None):
+        """The eager forward's maths (also what the compiled program traces)."""
         ids = ids_remove_padding.reshape([-1])
-        h, residual = self.run_layers(self.embed_tokens(ids), self.layers, meta)
-        return self.norm(h + residual)
+        h, residual = self.run_layers(self.embed_tokens(ids), self.layers, meta, rope, backend)
+        return self.norm.fused_add(h, residual)[0]
+
+    def forward(self, ids_remove_padding, meta: ForwardMeta):
+        if self._compiled is not None:
+            out = self._compiled(ids_remove_padding, meta)
+            if out is not None:
+                return out
+        return self.layers_forward(ids_remove_padding, meta)
+
+    def compile_forward(self, enabled: bool = True):
+        """Run `forward` as a compiled Paddle program (`fd_mtp.model.compiled`; steps it does not
+        cover run eagerly) when ``enabled``, else eagerly. Returns the `CompiledForward` or None."""
+        return _set_compiled(self, enabled)
 
     def compute_logits(self, hidden):
         return self.lm_head(hidden).astype("float32")
@@ -572,10 +608,27 @@ class Ernie4_5MTP(nn.Layer):
         )
         return _mm(self.eh_proj, x)
 
-    def forward(self, ids_remove_padding, previous_hidden_states, meta: ForwardMeta):
+    #: the compiled program of `forward` (`compile_forward`); None: eager
+    _compiled = None
+
+    def layers_forward(
+        self, ids_remove_padding, previous_hidden_states, meta, rope=None, backend=None
+    ):
+        """The eager forward's maths (also what the compiled program traces)."""
         h = self._project(ids_remove_padding, previous_hidden_states)
-        h, residual = self.main.run_layers(h, [self.mtp_block], meta)
-        return self.norm(h + residual)
+        h, residual = self.main.run_layers(h, [self.mtp_block], meta, rope, backend)
+        return self.norm.fused_add(h, residual)[0]
+
+    def forward(self, ids_remove_padding, previous_hidden_states, meta: ForwardMeta):
+        if self._compiled is not None:
+            out = self._compiled(ids_remove_padding, previous_hidden_states, meta)
+            if out is not None:
+                return out
+        return self.layers_forward(ids_remove_padding, previous_hidden_states, meta)
+
+    def compile_forward(self, enabled: bool = True):
+        """As `Ernie4_5ForCausalLM.compile_forward`."""
+        return _set_compiled(self, enabled)
 
     def compute_logits(self, hidden):
         return self.main.compute_logits(hidden)
@@ -585,6 +638,17 @@ class Ernie4_5MTP(nn.Layer):
         from .oracles import mtp_dense_forward
 
         return mtp_dense_forward(self, input_ids, previous_hidden_states)
+
+
+def _set_compiled(model, enabled: bool):
+    if not enabled:
+        model.__dict__["_compiled"] = None
+        return None
+    from .compiled import CompiledForward
+
+    compiled = model.__dict__.get("_compiled") or CompiledForward(model)
+    model.__dict__["_compiled"] = compiled
+    return compiled
 
 
 # --------------------------------------------------------------------------- names

@@ -73,7 +73,8 @@ def speculate_verify(
             At position i with draft d: accept iff ``u * q(d) <= p(d)`` (u = draw 2i, p =
             ``target_probs[row]``, q = ``draft_probs[row]`` or one-hot on d when None); on
             rejection the correction token is sampled from ``max(0, p - q)`` (draw 2i+1); the
-            bonus token is sampled from p (draw 2i+1). Emitted tokens are distributed as p.
+            bonus token is sampled from p (draw 2i+1), by an inverse CDF over blockwise float32
+            sums (see Cost). Emitted tokens are distributed as p.
 
     Args (per-request tensors are ``[bsz]`` or ``[bsz, 1]`` with at least bsz entries; **W** =
     written in place):
@@ -119,9 +120,13 @@ def speculate_verify(
     NaN / inf (refused, nothing written; the reference raises the same): a float a running
     request's decision reads must be finite: ``topp[b]`` and the request's ``verify_scores``
     rows (every column) when the bonus token is a TOPP sample ("topp" / "topk" with
-    ``enable_topp``), its ``target_probs`` and ``draft_probs`` rows (every column) for
-    "rejection". Floats no decision reads (other strategies, stopped / block-stepped requests,
-    rows of no request) are not inspected.
+    ``enable_topp``); for "rejection" the entries its accept walk reads (``target_probs[row,
+    d]`` and ``draft_probs[row, d]`` of each tested draft d, in position order), then every
+    column of the one row it samples from (the rejected position's target row and, with
+    ``draft_probs``, its draft row; or the bonus position's target row), unless an accepted
+    draft stopped the request. Floats no decision reads (other strategies, stopped /
+    block-stepped requests, rows of accepted positions, rows after the first rejection, rows of
+    no request) are not inspected.
 
     Differences from upstream: the RNG is Philox4x32-10 instead of curand XORWOW (same role,
     different numbers; reproducible on CPU and GPU); ``accept_tokens`` uses its own row width
@@ -129,10 +134,15 @@ def speculate_verify(
     buffers); no ``bsz <= 512`` cap; out-of-range reads are errors instead of undefined; the
     "greedy" and "rejection" strategies are new.
 
-    Cost: one thread per request (CPU loop / CUDA grid-stride). "rejection" walks the row of
-    ``target_probs`` (and ``draft_probs``) once per sampled token in one thread, in id order (the
-    float32 running sum is part of the contract), then re-sums one 1/64 block of it: O(V) per
-    sampled token, latency-bound (CPU, one core: about 0.1-0.3 ms per request at V = 100000).
+    Cost: one thread per request (CPU loop / CUDA grid-stride), except "rejection": it reads the
+    drafts' entries of the rows it accepts and one sampled row per request (two rows for a
+    residual with ``draft_probs``), once: the check of a request scans that row for NaN / inf
+    and sums it in the same pass, keeping the token until every request passed (the CPU sums 32
+    lanes at once, vectorised; the CUDA kernel runs one block per request, with fd_mtp.cuda's
+    per-stream workspace; the Paddle GPU branch has none yet and reads the row a second time).
+    The sampling sums are defined blockwise (chunks of 1024 ids, 32 lanes of 32 steps;
+    ``fd_mtp.reference.verify``'s docstring), identical on the CPU, the GPU and in the
+    reference, so the sampled token is reproducible bit for bit.
 
     Example:
         >>> import paddle, fd_mtp.ops as ops

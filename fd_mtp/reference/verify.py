@@ -10,6 +10,31 @@ bits) and counter = (draw, request index, offset low, offset high); a draw is th
 ``((word0 >> 8) + 1) * 2**-24``, uniform in (0, 1]. TOPP uses draw 0 of its request; the
 "rejection" strategy uses draw 2i for the accept test at position i and 2i+1 for the token
 sampled there.
+
+"rejection" reads, per running request, what its accept walk tests (``target_probs[row, d]``
+and ``draft_probs[row, d]`` of each tested draft d, in position order) and then, unless an
+accepted draft stopped the request, the one row it samples from: the rejected position's row
+(weights ``max(0, p - q)``, q = the draft_probs row or one-hot on the draft) or the bonus row
+(weights p). Exactly these values must be finite (in that order: the walk's entries, then the
+sampled target row, then the sampled draft row); NaN / inf elsewhere is never read.
+
+The sampling sums are defined blockwise (custom_ops/kernels/speculate_verify.h, shared bit for
+bit by the CPU driver and the CUDA kernel; independent of any launch shape). The vocabulary is cut
+into chunks of 1024 ids; id ``v = 1024 c + 32 j + l`` is step j (0..31) of lane l (0..31) of chunk
+c (ids >= V are absent: weight 0). With float32 weights w and every sum a float32 add, left to
+right as written::
+
+    L[c][l] = ((w(c,l,0) + w(c,l,1)) + w(c,l,2)) + ...    lane sum, steps in order
+    Q[c][l] = Q[c][l-1] + L[c][l],  Q[c][-1] = 0          lanes in order; S[c] = Q[c][31]
+    P[c]    = P[c-1] + S[c],  P[-1] = 0;  total = P[last] chunks in order
+
+Inverse CDF with the draw u: ``t = u * total``; chunk c* = the first c with ``S[c] > 0`` and
+``t <= P[c]``; lane l* = the first l with ``L[c*][l] > 0`` and ``t <= P[c*-1] + Q[c*][l]``; step
+j* = the first j with ``w > 0`` and ``t <= P[c*-1] + (Q[c*][l*-1] + s_j)`` (s_j the lane's
+running sum through step j). Each level's prefix ends exactly at the sum above it, so the search
+always ends on an id of positive weight: tokens are drawn with probability ``w_v / total`` (up to
+float32 rounding), enumerated in the order chunk, lane, step (a fixed permutation of the ids).
+``total == 0`` (p <= q everywhere): the argmax of p (lowest id).
 """
 
 import numpy as np
@@ -104,16 +129,50 @@ def _check_finite(arg, m, first, last, where):
         _fail(arg, where + f"holds NaN or inf at row {r}, column {c}; it must be finite")
 
 
+LANES = 32  # lanes of a chunk
+STEPS = 32  # steps of a lane
+CHUNK = LANES * STEPS  # ids per chunk
+
+
 def _sample(probs_row, u, q_row=None):
-    """Token from weights max(0, p - q) (q None: p itself): the first v, in id order, with
-    u * total <= running float32 sum; the argmax of p (lowest id) when the weights sum to 0."""
+    """Token from weights max(0, p - q) (q None: p itself) by the blockwise inverse CDF of the
+    module docstring; the argmax of p (lowest id) when the weights sum to 0."""
     p = np.asarray(probs_row, dtype=np.float32)
-    r = p - (np.float32(0) if q_row is None else q_row)
+    r = p - (np.float32(0) if q_row is None else np.asarray(q_row, np.float32))
     w = np.where(r > 0, r, np.float32(0)).astype(np.float32)
-    running = np.cumsum(w, dtype=np.float32)  # sequential float32 sums, id order
-    total = running[-1] if running.size else np.float32(0)
+    chunks = -(-w.size // CHUNK)
+    x = np.zeros(chunks * CHUNK, np.float32)
+    x[: w.size] = w
+    x = x.reshape(chunks, STEPS, LANES)  # x[c, j, l] = w(1024 c + 32 j + l)
+    lanes = np.zeros((chunks, LANES), np.float32)
+    for j in range(STEPS):  # L[c][l]: steps in order (adding an absent id's 0 is exact)
+        lanes = lanes + x[:, j, :]
+    sums = np.zeros(chunks, np.float32)
+    for lane in range(LANES):  # S[c] = Q[c][31]: lanes in order
+        sums = sums + lanes[:, lane]
+    total = np.float32(0)
+    for c in range(chunks):  # P: chunks in order
+        total = np.float32(total + sums[c])
     if total > 0:
-        return int(np.argmax(np.float32(u) * total <= running))
+        t = np.float32(np.float32(u) * total)
+        before = np.float32(0)  # P[c-1]
+        for c in range(chunks):
+            nxt = np.float32(before + sums[c])
+            if sums[c] > 0 and t <= nxt:
+                q = np.float32(0)  # Q[c][l-1]
+                for lane in range(LANES):
+                    q_next = np.float32(q + lanes[c, lane])
+                    if lanes[c, lane] > 0 and t <= np.float32(before + q_next):
+                        s = np.float32(0)
+                        for j in range(STEPS):
+                            wv = x[c, j, lane]
+                            s = np.float32(s + wv)
+                            if wv > 0 and t <= np.float32(before + np.float32(q + s)):
+                                return int(c * CHUNK + j * LANES + lane)
+                        break
+                    q = q_next
+                break
+            before = nxt
     return int(np.argmax(p))
 
 
@@ -189,6 +248,33 @@ def speculate_verify(
         target_probs = draft_probs = None
 
     # ---- checks (before anything is written) -------------------------------------------------
+    def rejection_plan(b, start, where):
+        """The "rejection" accept walk of request b without writing: every entry it reads must be
+        finite. Returns (the row it samples from or None when an accepted draft stops the
+        request, whether that is a residual sample)."""
+        n = int(this_time[b])
+        count = int(step[b])  # step_idx as the walk's ACCEPTs would advance it
+        i = 0
+        while i < n - 1 and not (benchmark_mode or enc[b] != 0):
+            row = start + i
+            d = int(draft_tokens[b, i + 1])
+            if not accept_all_drafts:
+                pv = np.float32(target_probs[row, d])
+                qv = np.float32(1) if draft_probs is None else np.float32(draft_probs[row, d])
+                for arg, value in (("target_probs", pv), ("draft_probs", qv)):
+                    if not np.isfinite(value):
+                        _fail(
+                            arg,
+                            where + f"holds NaN or inf at row {row}, column {d}; it must be finite",
+                        )
+                if not philox_uniform(seed, offset, b, 2 * i)[()] * qv <= pv:
+                    return row, True
+            count += 1
+            if d in ends or count >= max_dec[b]:
+                return None, False
+            i += 1
+        return start + i, False
+
     def used_of(b):
         """Output rows = accept/draft columns request b may touch."""
         if benchmark_mode or enc[b] != 0:
@@ -242,9 +328,11 @@ def speculate_verify(
                         where
                         + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs",
                     )
-            _check_finite("target_probs", target_probs, start, last, where)
-            if draft_probs is not None:
-                _check_finite("draft_probs", draft_probs, start, last, where)
+            row, residual = rejection_plan(b, start, where)
+            if row is not None:
+                _check_finite("target_probs", target_probs, row, row, where)
+                if residual and draft_probs is not None:
+                    _check_finite("draft_probs", draft_probs, row, row, where)
 
     # ---- apply ---------------------------------------------------------------------------------
     for b in range(bsz):

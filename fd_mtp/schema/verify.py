@@ -106,6 +106,14 @@ OPS = [
             Status("kVerifyScoresValue", 12, "verify_scores", _NON_FINITE),
             Status("kVerifyTargetProbsValue", 13, "target_probs", _NON_FINITE),
             Status("kVerifyDraftProbsValue", 14, "draft_probs", _NON_FINITE),
+            # The CUDA kernel keeps a sampled row's chunk sums in shared memory (kVerifyMaxChunks
+            # chunks of 1024 ids); the CPU driver takes any vocabulary.
+            Status(
+                "kVerifyVocabTooLarge",
+                15,
+                "target_probs",
+                'has {value} columns; the CUDA kernel of "rejection" takes at most {limit}',
+            ),
         ),
     ),
 ]

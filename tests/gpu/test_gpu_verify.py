@@ -19,6 +19,7 @@ from gpu_util import (
     assert_exact,
     call,
     compare_all,
+    on_simt,
     run_case,
     skip_module_without_gpu,
     split,
@@ -276,3 +277,148 @@ def test_verify_bad_input_writes_nothing(case, argument):
             **dev_kw,
         )
     compare_all(dev, host, arrays_of(args))  # nothing written
+
+
+# ------------------------------------------------------------------------------------------------
+# "rejection": the block-parallel kernel (one block per request, blockwise sums) bit for bit, on
+# both launcher paths: with fd_mtp.cuda's sample workspace (the check pass samples) and without
+# (the Paddle GPU branch's path: the apply pass samples)
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(params=["workspace", "no_workspace"])
+def sample_path(request, monkeypatch):
+    monkeypatch.setattr(fcuda.verify, "SAMPLE_WORKSPACE", request.param == "workspace")
+    return request.param
+
+
+@pytest.mark.parametrize(
+    "V", [1, 31, 32, 33, 1023, 1024, 1025, 4097, 32000, 100000], ids=lambda v: f"V{v}"
+)
+@pytest.mark.parametrize("draft_probs", [False, True], ids=["greedy_drafter", "draft_probs"])
+def test_rejection_parity_vocab_sizes(V, draft_probs, sample_path):
+    # Vocabularies around a lane (32) and a chunk (1024) of the blockwise sums, and real ones
+    # (the large ones are left out of the Makefile's SIMT_FAST subset by their id).
+    bsz = 40 if V < 32000 else 9
+    rng = np.random.default_rng([V, draft_probs])
+    args, kw = verify_batch(
+        rng, bsz, K=3, C=1, V=V, extra_rows=1, rejection=True, draft_probs=draft_probs
+    )
+    for seed in range(2):
+        run_parity(args, kw, verify_strategy="rejection", seed=seed, offset=V)
+
+
+def _rejecting_batch(V=64):
+    """Two decode requests, 3 rows each (drafts 1, 1 / 4, 5): request 0 rejects its first draft
+    (p(1) = 0; residual from rows 0 of both matrices; rows 1-2 never read), request 1 accepts
+    both (p = q = 1 on them; bonus from target row 5; its draft row 5 never read)."""
+    rng = np.random.default_rng(3)
+    args, _ = verify_batch(rng, 2, K=2, C=1, V=V)
+    p = np.zeros((6, V), np.float32)
+    p[0, 6] = p[1, 5] = p[2, 6] = 1
+    p[3, 4] = p[4, 5] = 1
+    p[5, 9:20] = 1 / 11
+    q = np.zeros((6, V), np.float32)
+    q[0:3, 1] = 1
+    q[3, 4] = q[4, 5] = q[5, 6] = 1
+    args.update(
+        seq_lens_this_time=np.array([3, 3], np.int32),
+        seq_lens_encoder=np.zeros(2, np.int32),
+        stop_flags=np.zeros(2, bool),
+        is_block_step=np.zeros(2, bool),
+        step_idx=np.array([5, 5], np.int64),
+        max_dec_len=np.array([100, 100], np.int64),
+        draft_tokens=np.array([[0, 1, 1], [0, 4, 5]], np.int64),
+        accept_tokens=np.full((2, 3), 77, np.int64),
+        output_cum_offsets=np.array([0, L - 3], np.int32),
+        sampled_token_ids=np.zeros((6, 1), np.int64),
+        verify_tokens=np.zeros((6, 1), np.int64),
+        verify_scores=np.ones((6, 1), np.float32),
+        actual_candidate_len=np.ones(6, np.int32),
+    )
+    return args, dict(target_probs=p, draft_probs=q)
+
+
+@pytest.mark.parametrize(
+    "arg,index,refused",
+    [
+        ("target_probs", (0, 63), True),  # request 0's residual rows
+        ("draft_probs", (0, 40), True),
+        ("target_probs", (5, 0), True),  # request 1's bonus row
+        ("target_probs", (3, 4), True),  # request 1's first draft entry
+        ("draft_probs", (4, 5), True),  # request 1's second draft entry
+        ("target_probs", (1, 5), False),  # after request 0's rejection
+        ("draft_probs", (2, 3), False),
+        ("target_probs", (3, 0), False),  # an accepted row: only its draft's entry is read
+        ("draft_probs", (5, 1), False),  # the bonus samples p alone
+    ],
+)
+def test_rejection_non_finite_only_where_read(arg, index, refused, sample_path):
+    args, kw = _rejecting_batch()
+    kw[arg][index] = np.nan
+    if not refused:
+        run_parity(args, kw, verify_strategy="rejection", seed=2, offset=3)
+        return
+    request = 0 if index[0] < 3 else 1
+    host, dev = split(args)
+    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
+    want = rf"speculate_verify: {arg} \(request {request}\) holds NaN or inf at row {index[0]}, column {index[1]}"
+    with pytest.raises(ValueError, match=want):
+        call(ref.speculate_verify, host, ORDER, verify_strategy="rejection", seed=2, offset=3, **kw)
+    with pytest.raises(ValueError, match=want):
+        call(
+            fcuda.speculate_verify,
+            dev,
+            ORDER,
+            verify_strategy="rejection",
+            seed=2,
+            offset=3,
+            **dev_kw,
+        )
+    compare_all(dev, host, arrays_of(args))  # nothing written
+
+
+def test_rejection_first_non_finite_column_of_a_long_row(sample_path):
+    # Several NaN / inf in the sampled row, spread over the threads of the block: the lowest
+    # column is named, as on the CPU.
+    args, kw = _rejecting_batch(V=5000)
+    kw["target_probs"][5, [4999, 3001, 2500, 2600]] = [np.inf, np.nan, -np.inf, np.nan]
+    host, dev = split(args)
+    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
+    with pytest.raises(
+        ValueError, match=r"target_probs \(request 1\) holds NaN or inf at row 5, column 2500"
+    ):
+        call(
+            fcuda.speculate_verify,
+            dev,
+            ORDER,
+            verify_strategy="rejection",
+            seed=1,
+            offset=1,
+            **dev_kw,
+        )
+    compare_all(dev, host, arrays_of(args))
+
+
+@pytest.mark.skipif(not on_simt(), reason="counted by the simt emulator")
+def test_rejection_call_launches_three_kernels_and_allocates_nothing(sample_path):
+    # In deferred mode: reset_status, the check (+ sample) pass, the apply (or write) pass, plus
+    # the stream record's begin and commit; the workspace (fd_mtp.cuda's, persistent per stream)
+    # is allocated by the first call only, nothing waits for the device.
+    import simt_counters
+
+    rng = np.random.default_rng(21)
+    args, kw = verify_batch(rng, 33, C=1, V=3000, rejection=True, draft_probs=True)
+    host, dev = split(args)
+    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
+    opts = dict(verify_strategy="rejection", seed=4, offset=5)
+    with fcuda.errors("deferred"):
+        call(fcuda.speculate_verify, split(args)[1], ORDER, **opts, **dev_kw)  # warm-up
+        fcuda.check_pending()
+        before = simt_counters.snapshot()
+        call(fcuda.speculate_verify, dev, ORDER, **opts, **dev_kw)
+        used = simt_counters.since(before)
+        fcuda.check_pending()
+    for key in ("waits", "sync_calls", "host_reads", "mallocs", "array_allocations"):
+        assert used[key] == 0, used
+    assert used["launches"] == 5, used  # begin, reset_status, check, apply, commit
+    call(ref.speculate_verify, host, ORDER, **opts, **kw)
+    compare_all(dev, host, arrays_of(args))

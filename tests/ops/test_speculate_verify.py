@@ -680,17 +680,119 @@ def test_grid_matches_reference(bsz, strategy, K):
     check_invariants(d, got, strategy)
 
 
-@pytest.mark.parametrize("V", [1, 63, 64, 65, 1001, 5000])
+@pytest.mark.parametrize("V", [1, 2, 31, 32, 33, 63, 1023, 1024, 1025, 2047, 4097, 5000])
 @pytest.mark.parametrize("with_draft_probs", [False, True])
 def test_rejection_vocabulary_sizes_match_reference(V, with_draft_probs):
-    # The sampling walk keeps 64 block checkpoints of the running sum: vocabularies below, at,
-    # just above and far above the checkpoint count, and not multiples of it.
+    # The sampling sums are blockwise (chunks of 1024 ids = 32 lanes x 32 steps): vocabularies
+    # below, at and just above a lane width and a chunk, and not multiples of either; the op
+    # and the reference must agree bit for bit (same tokens from the same draws).
     rng = np.random.default_rng(V)
     d, kw = random_batch(
         rng, 40, K=4, C=1, V=V, strategy="rejection", with_draft_probs=with_draft_probs
     )
     got = run_pair(d, verify_strategy="rejection", seed=V, offset=1, **kw)
     check_invariants(d, got, "rejection")
+
+
+def dense_rejection_batch(rng, bsz, V, with_draft_probs, K=3):
+    """Decode requests whose drafts are mostly rejected (drafts drawn uniformly, dense p / q
+    over a large vocabulary): many residual and bonus samples land all over the rows."""
+    reqs = []
+    for _ in range(bsz):
+        n = int(rng.integers(1, K + 2))
+        p = rng.dirichlet(np.full(V, 0.3), size=n).astype(np.float32)
+        p[rng.random(p.shape) < 0.1] = 0
+        q = rng.dirichlet(np.full(V, 0.3), size=n).astype(np.float32)
+        reqs.append(
+            dec(
+                [int(x) for x in rng.integers(0, V, n)],
+                [[0]] * n,
+                p=list(p),
+                q=list(q),
+                step=int(rng.integers(0, 30)),
+            )
+        )
+    return build(reqs, C=1, width=K + 1, V=V, probs=True, draft_probs=with_draft_probs)
+
+
+@pytest.mark.parametrize("V", [31, 33, 1023, 1025, 4097])
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_rejection_dense_rows_match_reference_bit_for_bit(V, with_draft_probs):
+    rng = np.random.default_rng([V, with_draft_probs])
+    d, kw = dense_rejection_batch(rng, 24, V, with_draft_probs)
+    for seed in range(3):
+        got = run_pair(d, verify_strategy="rejection", seed=seed, offset=V, **kw)
+        check_invariants(d, got, "rejection")
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    bsz=st.integers(1, 12),
+    V=st.sampled_from([1, 2, 31, 32, 33, 64, 1023, 1024, 1025, 2049, 3000]),
+    with_draft_probs=st.booleans(),
+    accept_all=st.booleans(),
+    rng_seed=st.integers(0, 2**40),
+)
+def test_hypothesis_rejection_vocabularies_match_reference(
+    seed, bsz, V, with_draft_probs, accept_all, rng_seed
+):
+    # Dense rows over vocabularies around a lane and a chunk: residual and bonus samples with
+    # every kind of crossing (chunk, lane, step); op == reference bit for bit.
+    rng = np.random.default_rng(seed)
+    d, kw = dense_rejection_batch(rng, bsz, V, with_draft_probs)
+    got = run_pair(
+        d,
+        attrs(accept_all_drafts=accept_all),
+        verify_strategy="rejection",
+        seed=rng_seed,
+        offset=seed,
+        **kw,
+    )
+    check_invariants(d, got, "rejection", accept_all=accept_all)
+
+
+def test_rejection_samples_in_the_blockwise_enumeration_order():
+    # p = 0.5 on ids 33 (lane 1, step 1) and 4 (lane 4, step 0) of chunk 0: the blockwise order
+    # enumerates lane 1 before lane 4, so the bonus token is 33 when the draw u <= 0.5 (the CDF
+    # reaches 0.5 at id 33) and 4 otherwise, the reverse of the id order.
+    V = 40
+    p = np.zeros(V, np.float32)
+    p[[4, 33]] = 0.5
+    seen = set()
+    for seed in range(12):
+        u = float(philox_uniform(seed, 0, 0, 1))  # draw 1 of request 0: the bonus of an empty draft
+        want = 33 if u <= 0.5 else 4
+        seen.add(want)
+        d, kw = build([dec([7], [[0]], p=[p])], C=1, V=V, probs=True)
+        check(
+            d,
+            dict(accept_tokens=[[want]], accept_num=[1], step_idx=[11]),
+            verify_strategy="rejection",
+            seed=seed,
+            offset=0,
+            **kw,
+        )
+    assert seen == {4, 33}
+
+
+def test_rejection_sample_crosses_chunks_and_lanes():
+    # One weight per chunk, in the last lane and step of each chunk (id 1024 c + 1023), equal
+    # weights: the CDF after chunk c is (c + 1) / 4 of the total, so u picks chunk ceil(4 u) - 1.
+    V = 4096
+    p = np.zeros(V, np.float32)
+    p[1023::1024] = 0.25
+    for seed in range(8):
+        u = float(philox_uniform(seed, 1, 0, 1))
+        want = 1024 * (int(np.ceil(4 * u)) - 1) + 1023
+        d, kw = build([dec([7], [[0]], p=[p])], C=1, V=V, probs=True)
+        check(
+            d,
+            dict(accept_tokens=[[want]], accept_num=[1], step_idx=[11]),
+            verify_strategy="rejection",
+            seed=seed,
+            offset=1,
+            **kw,
+        )
 
 
 @given(
@@ -830,6 +932,44 @@ def test_rejection_emits_tokens_distributed_as_p(drafter):
     # Not trivially p: drafts were really accepted, and corrections happened.
     accepted = got["accept_num"] == 2
     assert 0.1 * n < accepted.sum() < 0.9 * n
+
+
+@pytest.mark.parametrize("drafter", ["none", "greedy", "draft_probs"])
+def test_rejection_emits_tokens_distributed_as_p_across_chunks_and_lanes(drafter):
+    # p on ids in three chunks and several lanes / steps of the blockwise sums (V = 2100): the
+    # first emitted token (bonus, accepted draft or correction) ~ p.
+    n, V = 8000, 2100
+    ids = np.array([5, 1030, 37, 2090, 1023, 64])
+    weights = np.array([0.3, 0.2, 0.15, 0.15, 0.1, 0.1])
+    p = np.zeros(V, np.float32)
+    p[ids] = weights
+    q = np.full(V, 0.5 / V, np.float32)
+    q[[1030, 64, 7]] += np.float32(0.5 / 3)
+    rng = np.random.default_rng(11)
+    if drafter == "none":
+        reqs = [dec([0], [[0]]) for _ in range(n)]
+    else:
+        drafts = (
+            np.full(n, 1030)
+            if drafter == "greedy"
+            else rng.choice(V, size=n, p=q.astype(np.float64) / q.astype(np.float64).sum())
+        )
+        reqs = [dec([0, int(x)], [[0], [0]]) for x in drafts]
+    rows = sum(len(r["draft"]) for r in reqs)
+    for r in reqs:
+        r["p"] = [None] * len(r["draft"])
+    d, _ = build(reqs, C=1, V=V)
+    kw = {"target_probs": np.tile(p, (rows, 1))}
+    if drafter == "draft_probs":
+        kw["draft_probs"] = np.tile(q, (rows, 1))
+    got = run_op(d, seed=5, offset=6, verify_strategy="rejection", **kw)
+    tokens = got["accept_tokens"][:, 0]
+    counts = np.array([(tokens == t).sum() for t in ids])
+    assert counts.sum() == n  # nothing outside the support of p
+    assert chi_square(counts, weights) < 30.0  # 5 dof; p ~ 1e-5
+    if drafter != "none":
+        accepted = got["accept_num"] == 2
+        assert 0.05 * n < accepted.sum() < 0.95 * n
 
 
 def stats_batch(n=2000):
@@ -1102,8 +1242,12 @@ def _set(key, index, value):
         ("verify_scores", "topp", (4, 2)),  # a column past actual_candidate_len: still refused
         ("topp", "topk", (0,)),
         ("verify_scores", "topk", (0, 0)),
-        ("target_probs", "rejection", (5, 7)),
-        ("draft_probs", "rejection", (2, 0)),
+        # good(): each request accepts both drafts (p = q = 1 on them) and samples its bonus
+        # from its last row (2 and 5): the drafts' entries and those target rows are read.
+        ("target_probs", "rejection", (5, 7)),  # request 1's bonus row
+        ("target_probs", "rejection", (2, 0)),  # request 0's bonus row
+        ("target_probs", "rejection", (0, 4)),  # request 0's first draft entry
+        ("draft_probs", "rejection", (4, 5)),  # request 1's second draft entry
     ],
 )
 def test_non_finite_values_a_decision_reads_are_refused(arg, strategy, index, value):
@@ -1127,6 +1271,75 @@ def test_non_finite_values_no_decision_reads_are_accepted(arg, strategy, attr):
     d, kw = good()
     _set(arg, (1,) if arg == "topp" else (0, 0), np.nan)(d, kw)
     run_pair(d, attr, verify_strategy=strategy, **kw)
+
+
+@pytest.mark.parametrize(
+    "arg,index",
+    [
+        ("target_probs", (0, 0)),  # an accepted row: only its draft's entry (0, 4) is read
+        ("target_probs", (4, 7)),
+        ("draft_probs", (0, 0)),
+        ("draft_probs", (2, 6)),  # the bonus samples p alone: its draft row is not read
+        ("draft_probs", (5, 1)),
+    ],
+)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_rejection_non_finite_values_outside_what_it_reads_are_accepted(arg, index, value):
+    d, kw = good()
+    kw["draft_probs"] = kw["target_probs"].copy()
+    _set(arg, index, value)(d, kw)
+    got = run_pair(d, verify_strategy="rejection", **kw)
+    assert_same(got["accept_num"], np.array([3, 3], np.int32), "accept_num")
+
+
+def rejecting_batch():
+    """Request 0 rejects its first draft (p(1) = 0): it reads target_probs[0, 1] and
+    draft_probs[0, 1], then samples the residual from rows 0 of both; rows 1 and 2 are never
+    read. Request 1 is good()'s second request."""
+    r0 = dec([1, 1, 5], [[0]] * 3, p=[onehot(6), onehot(5), onehot(6)], q=[onehot(1)] * 3)
+    r1 = dec(
+        [1, 4, 5],
+        [[0]] * 3,
+        p=[onehot(4), onehot(5), onehot(6)],
+        q=[onehot(4), onehot(5), onehot(6)],
+    )
+    return build([r0, r1], probs=True, draft_probs=True)
+
+
+@pytest.mark.parametrize(
+    "arg,index,refused",
+    [
+        ("target_probs", (0, 7), True),  # the residual's target row
+        ("draft_probs", (0, 0), True),  # the residual's draft row
+        ("target_probs", (1, 5), False),  # after the rejection: never read
+        ("draft_probs", (2, 3), False),
+    ],
+)
+def test_rejection_reads_the_residual_rows_and_nothing_after(arg, index, refused):
+    d, kw = rejecting_batch()
+    run_pair(d, verify_strategy="rejection", **kw)  # valid as built: request 0 emits 6
+    _set(arg, index, np.inf)(d, kw)
+    if refused:
+        expect_bad(d, kw, arg, verify_strategy="rejection")
+    else:
+        got = run_pair(d, verify_strategy="rejection", **kw)
+        assert_same(got["accept_tokens"][0, :1], np.array([6]), "correction token")
+
+
+def test_rejection_reports_the_first_non_finite_column_of_the_sampled_row():
+    d, kw = good()
+    kw["target_probs"][2, [6, 3, 5]] = [np.nan, np.inf, -np.inf]
+    args = [to_paddle(d[n]) for n in NAMES] + attrs()
+    with pytest.raises(
+        ValueError, match=r"target_probs \(request 0\) holds NaN or inf at row 2, column 3"
+    ):
+        ops.speculate_verify(
+            *args,
+            seed=1,
+            offset=1,
+            verify_strategy="rejection",
+            target_probs=to_paddle(kw["target_probs"]),
+        )
 
 
 def test_non_finite_values_of_a_stopped_request_are_ignored():

@@ -188,6 +188,8 @@ def build_llm(args):
         speculative_config=args.speculative_config,
         seed=args.seed,
         tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
+        forward=getattr(args, "forward", "eager"),
+        cpu_threads=getattr(args, "cpu_threads", None),
     )
 
 
