@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from operator import attrgetter
 
 import numpy as np
 
@@ -44,9 +45,14 @@ from .request import (
     StreamDelta,
     with_decoded_tokens,
 )
-from .runner import ModelRunner
+from .runner import ModelRunner, StepOutput
 from .sampler import _splitmix64
 from .sampling_params import SEED_MODULUS, SamplingParams
+
+_REASONS = (None, "stop", "length")  # finish-reason codes of the vectorized stop checks
+_REASON_ARRAY = np.array(_REASONS, object)
+_OUTPUT_IDS = attrgetter("output_token_ids")
+_REQUEST_ID = attrgetter("request_id")
 
 
 class LLMEngine:
@@ -87,6 +93,11 @@ class LLMEngine:
         # last_stopped); the host keeps stop strings only
         spec = runner.spec_config
         self.ops_stop = spec is not None and spec.stop_handling == "ops"
+        #: the runner's `InputBatch`: the per-slot arrays the step works on
+        self.ib = runner.input_batch
+        if self.speculative:
+            self.ib.set_draft_positions(runner.num_speculative_tokens)
+        self._eos = np.asarray(runner.eos_token_ids, np.int64)
 
     # -- requests -----------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -225,7 +236,10 @@ class LLMEngine:
         return bool(self.waiting or self.running)
 
     def get_output(self, request_id: str) -> RequestOutput:
-        return RequestOutput.from_request(self.requests[request_id])
+        req = self.requests[request_id]
+        if req.status is RequestStatus.RUNNING:
+            self._sync_metrics(req)
+        return RequestOutput.from_request(req)
 
     def pop_output(self, request_id: str) -> RequestOutput:
         """The output of a finished request, forgetting the request."""
@@ -236,7 +250,47 @@ class LLMEngine:
         return RequestOutput.from_request(req)
 
     # -- scheduling ---------------------------------------------------------------------------------
+    def _bind(self, req: Request) -> None:
+        """Mirror a request that holds a slot into the `InputBatch`'s per-slot arrays (when the
+        general scheduler plans it, or a request arrives prefilled)."""
+        ib, b = self.ib, req.slot
+        ib.requests[b] = req
+        ib.running[b] = True
+        ib.prefilled[b] = req.prefilled
+        ib.num_computed[b] = req.num_computed
+        ib.num_output[b] = len(req.output_token_ids)
+        ib.num_blocks[b] = len(req.block_ids)
+        ib.prompt_len[b] = len(req.prompt_token_ids)
+        ib.arrival[b] = req.arrival_index
+
+    def _sync_metrics(self, req: Request) -> None:
+        """Fold the slot's step counters into ``req.metrics`` (they are zeroed)."""
+        ib, b, m = self.ib, req.slot, req.metrics
+        m.num_generated_tokens = len(req.output_token_ids)
+        if b < 0 or ib.requests[b] is not req:
+            return
+        m.num_steps += int(ib.steps[b])
+        ib.steps[b] = 0
+        if m.spec is not None and ib.spec_steps[b]:
+            spec = m.spec
+            spec.num_steps += int(ib.spec_steps[b])
+            spec.num_emitted += int(ib.spec_emitted[b])
+            spec.num_drafted += int(ib.spec_drafted[b].sum())
+            spec.num_accepted += int(ib.spec_accepted[b].sum())
+            n = len(spec.drafted_per_position)
+            spec.drafted_per_position = [
+                x + int(y) for x, y in zip(spec.drafted_per_position, ib.spec_drafted[b, :n])
+            ]
+            spec.accepted_per_position = [
+                x + int(y) for x, y in zip(spec.accepted_per_position, ib.spec_accepted[b, :n])
+            ]
+            ib.spec_steps[b] = ib.spec_emitted[b] = 0
+            ib.spec_drafted[b] = ib.spec_accepted[b] = 0
+
     def _release(self, req: Request) -> None:
+        self._sync_metrics(req)
+        self.ib.running[req.slot] = False
+        self.ib.requests[req.slot] = None
         self.block_manager.free(req.block_ids)
         req.block_ids = []
         self.runner.insert_tasks_v1([Task(TaskKind.PREEMPTED, req.slot)])
@@ -320,66 +374,227 @@ class LLMEngine:
             seed=req.seed,
         )
 
+    def _schedule_fast(self):
+        """The scheduling of a step where every running request decodes and none is admitted,
+        on the `InputBatch`'s arrays: ``(tasks, decode slots)``, or None when the step needs the
+        general scheduler (`_schedule`: a prefill, an admission, a token budget that does not
+        cover every decode, or a block shortage that may preempt). A request that crosses a KV
+        block boundary gets its blocks here (per-event work: once every ``block_size`` tokens)."""
+        if not self.running or (self.waiting and self.free_slots):
+            return None
+        ib, runner = self.ib, self.runner
+        slots = np.flatnonzero(ib.running)
+        if not ib.prefilled[slots].all():
+            return None
+        n = runner.decode_tokens
+        if not self.speculative and slots.size * n > self.max_num_batched_tokens:
+            return None
+        need = -(-(ib.num_computed[slots] + n + runner.lookahead) // runner.block_size)
+        short = need > ib.num_blocks[slots]
+        tasks = []
+        if short.any():
+            if int((need - ib.num_blocks[slots])[short].sum()) > self.block_manager.num_free:
+                return None
+            grow = slots[short]
+            for b in grow[np.argsort(ib.arrival[grow], kind="stable")]:
+                req = ib.requests[b]
+                self.block_manager.grow(
+                    req.block_ids, int(ib.num_computed[b]) + n + runner.lookahead
+                )
+                ib.num_blocks[b] = len(req.block_ids)
+                tasks.append(Task(TaskKind.DECODE, int(b), block_ids=list(req.block_ids)))
+        return tasks, slots
+
     # -- one step -----------------------------------------------------------------------------------
     def step(self) -> list[StreamDelta]:
-        """Schedule, run one packed forward, sample, stop-check; returns this step's deltas."""
-        tasks, decode_slots, plan = self._schedule()
-        if not plan:
-            if self.running or self.waiting:
-                raise RuntimeError("the scheduler could not run any request (KV cache too small?)")
-            return []
-        now = time.perf_counter()
-        for req, _ in plan.values():
-            if req.metrics.first_scheduled_time is None:
-                req.metrics.first_scheduled_time = now
-            req.metrics.num_steps += 1
-        self.runner.insert_tasks_v1(tasks)
-        sampled = self.runner.execute_model(decode_slots)
-        self.num_steps += 1
-        now = time.perf_counter()
-        deltas = []
-        drafted = self.runner.last_drafted
-        for slot, (req, end) in sorted(plan.items(), key=lambda kv: kv[1][0].arrival_index):
-            tokens = sampled[slot]
-            tokens = tokens if isinstance(tokens, list) else [tokens]
-            logprobs = getattr(self.runner, "last_logprobs", {}).get(
-                slot
-            )  # SamplingParams.logprobs
-            if req.prefilled:
-                # a decode: the fed token and the accepted drafts are now in the cache
-                req.num_computed += len(tokens)
-                if self.speculative:
-                    step = SpeculativeMetrics.of_step(
-                        self.runner.num_speculative_tokens, drafted.get(slot, 0), len(tokens)
+        """Schedule, run one packed forward, sample, stop-check; returns this step's deltas.
+
+        A step where every running request decodes is scheduled and checked on whole-batch arrays
+        (`_schedule_fast`, `_finish_step`); Python per request is then only the output delivery
+        (tokens appended to the request, its `StreamDelta`), the detokenizing of requests with a
+        tokenizer, and the per-token check of requests with stop strings."""
+        ib = self.ib
+        fast = self._schedule_fast()
+        if fast is None:
+            tasks, decode_slots, plan = self._schedule()
+            if not plan:
+                if self.running or self.waiting:
+                    raise RuntimeError(
+                        "the scheduler could not run any request (KV cache too small?)"
                     )
-                    req.metrics.spec.add(step)
-                    self.spec_metrics.add(step)
-            else:
-                req.num_computed = end
-                if end < req.num_tokens:
-                    continue  # a non-final prefill chunk: its sampled token is not used
-                req.prefilled = True
-                tokens = tokens[:1]
-            if req.metrics.first_token_time is None:
-                req.metrics.first_token_time = now
-            reason = None
-            for i, token in enumerate(tokens):
-                req.output_token_ids.append(token)
-                if req.logprobs is not None and logprobs is not None:
-                    req.logprobs.append(with_decoded_tokens(logprobs[i], self.tokenizer))
-                req.metrics.num_generated_tokens += 1
-                reason = (
-                    self._check_host_stop(req) if self.ops_stop else self._check_stop(req, token)
+                return []
+            now = time.perf_counter()
+            for slot, (req, end) in plan.items():
+                if req.metrics.first_scheduled_time is None:
+                    req.metrics.first_scheduled_time = now
+                self._bind(req)
+                ib.end[slot] = end
+            slots = np.fromiter(plan, np.int64, len(plan))
+        else:
+            tasks, slots = fast
+            decode_slots = slots
+        ib.steps[slots] += 1
+        self.runner.insert_tasks_v1(tasks)
+        out = self.runner.execute_model(decode_slots)
+        self.num_steps += 1
+        return self._finish_step(out)
+
+    def _count_drafts(self, slots, drafted, emitted) -> None:
+        """Speculative metrics of one step's decoding slots, per slot (folded into each request's
+        metrics when it leaves its slot) and for the engine."""
+        ib, m = self.ib, self.spec_metrics
+        accepted = np.clip(emitted - 1, 0, drafted)
+        pos = np.arange(ib.spec_drafted.shape[1])
+        d, a = pos < drafted[:, None], pos < accepted[:, None]
+        ib.spec_steps[slots] += 1
+        ib.spec_emitted[slots] += emitted
+        ib.spec_drafted[slots] += d
+        ib.spec_accepted[slots] += a
+        m.num_steps += int(slots.size)
+        m.num_drafted += int(drafted.sum())
+        m.num_accepted += int(accepted.sum())
+        m.num_emitted += int(emitted.sum())
+        m.drafted_per_position = [x + int(y) for x, y in zip(m.drafted_per_position, d.sum(0))]
+        m.accepted_per_position = [x + int(y) for x, y in zip(m.accepted_per_position, a.sum(0))]
+
+    def _finish_step(self, out: StepOutput) -> list[StreamDelta]:
+        """The step's results on whole-batch arrays: caches advanced, prefill chunks settled,
+        stop checks (EOS, stop token ids after min_tokens, max_tokens / max_model_len; the ops'
+        stops with ``stop_handling="ops"``), then the per-request output delivery."""
+        ib = self.ib
+        now = time.perf_counter()
+        slots, counts, flat = out.slots, out.counts.copy(), out.tokens
+        starts = np.cumsum(counts) - counts
+        pre = ~ib.prefilled[slots]
+        dec = ~pre
+        ib.num_computed[slots[dec]] += counts[dec]
+        if self.speculative and dec.any():
+            self._count_drafts(slots[dec], out.drafted[dec], counts[dec])
+        if pre.any():
+            ps = slots[pre]
+            ib.num_computed[ps] = ib.end[ps]
+            final = ib.end[ps] >= ib.prompt_len[ps] + ib.num_output[ps]
+            counts[pre] = np.where(final, np.minimum(counts[pre], 1), 0)
+            ib.prefilled[ps[final]] = True
+            for b, f in zip(ps.tolist(), final.tolist()):  # per prefill chunk (an event)
+                req = ib.requests[b]
+                req.num_computed = int(ib.num_computed[b])
+                if f:
+                    req.prefilled = True
+                    if req.metrics.first_token_time is None:
+                        req.metrics.first_token_time = now
+        rows = np.flatnonzero(counts > 0)  # slots that emit (not a non-final prefill chunk)
+        if not rows.size:
+            return []
+        rows = rows[np.argsort(ib.arrival[slots[rows]], kind="stable")]  # arrival order
+        s, c, st = slots[rows], counts[rows], starts[rows]
+        off = np.cumsum(c) - c  # each row's first token among the emitted ones
+        j = np.arange(int(c.sum())) - np.repeat(off, c)  # position inside the row's run
+        r = np.repeat(np.arange(rows.size), c)
+        tok = flat[np.repeat(st, c) + j]
+        sr = s[r]
+        n = ib.num_output[sr] + j + 1  # output length once the token is appended
+        if self.ops_stop:
+            keep = c
+            total = ib.num_output[s] + c
+            limit = ib.max_output[s]
+            stopped = out.stopped[rows]
+            late = ~stopped & (total >= limit)
+            if late.any():
+                req = ib.requests[int(s[late][0])]
+                raise RuntimeError(
+                    f"request {req.request_id!r}: {int(total[late][0])} tokens, the limit is "
+                    f"{int(limit[late][0])} and the ops did not stop it (stop_handling='ops': "
+                    "speculate_verify stops at max_dec_len)"
                 )
-                if reason is not None:
-                    break  # tokens a speculative step emitted past the stop are dropped
-            if reason is None and self.ops_stop:
-                reason = self._ops_stop_reason(req, slot in self.runner.last_stopped)
+            code = np.where(stopped, np.where(total >= limit, 2, 1), 0)
+            by_id = np.zeros(rows.size, bool)
+        else:
+            stop_hit = (n >= ib.min_tokens[sr]) & (
+                (np.isin(tok, self._eos) & ~ib.ignore_eos[sr])
+                | (ib.stop_ids[sr] == tok[:, None]).any(axis=1)
+            )
+            hit = stop_hit | (n >= ib.max_output[sr])
+            first = np.full(rows.size, np.iinfo(np.int64).max)
+            np.minimum.at(first, r[hit], j[hit])
+            ended = first < c
+            keep = np.where(ended, first + 1, c)
+            by_id = ended & stop_hit[off + np.minimum(first, c - 1)]
+            code = np.where(ended, np.where(by_id, 1, 2), 0)
+        slow = ib.has_stop_str[s] if self.tokenizer is not None else np.zeros(rows.size, bool)
+        if slow.any():
+            keep, code = keep.copy(), code.copy()
+            for i in np.flatnonzero(slow).tolist():  # requests with stop strings: per token
+                keep[i], code[i] = self._stop_strings(
+                    ib.requests[int(s[i])],
+                    flat[st[i] : st[i] + c[i]].tolist(),
+                    bool(out.stopped[rows[i]]),
+                )
+        ib.num_output[s] += np.where(slow, 0, keep)
+        # output delivery (per request, in C-level loops): tokens, then finished requests,
+        # then the deltas
+        reqs = ib.requests[s].tolist()
+        toks = list(map(flat.tolist().__getitem__, map(slice, st.tolist(), (st + keep).tolist())))
+        fast = ~slow
+        if slow.any():
+            reqs_f = ib.requests[s[fast]].tolist()
+            toks_f = [toks[i] for i in np.flatnonzero(fast).tolist()]
+        else:
+            reqs_f, toks_f = reqs, toks
+        list(map(list.extend, map(_OUTPUT_IDS, reqs_f), toks_f))
+        list(
+            map(
+                setattr, reqs_f, itertools.repeat("num_computed"), ib.num_computed[s[fast]].tolist()
+            )
+        )
+        if self.runner.last_logprobs:
+            self._deliver_logprobs(s, keep)
+        done = np.flatnonzero(code)
+        for i in done.tolist():  # finished requests
+            req = reqs[i]
+            self._release(req)
+            self._finish(req, _REASONS[code[i]], now)
+        if self.tokenizer is None:
+            return list(
+                map(
+                    StreamDelta,
+                    map(_REQUEST_ID, reqs),
+                    itertools.repeat(-1),
+                    toks,
+                    itertools.repeat(""),
+                    (code > 0).tolist(),
+                    _REASON_ARRAY[code].tolist(),
+                )
+            )
+        # detokenizing: requests with a tokenizer (per request: the text is the output)
+        for i in np.flatnonzero(~slow).tolist():
+            self._update_text(reqs[i], drop_last=bool(by_id[i]))
+        return [self._delta(q, t) for q, t in zip(reqs, toks)]
+
+    def _stop_strings(self, req: Request, tokens: list[int], stopped: bool):
+        """A request with stop strings: its step's tokens appended one by one with the host's
+        checks after each (the text is searched); returns ``(tokens kept, reason code)``."""
+        reason = None
+        kept = 0
+        for token in tokens:
+            req.output_token_ids.append(token)
+            kept += 1
+            reason = self._check_host_stop(req) if self.ops_stop else self._check_stop(req, token)
             if reason is not None:
-                self._release(req)
-                self._finish(req, reason, now)
-            deltas.append(self._delta(req))
-        return deltas
+                break  # tokens a speculative step emitted past the stop are dropped
+        if reason is None and self.ops_stop:
+            reason = self._ops_stop_reason(req, stopped)
+        req.num_computed = int(self.ib.num_computed[req.slot])
+        self.ib.num_output[req.slot] = len(req.output_token_ids)
+        return kept, _REASONS.index(reason)
+
+    def _deliver_logprobs(self, s: np.ndarray, keep: np.ndarray) -> None:
+        """``RequestOutput.logprobs`` of the requests that asked (the runner's ``last_logprobs``)."""
+        kept = dict(zip(s.tolist(), keep.tolist()))
+        for b, entries in self.runner.last_logprobs.items():
+            req = self.ib.requests[b]
+            if b in kept and req is not None and req.logprobs is not None:
+                req.logprobs += [with_decoded_tokens(e, self.tokenizer) for e in entries[: kept[b]]]
 
     def _ops_stop_reason(self, req: Request, stopped: bool) -> str | None:
         """stop_handling "ops": the finish reason of a request after its step's tokens. The ops
@@ -432,11 +647,14 @@ class LLMEngine:
             return "length"
         return None
 
-    def _update_text(self, req: Request) -> None:
-        """``req.text`` = the decode of the output (a final EOS left out), incrementally."""
+    def _update_text(self, req: Request, drop_last: bool = False) -> None:
+        """``req.text`` = the decode of the output (a final EOS left out; ``drop_last``: the final
+        token left out, a stop by EOS or stop token id), incrementally."""
         ids = req.output_token_ids
         n = len(ids)
-        if ids and ids[-1] in self.runner.eos_token_ids and not req.sampling_params.ignore_eos:
+        if drop_last or (
+            ids and ids[-1] in self.runner.eos_token_ids and not req.sampling_params.ignore_eos
+        ):
             n -= 1
         if req.detokenizer is None:
             req.detokenizer = IncrementalDetokenizer(
@@ -462,8 +680,7 @@ class LLMEngine:
         req.finish_reason = reason
         req.metrics.finished_time = time.perf_counter() if now is None else now
 
-    def _delta(self, req: Request) -> StreamDelta:
-        new_ids = req.output_token_ids[req.tokens_sent :]
+    def _delta(self, req: Request, new_ids: list[int]) -> StreamDelta:
         req.tokens_sent = len(req.output_token_ids)
         text_end = len(req.text)
         if not req.finished:
