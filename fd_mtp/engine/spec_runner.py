@@ -41,12 +41,11 @@ slot on the drafts verified at the next step, applied by truncating the target's
 ``batch_drop`` flag). "fixed" caps a request at ``SamplingParams.max_draft_tokens`` only;
 "adaptive" chooses from measured acceptance and step costs (the policy's ``clock``,
 ``time.perf_counter`` by default; decode steps only: the proposer's time, and the rest of the
-step, i.e. the whole `execute_model` call minus the proposer plus the engine's time since the previous call when steps run back to
-back; on a GPU the step's one device-to-host transfer is where the device work is waited
-for). With
-``draft_sampling`` the proposer samples its drafts (uniforms: a pure function of the request seed,
-the step and the substep, pushed with the step's transfer) and verification gets their
-probabilities as ``draft_probs``.
+step, i.e. the whole `execute_model` call minus the proposer plus the engine's time since the
+previous call when steps run back to back; on a GPU the step's one device-to-host transfer is
+where the device work is waited for). With ``draft_sampling`` the proposer samples its drafts
+(uniforms: a pure function of the request seed, the step and the substep, pushed with the step's
+transfer) and verification gets their probabilities as ``draft_probs``.
 
 Stopping (``SpeculativeConfig.stop_handling``; plain decoding, `ModelRunner`, always stops on the
 host in the engine's own loop, with no stop op):
