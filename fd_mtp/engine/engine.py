@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -53,6 +54,60 @@ _REASONS = (None, "stop", "length")  # finish-reason codes of the vectorized sto
 _REASON_ARRAY = np.array(_REASONS, object)
 _OUTPUT_IDS = attrgetter("output_token_ids")
 _REQUEST_ID = attrgetter("request_id")
+
+
+@dataclass
+class StepStats:
+    """Where the engine's decode steps went (cumulative; the steps where every running request
+    decoded, scheduled by `LLMEngine._schedule_fast`), for the cost split ``T_step = T_target +
+    substeps x T_draft + T_host`` that benchmarks print:
+
+    * ``steps``, ``requests`` (decoding requests summed over the steps), ``fed_tokens`` (tokens
+      the target verified: 1 + drafts per request);
+    * ``step_seconds``: whole `LLMEngine.step` calls; ``runner_seconds``: inside
+      ``execute_model``; ``proposer_seconds``: inside the proposer's ``run`` (part of the
+      runner's); ``draft_seconds``: inside its MTP forwards (part of the proposer's);
+      ``substeps``: MTP forwards run.
+
+    Derived: `target` (the runner minus the proposer: forward, sampling, verification, the
+    step's ops and transfers), `draft` (one MTP substep), `host` (the rest: scheduling, stop
+    checks, output delivery, the proposer's own bookkeeping), each in seconds per step."""
+
+    steps: int = 0
+    requests: int = 0
+    fed_tokens: int = 0
+    step_seconds: float = 0.0
+    runner_seconds: float = 0.0
+    proposer_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    substeps: int = 0
+
+    def _per(self, x: float) -> float:
+        return x / self.steps if self.steps else float("nan")
+
+    @property
+    def step(self) -> float:
+        return self._per(self.step_seconds)
+
+    @property
+    def target(self) -> float:
+        return self._per(self.runner_seconds - self.proposer_seconds)
+
+    @property
+    def draft(self) -> float:
+        return self.draft_seconds / self.substeps if self.substeps else 0.0
+
+    @property
+    def host(self) -> float:
+        return self._per(
+            self.step_seconds - self.runner_seconds + self.proposer_seconds - self.draft_seconds
+        )
+
+    def since(self, before: StepStats) -> StepStats:
+        """The difference ``self - before`` (a window of steps)."""
+        return StepStats(
+            *(getattr(self, f) - getattr(before, f) for f in self.__dataclass_fields__)
+        )
 
 
 class LLMEngine:
@@ -83,6 +138,8 @@ class LLMEngine:
         self._arrivals = itertools.count()
         self.num_steps = 0
         self.num_preemptions = 0
+        #: cost split of the decode steps (`StepStats`)
+        self.stats = StepStats()
         # speculative decoding: every decoding request runs every step and may write drafts'
         # K/V past its tokens (runner.lookahead positions)
         self.speculative = runner.num_speculative_tokens > 0
@@ -414,6 +471,7 @@ class LLMEngine:
         (tokens appended to the request, its `StreamDelta`), the detokenizing of requests with a
         tokenizer, and the per-token check of requests with stop strings."""
         ib = self.ib
+        t0 = time.perf_counter()
         fast = self._schedule_fast()
         if fast is None:
             tasks, decode_slots, plan = self._schedule()
@@ -435,9 +493,25 @@ class LLMEngine:
             decode_slots = slots
         ib.steps[slots] += 1
         self.runner.insert_tasks_v1(tasks)
+        prop = self.runner.proposer
+        before = (prop.stats.run, prop.stats.forward, prop.stats.forwards) if prop else (0, 0, 0)
+        t1 = time.perf_counter()
         out = self.runner.execute_model(decode_slots)
+        t2 = time.perf_counter()
         self.num_steps += 1
-        return self._finish_step(out)
+        deltas = self._finish_step(out)
+        if fast is not None:
+            st = self.stats
+            st.steps += 1
+            st.requests += int(slots.size)
+            st.fed_tokens += int(slots.size + out.drafted.sum())
+            st.step_seconds += time.perf_counter() - t0
+            st.runner_seconds += t2 - t1
+            if prop is not None:
+                st.proposer_seconds += prop.stats.run - before[0]
+                st.draft_seconds += prop.stats.forward - before[1]
+                st.substeps += prop.stats.forwards - before[2]
+        return deltas
 
     def _count_drafts(self, slots, drafted, emitted) -> None:
         """Speculative metrics of one step's decoding slots, per slot (folded into each request's
