@@ -21,7 +21,8 @@ the host side of the per-slot state:
   slot (`SLOT_STATE`: ``requests``, the engine's request objects; ``running``, ``prefilled``,
   ``num_computed``, ``num_output``, ``num_blocks``, ``prompt_len``, ``max_output``,
   ``ignore_eos``, ``has_stop_str``, ``end``, ``arrival``; step counters ``steps``,
-  ``spec_emitted``, ``spec_steps``, ``spec_drafted`` / ``spec_accepted`` ``[B, K]``), so that a
+  ``spec_emitted`` and the histograms ``spec_drafted`` / ``spec_accepted`` ``[B, K + 1]`` of
+  the drafts verified / accepted per decode step), so that a
   step's scheduling, stop checks and bookkeeping run on whole-batch arrays.
 
 Transfers: one step = at most one `push` (host to device: every mirrored array that changed, every
@@ -187,10 +188,9 @@ class InputBatch:
         self.arrival = np.zeros(B, np.int64)
         # step counters, folded into the request's metrics when it leaves the slot
         self.steps = np.zeros(B, np.int64)
-        self.spec_steps = np.zeros(B, np.int64)
         self.spec_emitted = np.zeros(B, np.int64)
-        self.spec_drafted = np.zeros((B, 0), np.int64)
-        self.spec_accepted = np.zeros((B, 0), np.int64)
+        self.spec_drafted = np.zeros((B, 1), np.int64)
+        self.spec_accepted = np.zeros((B, 1), np.int64)
 
     def set_stop_ids(self, slot: int, ids) -> None:
         """The extra stop token ids of ``slot`` (``stop_ids[slot]``, -1 padded; the array widens
@@ -204,9 +204,9 @@ class InputBatch:
         self.stop_ids[slot, : ids.size] = ids
 
     def set_draft_positions(self, K: int) -> None:
-        """Size the per-position draft counters (``spec_drafted`` / ``spec_accepted``) for K drafts."""
-        self.spec_drafted = np.zeros((self.max_num_seqs, K), np.int64)
-        self.spec_accepted = np.zeros((self.max_num_seqs, K), np.int64)
+        """Size the draft histograms (``spec_drafted`` / ``spec_accepted``, 0..K) for K drafts."""
+        self.spec_drafted = np.zeros((self.max_num_seqs, K + 1), np.int64)
+        self.spec_accepted = np.zeros((self.max_num_seqs, K + 1), np.int64)
 
     # -- writes -------------------------------------------------------------------------------------
     def register_host(self, tensor) -> None:

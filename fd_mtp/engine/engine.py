@@ -52,6 +52,7 @@ from .sampling_params import SEED_MODULUS, SamplingParams
 
 _REASONS = (None, "stop", "length")  # finish-reason codes of the vectorized stop checks
 _REASON_ARRAY = np.array(_REASONS, object)
+_NO_HIT = np.iinfo(np.int64).max
 _OUTPUT_IDS = attrgetter("output_token_ids")
 _REQUEST_ID = attrgetter("request_id")
 
@@ -143,9 +144,11 @@ class LLMEngine:
         # speculative decoding: every decoding request runs every step and may write drafts'
         # K/V past its tokens (runner.lookahead positions)
         self.speculative = runner.num_speculative_tokens > 0
-        self.spec_metrics = (
-            SpeculativeMetrics(runner.num_speculative_tokens) if self.speculative else None
-        )
+        K = runner.num_speculative_tokens
+        self._pending_drafted = np.zeros(K + 1, np.int64)
+        self._pending_accepted = np.zeros(K + 1, np.int64)
+        self._pending_emitted = 0
+        self.spec_metrics = SpeculativeMetrics(K) if self.speculative else None
         # speculative_config.stop_handling "ops": the ops end requests (the runner's
         # last_stopped); the host keeps stop strings only
         spec = runner.spec_config
@@ -328,20 +331,9 @@ class LLMEngine:
             return
         m.num_steps += int(ib.steps[b])
         ib.steps[b] = 0
-        if m.spec is not None and ib.spec_steps[b]:
-            spec = m.spec
-            spec.num_steps += int(ib.spec_steps[b])
-            spec.num_emitted += int(ib.spec_emitted[b])
-            spec.num_drafted += int(ib.spec_drafted[b].sum())
-            spec.num_accepted += int(ib.spec_accepted[b].sum())
-            n = len(spec.drafted_per_position)
-            spec.drafted_per_position = [
-                x + int(y) for x, y in zip(spec.drafted_per_position, ib.spec_drafted[b, :n])
-            ]
-            spec.accepted_per_position = [
-                x + int(y) for x, y in zip(spec.accepted_per_position, ib.spec_accepted[b, :n])
-            ]
-            ib.spec_steps[b] = ib.spec_emitted[b] = 0
+        if m.spec is not None and ib.spec_emitted[b]:
+            self._fold(m.spec, ib.spec_drafted[b], ib.spec_accepted[b], int(ib.spec_emitted[b]))
+            ib.spec_emitted[b] = 0
             ib.spec_drafted[b] = ib.spec_accepted[b] = 0
 
     def _release(self, req: Request) -> None:
@@ -440,7 +432,7 @@ class LLMEngine:
         if not self.running or (self.waiting and self.free_slots):
             return None
         ib, runner = self.ib, self.runner
-        slots = np.flatnonzero(ib.running)
+        slots = ib.running.nonzero()[0]
         if not ib.prefilled[slots].all():
             return None
         n = runner.decode_tokens
@@ -499,7 +491,7 @@ class LLMEngine:
         out = self.runner.execute_model(decode_slots)
         t2 = time.perf_counter()
         self.num_steps += 1
-        deltas = self._finish_step(out)
+        deltas = self._finish_step(out, decode_only=fast is not None)
         if fast is not None:
             st = self.stats
             st.steps += 1
@@ -514,59 +506,101 @@ class LLMEngine:
         return deltas
 
     def _count_drafts(self, slots, drafted, emitted) -> None:
-        """Speculative metrics of one step's decoding slots, per slot (folded into each request's
-        metrics when it leaves its slot) and for the engine."""
-        ib, m = self.ib, self.spec_metrics
-        accepted = np.clip(emitted - 1, 0, drafted)
-        pos = np.arange(ib.spec_drafted.shape[1])
-        d, a = pos < drafted[:, None], pos < accepted[:, None]
-        ib.spec_steps[slots] += 1
+        """Speculative metrics of one step's decoding slots: histograms of drafts verified and
+        accepted, per slot (folded into each request's metrics when it leaves its slot) and for
+        the engine (folded into `spec_metrics` when it is read)."""
+        ib = self.ib
+        accepted = np.minimum(np.maximum(emitted - 1, 0), drafted)
+        ib.spec_drafted[slots, drafted] += 1
+        ib.spec_accepted[slots, accepted] += 1
         ib.spec_emitted[slots] += emitted
-        ib.spec_drafted[slots] += d
-        ib.spec_accepted[slots] += a
-        m.num_steps += int(slots.size)
-        m.num_drafted += int(drafted.sum())
-        m.num_accepted += int(accepted.sum())
-        m.num_emitted += int(emitted.sum())
-        m.drafted_per_position = [x + int(y) for x, y in zip(m.drafted_per_position, d.sum(0))]
-        m.accepted_per_position = [x + int(y) for x, y in zip(m.accepted_per_position, a.sum(0))]
+        n = ib.spec_drafted.shape[1]
+        self._pending_drafted += np.bincount(drafted, minlength=n)
+        self._pending_accepted += np.bincount(accepted, minlength=n)
+        self._pending_emitted += int(emitted.sum())
 
-    def _finish_step(self, out: StepOutput) -> list[StreamDelta]:
+    @staticmethod
+    def _fold(spec: SpeculativeMetrics, drafted, accepted, emitted: int) -> None:
+        """Add histograms of drafts verified / accepted per step (index = count) to ``spec``."""
+        k = np.arange(drafted.size)
+        spec.num_steps += int(drafted.sum())
+        spec.num_emitted += int(emitted)
+        spec.num_drafted += int((k * drafted).sum())
+        spec.num_accepted += int((k * accepted).sum())
+        # steps that reached position i: those with more than i drafts
+        reach_d = drafted[::-1].cumsum()[::-1][1:]
+        reach_a = accepted[::-1].cumsum()[::-1][1:]
+        n = len(spec.drafted_per_position)
+        spec.drafted_per_position = [
+            x + int(y) for x, y in zip(spec.drafted_per_position, reach_d[:n])
+        ]
+        spec.accepted_per_position = [
+            x + int(y) for x, y in zip(spec.accepted_per_position, reach_a[:n])
+        ]
+
+    @property
+    def spec_metrics(self) -> SpeculativeMetrics | None:
+        """The engine's `SpeculativeMetrics` over every decode step so far (None: plain)."""
+        spec = self._spec_metrics
+        if spec is not None and self._pending_emitted:
+            self._fold(spec, self._pending_drafted, self._pending_accepted, self._pending_emitted)
+            self._pending_drafted[...] = self._pending_accepted[...] = 0
+            self._pending_emitted = 0
+        return spec
+
+    @spec_metrics.setter
+    def spec_metrics(self, value: SpeculativeMetrics | None) -> None:
+        self._spec_metrics = value
+        self._pending_drafted[...] = self._pending_accepted[...] = 0
+        self._pending_emitted = 0
+
+    def _finish_step(self, out: StepOutput, decode_only: bool = False) -> list[StreamDelta]:
         """The step's results on whole-batch arrays: caches advanced, prefill chunks settled,
         stop checks (EOS, stop token ids after min_tokens, max_tokens / max_model_len; the ops'
-        stops with ``stop_handling="ops"``), then the per-request output delivery."""
+        stops with ``stop_handling="ops"``), then the per-request output delivery.
+        ``decode_only``: every slot that ran decoded (`_schedule_fast`'s steps)."""
         ib = self.ib
         now = time.perf_counter()
-        slots, counts, flat = out.slots, out.counts.copy(), out.tokens
-        starts = np.cumsum(counts) - counts
-        pre = ~ib.prefilled[slots]
-        dec = ~pre
-        ib.num_computed[slots[dec]] += counts[dec]
-        if self.speculative and dec.any():
-            self._count_drafts(slots[dec], out.drafted[dec], counts[dec])
-        if pre.any():
-            ps = slots[pre]
-            ib.num_computed[ps] = ib.end[ps]
-            final = ib.end[ps] >= ib.prompt_len[ps] + ib.num_output[ps]
-            counts[pre] = np.where(final, np.minimum(counts[pre], 1), 0)
-            ib.prefilled[ps[final]] = True
-            for b, f in zip(ps.tolist(), final.tolist()):  # per prefill chunk (an event)
-                req = ib.requests[b]
-                req.num_computed = int(ib.num_computed[b])
-                if f:
-                    req.prefilled = True
-                    if req.metrics.first_token_time is None:
-                        req.metrics.first_token_time = now
-        rows = np.flatnonzero(counts > 0)  # slots that emit (not a non-final prefill chunk)
-        if not rows.size:
-            return []
-        rows = rows[np.argsort(ib.arrival[slots[rows]], kind="stable")]  # arrival order
+        slots, counts, flat = out.slots, out.counts, out.tokens
+        starts = counts.cumsum() - counts
+        if decode_only:
+            ib.num_computed[slots] += counts
+            if self.speculative:
+                self._count_drafts(slots, out.drafted, counts)
+            rows = ib.arrival[slots].argsort(kind="stable")  # arrival order
+        else:
+            counts = counts.copy()
+            pre = ~ib.prefilled[slots]
+            dec = ~pre
+            ib.num_computed[slots[dec]] += counts[dec]
+            if self.speculative and dec.any():
+                self._count_drafts(slots[dec], out.drafted[dec], counts[dec])
+            if pre.any():
+                ps = slots[pre]
+                ib.num_computed[ps] = ib.end[ps]
+                final = ib.end[ps] >= ib.prompt_len[ps] + ib.num_output[ps]
+                counts[pre] = np.where(final, np.minimum(counts[pre], 1), 0)
+                ib.prefilled[ps[final]] = True
+                for b, f in zip(ps.tolist(), final.tolist()):  # per prefill chunk (an event)
+                    req = ib.requests[b]
+                    req.num_computed = int(ib.num_computed[b])
+                    if f:
+                        req.prefilled = True
+                        if req.metrics.first_token_time is None:
+                            req.metrics.first_token_time = now
+            rows = (counts > 0).nonzero()[0]  # slots that emit (not a non-final prefill chunk)
+            if not rows.size:
+                return []
+            rows = rows[ib.arrival[slots[rows]].argsort(kind="stable")]  # arrival order
         s, c, st = slots[rows], counts[rows], starts[rows]
-        off = np.cumsum(c) - c  # each row's first token among the emitted ones
-        j = np.arange(int(c.sum())) - np.repeat(off, c)  # position inside the row's run
-        r = np.repeat(np.arange(rows.size), c)
-        tok = flat[np.repeat(st, c) + j]
-        sr = s[r]
+        if flat.size == slots.size:  # one token per slot (plain decoding, or no draft accepted)
+            j = np.zeros(rows.size, np.int64)
+            tok, sr = flat[st], s
+        else:
+            off = c.cumsum() - c  # each row's first token among the emitted ones
+            j = np.arange(int(c.sum())) - off.repeat(c)  # position inside the row's run
+            tok = flat[st.repeat(c) + j]
+            sr = s.repeat(c)
         n = ib.num_output[sr] + j + 1  # output length once the token is appended
         if self.ops_stop:
             keep = c
@@ -584,50 +618,56 @@ class LLMEngine:
             code = np.where(stopped, np.where(total >= limit, 2, 1), 0)
             by_id = np.zeros(rows.size, bool)
         else:
+            is_eos = np.logical_or.reduce(tok[:, None] == self._eos, axis=1)
             stop_hit = (n >= ib.min_tokens[sr]) & (
-                (np.isin(tok, self._eos) & ~ib.ignore_eos[sr])
-                | (ib.stop_ids[sr] == tok[:, None]).any(axis=1)
+                (is_eos & ~ib.ignore_eos[sr])
+                | np.logical_or.reduce(ib.stop_ids[sr] == tok[:, None], axis=1)
             )
             hit = stop_hit | (n >= ib.max_output[sr])
-            first = np.full(rows.size, np.iinfo(np.int64).max)
-            np.minimum.at(first, r[hit], j[hit])
-            ended = first < c
-            keep = np.where(ended, first + 1, c)
-            by_id = ended & stop_hit[off + np.minimum(first, c - 1)]
-            code = np.where(ended, np.where(by_id, 1, 2), 0)
-        slow = ib.has_stop_str[s] if self.tokenizer is not None else np.zeros(rows.size, bool)
-        if slow.any():
+            if flat.size == slots.size:
+                keep, by_id = c, stop_hit
+                code = np.where(hit, np.where(stop_hit, 1, 2), 0)
+            else:
+                # each row's first hit (c if none): the minimum over its run
+                first = np.minimum(np.minimum.reduceat(np.where(hit, j, _NO_HIT), off), c)
+                ended = first < c
+                keep = np.where(ended, first + 1, c)
+                by_id = ended & stop_hit[off + np.minimum(first, c - 1)]
+                code = np.where(ended, np.where(by_id, 1, 2), 0)
+        slow = ib.has_stop_str[s] if self.tokenizer is not None else None
+        any_slow = slow is not None and bool(slow.any())
+        if any_slow:
             keep, code = keep.copy(), code.copy()
-            for i in np.flatnonzero(slow).tolist():  # requests with stop strings: per token
+            for i in slow.nonzero()[0].tolist():  # requests with stop strings: per token
                 keep[i], code[i] = self._stop_strings(
                     ib.requests[int(s[i])],
                     flat[st[i] : st[i] + c[i]].tolist(),
                     bool(out.stopped[rows[i]]),
                 )
-        ib.num_output[s] += np.where(slow, 0, keep)
+            fast = ~slow
+            ib.num_output[s[fast]] += keep[fast]
+        else:
+            ib.num_output[s] += keep
         # output delivery (per request, in C-level loops): tokens, then finished requests,
         # then the deltas
         reqs = ib.requests[s].tolist()
         toks = list(map(flat.tolist().__getitem__, map(slice, st.tolist(), (st + keep).tolist())))
-        fast = ~slow
-        if slow.any():
+        if any_slow:
             reqs_f = ib.requests[s[fast]].tolist()
-            toks_f = [toks[i] for i in np.flatnonzero(fast).tolist()]
+            toks_f = [toks[i] for i in fast.nonzero()[0].tolist()]
+            computed = ib.num_computed[s[fast]].tolist()
         else:
-            reqs_f, toks_f = reqs, toks
+            reqs_f, toks_f, computed = reqs, toks, ib.num_computed[s].tolist()
         list(map(list.extend, map(_OUTPUT_IDS, reqs_f), toks_f))
-        list(
-            map(
-                setattr, reqs_f, itertools.repeat("num_computed"), ib.num_computed[s[fast]].tolist()
-            )
-        )
+        list(map(setattr, reqs_f, itertools.repeat("num_computed"), computed))
         if self.runner.last_logprobs:
             self._deliver_logprobs(s, keep)
-        done = np.flatnonzero(code)
-        for i in done.tolist():  # finished requests
-            req = reqs[i]
-            self._release(req)
-            self._finish(req, _REASONS[code[i]], now)
+        done = code.nonzero()[0]
+        if done.size:
+            for i in done.tolist():  # finished requests
+                req = reqs[i]
+                self._release(req)
+                self._finish(req, _REASONS[code[i]], now)
         if self.tokenizer is None:
             return list(
                 map(
@@ -641,7 +681,7 @@ class LLMEngine:
                 )
             )
         # detokenizing: requests with a tokenizer (per request: the text is the output)
-        for i in np.flatnonzero(~slow).tolist():
+        for i in (~slow).nonzero()[0] if any_slow else range(len(reqs)):
             self._update_text(reqs[i], drop_last=bool(by_id[i]))
         return [self._delta(q, t) for q, t in zip(reqs, toks)]
 
