@@ -141,6 +141,11 @@ class LLMEngine:
         self.num_preemptions = 0
         #: cost split of the decode steps (`StepStats`)
         self.stats = StepStats()
+        #: with a tokenizer: decode every request's text every step (its deltas stream text);
+        #: False: a request's text is decoded when it finishes (or read, or it has stop
+        #: strings), its deltas carry "" until the last, which carries the whole text
+        #: (`fd_mtp.LLM.generate` without a stream_callback sets it)
+        self.stream_text = True
         # speculative decoding: every decoding request runs every step and may write drafts'
         # K/V past its tokens (runner.lookahead positions)
         self.speculative = runner.num_speculative_tokens > 0
@@ -290,6 +295,8 @@ class LLMEngine:
             self._release(req)
         else:
             self.waiting.remove(req)
+        if self.tokenizer is not None and not self.stream_text and req.output_token_ids:
+            self._update_text(req)
         self._finish(req, "aborted")
 
     def has_unfinished(self) -> bool:
@@ -299,6 +306,8 @@ class LLMEngine:
         req = self.requests[request_id]
         if req.status is RequestStatus.RUNNING:
             self._sync_metrics(req)
+            if self.tokenizer is not None and not self.stream_text:
+                self._update_text(req)
         return RequestOutput.from_request(req)
 
     def pop_output(self, request_id: str) -> RequestOutput:
@@ -680,8 +689,12 @@ class LLMEngine:
                     _REASON_ARRAY[code].tolist(),
                 )
             )
-        # detokenizing: requests with a tokenizer (per request: the text is the output)
-        for i in (~slow).nonzero()[0] if any_slow else range(len(reqs)):
+        # detokenizing: requests with a tokenizer (per request: the text is the output), every
+        # request when the text streams, else the finished ones
+        todo = ~slow if any_slow else np.ones(len(reqs), bool)
+        if not self.stream_text:
+            todo &= code > 0
+        for i in todo.nonzero()[0].tolist():
             self._update_text(reqs[i], drop_last=bool(by_id[i]))
         return [self._delta(q, t) for q, t in zip(reqs, toks)]
 
