@@ -101,17 +101,19 @@ class TransferStats:
 class _Staged:
     """Pending host writes into one device tensor: values + dirty mask (the last write wins)."""
 
-    __slots__ = ("dirty", "tensor", "values")
+    __slots__ = ("dirty", "pending", "tensor", "values")
 
-    def __init__(self, tensor):
+    def __init__(self, tensor, pending: dict):
         shape = [int(d) for d in tensor.shape]
         self.tensor = tensor
         self.values = np.zeros(shape, _np_dtype(tensor))
         self.dirty = np.zeros(shape, bool)
+        self.pending = pending  # the batch's staged tensors with writes to send
 
     def __setitem__(self, index, value):
         self.values[index] = value
         self.dirty[index] = True
+        self.pending[id(self.tensor)] = self
 
 
 class _HostWrite:
@@ -158,6 +160,7 @@ class InputBatch:
             if key in tensors:
                 self.register_host(tensors[key])
         self._staged: dict[int, _Staged] = {}
+        self._pending: dict[int, _Staged] = {}  # staged tensors written since the last push
         # mirrored per-slot state: the tensors' initial values (read once, at construction)
         self._shadow: dict[str, np.ndarray] = {}
         for key, attr in MIRRORED.items():
@@ -227,7 +230,7 @@ class InputBatch:
             for key in MIRRORED:
                 if self.tensors.get(key) is tensor:
                     raise ValueError(f"InputBatch: {key} is mirrored; write its host array instead")
-            st = self._staged[id(tensor)] = _Staged(tensor)
+            st = self._staged[id(tensor)] = _Staged(tensor, self._pending)
         return st
 
     def writer(self, tensors: Mapping) -> _Writer:
@@ -238,7 +241,7 @@ class InputBatch:
     @property
     def has_pending(self) -> bool:
         """Whether a `push` has something to send."""
-        return any(st.dirty.any() for st in self._staged.values()) or any(
+        return any(st.dirty.any() for st in self._pending.values()) or any(
             not np.array_equal(getattr(self, attr), self._shadow[key])
             for key, attr in MIRRORED.items()
         )
@@ -267,7 +270,9 @@ class InputBatch:
                 parts.append(self._exact(host, key).reshape(-1))
                 plan.append(("full", t, host.size, _dtype_name(t), [int(d) for d in t.shape]))
                 shadow[...] = host
-        for st in self._staged.values():
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for st in pending:
             if not st.dirty.any():
                 continue
             index = np.nonzero(st.dirty)
