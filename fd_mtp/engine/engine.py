@@ -442,8 +442,8 @@ class LLMEngine:
             return None
         ib, runner = self.ib, self.runner
         slots = ib.running.nonzero()[0]
-        if not ib.prefilled[slots].all():
-            return None
+        if slots.size != len(self.running) or not ib.prefilled[slots].all():
+            return None  # (a request not mirrored yet: the general scheduler binds it)
         n = runner.decode_tokens
         if not self.speculative and slots.size * n > self.max_num_batched_tokens:
             return None
