@@ -15,10 +15,9 @@ per field; appending the tokens to the request's output runs in C-level ``map`` 
 Measured on decode steps where no request crosses a KV block boundary (a block grant is
 per-event work, once every ``block_size`` tokens of a request) and none finishes.
 
-Measured when written (lines at batch 1 / 8 / 32): before, plain 1775 / 2328 / 4224 (79 per
-request) and MTP 4820 / 5877 / 9501 (151 per request), model frames excluded; after, plain
-3199 / 3248 / 3416 and MTP 8401 / 8450 / 8618 with the model frames (7 per request: the
-StreamDelta).
+Measured when written, every frame counted (lines at batch 1 / 8 / 32): before, plain 3261 /
+3814 / 5710 (79 per request) and MTP K = 2 8688 / 9745 / 13369 (151 per request); after, plain
+3199 / 3248 / 3416 and MTP 8401 / 8450 / 8618 (7 per request: the StreamDelta).
 """
 
 from __future__ import annotations
