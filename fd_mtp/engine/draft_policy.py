@@ -154,23 +154,26 @@ class DraftPolicyMetrics:
 
 
 class _Window:
-    """The latest ``size`` measurements of one quantity, each stamped with the tick it was taken
-    at; `estimate` is their median (the minimum while fewer than 3)."""
+    """The latest ``size`` measurements of one quantity; `estimate` is their median (the minimum
+    while fewer than 3), cached until the next measurement."""
 
-    __slots__ = ("items",)
+    __slots__ = ("_estimate", "items")
 
     def __init__(self, size: int):
         self.items: deque = deque(maxlen=size)
+        self._estimate = None
 
-    def add(self, tick: int, value: float) -> None:
-        self.items.append((tick, value))
+    def add(self, value: float) -> None:
+        self.items.append(value)
+        self._estimate = None
 
-    def values(self) -> np.ndarray:
-        return np.array([v for _, v in self.items], np.float64)
-
-    @staticmethod
-    def robust(values: np.ndarray) -> float:
-        return float(np.median(values)) if values.size >= 3 else float(values.min())
+    @property
+    def estimate(self) -> float | None:
+        if self._estimate is None and self.items:
+            v = sorted(self.items)
+            n = len(v)
+            self._estimate = (v[(n - 1) // 2] + v[n // 2]) / 2 if n >= 3 else v[0]
+        return self._estimate
 
 
 class StepCostModel:
@@ -251,8 +254,8 @@ class StepCostModel:
             if self._seen["proposer"] <= self.skip_first:
                 return
             self._count["proposer"] += 1
-            self._substep.add(self.tick, forward_seconds / substeps)
-            self._fixed.add(self.tick, max(run_seconds - forward_seconds, 0.0))
+            self._substep.add(forward_seconds / substeps)
+            self._fixed.add(max(run_seconds - forward_seconds, 0.0))
 
     def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(n, seconds, samples)``: every token count with fresh measurements (ascending), the
@@ -268,16 +271,15 @@ class StepCostModel:
             # newest first within each token count, keep the latest `window`
             order = np.lexsort((-at, n))
             n, t = n[order], t[order]
-            first = np.r_[True, n[1:] != n[:-1]]
-            start = np.flatnonzero(first)
-            rank = np.arange(n.size) - np.repeat(start, np.diff(np.r_[start, n.size]))
+            start = np.concatenate(([0], (n[1:] != n[:-1]).nonzero()[0] + 1))
+            rank = np.arange(n.size) - start.repeat(np.diff(np.append(start, n.size)))
             keep = rank < self.window
             n, t = n[keep], t[keep]
             # per token count: values ascending, then the middle (or the minimum below 3)
             order = np.lexsort((t, n))
             n, t = n[order], t[order]
-            start = np.flatnonzero(np.r_[True, n[1:] != n[:-1]])
-            c = np.diff(np.r_[start, n.size])
+            start = np.concatenate(([0], (n[1:] != n[:-1]).nonzero()[0] + 1))
+            c = np.diff(np.append(start, n.size))
             lo, hi = start + (c - 1) // 2, start + c // 2
             est = np.where(c >= 3, (t[lo] + t[hi]) / 2, t[start])
             self._points = (n[start], est, c)
@@ -291,13 +293,11 @@ class StepCostModel:
 
     @property
     def substep(self) -> float | None:
-        v = self._substep.values()
-        return _Window.robust(v) if v.size else None
+        return self._substep.estimate
 
     @property
     def fixed(self) -> float | None:
-        v = self._fixed.values()
-        return _Window.robust(v) if v.size else None
+        return self._fixed.estimate
 
     @property
     def ready(self) -> bool:
@@ -310,15 +310,18 @@ class StepCostModel:
             if not n.size:
                 raise ValueError("StepCostModel.target_time: no target step measured yet")
             n = n.astype(np.float64)
-            w = np.sqrt(c.astype(np.float64))
+            w = c.astype(np.float64)  # least squares weighted by the samples behind each point
             if n.size == 1:
                 alpha, beta = t[0] / 2, t[0] / (2 * n[0])
             else:
-                beta, alpha = np.polyfit(n, t, 1, w=w)
+                sw = w.sum()
+                mn, mt = (w * n).sum() / sw, (w * t).sum() / sw
+                beta = (w * (n - mn) * (t - mt)).sum() / (w * (n - mn) ** 2).sum()
+                alpha = mt - beta * mn
                 if beta < 0:
-                    alpha, beta = float(np.average(t, weights=w)), 0.0
+                    alpha, beta = mt, 0.0
                 if alpha < 0:
-                    beta, alpha = float((w * n * t).sum() / (w * n * n).sum()), 0.0
+                    beta, alpha = (w * n * t).sum() / (w * n * n).sum(), 0.0
             self._line = (float(alpha), float(beta))
         return self._line
 
@@ -561,30 +564,46 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.costs.observe_target(tokens, target_seconds)
         self.costs.observe_proposer(substeps, forward_seconds, proposer_seconds)
 
-    def _best_caps(self, s: int, limit, table, warm, n_plain: int):
-        """Per-slot caps when a slot may verify up to ``s`` drafts, and the plan's expected rate
-        (tokens / second): Dinkelbach's iteration on the ratio, all slots at once."""
+    def _best_caps(self, limit, table, warm, n_plain: int):
+        """The best plan over the substep counts: for each ``s``, the per-slot caps when a slot
+        may verify up to ``s`` drafts (Dinkelbach's iteration on the ratio), all ``s`` and all
+        slots at once on arrays; returns the caps of the best ``s`` (the smallest within 1e-9)
+        and its expected rate (tokens / second)."""
         costs = self.costs
-        top = np.minimum(limit, s)
-        low = np.where(warm, np.minimum(1, top), 0)
+        S = self.num_model_steps
+        s = np.arange(1, S + 1) if self.adapt_steps else np.array([self.K])
+        top = np.minimum(limit[None, :], s[:, None])  # [m, n]
+        low = np.where(warm[None, :], np.minimum(1, top), 0)
         cols = np.arange(table.shape[1])
-        allowed = (cols >= low[:, None]) & (cols <= top[:, None])
-        masked = np.where(allowed, table, -np.inf)
-        rows = np.arange(top.size)
+        allowed = (cols >= low[..., None]) & (cols <= top[..., None])  # [m, n, K + 1]
+        masked = np.where(allowed, table[None], -np.inf)
+        rows = np.arange(table.shape[0])
         alpha, beta = costs._fit()
-        shared = alpha + costs.proposer_time(s if self.adapt_steps else self.num_model_steps)
+        fixed, substep = costs.fixed or 0.0, costs.substep or 0.0
+        shared = alpha + fixed + substep * (s if self.adapt_steps else S)  # [m]
         k = top
-        rate = (n_plain + table[rows, k].sum()) / (shared + beta * (n_plain + (1 + k).sum()))
+
+        def rate_of(k):
+            e = table[rows, k]  # [m, n]
+            return (n_plain + np.add.reduce(e, axis=1)) / (
+                shared + beta * (n_plain + np.add.reduce(1 + k, axis=1))
+            )
+
+        rate = rate_of(k)
         for _ in range(8):
-            k = np.argmax(masked - rate * beta * cols, axis=1)
-            new = (n_plain + table[rows, k].sum()) / (shared + beta * (n_plain + (1 + k).sum()))
-            if new <= rate * (1 + 1e-12):
+            cand = np.argmax(masked - (rate * beta)[:, None, None] * cols, axis=2)
+            new = rate_of(cand)
+            better = new > rate * (1 + 1e-12)
+            if not better.any():
                 break
-            rate = new
-        steps = max(1, int(k.max(initial=0))) if self.adapt_steps else self.num_model_steps
-        tokens = n_plain + float((1 + k).sum())
-        total_e = n_plain + float(table[rows, k].sum())
-        return k, total_e / (costs.target_time(tokens) + costs.proposer_time(steps))
+            k = np.where(better[:, None], cand, k)
+            rate = np.where(better, new, rate)
+        steps = np.maximum(1, k.max(axis=1)) if self.adapt_steps else np.full(s.size, S)
+        tokens = n_plain + np.add.reduce(1 + k, axis=1)
+        e = np.add.reduce(table[rows, k], axis=1)
+        r = (n_plain + e) / (alpha + beta * tokens + fixed + substep * steps)
+        i = int((r >= r.max() / (1 + 1e-9)).nonzero()[0][0])
+        return k[i], float(r[i])
 
     def plan(self, decoding: np.ndarray) -> DraftPlan:
         B = self.cap.size
@@ -613,12 +632,7 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         table = expected_tokens_table(self.acceptance(slots))
         warm = self.seen[slots] < self.warmup_steps
         n_plain = int((decoding & self.off).sum())
-        best = None
-        for s in range(1, self.num_model_steps + 1) if self.adapt_steps else [self.K]:
-            k, r = self._best_caps(s, limit, table, warm, n_plain)
-            if best is None or r > best[1] * (1 + 1e-9):
-                best = (k, r)
-        k, r = best
+        k, r = self._best_caps(limit, table, warm, n_plain)
         plain_rate = n_dec / self.costs.target_time(n_dec)
         drop = []
         reason = "low_acceptance"
