@@ -57,6 +57,23 @@ _OUTPUT_IDS = attrgetter("output_token_ids")
 _REQUEST_ID = attrgetter("request_id")
 
 
+def _fold(spec: SpeculativeMetrics, drafted, accepted, emitted: int) -> None:
+    """Add histograms of drafts verified / accepted per step (index = count) to ``spec``."""
+    k = np.arange(drafted.size)
+    spec.num_steps += int(drafted.sum())
+    spec.num_emitted += int(emitted)
+    spec.num_drafted += int((k * drafted).sum())
+    spec.num_accepted += int((k * accepted).sum())
+    # steps that reached position i: those with more than i drafts
+    reach_d = drafted[::-1].cumsum()[::-1][1:]
+    reach_a = accepted[::-1].cumsum()[::-1][1:]
+    n = len(spec.drafted_per_position)
+    spec.drafted_per_position = [x + int(y) for x, y in zip(spec.drafted_per_position, reach_d[:n])]
+    spec.accepted_per_position = [
+        x + int(y) for x, y in zip(spec.accepted_per_position, reach_a[:n])
+    ]
+
+
 @dataclass
 class StepStats:
     """Where the engine's decode steps went (cumulative; the steps where every running request
@@ -341,7 +358,7 @@ class LLMEngine:
         m.num_steps += int(ib.steps[b])
         ib.steps[b] = 0
         if m.spec is not None and ib.spec_emitted[b]:
-            self._fold(m.spec, ib.spec_drafted[b], ib.spec_accepted[b], int(ib.spec_emitted[b]))
+            _fold(m.spec, ib.spec_drafted[b], ib.spec_accepted[b], int(ib.spec_emitted[b]))
             ib.spec_emitted[b] = 0
             ib.spec_drafted[b] = ib.spec_accepted[b] = 0
 
@@ -528,31 +545,12 @@ class LLMEngine:
         self._pending_accepted += np.bincount(accepted, minlength=n)
         self._pending_emitted += int(emitted.sum())
 
-    @staticmethod
-    def _fold(spec: SpeculativeMetrics, drafted, accepted, emitted: int) -> None:
-        """Add histograms of drafts verified / accepted per step (index = count) to ``spec``."""
-        k = np.arange(drafted.size)
-        spec.num_steps += int(drafted.sum())
-        spec.num_emitted += int(emitted)
-        spec.num_drafted += int((k * drafted).sum())
-        spec.num_accepted += int((k * accepted).sum())
-        # steps that reached position i: those with more than i drafts
-        reach_d = drafted[::-1].cumsum()[::-1][1:]
-        reach_a = accepted[::-1].cumsum()[::-1][1:]
-        n = len(spec.drafted_per_position)
-        spec.drafted_per_position = [
-            x + int(y) for x, y in zip(spec.drafted_per_position, reach_d[:n])
-        ]
-        spec.accepted_per_position = [
-            x + int(y) for x, y in zip(spec.accepted_per_position, reach_a[:n])
-        ]
-
     @property
     def spec_metrics(self) -> SpeculativeMetrics | None:
         """The engine's `SpeculativeMetrics` over every decode step so far (None: plain)."""
         spec = self._spec_metrics
         if spec is not None and self._pending_emitted:
-            self._fold(spec, self._pending_drafted, self._pending_accepted, self._pending_emitted)
+            _fold(spec, self._pending_drafted, self._pending_accepted, self._pending_emitted)
             self._pending_drafted[...] = self._pending_accepted[...] = 0
             self._pending_emitted = 0
         return spec
