@@ -34,7 +34,23 @@ then ``--repeats`` timed ones; per (mode, batch) the CSV holds p50 / p20 / p80 o
 * ``mean_accepted_length`` [tokens/step]: emitted tokens per request decode step (1 = plain),
 * ``acceptance_pos{i}`` [fraction]: accepted / drafted at draft position i (speculative modes),
 * ``proposer_host_ms_per_step`` [ms]: the proposer's own time per call outside MTP forwards
-  (``ProposerStats.host / calls``; for the n-gram part of hybrid mode, all of it is host time).
+  (``ProposerStats.host / calls``; for the n-gram part of hybrid mode, all of it is host time),
+* the cost split of the decode steps (`fd_mtp.engine.engine.StepStats`, steps where every
+  running request decodes): ``t_step`` [ms] per step, ``t_target`` [ms] (the runner's
+  ``execute_model`` minus the proposer: the target forward feeding 1 + K tokens per request,
+  sampling, verification, the step's ops and transfers), ``t_draft`` [ms] per MTP substep,
+  ``substeps`` per step, ``t_host`` [ms] (the rest: scheduling, stop checks, output delivery,
+  the proposer's bookkeeping).
+
+The table prints beside each mode's measured speed-up over plain decoding the speed-up its
+measured costs allow, ``pred = E[L] x T1 / (T_target(K+1) + S x T_draft + T_host)`` (E[L]: the
+mean accepted length; T1: plain decoding's decode step at the same batch; S: MTP substeps per
+step, K for mtp_kK), all from the same run; the two differ by the prefill steps and the
+batch's tail (requests finishing at different steps), which the measured figure includes.
+After each workload's table, for every speculative mode, the batches where speculation pays
+and where it stops paying, with the reason in units of T1: ``E[L]`` against the verify step
+``T_target(K+1)/T1`` (it grows with the tokens the target verifies), the drafts ``S T_draft/T1``
+and the host ``T_host/T1``.
 
 The checkpoint: ``--model DIR`` (e.g. a trained one such as ``fd_mtp/assets/ernie45_tiny_mtp``), or
 by default a temporary ``fd_mtp.testing.write_exact_draft_checkpoint(context=0.3)``: a *synthetic*
@@ -48,7 +64,11 @@ batching), reporting the first differing position.
 Usage:
     python benchmarks/bench_e2e.py [--modes plain,mtp_k1,...,adaptive] [--batches 1,8,32]
         [--workloads greedy-heldout,sampled-heldout,greedy-repeat,sampled-repeat]
-        [--model DIR] [--quick] [--check] [--device cpu] [--out DIR]
+        [--model DIR] [--quick] [--check] [--device cpu] [--threads N] [--out DIR]
+
+``--threads N`` (default 1, paddle's own CPU default): paddle's CPU math threads
+(``paddle.base.core.set_num_threads``); the table header states it with ``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS`` as set in the environment.
 
 ``--quick`` (smoke tests): 1 repeat, 16 new tokens, batches 1 and 8 unless given.
 
@@ -61,6 +81,8 @@ workload) and DIR/bench_e2e_<workload>.png for the others, and prints the tables
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 import tempfile
 import time
@@ -95,9 +117,11 @@ FIXED_K = ("mtp_k1", "mtp_k2", "mtp_k3")
 
 
 def _snapshot(llm):
-    """Cumulative counters of ``llm``: engine steps, draft metrics, proposer stats."""
+    """Cumulative counters of ``llm``: engine steps, draft metrics, proposer stats, the decode
+    steps' cost split."""
     m, s = llm.speculative_metrics, llm.proposer_stats
     return dict(
+        stats=dataclasses.replace(llm.engine.stats),
         steps=llm.engine.num_steps,
         spec_steps=m.num_steps if m is not None else 0,
         emitted=m.num_emitted if m is not None else 0,
@@ -122,6 +146,14 @@ def run_once(llm, prompts, params):
         "step_latency": 1e3 * elapsed / max(steps, 1),
         "steps": steps,
     }
+    st = after["stats"].since(before["stats"])
+    fig.update(
+        t_step=1e3 * st.step,
+        t_target=1e3 * st.target,
+        t_draft=1e3 * st.draft,
+        substeps=st.substeps / st.steps if st.steps else np.nan,
+        t_host=1e3 * st.host,
+    )
     if llm.speculative_config is not None:
         spec_steps = after["spec_steps"] - before["spec_steps"]
         fig["mean_accepted_length"] = (
@@ -141,6 +173,11 @@ def run_once(llm, prompts, params):
 
 
 UNITS = {
+    "t_step": "ms",
+    "t_target": "ms",
+    "t_draft": "ms",
+    "substeps": "substeps/step",
+    "t_host": "ms",
     "tokens_per_s": "tokens/s",
     "step_latency": "ms",
     "steps": "steps",
@@ -176,7 +213,28 @@ def plot(rows, modes, batches, path, synthetic: bool):
     plot_bars(rows, path, panels, batches, colors=colors, title=rows[0]["config"], figsize=(11, 4))
 
 
-def table(rows, modes, batches) -> str:
+def predicted(by, mode, b):
+    """``E[L] x T1 / (T_target + S x T_draft + T_host)`` of ``mode`` at batch ``b`` (T1: plain's
+    decode step), with the terms in units of T1; None without the figures."""
+    t1 = by.get(("plain", "t_step", b))
+    get = {
+        m: by.get((mode, m, b))
+        for m in ("mean_accepted_length", "t_target", "t_draft", "substeps", "t_host")
+    }
+    if t1 is None or any(v is None or np.isnan(v) for v in get.values()) or not t1:
+        return None
+    drafts = get["substeps"] * get["t_draft"]
+    cost = get["t_target"] + drafts + get["t_host"]
+    return {
+        "speedup": get["mean_accepted_length"] * t1 / cost,
+        "E[L]": get["mean_accepted_length"],
+        "target": get["t_target"] / t1,
+        "drafts": drafts / t1,
+        "host": get["t_host"] / t1,
+    }
+
+
+def table(rows, modes, batches, threads: str = "") -> str:
     """The figures of one workload's rows, one line per (batch, mode)."""
     by = {(r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
     k = max(
@@ -188,10 +246,12 @@ def table(rows, modes, batches) -> str:
         default=0,
     )
     head = (
-        f"{'mode':<11} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'vs bestK':>8} {'ms/step':>8} {'steps':>6} "
-        f"{'accept len':>10} {'acceptance per position':<24} {'proposer host ms/step':>21}"
+        f"{'mode':<11} {'batch':>5} {'tokens/s':>10} {'vs plain':>8} {'pred':>6} {'vs bestK':>8} "
+        f"{'ms/step':>8} {'steps':>6} {'accept len':>10} {'T1 ms':>7} {'Ttgt ms':>8} "
+        f"{'Tdraft ms':>9} {'S':>4} {'Thost ms':>8} {'acceptance per position':<24} "
+        f"{'proposer host ms/step':>21}"
     )
-    lines = [head, "-" * len(head)]
+    lines = ([threads] if threads else []) + [head, "-" * len(head)]
 
     def f(v, fmt):
         return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else format(v, fmt)
@@ -208,14 +268,55 @@ def table(rows, modes, batches) -> str:
                 for i in range(k)
                 if (mode, f"acceptance_pos{i}", b) in by
             )
+            pred = predicted(by, mode, b) if mode != "plain" else None
             lines.append(
                 f"{mode:<11} {b:>5} {tps:>10.1f} {f(tps / plain if plain else None, '.2f'):>8} "
-                f"{f(vs_best, '.2f'):>8} "
+                f"{f(pred and pred['speedup'], '.2f'):>6} {f(vs_best, '.2f'):>8} "
                 f"{by[(mode, 'step_latency', b)]:>8.2f} {by[(mode, 'steps', b)]:>6.0f} "
-                f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} {pos or '-':<24} "
+                f"{f(by.get((mode, 'mean_accepted_length', b)), '.2f'):>10} "
+                f"{f(by.get(('plain', 't_step', b)), '.3f'):>7} "
+                f"{f(by.get((mode, 't_target', b)), '.3f'):>8} "
+                f"{f(by.get((mode, 't_draft', b)), '.3f'):>9} "
+                f"{f(by.get((mode, 'substeps', b)), '.1f'):>4} "
+                f"{f(by.get((mode, 't_host', b)), '.3f'):>8} {pos or '-':<24} "
                 f"{f(by.get((mode, 'proposer_host_ms_per_step', b)), '.3f'):>21}"
             )
     return "\n".join(lines)
+
+
+def where_it_pays(rows, modes, batches) -> list[str]:
+    """For each speculative mode: the batches where its measured costs let speculation pay
+    (predicted speed-up > 1) and where it stops, with the terms of the prediction in units of
+    T1 (E[L] against the verify step, the drafts and the host)."""
+    by = {(r["provider"], r["metric"], r["x"]): r["p50"] for r in rows}
+    out = []
+    for mode in (m for m in modes if m != "plain"):
+        preds = {b: predicted(by, mode, b) for b in batches}
+        preds = {b: p for b, p in preds.items() if p is not None}
+        if not preds:
+            continue
+        pays = [b for b, p in preds.items() if p["speedup"] > 1.0]
+        stops = [b for b, p in preds.items() if p["speedup"] <= 1.0]
+        terms = "; ".join(
+            f"batch {b}: {p['speedup']:.2f}x = E[L] {p['E[L]']:.2f} / (verify {p['target']:.2f} "
+            f"+ drafts {p['drafts']:.2f} + host {p['host']:.2f}) T1"
+            for b, p in preds.items()
+        )
+        if not stops:
+            verdict = f"pays at every batch measured ({', '.join(map(str, pays))})"
+        elif not pays:
+            verdict = f"pays at no batch measured ({', '.join(map(str, stops))})"
+        else:
+            verdict = (
+                f"pays at batch {', '.join(map(str, pays))}, stops paying at batch "
+                f"{', '.join(map(str, stops))}"
+            )
+        out.append(
+            f"{mode}: {verdict} (it pays while E[L] > verify + drafts + host, in units of T1; "
+            f"verify, the target step feeding 1 + K tokens per request, grows with the tokens "
+            f"verified, so with the batch): {terms}"
+        )
+    return out
 
 
 def shortfalls(rows, modes, batches) -> list[str]:
@@ -300,6 +401,12 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="paddle's CPU math threads (paddle.base.core.set_num_threads; paddle's default is 1)",
+    )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
     if args.quick:
@@ -316,6 +423,17 @@ def main(argv=None):
     batches = [int(b) for b in (args.batches or "1,8,32").split(",") if b]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    import paddle
+
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    paddle.base.core.set_num_threads(args.threads)
+    threads = (
+        f"threads: paddle {args.threads} (set_num_threads), OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, MKL_NUM_THREADS="
+        f"{os.environ.get('MKL_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs"
+    )
+    print(threads, flush=True)
 
     synthetic = args.model is None
     if synthetic:
@@ -395,7 +513,7 @@ def main(argv=None):
         f"hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} heads={cfg.num_attention_heads}/"
         f"{cfg.num_key_value_heads} vocab={cfg.vocab_size} {prompt_desc} new_tokens={args.max_tokens} "
         f"greedy verification={args.verification} sampled verification="
-        f"{args.sampled_verification} block_size={BLOCK_SIZE}"
+        f"{args.sampled_verification} block_size={BLOCK_SIZE} threads={args.threads}"
     )
     stamp = timestamp()
 
@@ -490,9 +608,11 @@ def main(argv=None):
             synthetic,
         )
         print(f"\n== {workload} ==")
-        print(table(wrows, wmodes, batches))
+        print(table(wrows, wmodes, batches, threads))
         for line in shortfalls(wrows, wmodes, batches):
             print(f"  below goal: {line}")
+        for line in where_it_pays(wrows, wmodes, batches):
+            print(f"  where speculation pays: {line}")
     print(f"\n{config}\n{note}")
     print(
         f"check: {'passed (every mode == plain decoding at batch 1, token for token)' if args.check else 'not run'};"

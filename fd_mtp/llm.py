@@ -473,6 +473,14 @@ class LLM:
         rejected: dict[int, RequestOutput] = {}
         ids: dict[int, str] = {}
         run = self._run(prompts, params, use_tqdm, rejected, ids)
+        # without a stream_callback nobody reads the deltas' text: each request's text is
+        # decoded once, when it finishes (stop strings are still searched token by token)
+        from .engine.engine import LLMEngine
+
+        local = isinstance(self.engine, LLMEngine)  # a tensor-parallel front keeps its default
+        streaming = self.engine.stream_text if local else None
+        if local:
+            self.engine.stream_text = stream_callback is not None
         try:
             for d in run:
                 if stream_callback is not None:
@@ -480,6 +488,9 @@ class LLM:
         except KeyboardInterrupt:
             run.close()  # aborts this call's unfinished requests (a no-op when the generator raised)
             raise GenerationInterrupted(self._partial(prompts, rejected, ids)) from None
+        finally:
+            if local:
+                self.engine.stream_text = streaming
         return [
             rejected[i] if i in rejected else self.engine.pop_output(ids[i])
             for i in range(len(ids) + len(rejected))

@@ -15,8 +15,15 @@ the host side of the per-slot state:
 * **host tensors** (`HOST_KEYS`, `register_host`): the tensors FastDeploy keeps on the CPU
   (``not_need_stop``, ``infer_seed``, ``is_chunk_step``, ``input_ids_cpu``, ...) are written at
   once: host memory, no transfer.
-* **slot metadata** that only the host uses (``chunk``, ``greedy``, ``top_k``, ``top_p``, ``seed``,
-  ``min_tokens``, ``stop_token_ids``).
+* **slot metadata** that only the host uses: sampling (``chunk``, ``greedy``, ``top_k``,
+  ``top_p``, ``seed``, ``min_tokens``, ``stop_ids``: the extra stop token ids, ``[B, S]`` padded
+  with -1, widened on demand by `set_stop_ids`), and the engine's view of the request in each
+  slot (`SLOT_STATE`: ``requests``, the engine's request objects; ``running``, ``prefilled``,
+  ``num_computed``, ``num_output``, ``num_blocks``, ``prompt_len``, ``max_output``,
+  ``ignore_eos``, ``has_stop_str``, ``end``, ``arrival``; step counters ``steps``,
+  ``spec_emitted`` and the histograms ``spec_drafted`` / ``spec_accepted`` ``[B, K + 1]`` of
+  the drafts verified / accepted per decode step), so that a
+  step's scheduling, stop checks and bookkeeping run on whole-batch arrays.
 
 Transfers: one step = at most one `push` (host to device: every mirrored array that changed, every
 staged write and the step's own arrays, e.g. the sampling rows, packed into **one** float64 buffer,
@@ -94,17 +101,19 @@ class TransferStats:
 class _Staged:
     """Pending host writes into one device tensor: values + dirty mask (the last write wins)."""
 
-    __slots__ = ("dirty", "tensor", "values")
+    __slots__ = ("dirty", "pending", "tensor", "values")
 
-    def __init__(self, tensor):
+    def __init__(self, tensor, pending: dict):
         shape = [int(d) for d in tensor.shape]
         self.tensor = tensor
         self.values = np.zeros(shape, _np_dtype(tensor))
         self.dirty = np.zeros(shape, bool)
+        self.pending = pending  # the batch's staged tensors with writes to send
 
     def __setitem__(self, index, value):
         self.values[index] = value
         self.dirty[index] = True
+        self.pending[id(self.tensor)] = self
 
 
 class _HostWrite:
@@ -151,6 +160,7 @@ class InputBatch:
             if key in tensors:
                 self.register_host(tensors[key])
         self._staged: dict[int, _Staged] = {}
+        self._pending: dict[int, _Staged] = {}  # staged tensors written since the last push
         # mirrored per-slot state: the tensors' initial values (read once, at construction)
         self._shadow: dict[str, np.ndarray] = {}
         for key, attr in MIRRORED.items():
@@ -165,7 +175,41 @@ class InputBatch:
         self.top_p = np.ones(B, np.float64)
         self.seed = np.zeros(B, np.int64)
         self.min_tokens = np.zeros(B, np.int64)
-        self.stop_token_ids: list[list[int]] = [[] for _ in range(B)]
+        self.stop_ids = np.full((B, 0), -1, np.int64)
+        # the engine's per-slot view of its request (written at admission and by the step)
+        self.requests = np.full(B, None, object)
+        self.running = np.zeros(B, bool)
+        self.prefilled = np.zeros(B, bool)
+        self.num_computed = np.zeros(B, np.int64)
+        self.num_output = np.zeros(B, np.int64)
+        self.num_blocks = np.zeros(B, np.int64)
+        self.prompt_len = np.zeros(B, np.int64)
+        self.max_output = np.zeros(B, np.int64)  # min(max_tokens, max_model_len - prompt length)
+        self.ignore_eos = np.zeros(B, bool)
+        self.has_stop_str = np.zeros(B, bool)
+        self.end = np.zeros(B, np.int64)  # a prefill chunk's end this step
+        self.arrival = np.zeros(B, np.int64)
+        # step counters, folded into the request's metrics when it leaves the slot
+        self.steps = np.zeros(B, np.int64)
+        self.spec_emitted = np.zeros(B, np.int64)
+        self.spec_drafted = np.zeros((B, 1), np.int64)
+        self.spec_accepted = np.zeros((B, 1), np.int64)
+
+    def set_stop_ids(self, slot: int, ids) -> None:
+        """The extra stop token ids of ``slot`` (``stop_ids[slot]``, -1 padded; the array widens
+        when a request has more than any before)."""
+        ids = np.asarray(list(ids), np.int64)
+        if ids.size > self.stop_ids.shape[1]:
+            wider = np.full((self.max_num_seqs, ids.size), -1, np.int64)
+            wider[:, : self.stop_ids.shape[1]] = self.stop_ids
+            self.stop_ids = wider
+        self.stop_ids[slot] = -1
+        self.stop_ids[slot, : ids.size] = ids
+
+    def set_draft_positions(self, K: int) -> None:
+        """Size the draft histograms (``spec_drafted`` / ``spec_accepted``, 0..K) for K drafts."""
+        self.spec_drafted = np.zeros((self.max_num_seqs, K + 1), np.int64)
+        self.spec_accepted = np.zeros((self.max_num_seqs, K + 1), np.int64)
 
     # -- writes -------------------------------------------------------------------------------------
     def register_host(self, tensor) -> None:
@@ -186,7 +230,7 @@ class InputBatch:
             for key in MIRRORED:
                 if self.tensors.get(key) is tensor:
                     raise ValueError(f"InputBatch: {key} is mirrored; write its host array instead")
-            st = self._staged[id(tensor)] = _Staged(tensor)
+            st = self._staged[id(tensor)] = _Staged(tensor, self._pending)
         return st
 
     def writer(self, tensors: Mapping) -> _Writer:
@@ -197,7 +241,7 @@ class InputBatch:
     @property
     def has_pending(self) -> bool:
         """Whether a `push` has something to send."""
-        return any(st.dirty.any() for st in self._staged.values()) or any(
+        return any(st.dirty.any() for st in self._pending.values()) or any(
             not np.array_equal(getattr(self, attr), self._shadow[key])
             for key, attr in MIRRORED.items()
         )
@@ -226,7 +270,9 @@ class InputBatch:
                 parts.append(self._exact(host, key).reshape(-1))
                 plan.append(("full", t, host.size, _dtype_name(t), [int(d) for d in t.shape]))
                 shadow[...] = host
-        for st in self._staged.values():
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for st in pending:
             if not st.dirty.any():
                 continue
             index = np.nonzero(st.dirty)

@@ -21,11 +21,13 @@ _LAZY = {
     "BlockManager": "block_manager",
     "Sampler": "sampler",
     "ModelRunner": "runner",
+    "StepOutput": "runner",
     "Task": "runner",
     "TaskKind": "runner",
     "IncrementalDetokenizer": "detokenizer",
     "SpeculativeModelRunner": "spec_runner",
     "LLMEngine": "engine",
+    "StepStats": "engine",
 }
 
 __all__ = list(_LAZY)

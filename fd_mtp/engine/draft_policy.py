@@ -17,28 +17,44 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
 * **acceptance**: per slot and for the batch, EMAs of the conditional acceptance rate ``a_i`` of
   each draft position ``i`` (a step that verified ``d`` drafts and accepted ``m`` counts a success
   at positions ``0..m-1`` and, when ``m < d``, a failure at position ``m``; positions not tried
-  keep their value). A new request starts from the batch's rates (one pseudo-trial each).
+  forget slowly, ``FORGET`` per step, towards the batch's rate (a slot's) or the prior (the
+  batch's), so a position once judged bad is tried again; the batch's EMA is updated once per
+  step with the sums over its slots). A new request starts from the batch's rates (one pseudo-trial each).
   Expected tokens of a step verifying ``k`` drafts: ``E(k) = 1 + sum_{j=1..k} prod_{i<j} a_i``,
   which is ``(1 - a^(k+1)) / (1 - a)`` when every ``a_i = a`` (`expected_tokens`); per position
   because real heads differ a lot between positions (the demo model: 0.9 for the first draft,
   0.06 for the second on held-out text).
-* **costs** (`StepCostModel`, measured; tests inject one): target step time ``t(n)`` for ``n`` fed
-  tokens (a line through the EMA of the step time at each measured ``n``), the MTP substep time
-  ``d`` and the proposer's fixed time per call ``p`` (EMAs).
-* **choice**: for every substep count ``s`` in 1..S, each drafting slot takes ``k_b = min(s,
-  cap_b)`` and then, slot by slot, the ``k_b`` in ``0..min(s, cap_b)`` that maximises the batch's
-  expected tokens per second ``sum_b E(k_b, a_b) / (t(sum_b (1 + k_b)) + p + s' d)`` with
-  ``E`` as above and ``s' = max(1, max_b k_b)``; the best ``s`` wins. If
-  plain decoding (``B / t(B)``, no proposer) is faster than the best plan, every slot votes
-  "off" (reason ``"batch_cost"``); a slot whose own best is 0 drafts votes "off" (reason
-  ``"low_acceptance"``). A slot that votes "off" ``adaptive_off_patience`` steps in a row is
-  dropped (its drafter stops: switching back on would need the draft's KV cache of every token
-  decoded meanwhile). A request drafts at least one token during its first
-  ``adaptive_warmup_steps`` decode steps (no vote then) so its acceptance is measured. Votes
-  wait until the proposer was measured ``min_samples`` times. The plain step itself (``B``
-  tokens for ``B`` decoding slots) is measured, not extrapolated: while it was not, a step
-  verifies no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
-  timed; once per batch size, as the cost model keeps its measurements).
+* **costs** (`StepCostModel`, measured on a noisy machine; tests inject one): the target step
+  time ``t(n)`` for ``n`` fed tokens, the MTP substep time ``d`` and the proposer's fixed time
+  per call ``p``. Each is a **window** of the latest measurements (``window``, default 8) whose
+  **median** is the estimate (the minimum while a window holds fewer than 3: timing noise on a
+  loaded machine only ever adds time), so one slow step moves no estimate. ``t(n)`` is a
+  least-squares line (weighted by the samples behind each point) through the per-``n``
+  medians: the target's cost grows with the tokens it verifies. Measurements older than
+  ``max_age`` cost observations are dropped, so every estimate is re-measured on a schedule.
+* **choice**: for every substep count ``s`` in 1..S, the per-slot caps ``k_b`` in
+  ``low_b..min(s, cap_b)`` that maximise the batch's expected tokens per second
+  ``(n_plain + sum_b E(k_b, a_b)) / (t(n_plain + sum_b (1 + k_b)) + p + s' d)`` with ``E`` as
+  above and ``s' = max(1, max_b k_b)``: for the linear ``t`` and a fixed ``s`` the ratio is
+  maximised exactly by Dinkelbach's iteration (each slot independently takes the ``k`` that
+  maximises ``E(k) - rate * slope * k``, then the rate is re-evaluated), all slots at once on
+  arrays; the best ``s`` wins.
+* **plain anchor and re-probing**: the plain step (``B`` tokens for ``B`` decoding slots) is
+  measured, not extrapolated: while the cost model has no fresh measurement at a token count
+  between ``B`` and ``1.25 B`` (none yet, or the last ones aged out), the next `probe_steps`
+  steps verify no draft (a probe: the drafter still runs, the target step of ``B`` tokens is
+  timed) and nothing is judged. Ageing makes the probe recur on a schedule.
+* **switching off**: if plain decoding (``B / t(B)``, no proposer) is faster than the best
+  plan, the step verifies at most one draft per slot (what keeps the acceptance measured) and
+  the batch counts a losing step; only
+  after ``off_windows * window`` losing steps in a row (several windows of evidence, each
+  judgement made on medians) do the slots vote "off" (reason ``"batch_cost"``). A slot whose
+  own best is 0 drafts votes "off" (reason ``"low_acceptance"``). A slot that votes "off"
+  ``adaptive_off_patience`` steps in a row (``max(adaptive_off_patience, window)`` for
+  ``"low_acceptance"``: a slot's EMA is noisier than the batch's) is dropped (its drafter stops: switching back on
+  would need the draft's KV cache of every token decoded meanwhile). A request drafts at least
+  one token during its first ``adaptive_warmup_steps`` decode steps (no vote then) so its
+  acceptance is measured. Votes wait until the proposer was measured ``min_samples`` times.
 * **batch gate** (TensorRT-LLM's acceptance gate, per batch): once slots were switched off
   for "batch_cost" (confident, after the patience), new requests start switched off, except
   the first after every ``explore_every`` (64) steps, whose acceptance keeps the judgement
@@ -49,11 +65,14 @@ SGLang's EMA-driven tiers, TensorRT-LLM's acceptance gate and vLLM's per-batch d
 
 `DraftPolicyMetrics` records the chosen ``k`` per decoding slot and step (histogram), the substeps
 per step (histogram), the recent history (step, mean k, substeps) and the reasons of every switch
-off. Pure numpy; the clock is the caller's (the runner passes measured seconds).
+off. Pure numpy, whole-batch arrays (no loop over slots). The clock is ``clock`` (default
+``time.perf_counter``): the runner reads it at the start and end of each step and passes the
+measured seconds (`observe_costs`); tests pass their own clock or their own seconds.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -61,6 +80,11 @@ import numpy as np
 
 #: why a slot stopped drafting
 OFF_REASONS = ("request", "low_acceptance", "batch_cost")
+#: per-step decay of the batch's acceptance counts at a draft position some slot tried (its
+#: memory: about 10 steps of the whole batch; a slot's own EMA uses ``ema``)
+BATCH_DECAY = 0.9
+#: per-step decay of acceptance counts at a draft position not tried
+FORGET = 0.98
 
 
 def expected_tokens(k, a):
@@ -129,57 +153,98 @@ class DraftPolicyMetrics:
         return f"draft length k histogram [{ks}], substeps [{steps}], switched off: {off}"
 
 
-class StepCostModel:
-    """Measured step costs of this engine.
+class _Window:
+    """The latest ``size`` measurements of one quantity; `estimate` is their median (the minimum
+    while fewer than 3), cached until the next measurement."""
 
-    * target: ``t(n)`` seconds for a step feeding ``n`` tokens: an EMA of the measured time at each
-      ``n`` seen, then a least-squares line through those points (one point: a line through the
-      origin's half, ``t(n) = t0 (1 + n / n0) / 2``; slope and intercept clamped >= 0);
-      `samples` says how often ``n`` itself was measured;
+    __slots__ = ("_estimate", "items")
+
+    def __init__(self, size: int):
+        self.items: deque = deque(maxlen=size)
+        self._estimate = None
+
+    def add(self, value: float) -> None:
+        self.items.append(value)
+        self._estimate = None
+
+    @property
+    def estimate(self) -> float | None:
+        if self._estimate is None and self.items:
+            v = sorted(self.items)
+            n = len(v)
+            self._estimate = (v[(n - 1) // 2] + v[n // 2]) / 2 if n >= 3 else v[0]
+        return self._estimate
+
+
+class StepCostModel:
+    """Measured step costs of this engine, robust to a noisy machine.
+
+    * target: ``t(n)`` seconds for a step feeding ``n`` tokens: per ``n``, a window of the latest
+      ``window`` measurements whose median (the minimum while fewer than 3) is the point at
+      ``n``; then a least-squares line through those points, each weighted by its samples (one
+      point: ``t(n) = t0 (1 + n / n0) / 2``; slope and intercept clamped >= 0);
     * proposer: ``d`` seconds per MTP substep (forward) and ``p`` seconds per call outside the
-      forwards (EMAs).
+      forwards, medians of windows likewise.
+
+    Every ``observe_target`` call is one tick; measurements older than ``max_age`` ticks no
+    longer count (a token count whose measurements all aged out has no point until measured
+    again: the policy re-probes it).
 
     Args:
-        weight: EMA weight of a new measurement, in (0, 1].
+        window: measurements kept per quantity, >= 1.
         skip_first: measurements ignored at each token count (and for the proposer) before the
-            EMA starts: the first step of a new shape pays one-time costs.
+            window fills: the first step of a new shape pays one-time costs.
+        max_age: ticks a measurement counts for (None: for ever).
 
-    >>> m = StepCostModel(weight=1.0)
-    >>> m.observe_target(4, 0.010); m.observe_target(12, 0.014)
-    >>> round(m.target_time(8) * 1e3, 3)
-    12.0
+    >>> m = StepCostModel(window=5)
+    >>> for s in (0.010, 0.011, 0.100, 0.010):  # one 10x-slow step among four
+    ...     m.observe_target(4, s)
+    >>> for s in (0.014, 0.015, 0.014):
+    ...     m.observe_target(12, s)
+    >>> round(m.target_time(4) * 1e3, 3), round(m.target_time(8) * 1e3, 3)
+    (10.5, 12.25)
     """
 
-    def __init__(self, weight: float = 0.2, skip_first: int = 0):
-        if not 0.0 < weight <= 1.0:
-            raise ValueError(f"StepCostModel: weight must be in (0, 1], got {weight!r}")
-        self.weight = float(weight)
+    def __init__(self, window: int = 8, skip_first: int = 0, max_age: int | None = None):
+        if not (isinstance(window, int) and window >= 1):
+            raise ValueError(f"StepCostModel: window must be an int >= 1, got {window!r}")
+        if max_age is not None and not (isinstance(max_age, int) and max_age >= 1):
+            raise ValueError(f"StepCostModel: max_age must be None or an int >= 1, got {max_age!r}")
+        self.window = window
         self.skip_first = int(skip_first)
+        self.max_age = max_age
+        self.tick = 0
         self._seen: Counter = Counter()
         self._count: Counter = Counter()
-        self._target: dict[int, float] = {}
+        # target measurements: one ring of (token count, seconds, tick), newest last
+        cap = max_age if max_age is not None else 4096
+        self._n = np.zeros(cap, np.int64)
+        self._t = np.zeros(cap)
+        self._at = np.full(cap, -(1 << 62), np.int64)
+        self._next = 0
+        self._substep = _Window(window)
+        self._fixed = _Window(window)
         self._line: tuple[float, float] | None = None
-        self.substep: float | None = None
-        self.fixed: float | None = None
-
-    def _ema(self, old, new):
-        return new if old is None else (1.0 - self.weight) * old + self.weight * new
+        self._points: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def observe_target(self, tokens: int, seconds: float) -> None:
         """A measured target step (forward, sampling, verify, update) feeding ``tokens`` tokens."""
         n = int(tokens)
+        self.tick += 1
+        self._line = self._points = None
         if n <= 0 or not seconds > 0:
             return
         self._seen[n] += 1
         if self._seen[n] <= self.skip_first:
             return
-        self._target[n] = self._ema(self._target.get(n), float(seconds))
+        i = self._next % self._n.size
+        self._n[i], self._t[i], self._at[i] = n, float(seconds), self.tick
+        self._next += 1
         self._count[n] += 1
-        self._line = None
 
     def samples(self, tokens) -> int:
         """Measurements taken into account at ``tokens`` fed tokens (``"proposer"``: of the
-        proposer)."""
+        proposer), over the model's life."""
         return self._count[tokens if tokens == "proposer" else int(tokens)]
 
     def observe_proposer(self, substeps: int, forward_seconds: float, run_seconds: float) -> None:
@@ -189,33 +254,79 @@ class StepCostModel:
             if self._seen["proposer"] <= self.skip_first:
                 return
             self._count["proposer"] += 1
-            self.substep = self._ema(self.substep, forward_seconds / substeps)
-            self.fixed = self._ema(self.fixed, max(run_seconds - forward_seconds, 0.0))
+            self._substep.add(forward_seconds / substeps)
+            self._fixed.add(max(run_seconds - forward_seconds, 0.0))
+
+    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(n, seconds, samples)``: every token count with fresh measurements (ascending), the
+        robust estimate of its window (its latest ``window`` fresh measurements: their median,
+        the minimum while fewer than 3) and the window's size. Whole-array work, no loop."""
+        if self._points is None:
+            fresh = self._at > self.tick - (self.max_age or (1 << 62))
+            fresh &= self._at > -(1 << 61)
+            n, t, at = self._n[fresh], self._t[fresh], self._at[fresh]
+            if not n.size:
+                self._points = (n, t, n)
+                return self._points
+            # newest first within each token count, keep the latest `window`
+            order = np.lexsort((-at, n))
+            n, t = n[order], t[order]
+            start = np.concatenate(([0], (n[1:] != n[:-1]).nonzero()[0] + 1))
+            rank = np.arange(n.size) - start.repeat(np.diff(np.append(start, n.size)))
+            keep = rank < self.window
+            n, t = n[keep], t[keep]
+            # per token count: values ascending, then the middle (or the minimum below 3)
+            order = np.lexsort((t, n))
+            n, t = n[order], t[order]
+            start = np.concatenate(([0], (n[1:] != n[:-1]).nonzero()[0] + 1))
+            c = np.diff(np.append(start, n.size))
+            lo, hi = start + (c - 1) // 2, start + c // 2
+            est = np.where(c >= 3, (t[lo] + t[hi]) / 2, t[start])
+            self._points = (n[start], est, c)
+        return self._points
+
+    def fresh_near(self, tokens: int, ratio: float = 1.25) -> bool:
+        """Whether a token count in ``[tokens, ratio * tokens]`` has fresh measurements (the
+        plain step's anchor)."""
+        n = self.points()[0]
+        return bool(((n >= tokens) & (n <= ratio * tokens)).any())
+
+    @property
+    def substep(self) -> float | None:
+        return self._substep.estimate
+
+    @property
+    def fixed(self) -> float | None:
+        return self._fixed.estimate
 
     @property
     def ready(self) -> bool:
         """Whether both the target and the proposer have been measured."""
-        return bool(self._target) and self.substep is not None
+        return self.points()[0].size > 0 and self.substep is not None
 
     def _fit(self) -> tuple[float, float]:
         if self._line is None:
-            n = np.array(sorted(self._target), dtype=np.float64)
-            t = np.array([self._target[int(x)] for x in n])
+            n, t, c = self.points()
+            if not n.size:
+                raise ValueError("StepCostModel.target_time: no target step measured yet")
+            n = n.astype(np.float64)
+            w = c.astype(np.float64)  # least squares weighted by the samples behind each point
             if n.size == 1:
                 alpha, beta = t[0] / 2, t[0] / (2 * n[0])
             else:
-                beta, alpha = np.polyfit(n, t, 1)
+                sw = w.sum()
+                mn, mt = (w * n).sum() / sw, (w * t).sum() / sw
+                beta = (w * (n - mn) * (t - mt)).sum() / (w * (n - mn) ** 2).sum()
+                alpha = mt - beta * mn
                 if beta < 0:
-                    alpha, beta = float(t.mean()), 0.0
+                    alpha, beta = mt, 0.0
                 if alpha < 0:
-                    beta, alpha = float((n * t).sum() / (n * n).sum()), 0.0
+                    beta, alpha = (w * n * t).sum() / (w * n * n).sum(), 0.0
             self._line = (float(alpha), float(beta))
         return self._line
 
     def target_time(self, tokens) -> float:
         """Estimated seconds of a target step feeding ``tokens`` tokens (needs a measurement)."""
-        if not self._target:
-            raise ValueError("StepCostModel.target_time: no target step measured yet")
         alpha, beta = self._fit()
         return alpha + beta * float(tokens)
 
@@ -240,6 +351,8 @@ class FixedDraftPolicy:
     """
 
     adaptive = False
+    #: what the runner reads the step's start and end from
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self, max_num_seqs: int, num_speculative_tokens: int, num_model_steps: int):
         self.K = int(num_speculative_tokens)
@@ -264,13 +377,17 @@ class FixedDraftPolicy:
 
     def observe(self, slot: int, drafted: int, emitted: int) -> None:
         """A decode step of ``slot`` verified ``drafted`` drafts and emitted ``emitted`` tokens."""
+        self.observe_batch(np.array([slot]), np.array([drafted]), np.array([emitted]))
+
+    def observe_batch(self, slots, drafted, emitted) -> None:
+        """`observe` for every decoding slot of a step at once (``[n]`` arrays)."""
 
     def observe_costs(self, **measured) -> None:
         """Measured step costs (unused by a fixed policy)."""
 
     def _record(self, caps, decoding, num_steps):
-        for k in caps[decoding]:
-            self.metrics.k_histogram[int(k)] += 1
+        hist = np.bincount(caps[decoding], minlength=self.K + 1)
+        self.metrics.k_histogram = [a + int(b) for a, b in zip(self.metrics.k_histogram, hist)]
         self.metrics.steps_histogram[int(num_steps)] += 1
         mean = float(caps[decoding].mean()) if decoding.any() else 0.0
         self.metrics.history.append((self._num_plans, mean, int(num_steps)))
@@ -294,11 +411,20 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         off_patience: consecutive "off" votes that switch a slot off.
         adapt_steps: choose the substep count (MTP without n-gram extension); False: always
             ``num_model_steps`` (hybrid mode: the n-gram drafts fill up to K).
-        cost_model: a `StepCostModel` (default: a new one; tests inject theirs).
+        cost_model: a `StepCostModel` (default: a new one with ``window``, ``max_age`` and
+            ``skip_first=1``; tests inject theirs).
         prior: the batch acceptance assumed before anything is measured.
         min_samples: proposer measurements needed before a slot may be voted off.
         explore_every: while the batch gate is closed, the first new request after this many
             steps drafts (an exploration).
+        window: steps per window of evidence (and the default cost model's window).
+        off_windows: windows of consecutive steps in which plain decoding must be judged faster
+            before the slots vote "off" for the batch's cost.
+        probe_steps: steps of one probe of the plain step.
+        max_age: the default cost model's ``max_age`` (cost observations a measurement counts
+            for; this is the re-probing schedule).
+        clock: seconds as a float (default ``time.perf_counter``): what the runner times the
+            step with.
     """
 
     adaptive = True
@@ -317,23 +443,43 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         prior: float = 0.5,
         min_samples: int = 3,
         explore_every: int = 64,
+        window: int = 8,
+        off_windows: int = 2,
+        probe_steps: int = 3,
+        max_age: int = 256,
+        clock=None,
     ):
         super().__init__(max_num_seqs, num_speculative_tokens, num_model_steps)
         if not 0.0 < ema <= 1.0:
             raise ValueError(f"AdaptiveDraftPolicy: ema must be in (0, 1], got {ema!r}")
+        for name, value in (
+            ("explore_every", explore_every),
+            ("window", window),
+            ("off_windows", off_windows),
+            ("probe_steps", probe_steps),
+        ):
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"AdaptiveDraftPolicy: {name} must be an int >= 1, got {value!r}")
         self.decay = 1.0 - float(ema)
         self.warmup_steps = int(warmup_steps)
         self.off_patience = int(off_patience)
         self.adapt_steps = bool(adapt_steps)
         self.min_samples = int(min_samples)
-        if not (isinstance(explore_every, int) and explore_every >= 1):
-            raise ValueError(
-                f"AdaptiveDraftPolicy: explore_every must be an int >= 1, got {explore_every!r}"
-            )
         self.explore_every = explore_every
+        self.window = window
+        self.off_windows = off_windows
+        self.probe_steps = probe_steps
+        if clock is not None:
+            self.clock = clock
         self.gate_closed = False  # the last confident judgement: plain decoding is faster
         self._closed_steps = 0  # steps planned since the gate closed or the last exploration
-        self.costs = StepCostModel(skip_first=1) if cost_model is None else cost_model
+        self._losing = 0  # consecutive steps judged: plain decoding is faster
+        self._probing = 0  # probe steps left
+        self.costs = (
+            StepCostModel(window=window, skip_first=1, max_age=max_age)
+            if cost_model is None
+            else cost_model
+        )
         B, K = max_num_seqs, self.K
         # per-slot state (the one owner): EMA sums of successes and trials per draft position,
         # decode steps seen, consecutive "off" votes
@@ -341,13 +487,15 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.trials = np.zeros((B, K))
         self.seen = np.zeros(B, np.int64)
         self.streak = np.zeros(B, np.int64)
-        self.batch_succ = np.full(K, float(prior))
-        self.batch_trials = np.ones(K)
+        self.prior = float(prior)
+        self.batch_succ = np.zeros(K)
+        self.batch_trials = np.zeros(K)
 
     @property
     def batch_acceptance(self) -> np.ndarray:
-        """``[K]``: the batch's EMA of the conditional acceptance rate per draft position."""
-        return self.batch_succ / self.batch_trials
+        """``[K]``: the batch's EMA of the conditional acceptance rate per draft position, with
+        ``prior`` as one pseudo-trial."""
+        return (self.batch_succ + self.prior) / (self.batch_trials + 1.0)
 
     def acceptance(self, slots=None) -> np.ndarray:
         """``[n, K]`` per-slot EMA acceptance per position, the batch's as a one-trial prior."""
@@ -370,21 +518,36 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.off[slot] = True
         self.metrics.off_reasons["batch_cost"] += 1
 
-    def observe(self, slot: int, drafted: int, emitted: int) -> None:
-        if drafted <= 0:
+    def observe_batch(self, slots, drafted, emitted) -> None:
+        """Acceptance of one step's decoding slots: a slot that verified ``d`` drafts and emitted
+        ``e`` tokens accepted ``m = e - 1`` (successes at positions ``0..m-1``, a failure at
+        ``m`` when ``m < d``; slots with ``d = 0`` say nothing). The batch's EMA takes one
+        update per step, the sums over its slots (so its memory is in steps, whatever the
+        batch size)."""
+        slots = np.asarray(slots, np.int64)
+        d = np.minimum(np.asarray(drafted, np.int64), self.K)
+        keep = d > 0
+        if not keep.any():
             return
-        d = min(int(drafted), self.K)
-        m = max(0, min(int(emitted) - 1, d))
-        tried = min(m + 1, d)  # positions 0..m-1 accepted, position m rejected (when m < d)
-        hit = np.zeros(self.K)
-        hit[:m] = 1.0
-        for succ, trials in (
-            (self.succ[slot], self.trials[slot]),
-            (self.batch_succ, self.batch_trials),
-        ):
-            succ[:tried] = self.decay * succ[:tried] + hit[:tried]
-            trials[:tried] = self.decay * trials[:tried] + 1.0
-        self.seen[slot] += 1
+        slots, d = slots[keep], d[keep]
+        m = np.clip(np.asarray(emitted, np.int64)[keep] - 1, 0, d)
+        pos = np.arange(self.K)
+        tried = pos < np.minimum(m + 1, d)[:, None]  # [n, K]
+        hit = (pos < m[:, None]).astype(np.float64)
+        g = self.decay
+        # positions a slot did not try forget slowly (FORGET), back towards the batch's rate
+        self.succ[slots] = np.where(tried, g * self.succ[slots] + hit, FORGET * self.succ[slots])
+        self.trials[slots] = np.where(
+            tried, g * self.trials[slots] + 1.0, FORGET * self.trials[slots]
+        )
+        # the batch EMA: one update per step with the step's counts (steps, not slots, age it);
+        # a position no slot tried forgets slowly (FORGET per step), back towards the prior, so
+        # a position once judged bad is tried again
+        any_tried = tried.any(axis=0)
+        decay = np.where(any_tried, BATCH_DECAY, FORGET)
+        self.batch_succ = decay * self.batch_succ + (hit * tried).sum(axis=0)
+        self.batch_trials = decay * self.batch_trials + tried.sum(axis=0)
+        self.seen[slots] += 1
 
     def observe_costs(
         self,
@@ -401,32 +564,46 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
         self.costs.observe_target(tokens, target_seconds)
         self.costs.observe_proposer(substeps, forward_seconds, proposer_seconds)
 
-    def _best_caps(self, s: int, limit, a, warm, n_plain: int):
-        """Per-slot caps when a slot may verify up to ``s`` drafts, and the plan's expected rate
-        (tokens / second)."""
+    def _best_caps(self, limit, table, warm, n_plain: int):
+        """The best plan over the substep counts: for each ``s``, the per-slot caps when a slot
+        may verify up to ``s`` drafts (Dinkelbach's iteration on the ratio), all ``s`` and all
+        slots at once on arrays; returns the caps of the best ``s`` (the smallest within 1e-9)
+        and its expected rate (tokens / second)."""
         costs = self.costs
-        k = np.minimum(limit, s)
-        low = np.where(warm, np.minimum(1, k), 0)
-        table = expected_tokens_table(a)  # [n, K + 1]
-        E = table[np.arange(k.size), k]
-        total_e = n_plain + float(E.sum())
-        beta = costs.per_token
-        shared = costs.proposer_time(s if self.adapt_steps else self.num_model_steps)
-        t_now = costs.target_time(n_plain + float((1 + k).sum())) + shared
-        # one coordinate pass: each slot's best k with the others fixed, judged by the target's
-        # marginal cost (the substeps are shared by the batch; the plan is priced again below
-        # with the substeps its caps need)
-        for i in range(k.size):
-            cand = np.arange(low[i], k[i] + 1)
-            e_i = table[i, cand]
-            t = t_now + beta * (cand - k[i])
-            j = int(np.argmax((total_e - E[i] + e_i) / t))
-            total_e += e_i[j] - E[i]
-            t_now = float(t[j])
-            E[i], k[i] = e_i[j], cand[j]
-        steps = max(1, int(k.max(initial=0))) if self.adapt_steps else self.num_model_steps
-        tokens = n_plain + float((1 + k).sum())
-        return k, total_e / (costs.target_time(tokens) + costs.proposer_time(steps))
+        S = self.num_model_steps
+        s = np.arange(1, S + 1) if self.adapt_steps else np.array([self.K])
+        top = np.minimum(limit[None, :], s[:, None])  # [m, n]
+        low = np.where(warm[None, :], np.minimum(1, top), 0)
+        cols = np.arange(table.shape[1])
+        allowed = (cols >= low[..., None]) & (cols <= top[..., None])  # [m, n, K + 1]
+        masked = np.where(allowed, table[None], -np.inf)
+        rows = np.arange(table.shape[0])
+        alpha, beta = costs._fit()
+        fixed, substep = costs.fixed or 0.0, costs.substep or 0.0
+        shared = alpha + fixed + substep * (s if self.adapt_steps else S)  # [m]
+        k = top
+
+        def rate_of(k):
+            e = table[rows, k]  # [m, n]
+            return (n_plain + np.add.reduce(e, axis=1)) / (
+                shared + beta * (n_plain + np.add.reduce(1 + k, axis=1))
+            )
+
+        rate = rate_of(k)
+        for _ in range(8):
+            cand = np.argmax(masked - (rate * beta)[:, None, None] * cols, axis=2)
+            new = rate_of(cand)
+            better = new > rate * (1 + 1e-12)
+            if not better.any():
+                break
+            k = np.where(better[:, None], cand, k)
+            rate = np.where(better, new, rate)
+        steps = np.maximum(1, k.max(axis=1)) if self.adapt_steps else np.full(s.size, S)
+        tokens = n_plain + np.add.reduce(1 + k, axis=1)
+        e = np.add.reduce(table[rows, k], axis=1)
+        r = (n_plain + e) / (alpha + beta * tokens + fixed + substep * steps)
+        i = int((r >= r.max() / (1 + 1e-9)).nonzero()[0][0])
+        return k[i], float(r[i])
 
     def plan(self, decoding: np.ndarray) -> DraftPlan:
         B = self.cap.size
@@ -441,37 +618,47 @@ class AdaptiveDraftPolicy(FixedDraftPolicy):
             self._record(caps, decoding, steps)
             return DraftPlan(steps, caps, [])
         slots = np.flatnonzero(drafting)
+        n_dec = int(decoding.sum())
+        if self._probing == 0 and not self.costs.fresh_near(n_dec):
+            self._probing = self.probe_steps  # no fresh plain step near this batch: probe
+        if self._probing:
+            # a probe: the target step of n_dec tokens is timed; nothing is judged
+            self._probing -= 1
+            new_caps = np.zeros(B, np.int64)
+            steps = 1 if self.adapt_steps else self.num_model_steps
+            self._record(new_caps, decoding, steps)
+            return DraftPlan(steps, new_caps, [])
         limit = caps[slots]
-        a = self.acceptance(slots)
+        table = expected_tokens_table(self.acceptance(slots))
         warm = self.seen[slots] < self.warmup_steps
         n_plain = int((decoding & self.off).sum())
-        best = None
-        for s in range(1, self.num_model_steps + 1) if self.adapt_steps else [self.K]:
-            k, r = self._best_caps(s, limit, a, warm, n_plain)
-            if best is None or r > best[1] * (1 + 1e-9):
-                best = (k, r)
-        k, r = best
-        n_dec = int(decoding.sum())
+        k, r = self._best_caps(limit, table, warm, n_plain)
         plain_rate = n_dec / self.costs.target_time(n_dec)
         drop = []
         reason = "low_acceptance"
         confident = self.costs.samples("proposer") >= self.min_samples
-        if not self.costs.samples(n_dec):
-            vote = np.zeros(slots.size, bool)  # probe: time the plain step before judging it
-            k = np.zeros_like(k)
-        elif r < plain_rate:
+        if r < plain_rate:
+            # plain decoding is judged faster: verify at most one draft per slot (the cheapest
+            # step that still measures the acceptance the judgement rests on); vote off only
+            # after off_windows windows of such steps in a row
+            self._losing += 1
             reason = "batch_cost"
-            vote = ~warm & confident
-            k = np.where(warm, np.minimum(k, 1), 0)
-
+            vote = ~warm & confident & (self._losing >= self.off_windows * self.window)
+            k = np.minimum(k, 1)
         else:
+            self._losing = 0
             vote = (k == 0) & ~warm & confident
             self.gate_closed = self.gate_closed and not confident
         self.streak[slots] = np.where(vote, self.streak[slots] + 1, 0)
-        for b in slots[self.streak[slots] >= self.off_patience]:
-            drop.append((int(b), reason))
-            self.off[b] = True
-            self.metrics.off_reasons[reason] += 1
+        # a slot's own "no draft" votes (noisier: its EMA) need a window of them in a row
+        patience = (
+            self.off_patience if reason == "batch_cost" else max(self.off_patience, self.window)
+        )
+        gone = slots[self.streak[slots] >= patience]
+        if gone.size:
+            drop = [(int(b), reason) for b in gone]
+            self.off[gone] = True
+            self.metrics.off_reasons[reason] += int(gone.size)
         if reason == "batch_cost" and drop and not self.gate_closed:
             # slots switched off for the batch's cost (after the patience): close the gate
             self.gate_closed, self._closed_steps = True, 0

@@ -200,6 +200,9 @@ class PrefillEngine(LLMEngine):
         self._last_slots = {req.request_id: slot for slot, (req, _) in plan.items()}
         return tasks, decode_slots, plan
 
+    def _schedule_fast(self):
+        return None  # every step goes through `_schedule` (it records the slots handed off)
+
     def _send_first_tokens(self) -> None:
         """The plain engine's ``mtp_save_first_token`` message: [first token, -1] per handed-off
         slot (the same wire format the MTP proposer sends)."""
@@ -273,6 +276,7 @@ class DecodeEngine(LLMEngine):
             req.metrics.spec = SpeculativeMetrics(runner.num_speculative_tokens)
         self.requests[rid] = req
         self.running.append(req)
+        self._bind(req)
         # the runner's own insertion (sampling rows, prompt, block row, pre_ids[1] = t0,
         # step_idx 1), then the decode-role state (spec §4.2)
         tokens = req.all_token_ids

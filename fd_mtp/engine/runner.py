@@ -33,6 +33,8 @@ device-to-host transfer (the sampled tokens); the update after sampling runs on 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .. import ops
@@ -42,7 +44,45 @@ from .block_manager import blocks_for
 from .sampler import Sampler, SamplingRows, logprob_entries, token_logprobs, uniforms
 from .sampling_params import SamplingParams
 
-__all__ = ["ModelRunner", "Task", "TaskKind", "pack_step"]
+__all__ = ["ModelRunner", "StepOutput", "Task", "TaskKind", "pack_step"]
+
+
+@dataclass
+class StepOutput:
+    """What one `ModelRunner.execute_model` call hands the engine, as whole-batch arrays.
+
+    Attributes:
+        slots: ``[n]`` int64, the slots that ran, ascending.
+        counts: ``[n]`` int64, tokens each emitted (1 for plain decoding and a prefill chunk;
+            accepted drafts + 1 for a speculative decode).
+        tokens: ``[sum(counts)]`` int64, the emitted tokens, slot after slot.
+        drafted: ``[n]`` int64, drafts each slot had verified (0: plain, prefill).
+        stopped: ``[n]`` bool, the ops ended the slot's request (``stop_handling="ops"``).
+    """
+
+    slots: np.ndarray
+    counts: np.ndarray
+    tokens: np.ndarray
+    drafted: np.ndarray = field(default=None)
+    stopped: np.ndarray = field(default=None)
+
+    def __post_init__(self):
+        n = self.slots.size
+        if self.drafted is None:
+            self.drafted = np.zeros(n, np.int64)
+        if self.stopped is None:
+            self.stopped = np.zeros(n, bool)
+
+    @classmethod
+    def empty(cls) -> StepOutput:
+        z = np.zeros(0, np.int64)
+        return cls(z, z, z)
+
+    def to_dict(self) -> dict[int, list[int]]:
+        """``{slot: [tokens]}`` (tests, debugging)."""
+        ends = np.cumsum(self.counts)
+        flat = self.tokens.tolist()
+        return {int(b): flat[e - c : e] for b, c, e in zip(self.slots, self.counts.tolist(), ends)}
 
 
 class ModelRunner:
@@ -60,7 +100,7 @@ class ModelRunner:
     What the engine reads (the speculative runner overrides them): ``max_num_seqs``,
     ``max_model_len``, ``block_size``, ``num_blocks``, ``vocab_size``, ``eos_token_ids``,
     ``num_speculative_tokens``, ``lookahead``, ``decode_tokens``, ``max_extra_positions``,
-    ``spec_config`` (None), ``proposer`` (None) and ``last_drafted`` (``{}``).
+    ``spec_config`` (None) and ``proposer`` (None). `execute_model` returns a `StepOutput`.
     """
 
     #: drafts verified per step (0: plain decoding; the speculative runner sets K)
@@ -114,8 +154,6 @@ class ModelRunner:
         self.share_inputs = self._init_share_inputs(self.max_num_seqs)
         #: the one owner of per-slot state; ``share_inputs`` is its dict of device tensors
         self.input_batch = InputBatch(self.share_inputs)
-        #: drafts each slot had verified in the last step (speculative runner; always {} here)
-        self.last_drafted: dict[int, int] = {}
         #: SamplingParams.logprobs of each slot (-1: off)
         self.logprobs_k = np.full(self.max_num_seqs, -1, np.int64)
         #: ``{slot: [{token id: Logprob}, ...]}``: one entry per token the last step returned, for
@@ -284,7 +322,10 @@ class ModelRunner:
         ib.top_p[b] = p.top_p
         ib.seed[b] = seed
         ib.min_tokens[b] = p.min_tokens
-        ib.stop_token_ids[b] = list(p.stop_token_ids)
+        ib.set_stop_ids(b, p.stop_token_ids)
+        ib.ignore_eos[b] = p.ignore_eos
+        ib.has_stop_str[b] = bool(p.stop_list)
+        ib.max_output[b] = min(p.max_tokens, self.max_model_len - prompt_len)
         self.logprobs_k[b] = -1 if p.logprobs is None else p.logprobs
 
     # -- one step -----------------------------------------------------------------------------------
@@ -332,7 +373,7 @@ class ModelRunner:
             max_seq_len=self.max_model_len,
         )
 
-    def execute_model(self, decode_slots) -> dict[int, int]:
+    def execute_model(self, decode_slots) -> StepOutput:
         """Run one packed step.
 
         ``decode_slots``: the decoding slots that run this step (``seq_lens_this_time = 1``, token
@@ -340,11 +381,11 @@ class ModelRunner:
         since the last step run their chunk.
 
         Returns:
-            ``{slot: sampled token}`` for every slot that ran, including non-final prefill chunks
-            (whose token the engine discards, as FastDeploy does).
+            a `StepOutput`: one sampled token for every slot that ran, including non-final
+            prefill chunks (whose token the engine discards, as FastDeploy does).
         """
         ib = self.input_batch
-        decode_slots = np.asarray(sorted(decode_slots), dtype=np.int64)
+        decode_slots = np.sort(np.asarray(decode_slots, dtype=np.int64).reshape(-1))
         prefill = (ib.enc > 0) & ~ib.stop
         decoding = (ib.enc == 0) & ~ib.stop
         ib.this_time[decoding] = 0
@@ -353,7 +394,7 @@ class ModelRunner:
             raise ValueError("execute_model: a decode slot is prefilling or stopped")
         ran = np.flatnonzero(ib.this_time > 0)
         if ran.size == 0:
-            return {}
+            return StepOutput.empty()
         rows = self._rows(ran)
         rows.device = ib.push(rows.arrays())  # the step's one host-to-device transfer
         meta, _, logits = self._forward()
@@ -364,7 +405,7 @@ class ModelRunner:
         ]  # the one D2H
         self.last_logprobs = {} if raw is None else self._logprobs(raw, ran, tokens, [1] * ran.size)
         self._update(ran, tokens, prefill)
-        return {int(b): int(t) for b, t in zip(ran, tokens)}
+        return StepOutput(ran, np.ones(ran.size, np.int64), tokens.astype(np.int64))
 
     # -- logprobs (SamplingParams.logprobs) --------------------------------------------------------
     def _raw_logits(self, logits, ran: np.ndarray):
@@ -411,15 +452,13 @@ class ModelRunner:
 
     def _banned(self, slots: np.ndarray, index: np.ndarray):
         """(row, token id) pairs masked while a request's ``min_tokens`` is not reached: its extra
-        stop token ids (row r samples token number ``index[r]`` of request ``slots[r]``)."""
+        stop token ids (row r samples token number ``index[r]`` of request ``slots[r]``); rows in
+        order, each row's ids in the request's order."""
         ib = self.input_batch
-        rows_b, rows_t = [], []
-        for r, (b, i) in enumerate(zip(slots, index)):
-            if ib.stop_token_ids[b] and i < ib.min_tokens[b]:
-                ids = [t for t in ib.stop_token_ids[b] if t < self.vocab_size]
-                rows_b += [r] * len(ids)
-                rows_t += ids
-        return np.asarray(rows_b, np.int64), np.asarray(rows_t, np.int64)
+        ids = ib.stop_ids[slots]  # [R, S], -1 padded
+        on = (ids >= 0) & (ids < self.vocab_size) & (index < ib.min_tokens[slots])[:, None]
+        rows, cols = np.nonzero(on)
+        return rows.astype(np.int64), ids[rows, cols]
 
     def _rows(self, ran: np.ndarray) -> SamplingRows:
         ib = self.input_batch

@@ -39,14 +39,13 @@ slot on the drafts verified at the next step, applied by truncating the target's
 ``seq_lens_this_time`` (1 + drafts, as ``draft_model_postprocess`` / the n-gram fill left it) to
 ``1 + cap`` on the device, and the slots to switch off (`MTPProposer.drop`: the op's
 ``batch_drop`` flag). "fixed" caps a request at ``SamplingParams.max_draft_tokens`` only;
-"adaptive" chooses from measured acceptance and step costs (``time.perf_counter``, decode
-steps only: the proposer's time, and the rest of the step, i.e. the whole `execute_model` call
-minus the proposer plus the engine's time since the previous call when steps run back to
-back; on a GPU the step's one device-to-host transfer is where the device work is waited
-for). With
-``draft_sampling`` the proposer samples its drafts (uniforms: a pure function of the request seed,
-the step and the substep, pushed with the step's transfer) and verification gets their
-probabilities as ``draft_probs``.
+"adaptive" chooses from measured acceptance and step costs (the policy's ``clock``,
+``time.perf_counter`` by default; decode steps only: the proposer's time, and the rest of the
+step, i.e. the whole `execute_model` call minus the proposer plus the engine's time since the
+previous call when steps run back to back; on a GPU the step's one device-to-host transfer is
+where the device work is waited for). With ``draft_sampling`` the proposer samples its drafts
+(uniforms: a pure function of the request seed, the step and the substep, pushed with the step's
+transfer) and verification gets their probabilities as ``draft_probs``.
 
 Stopping (``SpeculativeConfig.stop_handling``; plain decoding, `ModelRunner`, always stops on the
 host in the engine's own loop, with no stop op):
@@ -102,15 +101,13 @@ counts repeats over the accepted history only, not over the earlier drafts of th
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .. import ops
 from ..config import MAX_STOP_SEQS, SpeculativeConfig
 from ..proposer import make_proposer
 from .draft_policy import make_draft_policy
-from .runner import ModelRunner, Task, TaskKind
+from .runner import ModelRunner, StepOutput, Task, TaskKind
 from .sampler import SamplingRows, uniforms
 from .sampling_params import SEED_MODULUS
 
@@ -176,7 +173,7 @@ class SpeculativeModelRunner(ModelRunner):
         #: is never listed: its next chunk's insertion restarts it, as upstream)
         self.last_stopped: set[int] = set()
         # "ops": slots whose drafting `_drop_stopped_drafts` switched off, and how many times
-        self._draft_dropped: set[int] = set()
+        self._draft_dropped = np.zeros(self.max_num_seqs, bool)
         self.num_draft_stop_drops = 0
         self.verify_seed = int(seed)
         self.num_steps = 0
@@ -258,10 +255,10 @@ class SpeculativeModelRunner(ModelRunner):
                     policy.start(t.slot, None if t.params is None else t.params.max_draft_tokens)
                 if policy.off[t.slot] and self._mtp:
                     self.proposer.drop([t.slot])  # every chunk's insertion clears the flag
-                self._draft_dropped.discard(t.slot)
+                self._draft_dropped[t.slot] = False
             elif t.kind is TaskKind.PREEMPTED:
                 policy.release(t.slot)
-                self._draft_dropped.discard(t.slot)
+                self._draft_dropped[t.slot] = False
 
     def _drop_stopped_drafts(self, ran: np.ndarray, draft_stop: np.ndarray) -> None:
         """stop_handling "ops": switch drafting off (`MTPProposer.drop`, until the request's next
@@ -273,22 +270,20 @@ class SpeculativeModelRunner(ModelRunner):
         (upstream reads outside the KV cache; fd_mtp's attention refuses). The request decodes
         on without drafts; the output is unchanged."""
         ib, off = self.input_batch, self.draft_policy.off
-        new = [
-            int(b)
-            for b in ran
-            if draft_stop[b]
-            and not ib.stop[b]
-            and not ib.chunk[b]
-            and not off[b]
-            and int(b) not in self._draft_dropped
+        new = ran[
+            draft_stop[ran].astype(bool)
+            & ~ib.stop[ran]
+            & ~ib.chunk[ran]
+            & ~off[ran]
+            & ~self._draft_dropped[ran]
         ]
-        if new:
+        if new.size:
             self.proposer.drop(new)
-            self._draft_dropped.update(new)
-            self.num_draft_stop_drops += len(new)
+            self._draft_dropped[new] = True
+            self.num_draft_stop_drops += int(new.size)
 
     # -- one step -----------------------------------------------------------------------------------
-    def execute_model(self, decode_slots) -> dict[int, list[int]]:
+    def execute_model(self, decode_slots) -> StepOutput:
         """Run one speculative step.
 
         ``decode_slots`` must list every decoding slot (each feeds its last token and its drafts).
@@ -296,20 +291,23 @@ class SpeculativeModelRunner(ModelRunner):
         stopped for the step; its next chunk re-activates it).
 
         Returns:
-            ``{slot: tokens}``: the tokens each running slot emitted (accepted drafts + the bonus or
-            correction token; one token for a prefill chunk). ``last_drafted[slot]`` holds how many
-            drafts the slot had verified.
+            a `StepOutput`: the tokens each running slot emitted (accepted drafts + the bonus or
+            correction token; one token for a prefill chunk), the drafts each had verified
+            (``drafted``) and, with ``stop_handling="ops"``, whether the ops ended it (``stopped``).
         """
         import paddle
 
-        t0 = time.perf_counter()
+        clock = self.draft_policy.clock
+        t0 = clock()
         ib = self.input_batch
         self.last_stopped = set()
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
-        missing = sorted(set(np.flatnonzero(decoding).tolist()) - {int(b) for b in decode_slots})
-        if missing:
+        scheduled = np.zeros(self.max_num_seqs, bool)
+        scheduled[np.asarray(decode_slots, np.int64).reshape(-1)] = True
+        missing = np.flatnonzero(decoding & ~scheduled)
+        if missing.size:
             raise ValueError(
-                f"execute_model: decoding slots {missing} were not scheduled; speculative "
+                f"execute_model: decoding slots {missing.tolist()} were not scheduled; speculative "
                 "decoding runs every decoding request every step"
             )
         parked = (ib.enc == 0) & ~ib.stop & ib.chunk
@@ -321,7 +319,7 @@ class SpeculativeModelRunner(ModelRunner):
             )
         ran = np.flatnonzero(ib.this_time > 0)
         if ran.size == 0:
-            return {}
+            return StepOutput.empty()
         si = self.share_inputs
         prefilling = ib.enc[ran] > 0
         counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
@@ -431,37 +429,34 @@ class SpeculativeModelRunner(ModelRunner):
             pulled["draft_stop"] = self.proposer.model_inputs["stop_flags"]
         host = ib.pull(pulled, mirrored=True)
         num, acc = host["accept_num"].reshape(-1), host["accept_tokens"]
-        result = {int(b): [int(x) for x in acc[b, : num[b]]] for b in ran}
+        emitted = num[ran].astype(np.int64)
+        tokens = acc[ran][np.arange(acc.shape[1])[None, :] < emitted[:, None]]  # slot after slot
         self.last_logprobs = (
             {}
             if accepted_rows is None
-            else self._logprobs(
-                accepted_rows[: int(num[ran].sum())],
-                ran,
-                [t for b in ran for t in result[int(b)]],
-                num[ran],
-            )
+            else self._logprobs(accepted_rows[: int(emitted.sum())], ran, tokens, emitted)
         )
         # drafts compared by verify: all of them, unless the op ended the request inside the run
         # (max_dec_len, "ops": an end token or a stop sequence): then only those before the end.
         # (The proposer never writes the target's stop_flags, so the pulled flags are the verify
         # and stop-sequence ops'.)
-        stopped = ib.stop
+        stopped = ib.stop[ran]
         if self.ops_stop:
-            self.last_stopped = {int(b) for b in ran if stopped[b] and not ib.chunk[b]}
+            ended = stopped & ~ib.chunk[ran]
+            self.last_stopped = set(ran[ended].tolist())
             if self._mtp:
                 self._drop_stopped_drafts(ran, host["draft_stop"].reshape(-1))
-        self.last_drafted = {
-            int(b): int(0 if p else (min(c - 1, num[b] - 1) if stopped[b] else c - 1))
-            for b, p, c in zip(ran, prefilling, counts)
-        }
+        else:
+            ended = np.zeros(ran.size, bool)
+        drafted = np.where(
+            prefilling, 0, np.where(stopped, np.minimum(counts - 1, emitted - 1), counts - 1)
+        ).astype(np.int64)
         policy = self.draft_policy
-        for b, p, c in zip(ran, prefilling, counts):
-            if not p:
-                policy.observe(int(b), int(c) - 1, len(result[int(b)]))
+        decoded = ~prefilling
+        policy.observe_batch(ran[decoded], counts[decoded] - 1, emitted[decoded])
         # the step's cost: this call, plus the engine's time since the previous call when it ran
         # back to back (scheduling, stop checks: paid once per step, plain or speculative)
-        t_end = time.perf_counter()
+        t_end = clock()
         in_call = t_end - t0
         gap = 0.0 if self._last_step_end is None else t0 - self._last_step_end
         self._last_step_end = t_end
@@ -475,7 +470,7 @@ class SpeculativeModelRunner(ModelRunner):
                 proposer_seconds=proposer_seconds,
             )
         self.num_steps += 1
-        return result
+        return StepOutput(ran, emitted, tokens.astype(np.int64), drafted, ended)
 
     def _draft_sampling_arrays(self, ran: np.ndarray, counts: np.ndarray) -> dict:
         """The step arrays of draft sampling: ``draft_greedy`` [B], ``draft_uniform`` [B, S]

@@ -430,9 +430,9 @@ class MTPProposer:
                 f"MTPProposer.prepare_steps: num_steps must be in [1, {self.num_model_steps}], "
                 f"got {num_steps!r}"
             )
-        for b in self._inserted:
-            self._w["recompute_token_num"][b] = steps - 1
-        self._inserted.clear()
+        if self._inserted:
+            self._w["recompute_token_num"][np.fromiter(self._inserted, np.int64)] = steps - 1
+            self._inserted.clear()
 
     def drop(self, slots) -> None:
         """Stop drafting for ``slots`` until their next insertion: their ``batch_drop`` flag (the
@@ -440,8 +440,9 @@ class MTPProposer:
         §6.1 quirk) is set, so ``draft_model_preprocess`` stops their draft and
         ``draft_model_postprocess`` gives the target ``seq_lens_this_time = 1``: plain decoding
         through the ops' normal paths. Staged: takes effect with the next push."""
-        for b in slots:
-            self._w["is_block_step"][int(b)] = True
+        slots = np.asarray(slots, np.int64).reshape(-1)
+        if slots.size:
+            self._w["is_block_step"][slots] = True
 
     def run(
         self,

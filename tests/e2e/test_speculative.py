@@ -622,7 +622,7 @@ class FrozenCosts(StepCostModel):
     function of the acceptance it sees."""
 
     def __init__(self, alpha, beta, substep):
-        super().__init__(weight=1.0)
+        super().__init__(window=1)
         for n in range(1, 65):
             super().observe_target(n, alpha + beta * n)
         for _ in range(4):
@@ -644,8 +644,9 @@ def test_adaptive_choices_follow_acceptance_and_costs(ckpts, which, substep, dra
     switches speculation off when they are never right or too expensive; output stays plain."""
     llm = llm_for(ckpts[which], mtp(3, draft_policy="adaptive"))
     r = llm.runner
+    # windows of 2 steps: a switch-off needs 2 x 2 losing steps in a row (the requests are short)
     r.draft_policy = AdaptiveDraftPolicy(
-        r.max_num_seqs, 3, 3, cost_model=FrozenCosts(0.01, 0.0005, substep)
+        r.max_num_seqs, 3, 3, cost_model=FrozenCosts(0.01, 0.0005, substep), window=2
     )
     ps = prompts([6, 2, 11, 8], seed=91)
     params = [SamplingParams(max_tokens=n, **GREEDY) for n in [24, 18, 20, 30]]

@@ -70,7 +70,20 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
         "acceptance_pos1",
         "acceptance_pos2",
         "proposer_host_ms_per_step",
+        "t_step",
+        "t_target",
+        "t_draft",
+        "substeps",
+        "t_host",
     }
+    for b in ("1", "3"):
+        # the cost split adds up to the decode step; hybrid_k3 runs one MTP substep per step
+        parts = got[("mtp_k2", b, "t_target")] + got[("mtp_k2", b, "t_host")]
+        parts += got[("mtp_k2", b, "substeps")] * got[("mtp_k2", b, "t_draft")]
+        assert parts == pytest.approx(got[("mtp_k2", b, "t_step")], rel=1e-3, abs=2e-3)
+        assert got[("hybrid_k3", b, "substeps")] == 1.0 and got[("mtp_k2", b, "substeps")] == 2.0
+        assert got[("plain", b, "t_draft")] == 0.0 and got[("plain", b, "t_step")] > 0
+    assert "threads: paddle 1" in out and "pred" in out and "where speculation pays: mtp_k2" in out
 
 
 def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):

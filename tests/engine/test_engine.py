@@ -330,3 +330,38 @@ def test_mid_run_arrivals_with_preemption_and_chunks():
     for p, k, rid in zip(ps, n, ids):
         assert engine.pop_output(rid).token_ids == naive_greedy(tiny_model(), p, k)
     assert engine.block_manager.num_free == 9
+
+
+def test_text_streamed_or_decoded_once_at_the_end():
+    """With a tokenizer, a request's text is the same whether it streams (deltas carry it step
+    by step) or not (``LLMEngine.stream_text`` False, as `LLM.generate` without a callback: one
+    decode when it finishes, the last delta carries it all); a stop by a stop token id leaves
+    that token's text out, as an EOS."""
+    tok = CharTokenizer()
+    ps = prompts([6, 3, 9], seed=8)
+    refs = [naive_greedy(tiny_model(), p, 10) for p in ps]
+    params = [
+        SamplingParams(max_tokens=10, **GREEDY),
+        SamplingParams(max_tokens=10, stop_token_ids=[refs[1][4]], temperature=0.0),
+        SamplingParams(max_tokens=7, **GREEDY),
+    ]
+    llm = fd_mtp.LLM(tiny_model(), tokenizer=tok, max_num_seqs=4, max_model_len=64, block_size=8)
+    deltas = []
+    streamed = llm.generate(ps, params, use_tqdm=False, stream_callback=deltas.append)
+    quiet = llm.generate(ps, params, use_tqdm=False)
+    for s, q in zip(streamed, quiet):
+        assert s.token_ids == q.token_ids and s.text == q.text
+    assert quiet[0].text == tok.decode(refs[0]) and quiet[2].text == tok.decode(refs[2][:7])
+    assert quiet[1].finish_reason == "stop" and quiet[1].text == tok.decode(quiet[1].token_ids[:-1])
+    for i, o in enumerate(streamed):
+        mine = [d for d in deltas if d.index == i]
+        assert "".join(d.new_text for d in mine) == o.text
+        assert sum(bool(d.new_text) for d in mine) > 1 or len(o.token_ids) < 3  # it streamed
+    engine = llm.engine
+    engine.stream_text = False
+    rid = engine.add_request(ps[0], params[0])
+    got = []
+    while engine.has_unfinished():
+        got += engine.step()
+    assert all(d.new_text == "" for d in got[:-1]) and got[-1].new_text == quiet[0].text
+    assert engine.pop_output(rid).text == quiet[0].text

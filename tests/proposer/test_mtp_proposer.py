@@ -425,7 +425,7 @@ def test_trace_k1_nms1(models, reject):
     # trace step 1: the draft prompt is the prompt shifted by one
     assert row(mi["input_ids"], 0, 3) == prompt[1:] and r.proposer.input_ids_len.numpy()[0, 0] == 3
     assert col(mi["seq_lens_encoder"]) == [4] and col(mi["seq_lens_this_time"]) == [4]
-    assert r.execute_model([]) == {0: [t[0]]}
+    assert r.execute_model([]).to_dict() == {0: [t[0]]}
     forced["on"] = False
     d1 = w if reject else t[1]
     # steps 2-3: pre_ids[0] = t1, pre_ids[1] = d1 (proposer convention), dec 4, step_idx 1
@@ -442,7 +442,7 @@ def test_trace_k1_nms1(models, reject):
     if not reject:
         # steps 4-5, accepted: acc 2 -> [d1, t3]; the proposer rewinds r = 0 (dec 4, step_idx 1),
         # computes positions 4, 5: dec 6, step_idx 3, pre_ids[1..3] = d1 t3 d2
-        assert r.execute_model([0]) == {0: [t[1], t[2]]}
+        assert r.execute_model([0]).to_dict() == {0: [t[1], t[2]]}
         assert col(mi["seq_lens_decoder"]) == [6] and col(mi["step_idx"]) == [3]
         assert row(mi["pre_ids"], 0, 5) == [t[0], t[1], t[2], t[3], -1]
         assert row(si["draft_tokens"], 0) == [t[2], t[3]]
@@ -451,7 +451,7 @@ def test_trace_k1_nms1(models, reject):
         )  # both accepted rows
     else:
         # rejected: the target emits t2 only; draft_tokens [t2], this_time 1, dec 4 -> 5, step_idx 2
-        assert r.execute_model([0]) == {0: [t[1]]}
+        assert r.execute_model([0]).to_dict() == {0: [t[1]]}
         assert col(mi["seq_lens_decoder"]) == [5] and col(mi["step_idx"]) == [2]
         assert row(mi["pre_ids"], 0, 4) == [t[0], t[1], t[2], -1]  # w overwritten by t2
         assert row(si["draft_tokens"], 0) == [t[1], t[2]]
@@ -468,7 +468,7 @@ def test_trace_k2_nms2(models):
     r = runner(models, 2, 2, B=1)
     si, mi, p = r.share_inputs, r.proposer.model_inputs, r.proposer
     r.insert_tasks_v1([prefill(0, prompt, [0, 1])])
-    assert r.execute_model([]) == {0: [t[0]]}
+    assert r.execute_model([]).to_dict() == {0: [t[0]]}
     # substep 0 gives d1 (dec 4, step_idx 1); substep 1 feeds d1 at position 4 -> d2 (dec 5, step_idx 2)
     assert col(mi["seq_lens_decoder"]) == [5] and col(mi["step_idx"]) == [2]
     assert row(mi["pre_ids"], 0, 4) == [t[0], t[1], t[2], -1]
@@ -476,7 +476,7 @@ def test_trace_k2_nms2(models):
     assert col(p.last_seq_lens_this_time) == [1]  # this_time before the last substep
     # all accepted + bonus t4 (target step_idx 4, dec 7); the proposer rewinds r = 1 (dec 4,
     # step_idx 1, mask_rollback 1), feeds [d1 d2 t4] at positions 4..6, then one more substep
-    assert r.execute_model([0]) == {0: t[1:4]}
+    assert r.execute_model([0]).to_dict() == {0: t[1:4]}
     assert col(si["step_idx"]) == [4] and col(si["seq_lens_decoder"]) == [7]
     assert col(mi["mask_rollback"]) == [1] and col(mi["recompute_token_num"]) == [1]
     assert col(mi["seq_lens_decoder"]) == [8] and col(mi["step_idx"]) == [5]
@@ -686,19 +686,19 @@ def test_hybrid_appends_ngram_drafts_after_the_mtp_draft(models):
     assert r.proposer.hybrid_mode
     si = r.share_inputs
     r.insert_tasks_v1([prefill(0, prompt, [0, 1])])
-    assert r.execute_model([]) == {0: [c[1]]}
+    assert r.execute_model([]).to_dict() == {0: [c[1]]}
     # proposer step_idx 1 < min_ngram_size 2: no n-gram query yet, the MTP draft only
     assert row(si["draft_tokens"], 0) == [c[1], c[2], -1, -1] and col(si["seq_lens_this_time"]) == [
         2
     ]
-    assert r.execute_model([0]) == {0: [c[2], c[3]]}
+    assert r.execute_model([0]).to_dict() == {0: [c[2], c[3]]}
     # the proposer's history ends with [c2 c3 | draft c4]; the 3-gram is found in the prompt, followed
     # by c5 c6: target row [last accepted c3, MTP draft c4, n-gram c5 c6], this_time 1 + 1 + 2
     assert row(si["draft_tokens"], 0) == [c[3], c[4], c[5], c[6]] and col(
         si["seq_lens_this_time"]
     ) == [4]
     # the n-gram drafts are the target's own continuation: all accepted
-    assert r.execute_model([0]) == {0: [c[4], c[5], c[6], greedy(model, [c[6]], 1)[0]]}
+    assert r.execute_model([0]).to_dict() == {0: [c[4], c[5], c[6], greedy(model, [c[6]], 1)[0]]}
 
 
 def test_no_hybrid_without_with_ngram(models):

@@ -54,11 +54,11 @@ def test_ngram_drafts_from_the_prompt_reach_the_target(tmp_path):
             )
         ]
     )
-    assert r.execute_model([]) == {1: [c[1]]}
+    assert r.execute_model([]).to_dict() == {1: [c[1]]}
     # the last token c1 is found in the prompt at index 1: the two tokens after it are the drafts
     assert si["draft_tokens"][1].tolist() == [c[1], c[2], c[3]]
     assert si["seq_lens_this_time"].numpy().reshape(-1).tolist() == [0, 3]
     assert si["draft_tokens"][0].tolist() == [-1, -1, -1]  # the empty slot gets nothing
     # they are the target's own continuation: both accepted, plus the bonus token
-    assert r.execute_model([1]) == {1: [c[2], c[3], c[4]]}
+    assert r.execute_model([1]).to_dict() == {1: [c[2], c[3], c[4]]}
     assert r.proposer.stats.calls == 2
