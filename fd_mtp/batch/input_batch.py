@@ -35,6 +35,12 @@ writes a tensor from the host except through this class.
 The float64 buffer carries integers exactly up to 2**53 (token ids, lengths, block ids, counts);
 seeds, the only wider values, live in host tensors. `push` raises ValueError for a wider integer.
 Outside a step (tests, debugging) `flush` pushes the pending writes so the tensors show them.
+
+On the CPU there is no device to copy to: when every tensor of ``tensors`` is a CPU tensor, `push`
+writes the changed mirrored arrays and the staged writes straight into the tensors' memory through
+zero-copy numpy views (``np.from_dlpack``; a view is rebuilt when its tensor's memory moves), and
+`pull` reads them the same way. The same writes, the same counts in `stats` (one push and one pull
+a step), none of the framework ops that packing, casting and scattering a buffer would cost.
 """
 
 from __future__ import annotations
@@ -117,7 +123,7 @@ class _Staged:
 
 
 class _HostWrite:
-    """A write into a host (CPU) tensor: applied at once, no transfer."""
+    """A write into a host (CPU) tensor: applied at once, no transfer (through a zero-copy view)."""
 
     __slots__ = ("tensor",)
 
@@ -125,9 +131,12 @@ class _HostWrite:
         self.tensor = tensor
 
     def __setitem__(self, index, value):
-        a = np.array(self.tensor.numpy())
-        a[index] = value
-        self.tensor.set_value(a)
+        _host_view(self.tensor)[index] = value
+
+
+def _host_view(tensor) -> np.ndarray:
+    """A writable numpy view of a CPU tensor's memory (no copy)."""
+    return np.from_dlpack(tensor)
 
 
 class _Writer:
@@ -160,6 +169,9 @@ class InputBatch:
             if key in tensors:
                 self.register_host(tensors[key])
         self._staged: dict[int, _Staged] = {}
+        # CPU tensors: zero-copy views instead of a transfer buffer (see the module docstring)
+        self._views: dict[int, tuple] = {}
+        self._cpu: bool | None = None
         self._pending: dict[int, _Staged] = {}  # staged tensors written since the last push
         # mirrored per-slot state: the tensors' initial values (read once, at construction)
         self._shadow: dict[str, np.ndarray] = {}
@@ -233,6 +245,23 @@ class InputBatch:
             st = self._staged[id(tensor)] = _Staged(tensor, self._pending)
         return st
 
+    def _on_cpu(self) -> bool:
+        """Whether every tensor of ``tensors`` is a CPU tensor (decided once)."""
+        if self._cpu is None:
+            self._cpu = all(
+                t.place.is_cpu_place() for t in self.tensors.values() if hasattr(t, "place")
+            )
+        return self._cpu
+
+    def _view(self, tensor) -> np.ndarray:
+        """The cached zero-copy view of a persistent CPU tensor, rebuilt when its memory moved."""
+        entry = self._views.get(id(tensor))
+        ptr = tensor.data_ptr()
+        if entry is None or entry[0] is not tensor or entry[2] != ptr:
+            entry = (tensor, _host_view(tensor), ptr)
+            self._views[id(tensor)] = entry
+        return entry[1]
+
     def writer(self, tensors: Mapping) -> _Writer:
         """``writer(d)[key][index] = value`` stages a write into ``d[key]`` (a proposer's
         ``model_inputs`` or the runner's ``share_inputs``)."""
@@ -261,6 +290,8 @@ class InputBatch:
 
         if "not_need_stop" in self.tensors:
             self.stage(self.tensors["not_need_stop"])[0] = bool((~self.stop).any())
+        if self._on_cpu():
+            return self._push_cpu(step)
         parts: list[np.ndarray] = []
         plan: list[tuple] = []  # (kind, target, sizes, dtype name, shape)
         for key, attr in MIRRORED.items():
@@ -317,6 +348,53 @@ class InputBatch:
             for name, n, dtype, shape in out_plan
         }
 
+    def _push_cpu(self, step) -> dict:
+        """`push` on CPU tensors: the writes go straight into their memory (views, no buffer)."""
+        import paddle
+
+        nbytes = 0
+        for key, attr in MIRRORED.items():
+            host, shadow = getattr(self, attr), self._shadow[key]
+            if not np.array_equal(host, shadow):
+                view = self._view(self.tensors[key])
+                view[...] = host.reshape(view.shape)
+                shadow[...] = host
+                nbytes += view.nbytes
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for st in pending:
+            if not st.dirty.any():
+                continue
+            index = np.nonzero(st.dirty)
+            values = st.values[index]
+            st.dirty[...] = False
+            self._view(st.tensor)[index] = values
+            nbytes += values.nbytes
+        out = {
+            name: paddle.to_tensor(np.ascontiguousarray(arr)) for name, arr in (step or {}).items()
+        }
+        nbytes += sum(int(np.asarray(a).nbytes) for a in (step or {}).values())
+        if nbytes or out:
+            self.stats.h2d += 1
+            self.stats.h2d_bytes += nbytes
+        return out
+
+    def _pull_cpu(self, items, mirrored: bool) -> dict[str, np.ndarray]:
+        """`pull` on CPU tensors: copies read through views (no framework op)."""
+        persistent = {id(t) for t in self.tensors.values()}
+        out = {}
+        for name, t in items:
+            view = self._view(t) if id(t) in persistent else _host_view(t)
+            out[name] = np.array(view).reshape([int(d) for d in t.shape])
+        self.stats.d2h += 1
+        self.stats.d2h_bytes += sum(a.nbytes for a in out.values())
+        if mirrored:
+            for key in WRITTEN_BY_OPS:
+                host = getattr(self, MIRRORED[key])
+                host[...] = out.pop(key).reshape(host.shape)
+                self._shadow[key][...] = host
+        return out
+
     def pull(
         self, tensors: Mapping | None = None, *, mirrored: bool = False
     ) -> dict[str, np.ndarray]:
@@ -330,6 +408,8 @@ class InputBatch:
         items += list((tensors or {}).items())
         if not items:
             return {}
+        if self._on_cpu():
+            return self._pull_cpu(items, mirrored)
         flat = paddle.concat(
             [t.reshape([-1]).astype("int64") for _, t in items]
         ).numpy()  # the one D2H

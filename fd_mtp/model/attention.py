@@ -420,6 +420,8 @@ class PagedAttentionCPU(AttentionBackend):
         if (
             self.use_kernel
             and q.dtype == paddle.float32
+            and k.dtype == paddle.float32
+            and v.dtype == paddle.float32
             and key_cache.dtype == paddle.float32
             and value_cache.dtype == paddle.float32
             and q.place.is_cpu_place()
@@ -427,9 +429,7 @@ class PagedAttentionCPU(AttentionBackend):
         ):
             from fd_mtp.ops import paged_attention
 
-            return paged_attention(
-                q, k.astype("float32"), v.astype("float32"), key_cache, value_cache, *md.kernel_args
-            )
+            return paged_attention(q, k, v, key_cache, value_cache, *md.kernel_args)
         if md.bias is None:  # built for the kernel path: add the Paddle-ops index tensors
             md = self._build(meta, [layer_id], ops_path=True)
             meta.attn_metadata = md

@@ -180,9 +180,12 @@ def test_one_transfer_each_way_per_step(ckpt, case, monkeypatch):
         assert engine.num_preemptions > 0
 
 
-def test_push_and_pull_move_exactly_what_changed():
-    """The InputBatch on its own: staged writes and changed mirrored arrays in one buffer; the
-    pull refreshes the mirrored arrays; integers beyond the buffer's exact range are refused."""
+@pytest.mark.parametrize("path", ["buffer", "cpu_views"])
+def test_push_and_pull_move_exactly_what_changed(path):
+    """The InputBatch on its own: staged writes and changed mirrored arrays in one push (one buffer
+    on a device; on CPU tensors zero-copy views, the path an all-CPU batch takes); the pull
+    refreshes the mirrored arrays; integers beyond the buffer's exact range are refused by the
+    buffer and written exactly through the views."""
     from fd_mtp.batch import InputBatch
 
     B = 3
@@ -198,6 +201,8 @@ def test_push_and_pull_move_exactly_what_changed():
         "not_need_stop": paddle.full([1], False, "bool").cpu(),
     }
     ib = InputBatch(t)
+    assert ib._on_cpu()  # every tensor here is a CPU tensor
+    ib._cpu = path == "cpu_views"  # "buffer": the device path, exercised on CPU tensors
     assert ib.push() == {} and ib.stats.h2d == 0  # nothing to send: no transfer
     ib.this_time[1] = 5
     ib.stop[1] = False
@@ -230,5 +235,9 @@ def test_push_and_pull_move_exactly_what_changed():
     assert ib.stats.d2h == 1 and ib.dec.tolist() == [1, 6, 0] and out["pre_ids"].dtype == np.int64
     assert not ib.has_pending
     w["pre_ids"][0, 0] = 2**60
-    with pytest.raises(ValueError, match="2\\*\\*53"):
+    if path == "buffer":
+        with pytest.raises(ValueError, match="2\\*\\*53"):
+            ib.push()
+    else:
         ib.push()
+        assert int(t["pre_ids"][0, 0]) == 2**60
