@@ -117,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("ops", "cuda-module"))
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=None,
+        help="CMake build directory (default: build/cmake, or FD_MTP_BUILD_DIR; "
+        "build/cuda-module for the CUDA module)",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
     what = {"ops": "the C++ ops (fd_mtp_ops)", "cuda-module": "the CUDA module (fd_mtp_cuda)"}[
@@ -128,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        build(args.part, args.out_dir)
+        build(args.part, args.out_dir, args.build_dir)
     except subprocess.CalledProcessError as exc:
         print(f"fd_mtp: build failed ({exc}); the compiler's message is above", file=sys.stderr)
         return 1

@@ -34,9 +34,9 @@ std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a,
   p.out = out.data<float>();
 #ifdef PADDLE_WITH_CUDA
   if (a.q.is_gpu()) {
-    GpuScratch scratch(a.q);
-    check::cuda(a.op, paged_attention_cuda(p, scratch.status(), a.q.stream()));
-    check::status(a.op, scratch.fetch(a.q.stream()).status, kPagedAttentionStatus);
+    gpu::Op g(a.op, kPagedAttentionStreamOp, a.q);
+    check::cuda(a.op, paged_attention_cuda(p, g.status(), g.stream()));
+    g.commit();
     return {out};
   }
 #endif

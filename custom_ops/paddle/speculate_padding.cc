@@ -32,10 +32,9 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
   p.cu_seqlens_k = cu_k.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_padding_offset_cuda(p, scratch.status(), scratch.count(),
-                                                        ref.stream()));
-    check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetPaddingOffsetStatus);
+    gpu::Op g(a.op, kSpeculateGetPaddingOffsetStreamOp, ref);
+    check::cuda(a.op, speculate_get_padding_offset_cuda(p, g.status(), g.count(), g.stream()));
+    g.commit();
     return {x, batch_id, cu_q, cu_k};
   }
 #endif
@@ -67,7 +66,8 @@ std::vector<paddle::Tensor> speculate_get_seq_lens_output_apply(SpeculateGetSeqL
   p.seq_lens_output = out.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, nullptr, ref.stream()));
+    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, gpu::preset(a.op, ref), ref.stream()));
+    gpu::finish(a.op, ref);
     return {out};
   }
 #endif
@@ -98,10 +98,10 @@ std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(
   p.output_cum_offsets = cum.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_output_padding_offset_cuda(p, scratch.status(), scratch.count(),
-                                                               ref.stream()));
-    check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetOutputPaddingOffsetStatus);
+    gpu::Op g(a.op, kSpeculateGetOutputPaddingOffsetStreamOp, ref);
+    check::cuda(a.op,
+                speculate_get_output_padding_offset_cuda(p, g.status(), g.count(), g.stream()));
+    g.commit();
     return {padding, cum};
   }
 #endif

@@ -33,9 +33,9 @@ std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a,
     return {scores, tokens, actual};
   }
 #ifdef PADDLE_WITH_CUDA
-  GpuScratch scratch(probs);
-  check::cuda(a.op, top_p_candidates_cuda(p, scratch.status(), probs.stream()));
-  check::status(a.op, scratch.fetch(probs.stream()).status, kTopPCandidatesStatus);
+  gpu::Op g(a.op, kTopPCandidatesStreamOp, probs);
+  check::cuda(a.op, top_p_candidates_cuda(p, g.status(), g.stream()));
+  g.commit();
   return {scores, tokens, actual};
 #else
   check::unsupported_place(a.op, "probs", probs);

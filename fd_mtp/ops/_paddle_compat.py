@@ -1,0 +1,75 @@
+"""What differs between the paddle versions fd_mtp runs on (3.x, the CPU build of ``.venv``; 2.6,
+the CUDA build ``paddlepaddle-gpu==2.6.2`` that ``make test`` builds the GPU branch against), in
+one place. The C++ side of the same differences: custom_ops/paddle/paddle_compat.h.
+
+* the generic custom-op runner: ``paddle._C_ops._run_custom_op`` (3.x) or
+  ``paddle.base.core.eager._run_custom_op`` (2.6);
+* outputs without storage: paddle 2.6 allocates nothing for a zero-size tensor, and its pybind
+  caster returns such a tensor as None; `empty_outputs` turns each back into an empty tensor
+  of the shape and dtype the op gives it (a zero-size dim, never shape ``()``);
+* features only 3.x has (``paddle.uint16``, the bit views of bfloat16): `has_uint16`, and the
+  test marker tests/ops/util.py builds on it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+@functools.cache
+def custom_op_runner():
+    """paddle's generic runner of registered custom ops: ``runner(name, *inputs, *attrs)``."""
+    from paddle import _C_ops
+
+    runner = getattr(_C_ops, "_run_custom_op", None)
+    if runner is None:  # paddle 2.6
+        from paddle.base import core
+
+        runner = core.eager._run_custom_op
+    return runner
+
+
+@functools.cache
+def version() -> tuple[int, int]:
+    """The installed paddle's (major, minor); (0, 0) for a development build."""
+    import paddle
+
+    parts = paddle.__version__.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return 0, 0
+
+
+def has_uint16() -> bool:
+    """Whether paddle has ``paddle.uint16`` (3.x), the dtype of bfloat16 bit views."""
+    import paddle
+
+    return hasattr(paddle, "uint16")
+
+
+@functools.cache
+def _storage_less_outputs() -> bool:
+    """Whether this paddle returns a zero-size output of a custom op as None (2.6)."""
+    return version() < (3, 0) and version() != (0, 0)
+
+
+def empty_outputs(result, shapes):
+    """``result`` (an op's returned tensors) with every None that stands for a zero-size output
+    replaced by an empty tensor: ``shapes`` gives, per output, a callable returning its
+    ``(shape, dtype)``, evaluated only for a None. A no-op on paddle 3.x."""
+    if not _storage_less_outputs() or result is None:
+        return result
+    single = not isinstance(result, (list, tuple))
+    items = [result] if single else list(result)
+    if not any(x is None for x in items):
+        return result
+    import paddle
+
+    for i, x in enumerate(items):
+        if x is None:
+            shape, dtype = shapes[i]()
+            items[i] = paddle.zeros(shape, dtype=dtype)
+    if single:
+        return items[0]
+    return type(result)(items) if isinstance(result, tuple) else items
