@@ -161,8 +161,11 @@ $(GPU_DEPS): requirements-gpu.txt
 
 # The extension with its CUDA branch (nvcc; CUDA runtime linked statically: the built libraries
 # must not need a shared libcudart, which would be a second CUDA runtime beside paddle's own).
-$(GPU_OPS_LIB): $(GPU_DEPS) $(BUILD_INPUTS)
-	$(GPU_VENV)/bin/python cmake/fd_mtp_build.py ops --build-dir $(GPU_BUILD)/cmake --out-dir $(GPU_LIB_DIR)
+# With the raw CUDA module built (WITH_CUDA_MODULE=1), its kernels library (framework-free, the
+# same sources and architectures) is linked instead of compiling the CUDA sources a second time.
+GPU_KERNELS_LIB := $(if $(filter 1,$(WITH_CUDA_MODULE)),build/cuda-module/libfd_mtp_cuda_kernels.a)
+$(GPU_OPS_LIB): $(GPU_DEPS) $(BUILD_INPUTS) $(if $(GPU_KERNELS_LIB),$(CUDA_STAMP))
+	$(GPU_VENV)/bin/python cmake/fd_mtp_build.py ops --build-dir $(GPU_BUILD)/cmake --out-dir $(GPU_LIB_DIR) $(if $(GPU_KERNELS_LIB),--cuda-kernels-lib $(GPU_KERNELS_LIB))
 	@if readelf -d $(GPU_LIB_DIR)/*.so | grep 'NEEDED.*libcudart'; then \
 	  echo "make: the Paddle GPU build links a shared libcudart (above); it must link CUDA::cudart_static" >&2; exit 1; fi
 	@touch $@

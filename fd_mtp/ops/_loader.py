@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
+import importlib.util
 import re
 import warnings
 from pathlib import Path
@@ -39,9 +41,6 @@ def _module():
         if directory == LIB_DIR:
             module = importlib.import_module("fd_mtp._lib.fd_mtp_ops_pybind")
         else:
-            import importlib.machinery
-            import importlib.util
-
             found = importlib.machinery.PathFinder.find_spec("fd_mtp_ops_pybind", [str(directory)])
             if found is None:
                 raise ImportError(f"no fd_mtp_ops_pybind module in {directory}")
