@@ -771,7 +771,10 @@ def sources(ops: list[Op]) -> dict[str, list[str]]:
     """The hand-written C++ sources the build compiles, derived from the schema (sorted)."""
     cuda = {f"custom_ops/cuda/{op.kernel}.cu" for op in ops if op.kernel and op.cuda}
     cuda = sorted(cuda | {"custom_ops/cuda/stream_status.cu"})  # the error model's steps
-    paddle = sorted({op.hand_binding for op in ops if op.hand_binding})
+    # gpu_stream.cc: the GPU branch's stream records and error mode (every op's dispatch uses it)
+    paddle = sorted(
+        {op.hand_binding for op in ops if op.hand_binding} | {"custom_ops/paddle/gpu_stream.cc"}
+    )
     headers = sorted(
         {f"custom_ops/kernels/{op.kernel}.h" for op in ops if op.kernel and op.cuda and op.params}
     )

@@ -22,7 +22,7 @@ paddle::Tensor gather_rows(const char* op, const paddle::Tensor& input, const Pa
   if (input.is_cpu()) {
     int64_t out_rows = 0;
     check::status(op, row_gather_count_cpu(p, plan, in_rows, &out_rows), table);
-    auto out = paddle::empty({out_rows, hidden}, input.dtype(), input.place());
+    auto out = compat::empty({out_rows, hidden}, input.dtype(), input.place());
     row_gather_copy_cpu(p, plan, input.data(), out.data(), row_bytes);
     return out;
   }

@@ -112,7 +112,7 @@ void* workspace(const char* op, const paddle::Tensor& like, const char* key, int
 
 paddle::Tensor output(const std::vector<int64_t>& shape, paddle::DataType dtype,
                       const paddle::Place& place) {
-  return paddle::empty(shape, dtype, place);
+  return compat::empty(shape, dtype, place);
 }
 
 Op::Op(const char* op, int32_t id, const paddle::Tensor& like)

@@ -49,6 +49,34 @@ inline bool is_contiguous(const T& t) {
   }
 }
 
+namespace detail {
+
+// paddle 2.6 allocates nothing for a zero-size tensor, and such a tensor counts as not
+// initialized: its pybind caster returns it to Python as None. A tensor of the same shape that
+// is a zero-row view of a one-row allocation is initialized under every version.
+inline paddle::Tensor with_storage(paddle::Tensor t, const std::vector<int64_t>& shape) {
+  if (t.initialized() || shape.empty() || shape[0] != 0) return t;
+  std::vector<int64_t> one = shape;
+  one[0] = 1;
+  for (int64_t d : one)
+    if (d == 0) return t;  // a zero-size axis past the first: left as paddle made it
+  return paddle::empty(one, t.dtype(), t.place()).slice(0, 0);
+}
+
+}  // namespace detail
+
+// An op's output (returned to Python): paddle::empty / paddle::full, except that a zero-row
+// output has storage (a Python tensor of shape (0, ...), never None) under every paddle version.
+inline paddle::Tensor empty(const std::vector<int64_t>& shape, paddle::DataType dtype,
+                            const paddle::Place& place) {
+  return detail::with_storage(paddle::empty(shape, dtype, place), shape);
+}
+
+inline paddle::Tensor full(const std::vector<int64_t>& shape, int64_t value, paddle::DataType dtype,
+                           const paddle::Place& place) {
+  return detail::with_storage(paddle::full(shape, value, dtype, place), shape);
+}
+
 }  // namespace compat
 }  // namespace fd_mtp
 

@@ -29,7 +29,7 @@ std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a,
     check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(),
                 " entries but q has ", tokens, " tokens");
 
-  auto out = paddle::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
+  auto out = compat::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
   p.bsz = bsz;
   p.out = out.data<float>();
 #ifdef PADDLE_WITH_CUDA

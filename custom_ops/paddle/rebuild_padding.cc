@@ -58,7 +58,7 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a,
     if (out_rows > 0) offsets = a.output_padding_offset->data<int32_t>();
   }
 
-  auto out = paddle::empty({out_rows, a.dims.H}, tmp_out.dtype(), tmp_out.place());
+  auto out = compat::empty({out_rows, a.dims.H}, tmp_out.dtype(), tmp_out.place());
   p.tmp_out = tmp_out.data();
   p.row_bytes = a.dims.H * static_cast<int64_t>(phi::SizeOf(tmp_out.dtype()));
   p.output_padding_offset = offsets;

@@ -18,9 +18,9 @@ std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a,
 
   const int64_t rows = a.dims.T;
   const int64_t c = a.candidates_len;
-  auto scores = paddle::empty({rows, c}, probs.dtype(), probs.place());
-  auto tokens = paddle::empty({rows, c}, paddle::DataType::INT64, probs.place());
-  auto actual = paddle::empty({rows}, paddle::DataType::INT32, probs.place());
+  auto scores = compat::empty({rows, c}, probs.dtype(), probs.place());
+  auto tokens = compat::empty({rows, c}, paddle::DataType::INT64, probs.place());
+  auto actual = compat::empty({rows}, paddle::DataType::INT32, probs.place());
   p.probs = probs.data();
   p.float_kind = check::float_kind_of(probs);
   p.top_p = a.top_p.data();

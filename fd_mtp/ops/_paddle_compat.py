@@ -4,9 +4,8 @@ one place. The C++ side of the same differences: custom_ops/paddle/paddle_compat
 
 * the generic custom-op runner: ``paddle._C_ops._run_custom_op`` (3.x) or
   ``paddle.base.core.eager._run_custom_op`` (2.6);
-* outputs without storage: paddle 2.6 allocates nothing for a zero-size tensor, and its pybind
-  caster returns such a tensor as None; `empty_outputs` turns each back into an empty tensor
-  of the shape and dtype the op gives it (a zero-size dim, never shape ``()``);
+* (outputs without storage: paddle 2.6 allocates nothing for a zero-size tensor and returns it to
+  Python as None; the C++ side gives every zero-row output storage, compat::empty);
 * features only 3.x has (``paddle.uint16``, the bit views of bfloat16): `has_uint16`, and the
   test marker tests/ops/util.py builds on it.
 """
@@ -46,30 +45,3 @@ def has_uint16() -> bool:
     import paddle
 
     return hasattr(paddle, "uint16")
-
-
-@functools.cache
-def _storage_less_outputs() -> bool:
-    """Whether this paddle returns a zero-size output of a custom op as None (2.6)."""
-    return version() < (3, 0) and version() != (0, 0)
-
-
-def empty_outputs(result, shapes):
-    """``result`` (an op's returned tensors) with every None that stands for a zero-size output
-    replaced by an empty tensor: ``shapes`` gives, per output, a callable returning its
-    ``(shape, dtype)``, evaluated only for a None. A no-op on paddle 3.x."""
-    if not _storage_less_outputs() or result is None:
-        return result
-    single = not isinstance(result, (list, tuple))
-    items = [result] if single else list(result)
-    if not any(x is None for x in items):
-        return result
-    import paddle
-
-    for i, x in enumerate(items):
-        if x is None:
-            shape, dtype = shapes[i]()
-            items[i] = paddle.zeros(shape, dtype=dtype)
-    if single:
-        return items[0]
-    return type(result)(items) if isinstance(result, tuple) else items
