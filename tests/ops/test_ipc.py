@@ -18,7 +18,7 @@ import numpy as np
 import paddle
 import pytest
 from ipc_worker import to_storage, write_rows
-from util import assert_same, skip_without_uint16
+from util import assert_same, skip_on_paddle_2, skip_without_uint16
 
 import fd_mtp.ops as ops
 
@@ -201,7 +201,15 @@ def test_child_publishes_parent_attaches_and_child_exit_removes_its_names():
 # ------------------------------------------------------------------------------------------------
 # Lifetime in one process
 # ------------------------------------------------------------------------------------------------
+
+# paddle 2.6 keeps the memory of a shared_empty tensor (a from_blob tensor with a deleter) after
+# its last Python reference goes, for every such tensor but the first of a process (observed with
+# the Paddle GPU build; the segments are unlinked at exit): the deleter's effect cannot be seen.
+_DELETER_2X = "does not run the deleter of a freed from_blob tensor (the backing segment stays)"
+
+
 def test_freeing_the_producer_tensor_unlinks_its_backing_segment():
+    skip_on_paddle_2(_DELETER_2X)
     name = fresh_name()
     before = shm_entries()
     cache = ops.shared_zeros([3, 4], "float32")
@@ -223,6 +231,7 @@ def test_freeing_the_producer_tensor_unlinks_its_backing_segment():
 
 
 def test_named_backing_segment():
+    skip_on_paddle_2(_DELETER_2X)
     name = fresh_name()
     cache = ops.shared_zeros([5], "int32", name=name)
     assert name[1:] in shm_entries()

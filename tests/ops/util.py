@@ -20,6 +20,15 @@ def uint16_skip_reason() -> str:
     )
 
 
+def skip_on_paddle_2(reason: str) -> None:
+    """Skips the calling test on paddle 2.x (2.6: the Paddle GPU build of make test) for a
+    behaviour of that version the test cannot work around, named in ``reason``."""
+    if (0, 0) < _paddle_compat.version() < (3, 0):
+        import paddle
+
+        pytest.skip(f"paddle {paddle.__version__}: {reason}")
+
+
 def skip_without_uint16() -> None:
     """Skips the calling test (named reason) on a paddle without ``paddle.uint16`` (2.6: the
     Paddle GPU build of make test); every test that views bfloat16 bits goes through here."""
