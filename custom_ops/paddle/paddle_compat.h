@@ -49,32 +49,45 @@ inline bool is_contiguous(const T& t) {
   }
 }
 
-namespace detail {
-
-// paddle 2.6 allocates nothing for a zero-size tensor, and such a tensor counts as not
-// initialized: its pybind caster returns it to Python as None. A tensor of the same shape that
-// is a zero-row view of a one-row allocation is initialized under every version.
-inline paddle::Tensor with_storage(paddle::Tensor t, const std::vector<int64_t>& shape) {
-  if (t.initialized() || shape.empty() || shape[0] != 0) return t;
-  std::vector<int64_t> one = shape;
-  one[0] = 1;
-  for (int64_t d : one)
-    if (d == 0) return t;  // a zero-size axis past the first: left as paddle made it
-  return paddle::empty(one, t.dtype(), t.place()).slice(0, 0);
-}
-
-}  // namespace detail
-
-// An op's output (returned to Python): paddle::empty / paddle::full, except that a zero-row
-// output has storage (a Python tensor of shape (0, ...), never None) under every paddle version.
+// An op's output (returned to Python). paddle 2.6 allocates nothing for a zero-size tensor, which
+// then counts as not initialized, and its pybind caster would return it as None: the returned
+// list's caster below turns such an output into an empty tensor of its shape and dtype.
 inline paddle::Tensor empty(const std::vector<int64_t>& shape, paddle::DataType dtype,
                             const paddle::Place& place) {
-  return detail::with_storage(paddle::empty(shape, dtype, place), shape);
+  return paddle::empty(shape, dtype, place);
 }
 
 inline paddle::Tensor full(const std::vector<int64_t>& shape, int64_t value, paddle::DataType dtype,
                            const paddle::Place& place) {
-  return detail::with_storage(paddle::full(shape, value, dtype, place), shape);
+  return paddle::full(shape, value, dtype, place);
+}
+
+// paddle's name of a dtype (paddle.zeros(shape, name)), or nullptr.
+inline const char* dtype_name(paddle::DataType dtype) {
+  switch (dtype) {
+    case paddle::DataType::FLOAT32:
+      return "float32";
+    case paddle::DataType::FLOAT16:
+      return "float16";
+    case paddle::DataType::BFLOAT16:
+      return "bfloat16";
+    case paddle::DataType::FLOAT64:
+      return "float64";
+    case paddle::DataType::INT64:
+      return "int64";
+    case paddle::DataType::INT32:
+      return "int32";
+    case paddle::DataType::INT16:
+      return "int16";
+    case paddle::DataType::INT8:
+      return "int8";
+    case paddle::DataType::UINT8:
+      return "uint8";
+    case paddle::DataType::BOOL:
+      return "bool";
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace compat
@@ -110,6 +123,46 @@ struct type_caster<paddle::optional<paddle::Tensor>> {
   static handle cast(T&& src, return_value_policy policy, handle parent) {
     if (!src) return none().release();
     return make_caster<paddle::Tensor>::cast(*std::forward<T>(src), policy, parent);
+  }
+};
+
+// The tensors an op returns (std::vector<paddle::Tensor>, to a Python list). paddle 2.6 (told
+// apart by its Tensor lacking is_contiguous) returns a zero-size output, which has no storage
+// there, as None: such an output becomes paddle.zeros of its shape and dtype (a zero-size axis
+// kept, never shape ()). paddle 3.x returns zero-size tensors as they are.
+template <>
+struct type_caster<std::vector<paddle::Tensor>> {
+  using Value = std::vector<paddle::Tensor>;
+  PYBIND11_TYPE_CASTER(Value, _("list[paddle::Tensor]"));
+
+  bool load(handle, bool) { return false; }  // no op takes a list of tensors
+
+  static handle cast(const Value& src, return_value_policy policy, handle parent) {
+    list out(src.size());
+    size_t i = 0;
+    for (const auto& t : src) {
+      object item;
+      if (needs_zeros(t)) {
+        list shape;
+        for (int64_t d : t.shape()) shape.append(d);
+        item =
+            module_::import("paddle").attr("zeros")(shape, fd_mtp::compat::dtype_name(t.dtype()));
+      } else {
+        item = reinterpret_steal<object>(make_caster<paddle::Tensor>::cast(t, policy, parent));
+      }
+      PyList_SET_ITEM(out.ptr(), static_cast<ssize_t>(i++), item.release().ptr());
+    }
+    return out.release();
+  }
+
+ private:
+  template <typename T = paddle::Tensor>
+  static bool needs_zeros(const T& t) {
+    if constexpr (fd_mtp::compat::detail::has_is_contiguous<T>::value) {
+      return false;
+    } else {
+      return !t.initialized() && t.numel() == 0 && fd_mtp::compat::dtype_name(t.dtype()) != nullptr;
+    }
   }
 };
 
