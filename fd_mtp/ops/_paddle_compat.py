@@ -6,8 +6,10 @@ one place. The C++ side of the same differences: custom_ops/paddle/paddle_compat
   ``paddle.base.core.eager._run_custom_op`` (2.6);
 * (outputs without storage: paddle 2.6 allocates nothing for a zero-size tensor and returns it to
   Python as None; the C++ side gives every zero-row output storage, compat::empty);
+* reductions of empty tensors: paddle 2.6's ``paddle.sum`` refuses an empty input; `sum_int64`
+  (the packing wrappers' token counts) gives 0 for one, under every version;
 * features only 3.x has (``paddle.uint16``, the bit views of bfloat16): `has_uint16`, and the
-  test marker tests/ops/util.py builds on it.
+  test helper tests/ops/util.py builds on it.
 """
 
 from __future__ import annotations
@@ -45,3 +47,13 @@ def has_uint16() -> bool:
     import paddle
 
     return hasattr(paddle, "uint16")
+
+
+def sum_int64(t):
+    """``paddle.sum(t, dtype="int64")``, and a 0-D int64 zero for an empty ``t`` (paddle 2.6
+    raises on an empty reduction). The shape is known on the host: nothing is read back."""
+    import paddle
+
+    if 0 in t.shape:
+        return paddle.zeros([], dtype="int64")
+    return paddle.sum(t, dtype="int64")

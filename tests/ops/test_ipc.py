@@ -12,6 +12,7 @@ import itertools
 import multiprocessing as mp
 import os
 import pathlib
+import warnings
 
 import ipc_worker
 import numpy as np
@@ -21,6 +22,7 @@ from ipc_worker import to_storage, write_rows
 from util import assert_same, skip_on_paddle_2, skip_without_uint16
 
 import fd_mtp.ops as ops
+from fd_mtp.ops import _paddle_compat
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
@@ -101,6 +103,11 @@ def no_leaked_segments():
     leaked = shm_entries() - before
     for entry in leaked:  # do not leave them behind for the next run, but fail
         os.unlink(f"/dev/shm/{entry}")
+    if leaked and (0, 0) < _paddle_compat.version() < (3, 0):
+        # the deleter of a freed from_blob tensor does not run there (_DELETER_2X below): the
+        # segments of freed tensors stay until exit. Reported, not failed.
+        warnings.warn(f"paddle {paddle.__version__}: {_DELETER_2X}: {len(leaked)} segments")
+        return
     assert not leaked, f"segments left in /dev/shm: {sorted(leaked)}"
 
 
