@@ -78,7 +78,11 @@ def _cache_has(build_dir: Path, args: list[str]) -> bool:
 
 
 def build(
-    part: str, out_dir: Path = DEFAULT_OUT, build_dir: Path | None = None, quiet: bool = False
+    part: str,
+    out_dir: Path = DEFAULT_OUT,
+    build_dir: Path | None = None,
+    quiet: bool = False,
+    cuda_kernels_lib: Path | None = None,
 ) -> None:
     """Configure (once) and build ``part`` ("ops" or "cuda-module") into ``out_dir``.
 
@@ -100,6 +104,9 @@ def build(
         args += ["-DFD_MTP_WITH_PADDLE=ON", "-DFD_MTP_WITH_CUDA=OFF"]
     else:
         args += ["-DFD_MTP_WITH_PADDLE=OFF", "-DFD_MTP_WITH_CUDA=ON"]
+    if part == "ops":  # "": compile the CUDA sources (when the paddle is a CUDA build)
+        lib = Path(cuda_kernels_lib).resolve() if cuda_kernels_lib else ""
+        args.append(f"-DFD_MTP_CUDA_KERNELS_LIB={lib}")
     if os.environ.get("FD_MTP_CUDA_ARCHITECTURES"):
         args.append(f"-DFD_MTP_CUDA_ARCHITECTURES={os.environ['FD_MTP_CUDA_ARCHITECTURES']}")
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
@@ -117,6 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("ops", "cuda-module"))
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--build-dir",
+        type=Path,
+        default=None,
+        help="CMake build directory (default: build/cmake, or FD_MTP_BUILD_DIR; "
+        "build/cuda-module for the CUDA module)",
+    )
+    parser.add_argument(
+        "--cuda-kernels-lib",
+        type=Path,
+        default=None,
+        help="ops of a CUDA paddle: link this libfd_mtp_cuda_kernels.a (the raw module's build, "
+        "e.g. build/cuda-module/libfd_mtp_cuda_kernels.a) instead of compiling the CUDA sources",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
     what = {"ops": "the C++ ops (fd_mtp_ops)", "cuda-module": "the CUDA module (fd_mtp_cuda)"}[
@@ -128,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        build(args.part, args.out_dir)
+        build(args.part, args.out_dir, args.build_dir, cuda_kernels_lib=args.cuda_kernels_lib)
     except subprocess.CalledProcessError as exc:
         print(f"fd_mtp: build failed ({exc}); the compiler's message is above", file=sys.stderr)
         return 1

@@ -80,10 +80,17 @@ VARIABLES: dict[str, EnvVar] = {
         None,
         "fd_mtp.cuda: load the raw CUDA module fd_mtp_cuda from this directory",
     ),
+    "FD_MTP_OPS_LIB_DIR": EnvVar(
+        lambda name, raw: raw,
+        None,
+        "fd_mtp.ops: load the op library (libfd_mtp_ops.so, fd_mtp_ops_pybind) from this "
+        "directory instead of fd_mtp/_lib (make test: the Paddle GPU build's build/paddle-gpu/lib)",
+    ),
     "FD_MTP_CUDA_ERRORS": EnvVar(
         lambda name, raw: _choice(name, raw, ("deferred", "checked", "record")),
         "deferred",
-        "fd_mtp.cuda's error mode (docs/gpu_errors.md): deferred (no sync per op; errors raise at "
+        "the error mode of fd_mtp.cuda and of the Paddle ops' GPU branch (docs/gpu_errors.md; "
+        "fd_mtp.ops reads it when it loads the library): deferred (no sync per op; errors raise at "
         "the step's own syncs or check_pending), checked (sync and raise after each op), record "
         "(never raise; check_pending reads)",
     ),

@@ -12,6 +12,7 @@
 
 #include "paddle/extension.h"
 #include "../kernels/common.h"
+#include "paddle_compat.h"
 
 namespace fd_mtp {
 namespace check {
@@ -105,10 +106,10 @@ inline void scalar(const char* op, const char* arg, const paddle::Tensor& t, pad
 }
 
 // Turns a kernel's status record into an exception naming the argument.
-template <size_t N>
-inline void status(const char* op, const KernelStatus& st, const StatusInfo (&table)[N]) {
+inline void status(const char* op, const KernelStatus& st, const StatusInfo* table, size_t n) {
   if (st.code == 0) return;
-  for (const auto& info : table) {
+  for (size_t i = 0; i < n; ++i) {
+    const StatusInfo& info = table[i];
     if (info.code != st.code) continue;
     std::ostringstream os;
     if (st.request >= 0) os << "(request " << st.request << ") ";
@@ -122,6 +123,11 @@ inline void status(const char* op, const KernelStatus& st, const StatusInfo (&ta
     fail(op, info.argument, os.str(), what);
   }
   fail(op, "input", "is invalid (kernel status ", st.code, ")");
+}
+
+template <size_t N>
+inline void status(const char* op, const KernelStatus& st, const StatusInfo (&table)[N]) {
+  status(op, st, table, N);
 }
 
 // A per-request vector [n] or [n, 1] with n >= bsz, where bsz is taken from
@@ -138,12 +144,14 @@ inline int64_t per_request_from(const char* op, const char* arg, const paddle::T
   return s[0];
 }
 
-// The int64 value of a one-element tensor on any device, read on the host
-// (copies a device tensor to the CPU, which synchronises).
+// The int64 value of a one-element CPU tensor (the CPU branch's bounds, e.g. stop_nums; the GPU
+// branch reads a device one on the device).
 inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor& t) {
   scalar(op, arg, t, paddle::DataType::INT64);
-  if (t.is_cpu()) return t.data<int64_t>()[0];
-  return t.copy_to(paddle::CPUPlace(), true).data<int64_t>()[0];
+  if (!t.is_cpu())
+    fail(op, arg, "must be on the CPU when the op runs on the CPU, got one on ",
+         t.place().DebugString());
+  return t.data<int64_t>()[0];
 }
 
 }  // namespace check
@@ -186,7 +194,7 @@ namespace check {
 // a strided view (x[:, ::2], x.t(), as_strided) would be read and written
 // as if it were contiguous.
 inline void contiguous(const char* op, const char* arg, const paddle::Tensor& t) {
-  if (!t.is_contiguous())
+  if (!compat::is_contiguous(t))
     fail(op, arg, "must be contiguous, got a strided view of shape ", shape_str(t.shape()),
          " (pass x.contiguous())");
 }

@@ -8,10 +8,12 @@
 namespace {
 
 // Plans the rows (reporting the kernel status with `table`), allocates the [Tout, H] output of
-// input's dtype and copies the rows: on the CPU through `plan`, on a GPU through `plan_cuda`.
+// input's dtype and copies the rows: on the CPU through `plan`, on a GPU through `plan_cuda` (op
+// `stream_op` of the stream's record). Tout is data: the GPU branch reads it back (the shape read
+// of FastDeploy's op; the plan's source rows live in a persistent per-stream workspace).
 template <typename Params, typename PlanFn, typename PlanCudaFn, size_t N>
 paddle::Tensor gather_rows(const char* op, const paddle::Tensor& input, const Params& p,
-                           PlanFn plan, PlanCudaFn plan_cuda,
+                           PlanFn plan, PlanCudaFn plan_cuda, int32_t stream_op,
                            const fd_mtp::StatusInfo (&table)[N]) {
   using namespace fd_mtp;
   const int64_t in_rows = input.shape()[0];
@@ -20,25 +22,27 @@ paddle::Tensor gather_rows(const char* op, const paddle::Tensor& input, const Pa
   if (input.is_cpu()) {
     int64_t out_rows = 0;
     check::status(op, row_gather_count_cpu(p, plan, in_rows, &out_rows), table);
-    auto out = paddle::empty({out_rows, hidden}, input.dtype(), input.place());
+    auto out = compat::empty({out_rows, hidden}, input.dtype(), input.place());
     row_gather_copy_cpu(p, plan, input.data(), out.data(), row_bytes);
     return out;
   }
 #ifdef PADDLE_WITH_CUDA
   if (input.is_gpu()) {
-    auto src = paddle::empty({in_rows > 0 ? in_rows : 1}, paddle::DataType::INT64, input.place());
-    GpuScratch scratch(input);
-    check::cuda(op, plan_cuda(p, in_rows, src.data<int64_t>(), scratch.status(), scratch.count(),
-                              input.stream()));
-    const auto result = scratch.fetch(input.stream());
-    check::status(op, result.status, table);
-    auto out = paddle::empty({result.count, hidden}, input.dtype(), input.place());
-    check::cuda(op, row_gather_copy_cuda(input.data(), out.data(), src.data<int64_t>(),
-                                         result.count, row_bytes, input.stream()));
+    auto* src = static_cast<int64_t*>(gpu::workspace(
+        op, input, "eagle_src_rows", (in_rows > 0 ? in_rows : 1) * sizeof(int64_t), false));
+    gpu::Op g(op, stream_op, input);
+    check::cuda(op, plan_cuda(p, in_rows, src, g.status(), g.count(), g.stream()));
+    g.commit();
+    const int64_t rows = g.host_count();  // the output's row count (raises the op's error)
+    auto out = gpu::output({rows, hidden}, input.dtype(), input.place());
+    check::cuda(op,
+                row_gather_copy_cuda(input.data(), out.data(), src, rows, row_bytes, g.stream()));
+    gpu::finish(op, input);
     return out;
   }
 #else
   (void)plan_cuda;
+  (void)stream_op;
 #endif
   check::unsupported_place(op, "input", input);
 }
@@ -46,7 +50,7 @@ paddle::Tensor gather_rows(const char* op, const paddle::Tensor& input, const Pa
 #ifdef PADDLE_WITH_CUDA
 constexpr auto kHiddenPlanCuda = fd_mtp::eagle_get_hidden_states_plan_cuda;
 constexpr auto kSelfPlanCuda = fd_mtp::eagle_get_self_hidden_states_plan_cuda;
-#else
+#else  // the CPU build has no launchers
 constexpr std::nullptr_t kHiddenPlanCuda = nullptr;
 constexpr std::nullptr_t kSelfPlanCuda = nullptr;
 #endif
@@ -60,13 +64,13 @@ std::vector<std::vector<int64_t>> hidden_shape(const std::vector<int64_t>& input
 std::vector<paddle::Tensor> eagle_get_hidden_states_apply(EagleGetHiddenStatesArgs& a,
                                                           fd_mtp::EagleHiddenStatesParams& p) {
   return {gather_rows(a.op, a.input, p, fd_mtp::eagle_hidden_states_plan, kHiddenPlanCuda,
-                      kEagleGetHiddenStatesStatus)};
+                      kEagleGetHiddenStatesStreamOp, kEagleGetHiddenStatesStatus)};
 }
 
 std::vector<paddle::Tensor> eagle_get_self_hidden_states_apply(
     EagleGetSelfHiddenStatesArgs& a, fd_mtp::EagleSelfHiddenStatesParams& p) {
   return {gather_rows(a.op, a.input, p, fd_mtp::eagle_self_hidden_states_plan, kSelfPlanCuda,
-                      kEagleGetSelfHiddenStatesStatus)};
+                      kEagleGetSelfHiddenStatesStreamOp, kEagleGetSelfHiddenStatesStatus)};
 }
 
 std::vector<std::vector<int64_t>> eagle_get_hidden_states_infer_shape(

@@ -20,11 +20,11 @@ void mtp_step_paddle_apply(MtpStepPaddleArgs& a, fd_mtp::MtpStepParams& p) {
     return;
   }
 #ifdef PADDLE_WITH_CUDA
-  auto need_list = paddle::empty({bsz > 0 ? bsz : 1}, paddle::DataType::INT32, ref.place());
-  p.need_list = need_list.data<int32_t>();
-  GpuScratch scratch(ref);
-  check::cuda(a.op, mtp_step_cuda(p, scratch.status(), ref.stream()));
-  check::status(a.op, scratch.fetch(ref.stream()).status, kMtpStepPaddleStatus);
+  p.need_list = static_cast<int32_t*>(gpu::workspace(a.op, ref, "mtp_step_need_list",
+                                                     (bsz > 0 ? bsz : 1) * sizeof(int32_t), false));
+  gpu::Op g(a.op, kMtpStepPaddleStreamOp, ref);
+  check::cuda(a.op, mtp_step_cuda(p, g.status(), g.stream()));
+  g.commit();
 #else
   check::unsupported_place(a.op, "seq_lens_this_time", ref);
 #endif

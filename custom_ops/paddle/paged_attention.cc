@@ -29,14 +29,14 @@ std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a,
     check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(),
                 " entries but q has ", tokens, " tokens");
 
-  auto out = paddle::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
+  auto out = compat::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
   p.bsz = bsz;
   p.out = out.data<float>();
 #ifdef PADDLE_WITH_CUDA
   if (a.q.is_gpu()) {
-    GpuScratch scratch(a.q);
-    check::cuda(a.op, paged_attention_cuda(p, scratch.status(), a.q.stream()));
-    check::status(a.op, scratch.fetch(a.q.stream()).status, kPagedAttentionStatus);
+    gpu::Op g(a.op, kPagedAttentionStreamOp, a.q);
+    check::cuda(a.op, paged_attention_cuda(p, g.status(), g.stream()));
+    g.commit();
     return {out};
   }
 #endif

@@ -31,11 +31,22 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a,
     if (a.max_input_length < 1)
       check::fail(a.op, "max_input_length", "must be >= 1, got ", a.max_input_length);
     // R on the host, as upstream (one row per prefilling request, assuming
-    // seq_len_this_time == seq_lens_encoder for it).
-    const paddle::Tensor enc_host = a.seq_lens_encoder.is_cpu()
-                                        ? a.seq_lens_encoder
-                                        : a.seq_lens_encoder.copy_to(paddle::CPUPlace(), true);
-    out_rows = rebuild_padding_rows(rows, enc_host.data<int32_t>(), bsz);
+    // seq_len_this_time == seq_lens_encoder for it): a device seq_lens_encoder is read back (the
+    // shape read of FastDeploy's op).
+    std::vector<int32_t> enc_copy;
+    const int32_t* enc = nullptr;
+    if (a.seq_lens_encoder.is_cpu()) {
+      enc = a.seq_lens_encoder.data<int32_t>();
+    } else {
+#ifdef PADDLE_WITH_CUDA
+      enc_copy.resize(static_cast<size_t>(bsz));
+      gpu::read_int32s(a.op, "seq_lens_encoder", a.seq_lens_encoder, bsz, enc_copy.data());
+      enc = enc_copy.data();
+#else
+      check::unsupported_place(a.op, "seq_lens_encoder", a.seq_lens_encoder);
+#endif
+    }
+    out_rows = rebuild_padding_rows(rows, enc, bsz);
     if (out_rows < 0)
       check::fail(a.op, "seq_lens_encoder", "sums to more prefill tokens than tmp_out has rows (",
                   rows, "): the output would have ", out_rows, " rows");
@@ -47,7 +58,7 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a,
     if (out_rows > 0) offsets = a.output_padding_offset->data<int32_t>();
   }
 
-  auto out = paddle::empty({out_rows, a.dims.H}, tmp_out.dtype(), tmp_out.place());
+  auto out = compat::empty({out_rows, a.dims.H}, tmp_out.dtype(), tmp_out.place());
   p.tmp_out = tmp_out.data();
   p.row_bytes = a.dims.H * static_cast<int64_t>(phi::SizeOf(tmp_out.dtype()));
   p.output_padding_offset = offsets;
@@ -56,9 +67,9 @@ std::vector<paddle::Tensor> rebuild_padding_apply(RebuildPaddingArgs& a,
   p.out = out.data();
 #ifdef PADDLE_WITH_CUDA
   if (tmp_out.is_gpu()) {
-    GpuScratch scratch(tmp_out);
-    check::cuda(a.op, rebuild_padding_cuda(p, scratch.status(), tmp_out.stream()));
-    check::status(a.op, scratch.fetch(tmp_out.stream()).status, kRebuildPaddingStatus);
+    gpu::Op g(a.op, kRebuildPaddingStreamOp, tmp_out);
+    check::cuda(a.op, rebuild_padding_cuda(p, g.status(), g.stream()));
+    g.commit();
     return {out};
   }
 #endif

@@ -28,13 +28,14 @@ void speculate_get_token_penalty_multi_scores_apply(SpeculateGetTokenPenaltyMult
     return;
   }
 #ifdef PADDLE_WITH_CUDA
+  // The counts workspace: persistent per stream, zeroed when it grows; the kernel leaves it zero.
   const int64_t ws_rows = token_penalty_workspace_rows(p.rows);
-  auto workspace = paddle::full({ws_rows, p.vocab}, 0, paddle::DataType::INT32, logits.place());
-  GpuScratch scratch(logits);
-  check::cuda(a.op, token_penalty_cuda(p, workspace.data<int32_t>(), ws_rows, scratch.status(),
-                                       logits.stream()));
-  check::status(a.op, scratch.fetch(logits.stream()).status,
-                kSpeculateGetTokenPenaltyMultiScoresStatus);
+  auto* counts = static_cast<int32_t*>(
+      gpu::workspace(a.op, logits, "penalty_counts",
+                     ws_rows * p.vocab * static_cast<int64_t>(sizeof(int32_t)), true));
+  gpu::Op g(a.op, kSpeculateGetTokenPenaltyMultiScoresStreamOp, logits);
+  check::cuda(a.op, token_penalty_cuda(p, counts, ws_rows, g.status(), g.stream()));
+  g.commit();
 #else
   check::unsupported_place(a.op, "logits", logits);
 #endif

@@ -21,10 +21,10 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
   const int64_t t = packing::host_count(a.op, "token_num", a.token_num);
   const int64_t bsz = a.dims.B;
   // Zeros, as upstream: entries in gaps between requests (wider slots in cum_offsets) stay 0.
-  auto x = paddle::full({t}, 0, Dt::INT64, ref.place());
-  auto batch_id = paddle::full({t}, 0, Dt::INT32, ref.place());
-  auto cu_q = paddle::empty({bsz + 1}, Dt::INT32, ref.place());
-  auto cu_k = paddle::empty({bsz + 1}, Dt::INT32, ref.place());
+  auto x = compat::full({t}, 0, Dt::INT64, ref.place());
+  auto batch_id = compat::full({t}, 0, Dt::INT32, ref.place());
+  auto cu_q = compat::empty({bsz + 1}, Dt::INT32, ref.place());
+  auto cu_k = compat::empty({bsz + 1}, Dt::INT32, ref.place());
   p.token_num = t;
   p.x_remove_padding = x.data<int64_t>();
   p.batch_id_per_token = batch_id.data<int32_t>();
@@ -32,10 +32,9 @@ std::vector<paddle::Tensor> speculate_get_padding_offset_apply(SpeculateGetPaddi
   p.cu_seqlens_k = cu_k.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_padding_offset_cuda(p, scratch.status(), scratch.count(),
-                                                        ref.stream()));
-    check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetPaddingOffsetStatus);
+    gpu::Op g(a.op, kSpeculateGetPaddingOffsetStreamOp, ref);
+    check::cuda(a.op, speculate_get_padding_offset_cuda(p, g.status(), g.count(), g.stream()));
+    g.commit();
     return {x, batch_id, cu_q, cu_k};
   }
 #endif
@@ -63,11 +62,12 @@ std::vector<paddle::Tensor> speculate_get_seq_lens_output_apply(SpeculateGetSeqL
                                                                 fd_mtp::SeqLensOutputParams& p) {
   using namespace fd_mtp;
   const auto& ref = a.seq_lens_this_time;
-  auto out = paddle::empty({a.dims.B}, Dt::INT32, ref.place());
+  auto out = compat::empty({a.dims.B}, Dt::INT32, ref.place());
   p.seq_lens_output = out.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, nullptr, ref.stream()));
+    check::cuda(a.op, speculate_get_seq_lens_output_cuda(p, gpu::preset(a.op, ref), ref.stream()));
+    gpu::finish(a.op, ref);
     return {out};
   }
 #endif
@@ -91,17 +91,17 @@ std::vector<paddle::Tensor> speculate_get_output_padding_offset_apply(
   using namespace fd_mtp;
   const auto& ref = a.output_cum_offsets_tmp;
   const int64_t to = packing::host_count(a.op, "out_token_num", a.out_token_num);
-  auto padding = paddle::full({to}, 0, Dt::INT32, ref.place());  // gap rows stay 0
-  auto cum = paddle::empty({a.dims.B}, Dt::INT32, ref.place());
+  auto padding = compat::full({to}, 0, Dt::INT32, ref.place());  // gap rows stay 0
+  auto cum = compat::empty({a.dims.B}, Dt::INT32, ref.place());
   p.out_token_num = to;
   p.output_padding_offset = padding.data<int32_t>();
   p.output_cum_offsets = cum.data<int32_t>();
 #ifdef PADDLE_WITH_CUDA
   if (ref.is_gpu()) {
-    GpuScratch scratch(ref);
-    check::cuda(a.op, speculate_get_output_padding_offset_cuda(p, scratch.status(), scratch.count(),
-                                                               ref.stream()));
-    check::status(a.op, scratch.fetch(ref.stream()).status, kSpeculateGetOutputPaddingOffsetStatus);
+    gpu::Op g(a.op, kSpeculateGetOutputPaddingOffsetStreamOp, ref);
+    check::cuda(a.op,
+                speculate_get_output_padding_offset_cuda(p, g.status(), g.count(), g.stream()));
+    g.commit();
     return {padding, cum};
   }
 #endif

@@ -18,9 +18,9 @@ std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a,
 
   const int64_t rows = a.dims.T;
   const int64_t c = a.candidates_len;
-  auto scores = paddle::empty({rows, c}, probs.dtype(), probs.place());
-  auto tokens = paddle::empty({rows, c}, paddle::DataType::INT64, probs.place());
-  auto actual = paddle::empty({rows}, paddle::DataType::INT32, probs.place());
+  auto scores = compat::empty({rows, c}, probs.dtype(), probs.place());
+  auto tokens = compat::empty({rows, c}, paddle::DataType::INT64, probs.place());
+  auto actual = compat::empty({rows}, paddle::DataType::INT32, probs.place());
   p.probs = probs.data();
   p.float_kind = check::float_kind_of(probs);
   p.top_p = a.top_p.data();
@@ -33,9 +33,9 @@ std::vector<paddle::Tensor> top_p_candidates_apply(TopPCandidatesArgs& a,
     return {scores, tokens, actual};
   }
 #ifdef PADDLE_WITH_CUDA
-  GpuScratch scratch(probs);
-  check::cuda(a.op, top_p_candidates_cuda(p, scratch.status(), probs.stream()));
-  check::status(a.op, scratch.fetch(probs.stream()).status, kTopPCandidatesStatus);
+  gpu::Op g(a.op, kTopPCandidatesStreamOp, probs);
+  check::cuda(a.op, top_p_candidates_cuda(p, g.status(), g.stream()));
+  g.commit();
   return {scores, tokens, actual};
 #else
   check::unsupported_place(a.op, "probs", probs);

@@ -49,7 +49,15 @@ from ._common import (
     set_error_mode,
 )
 
-_ops_loader.register_pending_check(check_pending)  # fd_mtp.ops.check_pending reaches it
+
+def _check_pending_if_cupy() -> None:
+    """fd_mtp.ops.check_pending's view of this layer: without CuPy no device stream of
+    fd_mtp.cuda exists, so nothing can be pending (check_pending itself would need CuPy)."""
+    if _importlib_util.find_spec("cupy") is not None:
+        check_pending()
+
+
+_ops_loader.register_pending_check(_check_pending_if_cupy)  # fd_mtp.ops.check_pending reaches it
 
 # The keyword-only argument of each op's fixed-capacity variant, one of fd_mtp.cuda's two
 # extensions of FastDeploy's signatures with PERSISTENT_OUT below (the off value is the default:

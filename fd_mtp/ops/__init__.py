@@ -12,9 +12,9 @@ their family module. This package offers every name in each family module's ``__
 import importlib as _importlib
 
 from ..schema import FAMILIES as _FAMILIES
-from ._loader import check_pending, load
+from ._loader import check_pending, load, set_error_mode
 
-__all__ = ["check_pending", "load"]
+__all__ = ["check_pending", "load", "set_error_mode"]
 for _family in _FAMILIES:
     _module = _importlib.import_module(f"{__name__}.{_family}")
     for _name in _module.__all__:

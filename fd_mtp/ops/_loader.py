@@ -12,33 +12,57 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
+import importlib.util
 import re
 import warnings
 from pathlib import Path
 
 LIB_DIR = Path(__file__).resolve().parent.parent / "_lib"
 LIB_NAME = "libfd_mtp_ops.so"
+LIB_DIR_ENV = "FD_MTP_OPS_LIB_DIR"
 BUILD_HINT = "build it from the fd_mtp checkout with `make build` (or `pip install .`)"
+
+
+def lib_dir() -> Path:
+    """Where the op library is loaded from: ``FD_MTP_OPS_LIB_DIR`` (e.g. the Paddle GPU build of
+    ``make test``, build/paddle-gpu/lib) or fd_mtp/_lib."""
+    from .. import envs
+
+    directory = envs.get(LIB_DIR_ENV)
+    return Path(directory) if directory else LIB_DIR
 
 
 @functools.cache
 def _module():
     _register()
+    directory = lib_dir()
     try:
-        return importlib.import_module("fd_mtp._lib.fd_mtp_ops_pybind")
+        if directory == LIB_DIR:
+            module = importlib.import_module("fd_mtp._lib.fd_mtp_ops_pybind")
+        else:
+            found = importlib.machinery.PathFinder.find_spec("fd_mtp_ops_pybind", [str(directory)])
+            if found is None:
+                raise ImportError(f"no fd_mtp_ops_pybind module in {directory}")
+            module = importlib.util.module_from_spec(found)
+            found.loader.exec_module(module)
     except ImportError as exc:
         raise ImportError(
             f"cannot load fd_mtp's op module fd_mtp_ops_pybind ({exc}): {BUILD_HINT}"
         ) from exc
+    from .. import envs
+
+    module._set_error_mode(envs.get("FD_MTP_CUDA_ERRORS"))
+    return module
 
 
 @functools.cache
 def _register():
-    path = LIB_DIR / LIB_NAME
+    path = lib_dir() / LIB_NAME
     if not path.exists():
         raise ImportError(f"fd_mtp's op library {path} is missing: {BUILD_HINT}")
     try:
-        from paddle import _C_ops
+        from ._paddle_compat import custom_op_runner
 
         with warnings.catch_warnings():  # paddle warns about ccache, which we do not use
             warnings.simplefilter("ignore")
@@ -53,7 +77,7 @@ def _register():
         load_op_meta_info_and_register_op(str(path))
     except Exception as exc:  # e.g. built against another paddle version
         raise ImportError(f"cannot load {path} ({exc}); rebuild it: {BUILD_HINT}") from exc
-    return _C_ops._run_custom_op
+    return custom_op_runner()
 
 
 def run_registered(op: str, *args):
@@ -226,11 +250,39 @@ def define_ops(namespace: dict, family: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------
-# Deferred GPU errors (docs/gpu_errors.md). The Paddle ops check on the host, and their GPU
-# branch synchronises and raises per op, so nothing is ever pending here; a layer above that
-# defers errors (fd_mtp.cuda) registers its reader, which `check_pending` then runs.
+# Deferred GPU errors (docs/gpu_errors.md). The Paddle ops' GPU branch records a data error in
+# its stream's persistent record (no sync per op, outside checked mode); it raises, by the
+# failing op's name, at the branch's next host read (an op's CPU not_need_stop, a shape op's
+# count) or at `check_pending`. fd_mtp.cuda registers its own reader too.
 # ------------------------------------------------------------------------------------------
 _pending_checks: list = []
+
+
+def _check_pending_paddle() -> None:
+    """The Paddle extension's pending error (a no-op until the library is loaded, and on a
+    CPU-only build)."""
+    if _module.cache_info().currsize == 0:
+        return  # not loaded: no op ran, nothing can be pending
+    try:
+        _module()._check_pending()
+    except ValueError as exc:
+        raise ValueError(_SOURCE_SUFFIX.sub("", str(exc)).strip()) from None
+
+
+def set_error_mode(mode: str | None) -> str:
+    """Sets the error mode of the Paddle ops' GPU branch: ``deferred`` (the default, no sync per
+    op), ``checked`` (every op synchronises and raises its own error) or ``record`` (nothing
+    raises by itself; `check_pending` reads); None: back to ``FD_MTP_CUDA_ERRORS``. Returns the
+    previous mode. The CPU branch always raises at the call."""
+    from .. import envs
+
+    modes = ("deferred", "checked", "record")
+    if mode is not None and mode not in modes:
+        raise ValueError(f"error mode must be one of {', '.join(modes)}, got {mode!r}")
+    module = _module()
+    previous = module._error_mode()
+    module._set_error_mode(envs.get("FD_MTP_CUDA_ERRORS") if mode is None else mode)
+    return previous
 
 
 def register_pending_check(fn) -> None:
@@ -243,5 +295,6 @@ def check_pending() -> None:
     """Raises the first op error recorded on the device but not raised yet (the ValueError its op
     raises in checked mode, naming the op and the argument) and clears it; returns None when
     there is none. Synchronises the current stream of each registered layer."""
+    _check_pending_paddle()
     for fn in list(_pending_checks):
         fn()

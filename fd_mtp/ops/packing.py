@@ -8,6 +8,7 @@ before the forward pass; ``rebuild_padding`` picks the hidden rows that get logi
 from __future__ import annotations
 
 from ._loader import define_ops, invoke
+from ._paddle_compat import sum_int64
 
 
 def pre_process(
@@ -65,7 +66,7 @@ def pre_process(
     )
 
     max_len = input_ids.shape[1]
-    token_num = paddle.sum(seq_lens_this_time, dtype="int64")
+    token_num = sum_int64(seq_lens_this_time)
     cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
     if not speculative_decoding:
         # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
@@ -101,7 +102,7 @@ def pre_process(
     seq_lens_output = speculate_get_seq_lens_output(
         seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
     )
-    output_token_num = paddle.sum(seq_lens_output, dtype="int64")
+    output_token_num = sum_int64(seq_lens_output)
     output_cum_offsets_tmp = paddle.cumsum(max_len - seq_lens_output, dtype="int32")
     output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
         output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len

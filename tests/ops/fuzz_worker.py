@@ -71,6 +71,10 @@ def strided(a, kind="stack", bf16=False):
     return base[..., 0], base
 
 
+def _is_bf16_bits(a):
+    return isinstance(a, np.ndarray) and a.dtype == np.uint16
+
+
 def _numpy(t):
     return t.view(paddle.uint16).numpy() if t.dtype == paddle.bfloat16 else t.numpy()
 
@@ -293,6 +297,11 @@ def run(op_key, long):
     written = [t.name for t in op.tensors if t.role == "written"]
     for batch in (5, 1, 33) if long else (5,):
         case = BUILDERS[op_key](batch)
+        bf16 = [a for a in list(case.args) + list(case.kwargs.values()) if _is_bf16_bits(a)]
+        if bf16 and not hasattr(paddle, "uint16"):  # the parent skips the test (paddle 2.6)
+            print(json.dumps({"skip": "uint16"}), flush=True)
+            print(json.dumps({"done": True}), flush=True)
+            return
         for name, arg, mutate in cases(op, case, batch, long):
             values = {n: to_paddle(x, n) for n, x in zip(case.names, case.args)}
             values.update({k: to_paddle(x, k) for k, x in case.kwargs.items()})

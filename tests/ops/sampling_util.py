@@ -7,6 +7,7 @@ takes them); `tensor` turns them into paddle CPU tensors of the matching dtype.
 from __future__ import annotations
 
 import numpy as np
+from util import skip_without_uint16
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -42,6 +43,8 @@ def tensor(a):
 
     if not isinstance(a, np.ndarray):
         return a
+    if a.dtype == np.uint16:
+        skip_without_uint16()
     t = paddle.to_tensor(a, place=paddle.CPUPlace())
     return t.view(paddle.bfloat16) if a.dtype == np.uint16 else t
 
@@ -50,7 +53,10 @@ def numpy_of(t):
     import paddle
 
     if isinstance(t, paddle.Tensor):
-        return t.view(paddle.uint16).numpy() if t.dtype == paddle.bfloat16 else t.numpy()
+        if t.dtype == paddle.bfloat16:
+            skip_without_uint16()
+            return t.view(paddle.uint16).numpy()
+        return t.numpy()
     return t
 
 
