@@ -17,4 +17,12 @@ void speculate_verify_check(SpeculateVerifyArgs& a, fd_mtp::SpeculateVerifyParam
     p.draft_probs = nullptr;
     p.draft_prob_rows = 0;
   }
+#ifdef PADDLE_WITH_CUDA
+  // rejection on the GPU: the check pass samples each request's row once and leaves the token in
+  // a persistent per-stream [bsz] workspace for the apply pass (without it the row is read twice)
+  if (a.target_probs && a.target_probs->is_gpu())
+    p.sample_tokens =
+        static_cast<int64_t*>(gpu::workspace(a.op, *a.target_probs, "verify_sample_tokens",
+                                             (p.bsz > 0 ? p.bsz : 1) * sizeof(int64_t), false));
+#endif
 }
