@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -392,7 +393,22 @@ def floor_generic(case):
     return total
 
 
+def floor_verify(case):
+    """The generic model, and under the rejection strategy at least one full target row per
+    running request (the row where it rejects, or the bonus token's row; a rejection also needs
+    the draft row when the drafter is sampled: not counted, so this is a lower bound)."""
+    total = floor_generic(case)
+    probs = case.kwargs.get("target_probs")
+    if case.kwargs.get("verify_strategy") == "rejection" and isinstance(probs, np.ndarray):
+        this = _arg(case, "seq_lens_this_time").reshape(-1)
+        stop = _arg(case, "stop_flags").reshape(-1)
+        running = int(np.count_nonzero((this > 0) & ~stop))
+        total += running * probs.shape[-1] * probs.itemsize
+    return total
+
+
 FLOORS = {
+    "speculate_verify": (floor_verify, "per-request model; rejection: + a target row per request"),
     "top_p_candidates": (floor_top_p, "rows read once, C candidates written"),
     "speculate_get_token_penalty_multi_scores": (
         floor_penalty,
@@ -537,6 +553,11 @@ def floor_ops():
     return cuda_ops() + list(extra_builders())
 
 
+def _op_names(text):
+    """Comma-separated op names; commas inside a variant's brackets stay in its name."""
+    return [m.strip() for m in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text) if m.strip()]
+
+
 def _ints(text):
     return [int(v) for v in text.split(",") if v]
 
@@ -563,7 +584,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     if args.floors_only:
-        names = [o.strip() for o in args.ops.split(",") if o.strip()] or floor_ops()
+        names = _op_names(args.ops) or floor_ops()
         table = floor_table(names, _ints(args.batches))
         print_floor_table(table)
         out = Path(args.out)
@@ -589,7 +610,7 @@ def main(argv=None):
         raise SystemExit(f"{NO_GPU} ({exc})") from None
 
     available = floor_ops()
-    ops = [o.strip() for o in args.ops.split(",") if o.strip()] or available
+    ops = _op_names(args.ops) or available
     unknown = [o for o in ops if o not in available]
     if unknown:
         p.error(f"unknown or host-only ops {unknown}; choose from {available}")
