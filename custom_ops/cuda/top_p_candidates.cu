@@ -2,7 +2,7 @@
 // probs row (grid-stride over rows) that reads its row from global memory
 // exactly once (the bytes-moved floor).
 //
-// The block streams the row in id order, in tiles of kTopPThreads x kTopPVec
+// The block streams the row in id order, in tiles of kTopPThreads x 2 x 4
 // values (vectorised, coalesced loads; a scalar head and tail where the row is
 // not aligned), and appends the values that may still be among the C best to a
 // shared-memory buffer, in id order (a block scan gives every thread its
@@ -26,10 +26,12 @@ namespace fd_mtp {
 namespace {
 
 constexpr int kTopPThreads = 512;
-constexpr int kTopPVec = 4;  // values per thread and tile (16 bytes of float32, 8 of 16-bit)
+constexpr int kTopPVec = 4;   // values per vector load (16 bytes of float32, 8 of 16-bit)
+constexpr int kTopPVecs = 2;  // consecutive vectors per thread and tile
+constexpr int kTopPPerThread = kTopPVec * kTopPVecs;
 constexpr int kTopPMaxC = 100;
-constexpr int kTopPCap = 4096;  // buffer entries (32 KiB of shared memory)
-static_assert(kTopPCap >= kTopPMaxC + kTopPThreads * kTopPVec, "a tile must fit after a cut");
+constexpr int kTopPCap = 4224;  // buffer entries (33 KiB of shared memory)
+static_assert(kTopPCap >= kTopPMaxC + kTopPThreads * kTopPPerThread, "a tile must fit after a cut");
 
 using TopPScan = cub::BlockScan<int, kTopPThreads>;
 
@@ -44,14 +46,18 @@ struct TopPShared {
   uint32_t keys[kTopPCap];  // the buffer: keys and ids, in id order
   uint32_t ids[kTopPCap];
   int hist[256];
-  int n;            // entries in the buffer
-  int bounded;      // the buffer was cut once: `bound` is the C-th best key so far
-  uint32_t bound;   // ... and a value enters only when its key is above it
-  uint32_t prefix;  // radix select: the C-th key's bits found so far
+  uint32_t prefix;  // radix select: the c-th key's bits found so far
   uint32_t mask;
   int rank;  // radix select: rank still wanted among the keys matching prefix
   int64_t o_ids[kTopPMaxC];
   S o_vals[kTopPMaxC];
+};
+
+// The row's buffer state, block-uniform: every thread holds the same values.
+struct TopPState {
+  int n;           // entries in the buffer
+  bool bounded;    // the buffer was cut once: `bound` is the c-th best key so far,
+  uint32_t bound;  // and a value enters only when its key is above it
 };
 
 __global__ void top_p_candidates_check_kernel(TopPCandidatesParams p, KernelStatus* status) {
@@ -59,16 +65,17 @@ __global__ void top_p_candidates_check_kernel(TopPCandidatesParams p, KernelStat
 }
 
 // Radix select over the buffer's n keys: sh.prefix = the c-th largest key,
-// sh.rank = how many entries equal to it are among the c best. Block-wide.
+// sh.rank = how many entries equal to it are among the c best. Block-wide;
+// starts with a barrier, so the buffer writes before the call are visible.
 template <typename S>
 __device__ void top_p_select(TopPShared<S>& sh, int n, int c) {
-  if (threadIdx.x == 0) {
-    sh.prefix = 0;
-    sh.mask = 0;
-    sh.rank = c;
-  }
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) sh.hist[i] = 0;
+    if (shift == 24 && threadIdx.x == 0) {
+      sh.prefix = 0;
+      sh.mask = 0;
+      sh.rank = c;
+    }
     __syncthreads();
     const uint32_t prefix = sh.prefix, mask = sh.mask;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -90,17 +97,17 @@ __device__ void top_p_select(TopPShared<S>& sh, int n, int c) {
 
 // Cuts the buffer to its c best entries, keeping their (id) order: the keys
 // above the c-th key and the first sh.rank entries equal to it. In place: an
-// entry moves only to a lower slot, after every thread read its chunk.
+// entry moves only to a lower slot, below the chunk being read. Ends with a
+// barrier.
 template <typename S>
-__device__ void top_p_cut(TopPShared<S>& sh, int c) {
-  const int n = sh.n;
-  top_p_select(sh, n, c);
+__device__ void top_p_cut(TopPShared<S>& sh, TopPState& st, int c) {
+  top_p_select(sh, st.n, c);
   const uint32_t t = sh.prefix;
   const int need = sh.rank;
   int kept = 0, ties = 0;  // block-uniform
-  for (int base = 0; base < n; base += blockDim.x) {
+  for (int base = 0; base < st.n; base += blockDim.x) {
     const int i = base + static_cast<int>(threadIdx.x);
-    const bool valid = i < n;
+    const bool valid = i < st.n;
     const uint32_t key = valid ? sh.keys[i] : 0u;
     const uint32_t id = valid ? sh.ids[i] : 0u;
     const int eq = valid && key == t;
@@ -110,32 +117,30 @@ __device__ void top_p_cut(TopPShared<S>& sh, int c) {
     const int keep = valid && (key > t || (eq && ties + eq_pos < need));
     int pos, total;
     TopPScan(sh.scan).ExclusiveSum(keep, pos, total);
-    __syncthreads();
+    __syncthreads();  // every read of this chunk is done; the scan storage is free
     if (keep) {
       sh.keys[kept + pos] = key;
       sh.ids[kept + pos] = id;
     }
     kept += total;
     ties += eq_total;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    sh.n = kept;
-    sh.bounded = 1;
-    sh.bound = t;
   }
   __syncthreads();
+  st.n = kept;
+  st.bounded = true;
+  st.bound = t;
 }
 
 // One tile: this thread's `count` values (ids first .. first + count - 1, in
 // id order across the threads) enter the buffer where they may still be among
 // the c best. Block-wide (every thread calls it, count may be 0).
 template <typename Traits>
-__device__ void top_p_offer(TopPShared<typename Traits::Storage>& sh, const TopPCandidatesParams& p,
-                            int64_t r, int64_t first, int count,
+__device__ void top_p_offer(TopPShared<typename Traits::Storage>& sh, TopPState& st,
+                            const TopPCandidatesParams& p, int64_t r, int64_t first, int count,
                             const typename Traits::Storage* vals, KernelStatus* status) {
-  uint32_t keys[kTopPVec];
-  for (int j = 0; j < kTopPVec; ++j) {
+  uint32_t keys[kTopPPerThread];
+  for (int j = 0; j < kTopPPerThread; ++j) {
+    keys[j] = 0u;
     if (j < count) {
       const float x = Traits::load(vals[j]);
       top_p_check_value(r, first + j, x, status);  // a NaN / inf refuses the call
@@ -143,29 +148,27 @@ __device__ void top_p_offer(TopPShared<typename Traits::Storage>& sh, const TopP
     }
   }
   int n_in = 0;
-  for (int j = 0; j < kTopPVec; ++j) n_in += j < count && (!sh.bounded || keys[j] > sh.bound);
+  for (int j = 0; j < kTopPPerThread; ++j) n_in += j < count && (!st.bounded || keys[j] > st.bound);
   int off, total;
   TopPScan(sh.scan).ExclusiveSum(n_in, off, total);
-  __syncthreads();
-  if (sh.n + total > kTopPCap) {  // block-uniform: cut to the c best, then count again
-    top_p_cut(sh, static_cast<int>(p.candidates));
+  __syncthreads();                // the scan storage is free again
+  if (st.n + total > kTopPCap) {  // block-uniform: cut to the c best, then count again
+    top_p_cut(sh, st, static_cast<int>(p.candidates));
     n_in = 0;
-    for (int j = 0; j < kTopPVec; ++j) n_in += j < count && keys[j] > sh.bound;
+    for (int j = 0; j < kTopPPerThread; ++j) n_in += j < count && keys[j] > st.bound;
     TopPScan(sh.scan).ExclusiveSum(n_in, off, total);
     __syncthreads();
   }
-  const int base = sh.n + off;
+  const int base = st.n + off;
   int k = 0;
-  for (int j = 0; j < kTopPVec; ++j) {
-    if (j < count && (!sh.bounded || keys[j] > sh.bound)) {
+  for (int j = 0; j < kTopPPerThread; ++j) {
+    if (j < count && (!st.bounded || keys[j] > st.bound)) {
       sh.keys[base + k] = keys[j];
       sh.ids[base + k] = static_cast<uint32_t>(first + j);
       ++k;
     }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) sh.n += total;
-  __syncthreads();
+  st.n += total;
 }
 
 template <typename Traits>
@@ -178,12 +181,7 @@ __global__ void __launch_bounds__(kTopPThreads)
   const int tid = static_cast<int>(threadIdx.x);
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const S* row = static_cast<const S*>(p.probs) + r * p.vocab;
-    if (tid == 0) {
-      sh.n = 0;
-      sh.bounded = 0;
-      sh.bound = 0;
-    }
-    __syncthreads();
+    TopPState st{0, false, 0u};
     // Scalar head up to the first vector-aligned value, vectors, scalar tail.
     const uintptr_t align = sizeof(TopPVec<S>);
     const int64_t mis =
@@ -192,29 +190,34 @@ __global__ void __launch_bounds__(kTopPThreads)
     if (head > p.vocab) head = p.vocab;
     const int64_t nvec = (p.vocab - head) / kTopPVec;
     const int64_t tail_first = head + nvec * kTopPVec;
-    S vals[kTopPVec];
+    S vals[kTopPPerThread];
     {
       const int count = tid < head ? 1 : 0;
       if (count) vals[0] = row[tid];
-      top_p_offer<Traits>(sh, p, r, tid, count, vals, status);
+      top_p_offer<Traits>(sh, st, p, r, tid, count, vals, status);
     }
     const TopPVec<S>* vec = reinterpret_cast<const TopPVec<S>*>(row + head);
-    for (int64_t base = 0; base < nvec; base += kTopPThreads) {
-      const int64_t i = base + tid;
+    for (int64_t base = 0; base < nvec; base += static_cast<int64_t>(kTopPThreads) * kTopPVecs) {
+      const int64_t first_vec = base + static_cast<int64_t>(tid) * kTopPVecs;
       int count = 0;
-      if (i < nvec) {
-        const TopPVec<S> x = vec[i];
-        for (int j = 0; j < kTopPVec; ++j) vals[j] = x.v[j];
-        count = kTopPVec;
+      for (int u = 0; u < kTopPVecs; ++u) {
+        if (first_vec + u < nvec) {
+          const TopPVec<S> x = vec[first_vec + u];
+          for (int j = 0; j < kTopPVec; ++j) vals[u * kTopPVec + j] = x.v[j];
+          count += kTopPVec;
+        }
       }
-      top_p_offer<Traits>(sh, p, r, head + i * kTopPVec, count, vals, status);
+      top_p_offer<Traits>(sh, st, p, r, head + first_vec * kTopPVec, count, vals, status);
     }
     {
       const int count = tail_first + tid < p.vocab ? 1 : 0;
       if (count) vals[0] = row[tail_first + tid];
-      top_p_offer<Traits>(sh, p, r, tail_first + tid, count, vals, status);
+      top_p_offer<Traits>(sh, st, p, r, tail_first + tid, count, vals, status);
     }
-    if (sh.n > c) top_p_cut(sh, c);  // block-uniform
+    if (st.n > c)
+      top_p_cut(sh, st, c);  // block-uniform; ends with a barrier
+    else
+      __syncthreads();  // the last tile's entries are visible
     // Rank the c candidates (distinct ids: the ranks are a permutation).
     for (int i = tid; i < c; i += kTopPThreads) {
       int rank = 0;
@@ -225,7 +228,7 @@ __global__ void __launch_bounds__(kTopPThreads)
     }
     __syncthreads();
     if (tid == 0) top_p_write_row<Traits>(p, r, sh.o_ids, sh.o_vals);
-    __syncthreads();
+    __syncthreads();  // the buffer is rewritten by the next row
   }
 }
 
