@@ -2,11 +2,10 @@
 
 #include "launch.cuh"
 #include "launchers.h"
+#include "row_copy.cuh"
 
 namespace fd_mtp {
 namespace {
-
-constexpr int kRowThreads = 128;  // threads per request of the row copy (upstream: bsz x 128)
 
 unsigned request_blocks(int64_t bsz) {
   return static_cast<unsigned>(bsz < 1 ? 1 : (bsz > 8192 ? 8192 : bsz));
@@ -64,12 +63,20 @@ __global__ void get_logits_scan_kernel(GetLogitsParams p, KernelStatus* status) 
   }
 }
 
-// Block = request (grid-stride over requests), threads = its rows' elements.
+// Block (x, y) = request x (grid-stride over requests), column slice y of each
+// of its rows (kRowCopyColumns columns; grid-stride over slices): a vectorised
+// copy, so that a batch of one still spreads its rows over many blocks.
 __global__ void get_logits_copy_kernel(GetLogitsParams p, const KernelStatus* status) {
   if (status->code != 0) return;  // bad input: write nothing
   for (int64_t b = blockIdx.x; b < p.bsz; b += gridDim.x) {
-    const int64_t total = get_logits_batch_count(p, b) * p.vocab;
-    for (int64_t e = threadIdx.x; e < total; e += blockDim.x) get_logits_element(p, b, e);
+    const int64_t rows = get_logits_batch_count(p, b);
+    for (int64_t col = static_cast<int64_t>(blockIdx.y) * kRowCopyColumns; col < p.vocab;
+         col += static_cast<int64_t>(gridDim.y) * kRowCopyColumns) {
+      const int64_t n = p.vocab - col < kRowCopyColumns ? p.vocab - col : kRowCopyColumns;
+      for (int64_t r = 0; r < rows; ++r)
+        block_copy_floats(get_logits_dest_row(p, b, r) + col, get_logits_source_row(p, b, r) + col,
+                          n);
+    }
   }
 }
 
@@ -80,7 +87,8 @@ cudaError_t speculate_get_logits_cuda(const GetLogitsParams& p, KernelStatus* st
   cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess || p.bsz == 0) return err;
   get_logits_scan_kernel<<<1, kThreads, 0, stream>>>(p, status);
-  get_logits_copy_kernel<<<request_blocks(p.bsz), kRowThreads, 0, stream>>>(p, status);
+  const dim3 grid(request_blocks(p.bsz), row_copy_slices(p.vocab));
+  get_logits_copy_kernel<<<grid, kRowCopyThreads, 0, stream>>>(p, status);
   return cudaGetLastError();
 }
 

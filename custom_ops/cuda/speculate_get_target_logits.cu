@@ -1,10 +1,9 @@
 #include "launch.cuh"
 #include "launchers.h"
+#include "row_copy.cuh"
 
 namespace fd_mtp {
 namespace {
-
-constexpr int kRowThreads = 128;  // threads per request of the row copy (upstream: bsz x 128)
 
 unsigned request_blocks(int64_t bsz) {
   return static_cast<unsigned>(bsz < 1 ? 1 : (bsz > 8192 ? 8192 : bsz));
@@ -15,12 +14,20 @@ __global__ void get_target_logits_check_kernel(GetTargetLogitsParams p, KernelSt
     get_target_logits_check(p, b, status);
 }
 
-// Block = request (grid-stride over requests), threads = its rows' elements.
+// Block (x, y) = request x (grid-stride over requests), column slice y of each
+// of its rows (kRowCopyColumns columns; grid-stride over slices): a vectorised
+// copy, so that a batch of one still spreads its rows over many blocks.
 __global__ void get_target_logits_copy_kernel(GetTargetLogitsParams p, const KernelStatus* status) {
   if (status->code != 0) return;  // bad input: write nothing
   for (int64_t b = blockIdx.x; b < p.bsz; b += gridDim.x) {
-    const int64_t total = target_logits_rows(p, b) * p.vocab;
-    for (int64_t e = threadIdx.x; e < total; e += blockDim.x) get_target_logits_element(p, b, e);
+    const int64_t rows = target_logits_rows(p, b);
+    for (int64_t col = static_cast<int64_t>(blockIdx.y) * kRowCopyColumns; col < p.vocab;
+         col += static_cast<int64_t>(gridDim.y) * kRowCopyColumns) {
+      const int64_t n = p.vocab - col < kRowCopyColumns ? p.vocab - col : kRowCopyColumns;
+      for (int64_t r = 0; r < rows; ++r)
+        block_copy_floats(target_logits_dest_row(p, b, r) + col,
+                          target_logits_source_row(p, b, r) + col, n);
+    }
   }
 }
 
@@ -31,7 +38,8 @@ cudaError_t speculate_get_target_logits_cuda(const GetTargetLogitsParams& p, Ker
   cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess || p.bsz == 0) return err;
   get_target_logits_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, status);
-  get_target_logits_copy_kernel<<<request_blocks(p.bsz), kRowThreads, 0, stream>>>(p, status);
+  const dim3 grid(request_blocks(p.bsz), row_copy_slices(p.vocab));
+  get_target_logits_copy_kernel<<<grid, kRowCopyThreads, 0, stream>>>(p, status);
   return cudaGetLastError();
 }
 

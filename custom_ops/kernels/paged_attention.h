@@ -99,18 +99,30 @@ FD_HOST_DEVICE inline void paged_attention_check(const PagedAttentionParams& p, 
   }
 }
 
+// Pass 1: the cache offset of token t's row of kv head g (its slot).
+FD_HOST_DEVICE inline int64_t paged_attention_slot(const PagedAttentionParams& p, int64_t t,
+                                                   int64_t g) {
+  const PagedToken tk = paged_attention_token(p, t);
+  const int64_t block = p.block_tables[tk.request * p.table_width + tk.pos / p.block_size];
+  return ((block * p.kv_heads + g) * p.block_size + tk.pos % p.block_size) * p.head_dim;
+}
+
 // Pass 1 for token t, kv head g: copy its k/v row into its cache slot.
 FD_HOST_DEVICE inline void paged_attention_write(const PagedAttentionParams& p, int64_t t,
                                                  int64_t g) {
-  const PagedToken tk = paged_attention_token(p, t);
-  const int64_t block = p.block_tables[tk.request * p.table_width + tk.pos / p.block_size];
-  const int64_t slot =
-      ((block * p.kv_heads + g) * p.block_size + tk.pos % p.block_size) * p.head_dim;
+  const int64_t slot = paged_attention_slot(p, t, g);
   const int64_t src = (t * p.kv_heads + g) * p.head_dim;
   for (int64_t d = 0; d < p.head_dim; ++d) {
     p.key_cache[slot + d] = p.k[src + d];
     p.value_cache[slot + d] = p.v[src + d];
   }
+}
+
+// The cache offset of position pos of request b, kv head g (pass 2's rows).
+FD_HOST_DEVICE inline int64_t paged_attention_position(const PagedAttentionParams& p, int64_t b,
+                                                       int64_t g, int64_t pos) {
+  const int64_t block = p.block_tables[b * p.table_width + pos / p.block_size];
+  return ((block * p.kv_heads + g) * p.block_size + pos % p.block_size) * p.head_dim;
 }
 
 FD_HOST_DEVICE inline float paged_dot(const float* a, const float* b, int64_t n) {

@@ -116,13 +116,6 @@ FD_HOST_DEVICE inline float* get_logits_dest_row(const GetLogitsParams& p, int64
   return p.draft_logits + (static_cast<int64_t>(p.cu_batch_token_offset[b]) + row) * p.vocab;
 }
 
-// Element e (< batch(b) * vocab) of request b's written rows (the CUDA copy).
-FD_HOST_DEVICE inline void get_logits_element(const GetLogitsParams& p, int64_t b, int64_t e) {
-  const int64_t row = e / p.vocab;
-  const int64_t col = e - row * p.vocab;
-  get_logits_dest_row(p, b, row)[col] = get_logits_source_row(p, b, row)[col];
-}
-
 inline KernelStatus get_logits_cpu(const GetLogitsParams& p) {
   KernelStatus st{};
   get_logits_check_batch(p, &st);

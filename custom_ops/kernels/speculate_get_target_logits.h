@@ -52,12 +52,15 @@ FD_HOST_DEVICE inline void get_target_logits_check(const GetTargetLogitsParams& 
   if (src + n > p.logits_rows) report(st, kTargetLogitsLogitsRows, r, src + n, p.logits_rows);
 }
 
-// Copies element e (< rows(b) * vocab) of request b.
-FD_HOST_DEVICE inline void get_target_logits_element(const GetTargetLogitsParams& p, int64_t b,
-                                                     int64_t e) {
-  const int64_t dst = static_cast<int64_t>(p.cu_batch_token_offset[b]) * p.vocab + e;
-  const int64_t src = static_cast<int64_t>(p.ori_cu_batch_token_offset[b]) * p.vocab + e;
-  p.target_logits[dst] = p.logits[src];
+// Source and destination of copied row j (< rows(b)) of request b.
+FD_HOST_DEVICE inline const float* target_logits_source_row(const GetTargetLogitsParams& p,
+                                                            int64_t b, int64_t j) {
+  return p.logits + (static_cast<int64_t>(p.ori_cu_batch_token_offset[b]) + j) * p.vocab;
+}
+
+FD_HOST_DEVICE inline float* target_logits_dest_row(const GetTargetLogitsParams& p, int64_t b,
+                                                    int64_t j) {
+  return p.target_logits + (static_cast<int64_t>(p.cu_batch_token_offset[b]) + j) * p.vocab;
 }
 
 inline KernelStatus get_target_logits_cpu(const GetTargetLogitsParams& p) {
@@ -65,10 +68,8 @@ inline KernelStatus get_target_logits_cpu(const GetTargetLogitsParams& p) {
   for (int64_t b = 0; b < p.bsz && st.code == 0; ++b) get_target_logits_check(p, b, &st);
   if (st.code != 0) return st;
   for (int64_t b = 0; b < p.bsz; ++b) {  // the request's rows are contiguous on both sides
-    const int64_t total = target_logits_rows(p, b) * p.vocab;
-    const float* src = p.logits + static_cast<int64_t>(p.ori_cu_batch_token_offset[b]) * p.vocab;
-    std::copy(src, src + total,
-              p.target_logits + static_cast<int64_t>(p.cu_batch_token_offset[b]) * p.vocab);
+    const float* src = target_logits_source_row(p, b, 0);
+    std::copy(src, src + target_logits_rows(p, b) * p.vocab, target_logits_dest_row(p, b, 0));
   }
   return st;
 }

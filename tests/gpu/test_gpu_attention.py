@@ -16,6 +16,11 @@ removes roundings), per (token, head), with u = 2^-24 and gamma(n) = n u / (1 - 
 * the weighted mean of the v rows is then off by at most max|v| * 2 eps_w / (1 - eps_w) from the
   weights, plus max|v| * gamma(2 ctx + 4) from the float32 accumulation of the numerator and the
   denominator over ctx positions, the chunk rescales and the final division.
+* the CUDA kernel splits the context over G = 4 partitions (custom_ops/cuda/paged_attention.cu) and
+  merges them: a partition's weights carry one more factor exp(m_g - M), whose argument is rounded
+  once (relative error u |m_g - M| <= 2 u max|s|) and whose expf adds 4u, so
+  eps_w += (2 max|s| + 4) u; the merge's products and its sum of G terms add 2 G + 2 roundings to
+  the accumulation: gamma(2 ctx + 4 + 2 G + 2).
 """
 
 import numpy as np
@@ -30,6 +35,7 @@ import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
 
 U = 2.0**-24
+GROUPS = 4  # the CUDA kernel's partitions of the context (kPagedGroups)
 
 
 def gamma(n):
@@ -96,10 +102,11 @@ def bound(args, kc, vc):
             keys = kc[blocks, g, p % bs, :].astype(np.float64)
             vals = vc[blocks, g, p % bs, :].astype(np.float64)
             delta = scale * gamma(dim + 2) * (np.abs(keys) @ np.abs(q[t, h].astype(np.float64)))
-            eps_w = np.expm1(2 * delta.max()) + 4 * U
+            smax = scale * np.abs(keys @ q[t, h].astype(np.float64)).max()
+            eps_w = np.expm1(2 * delta.max()) + 4 * U + (2 * smax + 4) * U
             vmax = np.abs(vals).max(axis=0)
             tol[t, h * dim : (h + 1) * dim] = vmax * (
-                2 * eps_w / (1 - eps_w) + gamma(2 * (pos + 1) + 4)
+                2 * eps_w / (1 - eps_w) + gamma(2 * (pos + 1) + 4 + 2 * GROUPS + 2)
             )
     return tol
 
@@ -108,6 +115,8 @@ CASES = {
     "decode": ([1, 1, 1], [5, 17, 0]),
     "prefill": ([9, 3], [0, 4]),
     "mixed": ([4, 1, 7, 1, 2], [0, 30, 8, 63, 1]),
+    # contexts over several iterations of the 4 x 32 partitions, uneven last chunks
+    "long": ([1, 2, 1], [300, 517, 128]),
 }
 
 
@@ -126,6 +135,25 @@ def test_paged_attention_matches_the_reference(case):
     got = cp.asnumpy(got)
     tol = bound(args, kc, vc)
     err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    assert np.all(err <= tol), f"max excess {np.max(err - tol)} (max err {err.max()})"
+
+
+@pytest.mark.parametrize("dim", [64, 160, 264])
+def test_paged_attention_head_dims(dim):
+    """Several dims per lane (64, 160: a partial last lane group) and, above 256, the
+    per-(token, head) kernel."""
+    rng = np.random.default_rng(dim)
+    args = make_batch(rng, [1, 3, 1], [70, 9, 0], hq=2, hkv=1, dim=dim, block_size=16)
+    host = {k: v.copy() for k, v in args.items()}
+    dev = {k: cp.asarray(v) for k, v in args.items()}
+    expected = ref.paged_attention(*[host[k] for k in ORDER])
+    got = cp.asnumpy(fcuda.paged_attention(*[dev[k] for k in ORDER]))
+    fcuda.check_pending()
+    kc, vc = cp.asnumpy(dev["key_cache"]), cp.asnumpy(dev["value_cache"])
+    np.testing.assert_array_equal(kc, host["key_cache"])
+    np.testing.assert_array_equal(vc, host["value_cache"])
+    err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    tol = bound(args, kc, vc)
     assert np.all(err <= tol), f"max excess {np.max(err - tol)} (max err {err.max()})"
 
 

@@ -46,8 +46,19 @@ def per(values, column):
 @pytest.mark.parametrize("bsz", BATCHES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_get_logits_parity(bsz, seed):
+    get_logits_case(bsz, seed, 9 if seed == 0 else 130)
+
+
+# Rows wider than one column slice of the copy (4096 columns): 4100 keeps every row 16-byte
+# aligned (vectorised copies, a 4-column last slice), 8195 misaligns most rows (scalar copies).
+@pytest.mark.parametrize("vocab", [4100, 8195])
+@pytest.mark.parametrize("bsz", [1, 7])
+def test_get_logits_wide_rows(bsz, vocab):
+    get_logits_case(bsz, 1, vocab)
+
+
+def get_logits_case(bsz, seed, vocab):
     rng = np.random.default_rng([bsz, seed, 518])
-    vocab = 9 if seed == 0 else 130  # 130: more than one 128-thread pass over a row
     enc, this_time = layout(rng, bsz, 2)
     n_next = np.where(enc[:bsz] > 0, 1, this_time[:bsz])
     n_batch = np.where(enc[:bsz] > 0, 2, this_time[:bsz])
@@ -93,8 +104,17 @@ def test_insert_first_token_parity(bsz, seed):
 @pytest.mark.parametrize("bsz", BATCHES)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_get_target_logits_parity(bsz, seed):
+    get_target_logits_case(bsz, seed, 7 if seed == 0 else 129)
+
+
+@pytest.mark.parametrize("vocab", [4100, 8195])
+@pytest.mark.parametrize("bsz", [1, 7])
+def test_get_target_logits_wide_rows(bsz, vocab):
+    get_target_logits_case(bsz, 1, vocab)
+
+
+def get_target_logits_case(bsz, seed, vocab):
     rng = np.random.default_rng([bsz, seed, 520])
-    vocab = 7 if seed == 0 else 129
     enc, this_time = layout(rng, bsz, 1)
     acc = np.where(enc > 0, 1, np.minimum(this_time, rng.integers(-1, 6, enc.size)))
     acc = acc.astype(np.int32)

@@ -108,6 +108,12 @@ def test_penalty_vocab_100k(dtype):
     run_penalty(op_inputs.build_penalty(9, 100_000, dtype=dtype).args)
 
 
+def test_penalty_vocab_above_the_bitmap():
+    # above 8192 * 32 ids the kernel tests the counts workspace instead of its shared bitmap
+    rng = np.random.default_rng(5)
+    run_penalty(penalty_args(rng, 3, "float32", 8192 * 32 + 3, 48))
+
+
 @pytest.mark.parametrize("case", ["eos", "pre_ids", "offset"])
 def test_penalty_bad_input_writes_nothing(case):
     rng = np.random.default_rng(4)

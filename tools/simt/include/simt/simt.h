@@ -293,6 +293,12 @@ inline float atomic_add_float(float* a, float v) {
   }                                                                             \
   inline T atomicMin(T* a, T v) {                                               \
     return ::simt::atomic_update(a, v, [](T x, T y) { return x < y ? x : y; }); \
+  }                                                                             \
+  inline T atomicOr(T* a, T v) {                                                \
+    return ::simt::atomic_update(a, v, [](T x, T y) { return x | y; });         \
+  }                                                                             \
+  inline T atomicAnd(T* a, T v) {                                               \
+    return ::simt::atomic_update(a, v, [](T x, T y) { return x & y; });         \
   }
 SIMT_INT_ATOMICS(int)
 SIMT_INT_ATOMICS(unsigned int)
