@@ -488,17 +488,18 @@ def profile_cell(llm, prompts, params) -> dict:
     }
 
 
-def _baseline(args, out_json: Path) -> dict | None:
-    """The timed pass of another checkout, in a subprocess (same machine, same run)."""
+def _baseline(args, out_json: Path, batch: int, mode: str) -> dict:
+    """The timed pass of another checkout for one cell, in a subprocess (same machine, same run,
+    right before this checkout's own pass of the cell, so drifting load hits both alike)."""
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--timed-only",
         str(out_json),
         "--batches",
-        args.batches,
+        str(batch),
         "--modes",
-        args.modes,
+        mode,
         "--max-tokens",
         str(args.max_tokens),
         "--repeats",
@@ -509,9 +510,8 @@ def _baseline(args, out_json: Path) -> dict | None:
     if args.model:
         cmd += ["--model", args.model]
     env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
-    print(f"baseline: {args.baseline} (timed pass only)", flush=True)
     subprocess.run(cmd, env=env, check=True, cwd=str(Path(args.baseline).resolve()))
-    return json.loads(out_json.read_text())
+    return json.loads(out_json.read_text())[f"{batch}/{mode}"]
 
 
 def _loadavg() -> str:
@@ -569,11 +569,17 @@ def main(argv=None) -> int:
         f"bench_profile: {timestamp()}  threads {args.threads}  forward {args.forward}  "
         f"load average {_loadavg()}"
     )
-    base = _baseline(args, out / "bench_profile_baseline.json") if args.baseline else None
+    if args.baseline:
+        print(f"baseline: {args.baseline} (timed pass only, cell by cell before this checkout's)")
     rows, cells = [], {}
     rates = None
     for b in batches:
         for mode in modes:
+            base = (
+                _baseline(args, out / "bench_profile_baseline.json", b, mode)
+                if args.baseline
+                else None
+            )
             llm = _make_llm(args.model, b, mode, max_model_len, args.forward)
             sizes = model_sizes(llm)
             if rates is None:
@@ -591,8 +597,8 @@ def main(argv=None) -> int:
             prof = profile_cell(llm, prompts, params)
             fl, f_ms, b_ms = floor_ms(prof["work"], prof["steps"], sizes, rates)
             cell = dict(timed=timed, prof=prof, floor=(fl, f_ms, b_ms), layers=sizes["layers"])
-            if base is not None and f"{b}/{mode}" in base:
-                cell["base"] = base[f"{b}/{mode}"]
+            if base is not None:
+                cell["base"] = base
                 same = cell["base"]["token_ids"] == timed["token_ids"]
                 cell["same_output"] = same
             cells[(b, mode)] = cell
