@@ -69,8 +69,9 @@ def test_profile_cells_and_csv(ckpt, tmp_path, capsys):
 def test_split_adds_up_and_restores(ckpt):
     """The exclusive-time split sums to (at most) the instrumented wall time; the timers and the
     op counter leave the patched functions as they were."""
-    import fd_mtp.model.ernie as ernie
     import paddle
+
+    import fd_mtp.model.ernie as ernie
 
     bench = load_bench()
     from fd_mtp.engine.sampling_params import SamplingParams
