@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
 import sys
 import time
@@ -52,7 +51,16 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from harness import can_plot, percentiles, plot_panels, time_calls, timestamp, write_csv  # noqa: E402
+from harness import (  # noqa: E402
+    can_plot,
+    device_name,
+    percentiles,
+    plot_panels,
+    time_calls,
+    timestamp,
+    use_simt,
+    write_csv,
+)
 
 DEFAULT_BATCHES = (1, 64, 256)
 NO_GPU = (
@@ -61,22 +69,6 @@ NO_GPU = (
 )
 DEFAULT_STEP_BATCHES = (8, 64, 256)
 MODES = ("deferred", "checked")
-
-
-def use_simt():
-    """The emulated module and the numpy CuPy stand-in, as tests/gpu/conftest.py sets them up."""
-    if "cupy" in sys.modules and not getattr(sys.modules["cupy"], "SIMT_STANDIN", False):
-        raise SystemExit("--simt: the real CuPy is already imported")
-    sys.path.insert(0, str(ROOT / "tools" / "simt" / "python"))
-    os.environ.setdefault("FD_MTP_CUDA_MODULE_DIR", str(ROOT / "build" / "simt" / "lib"))
-
-
-def device_name(cp):
-    if getattr(cp, "SIMT_STANDIN", False):
-        return "simt (CPU emulator)"
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"]
-    return f"cuda:{name.decode() if isinstance(name, bytes) else name}"
 
 
 def cuda_ops():

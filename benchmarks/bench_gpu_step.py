@@ -33,7 +33,6 @@ DIR/bench_gpu_step.csv (the harness's columns; x = batch) and, with matplotlib, 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,15 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from harness import can_plot, plot_bars, row, timestamp, write_csv  # noqa: E402
+from harness import (  # noqa: E402
+    can_plot,
+    device_name,
+    plot_bars,
+    row,
+    timestamp,
+    use_simt,
+    write_csv,
+)
 
 GOAL_FACTOR = 1.5  # x the sum of the floors
 GOAL_US_PER_KERNEL = 3.0
@@ -104,22 +111,6 @@ def kernel_count(node_counts):
 # ------------------------------------------------------------------------------------------
 # Measurement
 # ------------------------------------------------------------------------------------------
-def use_simt():
-    """The emulated module and the numpy CuPy stand-in, as tests/gpu/conftest.py sets them up."""
-    if "cupy" in sys.modules and not getattr(sys.modules["cupy"], "SIMT_STANDIN", False):
-        raise SystemExit("--simt: the real CuPy is already imported")
-    sys.path.insert(0, str(ROOT / "tools" / "simt" / "python"))
-    os.environ.setdefault("FD_MTP_CUDA_MODULE_DIR", str(ROOT / "build" / "simt" / "lib"))
-
-
-def device_name(cp):
-    if getattr(cp, "SIMT_STANDIN", False):
-        return "simt (CPU emulator)"
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"]
-    return f"cuda:{name.decode() if isinstance(name, bytes) else name}"
-
-
 def copy_bandwidth(cp, stream, iters=10):
     """Device-to-device copy bandwidth in bytes/s (read + write of a 1 GiB copy, median of
     ``iters``, CUDA events)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +29,7 @@ CSV_COLUMNS = [
     "version",
 ]
 STYLES = ("o-", "s--", "^-", "v:", "x-.", "d-")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def timestamp() -> str:
@@ -211,3 +214,20 @@ def plot_bars(
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
+
+
+# --------------------------------------------------------------------------- GPU benchmarks
+def use_simt():
+    """The emulated module and the numpy CuPy stand-in, as tests/gpu/conftest.py sets them up."""
+    if "cupy" in sys.modules and not getattr(sys.modules["cupy"], "SIMT_STANDIN", False):
+        raise SystemExit("--simt: the real CuPy is already imported")
+    sys.path.insert(0, str(ROOT / "tools" / "simt" / "python"))
+    os.environ.setdefault("FD_MTP_CUDA_MODULE_DIR", str(ROOT / "build" / "simt" / "lib"))
+
+
+def device_name(cp):
+    if getattr(cp, "SIMT_STANDIN", False):
+        return "simt (CPU emulator)"
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"]
+    return f"cuda:{name.decode() if isinstance(name, bytes) else name}"

@@ -379,6 +379,13 @@ class InputBatch:
             self.stats.h2d_bytes += nbytes
         return out
 
+    def _refresh_mirrored(self, out: dict) -> None:
+        """Moves the pulled mirrored tensors out of ``out`` into the host arrays (and shadows)."""
+        for key in WRITTEN_BY_OPS:
+            host = getattr(self, MIRRORED[key])
+            host[...] = out.pop(key).reshape(host.shape)
+            self._shadow[key][...] = host
+
     def _pull_cpu(self, items, mirrored: bool) -> dict[str, np.ndarray]:
         """`pull` on CPU tensors: copies read through views (no framework op)."""
         persistent = {id(t) for t in self.tensors.values()}
@@ -389,10 +396,7 @@ class InputBatch:
         self.stats.d2h += 1
         self.stats.d2h_bytes += sum(a.nbytes for a in out.values())
         if mirrored:
-            for key in WRITTEN_BY_OPS:
-                host = getattr(self, MIRRORED[key])
-                host[...] = out.pop(key).reshape(host.shape)
-                self._shadow[key][...] = host
+            self._refresh_mirrored(out)
         return out
 
     def pull(
@@ -422,10 +426,7 @@ class InputBatch:
             out[name] = flat[off : off + n].reshape(shape).astype(_np_dtype(t))
             off += n
         if mirrored:
-            for key in WRITTEN_BY_OPS:
-                host = getattr(self, MIRRORED[key])
-                host[...] = out.pop(key).reshape(host.shape)
-                self._shadow[key][...] = host
+            self._refresh_mirrored(out)
         return out
 
     def flush(self) -> None:
