@@ -270,41 +270,31 @@ def _pre_process_padded(
         _fail("pre_process", "input_ids", f"must be 2-D, got shape {list(input_ids.shape)}")
     max_len = input_ids.shape[1]
     bsz = seq_lens_this_time.shape[0]
-    if not speculative_decoding:
-        outs = _pre_process_outs(out, capacity, bsz, False)
-        cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
-        ids, batch_id, cu_q, cu_k = _padding_offset(
-            dict(
-                input_ids=input_ids,
-                draft_tokens=input_ids,
-                cum_offsets=cum_offsets_now,
-                token_num=capacity,
-                seq_len=seq_lens_this_time,
-                seq_lens_encoder=seq_lens_this_time,
-            ),
-            outs and outs[:4],
-        )
-        return ids, batch_id, cu_q, cu_k, None, None
-    for name, value in (
-        ("draft_tokens", draft_tokens),
-        ("seq_lens_encoder", seq_lens_encoder),
-        ("seq_lens_decoder", seq_lens_decoder),
-    ):
-        if value is None:
-            _fail("pre_process", name, "is required when speculative_decoding is True")
-    outs = _pre_process_outs(out, capacity, bsz, True)
+    if speculative_decoding:
+        for name, value in (
+            ("draft_tokens", draft_tokens),
+            ("seq_lens_encoder", seq_lens_encoder),
+            ("seq_lens_decoder", seq_lens_decoder),
+        ):
+            if value is None:
+                _fail("pre_process", name, "is required when speculative_decoding is True")
+    outs = _pre_process_outs(out, capacity, bsz, bool(speculative_decoding))
     cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
+    # without speculation the prompt rows are the only tokens: input_ids stands for the drafts
+    # and every scheduled token is a prefill token
     ids, batch_id, cu_q, cu_k = _padding_offset(
         dict(
             input_ids=input_ids,
-            draft_tokens=draft_tokens,
+            draft_tokens=draft_tokens if speculative_decoding else input_ids,
             cum_offsets=cum_offsets_now,
             token_num=capacity,
             seq_len=seq_lens_this_time,
-            seq_lens_encoder=seq_lens_encoder,
+            seq_lens_encoder=seq_lens_encoder if speculative_decoding else seq_lens_this_time,
         ),
         outs and outs[:4],
     )
+    if not speculative_decoding:
+        return ids, batch_id, cu_q, cu_k, None, None
     seq_lens_output = _seq_lens_output(
         dict(
             seq_lens_this_time=seq_lens_this_time,
