@@ -213,6 +213,7 @@ def build_paged_attention(batch, context=PAGED["context"], seed=11):
     """A target verification step of paged_attention: every request attends K + 1 new tokens
     after `context` cached positions (fd_mtp.model's layout: Hq = 16, Hkv = 2, D = 128, blocks of
     64 positions, each request's blocks distinct)."""
+    from fd_mtp import schema
     from fd_mtp.testing.op_inputs import Case, K
 
     rng = np.random.default_rng(seed)
@@ -234,17 +235,7 @@ def build_paged_attention(batch, context=PAGED["context"], seed=11):
         np.repeat(np.arange(batch, dtype=np.int32), q_len),
         np.full(batch, context, np.int32),
     ]
-    names = [
-        "q",
-        "k",
-        "v",
-        "key_cache",
-        "value_cache",
-        "block_tables",
-        "cu_seqlens_q",
-        "batch_id_per_token",
-        "seq_lens_decoder",
-    ]
+    names = [t.name for t in schema.get("paged_attention").tensors]  # the op's argument order
     config = f"ctx={context};q_len={q_len};Hq={hq};Hkv={hkv};D={dim};block={bs};float32"
     return Case(args, names, ["key_cache", "value_cache"], config, returns=True)
 
