@@ -74,6 +74,7 @@ import fd_mtp  # noqa: E402,F401  before paddle: fd_mtp picks MKL's AVX2 code on
 
 MODEL_SCOPES = ("target", "mtp")
 CATEGORIES = (
+    "native_layer",
     "matmul",
     "lm_head",
     "attention",
@@ -191,9 +192,11 @@ def install_timers() -> StepTimers:
     from fd_mtp.engine import runner as runner_mod
     from fd_mtp.engine import sampler as sampler_mod
     from fd_mtp.engine import spec_runner as spec_mod
-    from fd_mtp.model import attention, ernie
+    from fd_mtp.model import attention, ernie, native
 
     t = StepTimers()
+    t.patch(native, "decoder_layer", "native_layer")
+    t.patch(native, "rope_tables", "rope")
     t.patch(ernie, "_mm", "matmul")
     t.patch(ernie, "_row_parallel", "matmul")
     t.patch(ernie.RMSNorm, "forward", "norm")
@@ -415,13 +418,14 @@ def _prompts(llm, batch: int, chars: int) -> list:
     return [t for _, t in held_out_prompts(max(batch, 6), chars=chars)]
 
 
-def _make_llm(model, batch: int, mode: str, max_model_len: int, forward: str = "eager"):
+def _make_llm(model, batch: int, mode: str, max_model_len: int, forward: str | None = None):
     from fd_mtp.demo import MODES
 
     spec = MODES[mode]
     if spec is not None:
         spec = dict(spec, verification="greedy")
-    extra = {} if forward == "eager" else {"forward": forward}  # a baseline may predate the option
+    # None: the checkout's default (a baseline may predate the option)
+    extra = {} if forward is None else {"forward": forward}
     return fd_mtp.LLM(
         model,
         max_num_seqs=batch,
@@ -532,9 +536,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="paddle's CPU math threads")
     p.add_argument(
         "--forward",
-        default="eager",
-        choices=["eager", "static"],
-        help="the model's forward: op by op, or the compiled program (LLM(forward=...))",
+        default="native",
+        choices=["native", "eager", "static"],
+        help="the model's forward (LLM(forward=...)): native C++ decoder layers, op by op, or "
+        "the compiled program; a --baseline checkout runs its own default",
     )
     p.add_argument("--baseline", default=None, help="another checkout: its timed pass beside")
     p.add_argument("--timed-only", default=None, help=argparse.SUPPRESS)
@@ -555,7 +560,7 @@ def main(argv=None) -> int:
         res = {}
         for b in batches:
             for mode in modes:
-                llm = _make_llm(args.model, b, mode, max_model_len, args.forward)
+                llm = _make_llm(args.model, b, mode, max_model_len)
                 prompts = _prompts(llm, b, args.prompt_chars)
                 llm.generate(prompts, params, use_tqdm=False)
                 res[f"{b}/{mode}"] = timed_pass(llm, prompts, params, args.repeats)

@@ -267,10 +267,10 @@ def _add_parallel_args(parser) -> None:
     )
     parser.add_argument(
         "--forward",
-        choices=["eager", "static"],
-        default="eager",
-        help="run the model op by op (eager, default) or as a compiled Paddle program (static; "
-        "same outputs)",
+        choices=["native", "eager", "static"],
+        default="native",
+        help="native C++ decoder layers on the CPU (default), op by op (eager: the debugging "
+        "switch) or a compiled Paddle program (static); outputs equal to float32 rounding",
     )
     parser.add_argument(
         "--cpu-threads",

@@ -28,8 +28,9 @@ __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "GenerationI
 
 DEVICES = ("cpu", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
-#: LLM(forward=...): op-by-op dispatch, or the compiled program (fd_mtp.model.compiled)
-FORWARDS = ("eager", "static")
+#: LLM(forward=...): native CPU decoder layers (fd_mtp.model.native), op-by-op dispatch, or the
+#: compiled program (fd_mtp.model.compiled)
+FORWARDS = ("native", "eager", "static")
 
 
 class GenerationInterrupted(KeyboardInterrupt):
@@ -155,11 +156,14 @@ class LLM:
             ``paddle.distributed`` (`fd_mtp.distributed.tp`; gloo on CPU), driven by this object:
             ``model`` must then be a checkpoint directory (or None), and N must divide the heads,
             kv heads, MLP widths and experts (ValueError). `close` stops the workers.
-        forward: "eager" (default) runs the model's forward op by op; "static" runs the main
-            model's and the MTP block's forwards as compiled Paddle programs
-            (``paddle.jit.to_static``; `fd_mtp.model.compiled`: the same kernels, outputs equal bit
-            for bit; steps it cannot cover run eagerly). On the 2-core CPU the compiled program
-            is slower than eager dispatch (README, *CPU step profile*), hence the default.
+        forward: "native" (default) runs every dense decoder layer of the main model and the MTP
+            block as one C++ kernel call (`fd_mtp.model.native`: float32 CPU steps of up to
+            ``NativeForward.max_tokens`` tokens; other steps, GPU and tensor-parallel models run
+            eagerly; outputs equal the eager ones to float32 rounding); "eager" runs the forward
+            op by op (the debugging switch); "static" runs both forwards as compiled Paddle
+            programs (``paddle.jit.to_static``; `fd_mtp.model.compiled`: the eager kernels, equal
+            bit for bit, slower than eager dispatch on the 2-core CPU). README, *CPU step
+            profile*, has the figures.
         cpu_threads: paddle's CPU math threads (MKL / OpenMP; process-wide); None keeps paddle's
             setting (1 unless changed).
 
@@ -183,7 +187,7 @@ class LLM:
         dtype: str | None = None,
         seed: int = 0,
         tensor_parallel_size: int = 1,
-        forward: str = "eager",
+        forward: str = "native",
         cpu_threads: int | None = None,
     ):
         import paddle
@@ -261,10 +265,11 @@ class LLM:
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
         model.eval()
-        if forward == "static":
-            model.compile_forward()
-            if mtp_model is not None:
-                mtp_model.compile_forward()
+        for m in (model, mtp_model):
+            if m is not None and forward == "native":
+                m.native_forward()
+            elif m is not None and forward == "static":
+                m.compile_forward()
         self.model = model
         self.tokenizer = tokenizer
         scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)

@@ -475,7 +475,8 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def norm(self):
         return self.ernie.norm
 
-    #: the compiled program of `forward` (`compile_forward`); None: eager
+    #: what runs `forward`: the compiled program (`compile_forward`), the native layers
+    #: (`native_forward`) or None: eager
     _compiled = None
 
     def run_layers(self, h, layers, meta: ForwardMeta, rope=None, backend=None):
@@ -507,7 +508,12 @@ class Ernie4_5ForCausalLM(nn.Layer):
     def compile_forward(self, enabled: bool = True):
         """Run `forward` as a compiled Paddle program (`fd_mtp.model.compiled`; steps it does not
         cover run eagerly) when ``enabled``, else eagerly. Returns the `CompiledForward` or None."""
-        return _set_compiled(self, enabled)
+        return _set_forward(self, "static", enabled)
+
+    def native_forward(self, enabled: bool = True):
+        """Run `forward` with native CPU decoder layers (`fd_mtp.model.native`; steps it does not
+        cover run eagerly) when ``enabled``, else eagerly. Returns the `NativeForward` or None."""
+        return _set_forward(self, "native", enabled)
 
     def compute_logits(self, hidden):
         return self.lm_head(hidden).astype("float32")
@@ -608,7 +614,8 @@ class Ernie4_5MTP(nn.Layer):
         )
         return _mm(self.eh_proj, x)
 
-    #: the compiled program of `forward` (`compile_forward`); None: eager
+    #: what runs `forward`: the compiled program (`compile_forward`), the native layers
+    #: (`native_forward`) or None: eager
     _compiled = None
 
     def layers_forward(
@@ -628,7 +635,11 @@ class Ernie4_5MTP(nn.Layer):
 
     def compile_forward(self, enabled: bool = True):
         """As `Ernie4_5ForCausalLM.compile_forward`."""
-        return _set_compiled(self, enabled)
+        return _set_forward(self, "static", enabled)
+
+    def native_forward(self, enabled: bool = True):
+        """As `Ernie4_5ForCausalLM.native_forward`."""
+        return _set_forward(self, "native", enabled)
 
     def compute_logits(self, hidden):
         return self.main.compute_logits(hidden)
@@ -640,15 +651,21 @@ class Ernie4_5MTP(nn.Layer):
         return mtp_dense_forward(self, input_ids, previous_hidden_states)
 
 
-def _set_compiled(model, enabled: bool):
+def _set_forward(model, kind: str, enabled: bool):
+    """Install the ``kind`` forward ("static": `fd_mtp.model.compiled`, "native":
+    `fd_mtp.model.native`) in the model's one forward slot, or clear it (eager) when not
+    ``enabled``. One object per model and kind: turning it on again returns the same one."""
     if not enabled:
         model.__dict__["_compiled"] = None
         return None
-    from .compiled import CompiledForward
-
-    compiled = model.__dict__.get("_compiled") or CompiledForward(model)
-    model.__dict__["_compiled"] = compiled
-    return compiled
+    if kind == "static":
+        from .compiled import CompiledForward as impl
+    else:
+        from .native import NativeForward as impl
+    current = model.__dict__.get("_compiled")
+    forward = current if isinstance(current, impl) else impl(model)
+    model.__dict__["_compiled"] = forward
+    return forward
 
 
 # --------------------------------------------------------------------------- names

@@ -1,8 +1,10 @@
-"""Numpy reference of ``fd_mtp.ops.paged_attention`` (a plain loop; numpy only)."""
+"""Numpy references of ``fd_mtp.ops.paged_attention`` (a plain loop) and
+``fd_mtp.ops.decoder_layer`` (numpy only)."""
 
 import numpy as np
 
 __all__ = [
+    "decoder_layer",
     "paged_attention",
 ]
 
@@ -61,7 +63,7 @@ def paged_attention(
     for t, (b, pos) in enumerate(tokens):
         key_cache[bt[b, pos // bs], :, pos % bs, :] = k[t]
         value_cache[bt[b, pos // bs], :, pos % bs, :] = v[t]
-    out = np.zeros((t_count, hq * d), np.float32)
+    out = np.zeros((t_count, hq * d), np.result_type(np.asarray(q).dtype, np.float32))
     g = hq // hkv
     for t, (b, pos) in enumerate(tokens):
         p = np.arange(pos + 1)
@@ -72,4 +74,96 @@ def paged_attention(
             s = kc @ q[t, h].astype(np.float64) * scale
             w = np.exp(s - s.max())
             out[t, h * d : (h + 1) * d] = (w / w.sum()) @ vc
+    return out
+
+
+def _rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def decoder_layer(
+    hidden,
+    residual,
+    input_norm_weight,
+    q_weight,
+    k_weight,
+    v_weight,
+    o_weight,
+    post_norm_weight,
+    gate_weight,
+    up_weight,
+    down_weight,
+    key_cache,
+    value_cache,
+    block_tables,
+    cu_seqlens_q,
+    batch_id_per_token,
+    seq_lens_decoder,
+    rope_cos,
+    rope_sin,
+    eps,
+    *,
+    scale=None,
+):
+    """Same contract as :func:`fd_mtp.ops.decoder_layer`, computed in float64 from the float32
+    inputs (the caches receive k / v rounded to float32, as the op writes them); returns
+    ``(out, residual_out)`` in float64. Bad metadata -> ValueError (via :func:`paged_attention`),
+    raised before anything is written."""
+    f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+    t_count = np.asarray(hidden).shape[0]
+    d = np.asarray(key_cache).shape[-1]
+    hkv = np.asarray(key_cache).shape[1]
+    hq = np.asarray(q_weight).shape[1] // d
+    res = f64(hidden) + f64(residual)
+    x = _rms_norm(res, f64(input_norm_weight), eps)
+    q = (x @ f64(q_weight)).reshape(t_count, hq, d)
+    k = (x @ f64(k_weight)).reshape(t_count, hkv, d)
+    v = (x @ f64(v_weight)).reshape(t_count, hkv, d)
+    cos = f64(rope_cos)[:, None, :]
+    sin = f64(rope_sin)[:, None, :]
+
+    def rope(a):
+        out = np.empty_like(a)
+        even, odd = a[..., 0::2], a[..., 1::2]
+        out[..., 0::2] = even * cos - odd * sin
+        out[..., 1::2] = odd * cos + even * sin
+        return out
+
+    q, k = rope(q), rope(k)
+    attn = _paged_attention64(
+        q,
+        k,
+        v,
+        key_cache,
+        value_cache,
+        block_tables,
+        cu_seqlens_q,
+        batch_id_per_token,
+        seq_lens_decoder,
+        scale,
+    )
+    res = attn @ f64(o_weight) + res
+    x = _rms_norm(res, f64(post_norm_weight), eps)
+    gate = x @ f64(gate_weight)
+    act = gate / (1.0 + np.exp(-gate)) * (x @ f64(up_weight))
+    return act @ f64(down_weight), res
+
+
+def _paged_attention64(q, k, v, key_cache, value_cache, *meta_and_scale):
+    """`paged_attention` on float64 q / k / v: the caches receive k / v rounded to float32 (what
+    the op stores), the attention reads them back in float64."""
+    *meta, scale = meta_and_scale
+    kc64 = np.asarray(key_cache).astype(np.float64)
+    vc64 = np.asarray(value_cache).astype(np.float64)
+    out = paged_attention(
+        q,
+        k.astype(np.float32).astype(np.float64),
+        v.astype(np.float32).astype(np.float64),
+        kc64,
+        vc64,
+        *meta,
+        scale=scale,
+    )
+    key_cache[...] = kc64.astype(key_cache.dtype)
+    value_cache[...] = vc64.astype(value_cache.dtype)
     return out

@@ -1,7 +1,37 @@
-"""Schemas of the attention ops: paged_attention, the float32 kernel of fd_mtp.model's
-PagedAttentionCPU (not a FastDeploy op; see fd_mtp/schema/__init__.py for the format)."""
+"""Schemas of the model-forward kernels (not FastDeploy ops; see fd_mtp/schema/__init__.py for
+the format): paged_attention, the float32 kernel of fd_mtp.model's PagedAttentionCPU, and
+decoder_layer, a whole dense decoder layer on the CPU (fd_mtp.model's native forward)."""
 
 from . import Attr, Op, Status, Tensor
+
+# The paged-attention kernel's statuses: both ops run its check pass.
+_PAGED_STATUS = (
+    Status(
+        "kPagedBatchId",
+        1,
+        "batch_id_per_token",
+        "names request {value} but the batch has {limit} requests",
+    ),
+    Status(
+        "kPagedTokenIndex",
+        2,
+        "batch_id_per_token",
+        "does not match cu_seqlens_q: token {value} is outside its request's range (which ends at {limit})",
+    ),
+    Status("kPagedDecoder", 3, "seq_lens_decoder", "is {value}, must be >= {limit}"),
+    Status(
+        "kPagedTableWidth",
+        4,
+        "block_tables",
+        "is too narrow: position {value} is needed but the table covers {limit} positions",
+    ),
+    Status(
+        "kPagedBlockId",
+        5,
+        "block_tables",
+        "holds block id {value} for a needed position; valid block ids are [0, {limit})",
+    ),
+)
 
 OPS = [
     Op(
@@ -46,32 +76,58 @@ OPS = [
             Tensor("seq_lens_decoder", "int32[S]", doc="[>=bsz] or [>=bsz, 1]"),
             Attr("scale", "float", kw=True, doc="None: 1 / sqrt(D), computed by the wrappers"),
         ),
-        status=(
-            Status(
-                "kPagedBatchId",
-                1,
-                "batch_id_per_token",
-                "names request {value} but the batch has {limit} requests",
+        status=_PAGED_STATUS,
+    ),
+    Op(
+        name="decoder_layer",
+        entry="DecoderLayer",
+        spec="fd_mtp.model",
+        kernel="decoder_layer",
+        params="DecoderLayerParams",
+        cuda=False,
+        extra_params={
+            "num_tokens": "T",
+            "hidden_size": "H",
+            "kv_heads": "Hkv",
+            "head_dim": "D",
+            "intermediate_size": "I",
+            "num_blocks": "NBlk",
+            "block_size": "BS",
+            "table_width": "NB",
+        },
+        returns=("out", "residual_out"),
+        # The place of every tensor is hidden's (the CPU). Checked by hand in apply: D is even and
+        # rope_cos / rope_sin have D / 2 columns; q_weight has Hq * D columns with Hkv dividing
+        # Hq; k_weight / v_weight have Hkv * D columns (Hkv: the caches'); cu_seqlens_q is
+        # [bsz + 1], block_tables has >= bsz rows, seq_lens_decoder >= bsz entries and
+        # batch_id_per_token >= T entries.
+        args=(
+            Tensor("hidden", "float32[T, H>=1]", doc="the layer's input (packed tokens)"),
+            Tensor("residual", "float32[T, H]", doc="the residual stream; zeros for layer 0"),
+            Tensor("input_norm_weight", "float32[H]"),
+            Tensor("q_weight", "float32[H, QD]", doc="[H, Hq * D]"),
+            Tensor("k_weight", "float32[H, KD]", doc="[H, Hkv * D]"),
+            Tensor("v_weight", "float32[H, KD]", doc="[H, Hkv * D]"),
+            Tensor("o_weight", "float32[QD, H]"),
+            Tensor("post_norm_weight", "float32[H]"),
+            Tensor("gate_weight", "float32[H, I]"),
+            Tensor("up_weight", "float32[H, I]"),
+            Tensor("down_weight", "float32[I, H]"),
+            Tensor(
+                "key_cache", "float32[NBlk, Hkv, BS, D]", "written", doc="the slot of every token"
             ),
-            Status(
-                "kPagedTokenIndex",
-                2,
-                "batch_id_per_token",
-                "does not match cu_seqlens_q: token {value} is outside its request's range (which ends at {limit})",
+            Tensor(
+                "value_cache", "float32[NBlk, Hkv, BS, D]", "written", doc="the slot of every token"
             ),
-            Status("kPagedDecoder", 3, "seq_lens_decoder", "is {value}, must be >= {limit}"),
-            Status(
-                "kPagedTableWidth",
-                4,
-                "block_tables",
-                "is too narrow: position {value} is needed but the table covers {limit} positions",
-            ),
-            Status(
-                "kPagedBlockId",
-                5,
-                "block_tables",
-                "holds block id {value} for a needed position; valid block ids are [0, {limit})",
-            ),
+            Tensor("block_tables", "int32[R, NB]"),
+            Tensor("cu_seqlens_q", "int32[]", doc="[bsz + 1]: defines bsz"),
+            Tensor("batch_id_per_token", "int32[]", doc="[>=T] entries, any shape"),
+            Tensor("seq_lens_decoder", "int32[S]", doc="[>=bsz] or [>=bsz, 1]"),
+            Tensor("rope_cos", "float32[T, D2]", doc="[T, D / 2]: cos of every token's angles"),
+            Tensor("rope_sin", "float32[T, D2]", doc="[T, D / 2]: sin of every token's angles"),
+            Attr("eps", "float", min=0.0, doc="the RMSNorms' epsilon"),
+            Attr("scale", "float", kw=True, doc="None: 1 / sqrt(D), computed by the wrappers"),
         ),
+        status=_PAGED_STATUS,
     ),
 ]
