@@ -8,12 +8,14 @@
 // which one runs depends only on the CPU's features (AVX2 + FMA), which the
 // caller reads and passes in.
 //
-// Tiling only decides which elements are computed together. Decoding multiplies
-// a few rows by weights that stream from L3 or memory, so w is read in panels
-// of kKPanel consecutive rows, each panel once from memory, left to right
-// (kKPanel sequential streams the prefetcher follows); every group of R rows of
-// x runs over the panel while it is in L1/L2, accumulating R x NV vectors of 8
-// columns in registers (loaded from y after the first panel).
+// Tiling only decides which elements are computed together. w is read in
+// panels of consecutive rows (k), left to right; every group of up to 6 rows
+// of x runs over a strip of the panel while it is in L1 / L2, accumulating
+// R x NV vectors of 8 columns in registers (loaded from y after the first
+// panel). Decoding multiplies a few rows (M <= 8) by weights that stream from
+// L3 or memory: short panels (16 rows: 16 sequential streams the prefetcher
+// follows). More rows make the product compute-bound: long panels (256 rows),
+// so y is loaded and stored K / 256 times, not K / 16.
 #pragma once
 
 #include <cmath>
@@ -29,7 +31,9 @@
 namespace fd_mtp {
 namespace cpu_gemm {
 
-constexpr int64_t kKPanel = 16;
+constexpr int64_t kKPanelFew = 16;    // rows of w per panel for M <= kFewRows
+constexpr int64_t kKPanelMany = 256;  // and above
+constexpr int64_t kFewRows = 8;
 
 // The portable path over rows [0, M) and columns [n0, n1): the same fma chains.
 inline void gemm_portable(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
@@ -253,8 +257,9 @@ FD_MTP_GEMM_AVX2 void gemm_avx2(const float* x, int64_t ldx, const float* w, int
                                 int64_t ldy, int64_t M, int64_t K, int64_t n0, int64_t n1) {
   const int64_t n_vec = n0 + (n1 - n0) / 8 * 8;                // columns the vectors cover
   const int64_t rows = (M + (M + 5) / 6 - 1) / ((M + 5) / 6);  // the largest group
-  for (int64_t k0 = 0; k0 < K; k0 += kKPanel) {
-    const int64_t k1 = k0 + kKPanel < K ? k0 + kKPanel : K;
+  const int64_t panel = M <= kFewRows ? kKPanelFew : kKPanelMany;
+  for (int64_t k0 = 0; k0 < K; k0 += panel) {
+    const int64_t k1 = k0 + panel < K ? k0 + panel : K;
     int64_t n = n0;
     if (M == 1) {
       for (; n + 64 <= n_vec; n += 64) gemm_tile_1x8(x, w + n, ldw, y + n, ldy, k0, k1);

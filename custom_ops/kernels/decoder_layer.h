@@ -9,16 +9,20 @@
 //   q, k = interleaved RoPE: the pair (a, b) = (x[2i], x[2i+1]) of every head
 //          becomes (a cos - b sin, b cos + a sin), cos / sin = rope_cos[t, i],
 //          rope_sin[t, i] (the model's tables, fd_mtp.model.attention.rope_tables)
-//   attn = paged attention of q over the cache after writing k, v
-//          (paged_attention.h, the same per-token functions)
+//   attn = paged attention of q over the cache after writing k, v (the
+//          checks, slots and chunked online softmax of paged_attention.h,
+//          vectorised here: decoder_attention below)
 //   res  = attn . o_weight + res                   -> residual_out
 //   x    = rms_norm(res) * post_norm_weight
 //   out  = (silu(x . gate_weight) * (x . up_weight)) . down_weight
 //
 // rms_norm(r) = r * (1 / sqrt(mean(r^2) + eps)), the mean of squares summed in
-// double. Matrix products: cpu_gemm.h (one fma chain per element, the same bits
-// on every x86-64 CPU). The check pass (paged_attention_check for every token)
-// runs first, so bad metadata writes nothing (neither the caches nor an output).
+// double. Matrix products: cpu_gemm.h (one fma chain per element); the
+// attention's dot products, its axpys, exp and SwiGLU have an AVX2 form and a
+// portable form with the same operations in the same order (explicit fmas, exp
+// from decoder_exp, not libm), so the layer returns the same bits on every
+// x86-64 CPU. The check pass (paged_attention_check for every
+// token) runs first, so bad metadata writes nothing (neither the caches nor an output).
 //
 // The first layer of a forward passes a zero residual (hidden + 0 = hidden).
 // float32 only; CPU only (the GPU forward is fd_mtp.cuda's).
@@ -26,6 +30,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "common.h"
 #include "cpu_gemm.h"
@@ -78,6 +83,188 @@ inline int64_t decoder_layer_workspace_floats(int64_t tokens, int64_t hidden, in
                                               int64_t intermediate) {
   return tokens *
          (2 * hidden + 2 * q_heads * head_dim + 2 * kv_heads * head_dim + 2 * intermediate);
+}
+
+// exp(x) in float32 to about 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2,
+// a degree-6 polynomial, then 2^n), written so that decoder_exp8 below computes
+// the same bits in AVX2 lanes. x is clamped to [-87.3, 88.7] (exp(-inf) is about
+// 1e-38, not 0); NaN stays NaN.
+__attribute__((always_inline)) inline float decoder_exp_body(float x) {
+  x = -87.3f > x ? -87.3f : x;
+  x = 88.7f < x ? 88.7f : x;
+  const float n = std::floor(std::fma(x, 1.44269504088896341f, 0.5f));
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
+  float y = 1.9875691500e-4f;
+  y = std::fma(y, r, 1.3981999507e-3f);
+  y = std::fma(y, r, 8.3334519073e-3f);
+  y = std::fma(y, r, 4.1665795894e-2f);
+  y = std::fma(y, r, 1.6666665459e-1f);
+  y = std::fma(y, r, 5.0000001201e-1f);
+  y = std::fma(y, r * r, r) + 1.f;
+  const int32_t bits = ((n == n ? static_cast<int32_t>(n) : 0) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+inline float decoder_exp(float x) { return decoder_exp_body(x); }
+
+// a . b over n floats: 8 lanes of fma chains (lane d % 8), summed pairwise.
+inline float decoder_dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (int j = 0; j < 8; ++j) acc[j] = std::fma(a[d + j], b[d + j], acc[j]);
+  for (int j = 0; d + j < n; ++j) acc[j] = std::fma(a[d + j], b[d + j], acc[j]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+#if FD_MTP_GEMM_X86
+// decoder_dot with the 8 lanes in one register (the same bits).
+__attribute__((target("avx2,fma"))) inline float decoder_dot_avx2(const float* a, const float* b,
+                                                                  int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+  float l[8];
+  _mm256_storeu_ps(l, acc);
+  for (int j = 0; d + j < n; ++j) l[j] = std::fma(a[d + j], b[d + j], l[j]);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+// o[d] = fma(w, v[d], o[d]) over n floats.
+__attribute__((target("avx2,fma"))) inline void decoder_axpy_avx2(float w, const float* v, float* o,
+                                                                  int64_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(o + d)));
+  for (; d < n; ++d) o[d] = std::fma(w, v[d], o[d]);
+}
+
+// decoder_exp on 8 lanes (the same operations, so the same bits).
+__attribute__((target("avx2,fma"))) inline __m256 decoder_exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);  // NaN in x: x (max returns its 2nd operand)
+  x = _mm256_min_ps(_mm256_set1_ps(88.7f), x);
+  const __m256 n = _mm256_floor_ps(
+      _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+__attribute__((target("avx2,fma"))) inline void decoder_swiglu_avx2(float* gate, const float* up,
+                                                                    int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = decoder_exp8(_mm256_xor_ps(g, sign));
+    _mm256_storeu_ps(
+        gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] / (1.f + decoder_exp_body(-gate[i])) * up[i];
+}
+#endif
+
+// gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up, over n floats.
+inline void decoder_swiglu(float* gate, const float* up, int64_t n, bool avx2) {
+#if FD_MTP_GEMM_X86
+  if (avx2) return decoder_swiglu_avx2(gate, up, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.f + decoder_exp(-gate[i])) * up[i];
+}
+
+// Attention of token t, q head h: paged_attention_token_head's chunked online
+// softmax over positions 0 .. pos, with decoder_dot, decoder_exp and fmas.
+template <bool kAvx2>
+__attribute__((always_inline)) inline void decoder_attention_body(const PagedAttentionParams& p,
+                                                                  int64_t t, int64_t h) {
+  const PagedToken tk = paged_attention_token(p, t);
+  const int64_t dim = p.head_dim;
+  const int64_t g = h / (p.q_heads / p.kv_heads);
+  const float* qrow = p.q + (t * p.q_heads + h) * dim;
+  float* __restrict__ o = p.out + (t * p.q_heads + h) * dim;
+  for (int64_t d = 0; d < dim; ++d) o[d] = 0.f;
+  const int32_t* row = p.block_tables + tk.request * p.table_width;
+  const int64_t ctx = tk.pos + 1;
+  float m = -INFINITY, l = 0.f;
+  float s[kPagedChunk];
+  for (int64_t c = 0; c * p.block_size < ctx; ++c) {
+    const int64_t base = (static_cast<int64_t>(row[c]) * p.kv_heads + g) * p.block_size;
+    const int64_t n = ctx - c * p.block_size < p.block_size ? ctx - c * p.block_size : p.block_size;
+    for (int64_t j0 = 0; j0 < n; j0 += kPagedChunk) {
+      const int64_t cn = n - j0 < kPagedChunk ? n - j0 : kPagedChunk;
+      float cmax = -INFINITY;
+      for (int64_t j = 0; j < cn; ++j) {
+        const float* krow = p.key_cache + (base + j0 + j) * dim;
+#if FD_MTP_GEMM_X86
+        if constexpr (kAvx2) {
+          s[j] = decoder_dot_avx2(qrow, krow, dim) * p.scale;
+        } else {
+          s[j] = decoder_dot(qrow, krow, dim) * p.scale;
+        }
+#else
+        s[j] = decoder_dot(qrow, krow, dim) * p.scale;
+#endif
+        cmax = s[j] > cmax ? s[j] : cmax;
+      }
+      if (cmax > m) {  // a new running max: rescale what was accumulated
+        const float corr = m == -INFINITY ? 0.f : decoder_exp_body(m - cmax);
+        l *= corr;
+        for (int64_t d = 0; d < dim; ++d) o[d] *= corr;
+        m = cmax;
+      }
+      for (int64_t j = 0; j < cn; ++j) {
+        const float w = decoder_exp_body(s[j] - m);
+        const float* __restrict__ vrow = p.value_cache + (base + j0 + j) * dim;
+        l += w;
+#if FD_MTP_GEMM_X86
+        if constexpr (kAvx2) {
+          decoder_axpy_avx2(w, vrow, o, dim);
+          continue;
+        }
+#endif
+        for (int64_t d = 0; d < dim; ++d) o[d] = std::fma(w, vrow[d], o[d]);
+      }
+    }
+  }
+  const float inv = 1.f / l;  // l >= 1: the max position contributes exp(0)
+  for (int64_t d = 0; d < dim; ++d) o[d] *= inv;
+}
+
+inline void decoder_attention_portable(const PagedAttentionParams& p, int64_t t, int64_t h) {
+  decoder_attention_body<false>(p, t, h);
+}
+
+#if FD_MTP_GEMM_X86
+__attribute__((target("avx2,fma"))) inline void decoder_attention_avx2(
+    const PagedAttentionParams& p, int64_t t, int64_t h) {
+  decoder_attention_body<true>(p, t, h);
+}
+#endif
+
+// Attention of token t, every q head (the AVX2 or the portable form: the same bits).
+inline void decoder_attention(const PagedAttentionParams& p, int64_t t, bool avx2) {
+#if FD_MTP_GEMM_X86
+  if (avx2) {
+    for (int64_t h = 0; h < p.q_heads; ++h) decoder_attention_avx2(p, t, h);
+    return;
+  }
+#endif
+  (void)avx2;
+  for (int64_t h = 0; h < p.q_heads; ++h) decoder_attention_portable(p, t, h);
 }
 
 // y[r] = (a[r] + b[r]) -> sum, then y = sum * rsqrt(mean(sum^2) + eps) * w, one row of n.
@@ -160,8 +347,7 @@ inline KernelStatus decoder_layer_cpu(const DecoderLayerParams& p) {
   ap.out = attn;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t g = 0; g < p.kv_heads; ++g) paged_attention_write(ap, t, g);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < p.q_heads; ++h) paged_attention_token_head(ap, t, h);
+  for (int64_t t = 0; t < T; ++t) decoder_attention(ap, t, p.avx2);
   float* o = x;  // x is free again: the o_proj output
   cpu_gemm::gemm(attn, qd, p.o_weight, H, o, H, T, qd, 0, H, p.avx2);
 
@@ -171,10 +357,7 @@ inline KernelStatus decoder_layer_cpu(const DecoderLayerParams& p) {
                          x2 + t * H);
   cpu_gemm::gemm(x2, H, p.gate_weight, I, gate, I, T, H, 0, I, p.avx2);
   cpu_gemm::gemm(x2, H, p.up_weight, I, up, I, T, H, 0, I, p.avx2);
-  for (int64_t i = 0; i < T * I; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.f + std::exp(-g)) * up[i];
-  }
+  decoder_swiglu(gate, up, T * I, p.avx2);
   cpu_gemm::gemm(gate, I, p.down_weight, H, p.out, H, T, I, 0, H, p.avx2);
   return st;
 }

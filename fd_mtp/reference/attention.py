@@ -81,6 +81,15 @@ def _rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def _rope64(a, cos, sin):
+    """Interleaved RoPE of ``a [T, heads, D]`` with ``cos`` / ``sin`` ``[T, 1, D / 2]``."""
+    out = np.empty_like(a)
+    even, odd = a[..., 0::2], a[..., 1::2]
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = odd * cos + even * sin
+    return out
+
+
 def decoder_layer(
     hidden,
     residual,
@@ -109,44 +118,57 @@ def decoder_layer(
     inputs (the caches receive k / v rounded to float32, as the op writes them); returns
     ``(out, residual_out)`` in float64. Bad metadata -> ValueError (via :func:`paged_attention`),
     raised before anything is written."""
+    stages = decoder_layer_stages(**locals())
+    return stages["out"], stages["residual_out"]
+
+
+def decoder_layer_stages(
+    hidden,
+    residual,
+    input_norm_weight,
+    q_weight,
+    k_weight,
+    v_weight,
+    o_weight,
+    post_norm_weight,
+    gate_weight,
+    up_weight,
+    down_weight,
+    key_cache,
+    value_cache,
+    block_tables,
+    cu_seqlens_q,
+    batch_id_per_token,
+    seq_lens_decoder,
+    rope_cos,
+    rope_sin,
+    eps,
+    scale=None,
+):
+    """:func:`decoder_layer` with every intermediate (float64): ``res`` (hidden + residual), ``x``
+    (its norm), ``q`` / ``k`` (after RoPE) / ``v`` ``[T, heads, D]``, ``attn``, ``residual_out``,
+    ``x2``, ``gate``, ``up``, ``act``, ``out`` (what error bounds are computed from)."""
     f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
     t_count = np.asarray(hidden).shape[0]
     d = np.asarray(key_cache).shape[-1]
     hkv = np.asarray(key_cache).shape[1]
     hq = np.asarray(q_weight).shape[1] // d
-    res = f64(hidden) + f64(residual)
-    x = _rms_norm(res, f64(input_norm_weight), eps)
-    q = (x @ f64(q_weight)).reshape(t_count, hq, d)
-    k = (x @ f64(k_weight)).reshape(t_count, hkv, d)
-    v = (x @ f64(v_weight)).reshape(t_count, hkv, d)
+    st = {"res": f64(hidden) + f64(residual)}
+    st["x"] = _rms_norm(st["res"], f64(input_norm_weight), eps)
     cos = f64(rope_cos)[:, None, :]
     sin = f64(rope_sin)[:, None, :]
-
-    def rope(a):
-        out = np.empty_like(a)
-        even, odd = a[..., 0::2], a[..., 1::2]
-        out[..., 0::2] = even * cos - odd * sin
-        out[..., 1::2] = odd * cos + even * sin
-        return out
-
-    q, k = rope(q), rope(k)
-    attn = _paged_attention64(
-        q,
-        k,
-        v,
-        key_cache,
-        value_cache,
-        block_tables,
-        cu_seqlens_q,
-        batch_id_per_token,
-        seq_lens_decoder,
-        scale,
-    )
-    res = attn @ f64(o_weight) + res
-    x = _rms_norm(res, f64(post_norm_weight), eps)
-    gate = x @ f64(gate_weight)
-    act = gate / (1.0 + np.exp(-gate)) * (x @ f64(up_weight))
-    return act @ f64(down_weight), res
+    st["q"] = _rope64((st["x"] @ f64(q_weight)).reshape(t_count, hq, d), cos, sin)
+    st["k"] = _rope64((st["x"] @ f64(k_weight)).reshape(t_count, hkv, d), cos, sin)
+    st["v"] = (st["x"] @ f64(v_weight)).reshape(t_count, hkv, d)
+    meta = (block_tables, cu_seqlens_q, batch_id_per_token, seq_lens_decoder)
+    st["attn"] = _paged_attention64(st["q"], st["k"], st["v"], key_cache, value_cache, *meta, scale)
+    st["residual_out"] = st["attn"] @ f64(o_weight) + st["res"]
+    st["x2"] = _rms_norm(st["residual_out"], f64(post_norm_weight), eps)
+    st["gate"] = st["x2"] @ f64(gate_weight)
+    st["up"] = st["x2"] @ f64(up_weight)
+    st["act"] = st["gate"] / (1.0 + np.exp(-st["gate"])) * st["up"]
+    st["out"] = st["act"] @ f64(down_weight)
+    return st
 
 
 def _paged_attention64(q, k, v, key_cache, value_cache, *meta_and_scale):
@@ -155,15 +177,8 @@ def _paged_attention64(q, k, v, key_cache, value_cache, *meta_and_scale):
     *meta, scale = meta_and_scale
     kc64 = np.asarray(key_cache).astype(np.float64)
     vc64 = np.asarray(value_cache).astype(np.float64)
-    out = paged_attention(
-        q,
-        k.astype(np.float32).astype(np.float64),
-        v.astype(np.float32).astype(np.float64),
-        kc64,
-        vc64,
-        *meta,
-        scale=scale,
-    )
+    rounded = (x.astype(np.float32).astype(np.float64) for x in (k, v))
+    out = paged_attention(q, *rounded, kc64, vc64, *meta, scale=scale)
     key_cache[...] = kc64.astype(key_cache.dtype)
     value_cache[...] = vc64.astype(value_cache.dtype)
     return out

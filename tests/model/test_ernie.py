@@ -41,14 +41,26 @@ from fd_mtp.model.attention import (
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
 
 
-@pytest.fixture(params=["dense", "moe", "moe_mtp"])
+@pytest.fixture(
+    params=[
+        (kind, forward) for forward in ("eager", "native") for kind in ("dense", "moe", "moe_mtp")
+    ],
+    ids=lambda p: "-".join(p),
+)
 def models(request):
     # "moe": moe_layer_start_index 1 (as the released MoE models): layer 0 and the MTP block dense.
     # "moe_mtp": start index 0, so the MTP block (layer index 0 for the MoE rule) is MoE too.
-    kind = request.param
+    # forward "native": the dense layers run as fd_mtp.ops.decoder_layer (fd_mtp.model.native),
+    # held to the same float64 truth and float32 error bound as the eager path.
+    kind, forward = request.param
     extra = {"moe_layer_start_index": 0} if kind == "moe_mtp" else {}
     with paddle.no_grad():
-        yield make_models(moe=kind != "dense", seed=3, **extra)
+        cfg, model, mtp = make_models(moe=kind != "dense", seed=3, **extra)
+        if forward == "native":
+            model.native_forward()
+            if mtp is not None:
+                mtp.native_forward()
+        yield cfg, model, mtp
 
 
 def dense(model, ids):
@@ -184,9 +196,11 @@ def test_kernel_and_paddle_ops_backends_agree(models, block_size):
     # layer 0's k/v come straight from the embeddings through the same Paddle ops in both runs (the
     # backends differ only after the cache write): bit-equal by construction; later layers see the
     # (rounding-level) different attention outputs of the layers before: each run within the bound
-    # of the truth's k (after RoPE) / v at every written slot, the unwritten slots still zero
-    np.testing.assert_array_equal(kc[0][0], pc[0][0])
-    np.testing.assert_array_equal(kc[0][1], pc[0][1])
+    # of the truth's k (after RoPE) / v at every written slot, the unwritten slots still zero. The
+    # native forward computes the kernel run's k/v in its own layer kernel (not bit-equal then).
+    if model._compiled is None:
+        np.testing.assert_array_equal(kc[0][0], pc[0][0])
+        np.testing.assert_array_equal(kc[0][1], pc[0][1])
     kv = {s: forward64(model, seq)[1] for s, seq in seqs.items()}
     for layer, cache in enumerate(kc):
         want = [np.zeros_like(cache[0], np.float64), np.zeros_like(cache[1], np.float64)]
