@@ -20,3 +20,17 @@ def _on_copies(args, written, apply):
     apply(work)
     for n in written:
         args[n][...] = work[n]
+
+
+def _views(args, **flat):
+    """A namespace of an op's arguments ``args`` (a dict by name, e.g. the function's
+    ``locals()``) plus flat views (`_flat`) of some of them: ``flat`` maps a short name to the
+    argument's name."""
+    views = _Namespace()
+    views.__dict__.update(args)
+    views.__dict__.update({short: _flat(args[name]) for short, name in flat.items()})
+    return views
+
+
+class _Namespace:
+    """Attributes by name (the reference modules import numpy only, not types.SimpleNamespace)."""
