@@ -14,32 +14,9 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
-NAMES = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "ori_seq_lens_encoder",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "is_block_step",
-    "step_block_list",
-    "step_lens",
-    "recover_block_list",
-    "recover_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "input_ids",
-    "pre_ids",
-    "step_idx",
-    "next_tokens",
-    "first_token_ids",
-    "accept_num",
-)
+NAMES = tuple(positional("speculate_step_paddle")[:23])  # the tensors, from the schema
 BS, K, ENC_DEC = 4, 1, 2  # hand cases: a running request needs slot (dec + 2) // 4
 I32 = (
     "seq_lens_this_time",

@@ -37,6 +37,7 @@ from ._common import (
     K,
     L,
     as_dtype,
+    positional,
 )
 from .blocks import (
     build_recover_decode,
@@ -163,6 +164,7 @@ __all__ = [
     "build_verify_rejection",
     "ngram_state",
     "packing_state",
+    "positional",
     "preprocess_state",
     "target_state",
 ]

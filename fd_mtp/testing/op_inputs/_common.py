@@ -9,7 +9,7 @@ from ...schema import get as _schema_op
 from ...schema import python_signature as _python_signature
 
 
-def _positional(op: str) -> list[str]:
+def positional(op: str) -> list[str]:
     """The op's positional argument names, in order, from its schema (fd_mtp/schema)."""
     return _python_signature(_schema_op(op))[0]
 

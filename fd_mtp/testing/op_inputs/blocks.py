@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...schema import written_args as _written_args
-from ._common import BLOCK_SIZE, Case, K, L, _positional, _tokens
+from ._common import BLOCK_SIZE, Case, K, L, _tokens, positional
 
 
 def _decode_rows(batch, rng, nb):
@@ -40,7 +40,7 @@ def build_schedule_cache(batch):
     stop = rng.random(batch) < 1 / 20
     chunk = rng.random(batch) < 1 / 32
     prompt_lens = np.where(chunk, dec.astype(np.int64) + 64, prompt)
-    names = _positional("speculate_schedule_cache")
+    names = positional("speculate_schedule_cache")
     args = [
         _tokens(rng, batch, K + 1),
         tables,
@@ -94,7 +94,7 @@ def build_recover_decode(batch):
         tables[b, slot:] = -1
         if rng.random() < 0.5 and slot < nb:
             tables[b, slot] = 10**6 + b
-    names = _positional("recover_decode_task")
+    names = positional("recover_decode_task")
     args = [
         parked.reshape(-1, 1),
         np.where(parked, 0, K + 1).astype(np.int32).reshape(-1, 1),
@@ -147,7 +147,7 @@ def build_speculate_step(batch):
     stack = np.full(batch, -1, np.int32)
     stack[: int(parked.sum())] = np.flatnonzero(parked)
     stop = finished | parked
-    names = _positional("speculate_step_paddle")
+    names = positional("speculate_step_paddle")
     args = [
         stop.reshape(-1, 1),
         np.where(stop, 0, K + 1).astype(np.int32).reshape(-1, 1),
@@ -207,7 +207,7 @@ def build_speculate_step_system_cache(batch):
     """build_speculate_step plus ori_seq_lens_decoder (the cached prefix each request would
     resume from: half its prompt); the parked request on top of the stack recovers."""
     case = build_speculate_step(batch)
-    names = _positional("speculate_step_system_cache")
+    names = positional("speculate_step_system_cache")
     prompt = case.args[case.names.index("ori_seq_lens_encoder")]
     args = list(case.args)
     args.insert(names.index("ori_seq_lens_decoder"), (prompt // 2).astype(np.int32))
@@ -219,7 +219,7 @@ def build_speculate_step_reschedule(batch):
     """build_speculate_step's state for the reschedule variant: parked requests hold no decode
     blocks (used_list_len 0) and, being stopped, are freed like finished ones; no recovery."""
     case = build_speculate_step(batch)
-    names = _positional("speculate_step_reschedule")
+    names = positional("speculate_step_reschedule")
     args = list(case.args)
     parked = args[names.index("is_block_step")]
     used = args[names.index("used_list_len")].copy()

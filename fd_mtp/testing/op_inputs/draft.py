@@ -16,10 +16,10 @@ from ._common import (
     K,
     L,
     _hidden_rows,
-    _positional,
     _roles,
     _seed,
     _tokens,
+    positional,
 )
 
 
@@ -130,7 +130,7 @@ def build_eagle_hidden(batch, hidden=H, dtype="bfloat16", variant=0):
     base_this_time = c["base_model_seq_lens_this_time"].ravel()
     t_in = int(sum(int(enc[b]) if enc[b] > 0 else int(base_this_time[b]) for b in range(batch)))
     x = _hidden_rows(np.random.default_rng(_seed(1, variant)), t_in, hidden, dtype)
-    names = _positional("eagle_get_hidden_states")
+    names = positional("eagle_get_hidden_states")
     args = [
         x,
         c["seq_lens_this_time"],
@@ -165,7 +165,7 @@ def _update_args(batch, variant=0):
             next_tokens[first_row[b] + out_lens[b] - 1] = EOS_IDS[1]
         for b in decoding[-max(1, len(decoding) // 50) :]:
             max_dec_len[b] = int(c["step_idx"][b, 0]) + 1
-    names = _positional("draft_model_update")
+    names = positional("draft_model_update")
     args = [
         next_tokens,
         c["draft_tokens"],
@@ -246,7 +246,7 @@ def build_draft_set_value(batch):
             np.zeros((batch, 1), np.int32),
             step.reshape(-1, 1),
         ],
-        _positional("draft_model_set_value_by_flags"),
+        positional("draft_model_set_value_by_flags"),
         ["pre_ids_all", "seq_lens_this_time"],
         f"K={K};L={L}",
     )
@@ -308,7 +308,7 @@ def build_mtp_step(batch, variant=0):
     n_free = 2 * batch + 8
     free_list = np.zeros(next_id + n_free, np.int32)
     free_list[:n_free] = np.arange(next_id, next_id + n_free)
-    names = _positional("mtp_step_paddle")
+    names = positional("mtp_step_paddle")
     args = [
         base_stop,
         base_stop.copy(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import SAMPLING_VOCABS, Case, K, _positional, _roles, _tokens
+from ._common import SAMPLING_VOCABS, Case, K, _roles, _tokens, positional
 
 
 def _logprob_layout(batch, seed):
@@ -41,7 +41,7 @@ def build_get_logits(batch, vocab=SAMPLING_VOCABS[0]):
             this_time,
             enc,
         ],
-        _positional("speculate_get_logits"),
+        positional("speculate_get_logits"),
         [
             "draft_logits",
             "next_token_num",
@@ -69,7 +69,7 @@ def build_insert_first_token(batch):
             this_time,
             enc,
         ],
-        _positional("speculate_insert_first_token"),
+        positional("speculate_insert_first_token"),
         ["token_ids"],
         f"K={K}",
     )
@@ -91,7 +91,7 @@ def build_get_target_logits(batch, vocab=SAMPLING_VOCABS[0]):
             enc,
             accept,
         ],
-        _positional("speculate_get_target_logits"),
+        positional("speculate_get_target_logits"),
         ["target_logits"],
         f"K={K};V={vocab}",
     )

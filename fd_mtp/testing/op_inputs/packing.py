@@ -13,10 +13,10 @@ from ._common import (
     K,
     L,
     _hidden_rows,
-    _positional,
     _roles,
     _seed,
     _tokens,
+    positional,
 )
 
 
@@ -54,7 +54,7 @@ def build_padding_offset(batch):
     s = packing_state(batch)
     q = s["seq_lens_this_time"]
     cum = np.cumsum(L - q.astype(np.int64)).astype(np.int32)
-    names = _positional("speculate_get_padding_offset")
+    names = positional("speculate_get_padding_offset")
     args = [
         s["input_ids"],
         s["draft_tokens"],
@@ -121,7 +121,7 @@ def build_rebuild_padding(batch, hidden=H, dtype="bfloat16", variant=0):
     )
     cu_q, opo = pre[2], pre[5]
     tmp_out = _hidden_rows(np.random.default_rng(_seed(8, variant)), int(cu_q[-1]), hidden, dtype)
-    names = _positional("rebuild_padding")
+    names = positional("rebuild_padding")
     args = [
         tmp_out,
         cu_q,

@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ._common import CANDIDATES, EOS_IDS, Case, K, L, _positional, _roles, _seed, as_dtype
+from ._common import CANDIDATES, EOS_IDS, Case, K, L, _roles, _seed, as_dtype, positional
 
 
 def _sampling_rows(batch):
@@ -32,7 +32,7 @@ def build_penalty(batch, vocab, dtype="float32", variant=0):
     min_len = np.where(rng.random(batch) < 0.125, gen + K + 1, 1).astype(np.int64)
     per = lambda lo, hi: rng.uniform(lo, hi, (batch, 1)).astype(np.float32)  # noqa: E731
     cast = (lambda v: v) if dtype == "float32" else functools.partial(as_dtype, dtype=dtype)
-    names = _positional("speculate_get_token_penalty_multi_scores")
+    names = positional("speculate_get_token_penalty_multi_scores")
     args = [
         pre_ids,
         cast(rng.standard_normal((rows, vocab), dtype=np.float32)),

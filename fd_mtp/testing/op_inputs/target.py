@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import EOS_IDS, THINK_END_ID, Case, K, L, _positional, _roles, _seed, _tokens
+from ._common import EOS_IDS, THINK_END_ID, Case, K, L, _roles, _seed, _tokens, positional
 
 NUM_STOP_SEQS, STOP_SEQ_LEN = 5, 8
 
@@ -61,7 +61,7 @@ def build_set_stop_value(batch):
         history = list(s["pre_ids"][b, 1 : t - a + 1]) + list(s["accept_tokens"][b, :idx])
         n = lens[b, 0] = min(int(lens[b, 0]), len(history))
         seqs[b, 0, :n] = history[-n:]
-    names = _positional("speculate_set_stop_value_multi_seqs")
+    names = positional("speculate_set_stop_value_multi_seqs")
     args = [
         s["accept_tokens"],
         s["accept_num"],
@@ -83,7 +83,7 @@ def build_set_stop_value(batch):
 
 def build_speculate_update(batch, variant=0):
     s, _ = target_state(batch, _seed(6, variant))
-    names = _positional("speculate_update")
+    names = positional("speculate_update")
     s["not_need_stop"] = np.zeros(1, bool)
     s["stop_nums"] = np.array([batch], np.int64)
     written = [
@@ -104,7 +104,7 @@ def build_set_value(batch, variant=0):
     )
     s["seq_lens_decoder"] += s["seq_lens_encoder"]
     s["seq_lens_encoder"][:] = 0
-    names = _positional("speculate_set_value_by_flags_and_idx")
+    names = positional("speculate_set_value_by_flags_and_idx")
     s["pre_ids_all"] = s["pre_ids"]
     return Case(
         [s[n] for n in names],
@@ -135,7 +135,7 @@ def build_calcu_accept_ratio(batch):
             s["seq_lens_decoder"],
             s["stop_flags"],
         ],
-        _positional("speculate_calcu_accept_ratio"),
+        positional("speculate_calcu_accept_ratio"),
         ["sum_draft_num", "sum_accept_num"],
         f"K={K}",
     )
@@ -172,7 +172,7 @@ def build_limit_thinking(batch):
             THINK_END_ID,
             False,
         ],
-        _positional("speculate_limit_thinking_content_length"),
+        positional("speculate_limit_thinking_content_length"),
         ["next_tokens", "max_reply_lens", "step_idx", "limit_status", "accept_num"],
         f"K={K};think=512;reply=256;inject=2",
     )
@@ -184,7 +184,7 @@ def build_update_input_ids(batch):
     prompt = _tokens(rng, int(rng.integers(64, 512))).tolist()
     return Case(
         [np.zeros((batch, L), np.int64), prompt, batch - 1, L],
-        _positional("speculate_update_input_ids_cpu"),
+        positional("speculate_update_input_ids_cpu"),
         ["input_ids_cpu"],
         f"L={L};prompt={len(prompt)}",
     )
