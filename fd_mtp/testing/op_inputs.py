@@ -8,8 +8,9 @@ string. A batch mixes decode / prefill / stopped requests (K = 3 draft tokens, m
 for input_ids / pre_ids, hidden size 1024 in bfloat16 bits for the eagle ops, a block manager with
 free blocks to spare). Entries named ``"op[variant]"`` run ``op``. Pure numpy: no paddle import.
 
-One module per op family (draft, target, blocks, packing, sampling, ngram, logprobs) over the
-shared constants and `Case` of ``_common``; this package offers all their names.
+The builders live in fd_mtp/testing/builders/, one module per op family (draft, target, blocks,
+packing, sampling, ngram, logprobs) over the shared constants and `Case` of ``_common``; this
+module offers all their names and registers them in ``BUILDERS``.
 
 The builders also take keyword parameters for the variants the GPU parity tests (tests/gpu) run
 (the defaults are the benchmark's batches): ``hidden`` / ``dtype`` of the eagle ops and
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import functools
 
-from ._common import (
+from .builders._common import (
     BLOCK_SIZE,
     CANDIDATES,
     EOS_IDS,
@@ -39,14 +40,14 @@ from ._common import (
     as_dtype,
     positional,
 )
-from .blocks import (
+from .builders.blocks import (
     build_recover_decode,
     build_schedule_cache,
     build_speculate_step,
     build_speculate_step_reschedule,
     build_speculate_step_system_cache,
 )
-from .draft import (
+from .builders.draft import (
     build_draft_set_value,
     build_eagle_hidden,
     build_mtp_step,
@@ -56,8 +57,8 @@ from .draft import (
     build_update,
     preprocess_state,
 )
-from .logprobs import build_get_logits, build_get_target_logits, build_insert_first_token
-from .ngram import (
+from .builders.logprobs import build_get_logits, build_get_target_logits, build_insert_first_token
+from .builders.ngram import (
     HYBRID_ORDER,
     NGRAM_K,
     NGRAM_MAX,
@@ -70,7 +71,7 @@ from .ngram import (
     build_ngram,
     ngram_state,
 )
-from .packing import (
+from .builders.packing import (
     build_output_padding_offset,
     build_padding_offset,
     build_pre_process,
@@ -78,7 +79,7 @@ from .packing import (
     build_seq_lens_output,
     packing_state,
 )
-from .sampling import (
+from .builders.sampling import (
     VERIFY_C,
     VERIFY_V,
     VERIFY_WRITTEN,
@@ -87,7 +88,7 @@ from .sampling import (
     build_verify,
     build_verify_rejection,
 )
-from .target import (
+from .builders.target import (
     NUM_STOP_SEQS,
     STOP_SEQ_LEN,
     build_calcu_accept_ratio,
