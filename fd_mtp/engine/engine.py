@@ -29,106 +29,27 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
 from ..batch import Task, TaskKind
 from ..config import MAX_STOP_SEQS, SchedulerConfig
 from .block_manager import BlockManager, blocks_for
-from .detokenizer import IncrementalDetokenizer
+from .outputs import EngineOutputs
 from .request import (
     Request,
     RequestOutput,
     RequestStatus,
     SpeculativeMetrics,
     StreamDelta,
-    with_decoded_tokens,
 )
-from .runner import ModelRunner, StepOutput
+from .runner import ModelRunner
 from .sampler import _splitmix64
 from .sampling_params import SEED_MODULUS, SamplingParams
-
-_REASONS = (None, "stop", "length")  # finish-reason codes of the vectorized stop checks
-_REASON_ARRAY = np.array(_REASONS, object)
-_NO_HIT = np.iinfo(np.int64).max
-_OUTPUT_IDS = attrgetter("output_token_ids")
-_REQUEST_ID = attrgetter("request_id")
+from .step_stats import StepStats, fold_drafts
 
 
-def _fold(spec: SpeculativeMetrics, drafted, accepted, emitted: int) -> None:
-    """Add histograms of drafts verified / accepted per step (index = count) to ``spec``."""
-    k = np.arange(drafted.size)
-    spec.num_steps += int(drafted.sum())
-    spec.num_emitted += int(emitted)
-    spec.num_drafted += int((k * drafted).sum())
-    spec.num_accepted += int((k * accepted).sum())
-    # steps that reached position i: those with more than i drafts
-    reach_d = drafted[::-1].cumsum()[::-1][1:]
-    reach_a = accepted[::-1].cumsum()[::-1][1:]
-    n = len(spec.drafted_per_position)
-    spec.drafted_per_position = [x + int(y) for x, y in zip(spec.drafted_per_position, reach_d[:n])]
-    spec.accepted_per_position = [
-        x + int(y) for x, y in zip(spec.accepted_per_position, reach_a[:n])
-    ]
-
-
-@dataclass
-class StepStats:
-    """Where the engine's decode steps went (cumulative; the steps where every running request
-    decoded, scheduled by `LLMEngine._schedule_fast`), for the cost split ``T_step = T_target +
-    substeps x T_draft + T_host`` that benchmarks print:
-
-    * ``steps``, ``requests`` (decoding requests summed over the steps), ``fed_tokens`` (tokens
-      the target verified: 1 + drafts per request);
-    * ``step_seconds``: whole `LLMEngine.step` calls; ``runner_seconds``: inside
-      ``execute_model``; ``proposer_seconds``: inside the proposer's ``run`` (part of the
-      runner's); ``draft_seconds``: inside its MTP forwards (part of the proposer's);
-      ``substeps``: MTP forwards run.
-
-    Derived: `target` (the runner minus the proposer: forward, sampling, verification, the
-    step's ops and transfers), `draft` (one MTP substep), `host` (the rest: scheduling, stop
-    checks, output delivery, the proposer's own bookkeeping), each in seconds per step."""
-
-    steps: int = 0
-    requests: int = 0
-    fed_tokens: int = 0
-    step_seconds: float = 0.0
-    runner_seconds: float = 0.0
-    proposer_seconds: float = 0.0
-    draft_seconds: float = 0.0
-    substeps: int = 0
-
-    def _per(self, x: float) -> float:
-        return x / self.steps if self.steps else float("nan")
-
-    @property
-    def step(self) -> float:
-        return self._per(self.step_seconds)
-
-    @property
-    def target(self) -> float:
-        return self._per(self.runner_seconds - self.proposer_seconds)
-
-    @property
-    def draft(self) -> float:
-        return self.draft_seconds / self.substeps if self.substeps else 0.0
-
-    @property
-    def host(self) -> float:
-        return self._per(
-            self.step_seconds - self.runner_seconds + self.proposer_seconds - self.draft_seconds
-        )
-
-    def since(self, before: StepStats) -> StepStats:
-        """The difference ``self - before`` (a window of steps)."""
-        return StepStats(
-            *(getattr(self, f) - getattr(before, f) for f in self.__dataclass_fields__)
-        )
-
-
-class LLMEngine:
+class LLMEngine(EngineOutputs):
     """Continuous-batching engine over a `ModelRunner`.
 
     Args:
@@ -358,7 +279,7 @@ class LLMEngine:
         m.num_steps += int(ib.steps[b])
         ib.steps[b] = 0
         if m.spec is not None and ib.spec_emitted[b]:
-            _fold(m.spec, ib.spec_drafted[b], ib.spec_accepted[b], int(ib.spec_emitted[b]))
+            fold_drafts(m.spec, ib.spec_drafted[b], ib.spec_accepted[b], int(ib.spec_emitted[b]))
             ib.spec_emitted[b] = 0
             ib.spec_drafted[b] = ib.spec_accepted[b] = 0
 
@@ -550,7 +471,7 @@ class LLMEngine:
         """The engine's `SpeculativeMetrics` over every decode step so far (None: plain)."""
         spec = self._spec_metrics
         if spec is not None and self._pending_emitted:
-            _fold(spec, self._pending_drafted, self._pending_accepted, self._pending_emitted)
+            fold_drafts(spec, self._pending_drafted, self._pending_accepted, self._pending_emitted)
             self._pending_drafted[...] = self._pending_accepted[...] = 0
             self._pending_emitted = 0
         return spec
@@ -560,260 +481,3 @@ class LLMEngine:
         self._spec_metrics = value
         self._pending_drafted[...] = self._pending_accepted[...] = 0
         self._pending_emitted = 0
-
-    def _finish_step(self, out: StepOutput, decode_only: bool = False) -> list[StreamDelta]:
-        """The step's results on whole-batch arrays: caches advanced, prefill chunks settled,
-        stop checks (EOS, stop token ids after min_tokens, max_tokens / max_model_len; the ops'
-        stops with ``stop_handling="ops"``), then the per-request output delivery.
-        ``decode_only``: every slot that ran decoded (`_schedule_fast`'s steps)."""
-        ib = self.ib
-        now = time.perf_counter()
-        slots, counts, flat = out.slots, out.counts, out.tokens
-        starts = counts.cumsum() - counts
-        if decode_only:
-            ib.num_computed[slots] += counts
-            if self.speculative:
-                self._count_drafts(slots, out.drafted, counts)
-            rows = ib.arrival[slots].argsort(kind="stable")  # arrival order
-        else:
-            counts = counts.copy()
-            pre = ~ib.prefilled[slots]
-            dec = ~pre
-            ib.num_computed[slots[dec]] += counts[dec]
-            if self.speculative and dec.any():
-                self._count_drafts(slots[dec], out.drafted[dec], counts[dec])
-            if pre.any():
-                ps = slots[pre]
-                ib.num_computed[ps] = ib.end[ps]
-                final = ib.end[ps] >= ib.prompt_len[ps] + ib.num_output[ps]
-                counts[pre] = np.where(final, np.minimum(counts[pre], 1), 0)
-                ib.prefilled[ps[final]] = True
-                for b, f in zip(ps.tolist(), final.tolist()):  # per prefill chunk (an event)
-                    req = ib.requests[b]
-                    req.num_computed = int(ib.num_computed[b])
-                    if f:
-                        req.prefilled = True
-                        if req.metrics.first_token_time is None:
-                            req.metrics.first_token_time = now
-            rows = (counts > 0).nonzero()[0]  # slots that emit (not a non-final prefill chunk)
-            if not rows.size:
-                return []
-            rows = rows[ib.arrival[slots[rows]].argsort(kind="stable")]  # arrival order
-        s, c, st = slots[rows], counts[rows], starts[rows]
-        if flat.size == slots.size:  # one token per slot (plain decoding, or no draft accepted)
-            j = np.zeros(rows.size, np.int64)
-            tok, sr = flat[st], s
-        else:
-            off = c.cumsum() - c  # each row's first token among the emitted ones
-            j = np.arange(int(c.sum())) - off.repeat(c)  # position inside the row's run
-            tok = flat[st.repeat(c) + j]
-            sr = s.repeat(c)
-        n = ib.num_output[sr] + j + 1  # output length once the token is appended
-        if self.ops_stop:
-            keep = c
-            total = ib.num_output[s] + c
-            limit = ib.max_output[s]
-            stopped = out.stopped[rows]
-            late = ~stopped & (total >= limit)
-            if late.any():
-                req = ib.requests[int(s[late][0])]
-                raise RuntimeError(
-                    f"request {req.request_id!r}: {int(total[late][0])} tokens, the limit is "
-                    f"{int(limit[late][0])} and the ops did not stop it (stop_handling='ops': "
-                    "speculate_verify stops at max_dec_len)"
-                )
-            code = np.where(stopped, np.where(total >= limit, 2, 1), 0)
-            by_id = np.zeros(rows.size, bool)
-        else:
-            is_eos = np.logical_or.reduce(tok[:, None] == self._eos, axis=1)
-            stop_hit = (n >= ib.min_tokens[sr]) & (
-                (is_eos & ~ib.ignore_eos[sr])
-                | np.logical_or.reduce(ib.stop_ids[sr] == tok[:, None], axis=1)
-            )
-            hit = stop_hit | (n >= ib.max_output[sr])
-            if flat.size == slots.size:
-                keep, by_id = c, stop_hit
-                code = np.where(hit, np.where(stop_hit, 1, 2), 0)
-            else:
-                # each row's first hit (c if none): the minimum over its run
-                first = np.minimum(np.minimum.reduceat(np.where(hit, j, _NO_HIT), off), c)
-                ended = first < c
-                keep = np.where(ended, first + 1, c)
-                by_id = ended & stop_hit[off + np.minimum(first, c - 1)]
-                code = np.where(ended, np.where(by_id, 1, 2), 0)
-        slow = ib.has_stop_str[s] if self.tokenizer is not None else None
-        any_slow = slow is not None and bool(slow.any())
-        if any_slow:
-            keep, code = keep.copy(), code.copy()
-            for i in slow.nonzero()[0].tolist():  # requests with stop strings: per token
-                keep[i], code[i] = self._stop_strings(
-                    ib.requests[int(s[i])],
-                    flat[st[i] : st[i] + c[i]].tolist(),
-                    bool(out.stopped[rows[i]]),
-                )
-            fast = ~slow
-            ib.num_output[s[fast]] += keep[fast]
-        else:
-            ib.num_output[s] += keep
-        # output delivery (per request, in C-level loops): tokens, then finished requests,
-        # then the deltas
-        reqs = ib.requests[s].tolist()
-        toks = list(map(flat.tolist().__getitem__, map(slice, st.tolist(), (st + keep).tolist())))
-        if any_slow:
-            reqs_f = ib.requests[s[fast]].tolist()
-            toks_f = [toks[i] for i in fast.nonzero()[0].tolist()]
-            computed = ib.num_computed[s[fast]].tolist()
-        else:
-            reqs_f, toks_f, computed = reqs, toks, ib.num_computed[s].tolist()
-        list(map(list.extend, map(_OUTPUT_IDS, reqs_f), toks_f))
-        list(map(setattr, reqs_f, itertools.repeat("num_computed"), computed))
-        if self.runner.last_logprobs:
-            self._deliver_logprobs(s, keep)
-        done = code.nonzero()[0]
-        if done.size:
-            for i in done.tolist():  # finished requests
-                req = reqs[i]
-                self._release(req)
-                self._finish(req, _REASONS[code[i]], now)
-        if self.tokenizer is None:
-            return list(
-                map(
-                    StreamDelta,
-                    map(_REQUEST_ID, reqs),
-                    itertools.repeat(-1),
-                    toks,
-                    itertools.repeat(""),
-                    (code > 0).tolist(),
-                    _REASON_ARRAY[code].tolist(),
-                )
-            )
-        # detokenizing: requests with a tokenizer (per request: the text is the output), every
-        # request when the text streams, else the finished ones
-        todo = ~slow if any_slow else np.ones(len(reqs), bool)
-        if not self.stream_text:
-            todo &= code > 0
-        for i in todo.nonzero()[0].tolist():
-            self._update_text(reqs[i], drop_last=bool(by_id[i]))
-        return [self._delta(q, t) for q, t in zip(reqs, toks)]
-
-    def _stop_strings(self, req: Request, tokens: list[int], stopped: bool):
-        """A request with stop strings: its step's tokens appended one by one with the host's
-        checks after each (the text is searched); returns ``(tokens kept, reason code)``."""
-        reason = None
-        kept = 0
-        for token in tokens:
-            req.output_token_ids.append(token)
-            kept += 1
-            reason = self._check_host_stop(req) if self.ops_stop else self._check_stop(req, token)
-            if reason is not None:
-                break  # tokens a speculative step emitted past the stop are dropped
-        if reason is None and self.ops_stop:
-            reason = self._ops_stop_reason(req, stopped)
-        req.num_computed = int(self.ib.num_computed[req.slot])
-        self.ib.num_output[req.slot] = len(req.output_token_ids)
-        return kept, _REASONS.index(reason)
-
-    def _deliver_logprobs(self, s: np.ndarray, keep: np.ndarray) -> None:
-        """``RequestOutput.logprobs`` of the requests that asked (the runner's ``last_logprobs``)."""
-        kept = dict(zip(s.tolist(), keep.tolist()))
-        for b, entries in self.runner.last_logprobs.items():
-            req = self.ib.requests[b]
-            if b in kept and req is not None and req.logprobs is not None:
-                req.logprobs += [with_decoded_tokens(e, self.tokenizer) for e in entries[: kept[b]]]
-
-    def _ops_stop_reason(self, req: Request, stopped: bool) -> str | None:
-        """stop_handling "ops": the finish reason of a request after its step's tokens. The ops
-        ended it (``stopped``): "length" when it has its limit of tokens, min(max_tokens,
-        max_model_len - prompt length), the last one being the EOS id verify writes there (as
-        FastDeploy's serving layer: "length" iff the token count is max_tokens), else "stop".
-        RuntimeError when the ops let a request run past its limit (they must not)."""
-        limit = min(
-            req.sampling_params.max_tokens, self.runner.max_model_len - len(req.prompt_token_ids)
-        )
-        n = len(req.output_token_ids)
-        if stopped:
-            return "length" if n >= limit else "stop"
-        if n >= limit:
-            raise RuntimeError(
-                f"request {req.request_id!r}: {n} tokens, the limit is {limit} and the ops did "
-                "not stop it (stop_handling='ops': speculate_verify stops at max_dec_len)"
-            )
-        return None
-
-    def _check_host_stop(self, req: Request) -> str | None:
-        """stop_handling "ops": what the host still checks after each token, stop strings
-        (the ops compare token ids only)."""
-        p = req.sampling_params
-        if self.tokenizer is not None:
-            self._update_text(req)
-            if p.stop_list and len(req.output_token_ids) >= p.min_tokens:
-                cut = self._find_stop(req)
-                if cut is not None:
-                    req.text = req.text[:cut]
-                    return "stop"
-        return None
-
-    def _check_stop(self, req: Request, token: int) -> str | None:
-        p = req.sampling_params
-        n = len(req.output_token_ids)
-        if n >= p.min_tokens:
-            if not p.ignore_eos and token in self.runner.eos_token_ids:
-                return "stop"
-            if token in p.stop_token_ids:
-                return "stop"
-        if self.tokenizer is not None:
-            self._update_text(req)
-            if p.stop_list and n >= p.min_tokens:
-                cut = self._find_stop(req)
-                if cut is not None:
-                    req.text = req.text[:cut]
-                    return "stop"
-        if n >= p.max_tokens or req.num_tokens >= self.runner.max_model_len:
-            return "length"
-        return None
-
-    def _update_text(self, req: Request, drop_last: bool = False) -> None:
-        """``req.text`` = the decode of the output (a final EOS left out; ``drop_last``: the final
-        token left out, a stop by EOS or stop token id), incrementally."""
-        ids = req.output_token_ids
-        n = len(ids)
-        if drop_last or (
-            ids and ids[-1] in self.runner.eos_token_ids and not req.sampling_params.ignore_eos
-        ):
-            n -= 1
-        if req.detokenizer is None:
-            req.detokenizer = IncrementalDetokenizer(
-                self.tokenizer, req.sampling_params.skip_special_tokens
-            )
-        req.text = req.detokenizer.update(ids, n)
-
-    def _find_stop(self, req: Request) -> int | None:
-        """Where to cut ``req.text`` for the earliest stop string it contains (search from just
-        before the already streamed text), or None."""
-        p = req.sampling_params
-        start = max(0, req.text_sent - max(len(s) for s in p.stop_list))
-        best = None
-        for s in p.stop_list:
-            i = req.text.find(s, start)
-            if i >= 0:
-                cut = i + len(s) if p.include_stop_str_in_output else i
-                best = cut if best is None else min(best, cut)
-        return best
-
-    def _finish(self, req: Request, reason: str, now: float | None = None) -> None:
-        req.status = RequestStatus.FINISHED
-        req.finish_reason = reason
-        req.metrics.finished_time = time.perf_counter() if now is None else now
-
-    def _delta(self, req: Request, new_ids: list[int]) -> StreamDelta:
-        req.tokens_sent = len(req.output_token_ids)
-        text_end = len(req.text)
-        if not req.finished:
-            # hold back what a stop string might still claim, and a trailing partial character
-            hold = max((len(s) - 1 for s in req.sampling_params.stop_list), default=0)
-            text_end = max(req.text_sent, text_end - hold)
-            while text_end > req.text_sent and req.text[text_end - 1] == "\ufffd":
-                text_end -= 1
-        new_text = req.text[req.text_sent : text_end]
-        req.text_sent = text_end
-        return StreamDelta(req.request_id, -1, new_ids, new_text, req.finished, req.finish_reason)

@@ -49,16 +49,40 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import ops
-from ..batch import InputBatch, ProposerStats, TaskKind, pack_step
+from ..batch import InputBatch, ProposerStats, pack_step
 from ..config import SpeculativeConfig
 from .draft_sampling import sample_draft_rows
+from .mtp_inputs import MTPInsertion, build_model_inputs
 
 ROLES = ("mixed", "prefill", "decode")
 SCHEDULERS = ("v1", "v0")
 KV_CACHE_RATIO = {"v1": 1.0, "v0": 0.75}  # CacheConfig.kv_cache_ratio per scheduler (spec §11, §12)
 
 
-class MTPProposer:
+def _check_arguments(cfg, mtp_model, input_batch, role, scheduler) -> None:
+    if not isinstance(cfg, SpeculativeConfig) or cfg.method != "mtp":
+        raise ValueError(
+            f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
+            f"{getattr(cfg, 'method', cfg)!r}"
+        )
+    if not isinstance(input_batch, InputBatch):
+        raise ValueError(
+            f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}"
+        )
+    if role not in ROLES:
+        raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(
+            f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}"
+        )
+    if mtp_model is None:
+        raise ValueError(
+            "MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
+            "num_nextn_predict_layers = 0)"
+        )
+
+
+class MTPProposer(MTPInsertion):
     """Drafts tokens with the ERNIE MTP block for the target runner whose ``share_inputs`` it reads.
 
     Args:
@@ -110,29 +134,8 @@ class MTPProposer:
     ):
         import paddle
 
-        from ..model.attention import allocate_kv_caches
-
         cfg = speculative_config
-        if not isinstance(cfg, SpeculativeConfig) or cfg.method != "mtp":
-            raise ValueError(
-                f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
-                f"{getattr(cfg, 'method', cfg)!r}"
-            )
-        if not isinstance(input_batch, InputBatch):
-            raise ValueError(
-                f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}"
-            )
-        if role not in ROLES:
-            raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(
-                f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}"
-            )
-        if mtp_model is None:
-            raise ValueError(
-                "MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
-                "num_nextn_predict_layers = 0)"
-            )
+        _check_arguments(cfg, mtp_model, input_batch, role, scheduler)
         self._paddle = paddle
         self.config = cfg
         self.model = mtp_model
@@ -166,257 +169,31 @@ class MTPProposer:
                 f"num_speculative_tokens + 1 = {self.K + 1}"
             )
         self.max_num_seqs = int(draft.shape[0])
-        ratio = cfg.num_gpu_block_expand_ratio
-        self.num_main_blocks = int(num_main_blocks)
-        self.num_gpu_blocks = int(num_main_blocks * ratio)
-        if scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
-            raise ValueError(
-                f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
-                f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
-                "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1"
-            )
-        self.kv_cache_ratio = KV_CACHE_RATIO[scheduler]
-        layer = self.model_config.num_hidden_layers
-        mtp_cache = allocate_kv_caches(self.model_config, 1, self.num_gpu_blocks, self.block_size)
-        self.caches = [None] * layer + mtp_cache  # the MTP block is layer `num_hidden_layers`
-        self.model_inputs = self._init_model_inputs()
+        self._allocate_cache(num_main_blocks)
+        self.model_inputs = build_model_inputs(self)
         input_batch.register_host(self.model_inputs["not_need_stop"])
         self._w = input_batch.writer(self.model_inputs)
         # v0 chunked prefill: slot -> (request token ids, chunk sizes, index of the next chunk)
         self._chunks: dict[int, tuple[list[int], list[int], int]] = {}
 
-    # -- buffers (spec §3) --------------------------------------------------------------------------
-    def _init_model_inputs(self) -> dict:
-        paddle = self._paddle
-        t = self.target
-        B, K, L = self.max_num_seqs, self.K, self.max_model_len
-        H = self.model_config.hidden_size
+    def _allocate_cache(self, num_main_blocks) -> None:
+        """The MTP block's own one-layer paged KV cache: int(num_main_blocks *
+        num_gpu_block_expand_ratio) blocks."""
+        from ..model.attention import allocate_kv_caches
 
-        def clone(key):
-            return t[key].clone()
-
-        mi = {}
-        for key in (
-            "block_tables",
-            "input_ids",
-            "seq_lens_encoder",
-            "seq_lens_decoder",
-            "step_idx",
-            "stop_flags",
-            "stop_nums",
-            "pre_ids",
-            "output_cum_offsets",
-            "output_padding_offset",
-            "ids_remove_padding",
-            "batch_id_per_token",
-            "cu_seqlens_q",
-            "cu_seqlens_k",
-            "encoder_block_lens",
-        ):
-            mi[key] = clone(key)
-        for key in (
-            "prompt_lens",
-            "top_p",
-            "top_k",
-            "temperature",
-            "eos_token_id",
-            "penalty_score",
-            "frequency_score",
-            "presence_score",
-            "infer_seed",
-            "max_dec_len",
-            "min_dec_len",
-            "bad_tokens",
-            "accept_num",
-            "accept_tokens",
-        ):
-            mi[key] = t[key]  # aliases: the very same tensors
-        mi["base_model_draft_tokens"] = t["draft_tokens"]
-        # the hybrid haystack, where the op runs: on the target's device (FastDeploy: on the CPU)
-        place = t["draft_tokens"].place
-        mi["input_ids_cpu"] = paddle.full([B, L], -1, "int64").to(place)
-        mi["not_need_stop"] = paddle.full([1], False, "bool").cpu()
-        mi["target_hidden_states"] = paddle.zeros([0, H], dtype=self.model_config.dtype)
-        mi["substep"] = 0
-        mi["draft_tokens"] = paddle.full([B, K + 1], -1, "int64")
-        # spec §11: ids num_gpu_blocks - 1 down to int(N_main * kv_cache_ratio); the bottom is taken from
-        # the main cache's block count itself (dividing num_gpu_blocks by the expand ratio again loses
-        # the int() truncation: N_main 4, ratio 1.1 gave bottom 2 instead of 3)
-        top = self.num_gpu_blocks
-        bottom = min(int(self.num_main_blocks * self.kv_cache_ratio), top)
-        free = np.arange(top - 1, bottom - 1, -1, dtype=np.int32)
-        mi["free_list"] = paddle.to_tensor(
-            free if free.size else np.zeros([0], np.int32), dtype="int32"
-        )
-        mi["free_list_len"] = paddle.to_tensor([free.size], dtype="int32")
-        mi["is_block_step"] = paddle.full([B, 1], False, "bool")
-        mi["batch_drop"] = paddle.full([B, 1], False, "bool")
-        mi["used_list_len"] = paddle.full([B], 0, "int32")
-        mi["first_token_hidden_states"] = paddle.full([B, H], -1.0, dtype=self.model_config.dtype)
-        mi["batch_token_num"] = paddle.full([B], 0, "int32")
-        mi["next_token_num"] = paddle.full([B], 0, "int32")
-        mi["cu_batch_token_offset"] = paddle.full([B + 1], 0, "int32")
-        mi["cu_next_token_offset"] = paddle.full([B + 1], 0, "int32")
-        mi["mask_rollback"] = paddle.full([B, 1], 0, "int32")
-        mi["recompute_token_num"] = paddle.full([B, 1], self.num_model_steps - 1, "int32")
-        mi["caches"] = self.caches
-        # draft_sampling: q of each slot's draft at every substep (the verifier's draft_probs)
-        V = self.model_config.vocab_size
-        mi["draft_probs"] = (
-            paddle.zeros([B, K, V], "float32") if self.config.draft_sampling else None
-        )
-        # Python attributes of FastDeploy's proposer
-        self.seq_lens_this_time_buffer = t["seq_lens_this_time"].clone()
-        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer  # always the full [B, 1] buffer
-        self.last_seq_lens_this_time = (
-            paddle.full([B, 1], -1, "int32") if self.num_model_steps > 1 else None
-        )
-        self.input_ids_len = paddle.full([B, 1], 0, "int64").to(place)
-        return mi
-
-    # -- insertion (spec §4.2) ----------------------------------------------------------------------
-    def _write_row(self, key: str, b: int, values, fill=None) -> None:
-        w = self._w[key]
-        if fill is not None:
-            w[b] = fill
-        v = np.asarray(values, dtype=np.int64)
-        if v.size:
-            w[b, : v.size] = v
-
-    def insert_tasks_v1(self, tasks) -> None:
-        """Mirror the target's `insert_tasks_v1` for the draft model (spec §4.2, v1).
-
-        PREFILL ``[s, e)`` of ``token_ids``: draft prompt ``input_ids[b, :e-s-1] = token_ids[s+1:e]``
-        (the target's chunk shifted left by one; ``input_ids_cpu`` too, the hybrid haystack) and
-        ``input_ids_len = e-s-1``; ``pre_ids`` row -1; block row = the request's; ``stop_flags`` /
-        ``batch_drop`` False; ``seq_lens_encoder = this_time = e-s``, ``seq_lens_decoder = s``;
-        ``step_idx`` as the target (generated tokens on the last chunk, else 0). Role "decode":
-        ``seq_lens_encoder = 0``, ``recompute_token_num = 0``, ``mask_rollback = 1``; other roles
-        start the slot afresh with ``recompute_token_num = num_model_steps - 1`` and
-        ``mask_rollback = 0`` (not listed by spec §4.2; a slot a decode-role request used before
-        would otherwise keep its values).
-        DECODE: the block row is replaced. PREEMPTED: block row -1, stopped, this_time / enc / dec 0,
-        ``is_block_step`` False.
-        """
-        mi, w = self.model_inputs, self._w
-        for task in tasks:
-            b = task.slot
-            if task.kind is TaskKind.PREEMPTED:
-                w["block_tables"][b] = -1
-                w["stop_flags"][b] = True
-                w["seq_lens_this_time"][b] = 0
-                w["seq_lens_decoder"][b] = 0
-                w["seq_lens_encoder"][b] = 0
-                w["is_block_step"][b] = False
-                continue
-            self._write_row("block_tables", b, task.block_ids, fill=-1)
-            if task.kind is TaskKind.DECODE:
-                continue
-            n = len(task.token_ids)
-            length = task.end - task.start
-            last_chunk = task.end >= n
-            draft_prompt = task.token_ids[task.start + 1 : task.end]
-            self.batch.stage(self.input_ids_len)[b] = length - 1
-            w["pre_ids"][b] = -1
-            self._write_row("input_ids", b, draft_prompt)
-            self._write_row("input_ids_cpu", b, draft_prompt, fill=-1)
-            w["stop_flags"][b] = False
-            w["batch_drop"][b] = False
-            w["is_block_step"][b] = False
-            w["seq_lens_encoder"][b] = length
-            w["seq_lens_decoder"][b] = task.start
-            w["seq_lens_this_time"][b] = length
-            w["step_idx"][b] = task.num_output if last_chunk else 0
-            if self.role == "decode":
-                w["seq_lens_encoder"][b] = 0
-                w["recompute_token_num"][b] = 0
-                w["mask_rollback"][b] = 1
-            else:
-                w["recompute_token_num"][b] = self.num_model_steps - 1
-                w["mask_rollback"][b] = 0
-                self._inserted.add(b)
-        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
-
-    def insert_prefill_inputs(
-        self, slot: int, prompt_token_ids, *, block_ids, chunk_sizes=None, seq_lens_decoder: int = 0
-    ) -> None:
-        """v0 insertion of a new request (spec §4.2 ``insert_prefill_inputs``, normal request).
-
-        ``input_ids[:n-1] = prompt[1:]`` (or the first chunk shifted, with chunked prefill:
-        ``chunk_sizes`` lists the chunk lengths, summing to the prompt length), ``input_ids_cpu``
-        likewise, ``pre_ids`` -1, ``step_idx`` 0, ``seq_lens_encoder = this_time`` = the first
-        chunk (or the whole prompt), ``seq_lens_decoder``, stop / batch_drop False, the encoder
-        block row. Role "decode" (a request prefilled elsewhere) is not offered on v0.
-        """
-        mi, w = self.model_inputs, self._w
-        prompt = [int(t) for t in prompt_token_ids]
-        n = len(prompt)
-        if n < 1:
-            raise ValueError("insert_prefill_inputs: prompt_token_ids is empty")
-        if chunk_sizes is None:
-            chunk_sizes = [n]
-        chunk_sizes = [int(c) for c in chunk_sizes]
-        if sum(chunk_sizes) != n or any(c < 1 for c in chunk_sizes):
+        ratio = self.config.num_gpu_block_expand_ratio
+        self.num_main_blocks = int(num_main_blocks)
+        self.num_gpu_blocks = int(num_main_blocks * ratio)
+        if self.scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
             raise ValueError(
-                f"insert_prefill_inputs: chunk_sizes {chunk_sizes} must be >= 1 and sum to the "
-                f"prompt length {n}"
+                f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
+                f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
+                "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1"
             )
-        if self.role == "decode":
-            raise ValueError(
-                "insert_prefill_inputs: the decode role is only offered with the v1 scheduler"
-            )
-        b = int(slot)
-        c0 = chunk_sizes[0]
-        first = prompt[1 : c0 + 1] if len(chunk_sizes) > 1 else prompt[1:]
-        self._write_row("input_ids", b, first)
-        self._write_row("input_ids_cpu", b, prompt[1:], fill=-1)
-        self.batch.stage(self.input_ids_len)[b] = n - 1
-        w["pre_ids"][b] = -1
-        w["step_idx"][b] = 0
-        w["seq_lens_encoder"][b] = c0
-        w["seq_lens_this_time"][b] = c0
-        w["seq_lens_decoder"][b] = int(seq_lens_decoder)
-        w["stop_flags"][b] = False
-        w["batch_drop"][b] = False
-        self._write_row("block_tables", b, block_ids, fill=-1)
-        w["encoder_block_lens"][b] = len(block_ids)
-        w["used_list_len"][b] = 0
-        w["not_need_stop"][0] = True
-        mi["seq_lens_this_time"] = self.seq_lens_this_time_buffer
-        if len(chunk_sizes) > 1:
-            self._chunks[b] = (prompt, chunk_sizes, 1)
-
-    def update_task_chunk_prefill(self, slot: int, *, seq_lens_decoder: int = 0) -> None:
-        """v0 chunked prefill, after a step (spec §4.2 ``_update_chunked_prefill``, proposer side).
-
-        If the request's last chunk already ran: ``seq_lens_encoder = 0``, ``step_idx = 1``,
-        ``seq_lens_decoder = start + seq_lens_decoder`` (start = the prompt length). Otherwise the next
-        chunk c: ``input_ids[:c] = prompt[start+1 : start+c+1]`` (``[:c-1] = prompt[start+1 : start+c]``
-        for the final chunk), ``this_time = encoder = c``, ``step_idx = 0``, ``seq_lens_decoder =
-        start + seq_lens_decoder``. Slots without pending chunks are left alone.
-        """
-        entry = self._chunks.get(slot)
-        if entry is None:
-            return
-        prompt, sizes, idx = entry
-        w = self._w
-        b = int(slot)
-        start = sum(sizes[:idx])
-        if idx >= len(sizes):
-            w["seq_lens_encoder"][b] = 0
-            w["step_idx"][b] = 1
-            w["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
-            del self._chunks[b]
-            return
-        c = sizes[idx]
-        final = idx == len(sizes) - 1
-        ids = prompt[start + 1 : start + c] if final else prompt[start + 1 : start + c + 1]
-        self._write_row("input_ids", b, ids)
-        w["seq_lens_this_time"][b] = c
-        w["seq_lens_encoder"][b] = c
-        w["step_idx"][b] = 0
-        w["seq_lens_decoder"][b] = start + int(seq_lens_decoder)
-        self._chunks[b] = (prompt, sizes, idx + 1)
+        self.kv_cache_ratio = KV_CACHE_RATIO[self.scheduler]
+        layer = self.model_config.num_hidden_layers
+        mtp_cache = allocate_kv_caches(self.model_config, 1, self.num_gpu_blocks, self.block_size)
+        self.caches = [None] * layer + mtp_cache  # the MTP block is layer `num_hidden_layers`
 
     # -- one step (spec §4.1 step 7) ----------------------------------------------------------------
     def prepare_steps(self, num_steps: int) -> None:
@@ -530,33 +307,12 @@ class MTPProposer:
         )
 
     def _propose(self) -> None:
-        paddle = self._paddle
         mi = self.model_inputs
-        L = self.max_model_len
         for substep in range(self._steps):
             if not bool(mi["not_need_stop"].numpy()[0]):  # a host tensor: no transfer
                 continue  # FastDeploy calls empty_input_forward here (EP lock-step); nothing to run
             mi["substep"] = substep
-            meta = pack_step(mi, self.caches, self.block_size)
-            ids, cu_q, this_time = (
-                meta.ids_remove_padding,
-                meta.cu_seqlens_q,
-                meta.seq_lens_this_time,
-            )
-            enc, dec = meta.seq_lens_encoder, meta.seq_lens_decoder
-            out_cum, out_pad = mi["output_cum_offsets"], mi["output_padding_offset"]
-            if self.last_seq_lens_this_time is not None:
-                paddle.assign(mi["seq_lens_this_time"], self.last_seq_lens_this_time)
-            f0 = time.perf_counter()
-            with paddle.no_grad():
-                hidden = self.model(ids, mi["target_hidden_states"], meta)
-                rows = ops.rebuild_padding(
-                    hidden, cu_q, this_time, dec, enc, out_pad, None, L, False
-                )
-                logits = self.model.compute_logits(rows)
-            self.stats.forward += time.perf_counter() - f0
-            self.stats.forwards += 1
-            next_tokens = self._sample(logits, this_time, out_pad, out_cum, substep)
+            rows, next_tokens = self._forward(substep)
             prefilled = mi["seq_lens_encoder"].reshape([-1, 1]) > 0  # before the update zeroes it
             if self.tp_broadcast is not None:
                 self.tp_broadcast(next_tokens)
@@ -568,52 +324,82 @@ class MTPProposer:
                 mi["seq_lens_encoder"],
                 mi["seq_lens_decoder"],
                 mi["step_idx"],
-                out_cum,
+                mi["output_cum_offsets"],
                 mi["stop_flags"],
                 mi["not_need_stop"],
                 mi["max_dec_len"],
                 self.draft_end_ids,
                 mi["base_model_draft_tokens"],
-                L,
+                self.max_model_len,
                 substep,
                 prefill_one_step_stop=self.prefill_one_step_stop,
             )
-            sent_first = self.role == "prefill" and self.rank_id == 0
-            if sent_first:
-                ops.mtp_save_first_token(
-                    mi["base_model_draft_tokens"],
-                    mi["not_need_stop"],
-                    mi["seq_lens_decoder"],
-                    mi["prompt_lens"],
-                    mi["step_idx"],
-                    self.rank_id,
-                    False,
-                    self.scheduler == "v1",
-                    msg_queue_id=self.msg_queue_id,
-                )
-            if substep < self._steps - 1:
-                # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
-                # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
-                # would be taken for a decode (spec §6.4 edge). Requests that prefilled in this substep
-                # are shown to the op with step_idx 1.
-                step = mi["step_idx"]
-                step = paddle.where(prefilled.reshape(step.shape), paddle.ones_like(step), step)
-                mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
-                    rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step
-                )
-            if sent_first:
-                # Stopped requests' step_idx <- 0, so the first token is not sent twice. Done after
-                # eagle_get_self_hidden_states (FastDeploy zeroes before it): that op walks a request that
-                # stopped in this substep by its step_idx (1 after a prefill: its one output row); with
-                # step_idx 0 it would skip last_seq_lens_this_time rows (the whole chunk), misaligning the
-                # rows of every later request (our op raises; upstream read the wrong rows).
-                step = mi["step_idx"]
-                paddle.assign(
-                    paddle.where(
-                        mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step
-                    ),
-                    step,
-                )
+            self._after_update(substep, rows, prefilled)
+
+    def _forward(self, substep: int):
+        """One MTP forward over the packed draft step -> (its output rows, the drafted tokens)."""
+        paddle = self._paddle
+        mi = self.model_inputs
+        meta = pack_step(mi, self.caches, self.block_size)
+        ids, cu_q, this_time = (
+            meta.ids_remove_padding,
+            meta.cu_seqlens_q,
+            meta.seq_lens_this_time,
+        )
+        enc, dec = meta.seq_lens_encoder, meta.seq_lens_decoder
+        out_cum, out_pad = mi["output_cum_offsets"], mi["output_padding_offset"]
+        if self.last_seq_lens_this_time is not None:
+            paddle.assign(mi["seq_lens_this_time"], self.last_seq_lens_this_time)
+        f0 = time.perf_counter()
+        with paddle.no_grad():
+            hidden = self.model(ids, mi["target_hidden_states"], meta)
+            rows = ops.rebuild_padding(
+                hidden, cu_q, this_time, dec, enc, out_pad, None, self.max_model_len, False
+            )
+            logits = self.model.compute_logits(rows)
+        self.stats.forward += time.perf_counter() - f0
+        self.stats.forwards += 1
+        return rows, self._sample(logits, this_time, out_pad, out_cum, substep)
+
+    def _after_update(self, substep: int, rows, prefilled) -> None:
+        """After draft_model_update: a prefill node sends the first tokens; the next substep's
+        hidden states (eagle_get_self_hidden_states), not after the last substep."""
+        paddle = self._paddle
+        mi = self.model_inputs
+        sent_first = self.role == "prefill" and self.rank_id == 0
+        if sent_first:
+            ops.mtp_save_first_token(
+                mi["base_model_draft_tokens"],
+                mi["not_need_stop"],
+                mi["seq_lens_decoder"],
+                mi["prompt_lens"],
+                mi["step_idx"],
+                self.rank_id,
+                False,
+                self.scheduler == "v1",
+                msg_queue_id=self.msg_queue_id,
+            )
+        if substep < self._steps - 1:
+            # eagle_get_self_hidden_states recognises "came from a prefill" by step_idx == 1 (one
+            # row); a re-prefilled (preempted) request has step_idx = its generated tokens + 1 and
+            # would be taken for a decode (spec §6.4 edge). Requests that prefilled in this substep
+            # are shown to the op with step_idx 1.
+            step = mi["step_idx"]
+            step = paddle.where(prefilled.reshape(step.shape), paddle.ones_like(step), step)
+            mi["target_hidden_states"] = ops.eagle_get_self_hidden_states(
+                rows, self.last_seq_lens_this_time, mi["seq_lens_this_time"], step
+            )
+        if sent_first:
+            # Stopped requests' step_idx <- 0, so the first token is not sent twice. Done after
+            # eagle_get_self_hidden_states (FastDeploy zeroes before it): that op walks a request that
+            # stopped in this substep by its step_idx (1 after a prefill: its one output row); with
+            # step_idx 0 it would skip last_seq_lens_this_time rows (the whole chunk), misaligning the
+            # rows of every later request (our op raises; upstream read the wrong rows).
+            step = mi["step_idx"]
+            paddle.assign(
+                paddle.where(mi["stop_flags"].reshape(step.shape), paddle.zeros_like(step), step),
+                step,
+            )
 
     def _sample(self, logits, this_time, out_pad, out_cum, substep: int = 0):
         """``MTPSampler`` (spec §9.2): the penalty op with the proposer's history, then argmax; with

@@ -12,6 +12,8 @@ allocations by atomics; here (and in the op) everything goes in batch order.
 import numpy as np
 
 from ..schema import resolve_kw, written_args
+from ._arrays import _flat, _on_copies
+from ._decode_blocks import DecodeBlocks
 
 __all__ = [
     "speculate_schedule_cache",
@@ -20,20 +22,6 @@ __all__ = [
     "speculate_step_system_cache",
     "speculate_step_reschedule",
 ]
-
-
-def _flat(a):
-    """A flat view of ``a``; writes through it land in ``a``."""
-    flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), (
-        "reshape(-1) made a copy; pass a contiguous array"
-    )
-    return flat
-
-
-def _commit(written, work):
-    for arg, result in zip(written, work):
-        arg[...] = result
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,33 +239,7 @@ def speculate_step_paddle(
     Raises ValueError (nothing written) where upstream loops forever (``free_list``) or would
     read/write outside a list, a block-table row, a pre_ids row or an input_ids row.
     """
-    args = dict(
-        stop_flags=stop_flags,
-        seq_lens_this_time=seq_lens_this_time,
-        seq_lens_encoder=seq_lens_encoder,
-        seq_lens_decoder=seq_lens_decoder,
-        block_tables=block_tables,
-        encoder_block_lens=encoder_block_lens,
-        is_block_step=is_block_step,
-        step_block_list=step_block_list,
-        step_lens=step_lens,
-        recover_block_list=recover_block_list,
-        recover_lens=recover_lens,
-        need_block_list=need_block_list,
-        need_block_len=need_block_len,
-        used_list_len=used_list_len,
-        free_list=free_list,
-        free_list_len=free_list_len,
-        input_ids=input_ids,
-        first_token_ids=first_token_ids,
-        accept_num=accept_num,
-    )
-    written = [args[n] for n in _STEP_WRITTEN]
-    work = {n: a.copy() for n, a in args.items()}
-    _speculate_step(
-        work, _flat(ori_seq_lens_encoder), pre_ids, _flat(step_idx), block_size, max_draft_tokens
-    )
-    _commit(written, [work[n] for n in _STEP_WRITTEN])
+    _step_on_copies(locals(), "speculate_step_paddle", cached=None)
 
 
 def speculate_step_system_cache(
@@ -315,40 +277,26 @@ def speculate_step_system_cache(
     r, which also restores ``seq_lens_decoder[r] = ori_seq_lens_decoder[r]`` (the cached part of
     the sequence) instead of leaving it at 0.
     """
-    args = dict(
-        stop_flags=stop_flags,
-        seq_lens_this_time=seq_lens_this_time,
-        seq_lens_encoder=seq_lens_encoder,
-        seq_lens_decoder=seq_lens_decoder,
-        block_tables=block_tables,
-        encoder_block_lens=encoder_block_lens,
-        is_block_step=is_block_step,
-        step_block_list=step_block_list,
-        step_lens=step_lens,
-        recover_block_list=recover_block_list,
-        recover_lens=recover_lens,
-        need_block_list=need_block_list,
-        need_block_len=need_block_len,
-        used_list_len=used_list_len,
-        free_list=free_list,
-        free_list_len=free_list_len,
-        input_ids=input_ids,
-        first_token_ids=first_token_ids,
-        accept_num=accept_num,
+    _step_on_copies(locals(), "speculate_step_system_cache", cached=ori_seq_lens_decoder)
+
+
+def _step_on_copies(args, op, cached):
+    """Run the v0 manager (`_speculate_step`) on copies of the written arguments
+    (``args``: the op's arguments by name); they are written back on success."""
+    _on_copies(
+        args,
+        _STEP_WRITTEN,
+        lambda work: _speculate_step(
+            work,
+            _flat(args["ori_seq_lens_encoder"]),
+            args["pre_ids"],
+            _flat(args["step_idx"]),
+            args["block_size"],
+            args["max_draft_tokens"],
+            op=op,
+            cached=None if cached is None else _flat(cached),
+        ),
     )
-    written = [args[n] for n in _STEP_WRITTEN]
-    work = {n: a.copy() for n, a in args.items()}
-    _speculate_step(
-        work,
-        _flat(ori_seq_lens_encoder),
-        pre_ids,
-        _flat(step_idx),
-        block_size,
-        max_draft_tokens,
-        op="speculate_step_system_cache",
-        cached=_flat(ori_seq_lens_decoder),
-    )
-    _commit(written, [work[n] for n in _STEP_WRITTEN])
 
 
 _RESCHEDULE_WRITTEN = written_args("speculate_step_reschedule")
@@ -401,311 +349,171 @@ def speculate_step_reschedule(
     Raises ValueError (nothing written) where upstream loops forever (``free_list``) or would
     write outside a list or a block-table row.
     """
-    args = dict(
-        stop_flags=stop_flags,
-        seq_lens_this_time=seq_lens_this_time,
-        seq_lens_decoder=seq_lens_decoder,
-        block_tables=block_tables,
-        encoder_block_lens=encoder_block_lens,
-        need_block_list=need_block_list,
-        need_block_len=need_block_len,
-        used_list_len=used_list_len,
-        free_list=free_list,
-        free_list_len=free_list_len,
-        first_token_ids=first_token_ids,
+    _on_copies(
+        locals(),
+        _RESCHEDULE_WRITTEN,
+        lambda work: _reschedule(work, block_size, max_draft_tokens),
     )
-    written = [args[n] for n in _RESCHEDULE_WRITTEN]
-    work = {n: a.copy() for n, a in args.items()}
-    _reschedule(work, block_size, max_draft_tokens)
-    _commit(written, [work[n] for n in _RESCHEDULE_WRITTEN])
 
 
 def _reschedule(w, block_size, k):
-    op = "speculate_step_reschedule"
-
-    def fail(arg, msg):
-        raise ValueError(f"{op}: {arg} {msg}")
-
-    stop = _flat(w["stop_flags"])
-    this_time = _flat(w["seq_lens_this_time"])
-    dec = _flat(w["seq_lens_decoder"])
-    tables = w["block_tables"]
-    enc_blocks = _flat(w["encoder_block_lens"])
-    need_list = _flat(w["need_block_list"])
-    need_len = _flat(w["need_block_len"])
-    used = _flat(w["used_list_len"])
-    free_list = _flat(w["free_list"])
-    free_len = _flat(w["free_list_len"])
-    first = _flat(w["first_token_ids"])
-    bsz, nb = this_time.size, tables.shape[1]
-
-    if not 0 <= free_len[0] <= free_list.size:
-        fail("free_list_len", f"is {int(free_len[0])}; it must be in [0, {free_list.size}]")
-    if need_len[0] != 0:
-        fail("need_block_len", f"is {int(need_len[0])} on entry; it must be 0")
-    for b in range(bsz):
-        if used[b] < 0 or enc_blocks[b] < 0 or enc_blocks[b] + used[b] > nb:
-            fail(
-                "used_list_len",
-                f"(request {b}) is {int(used[b])}; with encoder_block_lens it must fit the "
-                f"block table row ({nb} slots)",
-            )
-        if not stop[b] and this_time[b] != 0 and dec[b] < 0:
-            fail(
-                "seq_lens_decoder",
-                f"(request {b}) is {int(dec[b])} for a running request; it must be >= 0",
-            )
-
-    def slot(b):
-        return (int(dec[b]) + k + 1) // block_size
-
-    def give_back(b):
-        """Request b's decode blocks onto the free list; it holds none afterwards."""
-        lo, n, top = int(enc_blocks[b]), int(used[b]), int(free_len[0])
-        if top + n > free_list.size:
-            fail(
-                "free_list",
-                f"is too small: returned blocks would fill {top + n} entries but it has "
-                f"{free_list.size}",
-            )
-        free_list[top : top + n] = tables[b, lo : lo + n]
-        tables[b, lo : lo + n] = -1
-        free_len[0] = top + n
-        enc_blocks[b] = 0
-        used[b] = 0
-
+    """speculate_step_reschedule on the working copies ``w``."""
+    m = DecodeBlocks("speculate_step_reschedule", w, block_size, k)
+    m.check_free_len()
+    m.check_need_len()
+    m.check_requests(lambda b: not m.stop[b])
     # 1. Stopped requests (block-stepped or not) free their decode blocks; who needs one.
-    need = []
-    for b in range(bsz):
-        if stop[b]:
-            first[b] = -1
-            if used[b] > 0:
-                give_back(b)
-        elif this_time[b] != 0 and slot(b) < nb and tables[b, slot(b)] == -1:
-            need.append(b)
-    if len(need) > need_list.size:
-        fail(
-            "need_block_list",
-            f"is too small: {len(need)} requests need a block but it has {need_list.size} entries",
-        )
-    need_list[: len(need)] = need
-    need_len[0] = len(need)
-
+    listed = m.list_needs(lambda b: m.stop[b])
     # 2. Hand the biggest holders back to the scheduler while short.
-    while need_len[0] > free_len[0]:
-        victim = int(np.argmax(used[:bsz])) if bsz else 0
-        if bsz == 0 or used[victim] <= 0:
-            fail(
-                "free_list",
-                f"is exhausted: {int(need_len[0])} requests need a decode block, "
-                f"{int(free_len[0])} are free, and no running request holds a decode block to "
-                "preempt (upstream loops forever)",
-            )
-        give_back(victim)
-        if victim in need:
-            need_list[need.index(victim)] = -1
-            need_len[0] -= 1
-        stop[victim] = True
-        this_time[victim] = 0
-        dec[victim] = 0
-
+    while m.need_len[0] > m.free_len[0]:
+        victim = int(np.argmax(m.used[: m.bsz])) if m.bsz else 0
+        if m.bsz == 0 or m.used[victim] <= 0:
+            m.exhausted()
+        m.release(victim)
+        m.unlist(victim, listed)
+        m.stop[victim] = True
+        m.this_time[victim] = 0
+        m.dec[victim] = 0
     # 3. Allocate in need-list order from the free-list top; no recovery.
-    for i in range(len(need)):
-        b = int(need_list[i])
-        if b != -1 and not stop[b]:
-            used[b] += 1
-            free_len[0] -= 1
-            tables[b, slot(b)] = free_list[free_len[0]]
-        need_list[i] = -1
-    need_len[0] = 0
+    m.allocate(listed)
+    m.need_len[0] = 0
 
 
-def _speculate_step(
-    w, ori, pre_ids, step_idx, block_size, k, op="speculate_step_paddle", cached=None
-):
+class _StepBlocks(DecodeBlocks):
+    """speculate_step_paddle's manager: preempted requests are parked on step_block_list and the
+    last one parked recovers with a re-prefill."""
 
-    def fail(arg, msg):
-        raise ValueError(f"{op}: {arg} {msg}")
+    def __init__(self, op, w, block_size, k):
+        super().__init__(op, w, block_size, k)
+        self.enc = _flat(w["seq_lens_encoder"])
+        self.block_step = _flat(w["is_block_step"])
+        self.step_list = _flat(w["step_block_list"])
+        self.step_lens = _flat(w["step_lens"])
+        self.recover_list = _flat(w["recover_block_list"])
+        self.recover_lens = _flat(w["recover_lens"])
+        self.input_ids = w["input_ids"]
+        self.acc = _flat(w["accept_num"])
+        self.mdb = self.input_ids.shape[1] // block_size  # max_decoder_block_num
 
-    stop = _flat(w["stop_flags"])
-    this_time = _flat(w["seq_lens_this_time"])
-    enc = _flat(w["seq_lens_encoder"])
-    dec = _flat(w["seq_lens_decoder"])
-    tables = w["block_tables"]
-    enc_blocks = _flat(w["encoder_block_lens"])
-    block_step = _flat(w["is_block_step"])
-    step_list = _flat(w["step_block_list"])
-    step_lens = _flat(w["step_lens"])
-    recover_list = _flat(w["recover_block_list"])
-    recover_lens = _flat(w["recover_lens"])
-    need_list = _flat(w["need_block_list"])
-    need_len = _flat(w["need_block_len"])
-    used = _flat(w["used_list_len"])
-    free_list = _flat(w["free_list"])
-    free_len = _flat(w["free_list_len"])
-    input_ids = w["input_ids"]
-    first = _flat(w["first_token_ids"])
-    acc = _flat(w["accept_num"])
-    bsz = this_time.size
-    nb = tables.shape[1]
-    mdb = input_ids.shape[1] // block_size  # max_decoder_block_num
-
-    # Entry state and ranges (the op checks all of these before writing anything).
-    if not 0 <= free_len[0] <= free_list.size:
-        fail("free_list_len", f"is {int(free_len[0])}; it must be in [0, {free_list.size}]")
-    if not 0 <= step_lens[0] <= step_list.size:
-        fail("step_lens", f"is {int(step_lens[0])}; it must be in [0, {step_list.size}]")
-    if need_len[0] != 0:
-        fail("need_block_len", f"is {int(need_len[0])} on entry; it must be 0")
-    if recover_lens[0] != 0:
-        fail("recover_lens", f"is {int(recover_lens[0])} on entry; it must be 0")
-    for b in range(bsz):
-        if used[b] < 0 or enc_blocks[b] < 0 or enc_blocks[b] + used[b] > nb:
-            fail(
-                "used_list_len",
-                f"(request {b}) is {int(used[b])}; with encoder_block_lens it must fit the "
-                f"block table row ({nb} slots)",
+    def check_entry(self):
+        self.check_free_len()
+        if not 0 <= self.step_lens[0] <= self.step_list.size:
+            self.fail(
+                "step_lens",
+                f"is {int(self.step_lens[0])}; it must be in [0, {self.step_list.size}]",
             )
-        if not (stop[b] and not block_step[b]) and this_time[b] != 0 and dec[b] < 0:
-            fail(
-                "seq_lens_decoder",
-                f"(request {b}) is {int(dec[b])} for a running request; it must be >= 0",
+        self.check_need_len()
+        if self.recover_lens[0] != 0:
+            self.fail("recover_lens", f"is {int(self.recover_lens[0])} on entry; it must be 0")
+        self.check_requests(lambda b: not (self.stop[b] and not self.block_step[b]))
+
+    def preempt(self, listed):
+        """Step 2: preempt while short (step_max_block_flag: spare requests holding
+        max_decoder_block_num until nobody else holds a decode block)."""
+        flag = False
+        while self.need_len[0] > self.free_len[0]:
+            held = [
+                int(self.used[b])
+                if not self.block_step[b] and (flag or self.used[b] != self.mdb)
+                else 0
+                for b in range(self.bsz)
+            ]
+            victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
+            if held[victim] == 0:
+                if flag:
+                    self.exhausted()
+                flag = True
+                continue
+            if self.step_lens[0] >= self.step_list.size:
+                self.fail(
+                    "step_block_list",
+                    f"is too small: preemption pushes entry {int(self.step_lens[0]) + 1} but it "
+                    f"has {self.step_list.size}",
+                )
+            self.return_decode_blocks(victim)  # used_list_len kept: the recovery re-grants used + 1
+            self.step_list[self.step_lens[0]] = victim
+            self.step_lens[0] += 1
+            self.unlist(victim, listed)
+            self.stop[victim] = True
+            self.block_step[victim] = True
+            self.this_time[victim] = 0
+            self.dec[victim] = 0
+            self.acc[victim] = 0
+
+    def recover_one(self):
+        """Step 4: recover at most one request, the last pushed (LIFO), when its blocks are free."""
+        if self.step_lens[0] <= 0:
+            return
+        r = int(self.step_list[self.step_lens[0] - 1])
+        if not 0 <= r < self.bsz:
+            self.fail(
+                "step_block_list", f"the request to recover is {r}; it must be in [0, {self.bsz})"
             )
-
-    def slot(b):
-        return (int(dec[b]) + k + 1) // block_size
-
-    def append_decode_blocks(b):
-        first_slot, n, top = int(enc_blocks[b]), int(used[b]), int(free_len[0])
-        if top + n > free_list.size:
-            fail(
-                "free_list",
-                f"is too small: returned blocks would fill {top + n} entries but it has "
-                f"{free_list.size}",
+        want = min(int(self.used[r]) + 1, self.mdb - int(self.enc_blocks[r]))
+        if self.free_len[0] < want:
+            return
+        if self.recover_list.size < 1:
+            self.fail("recover_block_list", "is too small: a recovery needs 1 entry but it has 0")
+        if want < 0 or self.enc_blocks[r] + want > self.nb:
+            self.fail(
+                "encoder_block_lens",
+                f"(request {r}): with the blocks granted on recovery the row needs "
+                f"{int(self.enc_blocks[r]) + want} slots but it has {self.nb}",
             )
-        free_list[top : top + n] = tables[b, first_slot : first_slot + n]
-        tables[b, first_slot : first_slot + n] = -1
-        free_len[0] = top + n
+        self.recover_list[self.recover_lens[0]] = r
+        self.recover_lens[0] += 1
+        self.block_step[r] = False
+        self.used[r] = want
+        self.step_list[self.step_lens[0] - 1] = -1
+        self.step_lens[0] -= 1
 
+    def reprefill(self, ori, pre_ids, step_idx, cached):
+        """Re-prefill of the recovered requests: prompt + generated tokens; their blocks come
+        back. ``cached`` (speculate_step_system_cache) restores seq_lens_decoder."""
+        input_ids = self.input_ids
+        for i in range(int(self.recover_lens[0])):
+            r = int(self.recover_list[i])
+            o, s = int(ori[r]), int(step_idx[r])
+            if o < 0:
+                self.fail(
+                    "ori_seq_lens_encoder",
+                    f"(request {r}) is {o} for the request to recover; it must be >= 0",
+                )
+            if s < 0 or (s > 0 and s + 1 > pre_ids.shape[1]):
+                self.fail(
+                    "step_idx",
+                    f"(request {r}) is {s} for the request to recover; its generated tokens "
+                    f"pre_ids[1..step_idx] must fit pre_ids",
+                )
+            if input_ids.shape[1] < 1 or o + s > input_ids.shape[1]:
+                self.fail(
+                    "input_ids",
+                    f"(request {r}): the re-prefill needs {o + s} columns but the row has "
+                    f"{input_ids.shape[1]}",
+                )
+            self.this_time[r] = self.enc[r] = o + s
+            if cached is not None:  # speculate_step_system_cache: the cached prefix
+                self.dec[r] = cached[r]
+            self.stop[r] = False
+            input_ids[r, 0] = self.first[r]
+            e = int(self.enc_blocks[r])
+            for j in range(int(self.used[r])):
+                self.free_len[0] -= 1
+                self.tables[r, e + j] = self.free_list[self.free_len[0]]
+            input_ids[r, o : o + s] = pre_ids[r, 1 : s + 1]
+        self.recover_lens[0] = 0
+
+
+def _speculate_step(w, ori, pre_ids, step_idx, block_size, k, op, cached=None):
+    """speculate_step_paddle (``cached`` None) or speculate_step_system_cache on the working
+    copies ``w``."""
+    m = _StepBlocks(op, w, block_size, k)
+    m.check_entry()
     # 1. Finished requests give their decode blocks back; who needs a block (batch order).
-    need = []
-    for b in range(bsz):
-        if stop[b] and not block_step[b]:
-            first[b] = -1
-            if used[b] > 0:
-                append_decode_blocks(b)
-                enc_blocks[b] = 0
-                used[b] = 0
-        elif this_time[b] != 0 and slot(b) < nb and tables[b, slot(b)] == -1:
-            need.append(b)
-    if len(need) > need_list.size:
-        fail(
-            "need_block_list",
-            f"is too small: {len(need)} requests need a block but it has {need_list.size} entries",
-        )
-    need_list[: len(need)] = need
-    need_len[0] = len(need)
-    listed = len(need)
-
-    # 2. Preempt while short (step_max_block_flag: spare requests holding max_decoder_block_num).
-    flag = False
-    while need_len[0] > free_len[0]:
-        held = [
-            int(used[b]) if not block_step[b] and (flag or used[b] != mdb) else 0
-            for b in range(bsz)
-        ]
-        victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
-        if held[victim] == 0:
-            if flag:
-                fail(
-                    "free_list",
-                    f"is exhausted: {int(need_len[0])} requests need a decode block, "
-                    f"{int(free_len[0])} are free, and no running request holds a decode block to preempt "
-                    "(upstream loops forever)",
-                )
-            flag = True
-            continue
-        if step_lens[0] >= step_list.size:
-            fail(
-                "step_block_list",
-                f"is too small: preemption pushes entry {int(step_lens[0]) + 1} but it has "
-                f"{step_list.size}",
-            )
-        append_decode_blocks(victim)  # used_list_len is kept: the recovery re-grants used + 1
-        step_list[step_lens[0]] = victim
-        step_lens[0] += 1
-        for i in range(listed):
-            if need_list[i] == victim:
-                need_list[i] = -1
-                need_len[0] -= 1
-                break
-        stop[victim] = True
-        block_step[victim] = True
-        this_time[victim] = 0
-        dec[victim] = 0
-        acc[victim] = 0
-
+    listed = m.list_needs(lambda b: m.stop[b] and not m.block_step[b])
+    m.preempt(listed)
     # 3. Allocate in need-list order from the free-list top.
-    for i in range(listed):
-        b = int(need_list[i])
-        if b != -1 and not stop[b]:
-            used[b] += 1
-            free_len[0] -= 1
-            tables[b, slot(b)] = free_list[free_len[0]]
-        need_list[i] = -1
-
-    # 4. Recover at most one request: the last pushed (LIFO).
-    if step_lens[0] > 0:
-        r = int(step_list[step_lens[0] - 1])
-        if not 0 <= r < bsz:
-            fail("step_block_list", f"the request to recover is {r}; it must be in [0, {bsz})")
-        want = min(int(used[r]) + 1, mdb - int(enc_blocks[r]))
-        if free_len[0] >= want:
-            if recover_list.size < 1:
-                fail("recover_block_list", "is too small: a recovery needs 1 entry but it has 0")
-            if want < 0 or enc_blocks[r] + want > nb:
-                fail(
-                    "encoder_block_lens",
-                    f"(request {r}): with the blocks granted on recovery the row needs "
-                    f"{int(enc_blocks[r]) + want} slots but it has {nb}",
-                )
-            recover_list[recover_lens[0]] = r
-            recover_lens[0] += 1
-            block_step[r] = False
-            used[r] = want
-            step_list[step_lens[0] - 1] = -1
-            step_lens[0] -= 1
-    need_len[0] = 0
-
-    # Re-prefill of the recovered request: prompt + generated tokens; its blocks come back.
-    for i in range(int(recover_lens[0])):
-        r = int(recover_list[i])
-        o, s = int(ori[r]), int(step_idx[r])
-        if o < 0:
-            fail(
-                "ori_seq_lens_encoder",
-                f"(request {r}) is {o} for the request to recover; it must be >= 0",
-            )
-        if s < 0 or (s > 0 and s + 1 > pre_ids.shape[1]):
-            fail(
-                "step_idx",
-                f"(request {r}) is {s} for the request to recover; its generated tokens "
-                f"pre_ids[1..step_idx] must fit pre_ids",
-            )
-        if input_ids.shape[1] < 1 or o + s > input_ids.shape[1]:
-            fail(
-                "input_ids",
-                f"(request {r}): the re-prefill needs {o + s} columns but the row has "
-                f"{input_ids.shape[1]}",
-            )
-        this_time[r] = enc[r] = o + s
-        if cached is not None:  # speculate_step_system_cache: the cached prefix
-            dec[r] = cached[r]
-        stop[r] = False
-        input_ids[r, 0] = first[r]
-        e = int(enc_blocks[r])
-        for j in range(int(used[r])):
-            free_len[0] -= 1
-            tables[r, e + j] = free_list[free_len[0]]
-        input_ids[r, o : o + s] = pre_ids[r, 1 : s + 1]
-    recover_lens[0] = 0
+    m.allocate(listed)
+    m.recover_one()
+    m.need_len[0] = 0
+    m.reprefill(ori, pre_ids, step_idx, cached)

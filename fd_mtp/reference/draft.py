@@ -16,7 +16,8 @@ Conventions shared by every function here (spec §1.2):
 
 import numpy as np
 
-from ..schema import resolve_kw
+from ..schema import resolve_kw, written_args
+from ._arrays import _flat, _on_copies, _views
 
 __all__ = [
     "draft_model_preprocess",
@@ -27,15 +28,6 @@ __all__ = [
     "mtp_step_paddle",
     "draft_model_set_value_by_flags",
 ]
-
-
-def _flat(a):
-    """A flat view of ``a``; writes through it land in ``a``."""
-    flat = a.reshape(-1)
-    assert a.size == 0 or np.may_share_memory(flat, a), (
-        "reshape(-1) made a copy; pass a contiguous array"
-    )
-    return flat
 
 
 def _write_first_token(input_ids, b, enc, first, truncate_first_token):
@@ -51,9 +43,7 @@ def _write_first_token(input_ids, b, enc, first, truncate_first_token):
     return enc + 1
 
 
-# --------------------------------------------------------------------------------------------
-# §6.1 draft_model_preprocess
-# --------------------------------------------------------------------------------------------
+# §6.1 draft_model_preprocess ---------------------------------------------------------------------
 def draft_model_preprocess(
     draft_tokens,
     input_ids,
@@ -101,101 +91,107 @@ def draft_model_preprocess(
     ``base_model_seq_lens_this_time`` may be the very array passed as ``seq_lens_this_time``:
     request b's target values are read before request b is written.
     """
-    stop = _flat(stop_flags)
-    this_time = _flat(seq_lens_this_time)
-    enc = _flat(seq_lens_encoder)
-    dec = _flat(seq_lens_decoder)
-    step = _flat(step_idx)
-    block_step = _flat(is_block_step)
-    drop = _flat(batch_drop)
-    rollback = _flat(mask_rollback)
-    recompute = _flat(recompute_token_num)
-    n_accept = _flat(accept_num)
-    base_this_time = _flat(base_model_seq_lens_this_time)
-    base_dec = _flat(base_model_seq_lens_decoder)
-    base_step = _flat(base_model_step_idx)
-    base_stop = _flat(base_model_stop_flags)
-    base_block_step = _flat(base_model_is_block_step)
-    bsz = this_time.size
-
+    s = _views(locals(), **_PREPROCESS_VIEWS)
     n_running = 0
-    for b in range(bsz):
-        # Target values of request b, read before any write to request b (aliasing, see docstring).
-        b_this_time = int(base_this_time[b])
-        b_dec = int(base_dec[b])
-        b_step = int(base_step[b])
-        b_stop = bool(base_stop[b])
-        b_block_step = bool(base_block_step[b])
-
+    for b in range(s.this_time.size):
         if splitwise_prefill:  # Mode A
-            if enc[b] > 0:
-                n_running += 1
-                stop[b] = False
-                this_time[b] = _write_first_token(
-                    input_ids, b, int(enc[b]), int(accept_tokens[b, 0]), truncate_first_token
-                )
-            else:
-                stop[b] = True
-                this_time[b] = 0
-                dec[b] = 0
-                enc[b] = 0
-            continue
-
-        # Mode B, step 1: the target's draft row keeps only column 0, for every request.
-        base_model_draft_tokens[b, 1:] = -1
-
-        # Step 2: a block-stepped target request stops the draft too.
-        if b_stop and b_block_step:
-            stop[b] = True
-            if kvcache_scheduler_v1:
-                block_step[b] = True
-            else:
-                drop[b] = True
-
-        # Step 3.
-        if b_stop or drop[b]:
-            stop[b] = True
-            this_time[b] = 0
-            dec[b] = 0
-            enc[b] = 0
-            continue
-
-        n_running += 1
-        if enc[b] > 0:  # prefill
-            stop[b] = False
-            first = int(accept_tokens[b, 0])
-            pre_ids[b, 0] = first
-            this_time[b] = _write_first_token(
-                input_ids, b, int(enc[b]), first, truncate_first_token
-            )
-        else:  # decode
-            if kvcache_scheduler_v1 and not b_block_step and block_step[b]:
-                block_step[b] = False
-            if stop[b]:
-                # The draft stopped (e.g. it proposed EOS) while the target went on: resync with
-                # the target, subtracting the target's query length (not accept_num, §14.5).
-                stop[b] = False
-                dec[b] = b_dec - b_this_time
-                step[b] = b_step - b_this_time
-            else:
-                r = int(recompute[b])
-                dec[b] -= r
-                step[b] -= r
-                rollback[b] += r
-                recompute[b] = num_model_step - 1
-            a = int(n_accept[b])
-            for i in range(a):
-                token = int(accept_tokens[b, i])
-                draft_tokens[b, i] = token
-                pre_ids[b, b_step - a + i] = token
-            this_time[b] = a
-
+            n_running += _preprocess_prefill_node(s, b)
+        else:
+            n_running += _preprocess_request(s, b)
     _flat(not_need_stop)[0] = n_running > 0
 
 
-# --------------------------------------------------------------------------------------------
-# §6.2 eagle_get_hidden_states
-# --------------------------------------------------------------------------------------------
+_PREPROCESS_VIEWS = dict(
+    stop="stop_flags",
+    this_time="seq_lens_this_time",
+    enc="seq_lens_encoder",
+    dec="seq_lens_decoder",
+    step="step_idx",
+    block_step="is_block_step",
+    drop="batch_drop",
+    rollback="mask_rollback",
+    recompute="recompute_token_num",
+    n_accept="accept_num",
+    base_this_time="base_model_seq_lens_this_time",
+    base_dec="base_model_seq_lens_decoder",
+    base_step="base_model_step_idx",
+    base_stop="base_model_stop_flags",
+    base_block_step="base_model_is_block_step",
+)
+
+
+def _stop_draft(s, b):
+    s.stop[b] = True
+    s.this_time[b] = s.dec[b] = s.enc[b] = 0
+
+
+def _preprocess_prefill_node(s, b):
+    """Mode A (PD prefill node): only prefill requests run. Returns 1 if request b runs."""
+    if s.enc[b] > 0:
+        s.stop[b] = False
+        s.this_time[b] = _write_first_token(
+            s.input_ids, b, int(s.enc[b]), int(s.accept_tokens[b, 0]), s.truncate_first_token
+        )
+        return 1
+    _stop_draft(s, b)
+    return 0
+
+
+def _preprocess_request(s, b):
+    """Mode B (normal) for request b. Returns 1 if it runs."""
+    # Target values of request b, read before any write to request b (aliasing, see docstring).
+    b_this_time, b_dec, b_step = int(s.base_this_time[b]), int(s.base_dec[b]), int(s.base_step[b])
+    b_stop, b_block_step = bool(s.base_stop[b]), bool(s.base_block_step[b])
+
+    # Step 1: the target's draft row keeps only column 0, for every request.
+    s.base_model_draft_tokens[b, 1:] = -1
+
+    # Step 2: a block-stepped target request stops the draft too.
+    if b_stop and b_block_step:
+        s.stop[b] = True
+        if s.kvcache_scheduler_v1:
+            s.block_step[b] = True
+        else:
+            s.drop[b] = True
+
+    # Step 3.
+    if b_stop or s.drop[b]:
+        _stop_draft(s, b)
+        return 0
+
+    if s.enc[b] > 0:  # prefill
+        s.stop[b] = False
+        first = int(s.accept_tokens[b, 0])
+        s.pre_ids[b, 0] = first
+        s.this_time[b] = _write_first_token(
+            s.input_ids, b, int(s.enc[b]), first, s.truncate_first_token
+        )
+        return 1
+    # decode
+    if s.kvcache_scheduler_v1 and not b_block_step and s.block_step[b]:
+        s.block_step[b] = False
+    if s.stop[b]:
+        # The draft stopped (e.g. it proposed EOS) while the target went on: resync with
+        # the target, subtracting the target's query length (not accept_num, §14.5).
+        s.stop[b] = False
+        s.dec[b] = b_dec - b_this_time
+        s.step[b] = b_step - b_this_time
+    else:
+        r = int(s.recompute[b])
+        s.dec[b] -= r
+        s.step[b] -= r
+        s.rollback[b] += r
+        s.recompute[b] = s.num_model_step - 1
+    a = int(s.n_accept[b])
+    for i in range(a):
+        token = int(s.accept_tokens[b, i])
+        s.draft_tokens[b, i] = token
+        s.pre_ids[b, b_step - a + i] = token
+    s.this_time[b] = a
+    return 1
+
+
+# §6.2 eagle_get_hidden_states --------------------------------------------------------------------
 def eagle_get_hidden_states(
     input,
     seq_lens_this_time,
@@ -246,9 +242,7 @@ def eagle_get_hidden_states(
     return input[np.asarray(src, dtype=np.intp)]
 
 
-# --------------------------------------------------------------------------------------------
-# §6.3 draft_model_update
-# --------------------------------------------------------------------------------------------
+# §6.3 draft_model_update -------------------------------------------------------------------------
 def draft_model_update(
     inter_next_tokens,
     draft_tokens,
@@ -289,75 +283,82 @@ def draft_model_update(
     prefill_one_step_stop = resolve_kw(
         "draft_model_update", "prefill_one_step_stop", prefill_one_step_stop
     )
-    next_tokens = inter_next_tokens.reshape(-1)
-    this_time = _flat(seq_lens_this_time)
-    enc = _flat(seq_lens_encoder)
-    dec = _flat(seq_lens_decoder)
-    step = _flat(step_idx)
-    out_cum = _flat(output_cum_offsets)
-    stop = _flat(stop_flags)
-    max_len = _flat(max_dec_len)
-    eos = [int(t) for t in end_ids.reshape(-1)]
-    column = substep + 1
-    bsz = this_time.size
+    s = _views(locals(), **_UPDATE_VIEWS)
+    s.next_tokens = inter_next_tokens.reshape(-1)
+    s.eos = [int(t) for t in end_ids.reshape(-1)]
+    bsz = s.this_time.size
+    _check_update_fits_int32(s)
+    n_stopped = sum(_update_request(s, b, substep + 1) for b in range(bsz))
+    _flat(not_need_stop)[0] = n_stopped < bsz
 
-    for b in range(bsz):  # the op's check pass: the new seq_lens_decoder must fit in int32
-        d, e = int(dec[b]), int(enc[b])
-        new_dec = d + (int(this_time[b]) if d > 0 and e <= 0 else e)
-        if not stop[b] and new_dec > 2**31 - 1:
+
+_UPDATE_VIEWS = dict(
+    this_time="seq_lens_this_time",
+    enc="seq_lens_encoder",
+    dec="seq_lens_decoder",
+    step="step_idx",
+    out_cum="output_cum_offsets",
+    stop="stop_flags",
+    max_len="max_dec_len",
+)
+
+
+def _check_update_fits_int32(s):
+    """The op's check pass: the new seq_lens_decoder must fit in int32."""
+    for b in range(s.this_time.size):
+        d, e = int(s.dec[b]), int(s.enc[b])
+        new_dec = d + (int(s.this_time[b]) if d > 0 and e <= 0 else e)
+        if not s.stop[b] and new_dec > 2**31 - 1:
             raise ValueError(
                 f"draft_model_update: seq_lens_decoder (request {b}) would become {new_dec}, "
                 f"past the int32 range (at most {2**31 - 1})"
             )
 
+
+def _update_request(s, b, column):
+    """Request b's substep: record its token in the draft row and the target's draft ``column``,
+    advance or stop it. Returns 1 if it is stopped (at entry or now)."""
+    q, e, d = int(s.this_time[b]), int(s.enc[b]), int(s.dec[b])
+    start = b * s.max_seq_len - int(s.out_cum[b])
     n_stopped = 0
-    for b in range(bsz):
-        q = int(this_time[b])
-        e = int(enc[b])
-        d = int(dec[b])
-        start = b * max_seq_len - int(out_cum[b])
+    if s.stop[b]:
+        s.draft_tokens[b, 0] = -1
+        s.base_model_draft_tokens[b, column] = -1
+        n_stopped = 1
+    else:
+        if d > 0 and e <= 0:  # decode
+            token = int(s.next_tokens[start + q - 1])
+            s.dec[b] = d + q
+            s.step[b] += q
+            s.pre_ids[b, int(s.step[b])] = token
+        else:  # prefill (or the odd dec == enc == 0 case)
+            token = int(s.next_tokens[start])
+            s.dec[b] = e + d
+            s.enc[b] = 0
+            s.pre_ids[b, 1] = token
+            s.step[b] += 1
+        s.draft_tokens[b, 0] = token
+        s.base_model_draft_tokens[b, column] = token
 
-        if stop[b]:
-            draft_tokens[b, 0] = -1
-            base_model_draft_tokens[b, column] = -1
-            n_stopped += 1
-        else:
-            if d > 0 and e <= 0:  # decode
-                token = int(next_tokens[start + q - 1])
-                dec[b] = d + q
-                step[b] += q
-                pre_ids[b, int(step[b])] = token
-            else:  # prefill (or the odd dec == enc == 0 case)
-                token = int(next_tokens[start])
-                dec[b] = e + d
-                enc[b] = 0
-                pre_ids[b, 1] = token
-                step[b] += 1
-            draft_tokens[b, 0] = token
-            base_model_draft_tokens[b, column] = token
+        if token in s.eos or s.prefill_one_step_stop:
+            s.stop[b] = True
+            n_stopped = 1
+        elif s.step[b] >= s.max_len[b]:
+            s.stop[b] = True
+            if q - 1 < s.draft_tokens.shape[1]:  # upstream writes past the row; we skip it
+                s.draft_tokens[b, q - 1] = s.eos[0]
+            s.base_model_draft_tokens[b, column] = s.eos[0]
+            n_stopped = 1
 
-            if token in eos or prefill_one_step_stop:
-                stop[b] = True
-                n_stopped += 1
-            elif step[b] >= max_len[b]:
-                stop[b] = True
-                if q - 1 < draft_tokens.shape[1]:  # upstream writes past the row; we skip it
-                    draft_tokens[b, q - 1] = eos[0]
-                base_model_draft_tokens[b, column] = eos[0]
-                n_stopped += 1
-
-        if stop[b]:
-            this_time[b] = 0
-            enc[b] = 0
-        else:
-            this_time[b] = 1
-
-    _flat(not_need_stop)[0] = n_stopped < bsz
+    if s.stop[b]:
+        s.this_time[b] = 0
+        s.enc[b] = 0
+    else:
+        s.this_time[b] = 1
+    return n_stopped
 
 
-# --------------------------------------------------------------------------------------------
-# §6.4 eagle_get_self_hidden_states
-# --------------------------------------------------------------------------------------------
+# §6.4 eagle_get_self_hidden_states ---------------------------------------------------------------
 def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_time, step_idx):
     """Pick the draft's own hidden row per running request for the next substep (spec §6.4).
 
@@ -393,9 +394,7 @@ def eagle_get_self_hidden_states(input, last_seq_lens_this_time, seq_lens_this_t
     return input[np.asarray(src, dtype=np.intp)]
 
 
-# --------------------------------------------------------------------------------------------
-# §6.5 draft_model_postprocess
-# --------------------------------------------------------------------------------------------
+# §6.5 draft_model_postprocess --------------------------------------------------------------------
 def draft_model_postprocess(
     base_model_draft_tokens,
     base_model_seq_lens_this_time,
@@ -419,9 +418,7 @@ def draft_model_postprocess(
             this_time[b] = int(np.count_nonzero(base_model_draft_tokens[b] != -1))
 
 
-# --------------------------------------------------------------------------------------------
-# §6.6 mtp_step_paddle
-# --------------------------------------------------------------------------------------------
+# §6.6 mtp_step_paddle ----------------------------------------------------------------------------
 def mtp_step_paddle(
     base_model_stop_flags,
     stop_flags,
@@ -459,119 +456,104 @@ def mtp_step_paddle(
         raise ValueError(
             f"mtp_step_paddle: free_list must have shape [F] (1-D), got {list(np.shape(free_list))}"
         )
-    written = [
-        stop_flags,
-        batch_drop,
-        seq_lens_this_time,
-        seq_lens_decoder,
-        block_tables,
-        encoder_block_lens,
-        used_list_len,
-        free_list,
-        free_list_len,
-    ]
     # Run on copies and write back only on success, so an error leaves the arguments unchanged.
-    work = [a.copy() for a in written]
-    _mtp_step_phases(_flat(base_model_stop_flags), *work, block_size, max_draft_tokens)
-    for arg, result in zip(written, work):
-        arg[...] = result
+    _on_copies(
+        locals(),
+        _MTP_STEP_WRITTEN,
+        lambda work: _mtp_step_phases(
+            _flat(base_model_stop_flags), work, block_size, max_draft_tokens
+        ),
+    )
 
 
-def _mtp_step_phases(
-    base_stop,
-    stop_flags,
-    batch_drop,
-    seq_lens_this_time,
-    seq_lens_decoder,
-    block_tables,
-    encoder_block_lens,
-    used_list_len,
-    free_list,
-    free_list_len,
-    block_size,
-    max_draft_tokens,
-):
-    stop = _flat(stop_flags)
-    drop = _flat(batch_drop)
-    this_time = _flat(seq_lens_this_time)
-    dec = _flat(seq_lens_decoder)
-    enc_blocks = _flat(encoder_block_lens)
-    used = _flat(used_list_len)
-    free_len = _flat(free_list_len)
-    bsz = this_time.size
-    n_blocks_per_row = block_tables.shape[1]
+_MTP_STEP_WRITTEN = written_args("mtp_step_paddle")  # from the schema
 
-    def next_slot(b):
-        return (int(dec[b]) + max_draft_tokens + 1) // block_size
 
-    def give_back_decode_blocks(b):
-        first = int(enc_blocks[b])
-        n = int(used[b])
-        top = int(free_len[0])
-        if top + n > free_list.size:
-            raise ValueError(
-                f"mtp_step_paddle: free_list (size {free_list.size}) cannot take back {n} blocks of "
-                f"request {b} at free_list_len {top}"
-            )
-        for i in range(n):
-            free_list[top + i] = block_tables[b, first + i]
-            block_tables[b, first + i] = -1
-        free_len[0] = top + n
-        used[b] = 0
-
+def _mtp_step_phases(base_stop, w, block_size, max_draft_tokens):
+    s = _views(
+        w,
+        stop="stop_flags",
+        drop="batch_drop",
+        this_time="seq_lens_this_time",
+        dec="seq_lens_decoder",
+        enc_blocks="encoder_block_lens",
+        used="used_list_len",
+        free_len="free_list_len",
+    )
+    s.base_stop, s.block_size, s.k = base_stop, block_size, max_draft_tokens
+    bsz = s.this_time.size
     # A running request's next block slot needs seq_lens_decoder >= 0 (the kernel's check pass).
     for b in range(bsz):
-        if not (base_stop[b] or drop[b]) and int(dec[b]) < 0:
+        if not (base_stop[b] or s.drop[b]) and int(s.dec[b]) < 0:
             raise ValueError(
-                f"mtp_step_paddle: seq_lens_decoder (request {b}) is {int(dec[b])} for a running "
+                f"mtp_step_paddle: seq_lens_decoder (request {b}) is {int(s.dec[b])} for a running "
                 "request; it must be >= 0"
             )
 
     # Phase 1: free the decode blocks of requests the target stopped or the draft dropped.
     for b in range(bsz):
-        if (base_stop[b] or drop[b]) and used[b] > 0:
-            give_back_decode_blocks(b)
-            enc_blocks[b] = 0
+        if (base_stop[b] or s.drop[b]) and s.used[b] > 0:
+            _mtp_give_back_decode_blocks(s, b)
+            s.enc_blocks[b] = 0
 
     # Phase 2: running requests whose next slot has no block yet.
     need = [
         b
         for b in range(bsz)
         if not base_stop[b]
-        and not drop[b]
-        and next_slot(b) < n_blocks_per_row
-        and block_tables[b, next_slot(b)] == -1
+        and not s.drop[b]
+        and _mtp_next_slot(s, b) < s.block_tables.shape[1]
+        and s.block_tables[b, _mtp_next_slot(s, b)] == -1
     ]
+    _mtp_preempt(s, need)
 
-    # Phase 3: preempt while short. The need list is not shortened (dropped requests are skipped
-    # in phase 4), so this may drop more requests than strictly necessary, as upstream does.
-    while len(need) > free_len[0]:
-        held = [0 if base_stop[b] else int(used[b]) for b in range(bsz)]
+    # Phase 4: allocate from the end of the free list.
+    for b in need:
+        if s.drop[b]:
+            continue
+        s.used[b] += 1
+        s.free_len[0] -= 1
+        s.block_tables[b, _mtp_next_slot(s, b)] = s.free_list[int(s.free_len[0])]
+
+
+def _mtp_next_slot(s, b):
+    return (int(s.dec[b]) + s.k + 1) // s.block_size
+
+
+def _mtp_give_back_decode_blocks(s, b):
+    first, n, top = int(s.enc_blocks[b]), int(s.used[b]), int(s.free_len[0])
+    if top + n > s.free_list.size:
+        raise ValueError(
+            f"mtp_step_paddle: free_list (size {s.free_list.size}) cannot take back {n} blocks of "
+            f"request {b} at free_list_len {top}"
+        )
+    for i in range(n):
+        s.free_list[top + i] = s.block_tables[b, first + i]
+        s.block_tables[b, first + i] = -1
+    s.free_len[0] = top + n
+    s.used[b] = 0
+
+
+def _mtp_preempt(s, need):
+    """Phase 3: preempt while short. The need list is not shortened (dropped requests are skipped
+    in phase 4), so this may drop more requests than strictly necessary, as upstream does."""
+    while len(need) > s.free_len[0]:
+        held = [0 if s.base_stop[b] else int(s.used[b]) for b in range(s.this_time.size)]
         victim = int(np.argmax(held))  # first maximum: ties go to the lowest b
         if held[victim] <= 0:
             raise ValueError(
                 f"mtp_step_paddle: {len(need)} requests need a block, free_list has "
-                f"{int(free_len[0])} and no request holds decode blocks to preempt "
+                f"{int(s.free_len[0])} and no request holds decode blocks to preempt "
                 "(upstream would loop forever)"
             )
-        give_back_decode_blocks(victim)
-        stop[victim] = True
-        drop[victim] = True
-        this_time[victim] = 0
-        dec[victim] = 0
-
-    # Phase 4: allocate from the end of the free list.
-    for b in need:
-        if drop[b]:
-            continue
-        used[b] += 1
-        free_len[0] -= 1
-        block_tables[b, next_slot(b)] = free_list[int(free_len[0])]
+        _mtp_give_back_decode_blocks(s, victim)
+        s.stop[victim] = True
+        s.drop[victim] = True
+        s.this_time[victim] = 0
+        s.dec[victim] = 0
 
 
-# --------------------------------------------------------------------------------------------
-# §6.9 draft_model_set_value_by_flags
-# --------------------------------------------------------------------------------------------
+# §6.9 draft_model_set_value_by_flags -------------------------------------------------------------
 def draft_model_set_value_by_flags(
     draft_tokens,
     pre_ids_all,

@@ -33,6 +33,7 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 U = 2.0**-24
 GROUPS = 4  # the CUDA kernel's partitions of the context (kPagedGroups)
@@ -71,17 +72,7 @@ def make_batch(rng, q_lens, dec_lens, hq=4, hkv=2, dim=24, block_size=8, spare_b
     )
 
 
-ORDER = [
-    "q",
-    "k",
-    "v",
-    "key_cache",
-    "value_cache",
-    "block_tables",
-    "cu_seqlens_q",
-    "batch_id_per_token",
-    "seq_lens_decoder",
-]
+ORDER = list(positional("paged_attention"))
 
 
 def bound(args, kc, vc):

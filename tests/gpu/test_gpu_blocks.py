@@ -17,6 +17,7 @@ skip_module_without_gpu()
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
 SEEDS = [0, 1]
@@ -25,25 +26,7 @@ SEEDS = [0, 1]
 # ------------------------------------------------------------------------------------------------
 # speculate_schedule_cache
 # ------------------------------------------------------------------------------------------------
-SCHEDULE_ORDER = [
-    "draft_tokens",
-    "block_tables",
-    "stop_flags",
-    "prompt_lens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-    "accept_num",
-    "accept_tokens",
-    "is_block_step",
-    "not_need_stop",
-    "stop_nums",
-    "block_size",
-    "max_draft_tokens",
-]
+SCHEDULE_ORDER = list(positional("speculate_schedule_cache"))
 
 
 def schedule_batch(rng, bsz, extra=3, k=3, bs=16, nb=6):
@@ -97,20 +80,7 @@ def test_schedule_cache_bad_input_writes_nothing():
 # ------------------------------------------------------------------------------------------------
 # recover_decode_task
 # ------------------------------------------------------------------------------------------------
-RECOVER_ORDER = [
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "block_tables",
-    "is_block_step",
-    "draft_tokens",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-    "block_size",
-    "max_draft_tokens",
-]
+RECOVER_ORDER = list(positional("recover_decode_task"))
 
 
 def recover_batch(rng, n, spec=True, k=3, bs=16, nb=5):
@@ -161,34 +131,7 @@ def test_recover_decode_task_bad_input_writes_nothing():
 # ------------------------------------------------------------------------------------------------
 # speculate_step_paddle
 # ------------------------------------------------------------------------------------------------
-STEP_ORDER = [
-    "stop_flags",
-    "seq_lens_this_time",
-    "ori_seq_lens_encoder",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "is_block_step",
-    "step_block_list",
-    "step_lens",
-    "recover_block_list",
-    "recover_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "input_ids",
-    "pre_ids",
-    "step_idx",
-    "next_tokens",
-    "first_token_ids",
-    "accept_num",
-    "block_size",
-    "encoder_decoder_block_num",
-    "max_draft_tokens",
-]
+STEP_ORDER = list(positional("speculate_step_paddle"))
 
 
 def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):

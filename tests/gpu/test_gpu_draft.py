@@ -19,6 +19,7 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
 SEEDS = [0, 1]
@@ -28,34 +29,7 @@ EOS = (2, 3)
 # ------------------------------------------------------------------------------------------------
 # draft_model_preprocess
 # ------------------------------------------------------------------------------------------------
-PRE_ORDER = [
-    "draft_tokens",
-    "input_ids",
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-    "not_need_stop",
-    "is_block_step",
-    "batch_drop",
-    "pre_ids",
-    "mask_rollback",
-    "recompute_token_num",
-    "accept_tokens",
-    "accept_num",
-    "base_model_seq_lens_this_time",
-    "base_model_seq_lens_encoder",
-    "base_model_seq_lens_decoder",
-    "base_model_step_idx",
-    "base_model_stop_flags",
-    "base_model_is_block_step",
-    "base_model_draft_tokens",
-    "num_model_step",
-    "truncate_first_token",
-    "splitwise_prefill",
-    "kvcache_scheduler_v1",
-]
+PRE_ORDER = list(positional("draft_model_preprocess"))
 
 
 def preprocess_batch(rng, bsz, *, splitwise=False, truncate=False, v1=False, extra_rows=0):
@@ -163,23 +137,7 @@ def test_preprocess_bad_input_writes_nothing(case, argument):
 # ------------------------------------------------------------------------------------------------
 # draft_model_update
 # ------------------------------------------------------------------------------------------------
-UPD_ORDER = [
-    "inter_next_tokens",
-    "draft_tokens",
-    "pre_ids",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-    "output_cum_offsets",
-    "stop_flags",
-    "not_need_stop",
-    "max_dec_len",
-    "end_ids",
-    "base_model_draft_tokens",
-    "max_seq_len",
-    "substep",
-]
+UPD_ORDER = list(positional("draft_model_update"))
 
 
 def update_batch(rng, bsz, *, substep=1, extra_rows=0):
@@ -303,17 +261,7 @@ def hidden_input(rng, rows, hidden, dtype):
     return rng.standard_normal((rows, hidden)).astype(dtype)
 
 
-EAGLE_ORDER = [
-    "input",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "stop_flags",
-    "accept_nums",
-    "base_model_seq_lens_this_time",
-    "base_model_seq_lens_encoder",
-    "actual_draft_token_num",
-]
+EAGLE_ORDER = list(positional("eagle_get_hidden_states"))
 
 
 def eagle_batch(rng, bsz, hidden, dtype, slack=2):
@@ -442,21 +390,7 @@ def test_eagle_self_hidden_states_bad_input(case, argument):
 # ------------------------------------------------------------------------------------------------
 # mtp_step_paddle
 # ------------------------------------------------------------------------------------------------
-MTP_ORDER = [
-    "base_model_stop_flags",
-    "stop_flags",
-    "batch_drop",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "block_size",
-    "max_draft_tokens",
-]
+MTP_ORDER = list(positional("mtp_step_paddle"))
 
 
 def mtp_batch(rng, bsz, *, free_len=None, extra_rows=0):

@@ -22,30 +22,10 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
-NGRAM_ORDER = [
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "max_dec_len",
-]
-HYBRID_ORDER = [
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "max_dec_len",
-]
+NGRAM_ORDER = list(positional("ngram_match")[:10])  # the tensors, from the schema
+HYBRID_ORDER = list(positional("hybrid_mtp_ngram")[:9])  # the tensors, from the schema
 TILE = 256  # positions per tile of the search kernel (kThreads)
 
 

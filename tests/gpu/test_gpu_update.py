@@ -22,6 +22,7 @@ import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
 from fd_mtp.schema import get as schema_op  # noqa: E402
 from fd_mtp.schema import python_signature  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024, 2049]
 SEEDS = [0, 1]
@@ -34,17 +35,7 @@ def per(values, column):
 # ------------------------------------------------------------------------------------------------
 # speculate_set_stop_value_multi_seqs
 # ------------------------------------------------------------------------------------------------
-STOP_ORDER = [
-    "accept_tokens",
-    "accept_num",
-    "pre_ids",
-    "step_idx",
-    "stop_flags",
-    "seq_lens",
-    "stop_seqs",
-    "stop_seqs_len",
-    "end_ids",
-]
+STOP_ORDER = list(positional("speculate_set_stop_value_multi_seqs"))
 
 
 def stop_batch(rng, bs, column=False, extra_rows=0, wa=4, n_seqs=3, ls=4, lp=32, vocab=4):
@@ -129,20 +120,7 @@ def test_set_stop_value_bad_input_writes_nothing(case, argument):
 # ------------------------------------------------------------------------------------------------
 # speculate_update
 # ------------------------------------------------------------------------------------------------
-UPDATE_ORDER = [
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "not_need_stop",
-    "draft_tokens",
-    "actual_draft_token_nums",
-    "accept_tokens",
-    "accept_num",
-    "stop_flags",
-    "seq_lens_this_time",
-    "is_block_step",
-    "stop_nums",
-    "mask_rollback",
-]
+UPDATE_ORDER = list(positional("speculate_update"))
 
 
 def update_batch(rng, max_bsz, real_bsz, d=4, wa=4, column=False, stop_nums=None):
@@ -223,16 +201,7 @@ def test_update_bad_accept_num_writes_nothing():
 # ------------------------------------------------------------------------------------------------
 # speculate_set_value_by_flags_and_idx
 # ------------------------------------------------------------------------------------------------
-SET_VALUE_ORDER = [
-    "pre_ids_all",
-    "accept_tokens",
-    "accept_num",
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-]
+SET_VALUE_ORDER = list(positional("speculate_set_value_by_flags_and_idx"))
 
 
 def set_value_batch(rng, bs, extra_rows=0, wa=4, lp=64, column=False):

@@ -30,35 +30,12 @@ skip_module_without_gpu()
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
 from fd_mtp.testing import op_inputs  # noqa: E402
+from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
 STRATEGIES = ["topp", "topk", "target_match", "greedy", "rejection"]
 L = 64
-ORDER = [
-    "sampled_token_ids",
-    "accept_tokens",
-    "accept_num",
-    "step_idx",
-    "stop_flags",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "verify_tokens",
-    "verify_scores",
-    "max_dec_len",
-    "end_tokens",
-    "is_block_step",
-    "output_cum_offsets",
-    "actual_candidate_len",
-    "actual_draft_token_nums",
-    "topp",
-    "max_seq_len",
-    "verify_window",
-    "enable_topp",
-    "benchmark_mode",
-    "accept_all_drafts",
-]
+ORDER = list(positional("speculate_verify"))
 
 
 def verify_batch(

@@ -8,30 +8,10 @@ from util import assert_same, run_both
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
-NGRAM_NAMES = (
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "max_dec_len",
-)
-HYBRID_NAMES = (
-    "input_ids",
-    "input_ids_len",
-    "pre_ids",
-    "step_idx",
-    "draft_token_num",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "seq_lens_decoder",
-    "max_dec_len",
-)
+NGRAM_NAMES = tuple(positional("ngram_match")[:10])  # the tensors, from the schema
+HYBRID_NAMES = tuple(positional("hybrid_mtp_ngram")[:9])  # the tensors, from the schema
 
 
 def run_ngram(d, max_ngram_size=3, max_draft_tokens=3, threshold=1024):

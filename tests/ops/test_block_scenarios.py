@@ -37,6 +37,7 @@ from util import assert_same, run_both
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
 BS, K = 4, 2  # block_size >= K + 1: a decode step never crosses more than one block boundary
 L = 64  # input_ids / pre_ids width (max_decoder_block_num = 16)
@@ -157,31 +158,7 @@ def finished(s, q):
 # ------------------------------------------------------------------------------------------------
 # (a) v0: speculate_step_paddle
 # ------------------------------------------------------------------------------------------------
-V0_NAMES = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "ori_seq_lens_encoder",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "is_block_step",
-    "step_block_list",
-    "step_lens",
-    "recover_block_list",
-    "recover_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "input_ids",
-    "pre_ids",
-    "step_idx",
-    "next_tokens",
-    "first_token_ids",
-    "accept_num",
-)
+V0_NAMES = tuple(positional("speculate_step_paddle")[:23])  # the tensors, from the schema
 
 
 def v0_state(n_free):
@@ -396,35 +373,8 @@ def _as_system_cache(call):
 # ------------------------------------------------------------------------------------------------
 # (b) v1: speculate_schedule_cache + recover_decode_task, the test as the scheduler
 # ------------------------------------------------------------------------------------------------
-SCHEDULE_NAMES = (
-    "draft_tokens",
-    "block_tables",
-    "stop_flags",
-    "prompt_lens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-    "accept_num",
-    "accept_tokens",
-    "is_block_step",
-    "not_need_stop",
-    "stop_nums",
-)
-RECOVER_NAMES = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "block_tables",
-    "is_block_step",
-    "draft_tokens",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-)
+SCHEDULE_NAMES = tuple(positional("speculate_schedule_cache")[:15])  # the tensors, from the schema
+RECOVER_NAMES = tuple(positional("recover_decode_task")[:10])  # the tensors, from the schema
 
 
 def v1_state(pool, prealloc):

@@ -16,36 +16,14 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
 from fd_mtp.schema import get as schema_op
+from fd_mtp.testing.op_inputs import positional
 
 L = 8  # width of input_ids / pre_ids in the hand cases
 P0, P1, P2, P3 = 10, 11, 12, 13  # prompt
 T1, T3, T4 = 21, 23, 24  # target tokens
 D1, D2 = 31, 32  # draft tokens
 
-NAMES = (
-    "draft_tokens",
-    "input_ids",
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-    "not_need_stop",
-    "is_block_step",
-    "batch_drop",
-    "pre_ids",
-    "mask_rollback",
-    "recompute_token_num",
-    "accept_tokens",
-    "accept_num",
-    "base_model_seq_lens_this_time",
-    "base_model_seq_lens_encoder",
-    "base_model_seq_lens_decoder",
-    "base_model_step_idx",
-    "base_model_stop_flags",
-    "base_model_is_block_step",
-    "base_model_draft_tokens",
-)
+NAMES = tuple(positional("draft_model_preprocess")[:22])  # the tensors, from the schema
 MATRICES = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "base_model_draft_tokens")
 ROW_FILL = {"input_ids": 0}  # other ragged rows are padded with -1
 

@@ -15,39 +15,17 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import written_args
+from fd_mtp.testing.op_inputs import positional
 
 L = 8  # max_seq_len of the offsets and width of pre_ids in the hand cases
 T1, T3, T4 = 21, 23, 24  # target tokens
 D1, D2 = 31, 32  # draft tokens
 EOS, EOS2 = 2, 3
 
-NAMES = (
-    "inter_next_tokens",
-    "draft_tokens",
-    "pre_ids",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-    "output_cum_offsets",
-    "stop_flags",
-    "not_need_stop",
-    "max_dec_len",
-    "end_ids",
-    "base_model_draft_tokens",
-)
+NAMES = tuple(positional("draft_model_update")[:13])  # the tensors, from the schema
 MATRICES = ("draft_tokens", "pre_ids", "base_model_draft_tokens")
-WRITTEN = (
-    "draft_tokens",
-    "pre_ids",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-    "stop_flags",
-    "not_need_stop",
-    "base_model_draft_tokens",
-)
+WRITTEN = tuple(written_args("draft_model_update"))
 
 
 # ------------------------------------------------------------------------------------------------

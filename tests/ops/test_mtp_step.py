@@ -9,20 +9,9 @@ from hypothesis import strategies as st
 from util import BATCH_GRID, assert_all_same, assert_same, flags, i32, run_both, to_numpy, to_paddle
 
 from fd_mtp import ops, reference
+from fd_mtp.testing.op_inputs import positional
 
-NAMES = (
-    "base_model_stop_flags",
-    "stop_flags",
-    "batch_drop",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-)
+NAMES = tuple(positional("mtp_step_paddle")[:11])  # the tensors, from the schema
 BLOCK_SIZE, K = 4, 1  # hand cases: request b's next slot is (dec + 2) // 4
 
 

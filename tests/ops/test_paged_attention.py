@@ -10,6 +10,7 @@ from util import assert_same, to_paddle
 import fd_mtp.ops as ops
 import fd_mtp.reference as ref
 from fd_mtp.ops import _loader
+from fd_mtp.testing.op_inputs import positional
 
 
 def make_batch(rng, *, lens, dec, hq, hkv, d, bs, spare_blocks=3, extra_rows=0):
@@ -41,17 +42,7 @@ def make_batch(rng, *, lens, dec, hq, hkv, d, bs, spare_blocks=3, extra_rows=0):
     )
 
 
-NAMES = (
-    "q",
-    "k",
-    "v",
-    "key_cache",
-    "value_cache",
-    "block_tables",
-    "cu_seqlens_q",
-    "batch_id_per_token",
-    "seq_lens_decoder",
-)
+NAMES = tuple(positional("paged_attention"))
 
 
 def run_op(batch, **kw):

@@ -12,19 +12,9 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
-NAMES = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "block_tables",
-    "is_block_step",
-    "draft_tokens",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-)
+NAMES = tuple(positional("recover_decode_task")[:10])  # the tensors, from the schema
 SPEC = ("draft_tokens", "step_draft_tokens", "step_seq_lens_this_time")
 BS, K = 4, 1  # speculative slot (step_dec + 3) // 4; non-speculative step_dec // 4
 

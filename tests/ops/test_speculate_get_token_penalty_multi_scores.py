@@ -14,25 +14,11 @@ from sampling_util import DTYPES, as_dtype, numpy_of, offsets, random_out_rows, 
 from util import BATCH_GRID, assert_same
 
 from fd_mtp import ops, reference
+from fd_mtp.testing.op_inputs import positional
 
 OP = ops.speculate_get_token_penalty_multi_scores
 REF = reference.speculate_get_token_penalty_multi_scores
-NAMES = [
-    "pre_ids",
-    "logits",
-    "penalty_scores",
-    "frequency_scores",
-    "presence_scores",
-    "temperatures",
-    "bad_tokens",
-    "cur_len",
-    "min_len",
-    "eos_token_id",
-    "seq_lens_this_time",
-    "output_padding_offset",
-    "output_cum_offsets",
-    "max_seq_len",
-]
+NAMES = list(positional("speculate_get_token_penalty_multi_scores"))
 NEG_1E10 = {"float32": -1e10, "float16": -np.inf, "bfloat16": -9999220736.0}  # -1e10 in each dtype
 
 

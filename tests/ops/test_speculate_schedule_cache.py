@@ -14,24 +14,9 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
-NAMES = (
-    "draft_tokens",
-    "block_tables",
-    "stop_flags",
-    "prompt_lens",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_seq_lens_decoder",
-    "step_draft_tokens",
-    "step_seq_lens_this_time",
-    "accept_num",
-    "accept_tokens",
-    "is_block_step",
-    "not_need_stop",
-    "stop_nums",
-)
+NAMES = tuple(positional("speculate_schedule_cache")[:15])  # the tensors, from the schema
 WRITTEN = tuple(
     n for n in NAMES if n not in ("draft_tokens", "block_tables", "prompt_lens", "stop_nums")
 )

@@ -16,21 +16,12 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_set_stop_value_multi_seqs"
 EOS, EOS2 = 2, 3
 LP = 10  # pre_ids width in the hand cases
-NAMES = (
-    "accept_tokens",
-    "accept_num",
-    "pre_ids",
-    "step_idx",
-    "stop_flags",
-    "seq_lens",
-    "stop_seqs",
-    "stop_seqs_len",
-    "end_ids",
-)
+NAMES = tuple(positional("speculate_set_stop_value_multi_seqs"))
 WRITTEN = ("accept_tokens", "accept_num", "stop_flags")
 
 

@@ -15,18 +15,10 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_set_value_by_flags_and_idx"
-NAMES = (
-    "pre_ids_all",
-    "accept_tokens",
-    "accept_num",
-    "stop_flags",
-    "seq_lens_this_time",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "step_idx",
-)
+NAMES = tuple(positional("speculate_set_value_by_flags_and_idx"))
 MATRICES = ("pre_ids_all", "accept_tokens")
 WRITTEN = ("pre_ids_all", "accept_num", "seq_lens_decoder")
 LP = 8

@@ -14,32 +14,10 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
-NAMES = (
-    "stop_flags",
-    "seq_lens_this_time",
-    "ori_seq_lens_encoder",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "block_tables",
-    "encoder_block_lens",
-    "is_block_step",
-    "step_block_list",
-    "step_lens",
-    "recover_block_list",
-    "recover_lens",
-    "need_block_list",
-    "need_block_len",
-    "used_list_len",
-    "free_list",
-    "free_list_len",
-    "input_ids",
-    "pre_ids",
-    "step_idx",
-    "next_tokens",
-    "first_token_ids",
-    "accept_num",
-)
+OP = "speculate_step_paddle"
+NAMES = tuple(positional(OP)[:23])  # the tensors, from the schema
 BS, K, ENC_DEC = 4, 1, 2  # hand cases: a running request needs slot (dec + 2) // 4
 I32 = (
     "seq_lens_this_time",
@@ -95,25 +73,67 @@ def batch(n, nb=4, width=16, **fields):
     return d
 
 
-def both(d, bs=BS, k=K):
+# Helpers shared by the tests of the three v0 block managers (speculate_step_paddle here,
+# test_speculate_step_system_cache.py, test_speculate_step_reschedule.py): ``op`` and its
+# argument ``names`` in order.
+def run_op(op, names, d, bs=BS, k=K):
+    """The op and its reference on ``d``'s arrays: every argument equal; -> the op's, by name."""
     op_args, ref_args, _, _ = run_both(
-        lambda *a: ops.speculate_step_paddle(*a, bs, ENC_DEC, k),
-        lambda *a: reference.speculate_step_paddle(*a, bs, ENC_DEC, k),
-        [d[n] for n in NAMES],
+        lambda *a: getattr(ops, op)(*a, bs, ENC_DEC, k),
+        lambda *a: getattr(reference, op)(*a, bs, ENC_DEC, k),
+        [d[n] for n in names],
     )
-    for n, a, e in zip(NAMES, op_args, ref_args):
+    for n, a, e in zip(names, op_args, ref_args):
         assert_same(a, e, n)
-    return dict(zip(NAMES, op_args))
+    return dict(zip(names, op_args))
 
 
-def expect(out, before=None, **fields):
+def expect_of(names, out, before=None, **fields):
     """Exact expected values for `fields`; with `before`, every other array is unchanged."""
     for n, v in fields.items():
         assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
     if before is not None:
-        for n in NAMES:
+        for n in names:
             if n not in fields:
                 assert_same(out[n], before[n], n + " (unchanged)")
+
+
+def op_raises_and_unchanged(op, names, d, name, bs=BS, k=K):
+    """The op raises a ValueError naming ``name`` and writes nothing."""
+    t = [to_paddle(d[n]) for n in names]
+    with pytest.raises(ValueError, match=f"{op}: {name}"):
+        getattr(ops, op)(*t, bs, ENC_DEC, k)
+    for x, n in zip(t, names):
+        assert_same(to_numpy(x), d[n], n + " (unchanged)")
+
+
+def both_refuse(op, names, d, bs, k):
+    """True when the reference refuses ``d`` (and then the op refuses it too, naming the same
+    argument, writing nothing)."""
+    try:
+        getattr(reference, op)(*[d[n].copy() for n in names], bs, ENC_DEC, k)
+    except ValueError as exc:
+        arg = str(exc).split(": ", 1)[1].split(" ", 1)[0]
+        op_raises_and_unchanged(op, names, d, arg, bs, k)
+        return True
+    return False
+
+
+def check_bad_values(op, names, d, name, fields):
+    """``d`` with ``fields`` changed: the op and its reference raise naming ``name``."""
+    for n, v in fields.items():
+        d[n] = np.asarray(v, dtype=d[n].dtype)
+    op_raises_and_unchanged(op, names, d, name)
+    with pytest.raises(ValueError, match=name):
+        getattr(reference, op)(*[d[n] for n in names], BS, ENC_DEC, K)
+
+
+def both(d, bs=BS, k=K):
+    return run_op(OP, NAMES, d, bs, k)
+
+
+def expect(out, before=None, **fields):
+    expect_of(NAMES, out, before, **fields)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -437,11 +457,7 @@ def check_invariants(before, after):
 
 
 def compare_or_both_raise(d, bs=4, k=2):
-    try:
-        reference.speculate_step_paddle(*[d[n].copy() for n in NAMES], bs, ENC_DEC, k)
-    except ValueError as exc:
-        arg = str(exc).split(": ", 1)[1].split(" ", 1)[0]
-        raises_and_unchanged(d, arg, bs, k)
+    if both_refuse(OP, NAMES, d, bs, k):
         return None
     after = both(d, bs, k)
     check_invariants(d, after)
@@ -475,11 +491,7 @@ def test_property_matches_reference(bsz, nb, bs, k, tight, seed):
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
 def raises_and_unchanged(d, name, bs=BS, k=K):
-    t = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=f"speculate_step_paddle: {name}"):
-        ops.speculate_step_paddle(*t, bs, ENC_DEC, k)
-    for x, n in zip(t, NAMES):
-        assert_same(to_numpy(x), d[n], n + " (unchanged)")
+    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
 
 
 def good():
@@ -559,12 +571,7 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
     name, fields = BAD[case]
-    d = good()
-    for n, v in fields.items():
-        d[n] = np.asarray(v, dtype=d[n].dtype)
-    raises_and_unchanged(d, name)
-    with pytest.raises(ValueError, match=name):
-        reference.speculate_step_paddle(*[d[n] for n in NAMES], BS, ENC_DEC, K)
+    check_bad_values(OP, NAMES, good(), name, fields)
 
 
 def test_good_args_are_good():

@@ -12,11 +12,23 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_speculate_step import BS, ENC_DEC, NAMES, K, batch, live_blocks, random_batch
-from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
+from test_speculate_step import (
+    BS,
+    ENC_DEC,
+    NAMES,
+    K,
+    batch,
+    both_refuse,
+    check_bad_values,
+    expect_of,
+    live_blocks,
+    op_raises_and_unchanged,
+    random_batch,
+    run_op,
+)
+from util import BATCH_GRID, assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 from fd_mtp.schema import written_args
 
 OP = "speculate_step_reschedule"
@@ -24,25 +36,14 @@ WRITTEN = set(written_args(OP))  # from the schema
 
 
 def both(d, bs=BS, k=K):
-    op_args, ref_args, _, _ = run_both(
-        lambda *a: ops.speculate_step_reschedule(*a, bs, ENC_DEC, k),
-        lambda *a: reference.speculate_step_reschedule(*a, bs, ENC_DEC, k),
-        [d[n] for n in NAMES],
-    )
-    for n, a, e in zip(NAMES, op_args, ref_args):
-        assert_same(a, e, n)
-    out = dict(zip(NAMES, op_args))
+    out = run_op(OP, NAMES, d, bs, k)
     for n in set(NAMES) - WRITTEN:
         assert_same(out[n], d[n], n + " (never written)")
     return out
 
 
 def expect(out, before, **fields):
-    for n, v in fields.items():
-        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
-    for n in NAMES:
-        if n not in fields:
-            assert_same(out[n], before[n], n + " (unchanged)")
+    expect_of(NAMES, out, before, **fields)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -218,11 +219,7 @@ def check_invariants(before, after):
 
 
 def compare_or_both_raise(d, bs=4, k=2):
-    try:
-        reference.speculate_step_reschedule(*[d[n].copy() for n in NAMES], bs, ENC_DEC, k)
-    except ValueError as exc:
-        arg = str(exc).split(": ", 1)[1].split(" ", 1)[0]
-        raises_and_unchanged(d, arg, bs, k)
+    if both_refuse(OP, NAMES, d, bs, k):
         return None
     after = both(d, bs, k)
     check_invariants(d, after)
@@ -263,11 +260,7 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
 def raises_and_unchanged(d, name, bs=BS, k=K):
-    t = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=f"{OP}: {name}"):
-        ops.speculate_step_reschedule(*t, bs, ENC_DEC, k)
-    for x, n in zip(t, NAMES):
-        assert_same(to_numpy(x), d[n], n + " (unchanged)")
+    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
 
 
 def good():
@@ -299,12 +292,7 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
     name, fields = BAD[case]
-    d = good()
-    for n, v in fields.items():
-        d[n] = np.asarray(v, dtype=d[n].dtype)
-    raises_and_unchanged(d, name)
-    with pytest.raises(ValueError, match=name):
-        reference.speculate_step_reschedule(*[d[n] for n in NAMES], BS, ENC_DEC, K)
+    check_bad_values(OP, NAMES, good(), name, fields)
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,23 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_speculate_step import BS, ENC_DEC, NAMES, K, batch, check_invariants, random_batch
-from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
+from test_speculate_step import (
+    BS,
+    ENC_DEC,
+    NAMES,
+    K,
+    batch,
+    both_refuse,
+    check_bad_values,
+    check_invariants,
+    expect_of,
+    op_raises_and_unchanged,
+    random_batch,
+    run_op,
+)
+from test_speculate_step import good as step_good
+from util import BATCH_GRID, assert_same
 
-import fd_mtp.ops as ops
 import fd_mtp.reference as reference
 
 OP = "speculate_step_system_cache"
@@ -32,22 +45,11 @@ def with_cached(d, cached=None):
 
 
 def both(d, bs=BS, k=K):
-    op_args, ref_args, _, _ = run_both(
-        lambda *a: ops.speculate_step_system_cache(*a, bs, ENC_DEC, k),
-        lambda *a: reference.speculate_step_system_cache(*a, bs, ENC_DEC, k),
-        [d[n] for n in SC_NAMES],
-    )
-    for n, a, e in zip(SC_NAMES, op_args, ref_args):
-        assert_same(a, e, n)
-    return dict(zip(SC_NAMES, op_args))
+    return run_op(OP, SC_NAMES, d, bs, k)
 
 
 def expect(out, before, **fields):
-    for n, v in fields.items():
-        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
-    for n in SC_NAMES:
-        if n not in fields:
-            assert_same(out[n], before[n], n + " (unchanged)")
+    expect_of(SC_NAMES, out, before, **fields)
 
 
 def paddle_variant(d, bs=BS, k=K):
@@ -164,11 +166,7 @@ def test_free_list_exhausted_raises_and_writes_nothing():
 # Grid and properties
 # ------------------------------------------------------------------------------------------------
 def compare_or_both_raise(d, bs=4, k=2):
-    try:
-        reference.speculate_step_system_cache(*[d[n].copy() for n in SC_NAMES], bs, ENC_DEC, k)
-    except ValueError as exc:
-        arg = str(exc).split(": ", 1)[1].split(" ", 1)[0]
-        raises_and_unchanged(d, arg, bs, k)
+    if both_refuse(OP, SC_NAMES, d, bs, k):
         return None
     after = both(d, bs, k)
     check_invariants(d, after)
@@ -209,30 +207,11 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
 def raises_and_unchanged(d, name, bs=BS, k=K):
-    t = [to_paddle(d[n]) for n in SC_NAMES]
-    with pytest.raises(ValueError, match=f"{OP}: {name}"):
-        ops.speculate_step_system_cache(*t, bs, ENC_DEC, k)
-    for x, n in zip(t, SC_NAMES):
-        assert_same(to_numpy(x), d[n], n + " (unchanged)")
+    op_raises_and_unchanged(OP, SC_NAMES, d, name, bs, k)
 
 
 def good():
-    return with_cached(
-        batch(
-            2,
-            seq_lens_decoder=[6, 0],
-            seq_lens_this_time=[2, 0],
-            stop_flags=[False, True],
-            is_block_step=[False, True],
-            block_tables=[[5, 20, -1, -1], [6, -1, -1, -1]],
-            used_list_len=[1, 0],
-            step_block_list=[1, -1],
-            step_lens=[1],
-            free_list=[30, 0, 0],
-            free_list_len=[1],
-            step_idx=[3, 4],
-        )
-    )
+    return with_cached(step_good())
 
 
 BAD = {
@@ -255,12 +234,7 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
     name, fields = BAD[case]
-    d = good()
-    for n, v in fields.items():
-        d[n] = np.asarray(v, dtype=d[n].dtype)
-    raises_and_unchanged(d, name)
-    with pytest.raises(ValueError, match=name):
-        reference.speculate_step_system_cache(*[d[n] for n in SC_NAMES], BS, ENC_DEC, K)
+    check_bad_values(OP, SC_NAMES, good(), name, fields)
 
 
 @pytest.mark.parametrize(

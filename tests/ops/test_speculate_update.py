@@ -17,31 +17,13 @@ from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.schema import written_args
+from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_update"
-NAMES = (
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "not_need_stop",
-    "draft_tokens",
-    "actual_draft_token_nums",
-    "accept_tokens",
-    "accept_num",
-    "stop_flags",
-    "seq_lens_this_time",
-    "is_block_step",
-    "stop_nums",
-    "mask_rollback",
-)
+NAMES = tuple(positional("speculate_update"))
 MATRICES = ("draft_tokens", "accept_tokens")
-WRITTEN = (
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "not_need_stop",
-    "draft_tokens",
-    "actual_draft_token_nums",
-    "mask_rollback",
-)
+WRITTEN = tuple(written_args("speculate_update"))
 T1, T2R, T3 = 21, 22, 23  # target tokens of the spec §13 trace
 D1 = 31  # draft token
 

@@ -25,29 +25,11 @@ import fd_mtp.ops as ops
 import fd_mtp.ops.verify as ops_verify
 import fd_mtp.reference as reference
 from fd_mtp.reference.verify import philox4x32_10, philox_uniform
+from fd_mtp.testing.op_inputs import positional
 
 L = 8  # max_seq_len of the offsets in the hand cases
 EOS, EOS2 = 2, 3
-NAMES = (
-    "sampled_token_ids",
-    "accept_tokens",
-    "accept_num",
-    "step_idx",
-    "stop_flags",
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "draft_tokens",
-    "seq_lens_this_time",
-    "verify_tokens",
-    "verify_scores",
-    "max_dec_len",
-    "end_tokens",
-    "is_block_step",
-    "output_cum_offsets",
-    "actual_candidate_len",
-    "actual_draft_token_nums",
-    "topp",
-)
+NAMES = tuple(positional("speculate_verify")[:18])  # the tensors, from the schema
 WRITTEN = ("accept_tokens", "accept_num", "step_idx", "stop_flags")
 STRATEGY_NAMES = ("topp", "topk", "target_match", "greedy", "rejection")
 STALE = 77  # initial accept_tokens entries: untouched columns keep it

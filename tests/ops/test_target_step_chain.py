@@ -24,6 +24,7 @@ from util import assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.op_inputs import positional
 
 K = 2  # draft tokens per step
 D = K + 1
@@ -51,20 +52,7 @@ STOP_ARGS = (
     "stop_seqs_len",
     "end_ids",
 )
-UPDATE_ARGS = (
-    "seq_lens_encoder",
-    "seq_lens_decoder",
-    "not_need_stop",
-    "draft_tokens",
-    "actual_draft_token_nums",
-    "accept_tokens",
-    "accept_num",
-    "stop_flags",
-    "seq_lens_this_time",
-    "is_block_step",
-    "stop_nums",
-    "mask_rollback",
-)
+UPDATE_ARGS = tuple(positional("speculate_update"))
 SET_VALUE_ARGS = (
     "pre_ids",
     "accept_tokens",
