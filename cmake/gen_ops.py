@@ -771,9 +771,11 @@ def sources(ops: list[Op]) -> dict[str, list[str]]:
     """The hand-written C++ sources the build compiles, derived from the schema (sorted)."""
     cuda = {f"custom_ops/cuda/{op.kernel}.cu" for op in ops if op.kernel and op.cuda}
     cuda = sorted(cuda | {"custom_ops/cuda/stream_status.cu"})  # the error model's steps
-    # gpu_stream.cc: the GPU branch's stream records and error mode (every op's dispatch uses it)
+    # gpu_stream.cc: the GPU branch's stream records and error mode (every op's dispatch uses it);
+    # cpu_pool.cc: the worker threads of the CPU kernels that split their work (decoder_layer)
     paddle = sorted(
-        {op.hand_binding for op in ops if op.hand_binding} | {"custom_ops/paddle/gpu_stream.cc"}
+        {op.hand_binding for op in ops if op.hand_binding}
+        | {"custom_ops/paddle/gpu_stream.cc", "custom_ops/paddle/cpu_pool.cc"}
     )
     headers = sorted(
         {f"custom_ops/kernels/{op.kernel}.h" for op in ops if op.kernel and op.cuda and op.params}

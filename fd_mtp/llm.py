@@ -157,15 +157,16 @@ class LLM:
             ``model`` must then be a checkpoint directory (or None), and N must divide the heads,
             kv heads, MLP widths and experts (ValueError). `close` stops the workers.
         forward: "native" (default) runs every dense decoder layer of the main model and the MTP
-            block as one C++ kernel call (`fd_mtp.model.native`: float32 CPU steps of up to
-            ``NativeForward.max_tokens`` tokens; other steps, GPU and tensor-parallel models run
-            eagerly; outputs equal the eager ones to float32 rounding); "eager" runs the forward
+            block as one C++ kernel call (`fd_mtp.model.native`: float32 CPU steps; GPU and
+            tensor-parallel models run eagerly; outputs equal the eager ones to float32
+            rounding); "eager" runs the forward
             op by op (the debugging switch); "static" runs both forwards as compiled Paddle
             programs (``paddle.jit.to_static``; `fd_mtp.model.compiled`: the eager kernels, equal
             bit for bit, slower than eager dispatch on the 2-core CPU). README, *CPU step
             profile*, has the figures.
-        cpu_threads: paddle's CPU math threads (MKL / OpenMP; process-wide); None keeps paddle's
-            setting (1 unless changed).
+        cpu_threads: paddle's CPU math threads (MKL / OpenMP; process-wide), and the native
+            forward's kernel threads; None keeps paddle's setting (1 unless changed) and runs the
+            kernel on one thread.
 
     Bad arguments raise ValueError naming the argument (TypeError for a ``model`` of the wrong type),
     before anything is loaded.
@@ -267,7 +268,7 @@ class LLM:
         model.eval()
         for m in (model, mtp_model):
             if m is not None and forward == "native":
-                m.native_forward()
+                m.native_forward().threads = 1 if cpu_threads is None else int(cpu_threads)
             elif m is not None and forward == "static":
                 m.compile_forward()
         self.model = model

@@ -34,6 +34,7 @@
 
 #include "common.h"
 #include "cpu_gemm.h"
+#include "cpu_parallel.h"
 #include "paged_attention.h"
 
 namespace fd_mtp {
@@ -70,10 +71,11 @@ struct DecoderLayerParams {
   int64_t table_width;
   float eps;
   float scale;
-  bool avx2;            // the CPU has AVX2 + FMA (cpu_gemm::cpu_has_avx2_fma()): speed only
-  float* workspace;     // decoder_layer_workspace_floats(...) floats
-  float* out;           // [T, H], written
-  float* residual_out;  // [T, H], written
+  bool avx2;                // the CPU has AVX2 + FMA (cpu_gemm::cpu_has_avx2_fma()): speed only
+  const ParallelFor* pool;  // the threads to split the work over (nullptr: this one): speed only
+  float* workspace;         // decoder_layer_workspace_floats(...) floats
+  float* out;               // [T, H], written
+  float* residual_out;      // [T, H], written
 };
 
 // Floats of scratch one call needs: x and x2 [T, H], q and attn [T, Hq D], k
@@ -255,16 +257,13 @@ __attribute__((target("avx2,fma"))) inline void decoder_attention_avx2(
 }
 #endif
 
-// Attention of token t, every q head (the AVX2 or the portable form: the same bits).
-inline void decoder_attention(const PagedAttentionParams& p, int64_t t, bool avx2) {
+// Attention of token t, q head h (the AVX2 or the portable form: the same bits).
+inline void decoder_attention(const PagedAttentionParams& p, int64_t t, int64_t h, bool avx2) {
 #if FD_MTP_GEMM_X86
-  if (avx2) {
-    for (int64_t h = 0; h < p.q_heads; ++h) decoder_attention_avx2(p, t, h);
-    return;
-  }
+  if (avx2) return decoder_attention_avx2(p, t, h);
 #endif
   (void)avx2;
-  for (int64_t h = 0; h < p.q_heads; ++h) decoder_attention_portable(p, t, h);
+  decoder_attention_portable(p, t, h);
 }
 
 // y[r] = (a[r] + b[r]) -> sum, then y = sum * rsqrt(mean(sum^2) + eps) * w, one row of n.
@@ -293,6 +292,23 @@ inline void decoder_rope(float* row, int64_t heads, int64_t head_dim, const floa
       x[2 * i + 1] = b * c + a * s;
     }
   }
+}
+
+// Columns of a matrix-product task: a multiple of the one-row tile's width (64). Every
+// element's fma chain is the same whichever task computes it.
+constexpr int64_t kColumnsPerTask = 64;
+
+// y[M, N] = x[M, K] . w[K, N] split by columns over the pool (the same bits for any split).
+inline void decoder_gemm(const DecoderLayerParams& p, const float* x, const float* w, float* y,
+                         int64_t M, int64_t K, int64_t N) {
+  const int64_t threads = p.pool == nullptr ? 1 : p.pool->threads();
+  const int64_t chunks = (N + kColumnsPerTask - 1) / kColumnsPerTask;
+  const int64_t tasks = chunks < threads ? chunks : threads;
+  parallel_for(p.pool, tasks, [&](int64_t i) {
+    const int64_t n0 = chunks * i / tasks * kColumnsPerTask;
+    const int64_t n1 = chunks * (i + 1) / tasks * kColumnsPerTask;
+    cpu_gemm::gemm(x, K, w, N, y, N, M, K, n0, n1 < N ? n1 : N, p.avx2);
+  });
 }
 
 inline KernelStatus decoder_layer_cpu(const DecoderLayerParams& p) {
@@ -332,9 +348,9 @@ inline KernelStatus decoder_layer_cpu(const DecoderLayerParams& p) {
   for (int64_t t = 0; t < T; ++t)
     decoder_add_rms_norm(p.hidden + t * H, p.residual + t * H, res + t * H, p.input_norm_weight,
                          p.eps, H, x + t * H);
-  cpu_gemm::gemm(x, H, p.q_weight, qd, q, qd, T, H, 0, qd, p.avx2);
-  cpu_gemm::gemm(x, H, p.k_weight, kd, k, kd, T, H, 0, kd, p.avx2);
-  cpu_gemm::gemm(x, H, p.v_weight, kd, v, kd, T, H, 0, kd, p.avx2);
+  decoder_gemm(p, x, p.q_weight, q, T, H, qd);
+  decoder_gemm(p, x, p.k_weight, k, T, H, kd);
+  decoder_gemm(p, x, p.v_weight, v, T, H, kd);
   for (int64_t t = 0; t < T; ++t) {
     const float* cos = p.rope_cos + t * (D / 2);
     const float* sin = p.rope_sin + t * (D / 2);
@@ -347,18 +363,19 @@ inline KernelStatus decoder_layer_cpu(const DecoderLayerParams& p) {
   ap.out = attn;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t g = 0; g < p.kv_heads; ++g) paged_attention_write(ap, t, g);
-  for (int64_t t = 0; t < T; ++t) decoder_attention(ap, t, p.avx2);
+  parallel_for(p.pool, T * p.q_heads,
+               [&](int64_t i) { decoder_attention(ap, i / p.q_heads, i % p.q_heads, p.avx2); });
   float* o = x;  // x is free again: the o_proj output
-  cpu_gemm::gemm(attn, qd, p.o_weight, H, o, H, T, qd, 0, H, p.avx2);
+  decoder_gemm(p, attn, p.o_weight, o, T, qd, H);
 
   // MLP block
   for (int64_t t = 0; t < T; ++t)
     decoder_add_rms_norm(o + t * H, res + t * H, res + t * H, p.post_norm_weight, p.eps, H,
                          x2 + t * H);
-  cpu_gemm::gemm(x2, H, p.gate_weight, I, gate, I, T, H, 0, I, p.avx2);
-  cpu_gemm::gemm(x2, H, p.up_weight, I, up, I, T, H, 0, I, p.avx2);
+  decoder_gemm(p, x2, p.gate_weight, gate, T, H, I);
+  decoder_gemm(p, x2, p.up_weight, up, T, H, I);
   decoder_swiglu(gate, up, T * I, p.avx2);
-  cpu_gemm::gemm(gate, I, p.down_weight, H, p.out, H, T, I, 0, H, p.avx2);
+  decoder_gemm(p, gate, p.down_weight, p.out, T, I, H);
   return st;
 }
 

@@ -3,6 +3,8 @@
 // decoder_layer.gen.h); the maths: custom_ops/kernels/decoder_layer.h.
 #include "decoder_layer.gen.h"
 
+#include "cpu_pool.h"
+
 std::vector<paddle::Tensor> decoder_layer_apply(DecoderLayerArgs& a,
                                                 fd_mtp::DecoderLayerParams& p) {
   using namespace fd_mtp;
@@ -34,6 +36,7 @@ std::vector<paddle::Tensor> decoder_layer_apply(DecoderLayerArgs& a,
   p.bsz = bsz;
   p.q_heads = a.dims.QD / dim;
   p.avx2 = cpu_gemm::cpu_has_avx2_fma();
+  p.pool = cpu_pool(a.num_threads);
   auto out = compat::empty({tokens, hidden}, DataType::FLOAT32, a.hidden.place());
   auto residual_out = compat::empty({tokens, hidden}, DataType::FLOAT32, a.hidden.place());
   auto workspace =
@@ -53,7 +56,7 @@ std::vector<std::vector<int64_t>> decoder_layer_infer_shape(
     const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
     const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
     const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
-    const std::vector<int64_t>&, const std::vector<int64_t>&, float, float) {
+    const std::vector<int64_t>&, const std::vector<int64_t>&, float, float, int) {
   return {hidden_shape, hidden_shape};
 }
 

@@ -17,9 +17,10 @@ checkpoints.
 
 A step runs eagerly instead (counted in ``NativeForward.fallbacks``) when the kernel does not cover
 it: another attention backend (or ``use_kernel=False``), non-float32 or non-CPU tensors, a model
-split over tensor-parallel ranks, or more than ``max_tokens`` tokens (a long prefill, where Paddle's
-matrix products, MKL's blocked GEMM, are faster than the kernel's). Layers with biases or routed
-experts run their eager code inside a native step (``eager_layers`` counts them).
+split over tensor-parallel ranks, or more than ``max_tokens`` tokens (None, the default: no limit;
+the kernel is faster than the eager forward from 1 to 2000 tokens on the 2-core CPU, README). Layers
+with biases or routed experts run their eager code inside a native step (``eager_layers`` counts
+them).
 
 ``model.native_forward()`` turns it on (``LLM(forward="native")``, the default; ``fd-mtp generate
 --forward native``), ``model.native_forward(False)`` turns it off.
@@ -63,8 +64,11 @@ class NativeForward:
     forward's arguments returns the forward's output, or None when this step must run eagerly.
     """
 
-    #: steps with more tokens run eagerly (MKL's GEMM wins there; README, *CPU step profile*)
-    max_tokens = 256
+    #: steps with more tokens run eagerly (None: no limit)
+    max_tokens: int | None = None
+    #: threads the kernel splits a layer's matrix products and attention over (``LLM(cpu_threads=N)``
+    #: sets it with paddle's math threads); the outputs do not depend on it
+    threads: int = 1
 
     def __init__(self, model):
         from .ernie import Ernie4_5MTP
@@ -95,7 +99,9 @@ class NativeForward:
         backend = self.main.attn_backend
         if not self.supported or not isinstance(backend, PagedAttentionCPU):
             return False
-        if not backend.use_kernel or num_tokens == 0 or num_tokens > self.max_tokens:
+        if not backend.use_kernel or num_tokens == 0:
+            return False
+        if self.max_tokens is not None and num_tokens > self.max_tokens:
             return False
         for lid in self.layer_ids:
             for cache in meta.caches[lid]:
@@ -140,6 +146,7 @@ class NativeForward:
                 *md.kernel_args,
                 *rope_args,
                 layer.input_layernorm.eps,
+                num_threads=self.threads,
             )
         self.calls += 1
         return self.main.norm.fused_add(h, residual)[0]

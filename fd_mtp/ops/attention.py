@@ -106,6 +106,7 @@ def decoder_layer(
     eps,
     *,
     scale=None,
+    num_threads=None,
 ):
     """One dense ERNIE-4.5 decoder layer of a packed batch, on the CPU, in one call.
 
@@ -140,6 +141,9 @@ def decoder_layer(
             (:func:`fd_mtp.model.attention.rope_tables` of the tokens' positions).
         eps (float): the RMSNorms' epsilon (>= 0).
         scale (float, keyword): attention score scale; default ``1 / sqrt(D)``.
+        num_threads (int, keyword): threads to split the matrix products and the attention over
+            (a process-wide pool per count, kept between calls); default 1. The result does not
+            depend on it.
 
     Returns:
         ``(out, residual_out)``, both ``[T, H]`` float32: the MLP's output and the residual
@@ -168,5 +172,7 @@ def decoder_layer(
             raise ValueError(f"decoder_layer: {name} must be contiguous (it is written in place)")
     if scale is None:
         scale = 1.0 / int(key_cache.shape[-1]) ** 0.5
+    if num_threads is None:
+        num_threads = 1
     out = invoke("decoder_layer", locals())
     return out[0], out[1]

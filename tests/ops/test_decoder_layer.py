@@ -423,3 +423,23 @@ def test_negative_eps_is_refused():
     batch = make_layer(rng, lens=[1], dec=[0], bs=4, **MHA)
     with pytest.raises(ValueError, match="eps"):
         ops.decoder_layer(*[to_paddle(batch[n]) for n in NAMES], -1.0)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_thread_count_does_not_change_the_bits(threads):
+    """The work is split by columns of the matrix products and by (token, head) of the attention:
+    every element is computed by the same code whichever thread runs it."""
+    for lens, dec in (([1], [30]), ([5, 3, 9], [0, 12, 40]), ([130], [0])):
+        rng = np.random.default_rng(sum(lens))
+        batch = make_layer(rng, lens=lens, dec=dec, bs=8, **DEMO)
+        one = run_op(batch)
+        many = run_op(batch, num_threads=threads)
+        for name, a, b in zip(("out", "residual_out", "key_cache", "value_cache"), many, one):
+            assert_same(a, b, f"{name} with {threads} threads")
+
+
+def test_bad_thread_count_is_named():
+    rng = np.random.default_rng(7)
+    batch = make_layer(rng, lens=[1], dec=[0], bs=4, **MHA)
+    with pytest.raises(ValueError, match="num_threads"):
+        ops.decoder_layer(*[to_paddle(batch[n]) for n in NAMES], EPS, num_threads=0)
