@@ -115,8 +115,9 @@ def decoder_layer(
     scale=None,
     num_threads=None,
 ):
-    """Same contract as :func:`fd_mtp.ops.decoder_layer` (``num_threads`` changes nothing), computed in float64 from the float32
-    inputs (the caches receive k / v rounded to float32, as the op writes them); returns
+    """Same contract as :func:`fd_mtp.ops.decoder_layer` (``num_threads`` changes nothing),
+    computed in float64 from the float32 inputs (the caches receive k / v rounded to float32, as
+    the op writes them); returns
     ``(out, residual_out)`` in float64. Bad metadata -> ValueError (via :func:`paged_attention`),
     raised before anything is written."""
     del num_threads  # the op's result does not depend on it
