@@ -64,11 +64,14 @@ batching), reporting the first differing position.
 Usage:
     python benchmarks/bench_e2e.py [--modes plain,mtp_k1,...,adaptive] [--batches 1,8,32]
         [--workloads greedy-heldout,sampled-heldout,greedy-repeat,sampled-repeat]
-        [--model DIR] [--quick] [--check] [--device cpu] [--threads N] [--out DIR]
+        [--model DIR] [--quick] [--check] [--device cpu] [--threads N] [--forward native]
+        [--out DIR]
 
 ``--threads N`` (default 1, paddle's own CPU default): paddle's CPU math threads
-(``paddle.base.core.set_num_threads``); the table header states it with ``OMP_NUM_THREADS`` and
-``MKL_NUM_THREADS`` as set in the environment.
+(``paddle.base.core.set_num_threads``) and the native forward's kernel threads
+(``LLM(cpu_threads=N)``); the table header states them with ``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS`` as set in the environment. ``--forward`` (default ``native``): the model's
+forward, ``LLM(forward=...)``.
 
 ``--quick`` (smoke tests): 1 repeat, 16 new tokens, batches 1 and 8 unless given.
 
@@ -405,7 +408,14 @@ def main(argv=None):
         "--threads",
         type=int,
         default=1,
-        help="paddle's CPU math threads (paddle.base.core.set_num_threads; paddle's default is 1)",
+        help="paddle's CPU math threads and the native kernel's (LLM(cpu_threads); paddle's "
+        "default is 1)",
+    )
+    p.add_argument(
+        "--forward",
+        default="native",
+        choices=["native", "eager", "static"],
+        help="the model's forward (LLM(forward=...); default native)",
     )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="output directory")
     args = p.parse_args(argv)
@@ -429,7 +439,8 @@ def main(argv=None):
         p.error(f"--threads must be >= 1, got {args.threads}")
     paddle.base.core.set_num_threads(args.threads)
     threads = (
-        f"threads: paddle {args.threads} (set_num_threads), OMP_NUM_THREADS="
+        f"forward: {args.forward}; threads: paddle and the native kernel {args.threads} "
+        "(LLM(cpu_threads)), OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, MKL_NUM_THREADS="
         f"{os.environ.get('MKL_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs"
     )
@@ -475,6 +486,8 @@ def main(argv=None):
             max_model_len=max_model_len,
             block_size=BLOCK_SIZE,
             speculative_config=spec,
+            cpu_threads=args.threads,
+            forward=args.forward,
         )
 
     probe = make_llm("plain", 1, 2)  # for the config and tokenizer

@@ -418,14 +418,23 @@ def _prompts(llm, batch: int, chars: int) -> list:
     return [t for _, t in held_out_prompts(max(batch, 6), chars=chars)]
 
 
-def _make_llm(model, batch: int, mode: str, max_model_len: int, forward: str | None = None):
+def _make_llm(
+    model,
+    batch: int,
+    mode: str,
+    max_model_len: int,
+    forward: str | None = None,
+    threads: int | None = None,
+):
     from fd_mtp.demo import MODES
 
     spec = MODES[mode]
     if spec is not None:
         spec = dict(spec, verification="greedy")
-    # None: the checkout's default (a baseline may predate the option)
+    # None: the checkout's default (a baseline may predate the options)
     extra = {} if forward is None else {"forward": forward}
+    if threads is not None:
+        extra["cpu_threads"] = threads
     return fd_mtp.LLM(
         model,
         max_num_seqs=batch,
@@ -585,7 +594,7 @@ def main(argv=None) -> int:
                 if args.baseline
                 else None
             )
-            llm = _make_llm(args.model, b, mode, max_model_len, args.forward)
+            llm = _make_llm(args.model, b, mode, max_model_len, args.forward, args.threads)
             sizes = model_sizes(llm)
             if rates is None:
                 rates = measure_rates(sizes["main_bytes"])
