@@ -144,6 +144,26 @@ inline int64_t per_request_from(const char* op, const char* arg, const paddle::T
   return s[0];
 }
 
+// The packed-batch metadata of the paged-attention kernels (paged_attention, decoder_layer):
+// cu_seqlens_q [bsz + 1] defines bsz; block_tables has >= bsz rows, seq_lens_decoder >= bsz
+// entries and batch_id_per_token >= `tokens` entries (the tokens of `tokens_arg`). Returns bsz.
+inline int64_t paged_batch(const char* op, const paddle::Tensor& cu_seqlens_q,
+                           const paddle::Tensor& block_tables,
+                           const paddle::Tensor& seq_lens_decoder,
+                           const paddle::Tensor& batch_id_per_token, int64_t tokens,
+                           const char* tokens_arg) {
+  if (cu_seqlens_q.shape().size() != 1 || cu_seqlens_q.shape()[0] < 1)
+    fail(op, "cu_seqlens_q", "must have shape [bsz + 1], got ", shape_str(cu_seqlens_q.shape()));
+  const int64_t bsz = cu_seqlens_q.shape()[0] - 1;
+  matrix(op, "block_tables", block_tables, paddle::DataType::INT32, bsz);
+  per_request_from(op, "seq_lens_decoder", seq_lens_decoder, paddle::DataType::INT32, bsz,
+                   "cu_seqlens_q");
+  if (batch_id_per_token.numel() < tokens)
+    fail(op, "batch_id_per_token", "has ", batch_id_per_token.numel(), " entries but ", tokens_arg,
+         " has ", tokens, " tokens");
+  return bsz;
+}
+
 // The int64 value of a one-element CPU tensor (the CPU branch's bounds, e.g. stop_nums; the GPU
 // branch reads a device one on the device).
 inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor& t) {

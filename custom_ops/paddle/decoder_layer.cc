@@ -21,16 +21,8 @@ std::vector<paddle::Tensor> decoder_layer_apply(DecoderLayerArgs& a,
     check::fail(a.op, "k_weight", "must be [", hidden, ", ", hkv * dim,
                 "] (the caches' kv heads x head_dim), got shape ",
                 check::shape_str(a.k_weight.shape()));
-  if (a.cu_seqlens_q.shape().size() != 1 || a.cu_seqlens_q.shape()[0] < 1)
-    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ",
-                check::shape_str(a.cu_seqlens_q.shape()));
-  const int64_t bsz = a.cu_seqlens_q.shape()[0] - 1;
-  check::matrix(a.op, "block_tables", a.block_tables, DataType::INT32, bsz);
-  check::per_request_from(a.op, "seq_lens_decoder", a.seq_lens_decoder, DataType::INT32, bsz,
-                          "cu_seqlens_q");
-  if (a.batch_id_per_token.numel() < tokens)
-    check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(),
-                " entries but hidden has ", tokens, " tokens");
+  const int64_t bsz = check::paged_batch(a.op, a.cu_seqlens_q, a.block_tables, a.seq_lens_decoder,
+                                         a.batch_id_per_token, tokens, "hidden");
   if (!a.hidden.is_cpu()) check::unsupported_place(a.op, "hidden", a.hidden);
 
   p.bsz = bsz;

@@ -18,16 +18,8 @@ std::vector<paddle::Tensor> paged_attention_apply(PagedAttentionArgs& a,
   if (a.dims.Hc != hkv)
     check::fail(a.op, "key_cache", "must be [num_blocks, ", hkv, ", block_size, ", dim,
                 "], got shape ", check::shape_str(a.key_cache.shape()));
-  if (a.cu_seqlens_q.shape().size() != 1 || a.cu_seqlens_q.shape()[0] < 1)
-    check::fail(a.op, "cu_seqlens_q", "must have shape [bsz + 1], got ",
-                check::shape_str(a.cu_seqlens_q.shape()));
-  const int64_t bsz = a.cu_seqlens_q.shape()[0] - 1;
-  check::matrix(a.op, "block_tables", a.block_tables, DataType::INT32, bsz);
-  check::per_request_from(a.op, "seq_lens_decoder", a.seq_lens_decoder, DataType::INT32, bsz,
-                          "cu_seqlens_q");
-  if (a.batch_id_per_token.numel() < tokens)
-    check::fail(a.op, "batch_id_per_token", "has ", a.batch_id_per_token.numel(),
-                " entries but q has ", tokens, " tokens");
+  const int64_t bsz = check::paged_batch(a.op, a.cu_seqlens_q, a.block_tables, a.seq_lens_decoder,
+                                         a.batch_id_per_token, tokens, "q");
 
   auto out = compat::empty({tokens, hq * dim}, DataType::FLOAT32, a.q.place());
   p.bsz = bsz;

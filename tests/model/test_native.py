@@ -26,18 +26,6 @@ PROMPTS = [[5, 6, 7, 8, 9], [11] * 70, [3, 1, 4, 1, 5, 9, 2, 6], list(range(20, 
 MTP2 = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
 
 
-@pytest.fixture(scope="module")
-def dense_ckpt(tmp_path_factory):
-    return write_random_checkpoint(tmp_path_factory.mktemp("dense"), seed=3)
-
-
-@pytest.fixture(scope="module")
-def moe_ckpt(tmp_path_factory):
-    return write_random_checkpoint(
-        tmp_path_factory.mktemp("moe"), seed=4, moe_num_experts=4, moe_intermediate_size=32
-    )
-
-
 def _generate(model, forward, spec=None, batch=4, prompts=PROMPTS, params=GREEDY):
     kwargs = {} if forward is None else {"forward": forward}
     llm = fd_mtp.LLM(
