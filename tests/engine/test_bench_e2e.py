@@ -83,7 +83,11 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
         assert parts == pytest.approx(got[("mtp_k2", b, "t_step")], rel=1e-3, abs=2e-3)
         assert got[("hybrid_k3", b, "substeps")] == 1.0 and got[("mtp_k2", b, "substeps")] == 2.0
         assert got[("plain", b, "t_draft")] == 0.0 and got[("plain", b, "t_step")] > 0
-    assert "threads: paddle 1" in out and "pred" in out and "where speculation pays: mtp_k2" in out
+    assert (
+        "forward: native; threads: paddle and the native kernel 1" in out
+        and "pred" in out
+        and "where speculation pays: mtp_k2" in out
+    )
 
 
 def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
