@@ -1,5 +1,5 @@
 // cpu_parallel: how a CPU driver runs independent tasks on several threads
-// without owning any. The caller (the Paddle binding, custom_ops/paddle/cpu_pool.h)
+// without owning any. The caller (the binding layer, which owns the worker threads)
 // passes a ParallelFor, or nullptr for one thread; the kernel splits its work
 // into tasks whose results do not depend on which thread runs them, so the
 // output is the same for every thread count.

@@ -120,57 +120,42 @@ def decoder_layer(
     the op writes them); returns
     ``(out, residual_out)`` in float64. Bad metadata -> ValueError (via :func:`paged_attention`),
     raised before anything is written."""
-    del num_threads  # the op's result does not depend on it
-    stages = decoder_layer_stages(**locals())
+    stages = decoder_layer_stages(locals())  # num_threads: the op's result does not depend on it
     return stages["out"], stages["residual_out"]
 
 
-def decoder_layer_stages(
-    hidden,
-    residual,
-    input_norm_weight,
-    q_weight,
-    k_weight,
-    v_weight,
-    o_weight,
-    post_norm_weight,
-    gate_weight,
-    up_weight,
-    down_weight,
-    key_cache,
-    value_cache,
-    block_tables,
-    cu_seqlens_q,
-    batch_id_per_token,
-    seq_lens_decoder,
-    rope_cos,
-    rope_sin,
-    eps,
-    scale=None,
-):
-    """:func:`decoder_layer` with every intermediate (float64): ``res`` (hidden + residual), ``x``
-    (its norm), ``q`` / ``k`` (after RoPE) / ``v`` ``[T, heads, D]``, ``attn``, ``residual_out``,
-    ``x2``, ``gate``, ``up``, ``act``, ``out`` (what error bounds are computed from)."""
-    f64 = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
-    t_count = np.asarray(hidden).shape[0]
-    d = np.asarray(key_cache).shape[-1]
-    hkv = np.asarray(key_cache).shape[1]
-    hq = np.asarray(q_weight).shape[1] // d
-    st = {"res": f64(hidden) + f64(residual)}
-    st["x"] = _rms_norm(st["res"], f64(input_norm_weight), eps)
-    cos = f64(rope_cos)[:, None, :]
-    sin = f64(rope_sin)[:, None, :]
-    st["q"] = _rope64((st["x"] @ f64(q_weight)).reshape(t_count, hq, d), cos, sin)
-    st["k"] = _rope64((st["x"] @ f64(k_weight)).reshape(t_count, hkv, d), cos, sin)
-    st["v"] = (st["x"] @ f64(v_weight)).reshape(t_count, hkv, d)
-    meta = (block_tables, cu_seqlens_q, batch_id_per_token, seq_lens_decoder)
-    st["attn"] = _paged_attention64(st["q"], st["k"], st["v"], key_cache, value_cache, *meta, scale)
-    st["residual_out"] = st["attn"] @ f64(o_weight) + st["res"]
-    st["x2"] = _rms_norm(st["residual_out"], f64(post_norm_weight), eps)
-    st["gate"] = st["x2"] @ f64(gate_weight)
-    st["up"] = st["x2"] @ f64(up_weight)
+def decoder_layer_stages(a: dict):
+    """:func:`decoder_layer` with every intermediate, from its arguments by name (``a``; float64
+    results): ``res`` (hidden + residual), ``x`` (its norm), ``q`` / ``k`` (after RoPE) / ``v``
+    ``[T, heads, D]``, ``attn``, ``residual_out``, ``x2``, ``gate``, ``up``, ``act``, ``out``
+    (what error bounds are computed from). Writes the caches as :func:`decoder_layer` does."""
+
+    def f64(name):
+        return np.asarray(a[name], dtype=np.float64)
+
+    t_count = np.asarray(a["hidden"]).shape[0]
+    d = np.asarray(a["key_cache"]).shape[-1]
+    hkv = np.asarray(a["key_cache"]).shape[1]
+    hq = np.asarray(a["q_weight"]).shape[1] // d
+    eps = a["eps"]
+    st = {"res": f64("hidden") + f64("residual")}
+    st["x"] = _rms_norm(st["res"], f64("input_norm_weight"), eps)
+    cos = f64("rope_cos")[:, None, :]
+    sin = f64("rope_sin")[:, None, :]
+    st["q"] = _rope64((st["x"] @ f64("q_weight")).reshape(t_count, hq, d), cos, sin)
+    st["k"] = _rope64((st["x"] @ f64("k_weight")).reshape(t_count, hkv, d), cos, sin)
+    st["v"] = (st["x"] @ f64("v_weight")).reshape(t_count, hkv, d)
+    meta = [
+        a[n] for n in ("block_tables", "cu_seqlens_q", "batch_id_per_token", "seq_lens_decoder")
+    ]
+    caches = (a["key_cache"], a["value_cache"])
+    st["attn"] = _paged_attention64(st["q"], st["k"], st["v"], *caches, *meta, a.get("scale"))
+    st["residual_out"] = st["attn"] @ f64("o_weight") + st["res"]
+    st["x2"] = _rms_norm(st["residual_out"], f64("post_norm_weight"), eps)
+    st["gate"] = st["x2"] @ f64("gate_weight")
+    st["up"] = st["x2"] @ f64("up_weight")
     st["act"] = st["gate"] / (1.0 + np.exp(-st["gate"])) * st["up"]
-    st["out"] = st["act"] @ f64(down_weight)
+    st["out"] = st["act"] @ f64("down_weight")
     return st
 
 

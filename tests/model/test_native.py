@@ -95,9 +95,9 @@ def test_logits_within_the_float32_bound_of_the_truth():
                 assert model._compiled.calls == 2
         head = model.lm_head.weight.numpy().astype(np.float64)  # [H, V]
         for s, seq in enumerate(seqs):
-            samples = forward64(model, seq)[0][:, -1] @ head  # [K + 1, V]
-            truth, bound = Float32Noise.bound(samples)
-            hidden_truth = forward64(model, seq)[0][0, -1:]
+            hidden64 = forward64(model, seq)[0][:, -1]  # [K + 1, H]
+            truth, bound = Float32Noise.bound(hidden64 @ head)  # [K + 1, V]
+            hidden_truth = hidden64[0:1]
             bound = bound + matmul_error_bound(hidden_truth, head)[0]
             for forward, logits in got.items():
                 assert_within(logits[s], truth, bound, f"{forward} logits of request {s}")

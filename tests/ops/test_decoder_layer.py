@@ -95,7 +95,7 @@ def run_op(batch, **kw):
 
 def run_ref(batch, **kw):
     a = {n: batch[n].copy() for n in NAMES}
-    stages = decoder_layer_stages(*[a[n] for n in NAMES], EPS, **kw)
+    stages = decoder_layer_stages({**a, "eps": EPS, **kw})
     return stages, a["key_cache"], a["value_cache"]
 
 
