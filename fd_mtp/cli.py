@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         "make the engine preempt requests)",
     )
     g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV blocks of prompt prefixes computed earlier (default: on; the summary "
+        "prints the hit rate)",
+    )
+    g.add_argument(
         "--max-num-batched-tokens",
         type=int,
         default=2048,
@@ -482,6 +489,7 @@ def generate(args) -> int:
             max_model_len=args.max_model_len,
             block_size=args.block_size,
             num_gpu_blocks=args.num_gpu_blocks,
+            enable_prefix_caching=args.enable_prefix_caching,
             max_num_batched_tokens=args.max_num_batched_tokens,
             speculative_config=spec,
             tensor_parallel_size=args.tensor_parallel_size,
@@ -520,6 +528,7 @@ def generate(args) -> int:
     print(
         f"{len(outputs)} requests, {total} tokens in {elapsed:.3f} s: {total / max(elapsed, 1e-9):.1f} tokens/s"
     )
+    print(f"prefix cache: {llm.prefix_cache_stats.summary()}")
     if spec is not None:
         _print_speculative(llm)
     if interrupted:

@@ -346,11 +346,15 @@ class CacheConfig:
             for every slot at ``max_model_len`` (plus the speculative extra positions). Fewer blocks
             make the engine preempt (and later re-prefill) the newest requests.
         enc_dec_block_num: spare block-table columns per row (FastDeploy's FD_ENC_DEC_BLOCK_NUM).
+        enable_prefix_caching: reuse the KV blocks (the target's and the MTP draft model's) of a
+            prefix an earlier request computed (vLLM's automatic prefix caching, FastDeploy's
+            option name; `fd_mtp.engine.block_manager`). Output is the same either way.
     """
 
     block_size: int = 64
     num_gpu_blocks: int | None = None
     enc_dec_block_num: int = 2
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         _check_int(
@@ -359,6 +363,11 @@ class CacheConfig:
         if self.num_gpu_blocks is not None:
             _check_int("CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, 1)
         _check_int("CacheConfig", "enc_dec_block_num", self.enc_dec_block_num, 0)
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(
+                "CacheConfig: enable_prefix_caching must be a bool, got "
+                f"{self.enable_prefix_caching!r}"
+            )
 
     @classmethod
     def from_value(cls, value: CacheConfig | Mapping[str, Any] | None) -> CacheConfig:

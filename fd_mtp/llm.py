@@ -137,6 +137,10 @@ class LLM:
             holds at least one block per slot, so huge blocks only waste memory).
         num_gpu_blocks: KV blocks per layer; default enough for every slot at ``max_model_len``.
             Fewer blocks make the engine preempt (and later re-prefill) the newest requests.
+        enable_prefix_caching: reuse the KV blocks of prompt prefixes that earlier requests
+            computed (default True; vLLM's automatic prefix caching): full blocks are shared
+            read-only and evicted least recently used first. Output is the same with and
+            without it; `prefix_cache_stats` counts queried and hit tokens.
         max_num_batched_tokens: tokens per step; longer prompts are prefilled in chunks.
         speculative_config: None (plain decoding), a `fd_mtp.SpeculativeConfig` or a dict of its
             fields (FastDeploy style), e.g. ``{"method": "mtp", "num_speculative_tokens": 3,
@@ -182,6 +186,7 @@ class LLM:
         max_model_len: int | None = None,
         block_size: int = 64,
         num_gpu_blocks: int | None = None,
+        enable_prefix_caching: bool = True,
         max_num_batched_tokens: int = 2048,
         speculative_config=None,
         mtp_model=None,
@@ -211,7 +216,12 @@ class LLM:
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len,
         )
-        cache = _config(CacheConfig, block_size=block_size, num_gpu_blocks=num_gpu_blocks)
+        cache = _config(
+            CacheConfig,
+            block_size=block_size,
+            num_gpu_blocks=num_gpu_blocks,
+            enable_prefix_caching=enable_prefix_caching,
+        )
         if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
             raise ValueError(f"LLM: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
         device = check_device(device)
@@ -347,6 +357,12 @@ class LLM:
     def speculative_metrics(self):
         """`SpeculativeMetrics` summed over every request this LLM has run (None: plain decoding)."""
         return self.engine.spec_metrics
+
+    @property
+    def prefix_cache_stats(self):
+        """The prefix cache's counters (`fd_mtp.engine.block_manager.PrefixCacheStats`: tokens
+        queried and hit, ``hit_rate``, blocks cached and evicted)."""
+        return self.engine.prefix_cache_stats
 
     @property
     def draft_policy_metrics(self):

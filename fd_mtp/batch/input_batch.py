@@ -19,7 +19,7 @@ the host side of the per-slot state:
   ``top_p``, ``seed``, ``min_tokens``, ``stop_ids``: the extra stop token ids, ``[B, S]`` padded
   with -1, widened on demand by `set_stop_ids`), and the engine's view of the request in each
   slot (`SLOT_STATE`: ``requests``, the engine's request objects; ``running``, ``prefilled``,
-  ``num_computed``, ``num_output``, ``num_blocks``, ``prompt_len``, ``max_output``,
+  ``num_computed``, ``num_output``, ``num_blocks``, ``cached_blocks``, ``prompt_len``, ``max_output``,
   ``ignore_eos``, ``has_stop_str``, ``end``, ``arrival``; step counters ``steps``,
   ``spec_emitted`` and the histograms ``spec_drafted`` / ``spec_accepted`` ``[B, K + 1]`` of
   the drafts verified / accepted per decode step), so that a
@@ -195,6 +195,7 @@ class InputBatch:
         self.num_computed = np.zeros(B, np.int64)
         self.num_output = np.zeros(B, np.int64)
         self.num_blocks = np.zeros(B, np.int64)
+        self.cached_blocks = np.zeros(B, np.int64)  # leading blocks in the prefix cache
         self.prompt_len = np.zeros(B, np.int64)
         self.max_output = np.zeros(B, np.int64)  # min(max_tokens, max_model_len - prompt length)
         self.ignore_eos = np.zeros(B, bool)

@@ -26,6 +26,9 @@ class Task:
     how many of ``token_ids`` are generated tokens, ``params``/``seed`` = sampling of the slot
     (``params`` is a `fd_mtp.engine.sampling_params.SamplingParams`; typed loosely here so that this
     module stays below the engine).
+    ``num_cached``: the leading tokens whose K/V the prefix cache supplied (their blocks lead
+    ``block_ids``); the request's first chunk is the one with ``start == num_cached``
+    (`first_chunk`), where a slot is set up afresh.
     DECODE and PREFILL: ``block_ids`` = the request's whole block-table row.
     """
 
@@ -38,3 +41,9 @@ class Task:
     num_output: int = 0
     params: Any = None
     seed: int = 0
+    num_cached: int = 0
+
+    @property
+    def first_chunk(self) -> bool:
+        """The request's first chunk since it took its slot (fresh, or after a preemption)."""
+        return self.start == self.num_cached

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..batch import Task, TaskKind
 from ..config import MAX_STOP_SEQS, SchedulerConfig
-from .block_manager import BlockManager, blocks_for
+from .block_manager import BlockManager, PrefixCacheStats, block_keys, blocks_for
 from .outputs import EngineOutputs
 from .request import (
     Request,
@@ -69,7 +69,14 @@ class LLMEngine(EngineOutputs):
         self.scheduler_config: SchedulerConfig = runner.scheduler_config
         self.max_num_batched_tokens = self.scheduler_config.max_num_batched_tokens
         self.seed = seed
-        self.block_manager = BlockManager(runner.num_blocks, runner.block_size)
+        self.block_manager = BlockManager(
+            runner.num_blocks,
+            runner.block_size,
+            enable_caching=runner.cache_config.enable_prefix_caching,
+        )
+        #: prefix cache (vLLM's counters): tokens of admitted requests looked up, and found
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.free_slots = list(range(runner.max_num_seqs - 1, -1, -1))
@@ -267,6 +274,7 @@ class LLMEngine(EngineOutputs):
         ib.num_computed[b] = req.num_computed
         ib.num_output[b] = len(req.output_token_ids)
         ib.num_blocks[b] = len(req.block_ids)
+        ib.cached_blocks[b] = req.num_cached_blocks
         ib.prompt_len[b] = len(req.prompt_token_ids)
         ib.arrival[b] = req.arrival_index
 
@@ -285,10 +293,19 @@ class LLMEngine(EngineOutputs):
 
     def _release(self, req: Request) -> None:
         self._sync_metrics(req)
-        self.ib.running[req.slot] = False
-        self.ib.requests[req.slot] = None
-        self.block_manager.free(req.block_ids)
+        b = req.slot
+        if (
+            self.block_manager.enable_caching
+            and req.cacheable
+            and self.runner.prefix_cacheable(np.array([b]))[0]
+        ):
+            self._cache_blocks(req, min(int(self.ib.num_computed[b]), req.num_tokens))
+        self.ib.running[b] = False
+        self.ib.requests[b] = None
+        # last block first: the tail of a chain is evicted before the head that more requests share
+        self.block_manager.free(req.block_ids[::-1])
         req.block_ids = []
+        req.num_cached_blocks = 0
         self.runner.insert_tasks_v1([Task(TaskKind.PREEMPTED, req.slot)])
         self.free_slots.append(req.slot)
         req.slot = -1
@@ -343,19 +360,90 @@ class LLMEngine(EngineOutputs):
                     tasks.append(Task(TaskKind.DECODE, req.slot, block_ids=list(req.block_ids)))
             else:
                 tasks.append(self._prefill_task(req, req.num_computed + n))
+        bm = self.block_manager
         while self.waiting and self.free_slots and budget > 0 and not preempted:
             req = self.waiting[0]
-            n = min(req.num_tokens, budget)
-            if not self.block_manager.grow(req.block_ids, n + extra):
+            hits = self._cached_prefix(req)
+            start = len(hits) * self.runner.block_size
+            n = min(req.num_tokens - start, budget)
+            bm.acquire(hits)
+            req.block_ids = list(hits)
+            if not bm.grow(req.block_ids, start + n + extra):
+                bm.free(hits[::-1])
+                req.block_ids = []
                 break
             self.waiting.pop(0)
+            req.num_computed = req.num_cached_tokens = start
+            req.num_cached_blocks = len(hits)
+            if bm.enable_caching and req.cacheable:
+                self.prefix_cache_queries += req.num_tokens
+                self.prefix_cache_hits += start
+                if req.metrics.first_scheduled_time is None:
+                    req.metrics.num_cached_tokens = start
             req.slot = self.free_slots.pop()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             budget -= n
-            plan[req.slot] = (req, n)
-            tasks.append(self._prefill_task(req, n))
+            plan[req.slot] = (req, start + n)
+            tasks.append(self._prefill_task(req, start + n))
         return tasks, decode_slots, plan
+
+    # -- prefix cache -------------------------------------------------------------------------------
+    def _cached_prefix(self, req: Request) -> list[int]:
+        """The cached blocks a request about to be admitted can start from: the longest run of
+        its leading full blocks in the cache, short of its last token (a step must feed at
+        least one token to sample from)."""
+        if not self.block_manager.enable_caching or not req.cacheable:
+            return []
+        upto = (req.num_tokens - 1) // self.runner.block_size
+        block_keys(req.all_token_ids, self.runner.block_size, req.block_keys, upto)
+        return self.block_manager.lookup(req.block_keys[:upto])
+
+    def _cache_blocks(self, req: Request, valid: int) -> None:
+        """Register the request's full blocks whose K/V are final: those ending at least
+        ``runner.prefix_cache_margin`` positions before ``valid`` (its tokens in the cache that
+        are still its tokens: a stop may have cut the output after they were computed)."""
+        bs = self.runner.block_size
+        upto = min((valid - self.runner.prefix_cache_margin) // bs, len(req.block_ids))
+        if upto <= req.num_cached_blocks:
+            return
+        block_keys(req.all_token_ids, bs, req.block_keys, upto)
+        for i in range(req.num_cached_blocks, upto):
+            self.block_manager.register(req.block_ids[i], req.block_keys[i])
+        req.num_cached_blocks = upto
+        if req.slot >= 0:
+            self.ib.cached_blocks[req.slot] = upto
+
+    def _cache_step(self, slots: np.ndarray) -> None:
+        """After a step: register the blocks its running requests completed (per event: a
+        request crosses a block boundary once every ``block_size`` tokens)."""
+        ib, margin, bs = self.ib, self.runner.prefix_cache_margin, self.runner.block_size
+        slots = slots[ib.running[slots]]
+        full = (ib.num_computed[slots] - margin) // bs
+        todo = slots[full > ib.cached_blocks[slots]]
+        if not todo.size:
+            return
+        for b in todo[self.runner.prefix_cacheable(todo)].tolist():
+            req = ib.requests[b]
+            if req.cacheable:
+                self._cache_blocks(req, int(ib.num_computed[b]))
+
+    @property
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        """The prefix cache's counters (`PrefixCacheStats`)."""
+        bm = self.block_manager
+        return PrefixCacheStats(
+            bm.enable_caching,
+            self.prefix_cache_queries,
+            self.prefix_cache_hits,
+            bm.num_cached,
+            bm.num_evictions,
+        )
+
+    def reset_prefix_cache(self) -> int:
+        """Forget the cached blocks no request holds (vLLM's ``reset_prefix_cache``); returns
+        how many were dropped."""
+        return self.block_manager.reset_cache()
 
     def _prefill_task(self, req: Request, end: int) -> Task:
         return Task(
@@ -368,6 +456,7 @@ class LLMEngine(EngineOutputs):
             num_output=len(req.output_token_ids),
             params=req.sampling_params,
             seed=req.seed,
+            num_cached=req.num_cached_tokens,
         )
 
     def _schedule_fast(self):
@@ -439,6 +528,8 @@ class LLMEngine(EngineOutputs):
         t2 = time.perf_counter()
         self.num_steps += 1
         deltas = self._finish_step(out, decode_only=fast is not None)
+        if self.block_manager.enable_caching:
+            self._cache_step(slots)
         if fast is not None:
             st = self.stats
             st.steps += 1

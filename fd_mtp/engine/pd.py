@@ -267,6 +267,9 @@ class DecodeEngine(LLMEngine):
         req.output_token_ids = [t0]
         req.status = RequestStatus.RUNNING
         req.slot, req.block_ids, req.num_computed, req.prefilled = slot, blocks, n, True
+        # its prompt's K/V came from another engine (the draft model's were not handed over):
+        # they do not enter this engine's prefix cache
+        req.cacheable = False
         now = time.perf_counter()
         req.metrics.arrival_time = req.metrics.first_scheduled_time = now
         req.metrics.first_token_time = now

@@ -136,6 +136,8 @@ class RequestMetrics:
     first scheduled step to the end) are derived. ``num_preemptions`` counts how often the request
     lost its KV blocks and was re-prefilled; ``num_steps`` the engine steps it took part in.
     ``spec``: the request's `SpeculativeMetrics` under speculative decoding, else None.
+    ``num_cached_tokens``: prompt tokens whose K/V the prefix cache supplied when the request was
+    first scheduled (vLLM's ``num_cached_tokens``; OpenAI's ``cached_tokens``).
     """
 
     arrival_time: float = 0.0
@@ -146,6 +148,7 @@ class RequestMetrics:
     num_generated_tokens: int = 0
     num_preemptions: int = 0
     num_steps: int = 0
+    num_cached_tokens: int = 0
     spec: SpeculativeMetrics | None = None
 
     @property
@@ -197,6 +200,13 @@ class Request:
     detokenizer: object = field(default=None, repr=False)  # the engine's IncrementalDetokenizer
     #: one ``{token id: Logprob}`` per output token when ``sampling_params.logprobs`` is set
     logprobs: list | None = None
+    #: prefix cache: the keys of the request's leading full blocks (`block_manager.block_keys`),
+    #: how many of its leading blocks are in the cache (hits and registered), the tokens the
+    #: cache supplied at its last admission, and whether its blocks may enter the cache at all
+    block_keys: list = field(default_factory=list, repr=False)
+    num_cached_blocks: int = 0
+    num_cached_tokens: int = 0
+    cacheable: bool = True
 
     def __post_init__(self):
         if self.logprobs is None and self.sampling_params.logprobs is not None:

@@ -111,6 +111,14 @@ class ModelRunner:
     spec_config = None
     #: the drafter (None: plain decoding)
     proposer = None
+    #: a full KV block enters the prefix cache once this many positions past its end are
+    #: computed (1: the token after the block, which its cache key covers, is in the cache)
+    prefix_cache_margin = 1
+
+    def prefix_cacheable(self, slots: np.ndarray) -> np.ndarray:
+        """Per slot of ``slots``: whether the K/V its request writes from now on may enter the
+        prefix cache (always, for the target alone)."""
+        return np.ones(len(slots), bool)
 
     def __init__(self, model, *, scheduler_config: SchedulerConfig, cache_config: CacheConfig):
         from ..model.attention import allocate_kv_caches
@@ -293,7 +301,7 @@ class ModelRunner:
             # token of a non-final chunk into it
             w["pre_ids"][b] = -1
             w["pre_ids"][b, 1 : 1 + t.num_output] = t.token_ids[n - t.num_output :]
-            if t.start == 0:
+            if t.first_chunk:
                 w["prompt_ids"][b, : n - t.num_output] = t.token_ids[: n - t.num_output]
                 self._set_params(b, t.params, t.seed, n - t.num_output)
 

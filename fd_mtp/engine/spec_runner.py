@@ -193,6 +193,9 @@ class SpeculativeModelRunner(ModelRunner):
             make_draft_policy(cfg, self.max_num_seqs) if draft_policy is None else draft_policy
         )
         self._mtp = cfg.method == "mtp"
+        # MTP: the draft model's K/V live in the same blocks; its substeps rewind by up to
+        # num_model_steps - 1 positions, so a block is final that many positions later
+        self.prefix_cache_margin = cfg.num_model_steps if self._mtp else 1
 
     def _init_share_inputs(self, B: int) -> dict:
         import paddle
@@ -251,7 +254,7 @@ class SpeculativeModelRunner(ModelRunner):
             if t.kind is TaskKind.PREFILL:
                 w["actual_draft_token_num"][t.slot] = self.num_speculative_tokens
                 w["mask_rollback"][t.slot] = 0
-                if t.start == 0:
+                if t.first_chunk:
                     policy.start(t.slot, None if t.params is None else t.params.max_draft_tokens)
                 if policy.off[t.slot] and self._mtp:
                     self.proposer.drop([t.slot])  # every chunk's insertion clears the flag
@@ -259,6 +262,14 @@ class SpeculativeModelRunner(ModelRunner):
             elif t.kind is TaskKind.PREEMPTED:
                 policy.release(t.slot)
                 self._draft_dropped[t.slot] = False
+
+    def prefix_cacheable(self, slots: np.ndarray) -> np.ndarray:
+        """MTP: a request whose drafting is off (the draft policy, or `_drop_stopped_drafts`)
+        no longer writes the draft model's K/V, so its blocks from then on stay out of the
+        prefix cache; n-gram drafting keeps no K/V of its own."""
+        if not self._mtp:
+            return np.ones(len(slots), bool)
+        return ~(self.draft_policy.off[slots] | self._draft_dropped[slots])
 
     def _drop_stopped_drafts(self, ran: np.ndarray, draft_stop: np.ndarray) -> None:
         """stop_handling "ops": switch drafting off (`MTPProposer.drop`, until the request's next

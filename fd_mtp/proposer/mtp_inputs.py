@@ -127,9 +127,12 @@ class MTPInsertion:
         """Mirror the target's `insert_tasks_v1` for the draft model (spec §4.2, v1).
 
         PREFILL ``[s, e)`` of ``token_ids``: draft prompt ``input_ids[b, :e-s-1] = token_ids[s+1:e]``
-        (the target's chunk shifted left by one; ``input_ids_cpu`` too, the hybrid haystack) and
-        ``input_ids_len = e-s-1``; ``pre_ids`` row -1; block row = the request's; ``stop_flags`` /
-        ``batch_drop`` False; ``seq_lens_encoder = this_time = e-s``, ``seq_lens_decoder = s``;
+        (the target's chunk shifted left by one); the hybrid haystack ``input_ids_cpu[b, :e-1] =
+        token_ids[1:e]`` and ``input_ids_len = e-1``: every token so far, not only this chunk's
+        (upstream writes the chunk), so that the n-gram drafts do not depend on how the prompt
+        was chunked or how much of it came from the prefix cache; ``pre_ids`` row -1; block
+        row = the request's; ``stop_flags`` / ``batch_drop`` False; ``seq_lens_encoder =
+        this_time = e-s``, ``seq_lens_decoder = s``;
         ``step_idx`` as the target (generated tokens on the last chunk, else 0). Role "decode":
         ``seq_lens_encoder = 0``, ``recompute_token_num = 0``, ``mask_rollback = 1``; other roles
         start the slot afresh with ``recompute_token_num = num_model_steps - 1`` and
@@ -156,10 +159,10 @@ class MTPInsertion:
             length = task.end - task.start
             last_chunk = task.end >= n
             draft_prompt = task.token_ids[task.start + 1 : task.end]
-            self.batch.stage(self.input_ids_len)[b] = length - 1
+            self.batch.stage(self.input_ids_len)[b] = task.end - 1
             w["pre_ids"][b] = -1
             self._write_row("input_ids", b, draft_prompt)
-            self._write_row("input_ids_cpu", b, draft_prompt, fill=-1)
+            self._write_row("input_ids_cpu", b, task.token_ids[1 : task.end], fill=-1)
             w["stop_flags"][b] = False
             w["batch_drop"][b] = False
             w["is_block_step"][b] = False

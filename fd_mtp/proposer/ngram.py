@@ -63,7 +63,7 @@ class NgramProposer:
         """A PREFILL task stores the request's prompt (``token_ids`` without generated tokens) as
         the haystack; other tasks change nothing here."""
         for t in tasks:
-            if t.kind is not TaskKind.PREFILL or t.start != 0:
+            if t.kind is not TaskKind.PREFILL or not t.first_chunk:
                 continue
             prompt = np.asarray(t.token_ids[: len(t.token_ids) - t.num_output], np.int64)
             row = self.batch.stage(self.input_ids_cpu)
