@@ -346,11 +346,12 @@ def test_insert_tasks_v1_prefill_first_and_final_chunk(models):
     assert col(mi["recompute_token_num"]) == [1, 1] and col(mi["mask_rollback"]) == [0, 0]
     # slot 0 untouched by a slot-1 insert
     assert row(mi["input_ids_cpu"], 0) == [-1] * L
-    # the final chunk: decoder = start, the draft prompt is the chunk shifted by one
+    # the final chunk: decoder = start, the draft prompt is the chunk shifted by one; the hybrid
+    # haystack holds every token so far (not only the chunk's, as upstream)
     r.insert_tasks_v1([prefill(1, tokens, [4, 2, 9], start=6)])
     r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
-    assert row(mi["input_ids"], 1, 3) == tokens[7:10] and p.input_ids_len.numpy()[1, 0] == 3
-    assert row(mi["input_ids_cpu"], 1, 4) == tokens[7:10] + [-1]
+    assert row(mi["input_ids"], 1, 3) == tokens[7:10] and p.input_ids_len.numpy()[1, 0] == 9
+    assert row(mi["input_ids_cpu"], 1, 10) == tokens[1:10] + [-1]
     assert col(mi["seq_lens_encoder"])[1] == 4 and col(mi["seq_lens_this_time"])[1] == 4
     assert col(mi["seq_lens_decoder"])[1] == 6 and col(mi["step_idx"])[1] == 0
     assert row(mi["block_tables"], 1, 4) == [4, 2, 9, -1]

@@ -13,6 +13,10 @@ Names follow vLLM's with the prefix ``fd_mtp:``; every metric has the label ``mo
   engine emitted for a request, as streamed to its client), ``fd_mtp:request_success_total``
   (label ``finished_reason``: stop, length, abort), ``fd_mtp:request_rejected_total`` (label
   ``reason``: queue_full, invalid), ``fd_mtp:num_preemptions_total``;
+* prefix cache (vLLM's counters, in tokens): ``fd_mtp:prefix_cache_queries_total`` (prompt tokens
+  of the requests the engine admitted, looked up in the cache) and
+  ``fd_mtp:prefix_cache_hits_total`` (those found); hit rate = ``rate(..._hits_total) /
+  rate(..._queries_total)``. Read from the engine's own counters at every scrape;
 * speculative decoding (vLLM's counters): ``fd_mtp:spec_decode_num_drafts_total`` (decode steps
   of a request that verified drafts), ``fd_mtp:spec_decode_num_draft_tokens_total``,
   ``fd_mtp:spec_decode_num_accepted_tokens_total``,
@@ -30,6 +34,7 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: N811
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 from ..async_llm import StatsListener
 
@@ -161,11 +166,13 @@ class ServerMetrics(StatsListener):
         self._last: dict[str, float | None] = {}
 
     def bind(self, front) -> None:
-        """Read the gauges from ``front`` (an `AsyncLLM`) at every scrape."""
+        """Read the gauges and the prefix cache's counters from ``front`` (an `AsyncLLM`) at
+        every scrape."""
         m = self.model_name
         self.running.labels(m).set_function(lambda: front.num_running)
         self.waiting.labels(m).set_function(lambda: front.num_waiting)
         self.kv_usage.labels(m).set_function(lambda: front.kv_cache_usage)
+        self.registry.register(_PrefixCacheCollector(m, front.engine))
 
     def render(self) -> bytes:
         """The text exposition of every metric (the ``/metrics`` body)."""
@@ -218,3 +225,29 @@ class ServerMetrics(StatsListener):
     def step(self, num_preemptions: int) -> None:
         if num_preemptions:
             self.preemptions.labels(self.model_name).inc(num_preemptions)
+
+
+class _PrefixCacheCollector:
+    """``fd_mtp:prefix_cache_queries`` / ``..._hits`` (counters, tokens), read from the engine's
+    monotonic counters at each scrape (two ints: reading them from the event loop's thread while
+    the engine steps is safe)."""
+
+    def __init__(self, model_name: str, engine):
+        self.model_name, self.engine = model_name, engine
+
+    def collect(self):
+        for name, doc, value in (
+            (
+                "fd_mtp:prefix_cache_queries",
+                "Prompt tokens looked up in the prefix cache.",
+                self.engine.prefix_cache_queries,
+            ),
+            (
+                "fd_mtp:prefix_cache_hits",
+                "Prompt tokens found in the prefix cache.",
+                self.engine.prefix_cache_hits,
+            ),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["model_name"])
+            c.add_metric([self.model_name], value)
+            yield c
