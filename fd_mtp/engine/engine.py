@@ -360,11 +360,16 @@ class LLMEngine(EngineOutputs):
                     tasks.append(Task(TaskKind.DECODE, req.slot, block_ids=list(req.block_ids)))
             else:
                 tasks.append(self._prefill_task(req, req.num_computed + n))
-        bm = self.block_manager
+        bm, bs = self.block_manager, self.runner.block_size
+        pending: set[bytes] = set()  # blocks the requests admitted in this step will compute
         while self.waiting and self.free_slots and budget > 0 and not preempted:
             req = self.waiting[0]
             hits = self._cached_prefix(req)
-            start = len(hits) * self.runner.block_size
+            if len(hits) < len(req.block_keys) and req.block_keys[len(hits)] in pending:
+                # its next block is being computed in this step by a request just admitted
+                # (n > 1, a burst behind one system prompt): wait one step and share it
+                break
+            start = len(hits) * bs
             n = min(req.num_tokens - start, budget)
             bm.acquire(hits)
             req.block_ids = list(hits)
@@ -386,6 +391,8 @@ class LLMEngine(EngineOutputs):
             budget -= n
             plan[req.slot] = (req, start + n)
             tasks.append(self._prefill_task(req, start + n))
+            if bm.enable_caching and req.cacheable:
+                pending.update(req.block_keys[len(hits) : (start + n) // bs])
         return tasks, decode_slots, plan
 
     # -- prefix cache -------------------------------------------------------------------------------

@@ -72,7 +72,6 @@ def conversation(ckpt, spec, caching, params, **kw):
     """Two turns at max_num_seqs 2 (so later requests of a turn are admitted after earlier ones
     computed the shared blocks): turn 1 = `TURN1`, turn 2 = each turn-1 prompt + its output +
     three new tokens. -> (llm, outputs of both turns)."""
-    kw.setdefault("max_num_seqs", 2)
     llm = fd_mtp.LLM(
         str(ckpt),
         speculative_config=spec,
@@ -88,6 +87,7 @@ def conversation(ckpt, spec, caching, params, **kw):
 
 
 def check_same(ckpt, spec, params, every_turn_hits=True, **kw):
+    kw.setdefault("max_num_seqs", 2)
     _, want = conversation(ckpt, spec, False, params, **kw)
     llm, got = conversation(ckpt, spec, True, params, **kw)
     for i, (g, w) in enumerate(zip(got, want)):
@@ -116,9 +116,10 @@ def check_same(ckpt, spec, params, every_turn_hits=True, **kw):
 def test_greedy_output_equals_the_uncached_output(ckpts, name):
     ckpt = ckpts["random" if name == "plain" else "mixed"]
     llm, got = check_same(ckpt, SPECS[name], lambda i: greedy())
-    # requests 0 and 1 are admitted together (2 slots); 2 and 3 find the system prompt's first
-    # 3 blocks (12 tokens; the 13th is part of the third block's key); 6 and 7 two of them
-    assert [o.metrics.num_cached_tokens for o in got[:8]] == [0, 0, 12, 12, 0, 12, 8, 8]
+    # request 1 waits for request 0 to compute the system prompt's first 3 blocks (12 tokens;
+    # the 13th is part of the third block's key) and shares them, as do 2, 3 and 5; 6 and 7 share
+    # two of them
+    assert [o.metrics.num_cached_tokens for o in got[:8]] == [0, 12, 12, 12, 0, 12, 8, 8]
 
 
 @pytest.mark.parametrize(
@@ -131,10 +132,14 @@ def test_greedy_output_equals_the_uncached_output(ckpts, name):
     ],
 )
 def test_seeded_sampling_equals_the_uncached_output(ckpts, name, verification):
+    """target_match draws by (seed, token index): any schedule gives the same samples.
+    Rejection sampling draws by (slot, step) as upstream, so a request that waits a step to share
+    a prefix draws other numbers (the same distribution): with one slot the schedules agree."""
     spec = SPECS[name]
     if spec is not None:
         spec = {**spec, "verification": verification}
-    check_same(ckpts["mixed"], spec, lambda i: sampled(100 + i))
+    kw = dict(max_num_seqs=1, num_gpu_blocks=200) if verification == "rejection" else {}
+    check_same(ckpts["mixed"], spec, lambda i: sampled(100 + i), **kw)
 
 
 def test_moe_checkpoint(ckpts):
@@ -164,6 +169,30 @@ def test_hits_skip_the_cached_tokens_and_the_counters_add_up(ckpts):
     assert llm.engine.block_manager.num_used == 0 and s.cached_blocks > 0
     assert llm.engine.reset_prefix_cache() == s.cached_blocks
     assert llm.prefix_cache_stats.cached_blocks == 0
+
+
+@pytest.mark.parametrize("name", ["plain", "mtp_k2"])
+def test_a_burst_behind_one_prefix_computes_it_once(ckpts, name):
+    """n samples of one prompt (or requests behind one system prompt) arriving together: the
+    first is admitted, the others wait one step and share its blocks; seeded samples equal the
+    uncached ones."""
+    ckpt = ckpts["random" if name == "plain" else "mixed"]
+    prompt = SYSTEM + rand_ids(6, 7)  # 19 tokens: 4 full blocks shareable (the 5th is partial)
+    params = [sampled(200 + i, n=8) for i in range(4)]
+    outs = {}
+    for caching in (False, True):
+        llm = fd_mtp.LLM(
+            str(ckpt),
+            speculative_config=SPECS[name],
+            max_model_len=L,
+            block_size=BS,
+            max_num_seqs=4,
+            enable_prefix_caching=caching,
+        )
+        outs[caching] = llm.generate([prompt] * 4, params, use_tqdm=False)
+    assert [o.token_ids for o in outs[True]] == [o.token_ids for o in outs[False]]
+    assert [o.metrics.num_cached_tokens for o in outs[True]] == [0, 16, 16, 16]
+    assert llm.prefix_cache_stats.hits == 48
 
 
 def test_caching_off_finds_nothing(ckpts):
