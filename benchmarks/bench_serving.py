@@ -15,7 +15,8 @@ Per mode it measures, from the client side: TTFT (send to the first token), ITL 
 consecutive streamed chunks; one chunk is one engine step, which carries several tokens when drafts
 are accepted), TPOT ((end-to-end - TTFT) / (tokens - 1) per request), end-to-end latency, and
 output tokens/s and requests/s over the run; from the server's /metrics: the mean accepted length
-(1 + accepted / drafts) and the acceptance rate. ``--check`` asserts that every mode's greedy output
+(1 + accepted / drafts), the acceptance rate and the prefix cache's hit rate (hit / queried prompt
+tokens). ``--check`` asserts that every mode's greedy output
 equals plain decoding's, request for request, token for token.
 
 Usage:
@@ -225,6 +226,8 @@ def summarize(mode, args, prompts, stamp, concurrency, results, duration, before
     drafts = delta("fd_mtp:spec_decode_num_drafts_total")
     drafted = delta("fd_mtp:spec_decode_num_draft_tokens_total")
     accepted = delta("fd_mtp:spec_decode_num_accepted_tokens_total")
+    queries = delta("fd_mtp:prefix_cache_queries_total")
+    hits = delta("fd_mtp:prefix_cache_hits_total")
     summary = {
         "mode": mode,
         "concurrency": concurrency,
@@ -234,6 +237,7 @@ def summarize(mode, args, prompts, stamp, concurrency, results, duration, before
         "requests_per_s": len(prompts) / duration,
         "mean_accepted_length": 1 + accepted / drafts if drafts else None,
         "acceptance_rate": accepted / drafted if drafted else None,
+        "prefix_cache_hit_rate": hits / queries if queries else None,
     }
     config = (
         f"{len(prompts)} prompts, {args.max_tokens} new tokens, rate {args.request_rate}/s, "
@@ -254,6 +258,18 @@ def summarize(mode, args, prompts, stamp, concurrency, results, duration, before
         summary[f"{name}_p99"] = p99
     for metric, unit in (("output_tokens_per_s", "tokens/s"), ("requests_per_s", "requests/s")):
         rows.append(row("serving", mode, x, [summary[metric]], metric=metric, unit=unit, **common))
+    if summary["prefix_cache_hit_rate"] is not None:
+        rows.append(
+            row(
+                "serving",
+                mode,
+                x,
+                [summary["prefix_cache_hit_rate"]],
+                metric="prefix_cache_hit_rate",
+                unit="ratio",
+                **common,
+            )
+        )
     if summary["mean_accepted_length"] is not None:
         rows.append(
             row(
@@ -272,16 +288,18 @@ def summarize(mode, args, prompts, stamp, concurrency, results, duration, before
 def table(summaries) -> str:
     head = (
         f"{'mode':<10} {'conc':>4} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99':>7} {'ITL p50':>7} "
-        f"{'p99':>7} {'TPOT p50':>8} {'E2E p50':>8} {'p99':>7} {'accept len':>10}"
+        f"{'p99':>7} {'TPOT p50':>8} {'E2E p50':>8} {'p99':>7} {'accept len':>10} {'cache hits':>10}"
     )
     lines = [head + "   (latencies in ms)", "-" * len(head)]
     for s in summaries:
         acc = s["mean_accepted_length"]
+        hit = s["prefix_cache_hit_rate"]
         lines.append(
             f"{s['mode']:<10} {s['concurrency']:>4} {s['output_tokens_per_s']:>9.1f} {s['requests_per_s']:>6.2f} "
             f"{s['ttft_p50']:>8.1f} {s['ttft_p99']:>7.1f} {s['itl_p50']:>7.1f} "
             f"{s['itl_p99']:>7.1f} {s['tpot_p50']:>8.2f} {s['e2e_p50']:>8.1f} "
-            f"{s['e2e_p99']:>7.1f} {'-' if acc is None else format(acc, '.2f'):>10}"
+            f"{s['e2e_p99']:>7.1f} {'-' if acc is None else format(acc, '.2f'):>10} "
+            f"{'-' if hit is None else format(hit, '.1%'):>10}"
         )
     return "\n".join(lines)
 

@@ -51,6 +51,8 @@ def test_bench_serving_check_and_csv(tmp_path, capsys):
             for m in ("ttft", "itl", "tpot", "e2e"):
                 assert 0 < got[(mode, c, f"{m}_ms")] <= got[(mode, c, f"{m}_p99_ms")]
             assert got[(mode, c, "output_tokens_per_s")] > 0
+            # from the server's prefix-cache counters (on by default)
+            assert 0 <= got[(mode, c, "prefix_cache_hit_rate")] <= 1
     # the MTP server reports its mean accepted length (1 + accepted / drafts, at most 1 + K)
     assert 1.0 <= got[("mtp_k1", "1", "mean_accepted_length")] <= 2.0
     assert ("plain", "1", "mean_accepted_length") not in got
