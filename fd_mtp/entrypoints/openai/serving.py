@@ -1,7 +1,21 @@
-"""The handlers behind ``/v1/completions`` and ``/v1/chat/completions``: request -> `SamplingParams`
-and prompts -> `AsyncLLM` -> an OpenAI response (JSON) or server-sent events.
+"""The handlers behind ``/v1/completions``, ``/v1/chat/completions``, ``/tokenize`` and
+``/detokenize``: request -> `SamplingParams` and prompts -> `AsyncLLM` -> an OpenAI response (JSON)
+or server-sent events.
 
-Responses follow OpenAI's shapes; additions:
+Responses follow OpenAI's shapes:
+
+* ``logprobs`` (completions, an int k in [0, 20]): ``{tokens, token_logprobs, top_logprobs,
+  text_offset}``, ``top_logprobs[i]`` the k most likely tokens and the sampled one as
+  ``{text: logprob}``; chat (``logprobs: true``, ``top_logprobs`` k): ``{"content": [{token,
+  logprob, bytes, top_logprobs: [{token, logprob, bytes}] (the k most likely)}]}``. Values are
+  the engine's (``log_softmax`` of the raw logits, `fd_mtp.SamplingParams.logprobs`), -inf as
+  -9999.0; a token's text is the token decoded alone, ``text_offset`` the running sum of their
+  lengths. Streamed chunks carry the logprobs of their own tokens;
+* ``n`` > 1: n samples of every prompt (`sample_params`: seed ``s + j`` for sample j when the
+  request has a seed), choice ``index`` = prompt position * n + j; ``usage`` counts each prompt's
+  tokens once and every choice's generated tokens;
+
+additions:
 
 * every choice of a speculative server carries ``speculate_metrics`` (FastDeploy's name; on the
   last chunk of its stream): ``num_drafts`` (decode steps), ``num_draft_tokens``,
@@ -13,7 +27,12 @@ Responses follow OpenAI's shapes; additions:
   chunk's), the response's choices also ``prompt_token_ids``.
 
 A stream is ``data: {chunk}`` events and a final ``data: [DONE]``; with
-``stream_options.include_usage`` the last chunk before it has ``"choices": []`` and ``usage``.
+``stream_options.include_usage`` the last chunk before it has ``"choices": []`` and ``usage``;
+with ``stream_options.continuous_usage_stats`` every chunk carries the usage so far. A request
+that `AsyncLLM.abort_all` ends (the server's ``--shutdown-timeout``) gets one error event
+``data: {"error": {..., "code": "server_shutdown"}}``, then each choice's last chunk with
+``finish_reason: "abort"`` (vLLM's reason), then ``[DONE]``; non-streaming, a 503; one log line
+per HTTP request.
 """
 
 from __future__ import annotations
