@@ -364,6 +364,7 @@ def test_continuous_usage_stats(server):
             temperature=0,
             stream=True,
             stream_options={"continuous_usage_stats": True},
+            extra_body={"ignore_eos": True},
         )
     )
     assert all(ch.usage is not None for ch in chunks)
@@ -382,6 +383,7 @@ def test_continuous_usage_stats(server):
             temperature=0,
             stream=True,
             stream_options={"continuous_usage_stats": True, "include_usage": True},
+            extra_body={"ignore_eos": True},
         )
     )
     assert all(ch.usage is not None for ch in chat)
