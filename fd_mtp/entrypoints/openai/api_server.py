@@ -331,6 +331,7 @@ def build_llm(args):
         max_model_len=args.max_model_len,
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
         max_num_batched_tokens=args.max_num_batched_tokens,
         speculative_config=args.speculative_config,
         seed=args.seed,

@@ -84,6 +84,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="KV-cache blocks per layer (default: enough for every slot at --max-model-len)",
     )
     p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV blocks of prompt prefixes computed earlier (default: on; "
+        "/metrics counts fd_mtp:prefix_cache_queries_total and fd_mtp:prefix_cache_hits_total)",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=int,
         default=2048,

@@ -437,10 +437,19 @@ class OpenAIServing:
     @staticmethod
     def _usage(outputs, n: int) -> dict:
         """Usage of ``n`` choices per prompt: each prompt's tokens count once, every choice's
-        generated tokens count."""
-        p = sum(len(o.prompt_token_ids) for o in outputs[::n] if o is not None)
+        generated tokens count; ``prompt_tokens_details.cached_tokens`` (OpenAI's field): the
+        prompt tokens the prefix cache served to each prompt's first sample (the others share
+        what it computed)."""
+        first = [o for o in outputs[::n] if o is not None]
+        p = sum(len(o.prompt_token_ids) for o in first)
         c = sum(len(o.token_ids) for o in outputs if o is not None)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        cached = sum(o.metrics.num_cached_tokens for o in first)
+        return {
+            "prompt_tokens": p,
+            "completion_tokens": c,
+            "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
     def _metrics_field(self, outputs) -> dict | None:
         if not self.speculative:
