@@ -358,15 +358,7 @@ class OpenAIServing:
 
             return EventStream(self._stream(streams, chunk, head, body.stream_options, n), streams)
 
-        events = await self._collect(streams, raw)
-        if events is None:
-            return Response(status_code=499)
-        aborted = self._aborted(rid, events, "non-streaming")
-        if aborted is not None:
-            return aborted.response()
-        outputs = [ev.output for ev in events]
-        choices = []
-        for i, o in enumerate(outputs):
+        def choice(i, o):
             c = {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason}
             offset = 0
             if echo is not None:
@@ -376,6 +368,24 @@ class OpenAIServing:
             if o.logprobs is not None:
                 lps, _ = completion_logprobs(o.token_ids, o.logprobs, offset)
                 c["logprobs"] = Echo.join(c["logprobs"], lps)
+            return c
+
+        return await self._respond(streams, raw, head, n, body, choice)
+
+    async def _respond(self, streams, raw: Request, head: dict, n: int, body, choice) -> Response:
+        """The non-streaming response: every stream's output, ``choice(index, output)`` of each
+        (with ``prompt_token_ids`` and the extras), usage and metrics; 499 when the client went
+        away, 503 for requests `AsyncLLM.abort_all` ended."""
+        events = await self._collect(streams, raw)
+        if events is None:
+            return Response(status_code=499)
+        aborted = self._aborted(head["id"], events, "non-streaming")
+        if aborted is not None:
+            return aborted.response()
+        outputs = [ev.output for ev in events]
+        choices = []
+        for i, o in enumerate(outputs):
+            c = choice(i, o)
             if body.return_token_ids:
                 c["prompt_token_ids"] = list(o.prompt_token_ids)
             choices.append(self._choice_extras(c, o, body, True))
@@ -426,15 +436,10 @@ class OpenAIServing:
         except ValueError as exc:
             raise RequestError(f"messages: {exc}", param="messages") from None
 
-    async def chat(self, body: ChatCompletionRequest, raw: Request) -> Response:
-        self._check_common(body)
-        refuse_unsupported(
-            body,
-            {
-                "tools": bool(body.tools),
-                "tool_choice": body.tool_choice not in (None, "none"),
-            },
-        )
+    def _chat_params(self, body: ChatCompletionRequest):
+        """`SamplingParams` of a chat body: ``max_tokens`` or ``max_completion_tokens`` (not both;
+        neither: as many as ``max_model_len`` allows, where the engine stops with "length"),
+        ``logprobs: true`` with ``top_logprobs`` k."""
         if body.top_logprobs not in (None, 0) and not body.logprobs:
             raise RequestError(
                 "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value"
@@ -445,15 +450,25 @@ class OpenAIServing:
             )
         name = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         max_tokens = body.max_completion_tokens if name != "max_tokens" else body.max_tokens
-        top = body.top_logprobs or 0
-        # default: as many as max_model_len allows (the engine stops there with "length")
-        params = sampling_params(
+        return sampling_params(
             body,
             self.front.max_model_len if max_tokens is None else max_tokens,
             name,
-            logprobs=top if body.logprobs else None,
+            logprobs=(body.top_logprobs or 0) if body.logprobs else None,
             logprobs_name="top_logprobs",
         )
+
+    async def chat(self, body: ChatCompletionRequest, raw: Request) -> Response:
+        self._check_common(body)
+        refuse_unsupported(
+            body,
+            {
+                "tools": bool(body.tools),
+                "tool_choice": body.tool_choice not in (None, "none"),
+            },
+        )
+        params = self._chat_params(body)
+        top = body.top_logprobs or 0
         self._messages(body.messages)  # a tool message without tool_call_id: 400 before queueing
         n = body.n
         # capacity first (a full queue costs no template or tokenizer work), then the prompt off
@@ -500,15 +515,7 @@ class OpenAIServing:
                 streams,
             )
 
-        events = await self._collect(streams, raw)
-        if events is None:
-            return Response(status_code=499)
-        aborted = self._aborted(rid, events, "non-streaming")
-        if aborted is not None:
-            return aborted.response()
-        outputs = [ev.output for ev in events]
-        choices = []
-        for j, o in enumerate(outputs):
+        def choice(j, o):
             c = {
                 "index": j,
                 "message": {"role": "assistant", "content": o.text},
@@ -517,14 +524,9 @@ class OpenAIServing:
             }
             if o.logprobs is not None:
                 c["logprobs"] = chat_logprobs(o.token_ids, o.logprobs, top)
-            if body.return_token_ids:
-                c["prompt_token_ids"] = list(o.prompt_token_ids)
-            choices.append(self._choice_extras(c, o, body, True))
-        resp = {**head, "choices": choices, "usage": self._usage(outputs, n)}
-        metrics = self._metrics_field(outputs)
-        if metrics is not None:
-            resp["metrics"] = metrics
-        return JSONResponse(resp)
+            return c
+
+        return await self._respond(streams, raw, head, n, body, choice)
 
     # -- /tokenize, /detokenize ---------------------------------------------------------------------
     async def tokenize(self, body) -> dict:
