@@ -212,7 +212,7 @@ class LLMEngine(EngineOutputs):
         return rid
 
     def abort_request(self, request_id: str) -> None:
-        """Finish a request now (``finish_reason = "aborted"``), freeing its slot and blocks."""
+        """Finish a request now (``finish_reason = "abort"``), freeing its slot and blocks."""
         req = self.requests[request_id]
         if req.finished:
             return
@@ -222,7 +222,7 @@ class LLMEngine(EngineOutputs):
             self.waiting.remove(req)
         if self.tokenizer is not None and not self.stream_text and req.output_token_ids:
             self._update_text(req)
-        self._finish(req, "aborted")
+        self._finish(req, "abort")
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

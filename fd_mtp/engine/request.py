@@ -269,7 +269,7 @@ class RequestOutput:
         text: the decoded generated text (without the EOS token; cut before a stop string unless
             ``include_stop_str_in_output``); "" without a tokenizer.
         finish_reason: "stop" (EOS, stop token id or stop string), "length" (max_tokens or
-            max_model_len), "error" (the request was rejected: see ``error``), or "aborted".
+            max_model_len), "error" (the request was rejected: see ``error``), or "abort".
         error: the message of a rejected request, else None.
         metrics: a `RequestMetrics`.
         logprobs: None unless ``SamplingParams.logprobs`` was set; then one dict per entry of
