@@ -325,3 +325,53 @@ def test_the_proposer_refuses_a_wrong_draft_model(target, main, tmp_path):
         SpeculativeModelRunner(
             main, cfg, scheduler_config=SCHED, cache_config=CACHE, mtp_model=head3
         )
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_the_head_reads_the_target_hidden_states_of_the_same_forward(target, tmp_path, method):
+    """The head's first substep reads, row for row, the hidden states of the target's forward of
+    that step (no second target pass): EAGLE-1 the final hidden states, EAGLE-3 the concatenated
+    streams of its layers; later substeps its own H-wide output."""
+    import fd_mtp
+    from fd_mtp import SamplingParams
+
+    head_dir = write_random_eagle_head(tmp_path / method, target, method=method)
+    llm = fd_mtp.LLM(
+        str(target),
+        speculative_config={
+            "method": method,
+            "model": str(head_dir),
+            "num_speculative_tokens": 2,
+            "num_model_steps": 2,
+        },
+        max_num_seqs=2,
+        max_model_len=64,
+        block_size=8,
+    )
+    head, main = llm.runner.proposer.model, llm.runner.model
+    seen, target_rows = [], []
+    head_forward, main_forward = head.forward, main.forward
+
+    def record_main(ids, meta):
+        out = main_forward(ids, meta)
+        aux = main.aux_hidden_states
+        target_rows.append(out.numpy() if aux is None else paddle.concat(aux, -1).numpy())
+        return out
+
+    def record_head(ids, prev, meta):
+        seen.append(prev.numpy())
+        return head_forward(ids, prev, meta)
+
+    main.forward, head.forward = record_main, record_head
+    prompt = [5, 9, 33, 7, 101, 250, 3]
+    llm.generate([prompt], SamplingParams(max_tokens=3, temperature=0.0), use_tqdm=False)
+    H = main.config.hidden_size
+    width = H if method == "eagle" else 3 * H
+    assert len(target_rows) >= 2 and seen[0].shape == (len(prompt), width)
+    # prefill: the draft's input position j pairs token j + 1 with the target's row j
+    np.testing.assert_array_equal(seen[0], target_rows[0])
+    assert seen[1].shape == (1, H)  # the next substep: the head's own output row
+    # the next step's first substep: the rows of that step's target forward (accepted tokens)
+    assert seen[2].shape[1] == width
+    rows = target_rows[1]
+    assert any(np.array_equal(seen[2], rows[:n]) for n in range(1, rows.shape[0] + 1))
