@@ -1,5 +1,10 @@
 """`MTPProposer`: the ERNIE MTP head drafting tokens for the target model (spec/ops.md §3, §4, §6, §10).
 
+Its code is `DraftModelProposer`, the base it shares with `fd_mtp.proposer.eagle.EagleProposer`
+(a separate EAGLE / EAGLE-3 head in the MTP block's place): everything below holds for both, with
+"the MTP block" read as "the draft model"; a subclass names its methods and the target hidden
+states its model reads at the first substep (`DraftModelProposer._target_hidden_states`).
+
 The proposer owns a persistent ``model_inputs`` dict built from the target runner's
 ``share_inputs`` exactly as spec §3 lists (clones, aliases and new buffers), the MTP block (which
 uses the main model's ``embed_tokens``, final ``norm`` and ``lm_head`` Layer objects) and its own

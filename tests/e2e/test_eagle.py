@@ -22,7 +22,7 @@ from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 from fd_mtp.testing.eagle import write_exact_eagle_head, write_random_eagle_head  # noqa: E402
 
-from .test_speculative import _chi2_homogeneity  # noqa: E402
+from .test_speculative import _chi2_homogeneity, ops_expected  # noqa: E402
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 L = 128
@@ -39,11 +39,15 @@ def ckpts(tmp_path_factory):
         ),
         "exact": write_exact_draft_checkpoint(root / "exact", seed=3),
         "mixed": write_exact_draft_checkpoint(root / "mixed", seed=3, context=0.3),
+        # a second EOS id greedy decoding meets (stop_handling "ops" ends requests at it)
+        "mixed_eos": write_exact_draft_checkpoint(
+            root / "mixed_eos", seed=3, context=0.3, eos_token_id=[2, 133]
+        ),
     }
     out = {}
     for name, t in targets.items():
         for m in METHODS:
-            if name in ("exact", "mixed"):
+            if name in ("exact", "mixed", "mixed_eos"):
                 head = write_exact_eagle_head(root / f"{name}_{m}", t, method=m, seed=1)
             else:
                 head = write_random_eagle_head(root / f"{name}_{m}", t, method=m, seed=1)
@@ -292,3 +296,59 @@ def test_cli_generate_with_an_eagle3_head(ckpts, capsys):
     assert first in out.splitlines()
     assert main(argv + ["--speculative-model", str(head)]) == 2
     assert "--speculative-model needs --speculative-method" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_hybrid_ngram_extension_keeps_greedy_output(ckpts, method):
+    """``mtp_strategy="with_ngram"`` with K > num_model_steps: the head's drafts extended by
+    n-gram matches (``hybrid_mtp_ngram``), as with MTP."""
+    rng = np.random.default_rng(5)
+    base = [int(t) for t in rng.integers(3, 300, 12)]
+    ps = [base * 3, base[:7] * 4, prompts([9], seed=3)[0]]  # repeats give n-gram matches
+    hybrid = {"mtp_strategy": "with_ngram"}
+    for target in ("mixed", "random"):
+        llm, _ = check_equal(ckpts[target, method], method, 4, ps, [20, 16, 12], 2, hybrid)
+        m = llm.speculative_metrics
+        assert llm.speculative_config.hybrid_mode
+        if target == "mixed":  # the bigram target repeats itself: n-gram drafts past the head's
+            assert m.drafted_per_position[2] > 0, m.summary()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ops_stop_handling_follows_upstream_rules(ckpts, method):
+    """``stop_handling="ops"``: the ops end requests (an EOS id inside an accepted run, the token
+    at max_tokens replaced by the first EOS id), as with MTP (`ops_expected`)."""
+    ckpt, head = ckpts["mixed_eos", method]
+    ps = prompts([5, 1, 17, 9, 3, 30], seed=4)
+    n = [12, 9, 14, 6, 11, 10]
+    stream = plain_tokens(ckpt, ps, [SamplingParams(max_tokens=k, **GREEDY) for k in n])
+    llm = llm_for(ckpt, eagle(method, head, 3, stop_handling="ops"))
+    params = [SamplingParams(max_tokens=k, temperature=0.0) for k in n]
+    outs = llm.generate(ps, params, use_tqdm=False)
+    reasons = []
+    for i, (o, w, k, p) in enumerate(zip(outs, stream, n, ps)):
+        tokens, reason = ops_expected(w, min(k, L - len(p)), [2, 133])
+        assert (o.token_ids, o.finish_reason) == (tokens, reason), i
+        reasons.append(reason)
+    assert "stop" in reasons and "length" in reasons
+    assert llm.speculative_metrics.num_accepted > 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("verification", ["greedy", "topp", "topk"])
+def test_other_verification_strategies(ckpts, method, verification):
+    """ "greedy" (argmax acceptance) and FastDeploy's candidate rules: greedy requests give plain
+    greedy output; sampled requests under "topp" / "topk" (not lossless) give valid tokens."""
+    ps = prompts([6, 15, 2], seed=140)
+    llm, _ = check_equal(
+        ckpts["mixed", method], method, 3, ps, [12] * 3, 2, {"verification": verification}
+    )
+    assert llm.speculative_metrics.num_accepted > 0
+    if verification != "greedy":
+        sampled = [
+            SamplingParams(max_tokens=12, seed=s, temperature=0.8, top_p=0.9, ignore_eos=True)
+            for s in (1, 2, 3)
+        ]
+        outs = llm.generate(ps, sampled, use_tqdm=False)
+        assert all(len(o.token_ids) == 12 and 0 <= min(o.token_ids) for o in outs)
+        assert all(max(o.token_ids) < 300 for o in outs)

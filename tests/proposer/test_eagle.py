@@ -375,3 +375,12 @@ def test_the_head_reads_the_target_hidden_states_of_the_same_forward(target, tmp
     assert seen[2].shape[1] == width
     rows = target_rows[1]
     assert any(np.array_equal(seen[2], rows[:n]) for n in range(1, rows.shape[0] + 1))
+
+
+@pytest.mark.parametrize("name", ["fd_mtp.model.eagle", "fd_mtp.testing.eagle"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
