@@ -167,3 +167,29 @@ def write_exact_eagle_head(path, target_dir, *, method: str = "eagle3", seed: in
         weights["lm_head.weight"] = head[:, ids].astype(np.float32)
         weights["d2t"] = (ids - np.arange(ids.size)).astype(np.int64)
     return _save(path, cfg, weights)
+
+
+def main(argv=None) -> int:
+    """``python -m fd_mtp.testing.eagle OUT_DIR [--target CKPT_DIR] [--method eagle|eagle3]
+    [--seed N]``: write a random head for the target (default: the demo model); prints its path."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m fd_mtp.testing.eagle",
+        description="write a random-init EAGLE / EAGLE-3 head for a target checkpoint",
+    )
+    p.add_argument("out", help="the head's directory (created)")
+    p.add_argument("--target", default=None, help="the target checkpoint (default: the demo model)")
+    p.add_argument("--method", choices=("eagle", "eagle3"), default="eagle3")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.target is None:
+        from ..assets import default_model_path
+
+        args.target = default_model_path()
+    print(write_random_eagle_head(args.out, args.target, method=args.method, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

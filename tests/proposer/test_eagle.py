@@ -384,3 +384,11 @@ def test_docstring_examples(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_writer_command_writes_a_loadable_head(target, main, tmp_path, capsys):
+    from fd_mtp.testing.eagle import main as write_main
+
+    assert write_main([str(tmp_path / "h"), "--target", str(target), "--method", "eagle"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "h")
+    assert load_eagle_head(tmp_path / "h", main, "eagle").method == "eagle"
