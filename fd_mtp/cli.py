@@ -6,7 +6,8 @@
     fd-mtp generate [--model CKPT_DIR] --prompt "Hello" [--prompt-ids "1 2 3"] [--max-tokens 32]
                     [--temperature 0 --top-p 1 --top-k 0 --seed S] [--batch N] [--stream]
                     [--device cpu|gpu --dtype float32|bfloat16|float16]
-                    [--speculative-method mtp|ngram --num-speculative-tokens K --num-model-steps N
+                    [--speculative-method mtp|eagle|eagle3|ngram [--speculative-model HEAD_DIR]
+                     --num-speculative-tokens K --num-model-steps N
                      --mtp-strategy default|with_ngram --verification target_match
                      --draft-policy fixed|adaptive --draft-sampling --stop-handling engine|ops]
 
@@ -38,6 +39,10 @@ acceptance and costs) and ``--draft-sampling`` (drafts sampled from the MTP head
 ``--verification rejection``). ``--stop-handling ops`` lets the ops end requests as in
 FastDeploy (EOS ids and max_tokens in speculate_verify; ``SpeculativeConfig.stop_handling``);
 ``fd-mtp serve`` takes it in ``--speculative-config`` (``"stop_handling": "ops"``).
+``--speculative-method eagle`` / ``eagle3`` drafts with a separate EAGLE / EAGLE-3 head whose
+directory ``--speculative-model`` gives (``SpeculativeConfig.model``; `fd_mtp.model.eagle`); the
+MTP options apply to them too. ``fd-mtp serve`` takes the same in ``--speculative-config``
+(``{"method": "eagle3", "model": DIR, "num_speculative_tokens": 3}``).
 The default verification, "target_match", accepts a draft while it equals the token the target
 emits at that position, so output equals plain decoding for greedy and for seeded sampled requests.
 Then each request also prints ``[i] spec: <SpeculativeMetrics.summary()>``, and after the summary
@@ -210,9 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--speculative-method",
-        choices=("mtp", "ngram"),
+        choices=("mtp", "eagle", "eagle3", "ngram"),
         default=None,
-        help="draft with the checkpoint's MTP head or with n-gram lookup",
+        help="draft with the checkpoint's MTP head, a separate EAGLE / EAGLE-3 head "
+        "(--speculative-model) or n-gram lookup",
+    )
+    s.add_argument(
+        "--speculative-model",
+        default=None,
+        metavar="HEAD_DIR",
+        help="the EAGLE / EAGLE-3 head's checkpoint directory (methods eagle, eagle3)",
     )
     s.add_argument(
         "--num-speculative-tokens",
@@ -288,7 +300,10 @@ def _add_parallel_args(parser) -> None:
 
 
 def _flags(names) -> str:
-    return ", ".join("--" + k.replace("_", "-") for k in names)
+    # the SpeculativeConfig field "model" is the option --speculative-model
+    return ", ".join(
+        "--" + ("speculative-model" if k == "model" else k.replace("_", "-")) for k in names
+    )
 
 
 def speculative_config(args) -> dict | None:
@@ -303,13 +318,14 @@ def speculative_config(args) -> dict | None:
         "draft_policy": args.draft_policy,
         "draft_sampling": args.draft_sampling,
         "stop_handling": args.stop_handling,
+        "model": args.speculative_model,
     }
     given = [k for k, v in opts.items() if v is not None]
     if args.speculative_method is None:
         if given:
             raise ValueError(
                 f"{_flags(given)} {'needs' if len(given) == 1 else 'need'} "
-                "--speculative-method mtp or ngram"
+                "--speculative-method mtp, eagle, eagle3 or ngram"
             )
         return None
     if args.speculative_method == "ngram":
@@ -321,7 +337,7 @@ def speculative_config(args) -> dict | None:
         if mtp_only:
             raise ValueError(
                 f"{_flags(mtp_only)} {'applies' if len(mtp_only) == 1 else 'apply'} to "
-                "--speculative-method mtp only, not ngram"
+                "--speculative-method mtp, eagle or eagle3 only, not ngram"
             )
     cfg = {"method": args.speculative_method, "verification": args.verification or "target_match"}
     cfg.update({k: v for k, v in opts.items() if v is not None})
@@ -391,7 +407,7 @@ def _print_speculative(llm) -> None:
     metrics = llm.speculative_metrics
     head = (
         f"speculative ({spec.method}, K={spec.num_speculative_tokens}"
-        + (f", model steps {spec.num_model_steps}" if spec.method == "mtp" else "")
+        + (f", model steps {spec.num_model_steps}" if spec.uses_draft_model else "")
         + (", hybrid n-gram" if spec.hybrid_mode else "")
         + f", verification {spec.verification})"
     )

@@ -20,7 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-METHODS = ("mtp", "ngram")
+METHODS = ("mtp", "eagle", "eagle3", "ngram")
+# Methods that draft with a model (its own KV cache, substeps, the draft ops): the checkpoint's MTP
+# block, or a separate EAGLE / EAGLE-3 head (``model``: its directory).
+DRAFT_MODEL_METHODS = ("mtp", "eagle", "eagle3")
+EAGLE_METHODS = ("eagle", "eagle3")
 MTP_STRATEGIES = ("default", "with_ngram")
 # How drafts are checked against the target (fd_mtp.ops.speculate_verify's verify_strategy).
 VERIFICATIONS = ("greedy", "topp", "topk", "target_match", "rejection")
@@ -41,11 +45,14 @@ class SpeculativeConfig:
     """Speculative decoding settings.
 
     Args:
-        method: "mtp" (the model's multi-token-prediction head drafts) or "ngram" (prompt and
-            history lookup drafts).
+        method: "mtp" (the model's multi-token-prediction head drafts), "eagle" / "eagle3" (a
+            separate EAGLE / EAGLE-3 draft head from the directory ``model``; vLLM's and
+            FastDeploy's names; `fd_mtp.model.eagle` documents the checkpoint) or "ngram"
+            (prompt and history lookup drafts).
         num_speculative_tokens: K, drafts verified per step, 1..5.
-        num_model_steps: MTP substeps per step, 1..5; for "mtp", K is raised to it when smaller
-            (FastDeploy does the same).
+        num_model_steps: draft-model substeps per step, 1..5; for "mtp", "eagle" and "eagle3",
+            K is raised to it when smaller (FastDeploy does the same). vLLM's EAGLE drafts K
+            tokens with K substeps: set ``num_model_steps = K`` for that.
         mtp_strategy: "default", or "with_ngram" (extend the MTP drafts with n-gram matches up to
             K when K > num_model_steps: hybrid mode).
         verification: how drafts are checked (default "target_match").
@@ -65,7 +72,7 @@ class SpeculativeConfig:
             "adaptive" (`fd_mtp.engine.draft_policy.AdaptiveDraftPolicy`: each step chooses the
             number of MTP substeps and, per request, how many drafts to verify (0..K), from an
             EMA of measured acceptance and the measured step costs, and switches speculation off
-            for a request whose drafts do not pay). Method "mtp" only.
+            for a request whose drafts do not pay). Methods "mtp", "eagle", "eagle3".
         adaptive_ema: weight of the newest step in the acceptance EMAs, in (0, 1].
         adaptive_warmup_steps: decode steps a request drafts (at least one token) before the
             adaptive policy may switch it off, >= 1.
@@ -74,7 +81,7 @@ class SpeculativeConfig:
         draft_sampling: sample each draft from the MTP head's distribution (the request's
             temperature, top-k and top-p; greedy requests keep the argmax) instead of taking its
             argmax, and verify with those draft probabilities: needs ``verification="rejection"``
-            and method "mtp" without n-gram extension. Same output distribution as plain
+            and a draft model ("mtp", "eagle", "eagle3") without n-gram extension. Same output distribution as plain
             sampling, with higher acceptance for sampled requests.
         stop_handling: who ends requests. "engine" (default): the engine checks EOS, stop token
             ids, stop strings, ``max_tokens`` and ``max_model_len`` on the host, token by token,
@@ -89,9 +96,10 @@ class SpeculativeConfig:
             at max_tokens becomes the EOS id, a stop token id is followed by an EOS id, ...;
             listed in `fd_mtp.engine.spec_runner`), and ``ignore_eos`` requests are refused
             (the ops' end tokens are one list for the whole batch, as FastDeploy's).
-        model: FastDeploy's path of a separate draft checkpoint; fd_mtp always drafts with the MTP
-            block of the main checkpoint, so only None (or "") is accepted: a path raises
-            ValueError rather than being silently ignored.
+        model: the directory of the draft checkpoint (vLLM's / FastDeploy's name): required for
+            "eagle" / "eagle3" (the head, `fd_mtp.model.eagle`); "mtp" drafts with the MTP block
+            of the main checkpoint and "ngram" with none, so for them only None (or "") is
+            accepted: a path raises ValueError rather than being silently ignored.
     """
 
     method: str = "mtp"
@@ -145,13 +153,19 @@ class SpeculativeConfig:
             )
         if self.model == "":
             self.model = None
-        if self.model is not None:
+        if self.method in EAGLE_METHODS and self.model is None:
             raise ValueError(
-                f"SpeculativeConfig.model={self.model!r}: fd_mtp has no separate draft checkpoint; it drafts with "
-                "the MTP block of the main checkpoint (method 'mtp') or by n-gram lookup (method 'ngram'): "
+                f"SpeculativeConfig.model: method {self.method!r} needs the directory of the "
+                "EAGLE head checkpoint (config.json + model.safetensors)"
+            )
+        if self.method not in EAGLE_METHODS and self.model is not None:
+            raise ValueError(
+                f"SpeculativeConfig.model={self.model!r}: method {self.method!r} takes no separate "
+                "draft checkpoint (it drafts with the MTP block of the main checkpoint ('mtp') or "
+                "by n-gram lookup ('ngram'); a separate head is method 'eagle' or 'eagle3'): "
                 "leave model unset (None)"
             )
-        if self.method == "mtp" and self.num_speculative_tokens < self.num_model_steps:
+        if self.uses_draft_model and self.num_speculative_tokens < self.num_model_steps:
             self.num_speculative_tokens = self.num_model_steps
         _choice("draft_policy", self.draft_policy, DRAFT_POLICIES)
         _choice("stop_handling", self.stop_handling, STOP_HANDLINGS)
@@ -169,14 +183,16 @@ class SpeculativeConfig:
             raise ValueError(
                 f"SpeculativeConfig.draft_sampling must be a bool, got {self.draft_sampling!r}"
             )
-        if self.draft_policy == "adaptive" and self.method != "mtp":
+        if self.draft_policy == "adaptive" and not self.uses_draft_model:
             raise ValueError(
-                f"SpeculativeConfig.draft_policy='adaptive' needs method 'mtp', got method {self.method!r}"
+                "SpeculativeConfig.draft_policy='adaptive' needs a draft model (method 'mtp', "
+                f"'eagle' or 'eagle3'), got method {self.method!r}"
             )
         if self.draft_sampling:
-            if self.method != "mtp" or self.hybrid_mode:
+            if not self.uses_draft_model or self.hybrid_mode:
                 raise ValueError(
-                    "SpeculativeConfig.draft_sampling=True needs method 'mtp' without the n-gram "
+                    "SpeculativeConfig.draft_sampling=True needs a draft model (method 'mtp', "
+                    "'eagle' or 'eagle3') without the n-gram "
                     f"extension (got method {self.method!r}, mtp_strategy {self.mtp_strategy!r})"
                 )
             if self.verification != "rejection":
@@ -186,10 +202,15 @@ class SpeculativeConfig:
                 )
 
     @property
+    def uses_draft_model(self) -> bool:
+        """A draft model drafts ("mtp", "eagle", "eagle3"): its own KV cache and substeps."""
+        return self.method in DRAFT_MODEL_METHODS
+
+    @property
     def lookahead(self) -> int:
-        """KV positions a step writes past the tokens it feeds: the MTP substeps after the first
-        (``num_model_steps - 1``; 0 for "ngram")."""
-        return self.num_model_steps - 1 if self.method == "mtp" else 0
+        """KV positions a step writes past the tokens it feeds: the draft model's substeps after
+        the first (``num_model_steps - 1``; 0 for "ngram")."""
+        return self.num_model_steps - 1 if self.uses_draft_model else 0
 
     @property
     def extra_positions(self) -> int:
@@ -199,9 +220,10 @@ class SpeculativeConfig:
 
     @property
     def hybrid_mode(self) -> bool:
-        """MTP drafts extended by n-gram matches (spec §3: with_ngram and K > num_model_steps)."""
+        """Draft-model drafts extended by n-gram matches (spec §3: with_ngram and K >
+        num_model_steps)."""
         return (
-            self.method == "mtp"
+            self.uses_draft_model
             and self.mtp_strategy == "with_ngram"
             and self.num_speculative_tokens > self.num_model_steps
         )

@@ -145,7 +145,9 @@ class LLM:
         speculative_config: None (plain decoding), a `fd_mtp.SpeculativeConfig` or a dict of its
             fields (FastDeploy style), e.g. ``{"method": "mtp", "num_speculative_tokens": 3,
             "num_model_steps": 3}``. Method "mtp" drafts with the checkpoint's MTP block (it must
-            have one: ``num_nextn_predict_layers = 1``), "ngram" by prompt lookup. Per-request
+            have one: ``num_nextn_predict_layers = 1``), "eagle" / "eagle3" with a separate
+            EAGLE / EAGLE-3 head whose directory is ``"model"`` (`fd_mtp.model.eagle` documents
+            its checkpoint; one process only), "ngram" by prompt lookup. Per-request
             draft statistics land in ``output.metrics.spec``, totals in `speculative_metrics`.
             ``"stop_handling": "ops"`` lets the ops end requests as in FastDeploy (EOS ids and
             max_tokens in speculate_verify, stop token ids as stop sequences; see
@@ -276,6 +278,12 @@ class LLM:
             if tokenizer is None:
                 tokenizer = _try_tokenizer(path)
         model.eval()
+        if spec is not None and spec.method in ("eagle", "eagle3"):
+            from .model.eagle import load_eagle_head
+
+            # the EAGLE head replaces the MTP block as the draft model (EAGLE-3: the target now
+            # keeps the head's aux hidden states in every forward)
+            mtp_model = load_eagle_head(spec.model, model, spec.method)
         for m in (model, mtp_model):
             if m is not None and forward == "native":
                 m.native_forward().threads = 1 if cpu_threads is None else int(cpu_threads)
@@ -332,6 +340,12 @@ class LLM:
             raise ValueError(
                 "LLM: speculative_config method 'mtp' needs an MTP block, and the checkpoint has "
                 "none (num_nextn_predict_layers = 0); use method 'ngram'"
+            )
+        if spec is not None and spec.method in ("eagle", "eagle3"):
+            raise ValueError(
+                f"LLM: speculative_config method {spec.method!r} is not offered with "
+                f"tensor_parallel_size={n} (the EAGLE head runs in one process); use "
+                "tensor_parallel_size=1"
             )
         self.model = None
         self.tokenizer = tokenizer if tokenizer is not None else _try_tokenizer(path)

@@ -122,10 +122,12 @@ class SpeculativeModelRunner(ModelRunner):
 
     Args:
         model: the main ``Ernie4_5ForCausalLM``.
-        speculative_config: a `SpeculativeConfig` (method "mtp" or "ngram"), parsed once by the
-            caller (`SpeculativeConfig.from_value`).
+        speculative_config: a `SpeculativeConfig` (method "mtp", "eagle", "eagle3" or "ngram"),
+            parsed once by the caller (`SpeculativeConfig.from_value`).
         scheduler_config, cache_config: as `ModelRunner`.
-        mtp_model: the ``Ernie4_5MTP`` (method "mtp"; None for "ngram").
+        mtp_model: the draft model: the ``Ernie4_5MTP`` (method "mtp"), the
+            `fd_mtp.model.eagle.EagleHead` ("eagle", "eagle3"; EAGLE-3's target keeps the aux
+            hidden states its proposer reads); None for "ngram".
         seed: the key of the verify op's Philox draws ("rejection", "topp", "topk").
         proposer_options: extra keyword arguments of the proposer (`make_proposer`: role,
             scheduler, tp_broadcast...).
@@ -192,8 +194,9 @@ class SpeculativeModelRunner(ModelRunner):
         self.draft_policy = (
             make_draft_policy(cfg, self.max_num_seqs) if draft_policy is None else draft_policy
         )
-        self._mtp = cfg.method == "mtp"
-        # MTP: the draft model's K/V live in the same blocks; its substeps rewind by up to
+        # a draft model (MTP block or EAGLE head): substeps, its own K/V, drop / prepare_steps
+        self._mtp = cfg.uses_draft_model
+        # draft model: its K/V live in the same blocks; its substeps rewind by up to
         # num_model_steps - 1 positions, so a block is final that many positions later
         self.prefix_cache_margin = cfg.num_model_steps if self._mtp else 1
 

@@ -92,6 +92,7 @@ class CompiledForward:
         self._program = None
         self._layer = None
         self._cache_shape = None
+        self._aux = ()  # the aux layers the program returns (EAGLE-3 capture)
 
     def _unsupported_reason(self) -> str | None:
         main = self.main
@@ -137,6 +138,14 @@ class CompiledForward:
             def program(ids, prev, rotation, block_tables, cu, bid, dec, flat):
                 meta, rope = layers(rotation, block_tables, cu, bid, dec, flat)
                 return model.layers_forward(ids, prev, meta, rope, backend)
+        elif self._aux:
+
+            def program(ids, rotation, block_tables, cu, bid, dec, flat):
+                # EAGLE-3's aux hidden states: program outputs after the final hidden states
+                meta, rope = layers(rotation, block_tables, cu, bid, dec, flat)
+                aux = []
+                out = model.layers_forward(ids, meta, rope, backend, capture=aux)
+                return [out, *aux]
         else:
 
             def program(ids, rotation, block_tables, cu, bid, dec, flat):
@@ -147,8 +156,10 @@ class CompiledForward:
         self._layer = None
         self._cache_shape = tuple(cache_shape)
 
-    def __call__(self, ids, *args):
-        """``(ids, meta)`` (main model) or ``(ids, previous_hidden_states, meta)`` (MTP block)."""
+    def __call__(self, ids, *args, capture=()):
+        """``(ids, meta)`` (main model) or ``(ids, previous_hidden_states, meta)`` (MTP block).
+        ``capture``: as `Ernie4_5ForCausalLM.run_layers` (the program then also returns the
+        streams entering the main model's `aux_hidden_state_layers`)."""
         meta = args[-1]
         if not self.supported or not isinstance(self.main.attn_backend, PagedAttentionCPU):
             self.fallbacks += 1
@@ -168,7 +179,9 @@ class CompiledForward:
             self.fallbacks += 1
             return None
         shape = tuple(caches[0][0].shape)
-        if self._program is None or shape != self._cache_shape:
+        aux = () if self.is_mtp or capture == () else tuple(self.main.aux_hidden_state_layers)
+        if self._program is None or shape != self._cache_shape or aux != self._aux:
+            self._aux = aux
             self._build(shape)
         flat = [c for kv in caches for c in kv]
         extra = [args[0].astype(cfg.dtype)] if self.is_mtp else []
@@ -178,4 +191,8 @@ class CompiledForward:
             # its layer with the flat input list skips to_static's per-call argument matching
             _, self._layer = self._program.get_concrete_program(*inputs, flat)
         self.calls += 1
-        return self._layer(inputs + flat)
+        out = self._layer(inputs + flat)
+        if not self._aux:
+            return out
+        capture.extend(out[1:])
+        return out[0]

@@ -478,32 +478,71 @@ class Ernie4_5ForCausalLM(nn.Layer):
     #: what runs `forward`: the compiled program (`compile_forward`), the native layers
     #: (`native_forward`) or None: eager
     _compiled = None
+    #: layer indices whose input stream `forward` keeps in `aux_hidden_states` (EAGLE-3 heads;
+    #: `capture_aux_hidden_states`); empty: nothing kept
+    aux_hidden_state_layers: tuple = ()
+    #: ``[T, H]`` per entry of `aux_hidden_state_layers`, from the last `forward` (None before)
+    aux_hidden_states = None
 
-    def run_layers(self, h, layers, meta: ForwardMeta, rope=None, backend=None):
+    def capture_aux_hidden_states(self, layer_ids) -> None:
+        """Make every `forward` also keep, in `aux_hidden_states`, the residual stream entering
+        each layer of ``layer_ids`` (``h + residual`` before layer i: the output of layer i - 1,
+        the token embedding for i = 0; vLLM's ``aux_hidden_state_layers`` of EAGLE-3), in the
+        order given: no extra forward pass. Empty / None: stop keeping them."""
+        ids = tuple(int(i) for i in (layer_ids or ()))
+        n = self.config.num_hidden_layers
+        for i in ids:
+            if not 0 <= i < n:
+                raise ValueError(
+                    f"capture_aux_hidden_states: layer id {i} is outside [0, {n}) "
+                    f"(num_hidden_layers = {n})"
+                )
+        self.__dict__["aux_hidden_state_layers"] = ids
+        self.__dict__["aux_hidden_states"] = None
+
+    def run_layers(self, h, layers, meta: ForwardMeta, rope=None, backend=None, capture=()):
         """Packed paged pass of ``h [T, H]`` through ``layers``; returns ``(h, residual)``. Without
         ``backend``, the model's attention backend builds the step's metadata and ``rope``; the
-        compiled program (`fd_mtp.model.compiled`) passes its own."""
+        compiled program (`fd_mtp.model.compiled`) passes its own. ``capture``: a list to append
+        to, for each index i of `aux_hidden_state_layers` in order, the stream entering
+        ``layers[i]`` (``h + residual``); () keeps nothing."""
         if backend is None:
             backend = self.attn_backend
             backend.init_attention_metadata(meta, [layer.layer_id for layer in layers])
             rope = backend.rope(meta, h.shape[0], self.config.head_dim, self.config.rope_theta)
         residual = None
-        for layer in layers:
+        streams = {}
+        want = set(self.aux_hidden_state_layers) if capture != () else set()
+        for i, layer in enumerate(layers):
+            if i in want:
+                streams[i] = h if residual is None else h + residual
             h, residual = layer(h, residual, rope, meta, backend)
+        if want:
+            capture.extend(streams[i] for i in self.aux_hidden_state_layers)
         return h, residual
 
-    def layers_forward(self, ids_remove_padding, meta, rope=None, backend=None):
-        """The eager forward's maths (also what the compiled program traces)."""
+    def layers_forward(self, ids_remove_padding, meta, rope=None, backend=None, capture=()):
+        """The eager forward's maths (also what the compiled program traces); ``capture`` as
+        `run_layers`."""
         ids = ids_remove_padding.reshape([-1])
-        h, residual = self.run_layers(self.embed_tokens(ids), self.layers, meta, rope, backend)
+        h, residual = self.run_layers(
+            self.embed_tokens(ids), self.layers, meta, rope, backend, capture
+        )
         return self.norm.fused_add(h, residual)[0]
 
     def forward(self, ids_remove_padding, meta: ForwardMeta):
+        """``[T, H]`` final-normed hidden states; with `aux_hidden_state_layers`, also sets
+        `aux_hidden_states` (every forward kind keeps them)."""
+        aux = [] if self.aux_hidden_state_layers else ()
+        self.__dict__["aux_hidden_states"] = None
+        out = None
         if self._compiled is not None:
-            out = self._compiled(ids_remove_padding, meta)
-            if out is not None:
-                return out
-        return self.layers_forward(ids_remove_padding, meta)
+            out = self._compiled(ids_remove_padding, meta, capture=aux)
+        if out is None:
+            out = self.layers_forward(ids_remove_padding, meta, capture=aux)
+        if self.aux_hidden_state_layers:
+            self.__dict__["aux_hidden_states"] = aux
+        return out
 
     def compile_forward(self, enabled: bool = True):
         """Run `forward` as a compiled Paddle program (`fd_mtp.model.compiled`; steps it does not
@@ -606,6 +645,11 @@ class Ernie4_5MTP(nn.Layer):
     @property
     def mtp_block(self):
         return self.ernie.mtp_block[0]
+
+    @property
+    def draft_layers(self):
+        """The decoder layers of the draft forward (the native forward runs them)."""
+        return [self.mtp_block]
 
     def _project(self, ids, previous_hidden_states):
         e = self.embed_tokens(ids.reshape([-1]))

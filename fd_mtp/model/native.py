@@ -71,12 +71,14 @@ class NativeForward:
     threads: int = 1
 
     def __init__(self, model):
-        from .ernie import Ernie4_5MTP
+        from .ernie import Ernie4_5ForCausalLM
 
         self.model = model
-        self.is_mtp = isinstance(model, Ernie4_5MTP)
+        #: a draft model (the MTP block, an EAGLE head): ``_project(ids, previous_hidden)``, its
+        #: ``draft_layers``, its ``norm``, on its ``main`` model's attention backend
+        self.is_mtp = not isinstance(model, Ernie4_5ForCausalLM)
         self.main = model.main if self.is_mtp else model
-        self.layers = [model.mtp_block] if self.is_mtp else list(self.main.layers)
+        self.layers = list(model.draft_layers) if self.is_mtp else list(self.main.layers)
         self.layer_ids = [layer.layer_id for layer in self.layers]
         self.reason = self._unsupported_reason()
         self.calls = 0
@@ -109,8 +111,10 @@ class NativeForward:
                     return False
         return True
 
-    def __call__(self, ids, *args):
-        """``(ids, meta)`` (main model) or ``(ids, previous_hidden_states, meta)`` (MTP block)."""
+    def __call__(self, ids, *args, capture=()):
+        """``(ids, meta)`` (main model) or ``(ids, previous_hidden_states, meta)`` (draft model:
+        the MTP block or an EAGLE head). ``capture``: as `Ernie4_5ForCausalLM.run_layers` (the
+        streams entering the main model's `aux_hidden_state_layers`)."""
         meta = args[-1]
         ids = ids.reshape([-1])
         num_tokens = int(ids.shape[0])
@@ -119,7 +123,7 @@ class NativeForward:
             return None
         if self._weights is None:
             self._weights = [_layer_weights(layer) for layer in self.layers]
-        cfg = self.main.config
+        cfg = self.model.config  # an EAGLE head's own head_dim / rope_theta
         backend = self.main.attn_backend
         backend.init_attention_metadata(meta, self.layer_ids)
         md = meta.attn_metadata
@@ -131,7 +135,11 @@ class NativeForward:
             h = self.main.embed_tokens(ids)
         residual = paddle.zeros_like(h)
         rope = None
-        for layer, weights in zip(self.layers, self._weights):
+        want = set(self.main.aux_hidden_state_layers) if capture != () else set()
+        streams = {}
+        for i, (layer, weights) in enumerate(zip(self.layers, self._weights)):
+            if i in want:
+                streams[i] = h + residual
             if weights is None:  # MoE or biased layer: its eager code, on the same metadata
                 if rope is None:
                     rope = backend.rope(meta, num_tokens, cfg.head_dim, cfg.rope_theta)
@@ -149,4 +157,6 @@ class NativeForward:
                 num_threads=self.threads,
             )
         self.calls += 1
-        return self.main.norm.fused_add(h, residual)[0]
+        if want:
+            capture.extend(streams[i] for i in self.main.aux_hidden_state_layers)
+        return self.model.norm.fused_add(h, residual)[0]

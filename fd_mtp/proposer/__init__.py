@@ -1,6 +1,8 @@
 """Draft proposers and their factory.
 
-* `MTPProposer` (`mtp`): the model's MTP head; `NgramProposer` (`ngram`): prompt / history lookup.
+* `MTPProposer` (`mtp`): the model's MTP head; `EagleProposer` (`eagle`): a separate EAGLE /
+  EAGLE-3 head (both on the shared `DraftModelProposer`); `NgramProposer` (`ngram`): prompt /
+  history lookup.
 * `make_proposer`: the factory the speculative runner calls with its `SpeculativeConfig` and its
   `fd_mtp.batch.InputBatch`; what it returns satisfies the `fd_mtp.batch.Proposer` protocol.
 
@@ -12,11 +14,14 @@ from __future__ import annotations
 
 from ..batch import InputBatch, Proposer, ProposerStats
 from ..config import SpeculativeConfig
-from .mtp import MTPProposer
+from .eagle import EagleProposer
+from .mtp import DraftModelProposer, MTPProposer
 from .ngram import NgramProposer
 
 __all__ = [
     "PROPOSERS",
+    "DraftModelProposer",
+    "EagleProposer",
     "MTPProposer",
     "NgramProposer",
     "Proposer",
@@ -48,6 +53,29 @@ def _mtp(
     )
 
 
+def _eagle(
+    cfg,
+    input_batch,
+    *,
+    mtp_model,
+    max_model_len,
+    block_size,
+    num_main_blocks,
+    draft_end_ids=None,
+    **options,
+):
+    return EagleProposer(
+        cfg,
+        mtp_model,
+        input_batch,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_main_blocks=num_main_blocks,
+        draft_end_ids=draft_end_ids,
+        **options,
+    )
+
+
 def _ngram(
     cfg,
     input_batch,
@@ -63,7 +91,7 @@ def _ngram(
 
 
 #: ``SpeculativeConfig.method`` -> builder
-PROPOSERS = {"mtp": _mtp, "ngram": _ngram}
+PROPOSERS = {"mtp": _mtp, "eagle": _eagle, "eagle3": _eagle, "ngram": _ngram}
 
 
 def make_proposer(
@@ -82,7 +110,8 @@ def make_proposer(
     Args:
         speculative_config: a `SpeculativeConfig` (parsed once by the caller).
         input_batch: the runner's `InputBatch` (the target's ``share_inputs`` are its ``tensors``).
-        mtp_model: the ``Ernie4_5MTP`` (method "mtp").
+        mtp_model: the draft model: the ``Ernie4_5MTP`` (method "mtp") or the
+            `fd_mtp.model.eagle.EagleHead` (methods "eagle", "eagle3").
         max_model_len, block_size, num_main_blocks: the runner's (block size and block count of
             the target's KV cache).
         draft_end_ids: the ``end_ids`` of ``draft_model_update`` (method "mtp").

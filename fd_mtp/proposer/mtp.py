@@ -1,5 +1,10 @@
 """`MTPProposer`: the ERNIE MTP head drafting tokens for the target model (spec/ops.md §3, §4, §6, §10).
 
+Its code is `DraftModelProposer`, the base it shares with `fd_mtp.proposer.eagle.EagleProposer`
+(a separate EAGLE / EAGLE-3 head in the MTP block's place): everything below holds for both, with
+"the MTP block" read as "the draft model"; a subclass names its methods and the target hidden
+states its model reads at the first substep (`DraftModelProposer._target_hidden_states`).
+
 The proposer owns a persistent ``model_inputs`` dict built from the target runner's
 ``share_inputs`` exactly as spec §3 lists (clones, aliases and new buffers), the MTP block (which
 uses the main model's ``embed_tokens``, final ``norm`` and ``lm_head`` Layer objects) and its own
@@ -59,35 +64,45 @@ SCHEDULERS = ("v1", "v0")
 KV_CACHE_RATIO = {"v1": 1.0, "v0": 0.75}  # CacheConfig.kv_cache_ratio per scheduler (spec §11, §12)
 
 
-def _check_arguments(cfg, mtp_model, input_batch, role, scheduler) -> None:
-    if not isinstance(cfg, SpeculativeConfig) or cfg.method != "mtp":
+def _check_arguments(who, methods, cfg, draft_model, input_batch, role, scheduler) -> None:
+    if not isinstance(cfg, SpeculativeConfig) or cfg.method not in methods:
+        allowed = " or ".join(repr(m) for m in methods)
         raise ValueError(
-            f"MTPProposer: speculative_config must be a SpeculativeConfig with method 'mtp', got "
+            f"{who}: speculative_config must be a SpeculativeConfig with method {allowed}, got "
             f"{getattr(cfg, 'method', cfg)!r}"
         )
     if not isinstance(input_batch, InputBatch):
         raise ValueError(
-            f"MTPProposer: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}"
+            f"{who}: input_batch must be the runner's InputBatch, got {type(input_batch).__name__}"
         )
     if role not in ROLES:
-        raise ValueError(f"MTPProposer: role must be one of {list(ROLES)}, got {role!r}")
+        raise ValueError(f"{who}: role must be one of {list(ROLES)}, got {role!r}")
     if scheduler not in SCHEDULERS:
+        raise ValueError(f"{who}: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}")
+    if draft_model is None:
         raise ValueError(
-            f"MTPProposer: scheduler must be one of {list(SCHEDULERS)}, got {scheduler!r}"
-        )
-    if mtp_model is None:
-        raise ValueError(
-            "MTPProposer: mtp_model is None (the checkpoint has no MTP weights: "
-            "num_nextn_predict_layers = 0)"
+            f"{who}: the draft model is None"
+            + (
+                " (the checkpoint has no MTP weights: num_nextn_predict_layers = 0)"
+                if "mtp" in methods
+                else " (speculative_config.model: the EAGLE head's directory)"
+            )
         )
 
 
-class MTPProposer(MTPInsertion):
-    """Drafts tokens with the ERNIE MTP block for the target runner whose ``share_inputs`` it reads.
+class DraftModelProposer(MTPInsertion):
+    """Drafts tokens with a draft model (the ERNIE MTP block: `MTPProposer`; an EAGLE head:
+    `fd_mtp.proposer.eagle.EagleProposer`) for the target runner whose ``share_inputs`` it reads.
+    Everything above (ops, buffers, insertion, KV cache, substeps, draft sampling, hybrid n-gram
+    fill) is shared; a subclass says which methods it serves (``METHODS``) and which target
+    hidden states the draft model reads (`_target_hidden_states`).
 
     Args:
-        speculative_config: a `SpeculativeConfig` with ``method="mtp"``.
-        mtp_model: an ``Ernie4_5MTP`` sharing the main model's embedding, norm and lm_head.
+        speculative_config: a `SpeculativeConfig` whose method is in ``METHODS``.
+        mtp_model: the draft model: ``forward(ids, previous_hidden_states, meta)``,
+            ``compute_logits``, ``config`` (its layer's `ErnieConfig`, ``num_hidden_layers`` =
+            its KV-cache layer index); an ``Ernie4_5MTP`` sharing the main model's embedding,
+            norm and lm_head, or an `fd_mtp.model.eagle.EagleHead`.
         input_batch: the runner's `InputBatch`: its ``tensors`` are the target's ``share_inputs``
             (spec §2 keys, ``[max_num_seqs, ...]``, ``draft_tokens`` ``[B, K + 1]``); the
             proposer's own ``model_inputs`` are written through it.
@@ -114,6 +129,9 @@ class MTPProposer(MTPInsertion):
             stopped while the target goes on (see `fd_mtp.engine.spec_runner`).
     """
 
+    #: the SpeculativeConfig methods this proposer serves
+    METHODS: tuple = ("mtp",)
+
     def __init__(
         self,
         speculative_config: SpeculativeConfig,
@@ -135,7 +153,9 @@ class MTPProposer(MTPInsertion):
         import paddle
 
         cfg = speculative_config
-        _check_arguments(cfg, mtp_model, input_batch, role, scheduler)
+        _check_arguments(
+            type(self).__name__, self.METHODS, cfg, mtp_model, input_batch, role, scheduler
+        )
         self._paddle = paddle
         self.config = cfg
         self.model = mtp_model
@@ -165,7 +185,7 @@ class MTPProposer(MTPInsertion):
         draft = self.target["draft_tokens"]
         if draft.shape[1] != self.K + 1:
             raise ValueError(
-                f"MTPProposer: target draft_tokens has {draft.shape[1]} columns, "
+                f"{type(self).__name__}: target draft_tokens has {draft.shape[1]} columns, "
                 f"num_speculative_tokens + 1 = {self.K + 1}"
             )
         self.max_num_seqs = int(draft.shape[0])
@@ -186,7 +206,7 @@ class MTPProposer(MTPInsertion):
         self.num_gpu_blocks = int(num_main_blocks * ratio)
         if self.scheduler == "v1" and self.num_gpu_blocks < num_main_blocks:
             raise ValueError(
-                f"MTPProposer: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
+                f"{type(self).__name__}: num_gpu_block_expand_ratio={ratio} gives the MTP cache "
                 f"{self.num_gpu_blocks} blocks, fewer than the target's {num_main_blocks}; with "
                 "the v1 scheduler the proposer uses the target's block ids, so it must be >= 1"
             )
@@ -204,7 +224,7 @@ class MTPProposer(MTPInsertion):
         steps = int(num_steps)
         if not 1 <= steps <= self.num_model_steps:
             raise ValueError(
-                f"MTPProposer.prepare_steps: num_steps must be in [1, {self.num_model_steps}], "
+                f"{type(self).__name__}.prepare_steps: num_steps must be in [1, {self.num_model_steps}], "
                 f"got {num_steps!r}"
             )
         if self._inserted:
@@ -245,11 +265,11 @@ class MTPProposer(MTPInsertion):
         steps = self.num_model_steps if num_steps is None else int(num_steps)
         if not 1 <= steps <= self.num_model_steps:
             raise ValueError(
-                f"MTPProposer.run: num_steps must be in [1, {self.num_model_steps}], got {num_steps!r}"
+                f"{type(self).__name__}.run: num_steps must be in [1, {self.num_model_steps}], got {num_steps!r}"
             )
         if self.draft_sampling and (draft_greedy is None or draft_uniform is None):
             raise ValueError(
-                "MTPProposer.run: draft_sampling needs draft_greedy and draft_uniform tensors"
+                f"{type(self).__name__}.run: draft_sampling needs draft_greedy and draft_uniform tensors"
             )
         self._steps = steps
         self._draft_rng = (draft_greedy, draft_uniform) if self.draft_sampling else None
@@ -295,7 +315,7 @@ class MTPProposer(MTPInsertion):
             self.scheduler == "v1",
         )
         mi["target_hidden_states"] = ops.eagle_get_hidden_states(
-            full_hidden_states,
+            self._target_hidden_states(full_hidden_states),
             mi["seq_lens_this_time"],
             mi["seq_lens_encoder"],
             mi["seq_lens_decoder"],
@@ -305,6 +325,11 @@ class MTPProposer(MTPInsertion):
             t["seq_lens_encoder"],
             self._steps,
         )
+
+    def _target_hidden_states(self, full_hidden_states):
+        """The target rows ``[sum(q), W]`` the draft model reads at its first substep: the
+        target's final-normed hidden states (MTP, EAGLE-1)."""
+        return full_hidden_states
 
     def _propose(self) -> None:
         mi = self.model_inputs
@@ -508,3 +533,10 @@ class MTPProposer(MTPInsertion):
             self.K,
             threshold=self.ngram_threshold,
         )
+
+
+class MTPProposer(DraftModelProposer):
+    """Drafts tokens with the ERNIE MTP block (``speculative_config.method == "mtp"``; the
+    arguments are `DraftModelProposer`'s, ``mtp_model`` an ``Ernie4_5MTP``)."""
+
+    METHODS = ("mtp",)

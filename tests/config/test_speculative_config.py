@@ -64,7 +64,7 @@ def test_hybrid_mode_needs_more_drafts_than_substeps():
 @pytest.mark.parametrize(
     "field,value,message",
     [
-        ("method", "eagle", "method must be one of"),
+        ("method", "medusa", "method must be one of"),
         ("num_speculative_tokens", 0, r"num_speculative_tokens must be in \[1, 5\], got 0"),
         ("num_speculative_tokens", 6, r"num_speculative_tokens must be in \[1, 5\], got 6"),
         ("num_speculative_tokens", 2.0, "num_speculative_tokens must be an int"),

@@ -340,7 +340,10 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
             "SpeculativeConfig.num_model_steps",
         ),
         (["--num-speculative-tokens", "2"], "--num-speculative-tokens needs --speculative-method"),
-        (["--verification", "rejection"], "--verification needs --speculative-method mtp or ngram"),
+        (
+            ["--verification", "rejection"],
+            "--verification needs --speculative-method mtp, eagle, eagle3 or ngram",
+        ),
         (["--verification", "target_match"], "--verification needs --speculative-method"),
         (
             ["--num-model-steps", "2", "--verification", "greedy"],
@@ -348,11 +351,11 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
         ),
         (
             ["--speculative-method", "ngram", "--num-model-steps", "2"],
-            "--num-model-steps applies to --speculative-method mtp only, not ngram",
+            "--num-model-steps applies to --speculative-method mtp, eagle or eagle3 only, not ngram",
         ),
         (
             ["--speculative-method", "ngram", "--mtp-strategy", "with_ngram"],
-            "--mtp-strategy applies to --speculative-method mtp only",
+            "--mtp-strategy applies to --speculative-method mtp, eagle or eagle3 only",
         ),
         (
             [
@@ -363,11 +366,11 @@ def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
                 "--mtp-strategy",
                 "default",
             ],
-            "--num-model-steps, --mtp-strategy apply to --speculative-method mtp only",
+            "--num-model-steps, --mtp-strategy apply to --speculative-method mtp, eagle or eagle3 only",
         ),
         (
             ["--speculative-method", "ngram", "--draft-policy", "adaptive"],
-            "--draft-policy applies to --speculative-method mtp only",
+            "--draft-policy applies to --speculative-method mtp, eagle or eagle3 only",
         ),
         (
             ["--speculative-method", "mtp", "--draft-sampling"],
