@@ -175,6 +175,31 @@ def _snapshot(engine, pending: int = 0) -> dict:
     )
 
 
+def _claim_queue_id(start: int) -> int:
+    """The first queue id from ``start`` on whose SysV key has no queue; its queue is created
+    (``IPC_CREAT | IPC_EXCL``: claimed atomically, so two fronts never share one). ftok keeps
+    8 bits of the id: 256 keys per ftok path. PDError when every one is in use."""
+    import ctypes
+    import errno
+
+    from ..sysv_queue import _libc, queue_key
+
+    libc = _libc()
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    for i in range(256):
+        qid = start + i
+        if libc.msgget(queue_key(qid), 0o1000 | 0o2000 | 0o666) != -1:
+            return qid
+        err = ctypes.get_errno()
+        if err != errno.EEXIST:
+            raise OSError(err, f"msgget of queue id {qid}: {os.strerror(err)}")
+    raise PDError(
+        f"the 256 SysV queue keys from msg_queue_id {start} on are all in use: remove stale "
+        "queues (ipcs -q / ipcrm) or pass msg_queue_id"
+    )
+
+
 def _drain_messages(msg_queue_id, into=None) -> int:
     from ..sysv_queue import receive_message
 
@@ -514,8 +539,9 @@ class PDEngineClient:
         max_num_seqs, max_model_len, block_size, num_gpu_blocks, max_num_batched_tokens,
         enable_prefix_caching, seed, dtype, device, forward, cpu_threads: as `fd_mtp.LLM`, for
             both instances.
-        msg_queue_id: the SysV queue of the first-token messages (default: derived from this
-            process's pid); removed by `close`.
+        msg_queue_id: the SysV queue of the first-token messages, emptied first (default: the
+            first free one from an id derived from this process's pid, claimed); removed by
+            `close`.
         timeout: seconds without a message from the instances while requests are in flight after
             which `step` raises `PDError`.
         fail_fast: when the decode instance dies, `step` raises `PDError` (True: a server fails
@@ -589,9 +615,6 @@ class PDEngineClient:
         self.vocab_size = int(config.vocab_size)
         self.tokenizer = _tokenizer(self.model_path)
         self.model = None
-        self.msg_queue_id = (
-            int(msg_queue_id) if msg_queue_id is not None else 0x5000 + os.getpid() % 0x4000
-        )
         self.timeout = float(timeout)
         self.fail_fast = bool(fail_fast)
         setup = dict(
@@ -614,7 +637,11 @@ class PDEngineClient:
         )
         from ..sysv_queue import remove_queue
 
-        remove_queue(self.msg_queue_id)  # start empty
+        if msg_queue_id is None:
+            self.msg_queue_id = _claim_queue_id(0x5000 + os.getpid() % 0x4000)
+        else:
+            self.msg_queue_id = int(msg_queue_id)
+            remove_queue(self.msg_queue_id)  # start empty
         ctx = multiprocessing.get_context("spawn")
         self._commands = {"prefill": ctx.Queue(), "decode": ctx.Queue()}
         self._results = ctx.Queue()

@@ -224,3 +224,23 @@ def test_pd_refusals():
     pre, _ = _engines(MTP, QID + 5)
     with pytest.raises(ValueError, match="role 'decode'"):
         DecodeEngine(pre.runner)
+
+
+def test_default_queue_ids_are_claimed_not_shared():
+    """Without msg_queue_id a front claims the first queue key nobody uses (ftok keeps 8 bits of
+    the id): a second front from the same start gets the next one, never the first's queue."""
+    from fd_mtp.distributed.pd import _claim_queue_id
+
+    start = 0x7300 + os.getpid() % 0x40
+    for q in range(start, start + 3):
+        remove_queue(q)
+    claimed = []
+    try:
+        claimed.append(_claim_queue_id(start))
+        claimed.append(_claim_queue_id(start))
+        assert claimed == [start, start + 1]
+        remove_queue(start)
+        claimed.append(_claim_queue_id(start))  # freed: claimable again
+        assert claimed[-1] == start
+    finally:
+        assert all(remove_queue(q) for q in set(claimed))

@@ -214,6 +214,34 @@ def test_greedy_completions_and_chat_equal_offline(servers, offline, which):
         assert mixed > 0
 
 
+def test_prefix_cache_hits_on_the_prefill_instance(servers, offline):
+    """A prompt sent twice: the prefill instance serves the second from its prefix cache;
+    usage reports it (cached_tokens, merged into the decode instance's output) and /metrics
+    counts it; the output is unchanged."""
+    url = servers["plain"].url
+    c = client(url)
+    prompt = "".join(PROMPTS)  # well over one 16-token block
+    [want] = _reference(offline["plain"], [prompt], [6])
+    before = metrics(url)
+    outs = [
+        c.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=6,
+            temperature=0,
+            extra_body={"return_token_ids": True},
+        )
+        for _ in range(2)
+    ]
+    assert [o.choices[0].token_ids for o in outs] == [want.token_ids] * 2
+    cached = [o.usage.prompt_tokens_details.cached_tokens for o in outs]
+    n = len(want.prompt_token_ids)
+    assert cached[0] == 0 and 16 <= cached[1] < n and cached[1] % 16 == 0, cached
+    after = metrics(url)
+    hits = after["fd_mtp:prefix_cache_hits_total"] - before.get("fd_mtp:prefix_cache_hits_total", 0)
+    assert hits == cached[1]
+
+
 def test_logprobs_are_refused_naming_the_field(servers):
     c = client(servers["plain"].url)
     with pytest.raises(openai.BadRequestError, match="logprobs is not offered with prefill"):

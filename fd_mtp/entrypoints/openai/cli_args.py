@@ -125,8 +125,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--pd-msg-queue-id",
         type=_positive_int,
         default=None,
-        help="with --pd: the SysV message queue id of the first-token hand-off (default: derived "
-        "from the server's pid); the queue is removed at shutdown",
+        help="with --pd: the SysV message queue id of the first-token hand-off, emptied at start "
+        "(two servers need ids that differ in their low 8 bits: ftok keeps those; default: the "
+        "first unused one from an id derived from the server's pid); removed at shutdown",
     )
     p.add_argument("--device", default="cpu", help='"cpu" or "gpu" (default: cpu)')
     p.add_argument(
