@@ -83,7 +83,7 @@ CALL_TIMEOUT = 600.0
 MESSAGE_TIMEOUT = 30.0
 #: how long one `PDEngineClient.step` waits for the instances' next message (seconds): the
 #: longest an add or abort waits in a server's engine thread while nothing arrives
-POLL_S = 0.02
+POLL_S = 0.005
 #: the speculative methods offered with PD (None: plain decoding)
 PD_METHODS = ("mtp",)
 
@@ -394,6 +394,7 @@ def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive
 
     from .. import ops
     from ..engine.pd import first_tokens
+    from ..sysv_queue import remove_queue
 
     # ``alive`` is held (never used) until this process ends: the prefill side then reads EOF
     front = _instance_setup("decode")
@@ -454,7 +455,8 @@ def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive
             cmd = _next(commands, 0)
             if cmd is not None and cmd[0] == "stop":
                 return
-            if os.getppid() != front:
+            if os.getppid() != front:  # the front is gone; this side's drains recreate the
+                remove_queue(msg_queue_id)  # queue the prefill side removes: remove it too
                 return
             _drain_messages(msg_queue_id, messages)
             timeout = 0 if engine.has_unfinished() or pending else 0.2

@@ -349,3 +349,23 @@ def test_dead_decode_instance_fails_streams_then_shutdown_cleans_up(servers):
     wait_for(lambda: not any(_alive(p) for p in pids), 10, what="the instances to exit")
     assert remove_queue(QIDS["plain"]) is False
     assert not [s for s in _segments() if any(f".{p}." in s for p in pids)]
+
+
+def test_killed_server_leaves_no_instance_behind():
+    """SIGKILL of the server itself (no cleanup of its own): the orphaned instances notice and
+    exit, and the prefill one removes the first-token queue."""
+    qid = 0x7B00 + os.getpid() % 0x80
+    proc = ServerProcess(*COMMON, "--pd-msg-queue-id", str(qid), command=FD_MTP_SERVE)
+    try:
+        proc.launch().wait_ready()
+        out = client(proc.url).completions.create(model=MODEL, prompt="x = [", max_tokens=3)
+        assert out.usage.completion_tokens == 3
+        pids = list(_instances(proc.proc.pid).values())
+        assert len(pids) == 2, pids
+        proc.kill()
+        wait_for(lambda: not any(_alive(p) for p in pids), 15, what="the orphans to exit")
+        assert remove_queue(qid) is False
+        assert not [s for s in _segments() if any(f".{p}." in s for p in pids)]
+    finally:
+        proc.kill()
+        remove_queue(qid)
