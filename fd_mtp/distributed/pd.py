@@ -672,19 +672,7 @@ class PDEngineClient:
         atexit.register(self._finalizer)
         for end in (link_p, link_d, alive_p, alive_d):
             end.close()  # the instances hold the only ends: a dead one closes its pipes
-        self.engine = self  # AsyncLLM drives ``llm.engine``
-        self.requests: dict[str, _Live] = {}
-        self._ids = itertools.count()
-        self._unfinished: set[str] = set()  # added, not finished (nor aborted)
-        self._aborting: set[str] = set()  # aborted, not yet answered by an instance
-        self._at_decode: set[str] = set()  # handed over, not finished
-        self._outputs: dict[str, object] = {}  # finished: the instance's RequestOutput
-        self._stats: dict[str, dict] = {}
-        self._limits: dict = {}
-        self._last_heard = time.monotonic()
-        #: per handed-off request: ``prefill_s`` (gather the blocks + publish), ``bytes`` (KV
-        #: moved), ``decode_s`` (attach + copy + insert), ``prompt_len``
-        self.handoff_costs: list[dict] = []
+        self._init_requests()
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while len(self.pids) < 2:
@@ -704,6 +692,22 @@ class PDEngineClient:
         )
         checker = self._checker  # (not ``self``: the finalizer must see this object die)
         checker.encode = lambda text: LLMEngine.encode(checker, text)
+
+    def _init_requests(self) -> None:
+        """The front's request bookkeeping, empty."""
+        self.engine = self  # AsyncLLM drives ``llm.engine``
+        self.requests: dict[str, _Live] = {}
+        self._ids = itertools.count()
+        self._unfinished: set[str] = set()  # added, not finished (nor aborted)
+        self._aborting: set[str] = set()  # aborted, not yet answered by an instance
+        self._at_decode: set[str] = set()  # handed over, not finished
+        self._outputs: dict[str, object] = {}  # finished: the instance's RequestOutput
+        self._stats: dict[str, dict] = {}
+        self._limits: dict = {}
+        self._last_heard = time.monotonic()
+        #: per handed-off request: ``prefill_s`` (gather the blocks + publish), ``bytes`` (KV
+        #: moved), ``decode_s`` (attach + copy + insert), ``prompt_len``
+        self.handoff_costs: list[dict] = []
 
     # -- the LLMEngine surface -------------------------------------------------------------------
     def validate_prompt(self, prompt, params) -> list[int]:
