@@ -575,7 +575,8 @@ class PDEngineClient:
 
         from ..config import CacheConfig, SchedulerConfig, SpeculativeConfig
         from ..engine.engine import LLMEngine
-        from ..llm import FORWARDS
+        from ..engine.sampling_params import SEED_MODULUS
+        from ..llm import DTYPES, FORWARDS, check_device
         from ..model.config import ErnieConfig
         from ..model.loader import CONFIG_FILE
         from .tp import _tokenizer
@@ -587,6 +588,20 @@ class PDEngineClient:
                 f"{name}: speculative method {spec.method!r} is not offered with prefill / "
                 "decode disaggregation (plain or 'mtp')"
             )
+        device = check_device(device)
+        if dtype is not None:
+            dtype = str(dtype).replace("paddle.", "")
+            if dtype not in DTYPES:
+                raise ValueError(
+                    f"{name}: dtype must be None or one of {list(DTYPES)}, got {dtype!r}"
+                )
+            if dtype != "float32" and device == "cpu":
+                raise ValueError(
+                    f"{name}: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build "
+                    "has no half-precision matmul): use 'float32' or None, or device 'gpu'"
+                )
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_MODULUS:
+            raise ValueError(f"{name}: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
         if forward not in FORWARDS:
             raise ValueError(f"{name}: forward must be one of {list(FORWARDS)}, got {forward!r}")
         if cpu_threads is not None and (not isinstance(cpu_threads, int) or cpu_threads < 1):

@@ -219,6 +219,17 @@ def test_decode_engine_refuses_a_foreign_kv_and_changes_nothing():
 def test_pd_refusals():
     with pytest.raises(ValueError, match="'ngram' is not offered"):
         PDCluster(DEMO_MODEL, speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    # refused before any process starts, naming the argument
+    for kw, what in (
+        (dict(dtype="float16"), "dtype='float16' is not supported on device 'cpu'"),
+        (dict(device="tpu"), "device must be one of"),
+        (dict(seed=-1), "seed must be an int"),
+        (dict(forward="fast"), "forward must be one of"),
+        (dict(timeout=0), "timeout must be a number > 0"),
+        (dict(max_num_seqs=0), "max_num_seqs"),
+    ):
+        with pytest.raises(ValueError, match=what):
+            PDCluster(DEMO_MODEL, **kw)
     from fd_mtp.engine.pd import DecodeEngine
 
     pre, _ = _engines(MTP, QID + 5)

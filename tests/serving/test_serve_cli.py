@@ -80,6 +80,8 @@ def test_pd_options_are_listed_and_refusals_name_them():
     proc = fd_mtp("serve", "--pd", "--speculative-config", ngram)
     assert proc.returncode == 2 and "--pd: " in proc.stderr, proc.stderr
     assert "speculative method 'ngram' is not offered with prefill / decode" in proc.stderr
+    proc = fd_mtp("serve", "--pd", "--dtype", "float16")
+    assert proc.returncode == 2 and "--pd: " in proc.stderr and "float16" in proc.stderr
     proc = fd_mtp("serve", "--pd-msg-queue-id", "7")
     assert proc.returncode == 2 and "--pd-msg-queue-id is only used with --pd" in proc.stderr
     proc = fd_mtp("serve", "--pd", "--pd-msg-queue-id", "0")
