@@ -21,7 +21,7 @@ starts with ``[i] ``; request i streams live once requests 0..i-1 have finished,
 generated before that is written at once when its turn comes (requests still run in one batch).
 
 Ctrl-C (SIGINT) stops generation: the report shows what each request generated so far (finish
-reason "aborted"), stderr gets ``fd-mtp generate: interrupted``, and the exit status is 130.
+reason "abort"), stderr gets ``fd-mtp generate: interrupted``, and the exit status is 130.
 
 ``--dtype``: float32 everywhere; bfloat16 / float16 need ``--device gpu`` (Paddle's CPU build has
 no half-precision matmul). Default: the checkpoint's dtype, loaded as float32 on CPU.

@@ -36,7 +36,7 @@ FORWARDS = ("native", "eager", "static")
 class GenerationInterrupted(KeyboardInterrupt):
     """The KeyboardInterrupt (Ctrl-C) that `LLM.generate` raises when interrupted, carrying the partial
     results: ``outputs`` has one `RequestOutput` per prompt, in prompt order, with what each request
-    generated so far (``finish_reason == "aborted"`` for requests cut short; requests that had
+    generated so far (``finish_reason == "abort"`` for requests cut short; requests that had
     finished or were rejected keep their own). The requests' slots and KV blocks are freed, so the
     `LLM` stays usable."""
 
@@ -519,7 +519,7 @@ class LLM:
         ]
 
     def _partial(self, prompts, rejected: dict, ids: dict) -> list[RequestOutput]:
-        """The outputs of an interrupted `generate`: what each request has so far ("aborted")."""
+        """The outputs of an interrupted `generate`: what each request has so far ("abort")."""
         outs = []
         for i, prompt in enumerate(prompts):
             if i in rejected:
@@ -535,7 +535,7 @@ class LLM:
                     prompt if isinstance(prompt, list) else [],
                     "interrupted before the request was queued",
                 )
-                out.finish_reason, out.error = "aborted", None
+                out.finish_reason, out.error = "abort", None
             else:
                 out = self.engine.pop_output(req.request_id)
             outs.append(out)

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..batch import Task, TaskKind
 from ..config import MAX_STOP_SEQS, SchedulerConfig
+from ..model.tokenizer import encode_prompt
 from .block_manager import BlockManager, PrefixCacheStats, block_keys, blocks_for
 from .outputs import EngineOutputs
 from .request import (
@@ -111,30 +112,9 @@ class LLMEngine(EngineOutputs):
 
     # -- requests -----------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        if self.tokenizer is None:
-            raise ValueError(
-                "a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer"
-            )
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start : exc.end]!r} "
-                f"at character {exc.start}"
-            ) from None
-        tok = self.tokenizer
-        try:
-            if hasattr(tok, "encode"):
-                ids = tok.encode(text)
-                if isinstance(ids, dict):
-                    ids = ids["input_ids"]
-            else:
-                ids = tok(text)["input_ids"]
-            return [int(i) for i in ids]
-        except Exception as exc:  # a tokenizer failing on this text fails this request only
-            raise ValueError(
-                f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}"
-            ) from exc
+        """The token ids of a text prompt (`fd_mtp.model.tokenizer.encode_prompt`); ValueError
+        without a tokenizer or for text it cannot encode."""
+        return encode_prompt(self.tokenizer, text)
 
     def validate_prompt(self, prompt, params) -> list[int]:
         """The prompt's token ids, or ValueError saying what is wrong with this request."""
@@ -232,7 +212,7 @@ class LLMEngine(EngineOutputs):
         return rid
 
     def abort_request(self, request_id: str) -> None:
-        """Finish a request now (``finish_reason = "aborted"``), freeing its slot and blocks."""
+        """Finish a request now (``finish_reason = "abort"``), freeing its slot and blocks."""
         req = self.requests[request_id]
         if req.finished:
             return
@@ -242,7 +222,7 @@ class LLMEngine(EngineOutputs):
             self.waiting.remove(req)
         if self.tokenizer is not None and not self.stream_text and req.output_token_ids:
             self._update_text(req)
-        self._finish(req, "aborted")
+        self._finish(req, "abort")
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

@@ -88,6 +88,18 @@ class SpeculativeMetrics:
             self.drafted_per_position[i] += other.drafted_per_position[i]
             self.accepted_per_position[i] += other.accepted_per_position[i]
 
+    def since(self, earlier: SpeculativeMetrics) -> SpeculativeMetrics:
+        """What these running totals gained since ``earlier`` (a copy of them taken before)."""
+        return SpeculativeMetrics(
+            self.num_speculative_tokens,
+            self.num_steps - earlier.num_steps,
+            self.num_drafted - earlier.num_drafted,
+            self.num_accepted - earlier.num_accepted,
+            self.num_emitted - earlier.num_emitted,
+            [a - b for a, b in zip(self.drafted_per_position, earlier.drafted_per_position)],
+            [a - b for a, b in zip(self.accepted_per_position, earlier.accepted_per_position)],
+        )
+
     @property
     def acceptance_rate(self) -> float | None:
         return self.num_accepted / self.num_drafted if self.num_drafted else None
@@ -257,7 +269,7 @@ class RequestOutput:
         text: the decoded generated text (without the EOS token; cut before a stop string unless
             ``include_stop_str_in_output``); "" without a tokenizer.
         finish_reason: "stop" (EOS, stop token id or stop string), "length" (max_tokens or
-            max_model_len), "error" (the request was rejected: see ``error``), or "aborted".
+            max_model_len), "error" (the request was rejected: see ``error``), or "abort".
         error: the message of a rejected request, else None.
         metrics: a `RequestMetrics`.
         logprobs: None unless ``SamplingParams.logprobs`` was set; then one dict per entry of

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from ..engine.request import RequestOutput, SpeculativeMetrics, StreamDelta
 from ..engine.sampling_params import SamplingParams
+from ..model.tokenizer import encode_prompt
 
 #: threads of the front's pool (tokenization, chat templates): one huge prompt occupies one, the
 #: others keep serving small requests
@@ -90,6 +91,9 @@ class RequestEvent:
     event only, which carries the whole `RequestOutput` in ``output`` (token ids, text, finish
     reason, prompt token ids, metrics with the speculative draft statistics). ``error``: why the
     request was ended by `AsyncLLM.abort_all` (``finish_reason`` "abort"), else None.
+    ``prompt_token_ids`` / ``prompt_logprobs``: None unless the request's
+    ``SamplingParams.prompt_logprobs`` is set; then, on the request's first event only, its
+    prompt and `fd_mtp.RequestOutput.prompt_logprobs` (the first entry None).
     """
 
     request_id: str
@@ -100,6 +104,8 @@ class RequestEvent:
     output: RequestOutput | None = None
     logprobs: list | None = None
     error: str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list | None = None
 
 
 class StatsListener:
@@ -140,49 +146,6 @@ class _AbortAll:
     reason: str
 
 
-def encode_prompt(tokenizer, text: str, add_special_tokens: bool | None = None) -> list[int]:
-    """The token ids of a text prompt, as `LLMEngine.encode` computes them (same calls, same
-    errors), with ``tokenizer``. ``add_special_tokens``: None (the tokenizer's default, what the
-    engine uses), True or False: passed to a tokenizer whose ``encode`` takes it (Hugging Face's);
-    for one that does not (`fd_mtp.model.tokenizer.SentencePieceTokenizer`), False drops the BOS
-    id that its ``add_bos_token`` setting put in front. ValueError for text the tokenizer cannot
-    encode, or no tokenizer."""
-    if tokenizer is None:
-        raise ValueError(
-            "a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer"
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start : exc.end]!r} "
-            f"at character {exc.start}"
-        ) from None
-    try:
-        if hasattr(tokenizer, "encode"):
-            kw = {}
-            if add_special_tokens is not None and not hasattr(tokenizer, "add_bos_token"):
-                kw["add_special_tokens"] = add_special_tokens
-            ids = tokenizer.encode(text, **kw)
-            if isinstance(ids, dict):
-                ids = ids["input_ids"]
-        else:
-            ids = tokenizer(text)["input_ids"]
-        ids = [int(i) for i in ids]
-    except Exception as exc:  # a tokenizer failing on this text fails this request only
-        raise ValueError(
-            f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}"
-        ) from exc
-    if (
-        add_special_tokens is False
-        and getattr(tokenizer, "add_bos_token", False)
-        and ids
-        and ids[0] == getattr(tokenizer, "bos_token_id", None)
-    ):
-        ids = ids[1:]
-    return ids
-
-
 def _own_copy(tokenizer):
     """A copy of ``tokenizer`` for the front's threads (the engine thread keeps the original);
     the tokenizer itself when it cannot be copied (then both threads use one object, which
@@ -211,6 +174,7 @@ class RequestStream:
         self.finished = False
         self.added_time = time.perf_counter()
         self.wants_logprobs = False  # SamplingParams.logprobs is set
+        self.wants_prompt_logprobs = False  # SamplingParams.prompt_logprobs is set (until sent)
         self.num_prompt_tokens = 0  # known once the prompt is token ids (0 until then)
         self.logprobs_sent = 0  # engine thread: log-probability entries already posted
 
@@ -456,6 +420,7 @@ class AsyncLLM:
             self.check_capacity(len(requests))
             for (rid, _, params), prompt, stream in zip(requests, prompts, streams):
                 stream.wants_logprobs = getattr(params, "logprobs", None) is not None
+                stream.wants_prompt_logprobs = getattr(params, "prompt_logprobs", None) is not None
                 stream.num_prompt_tokens = 0 if isinstance(prompt, str) else len(prompt)
                 self._streams[rid] = stream
                 self._commands.append(_Add(rid, prompt, params, stream))
@@ -578,26 +543,7 @@ class AsyncLLM:
         now = time.perf_counter()
         stats = self.stats
         if self._spec_seen is not None:
-            total = engine.spec_metrics
-            step = SpeculativeMetrics(
-                total.num_speculative_tokens,
-                total.num_steps - self._spec_seen.num_steps,
-                total.num_drafted - self._spec_seen.num_drafted,
-                total.num_accepted - self._spec_seen.num_accepted,
-                total.num_emitted - self._spec_seen.num_emitted,
-                [
-                    a - b
-                    for a, b in zip(
-                        total.drafted_per_position, self._spec_seen.drafted_per_position
-                    )
-                ],
-                [
-                    a - b
-                    for a, b in zip(
-                        total.accepted_per_position, self._spec_seen.accepted_per_position
-                    )
-                ],
-            )
+            step = engine.spec_metrics.since(self._spec_seen)
             self._spec_seen.add(step)
             stats.speculative_step(step)
         stats.step(engine.num_preemptions - self._preemptions_seen)
@@ -626,14 +572,20 @@ class AsyncLLM:
             if stream is not None:
                 if logprobs is not None:
                     stream.logprobs_sent += len(logprobs)
-                stream._post(
-                    RequestEvent(
-                        d.request_id,
-                        list(d.new_token_ids),
-                        d.new_text,
-                        d.finished,
-                        d.finish_reason,
-                        output,
-                        logprobs,
-                    )
+                event = RequestEvent(
+                    d.request_id,
+                    list(d.new_token_ids),
+                    d.new_text,
+                    d.finished,
+                    d.finish_reason,
+                    output,
+                    logprobs,
                 )
+                if stream.wants_prompt_logprobs:
+                    # the first event: every prefill chunk has run (its entries are complete)
+                    stream.wants_prompt_logprobs = False
+                    src = output if output is not None else engine.requests.get(d.request_id)
+                    if src is not None and src.prompt_logprobs is not None:
+                        event.prompt_token_ids = list(src.prompt_token_ids)
+                        event.prompt_logprobs = list(src.prompt_logprobs)
+                stream._post(event)

@@ -207,3 +207,46 @@ def train_sentencepiece(
         + "\n"
     )
     return d
+
+
+def encode_prompt(tokenizer, text: str, add_special_tokens: bool | None = None) -> list[int]:
+    """The token ids of a text prompt, as `LLMEngine.encode` computes them (same calls, same
+    errors), with ``tokenizer``. ``add_special_tokens``: None (the tokenizer's default, what the
+    engine uses), True or False: passed to a tokenizer whose ``encode`` takes it (Hugging Face's);
+    for one that does not (`fd_mtp.model.tokenizer.SentencePieceTokenizer`), False drops the BOS
+    id that its ``add_bos_token`` setting put in front. ValueError for text the tokenizer cannot
+    encode, or no tokenizer."""
+    if tokenizer is None:
+        raise ValueError(
+            "a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start : exc.end]!r} "
+            f"at character {exc.start}"
+        ) from None
+    try:
+        if hasattr(tokenizer, "encode"):
+            kw = {}
+            if add_special_tokens is not None and not hasattr(tokenizer, "add_bos_token"):
+                kw["add_special_tokens"] = add_special_tokens
+            ids = tokenizer.encode(text, **kw)
+            if isinstance(ids, dict):
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(text)["input_ids"]
+        ids = [int(i) for i in ids]
+    except Exception as exc:  # a tokenizer failing on this text fails this request only
+        raise ValueError(
+            f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}"
+        ) from exc
+    if (
+        add_special_tokens is False
+        and getattr(tokenizer, "add_bos_token", False)
+        and ids
+        and ids[0] == getattr(tokenizer, "bos_token_id", None)
+    ):
+        ids = ids[1:]
+    return ids

@@ -496,7 +496,7 @@ def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
     ids = parse(out)
     assert sorted(ids) == [0, 1]
     assert 0 < len(ids[0]) < 4000
-    assert "[0] finish_reason: aborted" in out and "[1] finish_reason: aborted" in out
+    assert "[0] finish_reason: abort" in out and "[1] finish_reason: abort" in out
     assert "2 requests, " in out and "tokens/s" in out
     # what request 0 streamed before the interrupt is a prefix of what the report lists
     streamed = out.splitlines()[0][len("[0] ") :].split()

@@ -198,13 +198,13 @@ def test_keyboard_interrupt_returns_partial_outputs(llm):
     assert isinstance(info.value, GenerationInterrupted)
     outs = info.value.outputs
     assert len(outs) == 3
-    assert outs[0].finish_reason == "aborted" and outs[0].token_ids == naive_greedy(
+    assert outs[0].finish_reason == "abort" and outs[0].token_ids == naive_greedy(
         tiny_model(), p[0], 3
     )
     assert outs[1].finish_reason == "length" and outs[1].token_ids == naive_greedy(
         tiny_model(), p[1], 2
     )
-    assert outs[2].finish_reason == "aborted" and outs[2].token_ids == naive_greedy(
+    assert outs[2].finish_reason == "abort" and outs[2].token_ids == naive_greedy(
         tiny_model(), p[2], 3
     )
     # every slot and block is free again, and the LLM still works

@@ -16,8 +16,8 @@ from fd_mtp.entrypoints.async_llm import (
     EngineDeadError,
     QueueFullError,
     StatsListener,
-    encode_prompt,
 )
+from fd_mtp.model.tokenizer import encode_prompt
 
 TIMEOUT = 60
 

@@ -346,7 +346,6 @@ BAD = [
     ("n < 1", "/v1/completions", {"prompt": "x", "n": 0}, "n"),
     ("logprobs > 20", "/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs"),
     ("logprobs < 0", "/v1/completions", {"prompt": "x", "logprobs": -1}, "logprobs"),
-    ("echo", "/v1/completions", {"prompt": "x", "echo": True}, "echo"),
     (
         "stream_options without stream",
         "/v1/completions",

@@ -5,6 +5,8 @@ client and raw HTTP, against offline ``fd_mtp.LLM.generate``:
   ``logprobs: true`` + ``top_logprobs``: ``{content: [{token, logprob, bytes, top_logprobs}]}``),
   streamed and not, on a speculative (MTP) server: the same token ids and log-probabilities as
   the offline plain engine with ``SamplingParams(logprobs=k)`` and the same seeds;
+* ``echo`` (the prompt's text before the completion; with ``logprobs``, the prompt tokens' entries
+  equal offline ``SamplingParams(prompt_logprobs=k)``), streamed and not;
 * ``n > 1``: sample j of a seeded request equals a request with seed ``seed + j``, indices,
   usage, streamed and not, with several prompts;
 * fields accepted and ignored (``user``, ``store``, ``metadata``, ``service_tier``,
@@ -149,6 +151,92 @@ def test_completion_logprobs_zero_is_the_sampled_token_only(server, offline):
     for i, (tid, entry) in enumerate(zip(ref.token_ids, ref.logprobs)):
         assert lp.top_logprobs[i] == {lp.tokens[i]: lp.token_logprobs[i]}
         assert abs(lp.token_logprobs[i] - entry[tid].logprob) <= TOL
+
+
+# -- echo ----------------------------------------------------------------------------------------
+
+
+def streamed_choices(stream) -> dict:
+    """Per choice index: its chunks' text joined and their logprobs lists concatenated."""
+    got: dict = {}
+    for chunk in stream:
+        for ch in chunk.choices:
+            g = got.setdefault(ch.index, {"text": "", "logprobs": None})
+            g["text"] += ch.text
+            if ch.logprobs is not None:
+                lps = g["logprobs"] = g["logprobs"] or {key: [] for key in ECHO_KEYS}
+                for key in ECHO_KEYS:
+                    lps[key] += getattr(ch.logprobs, key)
+    return got
+
+
+ECHO_KEYS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+def test_echo_returns_the_prompt_before_the_completion(server, offline):
+    """echo without logprobs: text prompts as sent (two prompts, n = 2: every choice), a token-id
+    prompt decoded, before each choice's text, streamed and not; usage counts generated tokens."""
+    c = client(server.url)
+    greedy = fd_mtp.SamplingParams(max_tokens=6, temperature=0)
+    texts = [PROMPT, "class Stack:\n"]
+    ids = offline.tokenizer.encode("import numpy as np\n")
+    ref = offline.generate(texts + [ids], greedy, use_tqdm=False)
+    kw = dict(model=MODEL, max_tokens=6, temperature=0, echo=True)
+    out = c.completions.create(prompt=texts, n=2, **kw)
+    want = [texts[i // 2] + ref[i // 2].text for i in range(4)]
+    assert [ch.text for ch in out.choices] == want
+    assert out.usage.completion_tokens == 2 * sum(len(r.token_ids) for r in ref[:2])
+    got = streamed_choices(c.completions.create(prompt=texts, n=2, stream=True, **kw))
+    assert [got[i]["text"] for i in range(4)] == want
+    assert all(got[i]["logprobs"] is None for i in range(4))
+    want = offline.tokenizer.decode(ids) + ref[2].text
+    assert c.completions.create(prompt=ids, **kw).choices[0].text == want
+    assert streamed_choices(c.completions.create(prompt=ids, stream=True, **kw))[0]["text"] == want
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "seeded"])
+def test_echo_with_logprobs_equals_offline_prompt_logprobs(server, offline, sampling):
+    """echo + logprobs k on the MTP server: the prompt's tokens first (the first with None, as
+    nothing predicts it), each with the offline engine's prompt_logprobs entry, then the generated
+    tokens' entries; offsets run over both; streamed chunks concatenate to the same lists."""
+    kw = dict(temperature=0) if sampling == "greedy" else SEEDED
+    k = 2
+    params = fd_mtp.SamplingParams(max_tokens=8, logprobs=k, prompt_logprobs=k, **kw)
+    ref = offline.generate(PROMPT, params, use_tqdm=False)[0]
+    c = client(server.url)
+    out = c.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=8, logprobs=k, echo=True, **kw
+    )
+    choice = out.choices[0]
+    assert choice.text == PROMPT + ref.text
+    lp = choice.logprobs
+    ids = list(ref.prompt_token_ids) + list(ref.token_ids)
+    entries = list(ref.prompt_logprobs) + list(ref.logprobs)
+    assert len(lp.tokens) == len(ids) == len(lp.token_logprobs) == len(lp.text_offset)
+    assert entries[0] is None and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.tokens[0] == offline.tokenizer.decode([ids[0]])
+    offset = 0
+    for i, (tid, entry) in enumerate(zip(ids, entries)):
+        assert lp.text_offset[i] == offset
+        offset += len(lp.tokens[i])
+        if i == 0:
+            continue
+        assert lp.tokens[i] == entry[tid].decoded_token, i
+        assert abs(lp.token_logprobs[i] - entry[tid].logprob) <= TOL, i
+        check_top(lp.top_logprobs[i], entry.values(), k, f"token {i}")
+    got = streamed_choices(
+        c.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=8, logprobs=k, echo=True, stream=True, **kw
+        )
+    )[0]
+    assert got["text"] == choice.text
+    assert got["logprobs"]["tokens"] == lp.tokens
+    assert got["logprobs"]["text_offset"] == lp.text_offset
+    assert got["logprobs"]["token_logprobs"][0] is None
+    diffs = [
+        abs(a - b) for a, b in zip(got["logprobs"]["token_logprobs"][1:], lp.token_logprobs[1:])
+    ]
+    assert max(diffs) <= TOL
 
 
 @pytest.mark.parametrize("sampling", ["greedy", "seeded"])

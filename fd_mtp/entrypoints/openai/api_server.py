@@ -53,6 +53,7 @@ from starlette.responses import JSONResponse, Response
 from ..async_llm import AsyncLLM
 from .chat_template import load_chat_template
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .params import RequestError
 from .protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -61,7 +62,7 @@ from .protocol import (
     TokenizeCompletionRequest,
     error_body,
 )
-from .serving import OpenAIServing, RequestError
+from .serving import OpenAIServing
 
 logger = logging.getLogger("fd_mtp.serve")
 

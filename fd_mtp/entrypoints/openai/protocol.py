@@ -6,7 +6,7 @@ as is a field the API does not define (``"max_tokenz"``). Ranges (``max_tokens >
 in (0, 1], penalties in [-2, 2], ``logprobs`` / ``top_logprobs`` in [0, 20], ...) are checked by
 `fd_mtp.SamplingParams`, whose error names the field too. Fields of OpenAI's API that the engine
 does not support yet are accepted by the schema and refused by the server with a 400 that says so
-(``echo``, ``suffix``, ``logit_bias``, ``best_of > 1``, tools, structured output).
+(``suffix``, ``logit_bias``, ``best_of > 1``, tools, structured output).
 
 Accepted and ignored (OpenAI / vLLM fields that change nothing here): ``user``, ``store`` (nothing
 is stored), ``metadata`` (kept only with ``store`` by OpenAI), ``service_tier`` (one tier),

@@ -4,13 +4,12 @@ or server-sent events.
 
 Responses follow OpenAI's shapes:
 
-* ``logprobs`` (completions, an int k in [0, 20]): ``{tokens, token_logprobs, top_logprobs,
-  text_offset}``, ``top_logprobs[i]`` the k most likely tokens and the sampled one as
-  ``{text: logprob}``; chat (``logprobs: true``, ``top_logprobs`` k): ``{"content": [{token,
-  logprob, bytes, top_logprobs: [{token, logprob, bytes}] (the k most likely)}]}``. Values are
-  the engine's (``log_softmax`` of the raw logits, `fd_mtp.SamplingParams.logprobs`), -inf as
-  -9999.0; a token's text is the token decoded alone, ``text_offset`` the running sum of their
-  lengths. Streamed chunks carry the logprobs of their own tokens;
+* ``logprobs`` (completions, an int k in [0, 20]; chat ``logprobs: true`` + ``top_logprobs``
+  k): the shapes of `fd_mtp.entrypoints.openai.logprobs`, values the engine's (``log_softmax`` of
+  the raw logits, `fd_mtp.SamplingParams.logprobs`). Streamed chunks carry their own tokens';
+* ``echo`` (completions): the prompt's text before each choice's text; with ``logprobs`` the
+  prompt's tokens (`fd_mtp.SamplingParams.prompt_logprobs`, the first None) before the generated
+  ones; streamed, with a choice's first chunk;
 * ``n`` > 1: n samples of every prompt (`sample_params`: seed ``s + j`` for sample j when the
   request has a seed), choice ``index`` = prompt position * n + j; ``usage`` counts each prompt's
   tokens once and every choice's generated tokens;
@@ -39,19 +38,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-import re
 import time
 import uuid
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ...engine.request import SpeculativeMetrics
-from ...engine.sampling_params import SEED_MODULUS, SamplingParams
-from ..async_llm import AsyncLLM, EngineDeadError, QueueFullError, encode_prompt
+from ...model.tokenizer import encode_prompt
+from ..async_llm import AsyncLLM, EngineDeadError, QueueFullError
 from .chat_template import ChatTemplate
+from .logprobs import Echo, chat_logprobs, completion_logprobs
+from .params import RequestError, refuse_unsupported, sample_params, sampling_params, spec_dict
 from .protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -59,191 +58,12 @@ from .protocol import (
     TokenizeChatRequest,
     error_body,
 )
+from .sse import EventStream, merge_streams, sse
 
 logger = logging.getLogger("fd_mtp.serve")
 
 #: how often a non-streaming request checks whether its client went away (seconds)
 DISCONNECT_POLL_S = 0.1
-
-
-class _EventStream(StreamingResponse):
-    """Server-sent events of some `RequestStream`s, which are closed (their requests aborted
-    unless finished) however the response ends: also when the client went away before the first
-    event was written (the body generator then never started, so its own cleanup cannot run)."""
-
-    def __init__(self, content, streams):
-        super().__init__(content, media_type="text/event-stream")
-        self._streams = streams
-
-    async def __call__(self, scope, receive, send):
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            for s in self._streams:
-                s.close()
-
-
-class RequestError(Exception):
-    """A request the server refuses: HTTP ``status``, OpenAI error ``type``, the field (``param``),
-    a ``code`` and extra response ``headers`` (``Retry-After`` of a 503)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        status: int = 400,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-        headers: dict | None = None,
-    ):
-        super().__init__(message)
-        self.message, self.param, self.status, self.type, self.code = (
-            message,
-            param,
-            status,
-            type,
-            code,
-        )
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(
-            error_body(self.message, type=self.type, param=self.param, code=self.code),
-            status_code=self.status,
-            headers=self.headers,
-        )
-
-
-def spec_dict(m: SpeculativeMetrics | None) -> dict | None:
-    """The JSON form of a request's (or a sum of) `SpeculativeMetrics`; None without one."""
-    if m is None:
-        return None
-    return {
-        "num_drafts": m.num_steps,
-        "num_draft_tokens": m.num_drafted,
-        "num_accepted_tokens": m.num_accepted,
-        "accepted_tokens_per_position": list(m.accepted_per_position),
-        "draft_tokens_per_position": list(m.drafted_per_position),
-        "acceptance_per_position": m.acceptance_per_position,
-        "acceptance_rate": m.acceptance_rate,
-        "mean_accepted_length": m.mean_accepted_length,
-    }
-
-
-def sampling_params(
-    body,
-    max_tokens: int,
-    max_tokens_name: str = "max_tokens",
-    logprobs: int | None = None,
-    logprobs_name: str = "logprobs",
-) -> SamplingParams:
-    """`SamplingParams` of a request body; RequestError naming the field when a value is out of
-    range (SamplingParams' own checks)."""
-    try:
-        return SamplingParams(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=0 if body.top_k == -1 else body.top_k,
-            max_tokens=max_tokens,
-            min_tokens=body.min_tokens,
-            stop=body.stop,
-            stop_token_ids=body.stop_token_ids,
-            ignore_eos=body.ignore_eos,
-            repetition_penalty=body.repetition_penalty,
-            frequency_penalty=body.frequency_penalty,
-            presence_penalty=body.presence_penalty,
-            seed=body.seed,
-            include_stop_str_in_output=body.include_stop_str_in_output,
-            skip_special_tokens=body.skip_special_tokens,
-            logprobs=logprobs,
-        )
-    except ValueError as exc:
-        msg = str(exc)
-        m = re.match(r"SamplingParams\.(\w+) (.*)", msg, re.S)
-        if m is None:
-            raise RequestError(msg) from None
-        param = {"max_tokens": max_tokens_name, "logprobs": logprobs_name}.get(
-            m.group(1), m.group(1)
-        )
-        raise RequestError(f"{param} {m.group(2)}", param=param, code="invalid_value") from None
-
-
-def sample_params(params: SamplingParams, n: int) -> list[SamplingParams]:
-    """The `SamplingParams` of the ``n`` samples of one prompt: with a seed ``s``, sample j draws
-    with seed ``(s + j) mod 2**63 - 2`` (vLLM's derivation), so a seeded ``n > 1`` request is
-    reproducible and its sample j equals a request with ``n = 1`` and seed ``s + j``; without a
-    seed each sample gets the engine's own (a different one per request)."""
-    if params.seed is None:
-        return [params] * n
-    return [dataclasses.replace(params, seed=(params.seed + j) % SEED_MODULUS) for j in range(n)]
-
-
-def _refuse_unsupported(body, fields: dict) -> None:
-    """400 for fields the engine does not support yet: ``fields`` maps a name to whether the body
-    uses it."""
-    for name, used in fields.items():
-        if used:
-            raise RequestError(
-                f"{name} is not supported by this server yet (the engine has no {name} support)",
-                param=name,
-                code="unsupported_parameter",
-            )
-
-
-def _finite(x: float) -> float:
-    """A log-probability JSON can carry: -inf as OpenAI's -9999.0."""
-    return max(float(x), -9999.0)
-
-
-def _token_text(token_id: int, lp) -> str:
-    """A token's text in logprobs: the engine's ``decoded_token`` (the token decoded alone), or
-    ``token_id:N`` without a tokenizer (vLLM's spelling)."""
-    return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
-
-
-def _by_rank(entry: dict) -> list:
-    return sorted(entry.items(), key=lambda kv: kv[1].rank)
-
-
-def completion_logprobs(token_ids, entries, offset: int) -> tuple[dict, int]:
-    """OpenAI's completions ``logprobs`` of some tokens: ``tokens`` (each token's text),
-    ``token_logprobs``, ``top_logprobs`` (per token ``{text: logprob}``: the ``logprobs`` most
-    likely tokens and the sampled one, most likely first) and ``text_offset`` (where each token's
-    text starts, counting from ``offset``: the sum of the previous tokens' lengths). Returns the
-    dict and the offset after the last token."""
-    tokens, token_lps, tops, offsets = [], [], [], []
-    for tid, entry in zip(token_ids, entries):
-        lp = entry[tid]
-        text = _token_text(tid, lp)
-        tokens.append(text)
-        token_lps.append(_finite(lp.logprob))
-        tops.append({_token_text(t, v): _finite(v.logprob) for t, v in _by_rank(entry)})
-        offsets.append(offset)
-        offset += len(text)
-    return {
-        "tokens": tokens,
-        "token_logprobs": token_lps,
-        "top_logprobs": tops,
-        "text_offset": offsets,
-    }, offset
-
-
-def chat_logprobs(token_ids, entries, top: int) -> dict:
-    """OpenAI's chat ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``,
-    ``bytes`` the UTF-8 bytes of the token's text, ``top_logprobs`` the ``top`` most likely tokens
-    (most likely first)."""
-
-    def item(tid, lp):
-        text = _token_text(tid, lp)
-        return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(text.encode())}
-
-    content = []
-    for tid, entry in zip(token_ids, entries):
-        c = item(tid, entry[tid])
-        c["top_logprobs"] = [item(t, v) for t, v in _by_rank(entry)[:top]]
-        content.append(c)
-    return {"content": content}
 
 
 class OpenAIServing:
@@ -297,7 +117,7 @@ class OpenAIServing:
                 param="response_format",
                 code="unsupported_parameter",
             )
-        _refuse_unsupported(body, {"logit_bias": bool(body.logit_bias)})
+        refuse_unsupported(body, {"logit_bias": bool(body.logit_bias)})
 
     def _need_tokenizer(self, param: str, what: str) -> None:
         if self.tokenizer is None:
@@ -400,41 +220,6 @@ class OpenAIServing:
         )
 
     @staticmethod
-    async def _merge(streams):
-        """``(index, RequestEvent)`` of several streams as they come (each stream in order)."""
-        if len(streams) == 1:
-            async for ev in streams[0]:
-                yield 0, ev
-            return
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def pump(i, s):
-            try:
-                async for ev in s:
-                    queue.put_nowait((i, ev))
-            except Exception as exc:  # EngineDeadError: surfaced to the reader
-                queue.put_nowait((i, exc))
-            finally:
-                queue.put_nowait((i, None))
-
-        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-        try:
-            done = 0
-            while done < len(streams):
-                i, ev = await queue.get()
-                if ev is None:
-                    done += 1
-                elif isinstance(ev, Exception):
-                    raise ev
-                else:
-                    yield i, ev
-        finally:
-            for t in tasks:
-                t.cancel()
-            for s in streams:
-                s.close()
-
-    @staticmethod
     def _usage(outputs, n: int) -> dict:
         """Usage of ``n`` choices per prompt: each prompt's tokens count once, every choice's
         generated tokens count; ``prompt_tokens_details.cached_tokens`` (OpenAI's field): the
@@ -456,10 +241,6 @@ class OpenAIServing:
             return None
         outputs = [o for o in outputs if o is not None]
         return {"speculative_decoding": spec_dict(SpeculativeMetrics.total(outputs))}
-
-    @staticmethod
-    def _sse(obj) -> str:
-        return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
     async def _stream(self, streams, make_chunk, head, options, n: int, first=None):
         """SSE over merged streams: ``first`` chunks (if any), one chunk per event
@@ -485,19 +266,19 @@ class OpenAIServing:
             for chunk in first or ():
                 if continuous:
                     chunk = {**chunk, "usage": usage()}
-                yield self._sse(chunk)
-            async for i, ev in self._merge(streams):
+                yield sse(chunk)
+            async for i, ev in merge_streams(streams):
                 generated += len(ev.token_ids)
                 if ev.error is not None and not error_sent:
                     error_sent = True
                     logger.warning("aborted request %s (stream): %s", head["id"], ev.error)
-                    yield self._sse(
+                    yield sse(
                         error_body(ev.error, type="service_unavailable", code="server_shutdown")
                     )
                 chunk = make_chunk(i, ev)
                 if continuous:
                     chunk["usage"] = usage()
-                yield self._sse(chunk)
+                yield sse(chunk)
                 if ev.finished:
                     outputs[i] = ev.output
             if include:
@@ -506,9 +287,9 @@ class OpenAIServing:
                 metrics = self._metrics_field(outs)
                 if metrics is not None:
                     chunk["metrics"] = metrics
-                yield self._sse(chunk)
+                yield sse(chunk)
         except EngineDeadError as exc:
-            yield self._sse(error_body(str(exc), type="server_error", code="engine_unavailable"))
+            yield sse(error_body(str(exc), type="server_error", code="engine_unavailable"))
         yield "data: [DONE]\n\n"
 
     def _choice_extras(self, choice: dict, ev_or_out, body, final: bool) -> dict:
@@ -522,15 +303,7 @@ class OpenAIServing:
     # -- /v1/completions ----------------------------------------------------------------------------
     async def completions(self, body: CompletionRequest, raw: Request) -> Response:
         self._check_common(body)
-        if body.echo:
-            raise RequestError(
-                "echo is not supported yet: echo returns the prompt with the completion and, with "
-                "logprobs, the log-probabilities of the prompt tokens, which the engine does not "
-                "compute (it has log-probabilities of generated tokens only)",
-                param="echo",
-                code="unsupported_parameter",
-            )
-        _refuse_unsupported(
+        refuse_unsupported(
             body,
             {"suffix": body.suffix is not None, "best_of": body.best_of not in (None, 1)},
         )
@@ -544,9 +317,17 @@ class OpenAIServing:
         max_tokens = 16 if body.max_tokens is None else body.max_tokens
         params = sampling_params(body, max_tokens, logprobs=body.logprobs)
         n = body.n
+        echo = None
+        if body.echo:
+            self._need_tokenizer("echo", "echo (the prompt's text)")
+            # with logprobs, the prompt's tokens get entries too (the same k)
+            params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
+            echo = Echo(self.tokenizer, prompts, n)
         rid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         streams = await self._start(prompts, params, n, rid, "prompt")
+        if echo is not None:
+            await echo.decode_prompts(self.front.offload)
         head = {
             "id": rid,
             "object": "text_completion",
@@ -559,28 +340,52 @@ class OpenAIServing:
 
             def chunk(i, ev):
                 c = {"index": i, "text": ev.text, "logprobs": None, "finish_reason": None}
+                head_lps = None
+                if echo is not None and echo.first_chunk(i):  # the prompt before the tokens
+                    c["text"] = echo.text(i) + ev.text
+                    if body.logprobs is not None:
+                        head_lps, offsets[i] = echo.logprobs(
+                            ev.prompt_token_ids, ev.prompt_logprobs, offsets[i]
+                        )
                 if ev.logprobs is not None and ev.token_ids:
                     c["logprobs"], offsets[i] = completion_logprobs(
                         ev.token_ids, ev.logprobs, offsets[i]
                     )
+                c["logprobs"] = Echo.join(head_lps, c["logprobs"])
                 if ev.finished:
                     c["finish_reason"] = ev.finish_reason
                 return {**head, "choices": [self._choice_extras(c, ev, body, ev.finished)]}
 
-            return _EventStream(self._stream(streams, chunk, head, body.stream_options, n), streams)
+            return EventStream(self._stream(streams, chunk, head, body.stream_options, n), streams)
 
+        def choice(i, o):
+            c = {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason}
+            offset = 0
+            if echo is not None:
+                c["text"] = echo.text(i) + o.text
+                if body.logprobs is not None:
+                    c["logprobs"], offset = echo.logprobs(o.prompt_token_ids, o.prompt_logprobs, 0)
+            if o.logprobs is not None:
+                lps, _ = completion_logprobs(o.token_ids, o.logprobs, offset)
+                c["logprobs"] = Echo.join(c["logprobs"], lps)
+            return c
+
+        return await self._respond(streams, raw, head, n, body, choice)
+
+    async def _respond(self, streams, raw: Request, head: dict, n: int, body, choice) -> Response:
+        """The non-streaming response: every stream's output, ``choice(index, output)`` of each
+        (with ``prompt_token_ids`` and the extras), usage and metrics; 499 when the client went
+        away, 503 for requests `AsyncLLM.abort_all` ended."""
         events = await self._collect(streams, raw)
         if events is None:
             return Response(status_code=499)
-        aborted = self._aborted(rid, events, "non-streaming")
+        aborted = self._aborted(head["id"], events, "non-streaming")
         if aborted is not None:
             return aborted.response()
         outputs = [ev.output for ev in events]
         choices = []
         for i, o in enumerate(outputs):
-            c = {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish_reason}
-            if o.logprobs is not None:
-                c["logprobs"], _ = completion_logprobs(o.token_ids, o.logprobs, 0)
+            c = choice(i, o)
             if body.return_token_ids:
                 c["prompt_token_ids"] = list(o.prompt_token_ids)
             choices.append(self._choice_extras(c, o, body, True))
@@ -631,15 +436,10 @@ class OpenAIServing:
         except ValueError as exc:
             raise RequestError(f"messages: {exc}", param="messages") from None
 
-    async def chat(self, body: ChatCompletionRequest, raw: Request) -> Response:
-        self._check_common(body)
-        _refuse_unsupported(
-            body,
-            {
-                "tools": bool(body.tools),
-                "tool_choice": body.tool_choice not in (None, "none"),
-            },
-        )
+    def _chat_params(self, body: ChatCompletionRequest):
+        """`SamplingParams` of a chat body: ``max_tokens`` or ``max_completion_tokens`` (not both;
+        neither: as many as ``max_model_len`` allows, where the engine stops with "length"),
+        ``logprobs: true`` with ``top_logprobs`` k."""
         if body.top_logprobs not in (None, 0) and not body.logprobs:
             raise RequestError(
                 "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value"
@@ -650,15 +450,25 @@ class OpenAIServing:
             )
         name = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         max_tokens = body.max_completion_tokens if name != "max_tokens" else body.max_tokens
-        top = body.top_logprobs or 0
-        # default: as many as max_model_len allows (the engine stops there with "length")
-        params = sampling_params(
+        return sampling_params(
             body,
             self.front.max_model_len if max_tokens is None else max_tokens,
             name,
-            logprobs=top if body.logprobs else None,
+            logprobs=(body.top_logprobs or 0) if body.logprobs else None,
             logprobs_name="top_logprobs",
         )
+
+    async def chat(self, body: ChatCompletionRequest, raw: Request) -> Response:
+        self._check_common(body)
+        refuse_unsupported(
+            body,
+            {
+                "tools": bool(body.tools),
+                "tool_choice": body.tool_choice not in (None, "none"),
+            },
+        )
+        params = self._chat_params(body)
+        top = body.top_logprobs or 0
         self._messages(body.messages)  # a tool message without tool_call_id: 400 before queueing
         n = body.n
         # capacity first (a full queue costs no template or tokenizer work), then the prompt off
@@ -700,20 +510,12 @@ class OpenAIServing:
                     for j in range(n)
                 ],
             }
-            return _EventStream(
+            return EventStream(
                 self._stream(streams, chunk, head, body.stream_options, n, first=[first]),
                 streams,
             )
 
-        events = await self._collect(streams, raw)
-        if events is None:
-            return Response(status_code=499)
-        aborted = self._aborted(rid, events, "non-streaming")
-        if aborted is not None:
-            return aborted.response()
-        outputs = [ev.output for ev in events]
-        choices = []
-        for j, o in enumerate(outputs):
+        def choice(j, o):
             c = {
                 "index": j,
                 "message": {"role": "assistant", "content": o.text},
@@ -722,14 +524,9 @@ class OpenAIServing:
             }
             if o.logprobs is not None:
                 c["logprobs"] = chat_logprobs(o.token_ids, o.logprobs, top)
-            if body.return_token_ids:
-                c["prompt_token_ids"] = list(o.prompt_token_ids)
-            choices.append(self._choice_extras(c, o, body, True))
-        resp = {**head, "choices": choices, "usage": self._usage(outputs, n)}
-        metrics = self._metrics_field(outputs)
-        if metrics is not None:
-            resp["metrics"] = metrics
-        return JSONResponse(resp)
+            return c
+
+        return await self._respond(streams, raw, head, n, body, choice)
 
     # -- /tokenize, /detokenize ---------------------------------------------------------------------
     async def tokenize(self, body) -> dict:
