@@ -759,12 +759,12 @@ class PDEngineClient:
         return rid
 
     def abort_request(self, request_id: str) -> None:
-        """Finish a request now (``finish_reason "aborted"``); the instance holding it frees its
+        """Finish a request now (``finish_reason "abort"``); the instance holding it frees its
         slot and blocks (answered asynchronously: `has_unfinished` is True until then)."""
         live = self.requests[request_id]
         if live.finished:
             return
-        self._finish(live, "aborted")
+        self._finish(live, "abort")
         self._aborting.add(request_id)
         self._commands["prefill"].put(("abort", request_id))
 

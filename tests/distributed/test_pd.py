@@ -364,4 +364,4 @@ def test_front_abort_is_answered_before_the_front_settles():
     front._results.put(("aborted", "decode", ("r", _stats())))
     assert front.step() == [] and not front.has_unfinished() and len(front.running) == 0
     out = front.pop_output("r")
-    assert out.finish_reason == "aborted" and out.token_ids == []
+    assert out.finish_reason == "abort" and out.token_ids == []
