@@ -3,8 +3,9 @@ on 127.0.0.1, the official ``openai`` client). Each server runs a prefill and a 
 (fd_mtp.distributed.pd); its greedy output equals offline ``fd_mtp.LLM.generate`` (plain and MTP),
 streamed (per decode step) and not, completions and chat; a cancelled stream frees its slot on
 the decode instance; /metrics counts; a killed decode instance ends the running stream with an
-error event; SIGTERM stops and reaps both instances and leaves no SysV queue and no hand-off
-segment behind.
+error event; SIGTERM drains (a stream still running after --shutdown-timeout gets the shutdown's
+error event), stops and reaps both instances and leaves no SysV queue and no hand-off segment
+behind, and so does a SIGKILLed server (its orphaned instances exit).
 
 Two servers start once for the module, in parallel (plain and MTP; 2 slots each). Every request
 has a timeout; every wait is bounded.
@@ -41,6 +42,7 @@ SLOTS = 2
 #: a stream that runs for several seconds (the demo model decodes ~300 tokens/s on this CPU)
 LONG = 2000
 COMMON = ["--pd", "--max-num-seqs", str(SLOTS), "--max-model-len", "2048", "--block-size", "16"]
+COMMON += ["--shutdown-timeout", "2"]
 # this test process's own first-token queues (ftok keeps the low 8 bits: distinct there)
 QIDS = {"plain": 0x7A00 + os.getpid() % 0x80, "mtp": 0x7A80 + os.getpid() % 0x80}
 
@@ -302,12 +304,30 @@ def test_cancelled_streams_free_their_slots(servers, offline):
     assert [box[i].choices[0].token_ids for i in range(2)] == [w.token_ids for w in want]
 
 
-def test_sigterm_stops_both_instances_and_cleans_up(servers):
-    """SIGTERM with nothing in flight: exit 0, both instances reaped, the SysV queue and every
-    hand-off segment removed."""
+def test_sigterm_drains_then_stops_both_instances_and_cleans_up(servers):
+    """SIGTERM with a long stream in flight: the stream runs on for --shutdown-timeout (2 s), then
+    ends with the shutdown's error event; the server exits 0, both instances are reaped, the SysV
+    queue and every hand-off segment are removed."""
     proc = servers["mtp"]
     pids = list(_instances(proc.proc.pid).values())
     assert len(pids) == 2, pids
+    stream = client(proc.url).completions.create(
+        model=MODEL,
+        prompt=PROMPTS[1],
+        max_tokens=LONG,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    it = iter(stream)
+    next(it)
+    proc.proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    chunks = 0
+    with pytest.raises(openai.APIError, match="shutting down"):
+        for _ in it:
+            chunks += 1
+    assert chunks > 5 and 1.5 < time.monotonic() - t0 < 30  # it kept streaming, then was aborted
     assert proc.terminate(timeout=60) == 0
     wait_for(lambda: not any(_alive(p) for p in pids), 10, what="the instances to exit")
     assert remove_queue(QIDS["mtp"]) is False  # the server removed it
