@@ -228,7 +228,9 @@ class AsyncLLM:
     """Runs an `fd_mtp.LLM`'s engine in a thread and serves requests to asyncio code.
 
     Args:
-        llm: the `fd_mtp.LLM` (its ``engine`` is used from the engine thread only, once started).
+        llm: the `fd_mtp.LLM` (its ``engine`` is used from the engine thread only, once started),
+            or an object with the same attributes, e.g. `fd_mtp.distributed.pd.PDEngineClient`
+            (``fd-mtp serve --pd``).
         max_waiting_requests: in-flight requests beyond ``max_num_seqs`` (>= 1); more raise
             `QueueFullError` (see the module docstring).
         stats: a `StatsListener` (e.g. the server's Prometheus metrics), or None.
@@ -248,7 +250,11 @@ class AsyncLLM:
         self.tokenizer = _own_copy(llm.tokenizer)
         model = getattr(llm, "model", None)
         #: the model's vocabulary size (token ids are in [0, vocab_size)); None when unknown
-        self.vocab_size = int(model.config.vocab_size) if model is not None else None
+        self.vocab_size = (
+            int(model.config.vocab_size)
+            if model is not None
+            else getattr(llm, "vocab_size", None)  # a front without the model in this process
+        )
         self._pool = ThreadPoolExecutor(FRONT_THREADS, thread_name_prefix="fd-mtp-front")
         self._cond = threading.Condition()
         self._commands: list = []

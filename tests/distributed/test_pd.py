@@ -219,8 +219,149 @@ def test_decode_engine_refuses_a_foreign_kv_and_changes_nothing():
 def test_pd_refusals():
     with pytest.raises(ValueError, match="'ngram' is not offered"):
         PDCluster(DEMO_MODEL, speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    # refused before any process starts, naming the argument
+    for kw, what in (
+        (dict(dtype="float16"), "dtype='float16' is not supported on device 'cpu'"),
+        (dict(device="tpu"), "device must be one of"),
+        (dict(seed=-1), "seed must be an int"),
+        (dict(forward="fast"), "forward must be one of"),
+        (dict(timeout=0), "timeout must be a number > 0"),
+        (dict(max_num_seqs=0), "max_num_seqs"),
+    ):
+        with pytest.raises(ValueError, match=what):
+            PDCluster(DEMO_MODEL, **kw)
     from fd_mtp.engine.pd import DecodeEngine
 
     pre, _ = _engines(MTP, QID + 5)
     with pytest.raises(ValueError, match="role 'decode'"):
         DecodeEngine(pre.runner)
+
+
+def test_default_queue_ids_are_claimed_not_shared():
+    """Without msg_queue_id a front claims the first queue key nobody uses (ftok keeps 8 bits of
+    the id): a second front from the same start gets the next one, never the first's queue."""
+    from fd_mtp.distributed.pd import _claim_queue_id
+
+    start = 0x7300 + os.getpid() % 0x40
+    for q in range(start, start + 3):
+        remove_queue(q)
+    claimed = []
+    try:
+        claimed.append(_claim_queue_id(start))
+        claimed.append(_claim_queue_id(start))
+        assert claimed == [start, start + 1]
+        remove_queue(start)
+        claimed.append(_claim_queue_id(start))  # freed: claimable again
+        assert claimed[-1] == start
+    finally:
+        assert all(remove_queue(q) for q in set(claimed))
+
+
+# --------------------------------------------------------------------------- the front's bookkeeping
+class _Alive:
+    exitcode = None
+
+    def is_alive(self):
+        return True
+
+
+def _front_without_instances():
+    """A `PDEngineClient` whose instances are a local queue the test fills (no processes)."""
+    import queue as queue_mod
+
+    from fd_mtp.distributed.pd import PDEngineClient
+
+    front = PDEngineClient.__new__(PDEngineClient)
+    front._init_requests()
+    front._results = queue_mod.Queue()
+    front._commands = {"prefill": queue_mod.Queue(), "decode": queue_mod.Queue()}
+    front.prefill = front.decode = _Alive()
+    front._closed, front.fail_fast, front.timeout = False, True, 60.0
+    return front
+
+
+def _stats(running=0):
+    return dict(
+        running=running,
+        waiting=0,
+        num_free=10 - running,
+        num_blocks=10,
+        preemptions=0,
+        spec=None,
+        prefix_queries=0,
+        prefix_hits=0,
+    )
+
+
+def test_front_keeps_a_stream_in_order_when_the_decode_side_is_heard_first():
+    """The instances' messages share one queue with a feeder per process: the decode side's
+    deltas of a request may arrive before the prefill side's hand-off delta (the first token).
+    The front holds them until it arrived: the stream is first token, then the rest, with the
+    decode side's text (which covers the first token) and its output, metrics merged."""
+    from fd_mtp.distributed.pd import _Live
+    from fd_mtp.engine.request import RequestMetrics, RequestOutput, StreamDelta
+
+    front = _front_without_instances()
+    params = SamplingParams(temperature=0, max_tokens=3)
+    front.requests["r"] = _Live("r", "p", [1, 2], params)
+    front._unfinished.add("r")
+    pre_out = RequestOutput(
+        "r", None, [1, 2], [7], "A", True, "length", None, RequestMetrics(arrival_time=1.0)
+    )
+    pre_out.metrics.num_cached_tokens = 16
+    dec_out = RequestOutput(
+        "r", None, [1, 2], [7, 8, 9], "ABC", True, "length", None, RequestMetrics(arrival_time=5.0)
+    )
+    q = front._results
+    q.put(
+        ("step", "decode", ([(StreamDelta("r", -1, [8], "AB", False), "stream", None)], _stats(1)))
+    )
+    q.put(
+        (
+            "step",
+            "decode",
+            ([(StreamDelta("r", -1, [9], "C", True, "length"), "done", dec_out)], _stats()),
+        )
+    )
+    assert front.step() == []  # held: the first token has not arrived
+    assert front.has_unfinished() and len(front.running) == 0
+    q.put(
+        (
+            "step",
+            "prefill",
+            ([(StreamDelta("r", -1, [7], "A", True, "length"), "handed", pre_out)], _stats()),
+        )
+    )
+    got = front.step()
+    assert [(d.new_token_ids, d.new_text, d.finished) for d in got] == [
+        ([7], "", False),
+        ([8], "AB", False),
+        ([9], "C", True),
+    ]
+    assert not front.has_unfinished()
+    out = front.pop_output("r")
+    assert out.token_ids == [7, 8, 9] and out.text == "ABC" and out.prompt == "p"
+    assert out.metrics.arrival_time == 1.0 and out.metrics.num_cached_tokens == 16
+    assert "r" not in front.requests
+
+
+def test_front_abort_is_answered_before_the_front_settles():
+    """An aborted request ends at once in the front (its later deltas are dropped), goes to the
+    prefill instance, and `has_unfinished` stays True until an instance answers the abort."""
+    from fd_mtp.distributed.pd import _Live
+    from fd_mtp.engine.request import StreamDelta
+
+    front = _front_without_instances()
+    front.requests["r"] = _Live("r", None, [1, 2], SamplingParams(max_tokens=9))
+    front._unfinished.add("r")
+    front.abort_request("r")
+    assert front._commands["prefill"].get_nowait() == ("abort", "r")
+    assert front.has_unfinished()
+    front._results.put(
+        ("step", "decode", ([(StreamDelta("r", -1, [8], "x", False), "stream", None)], _stats(1)))
+    )
+    assert front.step() == [] and front.has_unfinished() and len(front.running) == 1
+    front._results.put(("aborted", "decode", ("r", _stats())))
+    assert front.step() == [] and not front.has_unfinished() and len(front.running) == 0
+    out = front.pop_output("r")
+    assert out.finish_reason == "abort" and out.token_ids == []

@@ -19,11 +19,18 @@ ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
 
 
-class ServerProcess:
-    """``python -m fd_mtp.entrypoints.openai.api_server --port 0 ARGS`` in a subprocess; `start`
-    returns once it printed its address, `stop` sends SIGTERM and waits (bounded)."""
+#: what `ServerProcess` runs by default, and ``fd-mtp serve`` (the console script's module)
+API_SERVER = ("-m", "fd_mtp.entrypoints.openai.api_server")
+FD_MTP_SERVE = ("-m", "fd_mtp.cli", "serve")
 
-    def __init__(self, *args: str):
+
+class ServerProcess:
+    """``python -m fd_mtp.entrypoints.openai.api_server --port 0 ARGS`` (``command``: what follows
+    the interpreter instead, e.g. `FD_MTP_SERVE`) in a subprocess; `wait_ready` returns once it
+    printed its address, `terminate` sends SIGTERM and waits (bounded)."""
+
+    def __init__(self, *args: str, command: tuple[str, ...] = API_SERVER):
+        self.command = tuple(command)
         self.args = ["--port", "0", "--host", "127.0.0.1", *args]
         self.proc: subprocess.Popen | None = None
         self.url = None
@@ -33,7 +40,7 @@ class ServerProcess:
     def launch(self) -> ServerProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fd_mtp.entrypoints.openai.api_server", *self.args],
+            [sys.executable, *self.command, *self.args],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

@@ -68,3 +68,21 @@ def test_bad_engine_option_names_it():
 def test_unreadable_chat_template_is_refused(tmp_path):
     proc = fd_mtp("serve", "--chat-template", str(tmp_path / "missing.jinja"))
     assert proc.returncode == 2 and "--chat-template: cannot read" in proc.stderr, proc.stderr
+
+
+def test_pd_options_are_listed_and_refusals_name_them():
+    proc = fd_mtp("serve", "--help")
+    assert "--pd " in proc.stdout and "--pd-msg-queue-id" in proc.stdout
+    proc = fd_mtp("serve", "--pd", "--tensor-parallel-size", "2")
+    assert proc.returncode == 2, proc.stderr
+    assert "--pd with --tensor-parallel-size 2 is not supported" in proc.stderr
+    ngram = '{"method": "ngram", "num_speculative_tokens": 2}'
+    proc = fd_mtp("serve", "--pd", "--speculative-config", ngram)
+    assert proc.returncode == 2 and "--pd: " in proc.stderr, proc.stderr
+    assert "speculative method 'ngram' is not offered with prefill / decode" in proc.stderr
+    proc = fd_mtp("serve", "--pd", "--dtype", "float16")
+    assert proc.returncode == 2 and "--pd: " in proc.stderr and "float16" in proc.stderr
+    proc = fd_mtp("serve", "--pd-msg-queue-id", "7")
+    assert proc.returncode == 2 and "--pd-msg-queue-id is only used with --pd" in proc.stderr
+    proc = fd_mtp("serve", "--pd", "--pd-msg-queue-id", "0")
+    assert proc.returncode == 2 and "--pd-msg-queue-id: wants an int >= 1" in proc.stderr

@@ -20,6 +20,12 @@ or the server shuts down; 500 for a bug (the server keeps serving).
 Prompt work (JSON body aside) never runs in the engine thread: text prompts are tokenized and chat
 templates rendered in `AsyncLLM`'s thread pool, so a huge prompt does not stall running streams.
 
+``--pd`` serves with prefill / decode disaggregation: `build_llm` starts a prefill and a decode
+process (`fd_mtp.distributed.pd.PDEngineClient`) that `AsyncLLM` drives as it drives an engine;
+tokens stream per decode step. A dead instance ends every in-flight stream with an error event
+(the engine is then down: 503). After the drain below, both processes are stopped and reaped and
+the SysV queue and the shared-memory segments removed.
+
 SIGTERM (or Ctrl-C) drains: the listening socket closes and running requests may finish for
 ``--shutdown-timeout`` seconds; then every request still in flight is aborted: a stream gets an
 error event (``data: {"error": {...}}``), its last chunk with ``finish_reason: "abort"`` and
@@ -321,9 +327,41 @@ def build_app(
 
 
 def build_llm(args):
-    """The `fd_mtp.LLM` of the parsed options."""
+    """The `fd_mtp.LLM` of the parsed options; with ``--pd`` a
+    `fd_mtp.distributed.pd.PDEngineClient` (its prefill and decode processes started)."""
     from ...llm import LLM
 
+    tp = getattr(args, "tensor_parallel_size", 1)
+    if getattr(args, "pd", False):
+        if tp != 1:
+            raise ValueError(
+                f"--pd with --tensor-parallel-size {tp} is not supported (prefill / decode "
+                "disaggregation runs one process per instance)"
+            )
+        from ...distributed.pd import PDEngineClient
+
+        try:
+            return PDEngineClient(
+                args.model,
+                speculative_config=args.speculative_config,
+                max_num_seqs=args.max_num_seqs,
+                max_model_len=args.max_model_len,
+                block_size=args.block_size,
+                num_gpu_blocks=args.num_gpu_blocks_override,
+                enable_prefix_caching=args.enable_prefix_caching,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                seed=args.seed,
+                dtype=args.dtype,
+                device=args.device,
+                forward=getattr(args, "forward", "eager"),
+                cpu_threads=getattr(args, "cpu_threads", None),
+                msg_queue_id=args.pd_msg_queue_id,
+                fail_fast=True,
+            )
+        except ValueError as exc:
+            raise ValueError(f"--pd: {exc}") from None
+    if getattr(args, "pd_msg_queue_id", None) is not None:
+        raise ValueError("--pd-msg-queue-id is only used with --pd")
     return LLM(
         args.model,
         device=args.device,
@@ -336,7 +374,7 @@ def build_llm(args):
         max_num_batched_tokens=args.max_num_batched_tokens,
         speculative_config=args.speculative_config,
         seed=args.seed,
-        tensor_parallel_size=getattr(args, "tensor_parallel_size", 1),
+        tensor_parallel_size=tp,
         forward=getattr(args, "forward", "eager"),
         cpu_threads=getattr(args, "cpu_threads", None),
     )
@@ -365,6 +403,7 @@ def serve(args) -> int:
     """Load the model, start the server, serve until SIGTERM / Ctrl-C; the exit status."""
     import uvicorn
 
+    llm = None
     try:
         llm = build_llm(args)
         front_stats = ServerMetrics(
@@ -374,6 +413,8 @@ def serve(args) -> int:
         front = AsyncLLM(llm, max_waiting_requests=args.max_waiting_requests, stats=front_stats)
         chat_template = load_chat_template(model_dir(args), args.chat_template)
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as exc:
+        if getattr(args, "pd", False) and llm is not None:
+            llm.close()
         print(f"fd-mtp serve: {exc}", file=sys.stderr)
         return 2
     front_stats.bind(front)
@@ -406,6 +447,8 @@ def serve(args) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if getattr(args, "pd", False):
+            llm.close()  # stop and reap both instances, remove the queue and the segments
     return 0
 
 

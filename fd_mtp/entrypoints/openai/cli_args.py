@@ -111,6 +111,24 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="largest request body in bytes; larger bodies are answered 413 (default: 8388608, "
         "8 MiB)",
     )
+    p.add_argument(
+        "--pd",
+        action="store_true",
+        help="prefill / decode disaggregation (FastDeploy's splitwise roles) behind this one "
+        "endpoint: a prefill process and a decode process, each with its own copy of the model "
+        "and KV cache; each request's first token (SysV queue) and KV blocks (shared memory) go "
+        "from the prefill to the decode instance, which streams the rest "
+        "(fd_mtp.distributed.pd). Plain or MTP decoding; not with --tensor-parallel-size > 1; "
+        "requests with logprobs are refused",
+    )
+    p.add_argument(
+        "--pd-msg-queue-id",
+        type=_positive_int,
+        default=None,
+        help="with --pd: the SysV message queue id of the first-token hand-off, emptied at start "
+        "(two servers need ids that differ in their low 8 bits: ftok keeps those; default: the "
+        "first unused one from an id derived from the server's pid); removed at shutdown",
+    )
     p.add_argument("--device", default="cpu", help='"cpu" or "gpu" (default: cpu)')
     p.add_argument(
         "--dtype",
