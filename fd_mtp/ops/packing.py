@@ -7,18 +7,30 @@ before the forward pass; ``rebuild_padding`` picks the hidden rows that get logi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._loader import define_ops, invoke
 from ._paddle_compat import sum_int64
 
+if TYPE_CHECKING:  # fd_mtp.ops imports paddle on the first call only
+    import paddle
+
 
 def pre_process(
-    input_ids,
-    seq_lens_this_time,
-    speculative_decoding,
-    draft_tokens=None,
-    seq_lens_encoder=None,
-    seq_lens_decoder=None,
-):
+    input_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    speculative_decoding: bool,
+    draft_tokens: paddle.Tensor | None = None,
+    seq_lens_encoder: paddle.Tensor | None = None,
+    seq_lens_decoder: paddle.Tensor | None = None,
+) -> tuple[
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor | None,
+    paddle.Tensor | None,
+]:
     """FastDeploy's ``pre_process`` glue (spec §5.3): pack the step's tokens and build the offsets.
 
     Speculative (``speculative_decoding=True``; needs draft_tokens, seq_lens_encoder,
