@@ -400,7 +400,11 @@ class LLMEngine(EngineOutputs):
         """The cached blocks a request about to be admitted can start from: the longest run of
         its leading full blocks in the cache, short of its last token (a step must feed at
         least one token to sample from)."""
-        if not self.block_manager.enable_caching or not req.cacheable:
+        if (
+            not self.block_manager.enable_caching
+            or not req.cacheable
+            or req.sampling_params.prompt_logprobs is not None  # every prompt row is needed
+        ):
             return []
         upto = (req.num_tokens - 1) // self.runner.block_size
         block_keys(req.all_token_ids, self.runner.block_size, req.block_keys, upto)
@@ -534,6 +538,8 @@ class LLMEngine(EngineOutputs):
         out = self.runner.execute_model(decode_slots)
         t2 = time.perf_counter()
         self.num_steps += 1
+        if self.runner.last_prompt_logprobs:
+            self._deliver_prompt_logprobs()
         deltas = self._finish_step(out, decode_only=fast is not None)
         if self.block_manager.enable_caching:
             self._cache_step(slots)

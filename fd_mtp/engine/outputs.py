@@ -210,6 +210,17 @@ class EngineOutputs:
             if b in kept and req is not None and req.logprobs is not None:
                 req.logprobs += [with_decoded_tokens(e, self.tokenizer) for e in entries[: kept[b]]]
 
+    def _deliver_prompt_logprobs(self) -> None:
+        """``RequestOutput.prompt_logprobs`` from the runner's ``last_prompt_logprobs`` (a chunk
+        computed again after a preemption changes nothing)."""
+        for b, (first, entries) in self.runner.last_prompt_logprobs.items():
+            req = self.ib.requests[b]
+            if req is None or req.prompt_logprobs is None:
+                continue
+            for i, e in enumerate(entries, first):
+                if req.prompt_logprobs[i] is None:
+                    req.prompt_logprobs[i] = with_decoded_tokens(e, self.tokenizer)
+
     def _ops_stop_reason(self, req: Request, stopped: bool) -> str | None:
         """stop_handling "ops": the finish reason of a request after its step's tokens. The ops
         ended it (``stopped``): "length" when it has its limit of tokens, min(max_tokens,

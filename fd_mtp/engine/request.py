@@ -200,6 +200,8 @@ class Request:
     detokenizer: object = field(default=None, repr=False)  # the engine's IncrementalDetokenizer
     #: one ``{token id: Logprob}`` per output token when ``sampling_params.logprobs`` is set
     logprobs: list | None = None
+    #: ``sampling_params.prompt_logprobs``: None, then one entry per prompt token after it
+    prompt_logprobs: list | None = None
     #: prefix cache: the keys of the request's leading full blocks (`block_manager.block_keys`),
     #: how many of its leading blocks are in the cache (hits and registered), the tokens the
     #: cache supplied at its last admission, and whether its blocks may enter the cache at all
@@ -211,6 +213,8 @@ class Request:
     def __post_init__(self):
         if self.logprobs is None and self.sampling_params.logprobs is not None:
             self.logprobs = []
+        if self.prompt_logprobs is None and self.sampling_params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None] * len(self.prompt_token_ids)
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -260,6 +264,8 @@ class RequestOutput:
             ``token_ids``, ``{token id: Logprob}``, holding the ``logprobs`` most likely tokens
             and the generated token (``logprobs + 1`` entries, or fewer when the generated
             token is among the most likely), as vLLM.
+        prompt_logprobs: None unless ``SamplingParams.prompt_logprobs`` was set; then one entry
+            per prompt token, None for the first, then dicts as in ``logprobs`` (vLLM's).
     """
 
     request_id: str
@@ -272,6 +278,7 @@ class RequestOutput:
     error: str | None = None
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
     logprobs: list | None = None
+    prompt_logprobs: list | None = None
 
     @classmethod
     def from_request(cls, req: Request) -> RequestOutput:
@@ -286,6 +293,7 @@ class RequestOutput:
             None,
             req.metrics,
             None if req.logprobs is None else list(req.logprobs),
+            None if req.prompt_logprobs is None else list(req.prompt_logprobs),
         )
 
     @classmethod

@@ -167,6 +167,13 @@ class ModelRunner:
         #: ``{slot: [{token id: Logprob}, ...]}``: one entry per token the last step returned, for
         #: the slots that asked for logprobs (empty when none did)
         self.last_logprobs: dict[int, list] = {}
+        #: SamplingParams.prompt_logprobs of each slot (-1: off), and per slot prefilling with it
+        #: this step: the chunk's prompt tokens after its first position (what its rows predict)
+        self.prompt_logprobs_k = np.full(self.max_num_seqs, -1, np.int64)
+        self._prompt_targets: dict[int, tuple[int, list]] = {}
+        #: ``{slot: (index of the first prompt token, [{token id: Logprob}, ...])}`` of the last
+        #: step's prefill chunks whose request asked for prompt logprobs
+        self.last_prompt_logprobs: dict[int, tuple[int, list]] = {}
 
     @property
     def decode_tokens(self) -> int:
@@ -304,6 +311,12 @@ class ModelRunner:
             if t.first_chunk:
                 w["prompt_ids"][b, : n - t.num_output] = t.token_ids[: n - t.num_output]
                 self._set_params(b, t.params, t.seed, n - t.num_output)
+            if self.prompt_logprobs_k[b] >= 0 and t.num_output == 0:
+                # row p of the chunk predicts token p + 1, a prompt token up to the prompt's end
+                self._prompt_targets[b] = (
+                    t.start + 1,
+                    t.token_ids[t.start + 1 : min(t.end + 1, n)],
+                )
 
     def _max_dec_len(self, p: SamplingParams, prompt_len: int) -> int:
         """The ``max_dec_len`` entry of a request (the ops' own length limit; plain decoding's ops
@@ -335,6 +348,7 @@ class ModelRunner:
         ib.has_stop_str[b] = bool(p.stop_list)
         ib.max_output[b] = min(p.max_tokens, self.max_model_len - prompt_len)
         self.logprobs_k[b] = -1 if p.logprobs is None else p.logprobs
+        self.prompt_logprobs_k[b] = -1 if p.prompt_logprobs is None else p.prompt_logprobs
 
     # -- one step -----------------------------------------------------------------------------------
     def _forward(self):
@@ -405,7 +419,8 @@ class ModelRunner:
             return StepOutput.empty()
         rows = self._rows(ran)
         rows.device = ib.push(rows.arrays())  # the step's one host-to-device transfer
-        meta, _, logits = self._forward()
+        meta, hidden, logits = self._forward()
+        self._prompt_logprobs(hidden, meta)
         raw = self._raw_logits(logits, ran)
         self._penalties(logits, rows, meta)
         tokens = ib.pull({"tokens": self.sampler.sample_tensor(logits, rows)})[
@@ -415,7 +430,26 @@ class ModelRunner:
         self._update(ran, tokens, prefill)
         return StepOutput(ran, np.ones(ran.size, np.int64), tokens.astype(np.int64))
 
-    # -- logprobs (SamplingParams.logprobs) --------------------------------------------------------
+    # -- logprobs (SamplingParams.logprobs, prompt_logprobs) ----------------------------------------
+    def _prompt_logprobs(self, hidden, meta) -> None:
+        """``last_prompt_logprobs`` of this step's prefill chunks that asked for prompt logprobs:
+        their rows of the packed hidden states ``[T, H]`` through the lm_head, the log-probability
+        of each next prompt token and the most likely ones. Costs nothing when no chunk asked."""
+        self.last_prompt_logprobs = {}
+        if not self._prompt_targets:
+            return
+        cu = meta.cu_seqlens_q.numpy()  # host offsets of each slot's rows (only on this path)
+        for b, (first, targets) in sorted(self._prompt_targets.items()):
+            if targets:
+                k = int(self.prompt_logprobs_k[b])
+                rows = hidden[int(cu[b]) : int(cu[b]) + len(targets)]
+                lp = token_logprobs(self.model.compute_logits(rows).astype("float32"), targets, k)
+                self.last_prompt_logprobs[b] = (
+                    first,
+                    logprob_entries(lp, targets, [k] * len(targets)),
+                )
+        self._prompt_targets = {}
+
     def _raw_logits(self, logits, ran: np.ndarray):
         """A copy of the step's raw logits (before the in-place penalties) when a running slot asked
         for logprobs, else None: requests without logprobs cost nothing."""

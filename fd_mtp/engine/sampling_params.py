@@ -59,6 +59,12 @@ class SamplingParams:
             ``RequestOutput.logprobs``. The distribution is the model's raw one,
             ``log_softmax(logits)`` before penalties, temperature, top-k and top-p
             (FastDeploy's default ``logprobs_mode``, "raw_logprobs").
+        prompt_logprobs: None (off) or an int in ``[0, 20]``: every prompt token after the first
+            gets the same kind of entry (the ``prompt_logprobs`` most likely tokens at its
+            position and the prompt token itself), in ``RequestOutput.prompt_logprobs`` (its
+            first entry is None: nothing predicts the first token), as vLLM. The prompt is then
+            computed whole: the prefix cache is not read for the request (its blocks still
+            enter the cache).
 
     Raises:
         ValueError naming the field for any out-of-range or mistyped value.
@@ -88,6 +94,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     max_draft_tokens: int | None = None
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     stop_list: list[str] = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -136,6 +143,10 @@ class SamplingParams:
             not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
         ):
             bad("logprobs", f"must be None or an int in [0, {MAX_LOGPROBS}]")
+        if self.prompt_logprobs is not None and (
+            not _is_int(self.prompt_logprobs) or not 0 <= self.prompt_logprobs <= MAX_LOGPROBS
+        ):
+            bad("prompt_logprobs", f"must be None or an int in [0, {MAX_LOGPROBS}]")
         stop = self.stop
         if stop is None:
             stop_list = []

@@ -353,6 +353,7 @@ class SpeculativeModelRunner(ModelRunner):
             )
         rows.device = dev = ib.push(step)  # the step's one host-to-device transfer
         meta, hidden, logits = self._forward()
+        self._prompt_logprobs(hidden, meta)
         this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
         raw = self._raw_logits(logits, ran)  # logprobs: the raw logits (None when none asked)
         self._penalties(logits, rows, meta)

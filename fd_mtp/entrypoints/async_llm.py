@@ -6,16 +6,29 @@ The engine steps in its own thread (``fd-mtp-engine``) and never blocks the even
   the thread applies them *between* steps, so requests join and leave the running batch at step
   boundaries, as continuous batching wants;
 * every step's `StreamDelta`s go back to the event loop (``loop.call_soon_threadsafe``) into one
-  `asyncio.Queue` per request, which `RequestStream` iterates as `RequestEvent`s;
-* all tokenizer and engine work (prompt encoding and validation, detokenization) happens in the
-  engine thread, so the engine and its tokenizer are never used from two threads at once.
+  `asyncio.Queue` per request, which `RequestStream` iterates as `RequestEvent`s (with the new
+  tokens' log-probabilities when the request asked for them);
+* prompt tokenization (and any other front work a server hands to `AsyncLLM.offload`, e.g. chat
+  template rendering) runs in a small thread pool (``fd-mtp-front``), never in the engine thread,
+  so a multi-megabyte prompt does not stall the running batch. The pool uses the front's own copy
+  of the tokenizer (``copy.deepcopy(llm.tokenizer)``): the engine's tokenizer object stays the
+  engine thread's, which keeps detokenizing incrementally (a window of a few tokens per step).
+  SentencePiece releases the GIL while it encodes, so the engine thread keeps stepping. A prompt
+  of ``max_model_len`` tokens or more is refused here, before the engine sees it.
 
 A request whose consumer goes away (an HTTP client that disconnects: its `RequestStream` is closed
 or its task cancelled) is aborted at the next step boundary: its slot and KV blocks are freed.
-At most ``max_waiting_requests`` requests wait for a slot (queued commands plus the engine's
-waiting list); `AsyncLLM.add_requests` raises `QueueFullError` beyond that (a server answers 503).
+
+Admission (exact): a request is *in flight* from `AsyncLLM.add_requests` until its last event;
+the first ``max_num_seqs`` in-flight requests have (or are about to get) a slot, the rest wait,
+so ``queue_depth = max(0, in_flight - max_num_seqs)``. `add_requests` of n requests raises
+`QueueFullError` when ``in_flight + n - max_num_seqs > max_waiting_requests`` (nothing queued);
+the error carries ``retry_after``, a whole number of seconds (see `QueueFullError`). A batch of
+more than ``max_num_seqs + max_waiting_requests`` requests can never be admitted (ValueError).
+
 `AsyncLLM.shutdown` drains: it refuses new requests, lets the running ones finish, then stops the
-thread.
+thread. `AsyncLLM.abort_all` ends every in-flight request now (a server's shutdown timeout): each
+stream gets a last event with ``finish_reason="abort"`` and ``error`` set.
 
 >>> import asyncio, fd_mtp                                                       # doctest: +SKIP
 >>> front = AsyncLLM(fd_mtp.LLM(max_num_seqs=4)); front.start()                 # doctest: +SKIP
@@ -28,16 +41,38 @@ thread.
 from __future__ import annotations
 
 import asyncio
+import collections
+import copy
+import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..engine.request import RequestOutput, SpeculativeMetrics, StreamDelta
 from ..engine.sampling_params import SamplingParams
 
+#: threads of the front's pool (tokenization, chat templates): one huge prompt occupies one, the
+#: others keep serving small requests
+FRONT_THREADS = 4
+#: finished requests whose time in flight `QueueFullError.retry_after` averages
+RETRY_WINDOW = 64
+#: bounds of ``retry_after`` (seconds)
+RETRY_AFTER_MIN_S, RETRY_AFTER_MAX_S = 1, 60
+
 
 class QueueFullError(RuntimeError):
-    """The waiting queue is full (``max_waiting_requests``); a server answers 503."""
+    """The waiting queue is full (``max_waiting_requests``); a server answers 503.
+
+    ``retry_after``: whole seconds after which the places may be free:
+    ``ceil(missing * mean_time_in_flight / max_num_seqs)`` clamped to [1, 60], where ``missing``
+    is how many waiting places the request lacks and ``mean_time_in_flight`` the mean time from
+    `AsyncLLM.add_requests` to the last event of the last 64 finished requests (1 s before any
+    finished): with every slot busy, a place frees about every ``mean / max_num_seqs`` seconds."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EngineDeadError(RuntimeError):
@@ -49,9 +84,12 @@ class RequestEvent:
     """What one engine step produced for one request.
 
     ``token_ids`` / ``text``: only what this step added (text may lag tokens by a partial
-    character or a possible stop-string prefix; it catches up later). ``finished`` is True on the
-    last event only, which carries the whole `RequestOutput` in ``output`` (token ids, text,
-    finish reason, prompt token ids, metrics with the speculative draft statistics).
+    character or a possible stop-string prefix; it catches up later). ``logprobs``: None unless
+    the request's ``SamplingParams.logprobs`` is set; then one ``{token id: Logprob}`` per entry
+    of ``token_ids`` (`fd_mtp.RequestOutput.logprobs`' entries). ``finished`` is True on the last
+    event only, which carries the whole `RequestOutput` in ``output`` (token ids, text, finish
+    reason, prompt token ids, metrics with the speculative draft statistics). ``error``: why the
+    request was ended by `AsyncLLM.abort_all` (``finish_reason`` "abort"), else None.
     """
 
     request_id: str
@@ -60,6 +98,8 @@ class RequestEvent:
     finished: bool
     finish_reason: str | None = None
     output: RequestOutput | None = None
+    logprobs: list | None = None
+    error: str | None = None
 
 
 class StatsListener:
@@ -95,6 +135,66 @@ class _Abort:
     request_id: str
 
 
+@dataclass
+class _AbortAll:
+    reason: str
+
+
+def encode_prompt(tokenizer, text: str, add_special_tokens: bool | None = None) -> list[int]:
+    """The token ids of a text prompt, as `LLMEngine.encode` computes them (same calls, same
+    errors), with ``tokenizer``. ``add_special_tokens``: None (the tokenizer's default, what the
+    engine uses), True or False: passed to a tokenizer whose ``encode`` takes it (Hugging Face's);
+    for one that does not (`fd_mtp.model.tokenizer.SentencePieceTokenizer`), False drops the BOS
+    id that its ``add_bos_token`` setting put in front. ValueError for text the tokenizer cannot
+    encode, or no tokenizer."""
+    if tokenizer is None:
+        raise ValueError(
+            "a text prompt needs a tokenizer; pass token ids or give the LLM a tokenizer"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"the prompt is not valid Unicode text: {exc.reason} {text[exc.start : exc.end]!r} "
+            f"at character {exc.start}"
+        ) from None
+    try:
+        if hasattr(tokenizer, "encode"):
+            kw = {}
+            if add_special_tokens is not None and not hasattr(tokenizer, "add_bos_token"):
+                kw["add_special_tokens"] = add_special_tokens
+            ids = tokenizer.encode(text, **kw)
+            if isinstance(ids, dict):
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(text)["input_ids"]
+        ids = [int(i) for i in ids]
+    except Exception as exc:  # a tokenizer failing on this text fails this request only
+        raise ValueError(
+            f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}"
+        ) from exc
+    if (
+        add_special_tokens is False
+        and getattr(tokenizer, "add_bos_token", False)
+        and ids
+        and ids[0] == getattr(tokenizer, "bos_token_id", None)
+    ):
+        ids = ids[1:]
+    return ids
+
+
+def _own_copy(tokenizer):
+    """A copy of ``tokenizer`` for the front's threads (the engine thread keeps the original);
+    the tokenizer itself when it cannot be copied (then both threads use one object, which
+    SentencePiece and Hugging Face's fast tokenizers allow for encode / decode)."""
+    if tokenizer is None:
+        return None
+    try:
+        return copy.deepcopy(tokenizer)
+    except Exception:  # noqa: BLE001 - an object that does not deep-copy: share it
+        return tokenizer
+
+
 class RequestStream:
     """The events of one request, in step order, on the event loop. Iterate it (``async for``);
     `started` resolves when the engine thread queued the request (with ValueError when it refused
@@ -109,6 +209,10 @@ class RequestStream:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.started: asyncio.Future = loop.create_future()
         self.finished = False
+        self.added_time = time.perf_counter()
+        self.wants_logprobs = False  # SamplingParams.logprobs is set
+        self.num_prompt_tokens = 0  # known once the prompt is token ids (0 until then)
+        self.logprobs_sent = 0  # engine thread: log-probability entries already posted
 
     # -- engine thread side -----------------------------------------------------------------------
     def _post(self, item) -> None:
@@ -161,8 +265,8 @@ class AsyncLLM:
 
     Args:
         llm: the `fd_mtp.LLM` (its ``engine`` is used from the engine thread only, once started).
-        max_waiting_requests: requests that may wait for a slot at once (>= 1); more raise
-            `QueueFullError`.
+        max_waiting_requests: in-flight requests beyond ``max_num_seqs`` (>= 1); more raise
+            `QueueFullError` (see the module docstring).
         stats: a `StatsListener` (e.g. the server's Prometheus metrics), or None.
     """
 
@@ -174,11 +278,19 @@ class AsyncLLM:
         self.llm = llm
         self.engine = llm.engine
         self.max_waiting_requests = max_waiting_requests
+        self.max_num_seqs = int(llm.scheduler_config.max_num_seqs)
         self.stats = stats if stats is not None else StatsListener()
+        #: the front's tokenizer (a copy of the LLM's, used by the front's threads only), or None
+        self.tokenizer = _own_copy(llm.tokenizer)
+        model = getattr(llm, "model", None)
+        #: the model's vocabulary size (token ids are in [0, vocab_size)); None when unknown
+        self.vocab_size = int(model.config.vocab_size) if model is not None else None
+        self._pool = ThreadPoolExecutor(FRONT_THREADS, thread_name_prefix="fd-mtp-front")
         self._cond = threading.Condition()
         self._commands: list = []
         self._num_queued = 0  # _Add commands not yet applied
-        self._streams: dict[str, RequestStream] = {}
+        self._streams: dict[str, RequestStream] = {}  # in flight: added, last event not posted
+        self._times_in_flight: collections.deque = collections.deque(maxlen=RETRY_WINDOW)
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._error: BaseException | None = None
@@ -200,8 +312,20 @@ class AsyncLLM:
 
     @property
     def num_waiting(self) -> int:
-        """Requests without a slot: queued commands plus the engine's waiting list."""
+        """Requests without a slot in the engine: queued commands plus the engine's waiting list
+        (what the ``num_requests_waiting`` gauge shows; admission counts `queue_depth`)."""
         return self._num_queued + len(self.engine.waiting)
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests added and not finished (holding a slot, about to get one, or waiting)."""
+        return len(self._streams)
+
+    @property
+    def queue_depth(self) -> int:
+        """In-flight requests that cannot get a slot: ``max(0, in_flight - max_num_seqs)``; what
+        ``max_waiting_requests`` bounds."""
+        return max(0, len(self._streams) - self.max_num_seqs)
 
     @property
     def kv_cache_usage(self) -> float:
@@ -238,35 +362,95 @@ class AsyncLLM:
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        self._pool.shutdown(wait=False, cancel_futures=True)
         if self._thread is None:
             return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def abort_all(self, reason: str) -> int:
+        """Refuse new requests and end every in-flight request at the next step boundary: each
+        stream's last event has ``finish_reason="abort"`` and ``error=reason``. Callable from any
+        thread; returns the number of requests in flight when called."""
+        with self._cond:
+            self._stopping = True
+            n = len(self._streams)
+            self._commands.append(_AbortAll(reason))
+            self._cond.notify()
+        return n
+
+    # -- front work (event loop) --------------------------------------------------------------------
+    async def offload(self, fn, *args):
+        """``fn(*args)`` in the front's thread pool (not the engine thread), awaited."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
+        """`encode_prompt` with the front's tokenizer, in the front's thread pool."""
+        return await self.offload(encode_prompt, self.tokenizer, text, add_special_tokens)
+
+    def check_capacity(self, n: int) -> None:
+        """Raise ValueError when a batch of ``n`` requests can never be admitted (more than
+        ``max_num_seqs + max_waiting_requests``), `QueueFullError` when it cannot be now (a
+        server checks this before tokenizing; `add_requests` checks again, exactly)."""
+        limit = self.max_num_seqs + self.max_waiting_requests
+        if n > limit:
+            raise ValueError(
+                f"{n} requests in one call can never be admitted: at most {limit} requests are "
+                f"in flight at once ({self.max_num_seqs} slots + {self.max_waiting_requests} "
+                "waiting places)"
+            )
+        missing = len(self._streams) + n - self.max_num_seqs - self.max_waiting_requests
+        if missing > 0:
+            times = list(self._times_in_flight)
+            mean = sum(times) / len(times) if times else 1.0
+            retry = math.ceil(missing * mean / self.max_num_seqs)
+            raise QueueFullError(
+                f"the waiting queue is full ({self.max_waiting_requests} requests wait for a "
+                f"slot, {self.max_num_seqs} run); retry later",
+                min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, retry)),
+            )
+
     # -- requests (event loop) ----------------------------------------------------------------------
     async def add_requests(self, requests) -> list[RequestStream]:
         """Queue ``[(request_id, prompt, SamplingParams), ...]`` together and wait until the engine
-        thread accepted them all. ``prompt``: text or token ids.
+        thread accepted them all. ``prompt``: text (tokenized in the front's thread pool first)
+        or token ids.
 
         Raises:
-            QueueFullError: fewer than ``len(requests)`` waiting places are free (nothing queued).
+            QueueFullError: fewer than ``len(requests)`` places are free (nothing queued).
             EngineDeadError: the engine thread is not running (shut down, or failed).
-            ValueError: the engine refused one request (the others are aborted); the message is the
-                engine's (it names the prompt, max_tokens, ...). Its ``index`` attribute is the
-                position of the refused request.
+            ValueError: a request is refused (the others are aborted): a batch that can never be
+                admitted, a prompt of ``max_model_len`` tokens or more, or the engine's refusal;
+                the message names the prompt, max_tokens, ... Its ``index`` attribute is the
+                position of the refused request (None for the batch).
         """
         loop = asyncio.get_running_loop()
+        self._check_alive()
+        try:
+            self.check_capacity(len(requests))
+        except ValueError as exc:
+            exc.index = None
+            raise
+        prompts = [p for _, p, _ in requests]
+        if any(isinstance(p, str) for p in prompts) and self.tokenizer is not None:
+            prompts = await self.offload(self._encode_all, prompts)
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str) and hasattr(p, "__len__") and len(p) >= self.max_model_len:
+                # the engine's check and message, here so that a huge prompt costs the engine
+                # thread nothing
+                exc = ValueError(
+                    f"the prompt has {len(p)} tokens; max_model_len is {self.max_model_len} "
+                    "(prompt + at least one generated token must fit)"
+                )
+                exc.index = i
+                raise exc
         streams = [RequestStream(self, rid, loop) for rid, _, _ in requests]
         with self._cond:
             self._check_alive()
-            if self._num_queued + len(self.engine.waiting) + len(requests) > (
-                self.max_waiting_requests
-            ):
-                raise QueueFullError(
-                    f"the waiting queue is full ({self.max_waiting_requests} requests wait for a "
-                    "slot); retry later"
-                )
-            for (rid, prompt, params), stream in zip(requests, streams):
+            self.check_capacity(len(requests))
+            for (rid, _, params), prompt, stream in zip(requests, prompts, streams):
+                stream.wants_logprobs = getattr(params, "logprobs", None) is not None
+                stream.num_prompt_tokens = 0 if isinstance(prompt, str) else len(prompt)
                 self._streams[rid] = stream
                 self._commands.append(_Add(rid, prompt, params, stream))
             self._num_queued += len(requests)
@@ -283,6 +467,16 @@ class AsyncLLM:
                 stream.close()
             raise
         return streams
+
+    def _encode_all(self, prompts) -> list:
+        out = []
+        for i, p in enumerate(prompts):
+            try:
+                out.append(encode_prompt(self.tokenizer, p) if isinstance(p, str) else p)
+            except ValueError as exc:
+                exc.index = i
+                raise
+        return out
 
     def _abort(self, request_id: str) -> None:
         with self._cond:
@@ -325,6 +519,10 @@ class AsyncLLM:
                 stream._resolve(EngineDeadError(f"the engine failed: {type(exc).__name__}: {exc}"))
                 stream._post(EngineDeadError(f"the engine failed: {type(exc).__name__}: {exc}"))
 
+    def _finished(self, stream: RequestStream, now: float) -> None:
+        """Bookkeeping of a stream whose last event is posted (engine thread, under the lock)."""
+        self._times_in_flight.append(now - stream.added_time)
+
     def _apply(self, cmd) -> None:
         """Apply one command (engine thread, under the lock)."""
         engine = self.engine
@@ -343,19 +541,30 @@ class AsyncLLM:
                 cmd.request_id, len(engine.requests[cmd.request_id].prompt_token_ids), now
             )
             cmd.stream._resolve(None)
+        elif isinstance(cmd, _AbortAll):
+            for rid in list(self._streams):
+                self._end(rid, now, cmd.reason)
         else:
-            req = engine.requests.get(cmd.request_id)
-            stream = self._streams.pop(cmd.request_id, None)
-            if req is None:
-                return
-            if not req.finished:
-                engine.abort_request(cmd.request_id)
-                self.stats.request_finished(cmd.request_id, "abort", now)
-            output = engine.pop_output(cmd.request_id)
-            if stream is not None:
-                stream._post(
-                    RequestEvent(cmd.request_id, [], "", True, output.finish_reason, output)
-                )
+            self._end(cmd.request_id, now, None)
+
+    def _end(self, request_id: str, now: float, error: str | None) -> None:
+        """Abort one request (engine thread, under the lock); its stream gets its last event."""
+        engine = self.engine
+        req = engine.requests.get(request_id)
+        stream = self._streams.pop(request_id, None)
+        if req is None:
+            if stream is not None and error is not None:
+                self._finished(stream, now)
+                stream._post(RequestEvent(request_id, [], "", True, "abort", None, None, error))
+            return
+        if not req.finished:
+            engine.abort_request(request_id)
+            self.stats.request_finished(request_id, "abort", now)
+        output = engine.pop_output(request_id)
+        if stream is not None:
+            self._finished(stream, now)
+            reason = "abort" if error is not None else output.finish_reason
+            stream._post(RequestEvent(request_id, [], "", True, reason, output, None, error))
 
     def _dispatch(self, deltas: list[StreamDelta]) -> None:
         """Hand one step's deltas to their streams; report statistics (engine thread)."""
@@ -391,14 +600,26 @@ class AsyncLLM:
             if d.new_token_ids:
                 stats.tokens(d.request_id, len(d.new_token_ids), now)
             output = None
+            logprobs = None
             if d.finished:
                 stats.request_finished(d.request_id, d.finish_reason, now)
                 output = engine.pop_output(d.request_id)
                 with self._cond:
                     stream = self._streams.pop(d.request_id, None)
+                    if stream is not None:
+                        self._finished(stream, now)
+                if stream is not None and output.logprobs is not None:
+                    logprobs = output.logprobs[stream.logprobs_sent :]
             else:
                 stream = self._streams.get(d.request_id)
+                if stream is not None and stream.wants_logprobs and d.new_token_ids:
+                    req = engine.requests.get(d.request_id)
+                    if req is not None and req.logprobs is not None:
+                        start = stream.logprobs_sent
+                        logprobs = req.logprobs[start : start + len(d.new_token_ids)]
             if stream is not None:
+                if logprobs is not None:
+                    stream.logprobs_sent += len(logprobs)
                 stream._post(
                     RequestEvent(
                         d.request_id,
@@ -407,5 +628,6 @@ class AsyncLLM:
                         d.finished,
                         d.finish_reason,
                         output,
+                        logprobs,
                     )
                 )

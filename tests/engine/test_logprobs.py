@@ -256,3 +256,66 @@ def test_valid_logprobs():
     assert SamplingParams(logprobs=0).logprobs == 0
     assert SamplingParams(logprobs=20).logprobs == 20
     assert SamplingParams().logprobs is None
+
+
+# ------------------------------------------------------------------------------------------
+# SamplingParams.prompt_logprobs: the prompt tokens' entries
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "spec,chunk",
+    [(None, 2048), (None, 5), (SPECS["mtp"], 2048), (SPECS["mtp"], 7), (SPECS["ngram"], 2048)],
+)
+def test_prompt_logprobs_equal_the_float64_truth(ckpt, spec, chunk):
+    """Every prompt token after the first: its log-probability and the k most likely tokens at
+    its position, within the derived bound of the float64 truth; the same with chunked prefill
+    (chunk 5 / 7 tokens) and speculative runners. k = None: no entries, no cost."""
+    ps = prompts([9, 1, 14, 6], seed=63)
+    ks = [3, 2, 0, None]
+    params = [SamplingParams(max_tokens=4, prompt_logprobs=k, logprobs=1, **GREEDY) for k in ks]
+    if spec is not None:
+        spec = {**spec, "verification": "greedy"}
+    llm = llm_for(ckpt, spec, max_num_batched_tokens=chunk)
+    outs = llm.generate(ps, params, use_tqdm=False)
+    model = llm.engine.runner.model
+    for i, (p, o, k) in enumerate(zip(ps, outs, ks)):
+        if k is None:
+            assert o.prompt_logprobs is None
+            continue
+        assert len(o.prompt_logprobs) == len(p) and o.prompt_logprobs[0] is None, i
+        if len(p) == 1:
+            continue
+        truth, bound = logprob_truth(model, p[:1], p[1:])
+        for n in range(1, len(p)):
+            what = f"request {i} (k={k}) prompt token {n}"
+            check_entry(o.prompt_logprobs[n], p[n], k, truth[n - 1], bound[n - 1], what)
+
+
+def test_prompt_logprobs_skip_the_prefix_cache_and_survive_preemption(ckpt):
+    """A request with prompt logprobs computes its whole prompt (the cache is not read for it;
+    its blocks still enter the cache); preempted and re-prefilled, it keeps one entry per token."""
+    [p] = prompts([30], seed=64)
+    plain = SamplingParams(max_tokens=6, **GREEDY)
+    want = SamplingParams(max_tokens=6, prompt_logprobs=1, **GREEDY)
+    llm = llm_for(ckpt, max_num_seqs=1)
+    first, second, third = llm.generate([p, p, p], [plain, want, plain], use_tqdm=False)
+    assert [o.metrics.num_cached_tokens for o in (first, second, third)] == [0, 0, 24]
+    assert first.token_ids == second.token_ids == third.token_ids
+    # 3 slots, too few blocks: requests are preempted and re-prefilled, entries stay complete
+    tight = llm_for(ckpt, max_num_seqs=3, num_gpu_blocks=8, enable_prefix_caching=False)
+    outs = tight.generate(
+        [p] * 3, SamplingParams(max_tokens=20, prompt_logprobs=2, **GREEDY), use_tqdm=False
+    )
+    assert tight.engine.num_preemptions > 0
+    truth, bound = logprob_truth(llm.engine.runner.model, p[:1], p[1:])
+    for o, k in [(second, 1)] + [(o, 2) for o in outs]:
+        assert len(o.prompt_logprobs) == 30 and o.prompt_logprobs[0] is None
+        for n in range(1, 30):
+            check_entry(o.prompt_logprobs[n], p[n], k, truth[n - 1], bound[n - 1], f"token {n}")
+
+
+def test_bad_prompt_logprobs():
+    for bad in (-1, 21, 1.5, True):
+        with pytest.raises(
+            ValueError, match="SamplingParams.prompt_logprobs must be None or an int"
+        ):
+            SamplingParams(prompt_logprobs=bad)

@@ -1,6 +1,8 @@
-"""`AsyncLLM` in process (no HTTP): events equal offline generation, closing a stream aborts the
-request and frees its slot and KV blocks, the waiting queue is bounded, refused prompts raise
-ValueError naming the request, an engine failure fails every stream, shutdown drains."""
+"""`AsyncLLM` in process (no HTTP): events equal offline generation (log-probabilities too), closing
+a stream aborts the request and frees its slot and KV blocks, admission counts in-flight requests
+beyond the slots, refused prompts raise ValueError naming the request (a huge one before the
+engine sees it), the front tokenizes exactly as the engine, an engine failure fails every stream,
+shutdown drains, abort_all ends every request with its reason."""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ import asyncio
 import pytest
 
 import fd_mtp
-from fd_mtp.entrypoints.async_llm import AsyncLLM, EngineDeadError, QueueFullError, StatsListener
+from fd_mtp.entrypoints.async_llm import (
+    AsyncLLM,
+    EngineDeadError,
+    QueueFullError,
+    StatsListener,
+    encode_prompt,
+)
 
 TIMEOUT = 60
 
@@ -156,3 +164,151 @@ def test_an_engine_failure_fails_every_stream(llm, monkeypatch):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="max_waiting_requests"):
         AsyncLLM(object.__new__(fd_mtp.LLM), max_waiting_requests=0)
+
+
+def test_front_encoding_equals_the_engines(llm):
+    """The front tokenizes with its own copy of the tokenizer, exactly as the engine would."""
+    front = AsyncLLM(llm)
+    assert front.tokenizer is not llm.tokenizer and front.tokenizer is not None
+    engine = llm.engine
+    for text in ("def main():\n", "x</s>y  \t\n", "ünïcode ✓", " " * 7):
+        assert encode_prompt(front.tokenizer, text) == engine.encode(text), text
+    for bad in ("\ud800", "a\udfffb"):
+        with pytest.raises(ValueError) as mine:
+            encode_prompt(front.tokenizer, bad)
+        with pytest.raises(ValueError) as theirs:
+            engine.encode(bad)
+        assert str(mine.value) == str(theirs.value)
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        encode_prompt(None, "x")
+    front.shutdown()
+
+
+def test_add_special_tokens_false_drops_the_bos_id():
+    from fd_mtp.assets import DEMO_MODEL
+    from fd_mtp.model.tokenizer import SentencePieceTokenizer
+
+    tok = SentencePieceTokenizer(DEMO_MODEL, add_bos_token=True)
+    with_bos = encode_prompt(tok, "def f(")
+    assert with_bos[0] == tok.bos_token_id
+    assert encode_prompt(tok, "def f(", add_special_tokens=True) == with_bos
+    assert encode_prompt(tok, "def f(", add_special_tokens=False) == with_bos[1:]
+
+    class HF:  # a tokenizer whose encode takes add_special_tokens (Hugging Face's)
+        def encode(self, text, add_special_tokens=True):
+            return [9, 1, 2] if add_special_tokens else [1, 2]
+
+    assert encode_prompt(HF(), "x") == [9, 1, 2]
+    assert encode_prompt(HF(), "x", add_special_tokens=False) == [1, 2]
+
+
+def test_admission_counts_requests_beyond_the_slots(llm):
+    """1 slot, 1 waiting place: two requests are in flight, a third is refused with a whole
+    Retry-After; a batch of 3 can never be admitted."""
+    front = AsyncLLM(llm, max_waiting_requests=1)
+    front.start()
+
+    async def main():
+        front.check_capacity(2)  # idle: one slot + one waiting place
+        with pytest.raises(ValueError, match="can never be admitted") as info:
+            await front.add_requests([(f"b{i}", "x", params(2)) for i in range(3)])
+        assert info.value.index is None
+        [a, b] = await front.add_requests(
+            [("a", "x = [", params(300, ignore_eos=True)), ("b", "x", params(2))]
+        )
+        assert front.num_in_flight == 2 and front.queue_depth == 1
+        with pytest.raises(QueueFullError) as full:
+            await front.add_requests([("c", "x", params(2))])
+        assert isinstance(full.value.retry_after, int) and 1 <= full.value.retry_after <= 60
+        await a.__aiter__().aclose()  # abort the long one: b runs and finishes
+        events = [ev async for ev in b]
+        assert events[-1].finish_reason == "length"
+        for _ in range(int(TIMEOUT / 0.01)):
+            if front.num_in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert front.queue_depth == 0
+        [c] = await front.add_requests([("c", "x", params(2))])
+        assert [ev async for ev in c][-1].finished
+
+    try:
+        run(main())
+    finally:
+        assert front.shutdown(TIMEOUT)
+
+
+def test_a_huge_prompt_is_refused_before_the_engine(llm, monkeypatch):
+    front = AsyncLLM(llm)
+    front.start()
+    seen = []
+    add = llm.engine.add_request
+    monkeypatch.setattr(
+        llm.engine, "add_request", lambda p, *a, **k: (seen.append(len(p)), add(p, *a, **k))[1]
+    )
+
+    async def main():
+        with pytest.raises(ValueError, match="max_model_len is 512") as info:
+            await front.add_requests([("ok", "x", params(2)), ("huge", "word " * 5000, params(2))])
+        assert info.value.index == 1
+        with pytest.raises(ValueError, match="the prompt has 512 tokens"):
+            await front.add_requests([("ids", [5] * 512, params(2))])
+
+    try:
+        run(main())
+        assert seen == []  # nothing reached the engine
+    finally:
+        assert front.shutdown(TIMEOUT)
+
+
+def test_logprobs_stream_with_the_events(llm):
+    ref = llm.generate("def main():\n", params(9, logprobs=2), use_tqdm=False)[0]
+    front = AsyncLLM(llm)
+    front.start()
+
+    async def main():
+        [s] = await front.add_requests([("lp", "def main():\n", params(9, logprobs=2))])
+        ids, entries, last = [], [], None
+        async for ev in s:
+            assert len(ev.logprobs) == len(ev.token_ids)
+            ids += ev.token_ids
+            entries += ev.logprobs
+            last = ev
+        return ids, entries, last
+
+    try:
+        ids, entries, last = run(main())
+    finally:
+        assert front.shutdown(TIMEOUT)
+    assert ids == ref.token_ids and entries == last.output.logprobs
+    assert [sorted(e) for e in entries] == [sorted(e) for e in ref.logprobs]
+
+
+def test_abort_all_ends_every_request_with_the_reason(llm):
+    stats = Recorder()
+    front = AsyncLLM(llm, stats=stats)
+    front.start()
+
+    async def main():
+        streams = await front.add_requests(
+            [(f"r{i}", "x = [", params(400, ignore_eos=True)) for i in range(3)]
+        )
+        it = streams[0].__aiter__()
+        await it.__anext__()  # r0 runs in the only slot, r1 and r2 wait
+        assert front.abort_all("closing time") == 3
+        last = [ev async for ev in it][-1]
+        rest = []
+        for s in streams[1:]:
+            rest.append([ev async for ev in s][-1])
+        for ev in [last, *rest]:
+            assert ev.finished and ev.finish_reason == "abort" and ev.error == "closing time"
+        with pytest.raises(EngineDeadError):
+            await front.add_requests([("late", "x", params(2))])
+
+    try:
+        run(main())
+    finally:
+        assert front.shutdown(TIMEOUT)
+    assert sorted(stats.finished) == [("r0", "abort"), ("r1", "abort"), ("r2", "abort")]
+    assert llm.engine.requests == {} and front.num_in_flight == 0
+    engine = llm.engine
+    assert engine.block_manager.num_free == engine.block_manager.num_blocks

@@ -74,3 +74,20 @@ def test_errors_are_clear(tmp_path):
     t = ct.ChatTemplate("{{ raise_error() }}")
     with pytest.raises(ValueError, match="the chat template failed"):
         t.render(MESSAGES)
+
+
+def test_tool_messages_reach_the_template():
+    t = ct.ChatTemplate(
+        "{% for m in messages %}[{{ m.role }}{% if m.tool_call_id %} {{ m.tool_call_id }}"
+        "{% endif %}{% for c in m.tool_calls or [] %} call {{ c.function.name }}{% endfor %}]"
+        " {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    messages = [
+        {"role": "user", "content": "6 * 7?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "mul"}}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+    assert t.render(messages) == "[user] 6 * 7?\n[assistant call mul] \n[tool c1] 42\n[assistant]"
+    assert t.render(messages, add_generation_prompt=False).endswith("[tool c1] 42\n")
+    default = ct.ChatTemplate(None)
+    assert default.render(messages) == "User: 6 * 7?\n\nAssistant: \n\nTool: 42\n\nAssistant:"

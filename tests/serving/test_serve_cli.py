@@ -29,6 +29,8 @@ def test_serve_help_lists_the_fastdeploy_flags():
         "--max-model-len",
         "--max-waiting-requests",
         "--served-model-name",
+        "--max-request-bytes",
+        "--shutdown-timeout",
     ):
         assert flag in proc.stdout
 
@@ -51,6 +53,11 @@ def test_bad_speculative_config_is_refused():
     assert proc.returncode == 2 and "--speculative-config wants a JSON object" in proc.stderr
     proc = fd_mtp("serve", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 9}')
     assert proc.returncode == 2 and "num_speculative_tokens" in proc.stderr, proc.stderr
+
+
+def test_bad_max_request_bytes_is_refused():
+    proc = fd_mtp("serve", "--max-request-bytes", "0")
+    assert proc.returncode == 2 and "--max-request-bytes: wants an int >= 1" in proc.stderr
 
 
 def test_bad_engine_option_names_it():

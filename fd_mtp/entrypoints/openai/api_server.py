@@ -5,21 +5,33 @@
     python -m fd_mtp.entrypoints.openai.api_server [same options]
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
-``GET /health`` (200 while the engine thread runs, else 503), ``GET /metrics`` (Prometheus text).
+``GET /v1/models/{id}``, ``POST /tokenize`` and ``POST /detokenize`` (vLLM's shapes),
+``GET /version``, ``GET /health`` (200 while the engine thread runs, else 503), ``GET /metrics``
+(Prometheus text).
 
 Errors use OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400 for invalid JSON,
-wrong types, unknown fields, unknown model, out-of-range values, prompts the engine refuses (the
-message and ``param`` name the field); 503 when the waiting queue is full or the engine is down;
-404 / 405 for unknown routes and methods; 500 for a bug (the server keeps serving).
+wrong types, unknown fields, unknown model, out-of-range values, unsupported options, prompts the
+engine refuses and batches that can never be admitted (the message and ``param`` name the
+field); 404 for an unknown model id (``/v1/models/{id}``) and unknown routes, 405 for wrong
+methods; 413 for a body over ``--max-request-bytes`` (by Content-Length, or counted as it
+streams in); 503 with ``Retry-After`` when the waiting queue is full, 503 when the engine is down
+or the server shuts down; 500 for a bug (the server keeps serving).
 
-SIGTERM (or Ctrl-C) drains: the listening socket closes, running requests finish (up to
-``--shutdown-timeout`` seconds), then the engine thread stops and the process exits 0.
+Prompt work (JSON body aside) never runs in the engine thread: text prompts are tokenized and chat
+templates rendered in `AsyncLLM`'s thread pool, so a huge prompt does not stall running streams.
+
+SIGTERM (or Ctrl-C) drains: the listening socket closes and running requests may finish for
+``--shutdown-timeout`` seconds; then every request still in flight is aborted: a stream gets an
+error event (``data: {"error": {...}}``), its last chunk with ``finish_reason: "abort"`` and
+``data: [DONE]``; a non-streaming request gets a 503; each is logged once (``aborted request
+ID ...``). Then the engine thread stops and the process exits 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -35,10 +47,92 @@ from starlette.responses import JSONResponse, Response
 from ..async_llm import AsyncLLM
 from .chat_template import load_chat_template
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .protocol import ChatCompletionRequest, CompletionRequest, error_body
+from .protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    error_body,
+)
 from .serving import OpenAIServing, RequestError
 
 logger = logging.getLogger("fd_mtp.serve")
+
+#: the default of --max-request-bytes
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+#: a body over the limit is read (and dropped) up to this many bytes before the 413, so that the
+#: client, still sending, reads the answer; beyond it the connection is closed after the 413
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
+#: seconds uvicorn waits for the aborted requests' responses after --shutdown-timeout before it
+#: cancels their tasks (a backstop: the aborted streams end at the engine's next step)
+ABORT_GRACE_S = 10.0
+
+
+class BodyTooLarge(Exception):
+    """A request body over ``--max-request-bytes`` (413)."""
+
+    def __init__(self, limit: int):
+        super().__init__(
+            f"the request body is larger than this server's limit of {limit} bytes "
+            "(--max-request-bytes)"
+        )
+        self.limit = limit
+
+
+def _too_large(exc: BodyTooLarge) -> JSONResponse:
+    return JSONResponse(
+        error_body(str(exc), type="invalid_request_error", code="request_too_large"),
+        status_code=413,
+    )
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``max_bytes``, by its Content-Length (before
+    the app runs) or counted as it streams in (a chunked body: `BodyTooLarge` raised from
+    ``receive``, answered by the app's handler). The rest of the body is drained (up to
+    `DRAIN_LIMIT_BYTES`) first, so the client reads the answer."""
+
+    def __init__(self, app, max_bytes: int, metrics=None):
+        self.app = app
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.max_bytes
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._drain(receive, 0)
+            if self.metrics is not None:
+                self.metrics.rejected_request("invalid")
+            return await _too_large(BodyTooLarge(limit))(scope, receive, send)
+        received = 0
+
+        async def limited():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    if message.get("more_body", False):
+                        await self._drain(receive, received)
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, limited, send)
+
+    @staticmethod
+    async def _drain(receive, received: int) -> None:
+        while received < DRAIN_LIMIT_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            received += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
 
 #: friendly messages for fields whose type is a union (pydantic reports one error per member)
 _UNION_MESSAGES = {
@@ -85,12 +179,37 @@ async def _parse(raw: Request, model):
         raise validation_error(exc) from None
 
 
+async def _parse_tokenize(raw: Request):
+    """``/tokenize``'s body: `TokenizeChatRequest` when it has ``messages``, else
+    `TokenizeCompletionRequest`."""
+    body = await raw.body()
+    try:
+        data = json.loads(body or b"")
+    except ValueError as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    model = (
+        TokenizeChatRequest
+        if isinstance(data, dict) and "messages" in data
+        else TokenizeCompletionRequest
+    )
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
 def build_app(
-    front: AsyncLLM, model_name: str, metrics: ServerMetrics, chat_template=None
+    front: AsyncLLM,
+    model_name: str,
+    metrics: ServerMetrics,
+    chat_template=None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> FastAPI:
     """The FastAPI app over a started or startable ``front``: its lifespan starts the engine
     thread and, at shutdown, drains it. ``chat_template``: a `ChatTemplate` (default: the
-    default template)."""
+    default template); ``max_request_bytes``: the largest request body (larger: 413)."""
+    from ... import __version__
+
     serving = OpenAIServing(front, model_name, metrics, chat_template)
 
     @contextlib.asynccontextmanager
@@ -107,6 +226,12 @@ def build_app(
     app = FastAPI(title="fd_mtp", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.front = front
     app.state.metrics = metrics
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, metrics=metrics)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _body_too_large(request, exc: BodyTooLarge):
+        metrics.rejected_request("invalid")
+        return _too_large(exc)
 
     @app.exception_handler(RequestError)
     async def _request_error(request, exc: RequestError):
@@ -146,20 +271,42 @@ def build_app(
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
+    card = {
+        "id": model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "fd_mtp",
+        "max_model_len": front.max_model_len,
+    }
+
     @app.get("/v1/models")
     async def models():
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": model_name,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "fd_mtp",
-                    "max_model_len": front.max_model_len,
-                }
-            ],
-        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        if model_id != model_name:
+            return JSONResponse(
+                error_body(
+                    f"model {model_id!r} does not exist; this server serves {model_name!r}",
+                    param="model",
+                    code="model_not_found",
+                ),
+                status_code=404,
+            )
+        return card
+
+    @app.get("/version")
+    async def version():
+        return {"version": __version__}
+
+    @app.post("/tokenize")
+    async def tokenize(raw: Request):
+        return await serving.tokenize(await _parse_tokenize(raw))
+
+    @app.post("/detokenize")
+    async def detokenize(raw: Request):
+        return await serving.detokenize(await _parse(raw, DetokenizeRequest))
 
     @app.post("/v1/completions")
     async def completions(raw: Request):
@@ -184,6 +331,7 @@ def build_llm(args):
         max_model_len=args.max_model_len,
         block_size=args.block_size,
         num_gpu_blocks=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
         max_num_batched_tokens=args.max_num_batched_tokens,
         speculative_config=args.speculative_config,
         seed=args.seed,
@@ -228,17 +376,26 @@ def serve(args) -> int:
         print(f"fd-mtp serve: {exc}", file=sys.stderr)
         return 2
     front_stats.bind(front)
-    app = build_app(front, served_name(args), front_stats, chat_template)
+    _configure_logging(args.log_level)
+    app = build_app(
+        front,
+        served_name(args),
+        front_stats,
+        chat_template,
+        max_request_bytes=getattr(args, "max_request_bytes", MAX_REQUEST_BYTES),
+    )
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        timeout_graceful_shutdown=args.shutdown_timeout,
+        # our own abort ends the requests at --shutdown-timeout; uvicorn's cancel is the backstop
+        timeout_graceful_shutdown=args.shutdown_timeout + ABORT_GRACE_S,
         access_log=False,
     )
     server = uvicorn.Server(config)
     _announce(server, args)
+    _abort_after_timeout(server, front, args.shutdown_timeout)
     # uvicorn handles SIGTERM / SIGINT while it runs (graceful drain) and re-raises the signal it
     # caught once it is done: with these no-op handlers in place the drained server exits 0
     # instead of dying by that signal
@@ -249,6 +406,37 @@ def serve(args) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0
+
+
+def _configure_logging(level: str) -> None:
+    """``fd_mtp.serve``'s records (aborted requests, bugs) on stderr at ``--log-level``, one line
+    each, as uvicorn writes its own."""
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(level.upper())
+
+
+def _abort_after_timeout(server, front: AsyncLLM, timeout: float) -> None:
+    """Once the server starts shutting down (SIGTERM / Ctrl-C), abort every in-flight request
+    after ``timeout`` seconds (`AsyncLLM.abort_all`: streams end with an error event and
+    ``finish_reason: "abort"``, non-streaming requests get a 503)."""
+    shutdown = server.shutdown
+
+    async def shutdown_with_abort(sockets=None):
+        reason = (
+            f"the server is shutting down: the request did not finish within --shutdown-timeout "
+            f"({timeout:g} s)"
+        )
+        timer = asyncio.get_running_loop().call_later(timeout, front.abort_all, reason)
+        try:
+            await shutdown(sockets=sockets)
+        finally:
+            timer.cancel()
+
+    server.shutdown = shutdown_with_abort
 
 
 def _drained(signum, frame) -> None:

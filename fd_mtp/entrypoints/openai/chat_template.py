@@ -8,9 +8,12 @@ Where the template comes from, first found wins:
 3. none: `default_chat_prompt` (each message as ``Role: content`` and a blank line, then
    ``Assistant:``).
 
-A template is rendered with Jinja2 in a sandbox, with ``messages`` (``[{"role", "content"}]``),
-``add_generation_prompt=True`` and the tokenizer's ``bos_token`` / ``eos_token`` strings (from
-``tokenizer_config.json`` when it names them), as Hugging Face's ``apply_chat_template`` does.
+A template is rendered with Jinja2 in a sandbox, with ``messages`` (``[{"role", "content"}]``,
+plus ``tool_call_id`` / ``tool_calls`` / ``name`` where a message has them), ``add_generation_prompt``
+(True for chat completions) and the tokenizer's ``bos_token`` / ``eos_token`` strings (from
+``tokenizer_config.json`` when it names them), as Hugging Face's ``apply_chat_template`` does. A
+``tool`` message (the result of a tool call) is the template's to render; the default writes it
+as ``Tool: content``.
 """
 
 from __future__ import annotations
@@ -18,16 +21,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROLE_NAMES = {"system": "System", "developer": "System", "user": "User", "assistant": "Assistant"}
+ROLE_NAMES = {
+    "system": "System",
+    "developer": "System",
+    "user": "User",
+    "assistant": "Assistant",
+    "tool": "Tool",
+}
 
 
-def default_chat_prompt(messages: list[tuple[str, str]]) -> str:
-    """The prompt of ``[(role, content), ...]`` under the default template.
+def _as_dict(message) -> dict:
+    """A message as the template sees it: ``(role, content)`` or a dict with those keys."""
+    if isinstance(message, dict):
+        return message
+    role, content = message
+    return {"role": role, "content": content}
+
+
+def default_chat_prompt(messages, add_generation_prompt: bool = True) -> str:
+    """The prompt of ``[(role, content), ...]`` (or ``[{"role", "content", ...}]``) under the
+    default template.
 
     >>> default_chat_prompt([("system", "Be brief."), ("user", "Hi")])
     'System: Be brief.\\n\\nUser: Hi\\n\\nAssistant:'
+    >>> default_chat_prompt([{"role": "tool", "content": "42", "tool_call_id": "c1"}], False)
+    'Tool: 42\\n\\n'
     """
-    return "".join(f"{ROLE_NAMES[r]}: {c}\n\n" for r, c in messages) + "Assistant:"
+    text = "".join(f"{ROLE_NAMES[m['role']]}: {m['content']}\n\n" for m in map(_as_dict, messages))
+    return text + "Assistant:" if add_generation_prompt else text
 
 
 class ChatTemplate:
@@ -67,14 +88,16 @@ class ChatTemplate:
     def is_default(self) -> bool:
         return self._template is None
 
-    def render(self, messages: list[tuple[str, str]]) -> str:
-        """The prompt text of ``[(role, content), ...]``; ValueError when the template fails."""
+    def render(self, messages, add_generation_prompt: bool = True) -> str:
+        """The prompt text of ``[(role, content), ...]`` or of message dicts (``role``,
+        ``content`` and any of ``name``, ``tool_call_id``, ``tool_calls``); ValueError when the
+        template fails."""
         if self._template is None:
-            return default_chat_prompt(messages)
+            return default_chat_prompt(messages, add_generation_prompt)
         try:
             return self._template.render(
-                messages=[{"role": r, "content": c} for r, c in messages],
-                add_generation_prompt=True,
+                messages=[_as_dict(m) for m in messages],
+                add_generation_prompt=add_generation_prompt,
                 **self.special_tokens,
             )
         except Exception as exc:  # a template's own raise_exception() or a bad variable

@@ -23,6 +23,16 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"wants an int >= 1, got {value}")
+    return value
+
+
 def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the server's options to ``p`` (also used by ``fd-mtp serve``)."""
     p.add_argument(
@@ -74,6 +84,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="KV-cache blocks per layer (default: enough for every slot at --max-model-len)",
     )
     p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV blocks of prompt prefixes computed earlier (default: on; "
+        "/metrics counts fd_mtp:prefix_cache_queries_total and fd_mtp:prefix_cache_hits_total)",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=int,
         default=2048,
@@ -83,7 +100,16 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--max-waiting-requests",
         type=int,
         default=256,
-        help="requests that may wait for a slot; more are answered 503 (default: 256)",
+        help="requests that may wait for a slot: in-flight requests beyond --max-num-seqs; more "
+        "are answered 503 with Retry-After, a batch that can never fit (more than max-num-seqs "
+        "+ this) 400 (default: 256)",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=8 * 1024 * 1024,
+        help="largest request body in bytes; larger bodies are answered 413 (default: 8388608, "
+        "8 MiB)",
     )
     p.add_argument("--device", default="cpu", help='"cpu" or "gpu" (default: cpu)')
     p.add_argument(
@@ -97,8 +123,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--shutdown-timeout",
         type=float,
         default=60.0,
-        help="on SIGTERM / Ctrl-C, seconds to let running requests finish before closing their "
-        "connections (default: 60)",
+        help="on SIGTERM / Ctrl-C, seconds to let running requests finish; then each is aborted: "
+        "a stream gets an error event, a last chunk with finish_reason 'abort' and [DONE], a "
+        "non-streaming request a 503 (default: 60)",
     )
     p.add_argument(
         "--log-level",
