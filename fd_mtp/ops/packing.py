@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._composite import renamed, require_bool, require_tensor
 from ._loader import define_ops, invoke
 from ._paddle_compat import sum_int64
 
@@ -77,48 +78,62 @@ def pre_process(
         speculate_get_seq_lens_output,
     )
 
+    speculative = _check_pre_process(
+        input_ids,
+        seq_lens_this_time,
+        speculative_decoding,
+        draft_tokens,
+        seq_lens_encoder,
+        seq_lens_decoder,
+    )
     max_len = input_ids.shape[1]
     token_num = sum_int64(seq_lens_this_time)
     cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
-    if not speculative_decoding:
+    # The inner ops' arguments are pre_process's (or computed from them): their errors are
+    # raised again under pre_process's names.
+    derived = {"seq_len": "seq_lens_this_time", "cum_offsets": "seq_lens_this_time"}
+    derived["token_num"] = "seq_lens_this_time"
+    if not speculative:
         # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
         # as seq_lens_encoder (so a request with tokens reads input_ids[b, i] and errors name input_ids).
+        names = derived | {"draft_tokens": "input_ids", "seq_lens_encoder": "seq_lens_this_time"}
+        with renamed("pre_process", "speculate_get_padding_offset", names):
+            ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
+                speculate_get_padding_offset(
+                    input_ids,
+                    input_ids,
+                    cum_offsets_now,
+                    token_num,
+                    seq_lens_this_time,
+                    seq_lens_this_time,
+                )
+            )
+        return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
+    with renamed("pre_process", "speculate_get_padding_offset", derived):
         ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
             speculate_get_padding_offset(
                 input_ids,
-                input_ids,
+                draft_tokens,
                 cum_offsets_now,
                 token_num,
                 seq_lens_this_time,
-                seq_lens_this_time,
+                seq_lens_encoder,
             )
         )
-        return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
-    for name, value in (
-        ("draft_tokens", draft_tokens),
-        ("seq_lens_encoder", seq_lens_encoder),
-        ("seq_lens_decoder", seq_lens_decoder),
-    ):
-        if value is None:
-            raise ValueError(f"pre_process: {name} is required when speculative_decoding is True")
-    ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
-        speculate_get_padding_offset(
-            input_ids,
-            draft_tokens,
-            cum_offsets_now,
-            token_num,
-            seq_lens_this_time,
-            seq_lens_encoder,
+    with renamed("pre_process", "speculate_get_seq_lens_output"):
+        seq_lens_output = speculate_get_seq_lens_output(
+            seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
         )
-    )
-    seq_lens_output = speculate_get_seq_lens_output(
-        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
-    )
     output_token_num = sum_int64(seq_lens_output)
     output_cum_offsets_tmp = paddle.cumsum(max_len - seq_lens_output, dtype="int32")
-    output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
-        output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
+    # The output rows come from seq_lens_this_time (every decode token, one row per prefill).
+    output_names = dict.fromkeys(
+        ("output_cum_offsets_tmp", "out_token_num", "seq_lens_output"), "seq_lens_this_time"
     )
+    with renamed("pre_process", "speculate_get_output_padding_offset", output_names):
+        output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
+            output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
+        )
     return (
         ids_remove_padding,
         batch_id_per_token,
@@ -127,6 +142,37 @@ def pre_process(
         output_cum_offsets,
         output_padding_offset,
     )
+
+
+def _check_pre_process(
+    input_ids, seq_lens_this_time, speculative_decoding, draft_tokens, enc, dec
+) -> bool:
+    """pre_process's own checks, by its argument names, before anything is computed; returns
+    ``speculative_decoding`` as a bool. Given optional tensors must be Tensors in either branch;
+    the speculative branch needs them, with at least bsz rows."""
+    op = "pre_process"
+    this_time = require_tensor(op, "seq_lens_this_time", seq_lens_this_time, "int32")
+    require_tensor(op, "seq_lens_this_time", this_time, ranks=(1, "column"))
+    bsz = this_time.shape[0]
+    require_tensor(op, "input_ids", input_ids, "int64", ranks=(2,), rows=bsz)
+    speculative = require_bool(op, "speculative_decoding", speculative_decoding)
+    optional = {"draft_tokens": draft_tokens, "seq_lens_encoder": enc, "seq_lens_decoder": dec}
+    for name, value in optional.items():
+        if value is None:
+            if speculative:
+                raise ValueError(f"{op}: {name} is required when speculative_decoding is True")
+        elif not speculative:
+            require_tensor(op, name, value)
+    if speculative:
+        if input_ids.shape[1] < 1:
+            raise ValueError(
+                f"{op}: input_ids must have at least one column in the speculative branch (its "
+                f"width is the output offsets' max_seq_len), got shape {list(input_ids.shape)}"
+            )
+        require_tensor(op, "draft_tokens", draft_tokens, "int64", ranks=(2,), rows=bsz)
+        for name in ("seq_lens_encoder", "seq_lens_decoder"):
+            require_tensor(op, name, optional[name], "int32", ranks=(1, "column"), rows=bsz)
+    return speculative
 
 
 def rebuild_padding(
