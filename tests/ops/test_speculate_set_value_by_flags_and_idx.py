@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
-from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_set_value_by_flags_and_idx"
-NAMES = tuple(positional("speculate_set_value_by_flags_and_idx"))
 MATRICES = ("pre_ids_all", "accept_tokens")
+PAIR = OpPair(OP, matrices=MATRICES)
+NAMES = PAIR.names
 WRITTEN = ("pre_ids_all", "accept_num", "seq_lens_decoder")
 LP = 8
 T1, T3 = 21, 23
@@ -39,32 +39,18 @@ def batch(n, wa=2, bs=None, column=False, **fields):
         "seq_lens_decoder": np.zeros(per, np.int32),
         "step_idx": np.zeros(per, np.int64),
     }
-    for name, values in fields.items():
-        d[name] = as_like(d[name], values, name)
-    return d
+    return PAIR.set_fields(d, **fields)
 
 
-def as_like(template, values, name):
-    if name in MATRICES:
-        return ragged(values, template.shape[1], dtype=template.dtype)
-    return np.asarray(values, dtype=template.dtype).reshape(template.shape)
+as_like = PAIR.as_like
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(
-        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d)
 
 
 def check_case(d, **expected):
-    got = run_pair(d)
-    for name in NAMES:
-        want = as_like(d[name], expected[name], name) if name in expected else d[name]
-        assert_same(got[name], want, name)
-    return got
+    return PAIR.check(d, expected)
 
 
 # ------------------------------------------------------------------------------------------------
