@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, ragged, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, ragged, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 
 OP = "speculate_set_stop_value_multi_seqs"
 EOS, EOS2 = 2, 3
@@ -244,21 +243,7 @@ def valid():
     )
 
 
-def expect_error(d, name, data=False):
-    """The op raises naming `name` and writes nothing; for data errors (`data`) the reference too
-    (the reference assumes valid shapes and dtypes, like the draft references)."""
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*op_args)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
-    if not data:
-        return
-    ref_args = [d[n].copy() for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(reference, OP)(*ref_args)
-    for arg_name, a in zip(NAMES, ref_args):
-        assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
+expect_error = PAIR.expect_error
 
 
 def replaced(name, value):

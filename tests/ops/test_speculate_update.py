@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same
 
-import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 from fd_mtp.schema import written_args
 
 OP = "speculate_update"
@@ -410,18 +408,7 @@ def valid():
     )
 
 
-def expect_error(d, name, data=False):
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*op_args)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
-    if data:  # the reference assumes valid shapes; it checks data like the op
-        ref_args = [d[n].copy() for n in NAMES]
-        with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-            getattr(reference, OP)(*ref_args)
-        for arg_name, a in zip(NAMES, ref_args):
-            assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
+expect_error = PAIR.expect_error
 
 
 def replaced(name, value):
@@ -442,11 +429,7 @@ def test_wrong_dtype_names_the_argument(name):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums")])
 def test_wrong_rank_names_the_argument(name):
-    a = valid()[name]
-    wrong = (
-        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
-    )
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize(

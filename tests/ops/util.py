@@ -139,6 +139,13 @@ class OpPair:
             return ragged(values, template.shape[1], fill=fill, dtype=template.dtype)
         return np.asarray(values, dtype=template.dtype).reshape(template.shape)
 
+    def wrong_rank(self, a, name):
+        """``a`` with one axis too many: a matrix ``[n, m] -> [n, m, 1]``, a vector ``[n] ->
+        [n, 2]``."""
+        if name in self.matrices:
+            return a.reshape(a.shape[0], -1, 1)
+        return np.repeat(a.reshape(-1, 1), 2, axis=1)
+
     def set_fields(self, d, **fields):
         """``d`` with the named arrays replaced by ``fields`` (lists, see `as_like`)."""
         for name, values in fields.items():
@@ -171,3 +178,24 @@ class OpPair:
         for name in self.names:
             want = self.as_like(d[name], expected[name], name) if name in expected else d[name]
             assert_same(got[name], want, name)
+
+    def expect_error(self, d, name, data=False, extra=(), **kwargs) -> None:
+        """The op raises ValueError ``"<op>: <name>"`` and writes none of ``d``'s arrays; for a
+        data error (``data``) the reference too (it assumes valid shapes and dtypes, and checks
+        data like the op)."""
+        import fd_mtp.ops as ops
+        import fd_mtp.reference as reference
+
+        pattern = rf"{self.op}: {name}\b"
+        op_args = [to_paddle(d[n]) for n in self.names]
+        with pytest.raises(ValueError, match=pattern):
+            getattr(ops, self.op)(*op_args, *extra, **kwargs)
+        for arg_name, t in zip(self.names, op_args):
+            assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
+        if not data:
+            return
+        ref_args = [d[n].copy() for n in self.names]
+        with pytest.raises(ValueError, match=pattern):
+            getattr(reference, self.op)(*ref_args, *extra, **kwargs)
+        for arg_name, a in zip(self.names, ref_args):
+            assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
