@@ -72,11 +72,7 @@ def pre_process(
     """
     import paddle
 
-    from .packing import (  # generated from the schema when this module loaded
-        speculate_get_output_padding_offset,
-        speculate_get_padding_offset,
-        speculate_get_seq_lens_output,
-    )
+    from .packing import speculate_get_padding_offset  # generated from the schema
 
     speculative = _check_pre_process(
         input_ids,
@@ -89,59 +85,54 @@ def pre_process(
     max_len = input_ids.shape[1]
     token_num = sum_int64(seq_lens_this_time)
     cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
-    # The inner ops' arguments are pre_process's (or computed from them): their errors are
-    # raised again under pre_process's names.
-    derived = {"seq_len": "seq_lens_this_time", "cum_offsets": "seq_lens_this_time"}
-    derived["token_num"] = "seq_lens_this_time"
-    if not speculative:
+    if speculative:
+        source, encoder, names = draft_tokens, seq_lens_encoder, _PADDING_NAMES
+    else:
         # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
         # as seq_lens_encoder (so a request with tokens reads input_ids[b, i] and errors name input_ids).
-        names = derived | {"draft_tokens": "input_ids", "seq_lens_encoder": "seq_lens_this_time"}
-        with renamed("pre_process", "speculate_get_padding_offset", names):
-            ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
-                speculate_get_padding_offset(
-                    input_ids,
-                    input_ids,
-                    cum_offsets_now,
-                    token_num,
-                    seq_lens_this_time,
-                    seq_lens_this_time,
-                )
-            )
-        return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
-    with renamed("pre_process", "speculate_get_padding_offset", derived):
-        ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
-            speculate_get_padding_offset(
-                input_ids,
-                draft_tokens,
-                cum_offsets_now,
-                token_num,
-                seq_lens_this_time,
-                seq_lens_encoder,
-            )
+        source, encoder = input_ids, seq_lens_this_time
+        names = _PADDING_NAMES | {
+            "draft_tokens": "input_ids",
+            "seq_lens_encoder": "seq_lens_this_time",
+        }
+    with renamed("pre_process", "speculate_get_padding_offset", names):
+        packed = speculate_get_padding_offset(
+            input_ids, source, cum_offsets_now, token_num, seq_lens_this_time, encoder
         )
+    if not speculative:
+        return (*packed, None, None)
+    return (
+        *packed,
+        *_output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len),
+    )
+
+
+# pre_process's inner ops get its arguments (or values computed from them): their errors are raised
+# again under pre_process's names.
+_PADDING_NAMES = dict.fromkeys(("seq_len", "cum_offsets", "token_num"), "seq_lens_this_time")
+# The output rows come from seq_lens_this_time (every decode token, one row per prefill).
+_OUTPUT_NAMES = dict.fromkeys(
+    ("output_cum_offsets_tmp", "out_token_num", "seq_lens_output"), "seq_lens_this_time"
+)
+
+
+def _output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len):
+    """pre_process's speculative output offsets: ``(output_cum_offsets, output_padding_offset)``."""
+    import paddle
+
+    from .packing import speculate_get_output_padding_offset, speculate_get_seq_lens_output
+
     with renamed("pre_process", "speculate_get_seq_lens_output"):
         seq_lens_output = speculate_get_seq_lens_output(
             seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
         )
     output_token_num = sum_int64(seq_lens_output)
     output_cum_offsets_tmp = paddle.cumsum(max_len - seq_lens_output, dtype="int32")
-    # The output rows come from seq_lens_this_time (every decode token, one row per prefill).
-    output_names = dict.fromkeys(
-        ("output_cum_offsets_tmp", "out_token_num", "seq_lens_output"), "seq_lens_this_time"
-    )
-    with renamed("pre_process", "speculate_get_output_padding_offset", output_names):
+    with renamed("pre_process", "speculate_get_output_padding_offset", _OUTPUT_NAMES):
         output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
             output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
         )
-    return (
-        ids_remove_padding,
-        batch_id_per_token,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        output_cum_offsets,
-        output_padding_offset,
-    )
+    return output_cum_offsets, output_padding_offset
 
 
 def _check_pre_process(
