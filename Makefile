@@ -21,6 +21,8 @@
 #   make test-simt-full  every test of tests/gpu on the emulator, in order, then a random schedule
 #   make test-simt-tsan  the kernels with shared memory under ThreadSanitizer (an OS thread per
 #                     CUDA thread; slow, not part of make test)
+#   make stubs        regenerate the type stubs fd_mtp/ops/*.pyi from the schema (committed;
+#                     tests/ops/test_stubs.py checks they are current)
 #   make lint         ruff (format check + lint) over Python, clang-format check over custom_ops/
 #   make format       apply ruff format / ruff's fixes and clang-format
 # Variables: PYTHON (the interpreter that makes .venv, default python3), PYTEST_ARGS,
@@ -77,7 +79,7 @@ SIMT_FAST := -k "not 32000 and not 100000 and not vocab_100k and not top_p_dtype
 # under compute-sanitizer on a GPU.
 SIMT_TSAN_TESTS := $(shell grep -v '^\#' tests/gpu/shared_memory_cases.txt | sed "s/.*/'&'/")
 
-.PHONY: demo test test-interop paddle-gpu test-paddle-gpu bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
+.PHONY: stubs demo test test-interop paddle-gpu test-paddle-gpu bench build cuda-module simt test-simt test-simt-full test-simt-tsan lint format clean
 
 $(DEPS): requirements.txt
 	@$(PYTHON) -c "import venv, ensurepip" 2>/dev/null || { echo "make: $(PYTHON) cannot create virtual environments: install python3-venv (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
@@ -177,6 +179,9 @@ test-paddle-gpu: $(GPU_OPS_LIB)
 
 bench: build
 	$(PY) benchmarks/bench_ops.py --refcheck
+
+stubs: $(DEPS)
+	$(PY) -m fd_mtp.schema.stubs
 
 lint: $(DEPS)
 	$(VENV)/bin/ruff format --check .

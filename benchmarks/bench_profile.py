@@ -192,13 +192,14 @@ def install_timers() -> StepTimers:
     from fd_mtp.engine import runner as runner_mod
     from fd_mtp.engine import sampler as sampler_mod
     from fd_mtp.engine import spec_runner as spec_mod
-    from fd_mtp.model import attention, ernie, native
+    from fd_mtp.model import attention, ernie, ernie_layers, native
 
     t = StepTimers()
     t.patch(native, "decoder_layer", "native_layer")
     t.patch(native, "rope_tables", "rope")
-    t.patch(ernie, "_mm", "matmul")
-    t.patch(ernie, "_row_parallel", "matmul")
+    t.patch(ernie, "_mm", "matmul")  # the MTP block's eh_proj
+    t.patch(ernie_layers, "_mm", "matmul")  # the layers' projections
+    t.patch(ernie_layers, "_row_parallel", "matmul")
     t.patch(ernie.RMSNorm, "forward", "norm")
     t.patch(ernie.RMSNorm, "fused_add", "norm")
     t.patch(attention.Rope, "__init__", "rope")

@@ -64,20 +64,112 @@ def _fmt_positions(values) -> str:
     return " ".join("  - " if v is None else f"{v:.2f}" for v in values)
 
 
+def _modes(args) -> list[str] | None:
+    """The modes to run, "plain" first (the reference every other mode is compared with); None
+    (after a message) when one is unknown."""
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        print(f"demo: unknown modes {unknown}; choose from {list(MODES)}", file=sys.stderr)
+        return None
+    if "plain" in modes:
+        modes.remove("plain")
+    return ["plain", *modes]
+
+
+def _measure(llm, mode: str, texts, params, plain_ids):
+    """Generates ``texts`` with ``llm`` after a warm-up (its metrics and proposer timings
+    counted from then) -> (the outputs, the table row); an error ends the demo (None, None)."""
+    from .engine.sampling_params import SamplingParams
+
+    llm.generate(texts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)
+    if llm.speculative_metrics is not None:
+        llm.engine.spec_metrics = type(llm.speculative_metrics)(
+            llm.speculative_metrics.num_speculative_tokens
+        )
+    stats = llm.proposer_stats
+    calls0, host0 = (stats.calls, stats.host) if stats else (0, 0.0)
+    t0 = time.perf_counter()
+    outs = llm.generate(texts, params, use_tqdm=False)
+    elapsed = time.perf_counter() - t0
+    errors = [o.error for o in outs if o.error]
+    if errors:
+        print(f"demo: {mode}: {errors[0]}", file=sys.stderr)
+        return None, None
+    ids = [o.token_ids for o in outs]
+    tokens = sum(len(t) for t in ids)
+    m = llm.speculative_metrics
+    host_ms = (stats.host - host0) / max(stats.calls - calls0, 1) * 1e3 if stats else None
+    row = dict(
+        mode=mode,
+        tps=tokens / elapsed,
+        tokens=tokens,
+        seconds=elapsed,
+        same=plain_ids is None or ids == plain_ids,
+        mal=None if m is None else m.mean_accepted_length,
+        pos=None if m is None else m.acceptance_per_position,
+        host_ms=host_ms,
+        ids=ids,
+    )
+    extra = "" if m is None else f", mean accepted length {row['mal']:.2f}"
+    print(
+        f"  {mode:<10} {tokens} tokens in {elapsed:.2f} s: {row['tps']:.1f} tokens/s{extra}",
+        flush=True,
+    )
+    return outs, row
+
+
+def _print_table(rows) -> None:
+    base = rows[0]["tps"]
+    k_max = max((len(r["pos"]) for r in rows if r["pos"]), default=0)
+    print(
+        f"\n{'mode':<10} {'tokens/s':>9} {'vs plain':>9} {'accepted len':>13}  "
+        f"{'acceptance per position':<{max(24, 5 * k_max)}} {'proposer host ms/step':>21}  same as plain"
+    )
+    for r in rows:
+        mal = "-" if r["mal"] is None else f"{r['mal']:.2f}"
+        pos = "-" if r["pos"] is None else _fmt_positions(r["pos"])
+        host = "-" if r["host_ms"] is None else f"{r['host_ms']:.2f}"
+        print(
+            f"{r['mode']:<10} {r['tps']:>9.1f} {r['tps'] / base:>8.2f}x {mal:>13}  {pos:<{max(24, 5 * k_max)}} "
+            f"{host:>21}  {'yes' if r['same'] else 'NO'}"
+        )
+
+
+def _show(args, sample, engine) -> None:
+    """The greedy continuations of the first ``args.show`` prompts, each with a sampled one (MTP
+    K = 3) when ``args.temperature > 0``."""
+    from .engine.sampling_params import SamplingParams
+
+    shown = sample[: max(args.show, 0)]
+    sampled = []
+    if shown and args.temperature > 0:
+        llm = engine(MODES["mtp_k3"])
+        sp = SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+        )
+        sampled = llm.generate([o.prompt for o in shown], sp, use_tqdm=False)
+    for i, o in enumerate(shown):
+        print(f"\n--- prompt (held-out) ---\n{o.prompt}\n--- greedy continuation ---\n{o.text}")
+        if i < len(sampled):
+            print(
+                f"--- sampled continuation (temperature {args.temperature:g}, top_p {args.top_p:g}, "
+                f"seed {args.seed}, MTP K = 3) ---\n{sampled[i].error or sampled[i].text}"
+            )
+
+
 def run(args) -> int:
     from .assets import default_model_path
     from .assets.corpus import held_out_prompts
     from .engine.sampling_params import SamplingParams
     from .llm import LLM
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        print(f"demo: unknown modes {unknown}; choose from {list(MODES)}", file=sys.stderr)
+    modes = _modes(args)
+    if modes is None:
         return 2
-    if "plain" in modes:
-        modes.remove("plain")
-    modes.insert(0, "plain")  # the reference every other mode is compared with
     try:
         model = args.model or default_model_path()
     except FileNotFoundError as exc:
@@ -104,82 +196,19 @@ def run(args) -> int:
         f"{len(texts)} prompts from held-out standard-library files ({', '.join(r for r, _ in prompts)}), "
         f"greedy, up to {args.max_tokens} new tokens each, batch 1, CPU\n"
     )
-    rows, plain_ids, sample = [], None, None
+    rows, sample = [], None
     for mode in modes:
         llm = engine(MODES[mode])
         if llm.tokenizer is None:
             print("demo: the checkpoint has no tokenizer", file=sys.stderr)
             return 2
-        llm.generate(
-            texts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False
-        )  # warm-up
-        if llm.speculative_metrics is not None:
-            llm.engine.spec_metrics = type(llm.speculative_metrics)(
-                llm.speculative_metrics.num_speculative_tokens
-            )
-        stats = llm.proposer_stats
-        calls0, host0 = (stats.calls, stats.host) if stats else (0, 0.0)
-        t0 = time.perf_counter()
-        outs = llm.generate(texts, params, use_tqdm=False)
-        elapsed = time.perf_counter() - t0
-        errors = [o.error for o in outs if o.error]
-        if errors:
-            print(f"demo: {mode}: {errors[0]}", file=sys.stderr)
+        outs, row = _measure(llm, mode, texts, params, rows[0]["ids"] if rows else None)
+        if row is None:
             return 1
-        ids = [o.token_ids for o in outs]
-        tokens = sum(len(t) for t in ids)
-        if plain_ids is None:
-            plain_ids, sample = ids, outs
-        m = llm.speculative_metrics
-        host_ms = (stats.host - host0) / max(stats.calls - calls0, 1) * 1e3 if stats else None
-        row = dict(
-            mode=mode,
-            tps=tokens / elapsed,
-            tokens=tokens,
-            seconds=elapsed,
-            same=ids == plain_ids,
-            mal=None if m is None else m.mean_accepted_length,
-            pos=None if m is None else m.acceptance_per_position,
-            host_ms=host_ms,
-        )
+        sample = sample or outs
         rows.append(row)
-        extra = "" if m is None else f", mean accepted length {row['mal']:.2f}"
-        print(
-            f"  {mode:<10} {tokens} tokens in {elapsed:.2f} s: {row['tps']:.1f} tokens/s{extra}",
-            flush=True,
-        )
-    base = rows[0]["tps"]
-    k_max = max((len(r["pos"]) for r in rows if r["pos"]), default=0)
-    print(
-        f"\n{'mode':<10} {'tokens/s':>9} {'vs plain':>9} {'accepted len':>13}  "
-        f"{'acceptance per position':<{max(24, 5 * k_max)}} {'proposer host ms/step':>21}  same as plain"
-    )
-    for r in rows:
-        mal = "-" if r["mal"] is None else f"{r['mal']:.2f}"
-        pos = "-" if r["pos"] is None else _fmt_positions(r["pos"])
-        host = "-" if r["host_ms"] is None else f"{r['host_ms']:.2f}"
-        print(
-            f"{r['mode']:<10} {r['tps']:>9.1f} {r['tps'] / base:>8.2f}x {mal:>13}  {pos:<{max(24, 5 * k_max)}} "
-            f"{host:>21}  {'yes' if r['same'] else 'NO'}"
-        )
-    shown = sample[: max(args.show, 0)]
-    sampled = []
-    if shown and args.temperature > 0:
-        llm = engine(MODES["mtp_k3"])
-        sp = SamplingParams(
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            max_tokens=args.max_tokens,
-        )
-        sampled = llm.generate([o.prompt for o in shown], sp, use_tqdm=False)
-    for i, o in enumerate(shown):
-        print(f"\n--- prompt (held-out) ---\n{o.prompt}\n--- greedy continuation ---\n{o.text}")
-        if i < len(sampled):
-            print(
-                f"--- sampled continuation (temperature {args.temperature:g}, top_p {args.top_p:g}, "
-                f"seed {args.seed}, MTP K = 3) ---\n{sampled[i].error or sampled[i].text}"
-            )
+    _print_table(rows)
+    _show(args, sample, engine)
     if not all(r["same"] for r in rows):
         print("\ndemo: a speculative mode's output differs from plain decoding", file=sys.stderr)
         return 1

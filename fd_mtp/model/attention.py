@@ -245,6 +245,161 @@ def _flat_host(x, name):
     return np.asarray(x.numpy()).reshape(-1).astype(np.int64)
 
 
+@dataclass
+class _HostMetadata:
+    """A step's ForwardMeta on the host, validated (int64 arrays)."""
+
+    q_lens: np.ndarray  # [B] seq_lens_this_time
+    dec: np.ndarray  # [B] seq_lens_decoder
+    cu: np.ndarray  # [B+1] cu_seqlens_q
+    bid: np.ndarray  # [>= T] batch_id_per_token
+    bt: np.ndarray  # [>= B, NB] block_tables
+    bsz: int
+    t: int  # packed tokens
+    bid_expected: np.ndarray  # [T] the request of every packed token
+    bs: int  # block size
+    num_blocks: int  # the smallest block count of the layers' caches
+
+
+def _host_metadata(meta: ForwardMeta, layer_ids) -> _HostMetadata:
+    """``meta``'s index tensors on the host, checked against each other (ValueError naming the
+    ForwardMeta field)."""
+    q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
+    dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
+    cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
+    bid = _flat_host(meta.batch_id_per_token, "batch_id_per_token")
+    bt = meta.block_tables.numpy()
+    if bt.ndim != 2:
+        raise ValueError(f"ForwardMeta.block_tables must be [B, NB], got shape {list(bt.shape)}")
+    bsz = q_lens.shape[0]
+    if bt.shape[0] < bsz:
+        raise ValueError(
+            f"ForwardMeta.block_tables has {bt.shape[0]} rows, fewer than the batch ({bsz})"
+        )
+    if cu.shape[0] != bsz + 1:
+        raise ValueError(
+            f"ForwardMeta.cu_seqlens_q must have B+1 = {bsz + 1} entries, got {cu.shape[0]}"
+        )
+    if (q_lens < 0).any() or (dec < 0).any():
+        raise ValueError("ForwardMeta.seq_lens_this_time / seq_lens_decoder must be non-negative")
+    if cu[0] != 0 or not np.array_equal(np.diff(cu), q_lens):
+        raise ValueError(
+            "ForwardMeta.cu_seqlens_q must be the exclusive prefix sum of seq_lens_this_time, "
+            f"got {cu.tolist()} for seq_lens_this_time {q_lens.tolist()}"
+        )
+    t = int(cu[-1])
+    expect_bid = np.repeat(np.arange(bsz), q_lens)
+    if bid.shape[0] < t or not np.array_equal(bid[:t], expect_bid):
+        raise ValueError(
+            "ForwardMeta.batch_id_per_token does not match cu_seqlens_q "
+            f"(expected {expect_bid.tolist()[:16]}..., got {bid.tolist()[:16]}...)"
+        )
+    bs = int(meta.block_size)
+    if bs <= 0:
+        raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
+    if layer_ids is None:
+        layer_ids = [i for i, c in enumerate(meta.caches) if c is not None]
+    try:
+        num_blocks = min(int(meta.caches[i][0].shape[0]) for i in layer_ids)
+    except (IndexError, TypeError, ValueError):
+        raise ValueError(
+            f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
+            f"({len(meta.caches)} entries)"
+        ) from None
+    return _HostMetadata(q_lens, dec, cu, bid, bt, bsz, t, expect_bid, bs, num_blocks)
+
+
+class _Context:
+    """The context the active requests (seq_lens_this_time > 0) read: every position's block,
+    checked against block_tables' width and the caches' block count."""
+
+    def __init__(self, host: _HostMetadata):
+        bs, bt, nb = host.bs, host.bt, host.bt.shape[1]
+        self.active = active = np.nonzero(host.q_lens > 0)[0]
+        self.lens = ctx = host.dec[active] + host.q_lens[active]  # [Ba] context lengths
+        self.max_q = int(host.q_lens[active].max()) if active.size else 0
+        self.max_ctx = max_ctx = int(ctx.max()) if active.size else 0
+        ba = active.size
+        pos = np.arange(max_ctx)
+        self.need = need = pos[None, :] < ctx[:, None]  # [Ba, L]
+        col = np.minimum(pos // bs, max(nb - 1, 0))
+        self.blocks = blocks = bt[active][:, col] if nb else np.full((ba, max_ctx), -1)  # [Ba, L]
+        bad = need & ((pos[None, :] // bs >= nb) | (blocks < 0) | (blocks >= host.num_blocks))
+        if bad.any():
+            r, p = map(int, np.argwhere(bad)[0])
+            b = int(active[r])
+            entry = "beyond the table width" if p // bs >= nb else f"= {int(blocks[r, p])}"
+            raise ValueError(
+                f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
+                f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {host.num_blocks})"
+            )
+
+
+def _i32(a):
+    return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
+
+
+def _i64(a):
+    return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
+
+
+def _kernel_args(meta: ForwardMeta, host: _HostMetadata) -> tuple:
+    """The kernel's int32 CPU tensors: the metadata tensor itself when it already is one (no
+    host copy), else the host array."""
+
+    def as_i32(tensor, array):
+        if tensor.dtype == paddle.int32 and tensor.place.is_cpu_place():
+            return tensor.reshape([-1]) if tensor.ndim != 1 else tensor
+        return _i32(array)
+
+    return (
+        meta.block_tables
+        if meta.block_tables.dtype == paddle.int32 and meta.block_tables.place.is_cpu_place()
+        else _i32(host.bt[: host.bsz]),
+        as_i32(meta.cu_seqlens_q, host.cu),
+        as_i32(meta.batch_id_per_token, host.bid),
+        as_i32(meta.seq_lens_decoder, host.dec),
+    )
+
+
+def _ops_path_metadata(host: _HostMetadata, ctx: _Context, positions, kernel_args):
+    """The metadata with the Paddle-ops path's index tensors (see `_PagedMetadata`)."""
+    bs, t, dec, active = host.bs, host.t, host.dec, ctx.active
+    ba, max_q, max_ctx = active.size, ctx.max_q, ctx.max_ctx
+    gather_block = np.where(ctx.need, ctx.blocks, 0)  # [Ba, L]
+
+    row_of_req = np.full(host.bsz, -1)
+    row_of_req[active] = np.arange(ba)
+    tok_req = host.bid_expected
+    tok_local = np.arange(t) - host.cu[tok_req]
+    tok_pos = dec[tok_req] + tok_local
+    tok_row = row_of_req[tok_req]
+    write_block = gather_block[tok_row, tok_pos] if t else np.zeros(0, np.int64)
+    write_offset = tok_pos % bs
+    q_rows = tok_row * max_q + tok_local
+
+    # the context is read whole blocks at a time: block column n holds positions n*bs .. n*bs+bs-1
+    nbm = -(-max_ctx // bs)
+    gather_blocks = gather_block[:, ::bs] if ba else np.zeros((0, 0), np.int64)  # [Ba, nbm]
+    kpos = (np.arange(nbm)[:, None] * bs + np.arange(bs)[None, :]).reshape(1, nbm, 1, bs)
+    qpos = (dec[active][:, None] + np.arange(max_q)[None, :]).reshape(ba, 1, max_q, 1)
+    visible = (kpos <= qpos) & (kpos < ctx.lens.reshape(ba, 1, 1, 1))  # [Ba, nbm, Qmax, bs]
+    bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, nbm, 1, max_q, 1, bs)
+    return _PagedMetadata(
+        num_tokens=t,
+        positions=positions,
+        kernel_args=kernel_args,
+        write_block=_i64(write_block),
+        write_offset=_i64(write_offset),
+        gather_blocks=_i64(gather_blocks),
+        q_rows=_i64(q_rows),
+        bias=paddle.to_tensor(bias),
+        num_active=ba,
+        max_q=max_q,
+        max_blocks=nbm,
+    )
+
+
 class PagedAttentionCPU(AttentionBackend):
     """Paged attention: the fused kernel ``fd_mtp.ops.paged_attention`` for float32 CPU tensors
     (``use_kernel=True``, the default), else plain Paddle ops (gather the context, masked softmax,
@@ -283,129 +438,13 @@ class PagedAttentionCPU(AttentionBackend):
         (default: when the kernel is not used)."""
         if ops_path is None:
             ops_path = not self.use_kernel
-        q_lens = _flat_host(meta.seq_lens_this_time, "seq_lens_this_time")
-        dec = _flat_host(meta.seq_lens_decoder, "seq_lens_decoder")
-        cu = _flat_host(meta.cu_seqlens_q, "cu_seqlens_q")
-        bid = _flat_host(meta.batch_id_per_token, "batch_id_per_token")
-        bt = meta.block_tables.numpy()
-        if bt.ndim != 2:
-            raise ValueError(
-                f"ForwardMeta.block_tables must be [B, NB], got shape {list(bt.shape)}"
-            )
-        bsz = q_lens.shape[0]
-        if bt.shape[0] < bsz:
-            raise ValueError(
-                f"ForwardMeta.block_tables has {bt.shape[0]} rows, fewer than the batch ({bsz})"
-            )
-        if cu.shape[0] != bsz + 1:
-            raise ValueError(
-                f"ForwardMeta.cu_seqlens_q must have B+1 = {bsz + 1} entries, got {cu.shape[0]}"
-            )
-        if (q_lens < 0).any() or (dec < 0).any():
-            raise ValueError(
-                "ForwardMeta.seq_lens_this_time / seq_lens_decoder must be non-negative"
-            )
-        if cu[0] != 0 or not np.array_equal(np.diff(cu), q_lens):
-            raise ValueError(
-                "ForwardMeta.cu_seqlens_q must be the exclusive prefix sum of seq_lens_this_time, "
-                f"got {cu.tolist()} for seq_lens_this_time {q_lens.tolist()}"
-            )
-        t = int(cu[-1])
-        expect_bid = np.repeat(np.arange(bsz), q_lens)
-        if bid.shape[0] < t or not np.array_equal(bid[:t], expect_bid):
-            raise ValueError(
-                "ForwardMeta.batch_id_per_token does not match cu_seqlens_q "
-                f"(expected {expect_bid.tolist()[:16]}..., got {bid.tolist()[:16]}...)"
-            )
-        bs = int(meta.block_size)
-        if bs <= 0:
-            raise ValueError(f"ForwardMeta.block_size must be positive, got {bs}")
-        if layer_ids is None:
-            layer_ids = [i for i, c in enumerate(meta.caches) if c is not None]
-        try:
-            num_blocks = min(int(meta.caches[i][0].shape[0]) for i in layer_ids)
-        except (IndexError, TypeError, ValueError):
-            raise ValueError(
-                f"ForwardMeta.caches has no (key_cache, value_cache) for layers {list(layer_ids)} "
-                f"({len(meta.caches)} entries)"
-            ) from None
-        nb = bt.shape[1]
-
-        active = np.nonzero(q_lens > 0)[0]
-        ctx = dec[active] + q_lens[active]
-        max_q = int(q_lens[active].max()) if active.size else 0
-        max_ctx = int(ctx.max()) if active.size else 0
-        ba = active.size
-        pos = np.arange(max_ctx)
-        need = pos[None, :] < ctx[:, None]  # [Ba, L]
-        col = np.minimum(pos // bs, max(nb - 1, 0))
-        blocks = bt[active][:, col] if nb else np.full((ba, max_ctx), -1)  # [Ba, L]
-        bad = need & ((pos[None, :] // bs >= nb) | (blocks < 0) | (blocks >= num_blocks))
-        if bad.any():
-            r, p = map(int, np.argwhere(bad)[0])
-            b = int(active[r])
-            entry = "beyond the table width" if p // bs >= nb else f"= {int(blocks[r, p])}"
-            raise ValueError(
-                f"ForwardMeta.block_tables: request {b} needs position {p} (block column {p // bs}) but "
-                f"block_tables[{b}, {p // bs}] is {entry}; valid block ids are [0, {num_blocks})"
-            )
-
-        def i32(a):
-            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int32))
-
-        def as_i32(tensor, host):
-            # the metadata tensor itself when it already is int32 (no host copy), else the host array
-            if tensor.dtype == paddle.int32 and tensor.place.is_cpu_place():
-                return tensor.reshape([-1]) if tensor.ndim != 1 else tensor
-            return i32(host)
-
-        kernel_args = (
-            meta.block_tables
-            if meta.block_tables.dtype == paddle.int32 and meta.block_tables.place.is_cpu_place()
-            else i32(bt[:bsz]),
-            as_i32(meta.cu_seqlens_q, cu),
-            as_i32(meta.batch_id_per_token, bid),
-            as_i32(meta.seq_lens_decoder, dec),
-        )
-        positions = dec[expect_bid] + (np.arange(t) - cu[expect_bid])
+        host = _host_metadata(meta, layer_ids)
+        ctx = _Context(host)
+        positions = host.dec[host.bid_expected] + (np.arange(host.t) - host.cu[host.bid_expected])
+        kernel_args = _kernel_args(meta, host)
         if not ops_path:
-            return _PagedMetadata(num_tokens=t, positions=positions, kernel_args=kernel_args)
-        gather_block = np.where(need, blocks, 0)  # [Ba, L]
-
-        row_of_req = np.full(bsz, -1)
-        row_of_req[active] = np.arange(ba)
-        tok_req = expect_bid
-        tok_local = np.arange(t) - cu[tok_req]
-        tok_pos = dec[tok_req] + tok_local
-        tok_row = row_of_req[tok_req]
-        write_block = gather_block[tok_row, tok_pos] if t else np.zeros(0, np.int64)
-        write_offset = tok_pos % bs
-        q_rows = tok_row * max_q + tok_local
-
-        # the context is read whole blocks at a time: block column n holds positions n*bs .. n*bs+bs-1
-        nbm = -(-max_ctx // bs)
-        gather_blocks = gather_block[:, ::bs] if ba else np.zeros((0, 0), np.int64)  # [Ba, nbm]
-        kpos = (np.arange(nbm)[:, None] * bs + np.arange(bs)[None, :]).reshape(1, nbm, 1, bs)
-        qpos = (dec[active][:, None] + np.arange(max_q)[None, :]).reshape(ba, 1, max_q, 1)
-        visible = (kpos <= qpos) & (kpos < ctx.reshape(ba, 1, 1, 1))  # [Ba, nbm, Qmax, bs]
-        bias = np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(ba, nbm, 1, max_q, 1, bs)
-
-        def i64(a):
-            return paddle.to_tensor(np.ascontiguousarray(a, dtype=np.int64).reshape(-1))
-
-        return _PagedMetadata(
-            num_tokens=t,
-            positions=positions,
-            kernel_args=kernel_args,
-            write_block=i64(write_block),
-            write_offset=i64(write_offset),
-            gather_blocks=i64(gather_blocks),
-            q_rows=i64(q_rows),
-            bias=paddle.to_tensor(bias),
-            num_active=ba,
-            max_q=max_q,
-            max_blocks=nbm,
-        )
+            return _PagedMetadata(num_tokens=host.t, positions=positions, kernel_args=kernel_args)
+        return _ops_path_metadata(host, ctx, positions, kernel_args)
 
     def forward(self, q, k, v, layer_id: int, meta: ForwardMeta) -> paddle.Tensor:
         md = self._metadata(meta, layer_id)

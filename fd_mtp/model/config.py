@@ -112,55 +112,7 @@ class ErnieConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
-
-        def positive_int(name):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"ErnieConfig.{name} must be a positive int, got {v!r}")
-
-        def nonneg_int(name):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"ErnieConfig.{name} must be a non-negative int, got {v!r}")
-
-        def positive_float(name):
-            v = getattr(self, name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not math.isfinite(v)
-                or v <= 0
-            ):
-                raise ValueError(f"ErnieConfig.{name} must be a positive finite number, got {v!r}")
-
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-            "moe_layer_interval",
-        ):
-            positive_int(name)
-        for name in (
-            "moe_num_experts",
-            "moe_intermediate_size",
-            "moe_layer_start_index",
-            "moe_num_shared_experts",
-            "num_nextn_predict_layers",
-            "bos_token_id",
-            "pad_token_id",
-            "moe_k",
-        ):
-            nonneg_int(name)
-        for name in ("rms_norm_eps", "rope_theta", "moe_norm_min"):
-            positive_float(name)
-        for name in ("tie_word_embeddings", "use_bias", "moe_use_aux_free"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ErnieConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        _check_field_types(self)
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"ErnieConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
@@ -319,3 +271,52 @@ class ErnieConfig:
             hidden_act="silu",
         )
         return d
+
+
+# Every scalar field's type and range, checked in this order (ErnieConfig.validate).
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "moe_layer_interval",
+)
+_NONNEG_INTS = (
+    "moe_num_experts",
+    "moe_intermediate_size",
+    "moe_layer_start_index",
+    "moe_num_shared_experts",
+    "num_nextn_predict_layers",
+    "bos_token_id",
+    "pad_token_id",
+    "moe_k",
+)
+_POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta", "moe_norm_min")
+_BOOLS = ("tie_word_embeddings", "use_bias", "moe_use_aux_free")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_field_types(cfg) -> None:
+    """ValueError naming the first field of the tables above whose value is not of its kind."""
+    for name in _POSITIVE_INTS:
+        v = getattr(cfg, name)
+        if not _is_int(v) or v <= 0:
+            raise ValueError(f"ErnieConfig.{name} must be a positive int, got {v!r}")
+    for name in _NONNEG_INTS:
+        v = getattr(cfg, name)
+        if not _is_int(v) or v < 0:
+            raise ValueError(f"ErnieConfig.{name} must be a non-negative int, got {v!r}")
+    for name in _POSITIVE_FLOATS:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"ErnieConfig.{name} must be a positive finite number, got {v!r}")
+    for name in _BOOLS:
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValueError(f"ErnieConfig.{name} must be a bool, got {getattr(cfg, name)!r}")

@@ -4,6 +4,7 @@ native forward, ``fd_mtp.model.native``)."""
 
 from __future__ import annotations
 
+from ._composite import require_tensor
 from ._loader import invoke
 
 __all__ = [
@@ -71,12 +72,12 @@ def paged_attention(
         >>> out.tolist(), vc[1, 0].tolist()
         ([[1.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]])
     """
-    q, k, v = (
-        x.contiguous() if hasattr(x, "is_contiguous") and not x.is_contiguous() else x
-        for x in (q, k, v)
-    )
+    for name, x in (("q", q), ("k", k), ("v", v), ("key_cache", key_cache)):
+        require_tensor("paged_attention", name, x)  # before any attribute is read
+    require_tensor("paged_attention", "value_cache", value_cache)
+    q, k, v = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v))
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if hasattr(cache, "is_contiguous") and not cache.is_contiguous():
+        if not cache.is_contiguous():
             raise ValueError(f"paged_attention: {name} must be contiguous (it is written in place)")
     if scale is None:
         scale = 1.0 / int(q.shape[-1]) ** 0.5
@@ -168,7 +169,8 @@ def decoder_layer(
         ([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
     """
     for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if hasattr(cache, "is_contiguous") and not cache.is_contiguous():
+        require_tensor("decoder_layer", name, cache)  # before any attribute is read
+        if not cache.is_contiguous():
             raise ValueError(f"decoder_layer: {name} must be contiguous (it is written in place)")
     if scale is None:
         scale = 1.0 / int(key_cache.shape[-1]) ** 0.5

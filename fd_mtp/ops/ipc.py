@@ -76,6 +76,7 @@ custom_ops/paddle/ipc.cc.
 
 from __future__ import annotations
 
+from ._composite import renamed, require_int_list
 from ._loader import invoke
 
 __all__ = [
@@ -88,10 +89,13 @@ __all__ = [
 
 
 def _shape(op, arg, shape):
+    """``shape`` as a list of ints >= 0, else ValueError naming ``arg`` (ints only: a float, a
+    bool or a str element is refused, not converted; the ipc ops raise ValueError for every bad
+    argument, as upstream's checks did)."""
     try:
-        dims = [int(d) for d in shape]
-    except TypeError:
-        raise ValueError(f"{op}: {arg} must be a list of ints, got {shape!r}") from None
+        dims = require_int_list(op, arg, shape)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
     if any(d < 0 for d in dims):
         raise ValueError(f"{op}: {arg} must have non-negative dimensions, got {dims}")
     return dims
@@ -109,10 +113,18 @@ def posix_name(name: str) -> str:
     return name if name.startswith("/") or not name else "/" + name
 
 
-def _dtype_carrier(dtype):
+def _dtype_carrier(op, dtype):
+    """A zero-size CPU tensor of ``dtype`` (what the op reads the dtype from), or TypeError naming
+    ``dtype``."""
     import paddle
 
-    return paddle.empty([0], dtype=dtype).cpu()
+    try:
+        return paddle.empty([0], dtype=dtype).cpu()
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{op}: dtype must be a paddle dtype or its name (e.g. 'float32', paddle.bfloat16), "
+            f"got {dtype!r}"
+        ) from None
 
 
 def shared_empty(shape, dtype="float32", name=None):
@@ -147,7 +159,7 @@ def shared_empty(shape, dtype="float32", name=None):
         name = ""
     elif not isinstance(name, str) or not name:
         raise ValueError(f"{op}: name must be a non-empty str or None, got {name!r}")
-    dtype = _dtype_carrier(dtype)  # the op's input: a zero-size CPU tensor of the dtype
+    dtype = _dtype_carrier(op, dtype)  # the op's input: a zero-size CPU tensor of the dtype
     return invoke(op, locals())[0]
 
 
@@ -159,7 +171,8 @@ def shared_zeros(shape, dtype="float32", name=None):
         >>> ops.shared_zeros([2], "int32").tolist()
         [0, 0]
     """
-    return shared_empty(shape, dtype, name)
+    with renamed("shared_zeros", "shared_empty", alias=True):
+        return shared_empty(shape, dtype, name)
 
 
 def set_data_ipc(tensor, shm_name) -> None:

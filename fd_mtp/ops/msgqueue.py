@@ -48,6 +48,7 @@ from ..sysv_queue import (  # noqa: E402,F401
     resolve_msg_id,
     resolve_msg_queue_id,
 )
+from ._composite import renamed
 from ._loader import invoke
 
 __all__ = [
@@ -170,19 +171,20 @@ def speculate_save_output_dynamic(
     ``$INFERENCE_MSG_QUEUE_ID`` override it when set). ``msg_queue_id=None`` falls back to the
     environment like `speculate_save_output`.
     """
-    speculate_save_output(
-        accept_tokens,
-        accept_num,
-        not_need_stop,
-        seq_lens_decoder,
-        prompt_lens,
-        rank_id,
-        save_each_rank,
-        skip_prefill,
-        msg_queue_id=msg_queue_id,
-        msg_id=msg_id,
-        ftok_path=ftok_path,
-    )
+    with renamed("speculate_save_output_dynamic", "speculate_save_output", alias=True):
+        speculate_save_output(
+            accept_tokens,
+            accept_num,
+            not_need_stop,
+            seq_lens_decoder,
+            prompt_lens,
+            rank_id,
+            save_each_rank,
+            skip_prefill,
+            msg_queue_id=msg_queue_id,
+            msg_id=msg_id,
+            ftok_path=ftok_path,
+        )
 
 
 def speculate_get_output(
@@ -232,9 +234,10 @@ def speculate_get_output_dynamic(
 
     The given ``msg_queue_id`` is used as is (upstream let ``$INFERENCE_MSG_QUEUE_ID`` override it).
     """
-    speculate_get_output(
-        x, rank_id, wait_flag, get_each_rank, msg_queue_id=msg_queue_id, ftok_path=ftok_path
-    )
+    with renamed("speculate_get_output_dynamic", "speculate_get_output", alias=True):
+        speculate_get_output(
+            x, rank_id, wait_flag, get_each_rank, msg_queue_id=msg_queue_id, ftok_path=ftok_path
+        )
 
 
 def mtp_save_first_token(
@@ -313,19 +316,20 @@ def mtp_save_first_token_dynamic(
 
     The given ``msg_queue_id`` is used as is (upstream let ``$INFERENCE_MSG_QUEUE_ID`` override it).
     """
-    mtp_save_first_token(
-        x,
-        not_need_stop,
-        seq_lens_decoder,
-        prompt_lens,
-        step_idx,
-        rank_id,
-        save_each_rank,
-        skip_chunk_prefill,
-        msg_queue_id=msg_queue_id,
-        msg_id=msg_id,
-        ftok_path=ftok_path,
-    )
+    with renamed("mtp_save_first_token_dynamic", "mtp_save_first_token", alias=True):
+        mtp_save_first_token(
+            x,
+            not_need_stop,
+            seq_lens_decoder,
+            prompt_lens,
+            step_idx,
+            rank_id,
+            save_each_rank,
+            skip_chunk_prefill,
+            msg_queue_id=msg_queue_id,
+            msg_id=msg_id,
+            ftok_path=ftok_path,
+        )
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,18 +7,31 @@ before the forward pass; ``rebuild_padding`` picks the hidden rows that get logi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ._composite import renamed, require_bool, require_tensor
 from ._loader import define_ops, invoke
 from ._paddle_compat import sum_int64
 
+if TYPE_CHECKING:  # fd_mtp.ops imports paddle on the first call only
+    import paddle
+
 
 def pre_process(
-    input_ids,
-    seq_lens_this_time,
-    speculative_decoding,
-    draft_tokens=None,
-    seq_lens_encoder=None,
-    seq_lens_decoder=None,
-):
+    input_ids: paddle.Tensor,
+    seq_lens_this_time: paddle.Tensor,
+    speculative_decoding: bool,
+    draft_tokens: paddle.Tensor | None = None,
+    seq_lens_encoder: paddle.Tensor | None = None,
+    seq_lens_decoder: paddle.Tensor | None = None,
+) -> tuple[
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor,
+    paddle.Tensor | None,
+    paddle.Tensor | None,
+]:
     """FastDeploy's ``pre_process`` glue (spec §5.3): pack the step's tokens and build the offsets.
 
     Speculative (``speculative_decoding=True``; needs draft_tokens, seq_lens_encoder,
@@ -59,62 +72,98 @@ def pre_process(
     """
     import paddle
 
-    from .packing import (  # generated from the schema when this module loaded
-        speculate_get_output_padding_offset,
-        speculate_get_padding_offset,
-        speculate_get_seq_lens_output,
-    )
+    from .packing import speculate_get_padding_offset  # generated from the schema
 
+    speculative = _check_pre_process(
+        input_ids,
+        seq_lens_this_time,
+        speculative_decoding,
+        draft_tokens,
+        seq_lens_encoder,
+        seq_lens_decoder,
+    )
     max_len = input_ids.shape[1]
     token_num = sum_int64(seq_lens_this_time)
     cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
-    if not speculative_decoding:
+    if speculative:
+        source, encoder, names = draft_tokens, seq_lens_encoder, _PADDING_NAMES
+    else:
         # Every token comes from input_ids: it is also passed as draft_tokens, and seq_lens_this_time
         # as seq_lens_encoder (so a request with tokens reads input_ids[b, i] and errors name input_ids).
-        ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
-            speculate_get_padding_offset(
-                input_ids,
-                input_ids,
-                cum_offsets_now,
-                token_num,
-                seq_lens_this_time,
-                seq_lens_this_time,
-            )
+        source, encoder = input_ids, seq_lens_this_time
+        names = _PADDING_NAMES | {
+            "draft_tokens": "input_ids",
+            "seq_lens_encoder": "seq_lens_this_time",
+        }
+    with renamed("pre_process", "speculate_get_padding_offset", names):
+        packed = speculate_get_padding_offset(
+            input_ids, source, cum_offsets_now, token_num, seq_lens_this_time, encoder
         )
-        return ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k, None, None
-    for name, value in (
-        ("draft_tokens", draft_tokens),
-        ("seq_lens_encoder", seq_lens_encoder),
-        ("seq_lens_decoder", seq_lens_decoder),
-    ):
-        if value is None:
-            raise ValueError(f"pre_process: {name} is required when speculative_decoding is True")
-    ids_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k = (
-        speculate_get_padding_offset(
-            input_ids,
-            draft_tokens,
-            cum_offsets_now,
-            token_num,
-            seq_lens_this_time,
-            seq_lens_encoder,
+    if not speculative:
+        return (*packed, None, None)
+    return (
+        *packed,
+        *_output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len),
+    )
+
+
+# pre_process's inner ops get its arguments (or values computed from them): their errors are raised
+# again under pre_process's names.
+_PADDING_NAMES = dict.fromkeys(("seq_len", "cum_offsets", "token_num"), "seq_lens_this_time")
+# The output rows come from seq_lens_this_time (every decode token, one row per prefill).
+_OUTPUT_NAMES = dict.fromkeys(
+    ("output_cum_offsets_tmp", "out_token_num", "seq_lens_output"), "seq_lens_this_time"
+)
+
+
+def _output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len):
+    """pre_process's speculative output offsets: ``(output_cum_offsets, output_padding_offset)``."""
+    import paddle
+
+    from .packing import speculate_get_output_padding_offset, speculate_get_seq_lens_output
+
+    with renamed("pre_process", "speculate_get_seq_lens_output"):
+        seq_lens_output = speculate_get_seq_lens_output(
+            seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
         )
-    )
-    seq_lens_output = speculate_get_seq_lens_output(
-        seq_lens_this_time, seq_lens_encoder, seq_lens_decoder
-    )
     output_token_num = sum_int64(seq_lens_output)
     output_cum_offsets_tmp = paddle.cumsum(max_len - seq_lens_output, dtype="int32")
-    output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
-        output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
-    )
-    return (
-        ids_remove_padding,
-        batch_id_per_token,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        output_cum_offsets,
-        output_padding_offset,
-    )
+    with renamed("pre_process", "speculate_get_output_padding_offset", _OUTPUT_NAMES):
+        output_padding_offset, output_cum_offsets = speculate_get_output_padding_offset(
+            output_cum_offsets_tmp, output_token_num, seq_lens_output, max_len
+        )
+    return output_cum_offsets, output_padding_offset
+
+
+def _check_pre_process(
+    input_ids, seq_lens_this_time, speculative_decoding, draft_tokens, enc, dec
+) -> bool:
+    """pre_process's own checks, by its argument names, before anything is computed; returns
+    ``speculative_decoding`` as a bool. Given optional tensors must be Tensors in either branch;
+    the speculative branch needs them, with at least bsz rows."""
+    op = "pre_process"
+    this_time = require_tensor(op, "seq_lens_this_time", seq_lens_this_time, "int32")
+    require_tensor(op, "seq_lens_this_time", this_time, ranks=(1, "column"))
+    bsz = this_time.shape[0]
+    require_tensor(op, "input_ids", input_ids, "int64", ranks=(2,), rows=bsz)
+    speculative = require_bool(op, "speculative_decoding", speculative_decoding)
+    optional = {"draft_tokens": draft_tokens, "seq_lens_encoder": enc, "seq_lens_decoder": dec}
+    for name, value in optional.items():
+        if value is None:
+            if speculative:
+                raise ValueError(f"{op}: {name} is required when speculative_decoding is True")
+        elif not speculative:
+            require_tensor(op, name, value)
+    if speculative:
+        if input_ids.shape[1] < 1:
+            raise ValueError(
+                f"{op}: input_ids must have at least one column in the speculative branch (its "
+                f"width is the output offsets' max_seq_len), got shape {list(input_ids.shape)}"
+            )
+        require_tensor(op, "draft_tokens", draft_tokens, "int64", ranks=(2,), rows=bsz)
+        for name in ("seq_lens_encoder", "seq_lens_decoder"):
+            require_tensor(op, name, optional[name], "int32", ranks=(1, "column"), rows=bsz)
+    return speculative
 
 
 def rebuild_padding(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._loader import define_ops, invoke
+
+if TYPE_CHECKING:  # fd_mtp.ops imports paddle on the first call only
+    import paddle
 
 
 def speculate_get_token_penalty_multi_scores(
@@ -20,7 +25,7 @@ def speculate_get_token_penalty_multi_scores(
     output_padding_offset,
     output_cum_offsets,
     max_seq_len,
-):
+) -> paddle.Tensor:
     """Min length, repetition penalties, temperature and bad words on packed logits (spec §5.5).
 
     ``bs = seq_lens_this_time.shape[0]`` (only its shape is used). Logits row r belongs to request

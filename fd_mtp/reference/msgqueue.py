@@ -277,16 +277,7 @@ def speculate_save_output_topk(
     _dtype("sampled_token_ids", sampled_token_ids, np.int64)
     if sampled_token_ids.ndim != 2 or sampled_token_ids.shape[0] < bsz:
         raise ValueError(f"sampled_token_ids must be [>= {bsz}, W], got {sampled_token_ids.shape}")
-    _dtype("logprob_token_ids", logprob_token_ids, np.int64)
-    _dtype("logprob_scores", logprob_scores, np.float32)
-    _dtype("logprob_ranks", logprob_ranks, np.int64)
-    if logprob_token_ids.ndim != 2 or logprob_token_ids.shape[1] < 1:
-        raise ValueError(f"logprob_token_ids must be [N, C >= 1], got {logprob_token_ids.shape}")
-    rows, cols = logprob_token_ids.shape
-    if logprob_scores.shape != (rows, cols):
-        raise ValueError(f"logprob_scores must be [{rows}, {cols}], got {logprob_scores.shape}")
-    if logprob_ranks.size < rows:
-        raise ValueError(f"logprob_ranks needs >= {rows} entries, got {logprob_ranks.shape}")
+    rows, cols = _check_logprob_rows(logprob_token_ids, logprob_scores, logprob_ranks)
     cu = _per_request("cu_batch_token_offset", cu_batch_token_offset, np.int32, bsz)
     dec = _per_request("seq_lens_decoder", seq_lens_decoder, np.int32, bsz)
     prompt = _per_request("prompt_lens", prompt_lens, np.int64, bsz)
@@ -314,23 +305,46 @@ def speculate_save_output_topk(
     words[1] = message_flag
     words[2] = bsz
     words[3 : 3 + bsz] = counts
-    scores_bits = logprob_scores.view(np.int32)
     for i, n in enumerate(counts):
         slot = words[3 + max_bsz + i * TOPK_SLOT_WORDS : 3 + max_bsz + (i + 1) * TOPK_SLOT_WORDS]
-        tokens = slot[:TOPK_SLOT_ENTRIES].reshape(TOPK_MAX_TOKENS, TOPK_COLUMNS)
-        scores = slot[TOPK_SLOT_ENTRIES : 2 * TOPK_SLOT_ENTRIES].reshape(
-            TOPK_MAX_TOKENS, TOPK_COLUMNS
+        rows_of_i = range(int(cu[i]), int(cu[i]) + n)
+        _fill_topk_slot(
+            slot, sampled_token_ids[i], rows_of_i, logprob_token_ids, logprob_scores, logprob_ranks
         )
-        ranks = slot[2 * TOPK_SLOT_ENTRIES :]
-        for j in range(n):
-            r = int(cu[i]) + j
-            tokens[j, 0] = _wrap32(sampled_token_ids[i, j])
-            tokens[j, 1:cols] = _wrap32(logprob_token_ids[r, 1:cols])
-            tokens[j, cols:] = -1
-            scores[j, :cols] = scores_bits[r, :cols]
-            scores[j, cols:] = 0  # the bits of 0.0f
-            ranks[j] = _wrap32(logprob_ranks.reshape(-1)[r])
     return words
+
+
+def _check_logprob_rows(logprob_token_ids, logprob_scores, logprob_ranks):
+    """dtypes and shapes of the top-k matrices -> (rows N, columns C)."""
+    _dtype("logprob_token_ids", logprob_token_ids, np.int64)
+    _dtype("logprob_scores", logprob_scores, np.float32)
+    _dtype("logprob_ranks", logprob_ranks, np.int64)
+    if logprob_token_ids.ndim != 2 or logprob_token_ids.shape[1] < 1:
+        raise ValueError(f"logprob_token_ids must be [N, C >= 1], got {logprob_token_ids.shape}")
+    rows, cols = logprob_token_ids.shape
+    if logprob_scores.shape != (rows, cols):
+        raise ValueError(f"logprob_scores must be [{rows}, {cols}], got {logprob_scores.shape}")
+    if logprob_ranks.size < rows:
+        raise ValueError(f"logprob_ranks needs >= {rows} entries, got {logprob_ranks.shape}")
+    return rows, cols
+
+
+def _fill_topk_slot(slot, sampled_row, rows, logprob_token_ids, logprob_scores, logprob_ranks):
+    """One request's slot of a top-k message (int32 words, written in place): for its j-th token
+    (logprob row ``rows[j]``), the sampled token then the top ids (-1 past the C columns), their
+    scores' float32 bits (0.0f past them) and the rank."""
+    cols = logprob_token_ids.shape[1]
+    tokens = slot[:TOPK_SLOT_ENTRIES].reshape(TOPK_MAX_TOKENS, TOPK_COLUMNS)
+    scores = slot[TOPK_SLOT_ENTRIES : 2 * TOPK_SLOT_ENTRIES].reshape(TOPK_MAX_TOKENS, TOPK_COLUMNS)
+    ranks = slot[2 * TOPK_SLOT_ENTRIES :]
+    scores_bits = logprob_scores.view(np.int32)
+    for j, r in enumerate(rows):
+        tokens[j, 0] = _wrap32(sampled_row[j])
+        tokens[j, 1:cols] = _wrap32(logprob_token_ids[r, 1:cols])
+        tokens[j, cols:] = -1
+        scores[j, :cols] = scores_bits[r, :cols]
+        scores[j, cols:] = 0  # the bits of 0.0f
+        ranks[j] = _wrap32(logprob_ranks.reshape(-1)[r])
 
 
 def speculate_get_output_topk_from_message(

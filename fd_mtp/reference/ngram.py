@@ -93,6 +93,18 @@ def _check_rows(
         )
 
 
+def _ngram_sizes(op, n_max, n_min):
+    """(max_ngram_size, min_ngram_size) as ints, checked: 1 <= min <= max."""
+    n_max, n_min = int(n_max), int(n_min)
+    if n_max < 1:
+        raise ValueError(f"{op}: max_ngram_size must be >= 1, got {n_max}")
+    if n_min < 1:
+        raise ValueError(f"{op}: min_ngram_size must be >= 1, got {n_min}")
+    if n_min > n_max:
+        raise ValueError(f"{op}: min_ngram_size must be <= max_ngram_size ({n_max}), got {n_min}")
+    return n_max, n_min
+
+
 def _run(
     op,
     hybrid,
@@ -111,13 +123,7 @@ def _run(
     k,
     threshold,
 ):
-    n_max, n_min = int(n_max), int(n_min)
-    if n_max < 1:
-        raise ValueError(f"{op}: max_ngram_size must be >= 1, got {n_max}")
-    if n_min < 1:
-        raise ValueError(f"{op}: min_ngram_size must be >= 1, got {n_min}")
-    if n_min > n_max:
-        raise ValueError(f"{op}: min_ngram_size must be <= max_ngram_size ({n_max}), got {n_min}")
+    n_max, n_min = _ngram_sizes(op, n_max, n_min)
     this_time = _flat(seq_lens_this_time)
     bsz = this_time.shape[0]
     in_len, step = _flat(input_ids_len), _flat(step_idx)
@@ -135,22 +141,11 @@ def _run(
         q = min(int(num[b]), left)
         return (enc[b] <= 0 and dec[b] != 0), 1, q
 
+    cols = draft_tokens.shape[1]
     for b in range(bsz):  # every check before any write
         drafts, base, q = plan(b)
         if drafts and q >= 1:
-            _check_rows(
-                op,
-                b,
-                input_ids,
-                pre_ids,
-                in_len,
-                step,
-                base,
-                q,
-                draft_tokens.shape[1],
-                n_max,
-                n_min,
-            )
+            _check_rows(op, b, input_ids, pre_ids, in_len, step, base, q, cols, n_max, n_min)
 
     if hybrid:
         remaining = int(np.count_nonzero(dec[:bsz] > 0))

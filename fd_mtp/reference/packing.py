@@ -295,19 +295,7 @@ def rebuild_padding(
             np.zeros(0, np.int32) if output_padding_offset is None else _flat(output_padding_offset)
         )
         max_input_length = int(max_input_length)
-        if max_input_length < 1:
-            raise ValueError(f"{op}: max_input_length must be >= 1, got {max_input_length}")
-        rows = t - sum(int(enc[b]) - 1 for b in range(bsz) if enc[b] > 0)
-        if rows < 0:
-            raise ValueError(
-                f"{op}: seq_lens_encoder sums to more prefill tokens than tmp_out has rows "
-                f"({t}): the output would have {rows} rows"
-            )
-        if opo.size < rows:
-            raise ValueError(
-                f"{op}: output_padding_offset has {opo.size} entries but the output has "
-                f"R = {rows} rows"
-            )
+        rows = _speculative_rows(op, t, enc, bsz, opo, max_input_length)
     else:
         rows = bsz
 
@@ -340,3 +328,21 @@ def rebuild_padding(
         if src[r] >= 0:
             out[r] = tmp_out[src[r]]
     return out
+
+
+def _speculative_rows(op, t, enc, bsz, opo, max_input_length) -> int:
+    """rebuild_padding's output rows with output_padding_offset (``R = T - sum over prefills of
+    (enc - 1)``), checked against max_input_length, tmp_out's T rows and the offsets' length."""
+    if max_input_length < 1:
+        raise ValueError(f"{op}: max_input_length must be >= 1, got {max_input_length}")
+    rows = t - sum(int(enc[b]) - 1 for b in range(bsz) if enc[b] > 0)
+    if rows < 0:
+        raise ValueError(
+            f"{op}: seq_lens_encoder sums to more prefill tokens than tmp_out has rows "
+            f"({t}): the output would have {rows} rows"
+        )
+    if opo.size < rows:
+        raise ValueError(
+            f"{op}: output_padding_offset has {opo.size} entries but the output has R = {rows} rows"
+        )
+    return rows

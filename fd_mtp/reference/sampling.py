@@ -124,6 +124,36 @@ def speculate_get_token_penalty_multi_scores(
     for e in eos:
         if not 0 <= e < vocab:
             raise ValueError(f"eos_token_id holds id {e}; ids must be in [0, vocab) = [0, {vocab})")
+    per_request = (
+        ("penalty_scores", alpha_all),
+        ("frequency_scores", beta_all),
+        ("presence_scores", gamma_all),
+        ("temperatures", temps),
+    )
+    plan = _penalty_plan(pre_ids, rows, vocab, bs, offset, max_seq_len, cur, per_request)
+
+    dtype = logits.dtype
+    min_value = _from_f32(_F32(-1e4) if dtype == np.float16 else _F32(-1e10), dtype)
+    bad_value = _from_f32(_F32(-1e10), dtype)
+    bad = bad[(bad >= 0) & (bad < vocab)]
+    for r, b, ids in plan:
+        row = logits[r]
+        # 1. min length (written in the logits dtype, read back by the next steps)
+        first_row = b * max_seq_len - int(cum[b])
+        if cur[b] >= 0 and cur[b] + (r - first_row) < mn[b]:
+            row[eos] = min_value
+        # 2. repeat counts of the counted ids; 3. penalties, then temperature on every entry
+        alpha, beta, gamma = _F32(alpha_all[b]), _F32(beta_all[b]), _F32(gamma_all[b])
+        row[:] = _from_f32(_penalized(_to_f32(row), ids, alpha, beta, gamma, _F32(temps[b])), dtype)
+        # 4. bad words: row 0 of bad_tokens for every request
+        row[bad] = bad_value
+    return logits
+
+
+def _penalty_plan(pre_ids, rows, vocab, bs, offset, max_seq_len, cur, per_request):
+    """The checks of speculate_get_token_penalty_multi_scores' rows (before anything is written)
+    -> ``[(row, request, counted pre_ids ids)]`` of the rows of the first bs requests;
+    ``per_request``: (argument name, float32 values) that must be finite."""
     plan = []
     for r in range(rows):
         b = _request(r, offset, max_seq_len)
@@ -133,12 +163,7 @@ def speculate_get_token_penalty_multi_scores(
             )
         if b >= bs:
             continue
-        for name, values in (
-            ("penalty_scores", alpha_all),
-            ("frequency_scores", beta_all),
-            ("presence_scores", gamma_all),
-            ("temperatures", temps),
-        ):
+        for name, values in per_request:
             if not np.isfinite(values[b]):
                 raise ValueError(
                     f"speculate_get_token_penalty_multi_scores: {name} (request {b}) is NaN or "
@@ -154,32 +179,20 @@ def speculate_get_token_penalty_multi_scores(
                     f"ids must be < vocab = {vocab}"
                 )
         plan.append((r, b, ids))
+    return plan
 
-    dtype = logits.dtype
-    min_value = _from_f32(_F32(-1e4) if dtype == np.float16 else _F32(-1e10), dtype)
-    bad_value = _from_f32(_F32(-1e10), dtype)
-    bad = bad[(bad >= 0) & (bad < vocab)]
-    for r, b, ids in plan:
-        row = logits[r]
-        # 1. min length (written in the logits dtype, read back by the next steps)
-        first_row = b * max_seq_len - int(cum[b])
-        if cur[b] >= 0 and cur[b] + (r - first_row) < mn[b]:
-            row[eos] = min_value
-        # 2. repeat counts of the counted ids; 3. penalties, then temperature on every entry
-        values = _to_f32(row)
-        temp = _F32(temps[b])
-        out = values / temp
-        uniq, counts = np.unique(ids, return_counts=True)
-        if uniq.size:
-            x = values[uniq]
-            alpha, beta, gamma = _F32(alpha_all[b]), _F32(beta_all[b]), _F32(gamma_all[b])
-            x = np.where(x < 0, x * alpha, x / alpha).astype(np.float32)
-            x = (x - counts.astype(np.float32) * beta) - gamma
-            out[uniq] = x / temp
-        row[:] = _from_f32(out, dtype)
-        # 4. bad words: row 0 of bad_tokens for every request
-        row[bad] = bad_value
-    return logits
+
+def _penalized(values, ids, alpha, beta, gamma, temp):
+    """A float32 logits row after the repetition / frequency / presence penalties on the counted
+    ``ids`` (counts from their repeats), then the temperature on every entry (§5.5 steps 2-3)."""
+    out = values / temp
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size:
+        x = values[uniq]
+        x = np.where(x < 0, x * alpha, x / alpha).astype(np.float32)
+        x = (x - counts.astype(np.float32) * beta) - gamma
+        out[uniq] = x / temp
+    return out
 
 
 # --------------------------------------------------------------------------------------------

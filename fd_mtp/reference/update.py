@@ -98,38 +98,9 @@ def speculate_set_stop_value_multi_seqs(
     lp = pre_ids.shape[1]
     eos = int(end_ids.reshape(-1)[0])
 
-    def candidates(b, length):
-        """Candidate idx values compared for a stop sequence of this length (spec §5.8)."""
-        a, t = int(n_accept[b]), int(step[b])
-        return [idx for idx in range(a) if t - a + idx + 1 >= length]
-
     for b in range(bs):  # checks first: nothing is written on bad input
-        if stop[b]:
-            continue
-        a, t = int(n_accept[b]), int(step[b])
-        if not 0 <= a <= wa:
-            _fail(
-                op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)"
-            )
-        reads_pre_ids = False
-        for s in range(n_seqs):
-            length = int(stop_seqs_len[b, s])
-            if not 0 <= length <= ls:
-                _fail(
-                    op,
-                    "stop_seqs_len",
-                    b,
-                    f"is {length}; it must be in [0, {ls}] (Ls, the last dim of stop_seqs)",
-                )
-            # Candidate idx reads pre_ids (down from column t - a) when the sequence is longer than idx.
-            reads_pre_ids |= any(idx <= length - 1 for idx in candidates(b, length))
-        if reads_pre_ids and t - a >= lp:
-            _fail(
-                op,
-                "pre_ids",
-                b,
-                f"column {t - a} (step_idx - accept_num) is compared but the row has {lp} columns",
-            )
+        if not stop[b]:
+            _check_stop_request(op, b, int(n_accept[b]), int(step[b]), wa, lp, stop_seqs_len[b], ls)
 
     for b in range(bs):
         if stop[b]:
@@ -140,7 +111,7 @@ def speculate_set_stop_value_multi_seqs(
             length = int(stop_seqs_len[b, s])
             if length <= 0:
                 continue
-            for idx in candidates(b, length):  # first hit of this stop sequence
+            for idx in _candidates(a, t, length):  # first hit of this stop sequence
                 if _stop_seq_matches(accept_tokens, pre_ids, stop_seqs[b, s], length, b, a, t, idx):
                     hits.append(idx)
                     break
@@ -149,6 +120,38 @@ def speculate_set_stop_value_multi_seqs(
             n_accept[b] = idx + 1
             accept_tokens[b, idx] = eos
             stop[b] = True
+
+
+def _candidates(a, t, length):
+    """Candidate idx values compared for a stop sequence of this length (spec §5.8), with
+    ``a = accept_num`` and ``t = step_idx``."""
+    return [idx for idx in range(a) if t - a + idx + 1 >= length]
+
+
+def _check_stop_request(op, b, a, t, wa, lp, lengths, ls):
+    """The checks of running request b (``a = accept_num``, ``t = step_idx``, ``lengths`` its
+    stop_seqs_len row): accept_num in [0, Wa], every length in [0, Ls], and the pre_ids column
+    ``t - a`` inside the row whenever a compared candidate reads pre_ids."""
+    if not 0 <= a <= wa:
+        _fail(op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)")
+    reads_pre_ids = False
+    for length in (int(v) for v in lengths):
+        if not 0 <= length <= ls:
+            _fail(
+                op,
+                "stop_seqs_len",
+                b,
+                f"is {length}; it must be in [0, {ls}] (Ls, the last dim of stop_seqs)",
+            )
+        # Candidate idx reads pre_ids (down from column t - a) when the sequence is longer than idx.
+        reads_pre_ids |= any(idx <= length - 1 for idx in _candidates(a, t, length))
+    if reads_pre_ids and t - a >= lp:
+        _fail(
+            op,
+            "pre_ids",
+            b,
+            f"column {t - a} (step_idx - accept_num) is compared but the row has {lp} columns",
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,21 +204,9 @@ def speculate_update(
     cap = draft_tokens.shape[1] - 1
     wa = accept_tokens.shape[1]
 
-    for b in range(real_bsz):
-        if not block_step[b] and not 0 <= int(n_accept[b]) <= wa:
-            _fail(
-                op,
-                "accept_num",
-                b,
-                f"is {int(n_accept[b])}; it must be in [0, {wa}] (columns of accept_tokens)",
-            )
-        if not block_step[b] and not stop[b] and int(enc[b]) == 0 and int(this_time[b]) < 0:
-            _fail(
-                op,
-                "seq_lens_this_time",
-                b,
-                f"is {int(this_time[b])} for a running decode request; it must be >= 0",
-            )
+    for b in range(real_bsz):  # checks first: nothing is written on bad input
+        if not block_step[b]:
+            _check_update_request(op, b, int(n_accept[b]), wa, stop[b], int(enc[b]), this_time[b])
 
     n_stopped = max_bsz - real_bsz
     for b in range(real_bsz):
@@ -245,6 +236,20 @@ def speculate_update(
             draft_tokens[b, 0] = accept_tokens[b, a - 1]
 
     _flat(not_need_stop)[0] = n_stopped < int(np.asarray(stop_nums).reshape(-1)[0])
+
+
+def _check_update_request(op, b, a, wa, stopped, enc, this_time):
+    """speculate_update's checks of request b (not block-stepped): accept_num in [0, Wa]; a running
+    decode request's seq_lens_this_time >= 0."""
+    if not 0 <= a <= wa:
+        _fail(op, "accept_num", b, f"is {a}; it must be in [0, {wa}] (columns of accept_tokens)")
+    if not stopped and enc == 0 and int(this_time) < 0:
+        _fail(
+            op,
+            "seq_lens_this_time",
+            b,
+            f"is {int(this_time)} for a running decode request; it must be >= 0",
+        )
 
 
 # --------------------------------------------------------------------------------------------

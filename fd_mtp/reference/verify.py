@@ -220,22 +220,38 @@ def speculate_verify(
     )
     _counter += 1
     name = {v: k for k, v in STRATEGIES.items()}[strategy]
-
-    sampled = _flat(sampled_token_ids)
-    n_acc = _flat(accept_num)
-    step = _flat(step_idx)
-    stop = _flat(stop_flags)
-    enc = _flat(seq_lens_encoder)
-    this_time = _flat(seq_lens_this_time)
-    max_dec = _flat(max_dec_len)
-    ends = [int(t) for t in _flat(end_tokens)]
-    block_step = _flat(is_block_step)
-    cum = _flat(output_cum_offsets)
-    cand_len = _flat(actual_candidate_len)
-    top_p = _flat(topp)
-    bsz = this_time.size
-    C = verify_tokens.shape[1]
-    if not ends:
+    if name != "rejection":
+        target_probs = draft_probs = None
+    c = _Call(
+        name=name,
+        seed=seed,
+        offset=offset,
+        one_step_stop=one_step_stop,
+        sampled=_flat(sampled_token_ids),
+        accept_tokens=accept_tokens,
+        n_acc=_flat(accept_num),
+        step=_flat(step_idx),
+        stop=_flat(stop_flags),
+        enc=_flat(seq_lens_encoder),
+        this_time=_flat(seq_lens_this_time),
+        draft_tokens=draft_tokens,
+        verify_tokens=verify_tokens,
+        verify_scores=verify_scores,
+        max_dec=_flat(max_dec_len),
+        ends=[int(t) for t in _flat(end_tokens)],
+        block_step=_flat(is_block_step),
+        cum=_flat(output_cum_offsets),
+        cand_len=_flat(actual_candidate_len),
+        top_p=_flat(topp),
+        max_seq_len=max_seq_len,
+        verify_window=verify_window,
+        enable_topp=enable_topp,
+        benchmark_mode=benchmark_mode,
+        accept_all_drafts=accept_all_drafts,
+        target_probs=target_probs,
+        draft_probs=draft_probs,
+    )
+    if not c.ends:
         _fail("end_tokens", "must hold at least one token id")
     if int(verify_window) < 0:
         _fail("verify_window", f"must be >= 0, got {verify_window}")
@@ -243,205 +259,276 @@ def speculate_verify(
         if target_probs is None:
             _fail("target_probs", 'is required by the "rejection" strategy')
         _check_draft_probs_rows(target_probs, draft_probs, _fail)
-        vocab = target_probs.shape[1]
-    else:
-        target_probs = draft_probs = None
+    # Block-stepped and stopped requests are left untouched (accept_num too): step 0.
+    running = [b for b in range(c.this_time.size) if not (c.block_step[b] or c.stop[b])]
+    for b in running:  # every check before anything is written
+        _check_request(c, b)
+    for b in running:
+        _apply_request(c, b)
 
-    # ---- checks (before anything is written) -------------------------------------------------
-    def rejection_plan(b, start, where):
-        """The "rejection" accept walk of request b without writing: every entry it reads must be
-        finite. Returns (the row it samples from or None when an accepted draft stops the
-        request, whether that is a residual sample)."""
-        n = int(this_time[b])
-        count = int(step[b])  # step_idx as the walk's ACCEPTs would advance it
-        i = 0
-        while i < n - 1 and not (benchmark_mode or enc[b] != 0):
-            row = start + i
-            d = int(draft_tokens[b, i + 1])
-            if not accept_all_drafts:
-                pv = np.float32(target_probs[row, d])
-                qv = np.float32(1) if draft_probs is None else np.float32(draft_probs[row, d])
-                for arg, value in (("target_probs", pv), ("draft_probs", qv)):
-                    if not np.isfinite(value):
-                        _fail(
-                            arg,
-                            where + f"holds NaN or inf at row {row}, column {d}; it must be finite",
-                        )
-                if not philox_uniform(seed, offset, b, 2 * i)[()] * qv <= pv:
-                    return row, True
-            count += 1
-            if d in ends or count >= max_dec[b]:
-                return None, False
-            i += 1
-        return start + i, False
 
-    def used_of(b):
-        """Output rows = accept/draft columns request b may touch."""
-        if benchmark_mode or enc[b] != 0:
-            return 1
-        return max(int(this_time[b]), 1)
+class _Call:
+    """One call's options and arguments: per-request vectors flattened (views: writes land in
+    the caller's arrays), matrices as given; target_probs / draft_probs None unless "rejection".
+    (A plain class: the reference modules import numpy only.)"""
 
-    for b in range(bsz):
-        if block_step[b] or stop[b]:
-            continue
-        used = used_of(b)
-        where = f"(request {b}) "
-        if used > draft_tokens.shape[1]:
-            _fail(
-                "draft_tokens",
-                where
-                + f"the request verifies {used} tokens but the row has {draft_tokens.shape[1]} columns",
-            )
-        if used > accept_tokens.shape[1]:
-            _fail(
-                "accept_tokens",
-                where
-                + f"the request may accept {used} tokens but the row has {accept_tokens.shape[1]} columns",
-            )
-        start = b * int(max_seq_len) - int(cum[b])
-        if start < 0:
-            _fail("output_cum_offsets", where + f"gives first output row {start}; it must be >= 0")
-        last = start + used - 1
-        tensors = [
-            ("verify_tokens", verify_tokens),
-            ("verify_scores", verify_scores),
-            ("actual_candidate_len", cand_len),
-            ("sampled_token_ids", sampled),
-        ]
-        if name == "rejection":
-            tensors.append(("target_probs", target_probs))
-            if draft_probs is not None:
-                tensors.append(("draft_probs", draft_probs))
-        for arg, t in tensors:
-            if last >= t.shape[0]:
-                _fail(arg, where + f"row {last} is read but there are {t.shape[0]} rows")
-        if enable_topp and name in ("topp", "topk"):
-            if not np.isfinite(top_p[b]):
-                _fail("topp", where + "is NaN or infinite; it must be finite")
-            _check_finite("verify_scores", verify_scores, start, last, where)
-        if name == "rejection":
-            for i in range(1, used):
-                d = int(draft_tokens[b, i])
-                if not 0 <= d < vocab:
+    __slots__ = (
+        "name",  # the strategy
+        "seed",
+        "offset",
+        "one_step_stop",
+        "sampled",
+        "accept_tokens",
+        "n_acc",
+        "step",
+        "stop",
+        "enc",
+        "this_time",
+        "draft_tokens",
+        "verify_tokens",
+        "verify_scores",
+        "max_dec",
+        "ends",  # list of ints
+        "block_step",
+        "cum",
+        "cand_len",
+        "top_p",
+        "max_seq_len",
+        "verify_window",
+        "enable_topp",
+        "benchmark_mode",
+        "accept_all_drafts",
+        "target_probs",
+        "draft_probs",
+    )
+
+    def __init__(self, **fields):
+        assert set(fields) == set(self.__slots__), set(fields) ^ set(self.__slots__)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def start(self, b) -> int:
+        """Request b's first output row."""
+        return b * int(self.max_seq_len) - int(self.cum[b])
+
+    def drafts_skipped(self, b) -> bool:
+        """No draft of request b is verified (benchmark mode, or a prefill)."""
+        return bool(self.benchmark_mode or self.enc[b] != 0)
+
+    def uniform(self, b, draw):
+        return philox_uniform(self.seed, self.offset, b, draw)[()]
+
+
+# ---- checks (before anything is written) ---------------------------------------------------------
+def _check_request(c: _Call, b: int) -> None:
+    """Request b's data checks: row widths, output rows, and the finite values it reads."""
+    used = 1 if c.drafts_skipped(b) else max(int(c.this_time[b]), 1)  # output rows it touches
+    where = f"(request {b}) "
+    if used > c.draft_tokens.shape[1]:
+        _fail(
+            "draft_tokens",
+            where
+            + f"the request verifies {used} tokens but the row has {c.draft_tokens.shape[1]} columns",
+        )
+    if used > c.accept_tokens.shape[1]:
+        _fail(
+            "accept_tokens",
+            where
+            + f"the request may accept {used} tokens but the row has {c.accept_tokens.shape[1]} columns",
+        )
+    start = c.start(b)
+    if start < 0:
+        _fail("output_cum_offsets", where + f"gives first output row {start}; it must be >= 0")
+    last = start + used - 1
+    tensors = [
+        ("verify_tokens", c.verify_tokens),
+        ("verify_scores", c.verify_scores),
+        ("actual_candidate_len", c.cand_len),
+        ("sampled_token_ids", c.sampled),
+    ]
+    if c.name == "rejection":
+        tensors.append(("target_probs", c.target_probs))
+        if c.draft_probs is not None:
+            tensors.append(("draft_probs", c.draft_probs))
+    for arg, t in tensors:
+        if last >= t.shape[0]:
+            _fail(arg, where + f"row {last} is read but there are {t.shape[0]} rows")
+    if c.enable_topp and c.name in ("topp", "topk"):
+        if not np.isfinite(c.top_p[b]):
+            _fail("topp", where + "is NaN or infinite; it must be finite")
+        _check_finite("verify_scores", c.verify_scores, start, last, where)
+    if c.name == "rejection":
+        vocab = c.target_probs.shape[1]
+        for i in range(1, used):
+            d = int(c.draft_tokens[b, i])
+            if not 0 <= d < vocab:
+                _fail(
+                    "draft_tokens",
+                    where
+                    + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs",
+                )
+        row, residual = _rejection_plan(c, b, start, where)
+        if row is not None:
+            _check_finite("target_probs", c.target_probs, row, row, where)
+            if residual and c.draft_probs is not None:
+                _check_finite("draft_probs", c.draft_probs, row, row, where)
+
+
+def _rejection_plan(c: _Call, b: int, start: int, where: str):
+    """The "rejection" accept walk of request b without writing: every entry it reads must be
+    finite. Returns (the row it samples from or None when an accepted draft stops the request,
+    whether that is a residual sample)."""
+    n = int(c.this_time[b])
+    count = int(c.step[b])  # step_idx as the walk's ACCEPTs would advance it
+    i = 0
+    while i < n - 1 and not c.drafts_skipped(b):
+        row = start + i
+        d = int(c.draft_tokens[b, i + 1])
+        if not c.accept_all_drafts:
+            pv = np.float32(c.target_probs[row, d])
+            qv = np.float32(1) if c.draft_probs is None else np.float32(c.draft_probs[row, d])
+            for arg, value in (("target_probs", pv), ("draft_probs", qv)):
+                if not np.isfinite(value):
                     _fail(
-                        "draft_tokens",
-                        where
-                        + f"holds token id {d}, outside the vocabulary [0, {vocab}) of target_probs",
+                        arg,
+                        where + f"holds NaN or inf at row {row}, column {d}; it must be finite",
                     )
-            row, residual = rejection_plan(b, start, where)
-            if row is not None:
-                _check_finite("target_probs", target_probs, row, row, where)
-                if residual and draft_probs is not None:
-                    _check_finite("draft_probs", draft_probs, row, row, where)
+            if not c.uniform(b, 2 * i) * qv <= pv:
+                return row, True
+        count += 1
+        if d in c.ends or count >= c.max_dec[b]:
+            return None, False
+        i += 1
+    return start + i, False
 
-    # ---- apply ---------------------------------------------------------------------------------
-    for b in range(bsz):
-        # Step 0: block-stepped and stopped requests are left untouched (accept_num too).
-        if block_step[b] or stop[b]:
-            continue
-        start = b * int(max_seq_len) - int(cum[b])
-        n = int(this_time[b])
 
-        def uniform(draw):
-            return philox_uniform(seed, offset, b, draw)[()]
+# ---- apply ---------------------------------------------------------------------------------------
+def _apply_request(c: _Call, b: int) -> None:
+    """Steps 1-3 of request b: the accept walk, then (unless it stopped) the bonus / correction
+    token; writes accept_tokens, step_idx, stop_flags and accept_num."""
+    start = c.start(b)
+    acc, i, stopped, correction = _accept_drafts(c, b, start, int(c.this_time[b]))
+    if not stopped:  # step 3: the bonus / correction token
+        token = _bonus_token(c, b, start + i, i, correction)
+        if c.one_step_stop:
+            c.stop[b] = True
+        _emit(c, b, i, token)
+    c.n_acc[b] = acc
 
-        def emit(i, token):
-            """ACCEPT(i) / step-3 write; returns True when the request stopped."""
-            step[b] += 1
-            accept_tokens[b, i] = token
-            if token in ends or step[b] >= max_dec[b]:
-                stop[b] = True
-                if step[b] >= max_dec[b]:
-                    accept_tokens[b, i] = ends[0]
-                return True
-            return False
 
-        acc, i, stopped, correction = 1, 0, False, None
-        while i < n - 1:
-            if benchmark_mode or enc[b] != 0:
-                break
-            row = start + i
-            d = int(draft_tokens[b, i + 1])
-            if accept_all_drafts:
-                ok = True
-            elif name == "target_match":
-                ok = int(sampled[row]) == d
-            elif name in ("topk", "greedy"):
-                ok = int(verify_tokens[row, 0]) == d
-            elif name == "rejection":
-                u = uniform(2 * i)
-                q = np.float32(1) if draft_probs is None else np.float32(draft_probs[row, d])
-                ok = bool(u * q <= np.float32(target_probs[row, d]))
-                if not ok:
-                    if draft_probs is None:
-                        q_row = np.zeros(vocab, np.float32)
-                        q_row[d] = 1
-                    else:
-                        q_row = np.asarray(draft_probs[row], np.float32)
-                    correction = _sample(target_probs[row], uniform(2 * i + 1), q_row)
-            else:  # topp
-                m = min(int(cand_len[row]), C)
-                ok = d in [int(t) for t in verify_tokens[row, : max(m, 0)]]
-                if not ok:
-                    # Top-2 window rule.
-                    if C >= 2 and int(verify_tokens[row, 1]) == d:
-                        j, ii = 0, i + 1
-                        while (
-                            j < verify_window
-                            and ii < n - 1
-                            and int(verify_tokens[start + ii, 0]) == int(draft_tokens[b, ii + 1])
-                        ):
-                            j += 1
-                            ii += 1
-                        if j >= verify_window:
-                            acc += verify_window + 1
-                            step[b] += verify_window + 1
-                            k = i
-                            while k < ii:
-                                t = int(draft_tokens[b, k + 1])
-                                accept_tokens[b, k] = t
-                                if t in ends or step[b] >= max_dec[b]:
-                                    stop[b] = True
-                                    stopped = True
-                                    if step[b] >= max_dec[b]:
-                                        accept_tokens[b, k] = ends[0]
-                                    acc -= 1
-                                    step[b] -= 1
-                                    break
-                                k += 1
-                            i = k
-                    break  # every top-2 outcome (and a plain mismatch) leaves the loop
-            if not ok:
-                break
-            if emit(i, d):
-                stopped = True
-                break
-            acc += 1
-            i += 1
+def _emit(c: _Call, b: int, i: int, token: int) -> bool:
+    """ACCEPT(i) / step-3 write; returns True when the request stopped."""
+    c.step[b] += 1
+    c.accept_tokens[b, i] = token
+    if token in c.ends or c.step[b] >= c.max_dec[b]:
+        c.stop[b] = True
+        if c.step[b] >= c.max_dec[b]:
+            c.accept_tokens[b, i] = c.ends[0]
+        return True
+    return False
 
-        # Step 3: the bonus / correction token.
-        if not stopped:
-            row = start + i
-            if correction is not None:
-                token = correction
-            elif name == "target_match":
-                token = int(sampled[row])
-            elif name == "greedy":
-                token = int(verify_tokens[row, 0])
-            elif name == "rejection":
-                token = _sample(target_probs[row], uniform(2 * i + 1))
-            elif enable_topp:  # TOPP(row)
-                m = min(int(cand_len[row]), C)
-                u = uniform(0) * np.float32(top_p[b])
-                token, running = int(verify_tokens[row, 0]), np.float32(0)
-                for k in range(m):
-                    running = np.float32(running + np.float32(verify_scores[row, k]))
-                    if u <= running:
-                        token = int(verify_tokens[row, k])
-                        break
-            else:
-                token = int(verify_tokens[row, 0])
-            if one_step_stop:
-                stop[b] = True
-            emit(i, token)
-        n_acc[b] = acc
+
+def _accept_drafts(c: _Call, b: int, start: int, n: int):
+    """The accept walk over request b's n - 1 drafts -> (accept count, position of the bonus /
+    correction token, whether an accepted token stopped the request, the "rejection" correction
+    token or None)."""
+    acc, i = 1, 0
+    while i < n - 1 and not c.drafts_skipped(b):
+        row = start + i
+        d = int(c.draft_tokens[b, i + 1])
+        correction = None
+        if c.accept_all_drafts:
+            ok = True
+        elif c.name == "target_match":
+            ok = int(c.sampled[row]) == d
+        elif c.name in ("topk", "greedy"):
+            ok = int(c.verify_tokens[row, 0]) == d
+        elif c.name == "rejection":
+            ok, correction = _rejection_test(c, b, row, i, d)
+        else:  # topp
+            m = min(int(c.cand_len[row]), c.verify_tokens.shape[1])
+            if d not in [int(t) for t in c.verify_tokens[row, : max(m, 0)]]:
+                # every top-2 outcome (and a plain mismatch) ends the walk
+                acc, i, stopped = _top2_window(c, b, start, n, i, acc)
+                return acc, i, stopped, None
+            ok = True
+        if not ok:
+            return acc, i, False, correction
+        if _emit(c, b, i, d):
+            return acc, i, True, None
+        acc += 1
+        i += 1
+    return acc, i, False, None
+
+
+def _rejection_test(c: _Call, b: int, row: int, i: int, d: int):
+    """The "rejection" test of draft d at position i -> (accepted, the correction token sampled
+    from the residual when rejected, else None)."""
+    q = np.float32(1) if c.draft_probs is None else np.float32(c.draft_probs[row, d])
+    if c.uniform(b, 2 * i) * q <= np.float32(c.target_probs[row, d]):
+        return True, None
+    if c.draft_probs is None:
+        q_row = np.zeros(c.target_probs.shape[1], np.float32)
+        q_row[d] = 1
+    else:
+        q_row = np.asarray(c.draft_probs[row], np.float32)
+    return False, _sample(c.target_probs[row], c.uniform(b, 2 * i + 1), q_row)
+
+
+def _top2_window(c: _Call, b: int, start: int, n: int, i: int, acc: int):
+    """TOPP's top-2 window rule at the mismatching position i: when draft i is the row's
+    second candidate and the next ``verify_window`` drafts are their rows' top-1, those (and
+    draft i) are accepted, up to a stop. -> (accept count, position, stopped)."""
+    row = start + i
+    stopped = False
+    if c.verify_tokens.shape[1] >= 2 and int(c.verify_tokens[row, 1]) == int(
+        c.draft_tokens[b, i + 1]
+    ):
+        j, ii = 0, i + 1
+        while (
+            j < c.verify_window
+            and ii < n - 1
+            and int(c.verify_tokens[start + ii, 0]) == int(c.draft_tokens[b, ii + 1])
+        ):
+            j += 1
+            ii += 1
+        if j >= c.verify_window:
+            acc += c.verify_window + 1
+            c.step[b] += c.verify_window + 1
+            k = i
+            while k < ii:
+                t = int(c.draft_tokens[b, k + 1])
+                c.accept_tokens[b, k] = t
+                if t in c.ends or c.step[b] >= c.max_dec[b]:
+                    c.stop[b] = True
+                    stopped = True
+                    if c.step[b] >= c.max_dec[b]:
+                        c.accept_tokens[b, k] = c.ends[0]
+                    acc -= 1
+                    c.step[b] -= 1
+                    break
+                k += 1
+            i = k
+    return acc, i, stopped
+
+
+def _bonus_token(c: _Call, b: int, row: int, i: int, correction):
+    """Step 3's token at output row ``row`` (position i): the correction, else by strategy."""
+    if correction is not None:
+        return correction
+    if c.name == "target_match":
+        return int(c.sampled[row])
+    if c.name == "greedy":
+        return int(c.verify_tokens[row, 0])
+    if c.name == "rejection":
+        return _sample(c.target_probs[row], c.uniform(b, 2 * i + 1))
+    if c.enable_topp:  # TOPP(row)
+        m = min(int(c.cand_len[row]), c.verify_tokens.shape[1])
+        u = c.uniform(b, 0) * np.float32(c.top_p[b])
+        token, running = int(c.verify_tokens[row, 0]), np.float32(0)
+        for k in range(m):
+            running = np.float32(running + np.float32(c.verify_scores[row, k]))
+            if u <= running:
+                return int(c.verify_tokens[row, k])
+        return token
+    return int(c.verify_tokens[row, 0])

@@ -20,6 +20,7 @@ __all__ = [
     "write_random_checkpoint",
     "exact_draft_weights",
     "write_exact_draft_checkpoint",
+    "naive_greedy",
 ]
 
 #: The default tiny dense config (with an MTP block): hidden 64, 2 layers, vocab 300.
@@ -193,3 +194,21 @@ def write_exact_draft_checkpoint(
     return save_checkpoint(
         Path(path), config, exact_draft_weights(config, seed=seed, context=context)
     )
+
+
+def naive_greedy(model, prompt, max_tokens: int, stop_ids=()) -> list[int]:
+    """The target's greedy continuation of ``prompt`` by full recompute (the tests' oracle):
+    ``model.dense_forward`` over prompt + output for every token, argmax of the last row; stops
+    after a token of ``stop_ids``."""
+    import paddle
+
+    ids, out = list(prompt), []
+    with paddle.no_grad():
+        for _ in range(max_tokens):
+            h = model.dense_forward(paddle.to_tensor(ids, dtype="int64"))
+            tok = int(model.compute_logits(h[-1:]).numpy()[0].argmax())
+            out.append(tok)
+            ids.append(tok)
+            if tok in stop_ids:
+                break
+    return out

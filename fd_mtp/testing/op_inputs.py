@@ -72,12 +72,15 @@ from .builders.ngram import (
     ngram_state,
 )
 from .builders.packing import (
+    PRE_PROCESS_OUTPUTS,
     build_output_padding_offset,
     build_padding_offset,
     build_pre_process,
     build_rebuild_padding,
     build_seq_lens_output,
     packing_state,
+    pre_process_args,
+    reference_layout,
 )
 from .builders.sampling import (
     VERIFY_C,
@@ -122,6 +125,7 @@ __all__ = [
     "NUM_MODEL_STEP",
     "NUM_STOP_SEQS",
     "PREFILL_TOKEN_BUDGET",
+    "PRE_PROCESS_OUTPUTS",
     "SAMPLING_VOCABS",
     "STEADY_BUFFERS",
     "STOP_SEQ_LEN",
@@ -166,6 +170,8 @@ __all__ = [
     "ngram_state",
     "packing_state",
     "positional",
+    "pre_process_args",
+    "reference_layout",
     "preprocess_state",
     "target_state",
 ]

@@ -78,6 +78,7 @@ def test_split_adds_up_and_restores(ckpt):
     import paddle
 
     import fd_mtp.model.ernie as ernie
+    import fd_mtp.model.ernie_layers as layers
 
     bench = load_bench()
     from fd_mtp.engine.sampling_params import SamplingParams
@@ -85,9 +86,21 @@ def test_split_adds_up_and_restores(ckpt):
     llm = bench._make_llm(str(ckpt), 2, "mtp_k1", 256)
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
     params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
-    before = (ernie._mm, ernie.RMSNorm.forward, paddle.Tensor.__mul__)
+    before = (
+        ernie._mm,
+        layers._mm,
+        layers._row_parallel,
+        ernie.RMSNorm.forward,
+        paddle.Tensor.__mul__,
+    )
     prof = bench.profile_cell(llm, prompts, params)
-    assert (ernie._mm, ernie.RMSNorm.forward, paddle.Tensor.__mul__) == before
+    assert (
+        ernie._mm,
+        layers._mm,
+        layers._row_parallel,
+        ernie.RMSNorm.forward,
+        paddle.Tensor.__mul__,
+    ) == before
     total = sum(prof["split_ms"].values())
     assert 0 < total <= prof["instrumented_step_ms"] * 1.0001
     assert prof["work"][("target", "tokens")] > 0 and prof["work"][("mtp", "tokens")] > 0

@@ -8,6 +8,7 @@ import numpy as np
 import paddle
 
 from fd_mtp.model import Ernie4_5ForCausalLM, ErnieConfig
+from fd_mtp.testing import naive_greedy  # noqa: F401  (the tests import it from here)
 
 VOCAB = 300
 
@@ -28,20 +29,6 @@ def tiny_model(eos: int = 2, seed: int = 0) -> Ernie4_5ForCausalLM:
     model = Ernie4_5ForCausalLM(cfg)
     model.eval()
     return model
-
-
-def naive_greedy(model, prompt: list[int], max_tokens: int, stop_ids=()) -> list[int]:
-    """Full recompute every token: dense_forward over prompt + output, argmax of the last row."""
-    ids, out = list(prompt), []
-    with paddle.no_grad():
-        for _ in range(max_tokens):
-            h = model.dense_forward(paddle.to_tensor(ids, dtype="int64"))
-            tok = int(model.compute_logits(h[-1:]).numpy()[0].argmax())
-            out.append(tok)
-            ids.append(tok)
-            if tok in stop_ids:
-                break
-    return out
 
 
 def prompts(lengths, seed=0, low=3):

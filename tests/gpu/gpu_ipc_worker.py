@@ -13,46 +13,42 @@ def serve(conn, root):
     import numpy as np
 
     import fd_mtp.cuda as fcuda
+    from fd_mtp.testing.child import serve_commands
 
     held = {}
-    while True:
-        cmd, *args = conn.recv()
-        try:
-            result = None
-            if cmd == "exit":
-                conn.send(("ok", None))
-                return
-            if cmd == "alloc":  # a fresh cudaMalloc allocation (offset 0), zero-filled
-                key, shape, dtype = args
-                nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-                mem = cp.cuda.Memory(nbytes)
-                held[key] = cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
-                held[key][...] = 0
-            elif cmd == "put":  # a new array holding `array`
-                key, array = args
-                held[key] = cp.asarray(array)
-            elif cmd == "publish":
-                key, name = args
-                fcuda.set_data_ipc(held[key], name)
-            elif cmd == "attach":
-                key, name, dtype, shape = args
-                held[key] = fcuda.share_external_data(cp.empty(1, dtype), name, shape)
-            elif cmd == "write":
-                key, lo, hi, array = args
-                held[key][lo:hi] = cp.asarray(array)
-                cp.cuda.get_current_stream().synchronize()
-            elif cmd == "read":
-                (key,) = args
-                result = cp.asnumpy(held[key])
-            elif cmd == "unset":
-                key, name, close_ipc, unlink_shm = args
-                fcuda.unset_data_ipc(held.get(key), name, close_ipc, unlink_shm)
-            elif cmd == "free":
-                (key,) = args
-                del held[key]
-                gc.collect()
-            else:
-                raise ValueError(f"unknown command {cmd!r}")
-            conn.send(("ok", result))
-        except Exception as exc:
-            conn.send(("err", type(exc).__name__, str(exc)))
+
+    def handle(cmd, args):
+        if cmd == "alloc":  # a fresh cudaMalloc allocation (offset 0), zero-filled
+            key, shape, dtype = args
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            mem = cp.cuda.Memory(nbytes)
+            held[key] = cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
+            held[key][...] = 0
+        elif cmd == "put":  # a new array holding `array`
+            key, array = args
+            held[key] = cp.asarray(array)
+        elif cmd == "publish":
+            key, name = args
+            fcuda.set_data_ipc(held[key], name)
+        elif cmd == "attach":
+            key, name, dtype, shape = args
+            held[key] = fcuda.share_external_data(cp.empty(1, dtype), name, shape)
+        elif cmd == "write":
+            key, lo, hi, array = args
+            held[key][lo:hi] = cp.asarray(array)
+            cp.cuda.get_current_stream().synchronize()
+        elif cmd == "read":
+            (key,) = args
+            return cp.asnumpy(held[key])
+        elif cmd == "unset":
+            key, name, close_ipc, unlink_shm = args
+            fcuda.unset_data_ipc(held.get(key), name, close_ipc, unlink_shm)
+        elif cmd == "free":
+            (key,) = args
+            del held[key]
+            gc.collect()
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        return None
+
+    serve_commands(conn, handle)

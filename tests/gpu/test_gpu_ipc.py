@@ -12,7 +12,6 @@ Needs CuPy, a CUDA GPU and the fd_mtp_cuda module; skipped otherwise. Needs no p
 
 import gc
 import itertools
-import multiprocessing as mp
 import os
 import pathlib
 
@@ -32,6 +31,7 @@ import cupy as cp  # noqa: E402
 import gpu_ipc_worker  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
+from fd_mtp.testing.child import Child  # noqa: E402
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 # bfloat16 has no CuPy dtype: its 2-byte storage (uint16 bits) stands in; the ops see only bytes.
@@ -57,42 +57,9 @@ def values(dtype, shape, seed):
     return np.where(v == 0, np.asarray(1, dtype), v)
 
 
-class Child:
-    def __init__(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=gpu_ipc_worker.serve, args=(child_conn, ROOT), daemon=True)
-        self.proc.start()
-        child_conn.close()
-
-    def _ask(self, msg):
-        self.conn.send(msg)
-        if not self.conn.poll(TIMEOUT):
-            raise AssertionError(f"the child process did not answer {msg[0]!r} within {TIMEOUT} s")
-        return self.conn.recv()
-
-    def call(self, *msg):
-        answer = self._ask(msg)
-        if answer[0] == "err":
-            raise AssertionError(f"child failed on {msg[0]!r}: {answer[1]}: {answer[2]}")
-        return answer[1]
-
-    def try_call(self, *msg):
-        answer = self._ask(msg)
-        assert answer[0] == "err", f"child: {msg[0]!r} unexpectedly succeeded"
-        return answer[1], answer[2]
-
-    def exit(self):
-        if self.proc.is_alive():
-            try:
-                self.call("exit")
-            except (AssertionError, OSError, EOFError):
-                pass
-        self.proc.join(TIMEOUT)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(10)
-        assert self.proc.exitcode == 0, f"child exit code {self.proc.exitcode}"
+def spawn_child():
+    """A spawned second process running gpu_ipc_worker.serve."""
+    return Child(gpu_ipc_worker.serve, ROOT, TIMEOUT)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,7 +75,7 @@ def no_leaked_segments():
 
 @pytest.fixture(scope="module")
 def child():
-    c = Child()
+    c = spawn_child()
     yield c
     c.exit()
 
@@ -165,7 +132,7 @@ def test_array_inside_a_larger_allocation_is_published_at_its_offset(child):
 
 def test_child_publishes_parent_attaches_closes_and_child_exit_removes_the_name():
     name = fresh_name()
-    producer = Child()
+    producer = spawn_child()
     try:
         data = values("float32", KV_SHAPE, seed=4)
         producer.call("alloc", "kv", KV_SHAPE, "float32")
@@ -202,7 +169,7 @@ def test_child_publishes_parent_attaches_closes_and_child_exit_removes_the_name(
 def test_fastdeploy_72_byte_record_is_accepted():
     """FastDeploy's segment is only {size_t nprocesses; cudaIpcMemHandle_t}: offset 0, size unknown."""
     name, legacy = fresh_name(), fresh_name()
-    producer = Child()
+    producer = spawn_child()
     try:
         data = values("float16", [64], seed=5)
         producer.call("alloc", "kv", [64], "float16")  # its own cudaMalloc: the array starts it

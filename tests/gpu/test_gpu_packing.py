@@ -22,6 +22,7 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import pre_process_args, reference_layout  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024, 10_000]  # 10_000 > the 8192 blocks of the per-request kernels
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -168,8 +169,8 @@ def test_seq_lens_output_and_output_padding_offset_parity(bsz):
 @pytest.mark.parametrize("speculative", [True, False])
 def test_pre_process_parity(bsz, speculative):
     b = mixed_batch(np.random.default_rng([bsz, 4]), bsz)
-    args = [b["input_ids"], b["seq_lens_this_time"], speculative]
-    extra = [b["draft_tokens"], b["seq_lens_encoder"], b["seq_lens_decoder"]] if speculative else []
+    args = pre_process_args(b, speculative)
+    args, extra = args[:3], args[3:]
     expected = ref.pre_process(*args, *extra)
     got = fcuda.pre_process(dev(args[0]), dev(args[1]), speculative, *[dev(a) for a in extra])
     compare(got, expected, PAD_NAMES + ["output_cum_offsets", "output_padding_offset"])
@@ -186,14 +187,7 @@ def hidden_rows(rng, rows, hidden, dtype):
 
 def rebuild_case(rng, bsz, hidden, dtype):
     b = mixed_batch(rng, bsz)
-    pre = ref.pre_process(
-        b["input_ids"],
-        b["seq_lens_this_time"],
-        True,
-        b["draft_tokens"],
-        b["seq_lens_encoder"],
-        b["seq_lens_decoder"],
-    )
+    pre = reference_layout(b)
     cu_q, opo = pre[2], pre[5]
     tmp = hidden_rows(rng, int(cu_q[-1]), hidden, dtype)
     return [tmp, cu_q, b["seq_lens_this_time"], b["seq_lens_decoder"], b["seq_lens_encoder"], opo]

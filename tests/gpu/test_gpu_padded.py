@@ -24,15 +24,9 @@ from test_gpu_packing import WIDTH, hidden_rows, mixed_batch  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.op_inputs import PRE_PROCESS_OUTPUTS, pre_process_args  # noqa: E402
 
-PAD_NAMES = [
-    "ids_remove_padding",
-    "batch_id_per_token",
-    "cu_seqlens_q",
-    "cu_seqlens_k",
-    "output_cum_offsets",
-    "output_padding_offset",
-]
+PAD_NAMES = PRE_PROCESS_OUTPUTS
 PACKED = {"ids_remove_padding", "batch_id_per_token", "output_padding_offset"}
 
 
@@ -55,9 +49,9 @@ def assert_padded(got, expected, capacity, name):
 
 
 def pre_args(b, speculative):
-    args = [b["input_ids"], b["seq_lens_this_time"], speculative]
-    extra = [b["draft_tokens"], b["seq_lens_encoder"], b["seq_lens_decoder"]] if speculative else []
-    return args, extra
+    """(pre_process's first three arguments, the speculative ones: [] when not speculative)."""
+    args = pre_process_args(b, speculative)
+    return args[:3], args[3:]
 
 
 # ------------------------------------------------------------------------------------------------

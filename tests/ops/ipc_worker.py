@@ -36,41 +36,35 @@ def serve(conn, root):
     import paddle
 
     import fd_mtp.ops as ops
+    from fd_mtp.testing.child import serve_commands
 
     held = {}
-    while True:
-        cmd, *args = conn.recv()
-        try:
-            result = None
-            if cmd == "exit":
-                conn.send(("ok", None))
-                return
-            if cmd == "alloc":
-                key, shape, dtype = args
-                held[key] = ops.shared_zeros(shape, dtype)
-            elif cmd == "publish":
-                key, name = args
-                ops.set_data_ipc(held[key], name)
-            elif cmd == "attach":
-                key, name, dtype, shape = args
-                held[key] = ops.share_external_data(
-                    paddle.empty([0], dtype=dtype).cpu(), name, shape
-                )
-            elif cmd == "write":
-                key, lo, hi, array, dtype = args
-                write_rows(held[key], lo, hi, array, dtype)
-            elif cmd == "read":
-                (key,) = args
-                result = to_storage(held[key])
-            elif cmd == "unset":
-                key, name, close_ipc, unlink_shm = args
-                ops.unset_data_ipc(held[key], name, close_ipc, unlink_shm)
-            elif cmd == "free":
-                (key,) = args
-                del held[key]
-                gc.collect()
-            else:
-                raise ValueError(f"unknown command {cmd!r}")
-            conn.send(("ok", result))
-        except Exception as exc:  # reported to the test, which decides
-            conn.send(("err", type(exc).__name__, str(exc)))
+
+    def handle(cmd, args):
+        if cmd == "alloc":
+            key, shape, dtype = args
+            held[key] = ops.shared_zeros(shape, dtype)
+        elif cmd == "publish":
+            key, name = args
+            ops.set_data_ipc(held[key], name)
+        elif cmd == "attach":
+            key, name, dtype, shape = args
+            held[key] = ops.share_external_data(paddle.empty([0], dtype=dtype).cpu(), name, shape)
+        elif cmd == "write":
+            key, lo, hi, array, dtype = args
+            write_rows(held[key], lo, hi, array, dtype)
+        elif cmd == "read":
+            (key,) = args
+            return to_storage(held[key])
+        elif cmd == "unset":
+            key, name, close_ipc, unlink_shm = args
+            ops.unset_data_ipc(held[key], name, close_ipc, unlink_shm)
+        elif cmd == "free":
+            (key,) = args
+            del held[key]
+            gc.collect()
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        return None
+
+    serve_commands(conn, handle)

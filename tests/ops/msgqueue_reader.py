@@ -26,7 +26,8 @@ class _RawMsg(ctypes.Structure):
     _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * RAW_CAPACITY)]
 
 
-def _libc():
+def sysv_libc():
+    """libc through ctypes, with ftok / msgget / msgrcv typed (also the tests' handle on the queues)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     libc.ftok.restype = ctypes.c_int
     libc.ftok.argtypes = (ctypes.c_char_p, ctypes.c_int)
@@ -45,7 +46,7 @@ def _libc():
 
 def raw_receive(ftok_path: str, msg_queue_id: int, wait: bool):
     """("msg", mtype, nbytes, bytes) or ("none", errno) from libc msgrcv (any mtype)."""
-    libc = _libc()
+    libc = sysv_libc()
     key = libc.ftok(os.fsencode(ftok_path), msg_queue_id)
     queue = libc.msgget(key, 0)
     if queue == -1:

@@ -4,39 +4,49 @@ with planted n-gram repeats (so that matches really happen), and the invariants 
 from __future__ import annotations
 
 import numpy as np
-from util import assert_same, run_both
+from util import OpPair, assert_same, ragged
 
-import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 from fd_mtp.testing.op_inputs import positional
 
-NGRAM_NAMES = tuple(positional("ngram_match")[:10])  # the tensors, from the schema
-HYBRID_NAMES = tuple(positional("hybrid_mtp_ngram")[:9])  # the tensors, from the schema
+# Hand cases give these as ragged rows (input_ids padded with 900, the others with -1).
+MATRICES = ("input_ids", "pre_ids", "draft_tokens")
+ROW_FILL = {"input_ids": 900}
+# the tensors, from the schema
+NGRAM = OpPair("ngram_match", positional("ngram_match")[:10], MATRICES, ROW_FILL)
+HYBRID = OpPair("hybrid_mtp_ngram", positional("hybrid_mtp_ngram")[:9], MATRICES, ROW_FILL)
+NGRAM_NAMES = NGRAM.names
+HYBRID_NAMES = HYBRID.names
+
+
+def hand_batch(pair, n, k, li, lp, column, first_row, q, **fields):
+    """The arguments of ``pair``'s op for n decoding requests (decoder 10, max_dec_len 100, k
+    draft slots, draft row ``first_row``, ``q`` tokens this step) with empty prompts (900) and
+    histories (-1) of widths ``li`` / ``lp``; ``fields`` from lists (matrices ragged)."""
+    per = (n, 1) if column else (n,)
+    d = {
+        "input_ids": np.full((n, li), 900, np.int64),
+        "input_ids_len": np.zeros(per, np.int64),
+        "pre_ids": np.full((n, lp), -1, np.int64),
+        "step_idx": np.zeros(per, np.int64),
+        "draft_token_num": np.full(per, k, np.int32),
+        "draft_tokens": ragged([first_row] * n, k + 1),
+        "seq_lens_this_time": np.full(per, q, np.int32),
+        "seq_lens_encoder": np.zeros(per, np.int32),
+        "seq_lens_decoder": np.full(per, 10, np.int32),
+        "max_dec_len": np.full(per, 100, np.int64),
+    }
+    return pair.set_fields({name: d[name] for name in pair.names}, **fields)
 
 
 def run_ngram(d, max_ngram_size=3, max_draft_tokens=3, threshold=1024):
     """ngram_match op and reference on copies of `d`; asserts they agree; returns the op's arrays."""
-    op_after, ref_after, _, _ = run_both(
-        ops.ngram_match,
-        reference.ngram_match,
-        [d[n] for n in NGRAM_NAMES] + [max_ngram_size, max_draft_tokens],
-        threshold=threshold,
-    )
-    for name, a, e in zip(NGRAM_NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NGRAM_NAMES, op_after))
+    return NGRAM.run(d, [max_ngram_size, max_draft_tokens], threshold=threshold)
 
 
 def run_hybrid(d, max_ngram_size=3, min_ngram_size=1, max_draft_tokens=3, threshold=1024):
-    op_after, ref_after, _, _ = run_both(
-        ops.hybrid_mtp_ngram,
-        reference.hybrid_mtp_ngram,
-        [d[n] for n in HYBRID_NAMES] + [max_ngram_size, min_ngram_size, max_draft_tokens],
-        threshold=threshold,
-    )
-    for name, a, e in zip(HYBRID_NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(HYBRID_NAMES, op_after))
+    """As `run_ngram`, for hybrid_mtp_ngram."""
+    extra = [max_ngram_size, min_ngram_size, max_draft_tokens]
+    return HYBRID.run(d, extra, threshold=threshold)
 
 
 def random_batch(

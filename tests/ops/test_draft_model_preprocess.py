@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -23,9 +23,13 @@ P0, P1, P2, P3 = 10, 11, 12, 13  # prompt
 T1, T3, T4 = 21, 23, 24  # target tokens
 D1, D2 = 31, 32  # draft tokens
 
-NAMES = tuple(positional("draft_model_preprocess")[:22])  # the tensors, from the schema
 MATRICES = ("draft_tokens", "input_ids", "pre_ids", "accept_tokens", "base_model_draft_tokens")
 ROW_FILL = {"input_ids": 0}  # other ragged rows are padded with -1
+# the tensors, from the schema
+PAIR = OpPair(
+    "draft_model_preprocess", positional("draft_model_preprocess")[:22], MATRICES, ROW_FILL
+)
+NAMES = PAIR.names
 
 
 # ------------------------------------------------------------------------------------------------
@@ -65,16 +69,8 @@ def batch(n, k=2, width=L, column=False, **fields):
     return set_fields(d, **fields)
 
 
-def as_like(template, values, name):
-    if name in MATRICES:
-        return ragged(values, template.shape[1], fill=ROW_FILL.get(name, -1), dtype=template.dtype)
-    return np.asarray(values, dtype=template.dtype).reshape(template.shape)
-
-
-def set_fields(d, **fields):
-    for name, values in fields.items():
-        d[name] = as_like(d[name], values, name)
-    return d
+as_like = PAIR.as_like
+set_fields = PAIR.set_fields
 
 
 def args_of(d):
@@ -87,20 +83,13 @@ def attrs(num_model_step=1, truncate=True, splitwise=False, v1=True):
 
 def run_pair(d, **attr):
     """Run op and reference on copies of d; assert they agree exactly; return the op's arrays."""
-    op_after, ref_after, _, _ = run_both(
-        ops.draft_model_preprocess, reference.draft_model_preprocess, args_of(d) + attrs(**attr)
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d, attrs(**attr))
 
 
 def check_case(d, expected, **attr):
     """op == reference, op == `expected` on the named arrays, every other array unchanged."""
     got = run_pair(d, **attr)
-    for name in NAMES:
-        want = as_like(d[name], expected[name], name) if name in expected else d[name]
-        assert_same(got[name], want, name)
+    PAIR.assert_expected(got, d, expected)
     return got
 
 
@@ -563,11 +552,7 @@ def test_property_op_matches_reference_and_invariants_hold(case):
 # 5. Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def expect_error(d, name, **attr):
-    op_args = [to_paddle(a) for a in args_of(d)]
-    with pytest.raises(ValueError, match=rf"draft_model_preprocess: {name}\b"):
-        ops.draft_model_preprocess(*op_args, *attrs(**attr))
-    for arg_name, t, a in zip(NAMES, op_args, args_of(d)):
-        assert_same(to_numpy(t), a, f"{arg_name} written despite the error")
+    PAIR.expect_error(d, name, extra=attrs(**attr))
 
 
 def valid():
@@ -609,11 +594,7 @@ def test_wrong_dtype_names_the_argument(name):
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_wrong_rank_names_the_argument(name):
-    a = valid()[name]
-    wrong = (
-        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
-    )
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize("name", [n for n in CHECKED if n != "seq_lens_this_time"])

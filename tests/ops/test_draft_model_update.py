@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -23,8 +23,10 @@ T1, T3, T4 = 21, 23, 24  # target tokens
 D1, D2 = 31, 32  # draft tokens
 EOS, EOS2 = 2, 3
 
-NAMES = tuple(positional("draft_model_update")[:13])  # the tensors, from the schema
 MATRICES = ("draft_tokens", "pre_ids", "base_model_draft_tokens")
+# the tensors, from the schema
+PAIR = OpPair("draft_model_update", positional("draft_model_update")[:13], MATRICES)
+NAMES = PAIR.names
 WRITTEN = tuple(written_args("draft_model_update"))
 
 
@@ -60,36 +62,18 @@ def batch(
     return set_fields(d, **fields)
 
 
-def as_like(template, values, name):
-    if name in MATRICES:
-        return ragged(values, template.shape[1], dtype=template.dtype)
-    return np.asarray(values, dtype=template.dtype).reshape(template.shape)
-
-
-def set_fields(d, **fields):
-    for name, values in fields.items():
-        d[name] = as_like(d[name], values, name)
-    return d
+as_like = PAIR.as_like
+set_fields = PAIR.set_fields
 
 
 def run_pair(d, max_seq_len=L, substep=0, prefill_one_step_stop=False):
-    op_after, ref_after, _, _ = run_both(
-        ops.draft_model_update,
-        reference.draft_model_update,
-        [d[n] for n in NAMES] + [max_seq_len, substep],
-        prefill_one_step_stop=prefill_one_step_stop,
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d, [max_seq_len, substep], prefill_one_step_stop=prefill_one_step_stop)
 
 
 def check_case(d, expected, **kw):
     """op == reference, op == `expected` on the named arrays, every other array unchanged."""
     got = run_pair(d, **kw)
-    for name in NAMES:
-        want = as_like(d[name], expected[name], name) if name in expected else d[name]
-        assert_same(got[name], want, name)
+    PAIR.assert_expected(got, d, expected)
     return got
 
 
@@ -510,11 +494,7 @@ def valid():
 
 
 def expect_error(d, name, max_seq_len=L, substep=0):
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"draft_model_update: {name}\b"):
-        ops.draft_model_update(*op_args, max_seq_len, substep, prefill_one_step_stop=False)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
+    PAIR.expect_error(d, name, extra=(max_seq_len, substep), prefill_one_step_stop=False)
 
 
 def replaced(name, value):
@@ -538,11 +518,7 @@ def test_wrong_dtype_names_the_argument(name):
     "name", [n for n in NAMES if n not in ("not_need_stop", "inter_next_tokens", "end_ids")]
 )
 def test_wrong_rank_names_the_argument(name):
-    a = valid()[name]
-    wrong = (
-        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
-    )
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize(

@@ -328,36 +328,36 @@ def test_self_invariants(bsz):
     check_gather(out, array, produced)
 
 
-@settings(max_examples=50, deadline=None)
-@given(
-    bsz=st.integers(1, 50),
-    hidden=st.sampled_from([1, 3, 8, 129]),
-    dtype=st.sampled_from(DTYPES),
-    slack=st.integers(0, 3),
-    seed=st.integers(0, 2**32 - 1),
-)
+def on_random_gathers(test):
+    """Hypothesis batches of both gathers: sizes, hidden widths, dtypes, slack rows, seeds."""
+    strategies = given(
+        bsz=st.integers(1, 50),
+        hidden=st.sampled_from([1, 3, 8, 129]),
+        dtype=st.sampled_from(DTYPES),
+        slack=st.integers(0, 3),
+        seed=st.integers(0, 2**32 - 1),
+    )
+    return settings(max_examples=50, deadline=None)(strategies(test))
+
+
+def check_random_gather(check, bsz, hidden, dtype, slack, seed):
+    """``check`` (hidden_check / self_check: op == reference) on a random batch, then the
+    invariants (float32: the exact gather; other dtypes: the row count)."""
+    out, array, produced = check(seed, bsz, hidden, dtype, slack)
+    if dtype == "float32":
+        check_gather(out, array, produced)
+    else:
+        assert out.shape[0] == produced
+
+
+@on_random_gathers
 def test_hidden_property_op_matches_reference_and_invariants(bsz, hidden, dtype, slack, seed):
-    out, array, produced = hidden_check(seed, bsz, hidden, dtype, slack)
-    if dtype == "float32":
-        check_gather(out, array, produced)
-    else:
-        assert out.shape[0] == produced
+    check_random_gather(hidden_check, bsz, hidden, dtype, slack, seed)
 
 
-@settings(max_examples=50, deadline=None)
-@given(
-    bsz=st.integers(1, 50),
-    hidden=st.sampled_from([1, 3, 8, 129]),
-    dtype=st.sampled_from(DTYPES),
-    slack=st.integers(0, 3),
-    seed=st.integers(0, 2**32 - 1),
-)
+@on_random_gathers
 def test_self_property_op_matches_reference_and_invariants(bsz, hidden, dtype, slack, seed):
-    out, array, produced = self_check(seed, bsz, hidden, dtype, slack)
-    if dtype == "float32":
-        check_gather(out, array, produced)
-    else:
-        assert out.shape[0] == produced
+    check_random_gather(self_check, bsz, hidden, dtype, slack, seed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ngram_util import HYBRID_NAMES, check_invariants, random_batch, run_hybrid
+from ngram_util import HYBRID, HYBRID_NAMES, check_invariants, hand_batch, random_batch, run_hybrid
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
@@ -18,44 +18,17 @@ import fd_mtp.reference as reference
 
 A, D = 77, 88  # last accepted token, an MTP draft
 K = 3
-MATRICES = ("input_ids", "pre_ids", "draft_tokens")
 
 
 def batch(n=1, li=8, lp=8, column=False, **fields):
     """n requests with 1 + one MTP draft (seq_lens_this_time 2, draft row [A, D]), decoder 10,
     empty prompts and histories; `fields` from lists (matrices ragged)."""
-    per = (n, 1) if column else (n,)
-    d = {
-        "input_ids": np.full((n, li), 900, np.int64),
-        "input_ids_len": np.zeros(per, np.int64),
-        "pre_ids": np.full((n, lp), -1, np.int64),
-        "step_idx": np.zeros(per, np.int64),
-        "draft_token_num": np.full(per, K, np.int32),
-        "draft_tokens": ragged([[A, D]] * n, K + 1),
-        "seq_lens_this_time": np.full(per, 2, np.int32),
-        "seq_lens_decoder": np.full(per, 10, np.int32),
-        "max_dec_len": np.full(per, 100, np.int64),
-    }
-    for name, values in fields.items():
-        t = d[name]
-        if name in MATRICES:
-            d[name] = ragged(values, t.shape[1], fill=900 if name == "input_ids" else -1)
-        else:
-            d[name] = np.asarray(values, t.dtype).reshape(t.shape)
-    return d
+    return hand_batch(HYBRID, n, K, li, lp, column, [A, D], 2, **fields)
 
 
 def check(d, expected, **kw):
     got = run_hybrid(d, **kw)
-    for name in HYBRID_NAMES:
-        want = d[name]
-        if name in expected:
-            want = (
-                ragged(expected[name], d[name].shape[1])
-                if name in MATRICES
-                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
-            )
-        assert_same(got[name], want, name)
+    HYBRID.assert_expected(got, d, expected)
     return got
 
 

@@ -9,7 +9,6 @@ The module checks at the end that it left nothing in /dev/shm.
 
 import gc
 import itertools
-import multiprocessing as mp
 import os
 import pathlib
 import warnings
@@ -23,6 +22,7 @@ from util import assert_same, skip_on_paddle_2, skip_without_uint16
 
 import fd_mtp.ops as ops
 from fd_mtp.ops import _paddle_compat
+from fd_mtp.testing.child import Child
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
@@ -55,44 +55,9 @@ def values(dtype, shape, seed):
     return np.where(v == 0, STORAGE[dtype](1), v)
 
 
-class Child:
+def spawn_child():
     """A spawned second process running ipc_worker.serve."""
-
-    def __init__(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=ipc_worker.serve, args=(child_conn, ROOT), daemon=True)
-        self.proc.start()
-        child_conn.close()
-
-    def call(self, *msg):
-        self.conn.send(msg)
-        if not self.conn.poll(TIMEOUT):
-            raise AssertionError(f"the child process did not answer {msg[0]!r} within {TIMEOUT} s")
-        answer = self.conn.recv()
-        if answer[0] == "err":
-            raise AssertionError(f"child failed on {msg[0]!r}: {answer[1]}: {answer[2]}")
-        return answer[1]
-
-    def try_call(self, *msg):
-        """(error type name, message) of a command that must fail in the child."""
-        self.conn.send(msg)
-        assert self.conn.poll(TIMEOUT), f"the child process did not answer {msg[0]!r}"
-        answer = self.conn.recv()
-        assert answer[0] == "err", f"child: {msg[0]!r} unexpectedly succeeded"
-        return answer[1], answer[2]
-
-    def exit(self):
-        if self.proc.is_alive():
-            try:
-                self.call("exit")
-            except (AssertionError, OSError, EOFError):
-                pass
-        self.proc.join(TIMEOUT)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(10)
-        assert self.proc.exitcode == 0, f"child exit code {self.proc.exitcode}"
+    return Child(ipc_worker.serve, ROOT, TIMEOUT)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,7 +78,7 @@ def no_leaked_segments():
 
 @pytest.fixture(scope="module")
 def child():
-    c = Child()
+    c = spawn_child()
     yield c
     c.exit()
 
@@ -181,7 +146,7 @@ def test_view_of_a_shared_tensor_is_published_at_its_offset(child):
 def test_child_publishes_parent_attaches_and_child_exit_removes_its_names():
     """The producer exits first: attached memory stays valid, its names are gone."""
     name = fresh_name()
-    producer = Child()
+    producer = spawn_child()
     try:
         producer.call("alloc", "kv", KV_SHAPE, "uint8")
         producer.call("write", "kv", 0, 6, values("uint8", KV_SHAPE, seed=4), "uint8")

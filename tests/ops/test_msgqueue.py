@@ -24,6 +24,7 @@ import paddle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgqueue_reader import sysv_libc
 from util import assert_same, flags, i32, i64
 
 from fd_mtp import ops, reference
@@ -36,13 +37,6 @@ TIMEOUT = 20.0  # seconds for any single reader answer (paddle import excluded)
 # ---------------------------------------------------------------------------------------------
 # Queues and the reader process
 # ---------------------------------------------------------------------------------------------
-def _libc():
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.ftok.restype = ctypes.c_int
-    libc.ftok.argtypes = (ctypes.c_char_p, ctypes.c_int)
-    libc.msgget.restype = ctypes.c_int
-    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
-    return libc
 
 
 IPC_CREAT, IPC_EXCL = 0o1000, 0o2000
@@ -61,7 +55,7 @@ class Queue:
 @contextlib.contextmanager
 def fresh_queue(directory):
     """A queue no one else uses: key ftok(directory, id) for an id whose queue did not exist."""
-    libc = _libc()
+    libc = sysv_libc()
     ids = list(range(1, 256))
     random.Random(os.getpid() ^ hash(str(directory))).shuffle(ids)
     for qid in ids:
@@ -671,28 +665,28 @@ BAD_SAVE = [
 ]
 
 
-@pytest.mark.parametrize(
-    "arg,change", BAD_SAVE, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_SAVE)]
-)
+def bad_cases(cases):
+    """pytest parameters ``arg, change`` of a list of (argument, changed inputs)."""
+    return pytest.mark.parametrize(
+        "arg,change", cases, ids=[f"{a}-{i}" for i, (a, _) in enumerate(cases)]
+    )
+
+
+def assert_both_refuse(queue, reader, op, arrays, arg):
+    """``op`` (sending to ``queue``; rank 0, save_each_rank False, skip True) and its reference
+    refuse ``arrays`` naming ``arg``, and nothing is sent."""
+    with pytest.raises(ValueError, match=f"{op}: {arg}"):
+        getattr(ops, op)(*[pd(a) for a in arrays], 0, False, True, **queue.kw)
+    with pytest.raises(ValueError, match=arg):
+        getattr(reference, op)(*arrays, 0, False, True)
+    assert reader.raw(queue) is None, "nothing may be sent on bad input"
+
+
+@bad_cases(BAD_SAVE)
 def test_save_output_bad_input(queue, reader, arg, change):
     a = {**GOOD_SAVE, **change}
-    with pytest.raises(ValueError, match=f"speculate_save_output: {arg}"):
-        ops.speculate_save_output(
-            pd(a["tokens"]),
-            pd(a["num"]),
-            pd(a["go_on"]),
-            pd(a["dec"]),
-            pd(a["prompt"]),
-            0,
-            False,
-            True,
-            **queue.kw,
-        )
-    with pytest.raises(ValueError, match=arg):
-        reference.speculate_save_output(
-            a["tokens"], a["num"], a["go_on"], a["dec"], a["prompt"], 0, False, True
-        )
-    assert reader.raw(queue) is None, "nothing may be sent on bad input"
+    arrays = [a[k] for k in ("tokens", "num", "go_on", "dec", "prompt")]
+    assert_both_refuse(queue, reader, "speculate_save_output", arrays, arg)
 
 
 BAD_FIRST = [
@@ -715,28 +709,11 @@ BAD_FIRST = [
 ]
 
 
-@pytest.mark.parametrize(
-    "arg,change", BAD_FIRST, ids=[f"{a}-{i}" for i, (a, _) in enumerate(BAD_FIRST)]
-)
+@bad_cases(BAD_FIRST)
 def test_first_token_bad_input(queue, reader, arg, change):
     a = {**GOOD_FIRST, **change}
-    with pytest.raises(ValueError, match=f"mtp_save_first_token: {arg}"):
-        ops.mtp_save_first_token(
-            pd(a["x"]),
-            pd(a["go_on"]),
-            pd(a["dec"]),
-            pd(a["prompt"]),
-            pd(a["step"]),
-            0,
-            False,
-            True,
-            **queue.kw,
-        )
-    with pytest.raises(ValueError, match=arg):
-        reference.mtp_save_first_token(
-            a["x"], a["go_on"], a["dec"], a["prompt"], a["step"], 0, False, True
-        )
-    assert reader.raw(queue) is None, "nothing may be sent on bad input"
+    arrays = [a[k] for k in ("x", "go_on", "dec", "prompt", "step")]
+    assert_both_refuse(queue, reader, "mtp_save_first_token", arrays, arg)
 
 
 @pytest.mark.parametrize("msg_id", [2, -1, -2])

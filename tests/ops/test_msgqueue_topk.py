@@ -23,27 +23,13 @@ import paddle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgqueue_reader import sysv_libc
 from util import flags, i32, i64
 
 from fd_mtp import ops, reference
 
 SLOT = 258  # words of one request's slot: 126 tokens, 126 scores, 6 ranks
 IPC_CREAT, IPC_NOWAIT = 0o1000, 0o4000
-
-
-def _libc():
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.msgget.restype = ctypes.c_int
-    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
-    libc.msgrcv.restype = ctypes.c_ssize_t
-    libc.msgrcv.argtypes = (
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_long,
-        ctypes.c_int,
-    )
-    return libc
 
 
 @pytest.fixture
@@ -57,7 +43,7 @@ def queue(tmp_path):
 
 def raw_receive(kw, max_bytes=600_000):
     """(bytes received, int32 words) of the next message, with libc (no fd_mtp); None if empty."""
-    libc = _libc()
+    libc = sysv_libc()
     key = ops.queue_key(kw["msg_queue_id"], ftok_path=kw["ftok_path"])
     q = libc.msgget(key, IPC_CREAT | 0o600)
     buf = (ctypes.c_long * (1 + max_bytes // 8))()
@@ -333,7 +319,7 @@ def test_get_refuses_a_foreign_message(queue):
     words = reference.speculate_save_output_topk(*hand_batch(), max_bsz=2)
     words[2] = 9
     sender = ops.queue_key(queue["msg_queue_id"], ftok_path=queue["ftok_path"])
-    libc = _libc()
+    libc = sysv_libc()
     q = libc.msgget(sender, IPC_CREAT | 0o600)
     buf = ctypes.create_string_buffer((1).to_bytes(8, "little") + words.tobytes())
     libc.msgsnd.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)

@@ -14,8 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ngram_util import (
     HYBRID_NAMES,
+    NGRAM,
     NGRAM_NAMES,
     check_invariants,
+    hand_batch,
     random_batch,
     run_hybrid,
     run_ngram,
@@ -26,46 +28,18 @@ import fd_mtp.ops as ops
 import fd_mtp.reference as reference
 
 A = 77  # the last accepted token (draft_tokens[b, 0]); never touched
-MATRICES = ("input_ids", "pre_ids", "draft_tokens")
 
 
 def batch(n=1, k=3, li=8, lp=8, column=False, **fields):
     """n decoding requests (dec 10, q up to k) with empty prompts and histories; `fields` from
     lists (matrices ragged, padded with 900 for input_ids and -1 otherwise)."""
-    per = (n, 1) if column else (n,)
-    d = {
-        "input_ids": np.full((n, li), 900, np.int64),
-        "input_ids_len": np.zeros(per, np.int64),
-        "pre_ids": np.full((n, lp), -1, np.int64),
-        "step_idx": np.zeros(per, np.int64),
-        "draft_token_num": np.full(per, k, np.int32),
-        "draft_tokens": ragged([[A]] * n, k + 1),
-        "seq_lens_this_time": np.ones(per, np.int32),
-        "seq_lens_encoder": np.zeros(per, np.int32),
-        "seq_lens_decoder": np.full(per, 10, np.int32),
-        "max_dec_len": np.full(per, 100, np.int64),
-    }
-    for name, values in fields.items():
-        t = d[name]
-        if name in MATRICES:
-            d[name] = ragged(values, t.shape[1], fill=900 if name == "input_ids" else -1)
-        else:
-            d[name] = np.asarray(values, t.dtype).reshape(t.shape)
-    return d
+    return hand_batch(NGRAM, n, k, li, lp, column, [A], 1, **fields)
 
 
 def check(d, expected, **kw):
     """op == reference, op == `expected` on the named arrays, every other array unchanged."""
     got = run_ngram(d, **kw)
-    for name in NGRAM_NAMES:
-        want = d[name]
-        if name in expected:
-            want = (
-                ragged(expected[name], d[name].shape[1])
-                if name in MATRICES
-                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
-            )
-        assert_same(got[name], want, name)
+    NGRAM.assert_expected(got, d, expected)
     return got
 
 

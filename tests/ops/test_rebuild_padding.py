@@ -12,6 +12,7 @@ from packing_cases import batches, mixed_batch
 from util import BATCH_GRID, assert_same, i32, to_numpy, to_paddle
 
 from fd_mtp import ops, reference
+from fd_mtp.testing.op_inputs import reference_layout
 
 DTYPES = ("float32", "float16", "bfloat16")
 OP = "rebuild_padding"
@@ -181,14 +182,7 @@ def test_prefill_with_fewer_tokens_than_enc_drops_trailing_rows_as_upstream():
 # ---------------------------------------------------------------------------------------------
 def run_batch(b, dtype, hidden, speculative):
     width = b["input_ids"].shape[1]
-    pre = reference.pre_process(
-        b["input_ids"],
-        b["seq_lens_this_time"],
-        True,
-        b["draft_tokens"],
-        b["seq_lens_encoder"],
-        b["seq_lens_decoder"],
-    )
+    pre = reference_layout(b)
     cu_q, opo = pre[2], pre[5]
     rows, _ = run(
         (int(cu_q[-1]), hidden),

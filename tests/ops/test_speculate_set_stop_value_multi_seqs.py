@@ -12,16 +12,15 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, ragged, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
-from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_set_stop_value_multi_seqs"
 EOS, EOS2 = 2, 3
 LP = 10  # pre_ids width in the hand cases
-NAMES = tuple(positional("speculate_set_stop_value_multi_seqs"))
+PAIR = OpPair(OP, matrices=("accept_tokens",))  # expected accept_tokens: ragged rows
+NAMES = PAIR.names
 WRITTEN = ("accept_tokens", "accept_num", "stop_flags")
 
 
@@ -60,27 +59,12 @@ def batch(
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(
-        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d)
 
 
 def check_case(d, **expected):
     """op == reference == `expected` (lists) on the named arrays; every other array unchanged."""
-    got = run_pair(d)
-    for name in NAMES:
-        want = d[name]
-        if name in expected:
-            want = (
-                ragged(expected[name], d[name].shape[1])
-                if name == "accept_tokens"
-                else np.asarray(expected[name], d[name].dtype).reshape(d[name].shape)
-            )
-        assert_same(got[name], want, name)
-    return got
+    return PAIR.check(d, expected)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,21 +243,7 @@ def valid():
     )
 
 
-def expect_error(d, name, data=False):
-    """The op raises naming `name` and writes nothing; for data errors (`data`) the reference too
-    (the reference assumes valid shapes and dtypes, like the draft references)."""
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*op_args)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
-    if not data:
-        return
-    ref_args = [d[n].copy() for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(reference, OP)(*ref_args)
-    for arg_name, a in zip(NAMES, ref_args):
-        assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
+expect_error = PAIR.expect_error
 
 
 def replaced(name, value):

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
-
-import fd_mtp.ops as ops
-import fd_mtp.reference as reference
-from fd_mtp.testing.op_inputs import positional
+from util import BATCH_GRID, OpPair, assert_same
 
 OP = "speculate_set_value_by_flags_and_idx"
-NAMES = tuple(positional("speculate_set_value_by_flags_and_idx"))
 MATRICES = ("pre_ids_all", "accept_tokens")
+PAIR = OpPair(OP, matrices=MATRICES)
+NAMES = PAIR.names
 WRITTEN = ("pre_ids_all", "accept_num", "seq_lens_decoder")
 LP = 8
 T1, T3 = 21, 23
@@ -39,32 +36,18 @@ def batch(n, wa=2, bs=None, column=False, **fields):
         "seq_lens_decoder": np.zeros(per, np.int32),
         "step_idx": np.zeros(per, np.int64),
     }
-    for name, values in fields.items():
-        d[name] = as_like(d[name], values, name)
-    return d
+    return PAIR.set_fields(d, **fields)
 
 
-def as_like(template, values, name):
-    if name in MATRICES:
-        return ragged(values, template.shape[1], dtype=template.dtype)
-    return np.asarray(values, dtype=template.dtype).reshape(template.shape)
+as_like = PAIR.as_like
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(
-        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d)
 
 
 def check_case(d, **expected):
-    got = run_pair(d)
-    for name in NAMES:
-        want = as_like(d[name], expected[name], name) if name in expected else d[name]
-        assert_same(got[name], want, name)
-    return got
+    return PAIR.check(d, expected)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -234,18 +217,7 @@ def valid():
     )
 
 
-def expect_error(d, name, data=False):
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*op_args)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
-    if data:  # the reference assumes valid shapes; it checks data like the op
-        ref_args = [d[n].copy() for n in NAMES]
-        with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-            getattr(reference, OP)(*ref_args)
-        for arg_name, a in zip(NAMES, ref_args):
-            assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
+expect_error = PAIR.expect_error
 
 
 def replaced(name, value):
@@ -266,11 +238,7 @@ def test_wrong_dtype_names_the_argument(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_rank_names_the_argument(name):
-    a = valid()[name]
-    wrong = (
-        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
-    )
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "seq_lens_this_time"])

@@ -128,6 +128,33 @@ def check_bad_values(op, names, d, name, fields):
         getattr(reference, op)(*[d[n] for n in names], BS, ENC_DEC, K)
 
 
+def checked_or_both_refuse(op, names, run, check, d, bs, k):
+    """None when the reference refuses ``d`` (and the op too, see `both_refuse`); else ``run(d,
+    bs, k)`` (op == reference), whose result ``check(d, after)`` accepts; -> that result."""
+    if both_refuse(op, names, d, bs, k):
+        return None
+    after = run(d, bs, k)
+    check(d, after)
+    return after
+
+
+def on_grid(test):
+    """The odd-size grid of the three variants: every batch size of BATCH_GRID x (bs, k)."""
+    test = pytest.mark.parametrize("bs, k", [(1, 1), (4, 3), (16, 5)])(test)
+    return pytest.mark.parametrize("bsz", BATCH_GRID)(test)
+
+
+#: The random states of the three variants' property tests (Hypothesis).
+on_random_states = given(
+    bsz=st.integers(1, 24),
+    nb=st.integers(2, 7),
+    bs=st.sampled_from([1, 2, 4]),
+    k=st.integers(0, 4),
+    tight=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+
+
 def both(d, bs=BS, k=K):
     return run_op(OP, NAMES, d, bs, k)
 
@@ -457,29 +484,17 @@ def check_invariants(before, after):
 
 
 def compare_or_both_raise(d, bs=4, k=2):
-    if both_refuse(OP, NAMES, d, bs, k):
-        return None
-    after = both(d, bs, k)
-    check_invariants(d, after)
-    return after
+    return checked_or_both_refuse(OP, NAMES, both, check_invariants, d, bs, k)
 
 
-@pytest.mark.parametrize("bsz", BATCH_GRID)
-@pytest.mark.parametrize("bs, k", [(1, 1), (4, 3), (16, 5)])
+@on_grid
 def test_grid_matches_reference(bsz, bs, k):
     rng = np.random.default_rng([bsz, bs, k])
     d = random_batch(rng, bsz, nb=8, bs=bs, k=k, width=8 * bs)
     assert compare_or_both_raise(d, bs, k) is not None
 
 
-@given(
-    bsz=st.integers(1, 24),
-    nb=st.integers(2, 7),
-    bs=st.sampled_from([1, 2, 4]),
-    k=st.integers(0, 4),
-    tight=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@on_random_states
 def test_property_matches_reference(bsz, nb, bs, k, tight, seed):
     d = random_batch(
         np.random.default_rng(seed), bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight

@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from test_speculate_step import (
     BS,
     ENC_DEC,
     NAMES,
     K,
     batch,
-    both_refuse,
     check_bad_values,
+    checked_or_both_refuse,
     expect_of,
     live_blocks,
+    on_grid,
+    on_random_states,
     op_raises_and_unchanged,
     random_batch,
     run_op,
 )
-from util import BATCH_GRID, assert_same, to_numpy, to_paddle
+from util import assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 from fd_mtp.schema import written_args
@@ -219,11 +219,7 @@ def check_invariants(before, after):
 
 
 def compare_or_both_raise(d, bs=4, k=2):
-    if both_refuse(OP, NAMES, d, bs, k):
-        return None
-    after = both(d, bs, k)
-    check_invariants(d, after)
-    return after
+    return checked_or_both_refuse(OP, NAMES, both, check_invariants, d, bs, k)
 
 
 def random_state(rng, bsz, nb, bs, k, width, tight=False):
@@ -234,22 +230,14 @@ def random_state(rng, bsz, nb, bs, k, width, tight=False):
     return d
 
 
-@pytest.mark.parametrize("bsz", BATCH_GRID)
-@pytest.mark.parametrize("bs, k", [(1, 1), (4, 3), (16, 5)])
+@on_grid
 def test_grid_matches_reference(bsz, bs, k):
     rng = np.random.default_rng([bsz, bs, k, 2])
     d = random_state(rng, bsz, nb=8, bs=bs, k=k, width=8 * bs)
     assert compare_or_both_raise(d, bs, k) is not None
 
 
-@given(
-    bsz=st.integers(1, 24),
-    nb=st.integers(2, 7),
-    bs=st.sampled_from([1, 2, 4]),
-    k=st.integers(0, 4),
-    tight=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@on_random_states
 def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, seed):
     rng = np.random.default_rng(seed)
     d = random_state(rng, bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from test_speculate_step import BAD as STEP_BAD
 from test_speculate_step import (
     BS,
     ENC_DEC,
@@ -21,12 +20,14 @@ from test_speculate_step import (
     check_bad_values,
     check_invariants,
     expect_of,
+    on_grid,
+    on_random_states,
     op_raises_and_unchanged,
     random_batch,
     run_op,
 )
 from test_speculate_step import good as step_good
-from util import BATCH_GRID, assert_same
+from util import assert_same
 
 import fd_mtp.reference as reference
 
@@ -180,22 +181,14 @@ def compare_or_both_raise(d, bs=4, k=2):
     return after
 
 
-@pytest.mark.parametrize("bsz", BATCH_GRID)
-@pytest.mark.parametrize("bs, k", [(1, 1), (4, 3), (16, 5)])
+@on_grid
 def test_grid_matches_reference(bsz, bs, k):
     rng = np.random.default_rng([bsz, bs, k, 1])
     d = with_cached(random_batch(rng, bsz, nb=8, bs=bs, k=k, width=8 * bs))
     assert compare_or_both_raise(d, bs, k) is not None
 
 
-@given(
-    bsz=st.integers(1, 24),
-    nb=st.integers(2, 7),
-    bs=st.sampled_from([1, 2, 4]),
-    k=st.integers(0, 4),
-    tight=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@on_random_states
 def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, seed):
     rng = np.random.default_rng(seed)
     d = random_batch(rng, bsz, nb=nb, bs=bs, k=k, width=nb * bs, tight=tight)
@@ -214,20 +207,18 @@ def good():
     return with_cached(step_good())
 
 
+# speculate_step_paddle's cases (on the same good() batch plus ori_seq_lens_decoder)
 BAD = {
-    "used_past_row": ("used_list_len", dict(used_list_len=[4, 0])),
-    "need_len_nonzero": ("need_block_len", dict(need_block_len=[1])),
-    "recover_lens_nonzero": ("recover_lens", dict(recover_lens=[1])),
-    "step_lens_past_list": ("step_lens", dict(step_lens=[3])),
-    "negative_decoder": ("seq_lens_decoder", dict(seq_lens_decoder=[-6, 0])),
-    "input_ids_too_narrow": (
-        "input_ids",
-        dict(ori_seq_lens_encoder=[3, 13], free_list=[30, 31, 32], free_list_len=[3]),
-    ),
-    "step_idx_past_pre_ids": (
-        "step_idx",
-        dict(step_idx=[3, 16], free_list=[30, 31, 32], free_list_len=[3]),
-    ),
+    case: STEP_BAD[case]
+    for case in (
+        "used_past_row",
+        "need_len_nonzero",
+        "recover_lens_nonzero",
+        "step_lens_past_list",
+        "negative_decoder",
+        "input_ids_too_narrow",
+        "step_idx_past_pre_ids",
+    )
 }
 
 

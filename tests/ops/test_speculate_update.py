@@ -13,16 +13,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, ragged, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same
 
-import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 from fd_mtp.schema import written_args
-from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_update"
-NAMES = tuple(positional("speculate_update"))
 MATRICES = ("draft_tokens", "accept_tokens")
+PAIR = OpPair(OP, matrices=MATRICES)
+NAMES = PAIR.names
 WRITTEN = tuple(written_args("speculate_update"))
 T1, T2R, T3 = 21, 22, 23  # target tokens of the spec §13 trace
 D1 = 31  # draft token
@@ -49,33 +47,16 @@ def batch(n, d=2, wa=None, real_bsz=None, column=False, stop_nums=None, **fields
     return set_fields(out, **fields)
 
 
-def as_like(template, values, name):
-    if name in MATRICES:
-        return ragged(values, template.shape[1], dtype=template.dtype)
-    return np.asarray(values, dtype=template.dtype).reshape(template.shape)
-
-
-def set_fields(d, **fields):
-    for name, values in fields.items():
-        d[name] = as_like(d[name], values, name)
-    return d
+as_like = PAIR.as_like
+set_fields = PAIR.set_fields
 
 
 def run_pair(d):
-    op_after, ref_after, _, _ = run_both(
-        getattr(ops, OP), getattr(reference, OP), [d[n] for n in NAMES]
-    )
-    for name, a, e in zip(NAMES, op_after, ref_after):
-        assert_same(a, e, f"{name} (op vs reference)")
-    return dict(zip(NAMES, op_after))
+    return PAIR.run(d)
 
 
 def check_case(d, **expected):
-    got = run_pair(d)
-    for name in NAMES:
-        want = as_like(d[name], expected[name], name) if name in expected else d[name]
-        assert_same(got[name], want, name)
-    return got
+    return PAIR.check(d, expected)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -427,18 +408,7 @@ def valid():
     )
 
 
-def expect_error(d, name, data=False):
-    op_args = [to_paddle(d[n]) for n in NAMES]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*op_args)
-    for arg_name, t in zip(NAMES, op_args):
-        assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
-    if data:  # the reference assumes valid shapes; it checks data like the op
-        ref_args = [d[n].copy() for n in NAMES]
-        with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-            getattr(reference, OP)(*ref_args)
-        for arg_name, a in zip(NAMES, ref_args):
-            assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")
+expect_error = PAIR.expect_error
 
 
 def replaced(name, value):
@@ -459,11 +429,7 @@ def test_wrong_dtype_names_the_argument(name):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums")])
 def test_wrong_rank_names_the_argument(name):
-    a = valid()[name]
-    wrong = (
-        a.reshape(a.shape[0], -1, 1) if name in MATRICES else np.repeat(a.reshape(-1, 1), 2, axis=1)
-    )
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize(

@@ -112,3 +112,90 @@ def assert_all_same(op_args, ref_args, names) -> None:
     for a, e, n in zip(op_args, ref_args, names):
         if isinstance(e, np.ndarray):
             assert_same(a, e, n)
+
+
+class OpPair:
+    """The hand-case harness of one op whose arguments a test keeps in a dict by name: the op and
+    its numpy reference (same name in fd_mtp.ops / fd_mtp.reference) run on copies of the same
+    arrays and must agree exactly; expected values are given as lists, shaped like the input.
+
+    ``names``: the array arguments in positional order (default: every positional argument of the
+    op's schema); ``matrices``: the 2-D ones given as ragged rows, padded with ``fill.get(name,
+    -1)``; anything else is reshaped to its input's shape."""
+
+    def __init__(self, op: str, names=None, matrices=(), fill=None):
+        from fd_mtp.testing.op_inputs import positional
+
+        self.op = op
+        self.names = tuple(positional(op) if names is None else names)
+        self.matrices = tuple(matrices)
+        self.fill = dict(fill or {})
+
+    def as_like(self, template, values, name):
+        """``values`` (lists) as an array of ``template``'s dtype and shape (ragged rows for a
+        matrix)."""
+        if name in self.matrices:
+            fill = self.fill.get(name, -1)
+            return ragged(values, template.shape[1], fill=fill, dtype=template.dtype)
+        return np.asarray(values, dtype=template.dtype).reshape(template.shape)
+
+    def wrong_rank(self, a, name):
+        """``a`` with one axis too many: a matrix ``[n, m] -> [n, m, 1]``, a vector ``[n] ->
+        [n, 2]``."""
+        if name in self.matrices:
+            return a.reshape(a.shape[0], -1, 1)
+        return np.repeat(a.reshape(-1, 1), 2, axis=1)
+
+    def set_fields(self, d, **fields):
+        """``d`` with the named arrays replaced by ``fields`` (lists, see `as_like`)."""
+        for name, values in fields.items():
+            d[name] = self.as_like(d[name], values, name)
+        return d
+
+    def run(self, d, extra=(), **kwargs) -> dict:
+        """Runs op and reference on copies of ``d``'s arrays (then the positional ``extra``, then
+        ``kwargs``); asserts that every array agrees exactly; returns the op's arrays by name."""
+        import fd_mtp.ops as ops
+        import fd_mtp.reference as reference
+
+        args = [d[n] for n in self.names] + list(extra)
+        op_after, ref_after, _, _ = run_both(
+            getattr(ops, self.op), getattr(reference, self.op), args, **kwargs
+        )
+        for name, a, e in zip(self.names, op_after, ref_after):
+            assert_same(a, e, f"{name} (op vs reference)")
+        return dict(zip(self.names, op_after))
+
+    def check(self, d, expected: dict, extra=(), **kwargs) -> dict:
+        """`run`, then the op's arrays equal ``expected`` (lists) on the named arrays and every
+        other array is unchanged; returns the op's arrays by name."""
+        got = self.run(d, extra, **kwargs)
+        self.assert_expected(got, d, expected)
+        return got
+
+    def assert_expected(self, got: dict, d, expected: dict) -> None:
+        """``got`` equals ``expected`` (lists) where named and ``d`` elsewhere."""
+        for name in self.names:
+            want = self.as_like(d[name], expected[name], name) if name in expected else d[name]
+            assert_same(got[name], want, name)
+
+    def expect_error(self, d, name, data=False, extra=(), **kwargs) -> None:
+        """The op raises ValueError ``"<op>: <name>"`` and writes none of ``d``'s arrays; for a
+        data error (``data``) the reference too (it assumes valid shapes and dtypes, and checks
+        data like the op)."""
+        import fd_mtp.ops as ops
+        import fd_mtp.reference as reference
+
+        pattern = rf"{self.op}: {name}\b"
+        op_args = [to_paddle(d[n]) for n in self.names]
+        with pytest.raises(ValueError, match=pattern):
+            getattr(ops, self.op)(*op_args, *extra, **kwargs)
+        for arg_name, t in zip(self.names, op_args):
+            assert_same(to_numpy(t), d[arg_name], f"{arg_name} written despite the error")
+        if not data:
+            return
+        ref_args = [d[n].copy() for n in self.names]
+        with pytest.raises(ValueError, match=pattern):
+            getattr(reference, self.op)(*ref_args, *extra, **kwargs)
+        for arg_name, a in zip(self.names, ref_args):
+            assert_same(a, d[arg_name], f"{arg_name} written by the reference despite the error")

@@ -29,7 +29,7 @@ from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer.mtp import MTPProposer  # noqa: E402
-from fd_mtp.testing import write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing import naive_greedy, write_exact_draft_checkpoint  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))  # tests/model/model_util.py
 from model_util import assert_matches_reference, dense_reference, forward64, mtp_forward64  # noqa: E402
@@ -106,15 +106,7 @@ def runner(models, K, nms, *, B=2, num_blocks=NBLK, **proposer_options):
     )
 
 
-def greedy(model, ids, n):
-    """The target's greedy continuation by full recompute (the oracle)."""
-    ids, out = list(ids), []
-    with paddle.no_grad():
-        for _ in range(n):
-            h = model.dense_forward(paddle.to_tensor(ids, dtype="int64"))
-            out.append(int(model.compute_logits(h[-1:]).numpy()[0].argmax()))
-            ids.append(out[-1])
-    return out
+greedy = naive_greedy  # the target's greedy continuation by full recompute (the oracle)
 
 
 def hidden(model, ids):

@@ -14,17 +14,9 @@ from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer.ngram import NgramProposer  # noqa: E402
-from fd_mtp.testing import write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing import naive_greedy, write_exact_draft_checkpoint  # noqa: E402
 
-
-def greedy(model, ids, n):
-    ids, out = list(ids), []
-    with paddle.no_grad():
-        for _ in range(n):
-            h = model.dense_forward(paddle.to_tensor(ids, dtype="int64"))
-            out.append(int(model.compute_logits(h[-1:]).numpy()[0].argmax()))
-            ids.append(out[-1])
-    return out
+greedy = naive_greedy
 
 
 def test_ngram_drafts_from_the_prompt_reach_the_target(tmp_path):

@@ -45,6 +45,34 @@ def packing_state(batch, seed=7):
     )
 
 
+#: pre_process's outputs, in order
+PRE_PROCESS_OUTPUTS = (
+    "ids_remove_padding",
+    "batch_id_per_token",
+    "cu_seqlens_q",
+    "cu_seqlens_k",
+    "output_cum_offsets",
+    "output_padding_offset",
+)
+
+
+def pre_process_args(state, speculative=True) -> list:
+    """pre_process's positional arguments for a step state (a dict of input_ids, draft_tokens,
+    seq_lens_this_time / _encoder / _decoder, as `packing_state` returns):
+    ``[input_ids, seq_lens_this_time, speculative]``, then draft_tokens, seq_lens_encoder and
+    seq_lens_decoder when ``speculative``."""
+    args = [state["input_ids"], state["seq_lens_this_time"], speculative]
+    if speculative:
+        args += [state["draft_tokens"], state["seq_lens_encoder"], state["seq_lens_decoder"]]
+    return args
+
+
+def reference_layout(state) -> tuple:
+    """fd_mtp.reference.pre_process of a step state, speculative: its six outputs
+    (`PRE_PROCESS_OUTPUTS`)."""
+    return ref.pre_process(*pre_process_args(state))
+
+
 def _packing_config(s):
     t = int(s["seq_lens_this_time"].sum())
     return f"K={K};L={L};T={t};mix=dec/pf/stop"
@@ -98,27 +126,12 @@ def build_pre_process(batch, variant=0):
         "seq_lens_encoder",
         "seq_lens_decoder",
     ]
-    args = [
-        s["input_ids"],
-        s["seq_lens_this_time"],
-        True,
-        s["draft_tokens"],
-        s["seq_lens_encoder"],
-        s["seq_lens_decoder"],
-    ]
-    return Case(args, names, [], _packing_config(s) + ";speculative=1", returns=True)
+    return Case(pre_process_args(s), names, [], _packing_config(s) + ";speculative=1", returns=True)
 
 
 def build_rebuild_padding(batch, hidden=H, dtype="bfloat16", variant=0):
     s = packing_state(batch, _seed(7, variant))
-    pre = ref.pre_process(
-        s["input_ids"],
-        s["seq_lens_this_time"],
-        True,
-        s["draft_tokens"],
-        s["seq_lens_encoder"],
-        s["seq_lens_decoder"],
-    )
+    pre = reference_layout(s)
     cu_q, opo = pre[2], pre[5]
     tmp_out = _hidden_rows(np.random.default_rng(_seed(8, variant)), int(cu_q[-1]), hidden, dtype)
     names = positional("rebuild_padding")
