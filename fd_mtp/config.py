@@ -445,3 +445,69 @@ class ParallelConfig:
     def from_value(cls, value: ParallelConfig | Mapping[str, Any] | None) -> ParallelConfig:
         """A ParallelConfig from one, a dict of its fields (unknown keys refused by name) or None."""
         return _from_mapping(cls, value, "parallel_config")
+
+
+#: fd_mtp.SamplingParams.seed and LLM(seed=...) are in [0, SEED_MODULUS) (2**63 - 2): FastDeploy keeps
+#: per-request seeds in an int64 buffer and wraps them at this modulus (spec §2, infer_seed)
+SEED_MODULUS = 9223372036854775806
+#: LLM(device=...), LLM(dtype=...)
+DEVICES = ("cpu", "gpu")
+DTYPES = ("float32", "bfloat16", "float16")
+#: LLM(forward=...): native CPU decoder layers (fd_mtp.model.native), op-by-op dispatch, or the
+#: compiled program (fd_mtp.model.compiled)
+FORWARDS = ("native", "eager", "static")
+
+
+def check_device(device, owner: str = "LLM") -> str:
+    """``device`` as `paddle.set_device` takes it: "cpu", or "gpu" ("cuda" is accepted as an alias;
+    "gpu:N" / "cuda:N" pick a card). ValueError naming ``device`` for anything else, and for a GPU
+    on a paddle built without CUDA."""
+    dev = device.strip().lower() if isinstance(device, str) else None
+    kind, _, index = (dev or "").partition(":")
+    if kind == "cuda":
+        kind = "gpu"
+    if kind not in DEVICES or (index and (kind != "gpu" or not index.isdigit())):
+        raise ValueError(
+            f"{owner}: device must be one of {list(DEVICES)} (or 'gpu:N'), got {device!r}"
+        )
+    if kind == "gpu":
+        import paddle
+
+        if not paddle.is_compiled_with_cuda():
+            raise ValueError(
+                f"{owner}: device={device!r} needs a CUDA build of PaddlePaddle; this paddle "
+                f"({paddle.__version__}) is a CPU build: use device='cpu'"
+            )
+    return kind + (":" + index if index else "")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_run_options(
+    owner: str, *, device, dtype, seed, forward, cpu_threads
+) -> tuple[str, str | None]:
+    """The checks of `fd_mtp.LLM`'s (and a PD front's) run options, ValueError naming the option
+    after ``owner``: ``device`` (`check_device`), ``dtype`` (None or one of `DTYPES`; half
+    precision only on a GPU: Paddle's CPU build has no half-precision matmul), ``seed`` (an int in
+    [0, SEED_MODULUS)), ``forward`` (one of `FORWARDS`), ``cpu_threads`` (None or an int >= 1).
+    Returns ``(device, dtype)`` normalised ("cuda" -> "gpu", "paddle.float32" -> "float32")."""
+    device = check_device(device, owner)
+    if dtype is not None:
+        dtype = str(dtype).replace("paddle.", "")
+        if dtype not in DTYPES:
+            raise ValueError(f"{owner}: dtype must be None or one of {list(DTYPES)}, got {dtype!r}")
+        if dtype != "float32" and device == "cpu":
+            raise ValueError(
+                f"{owner}: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build has "
+                "no half-precision matmul): use dtype='float32' or None (a half-precision "
+                "checkpoint then runs in float32), or device='gpu'"
+            )
+    if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
+        raise ValueError(f"{owner}: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
+    if forward not in FORWARDS:
+        raise ValueError(f"{owner}: forward must be one of {list(FORWARDS)}, got {forward!r}")
+    if cpu_threads is not None and (not _is_int(cpu_threads) or cpu_threads < 1):
+        raise ValueError(f"{owner}: cpu_threads must be None or an int >= 1, got {cpu_threads!r}")
+    return device, dtype

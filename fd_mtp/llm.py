@@ -21,16 +21,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from .config import check_run_options
 from .engine.request import RequestOutput, StreamDelta
-from .engine.sampling_params import SEED_MODULUS, SamplingParams
+from .engine.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamDelta", "GenerationInterrupted"]
-
-DEVICES = ("cpu", "gpu")
-DTYPES = ("float32", "bfloat16", "float16")
-#: LLM(forward=...): native CPU decoder layers (fd_mtp.model.native), op-by-op dispatch, or the
-#: compiled program (fd_mtp.model.compiled)
-FORWARDS = ("native", "eager", "static")
 
 
 class GenerationInterrupted(KeyboardInterrupt):
@@ -43,27 +38,6 @@ class GenerationInterrupted(KeyboardInterrupt):
     def __init__(self, outputs: list):
         super().__init__("generation interrupted")
         self.outputs = outputs
-
-
-def check_device(device) -> str:
-    """``device`` as `paddle.set_device` takes it: "cpu", or "gpu" ("cuda" is accepted as an alias;
-    "gpu:N" / "cuda:N" pick a card). ValueError naming ``device`` for anything else, and for a GPU
-    on a paddle built without CUDA."""
-    dev = device.strip().lower() if isinstance(device, str) else None
-    kind, _, index = (dev or "").partition(":")
-    if kind == "cuda":
-        kind = "gpu"
-    if kind not in DEVICES or (index and (kind != "gpu" or not index.isdigit())):
-        raise ValueError(f"LLM: device must be one of {list(DEVICES)} (or 'gpu:N'), got {device!r}")
-    if kind == "gpu":
-        import paddle
-
-        if not paddle.is_compiled_with_cuda():
-            raise ValueError(
-                f"LLM: device={device!r} needs a CUDA build of PaddlePaddle; this paddle "
-                f"({paddle.__version__}) is a CPU build: use device='cpu'"
-            )
-    return kind + (":" + index if index else "")
 
 
 def _sampling_params(value, what: str) -> SamplingParams:
@@ -224,26 +198,10 @@ class LLM:
             num_gpu_blocks=num_gpu_blocks,
             enable_prefix_caching=enable_prefix_caching,
         )
-        if not _is_int(seed) or not 0 <= seed < SEED_MODULUS:
-            raise ValueError(f"LLM: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
-        device = check_device(device)
-        if dtype is not None:
-            dtype = str(dtype).replace("paddle.", "")
-            if dtype not in DTYPES:
-                raise ValueError(f"LLM: dtype must be None or one of {list(DTYPES)}, got {dtype!r}")
-            if dtype != "float32" and device == "cpu":
-                raise ValueError(
-                    f"LLM: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build has no "
-                    "half-precision matmul): use dtype='float32' or None (a half-precision "
-                    "checkpoint then runs in float32), or device='gpu'"
-                )
-        if forward not in FORWARDS:
-            raise ValueError(f"LLM: forward must be one of {list(FORWARDS)}, got {forward!r}")
+        device, dtype = check_run_options(
+            "LLM", device=device, dtype=dtype, seed=seed, forward=forward, cpu_threads=cpu_threads
+        )
         if cpu_threads is not None:
-            if not _is_int(cpu_threads) or cpu_threads < 1:
-                raise ValueError(
-                    f"LLM: cpu_threads must be None or an int >= 1, got {cpu_threads!r}"
-                )
             # paddle's CPU math threads (MKL / OpenMP), process-wide, as paddle.inference's
             # Config.set_cpu_math_library_num_threads
             paddle.base.core.set_num_threads(int(cpu_threads))

@@ -135,6 +135,27 @@ def receive_message(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH, wait=Fals
     return np.ctypeslib.as_array(msg.mtext).astype(np.int32)
 
 
+def claim_queue_id(start: int, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
+    """The first queue id from ``start`` on whose SysV key has no queue; its queue is created
+    (``IPC_CREAT | IPC_EXCL``: claimed atomically, so two owners never share one). ftok keeps
+    8 bits of the id: 256 keys per ftok path. OSError when every one is in use."""
+    libc = _libc()
+    libc.msgget.restype = ctypes.c_int
+    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
+    for i in range(256):
+        qid = start + i
+        if libc.msgget(queue_key(qid, ftok_path=ftok_path), 0o1000 | 0o2000 | 0o666) != -1:
+            return qid
+        err = ctypes.get_errno()
+        if err != _errno.EEXIST:
+            raise OSError(err, f"msgget of queue id {qid}: {os.strerror(err)}")
+    raise OSError(
+        _errno.ENOSPC,
+        f"the 256 SysV queue keys from msg_queue_id {start} on are all in use: remove stale "
+        "queues (ipcs -q / ipcrm) or pass msg_queue_id",
+    )
+
+
 def remove_queue(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> bool:
     """Remove the queue the ops would use (``msgctl(IPC_RMID)``), discarding pending messages.
 

@@ -7,19 +7,11 @@ role (`fd_mtp.engine.pd`). A request goes:
 1. front -> prefill (a multiprocessing queue): the prompt's token ids and its `SamplingParams`
    (the front validates them first, with the engine's own checks: a bad request raises
    ValueError at `PDEngineClient.add_request`, nothing sent);
-2. the prefill engine runs its prefill and one step (MTP: the proposer drafts once, role
-   "prefill") and sends ``[first token, first draft]`` with ``mtp_save_first_token`` on the SysV
-   queue ``msg_queue_id`` (FastDeploy's wire format, spec §6.8);
-3. it copies the request's KV blocks (every target layer and the MTP layer) into a CPU
-   shared-memory tensor (``shared_empty``), publishes it with ``set_data_ipc`` under
-   ``/fdmtp_pd.<prefill pid>.<n>``, and sends the request's record (prompt, params, seed, first
-   token, its slot in the message, the segment name) on a pipe to the decode instance;
-4. the decode instance reads the first-token message(s) of that step from the SysV queue (it
-   drains the queue continuously: a Linux queue holds two such messages by default), attaches
-   to the segment (``share_external_data``), copies the KV into blocks of its own, answers
-   ``ack`` (the prefill side then ``unset_data_ipc(..., unlink_shm=True)`` and frees the copy),
-   inserts the request with the decode-role fields and decodes it to the end;
-5. after every step each instance sends the front that step's `StreamDelta`s (new token ids and
+2. the prefill instance prefills it, sends the first token (and with MTP the first draft) on the
+   SysV queue ``msg_queue_id`` and hands the request's KV blocks to the decode instance through a
+   CPU shared-memory segment (`fd_mtp.distributed.pd_instance` has the details);
+3. the decode instance copies the KV into blocks of its own and decodes the request to the end;
+4. after every step each instance sends the front that step's `StreamDelta`s (new token ids and
    text, finish) with the outputs of the requests it finished, and its counters (running,
    waiting, KV blocks, preemptions, draft statistics, prefix cache). The prefill side's delta of
    a handed-off request carries the first token; its text comes with the decode side's deltas
@@ -57,448 +49,28 @@ behind. Tensor parallelism inside an instance is not offered with PD
 from __future__ import annotations
 
 import atexit
-import collections
-import copy
 import dataclasses
 import glob
 import itertools
 import os
 import queue
-import signal
 import time
-import traceback
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 from ._reap import reap
+from .pd_instance import SEGMENT_PREFIX, PDError, _decode_main, _drain_messages, _prefill_main
 
 __all__ = ["PDCluster", "PDEngineClient", "PDError", "SEGMENT_PREFIX"]
 
-#: POSIX names of the KV hand-off segments: ``/fdmtp_pd.<prefill pid>.<n>``
-SEGMENT_PREFIX = "/fdmtp_pd"
 START_TIMEOUT = 300.0
 CALL_TIMEOUT = 600.0
-#: how long the decode side waits for a step's first-token messages once their record arrived
-MESSAGE_TIMEOUT = 30.0
 #: how long one `PDEngineClient.step` waits for the instances' next message (seconds): the
 #: longest an add or abort waits in a server's engine thread while nothing arrives
 POLL_S = 0.005
 #: the speculative methods offered with PD (None: plain decoding)
 PD_METHODS = ("mtp",)
-
-
-class PDError(RuntimeError):
-    """An instance failed, died or did not answer in time."""
-
-
-# --------------------------------------------------------------------------- instances
-def _build(model_path, setup, role, msg_queue_id):
-    import paddle
-
-    from ..config import CacheConfig, SchedulerConfig
-    from ..engine.pd import DecodeEngine, PrefillEngine
-    from ..engine.runner import ModelRunner
-    from ..model.loader import load_checkpoint
-    from .tp import _tokenizer
-
-    paddle.set_device(setup.get("device", "cpu"))
-    cpu_threads = setup.get("cpu_threads")
-    if cpu_threads is not None:
-        paddle.base.core.set_num_threads(int(cpu_threads))
-    model, mtp, config = load_checkpoint(model_path, dtype=setup.get("dtype"))
-    forward = setup.get("forward", "native")
-    for m in (model, mtp):  # as fd_mtp.LLM prepares its models
-        if m is None:
-            continue
-        m.eval()
-        if forward == "native":
-            m.native_forward().threads = 1 if cpu_threads is None else int(cpu_threads)
-        elif forward == "static":
-            m.compile_forward()
-    spec = setup.get("spec")
-    scheduler = SchedulerConfig(**setup["scheduler"]).resolve(config.max_position_embeddings)
-    cache = CacheConfig(**setup["cache"]).resolve(
-        scheduler, 0 if spec is None else spec.extra_positions
-    )
-    tokenizer = _tokenizer(Path(model_path))
-    seed = setup.get("seed", 0)
-    if spec is None:
-        runner = ModelRunner(model, scheduler_config=scheduler, cache_config=cache)
-    else:
-        from ..engine.spec_runner import SpeculativeModelRunner
-
-        options = {"role": role}
-        if role == "prefill":
-            options["msg_queue_id"] = msg_queue_id
-        runner = SpeculativeModelRunner(
-            model,
-            spec,
-            scheduler_config=scheduler,
-            cache_config=cache,
-            mtp_model=mtp,
-            seed=seed,
-            proposer_options=options,
-        )
-    if role == "prefill":
-        return PrefillEngine(runner, tokenizer=tokenizer, seed=seed, msg_queue_id=msg_queue_id)
-    return DecodeEngine(runner, tokenizer=tokenizer, seed=seed)
-
-
-def _limits(engine) -> dict:
-    """What the front needs to validate requests as this engine's ``validate_prompt`` does."""
-    r = engine.runner
-    return dict(
-        vocab_size=r.vocab_size,
-        max_model_len=r.max_model_len,
-        max_extra_positions=r.max_extra_positions,
-        block_size=r.block_size,
-        num_blocks=engine.block_manager.num_blocks,
-        ops_stop=engine.ops_stop,
-        spec_config=r.spec_config,
-    )
-
-
-def _snapshot(engine, pending: int = 0) -> dict:
-    """The engine's counters, as the front reports them (``pending``: hand-offs received, not
-    yet inserted: they wait)."""
-    bm = engine.block_manager
-    return dict(
-        running=len(engine.running),
-        waiting=len(engine.waiting) + pending,
-        num_free=bm.num_free,
-        num_blocks=bm.num_blocks,
-        preemptions=engine.num_preemptions,
-        spec=copy.deepcopy(engine.spec_metrics),  # pickled later, by the queue's feeder thread
-        prefix_queries=engine.prefix_cache_queries,
-        prefix_hits=engine.prefix_cache_hits,
-    )
-
-
-def _claim_queue_id(start: int) -> int:
-    """The first queue id from ``start`` on whose SysV key has no queue; its queue is created
-    (``IPC_CREAT | IPC_EXCL``: claimed atomically, so two fronts never share one). ftok keeps
-    8 bits of the id: 256 keys per ftok path. PDError when every one is in use."""
-    import ctypes
-    import errno
-
-    from ..sysv_queue import _libc, queue_key
-
-    libc = _libc()
-    libc.msgget.restype = ctypes.c_int
-    libc.msgget.argtypes = (ctypes.c_int, ctypes.c_int)
-    for i in range(256):
-        qid = start + i
-        if libc.msgget(queue_key(qid), 0o1000 | 0o2000 | 0o666) != -1:
-            return qid
-        err = ctypes.get_errno()
-        if err != errno.EEXIST:
-            raise OSError(err, f"msgget of queue id {qid}: {os.strerror(err)}")
-    raise PDError(
-        f"the 256 SysV queue keys from msg_queue_id {start} on are all in use: remove stale "
-        "queues (ipcs -q / ipcrm) or pass msg_queue_id"
-    )
-
-
-def _drain_messages(msg_queue_id, into=None) -> int:
-    from ..sysv_queue import receive_message
-
-    n = 0
-    while True:
-        m = receive_message(msg_queue_id)
-        if m is None:
-            return n
-        n += 1
-        if into is not None:
-            into.append(m)
-
-
-class _Publications:
-    """The prefill side's published KV copies: name -> tensor, removed on ack or at the end."""
-
-    def __init__(self):
-        self.live: dict[str, object] = {}
-        self.bytes_published = 0
-        self._n = itertools.count()
-
-    def publish(self, kv) -> str:
-        from .. import ops
-
-        staging = ops.shared_empty(list(kv.shape), kv.dtype)
-        staging.copy_(kv, False)
-        name = f"{SEGMENT_PREFIX}.{os.getpid()}.{next(self._n)}"
-        ops.set_data_ipc(staging, name)
-        self.live[name] = staging
-        self.bytes_published += int(kv.numel()) * kv.element_size()
-        return name
-
-    def release(self, name: str) -> None:
-        from .. import ops
-
-        staging = self.live.pop(name, None)
-        if staging is not None:
-            ops.unset_data_ipc(staging, name, False, True)
-
-    def release_all(self) -> None:
-        for name in list(self.live):
-            self.release(name)
-
-
-def _watch_decode(alive, dead) -> None:
-    """Prefill-side thread: ``alive`` (a pipe end the decode process holds the other end of)
-    reads EOF when that process ends, however it ends; then ``dead`` is set."""
-    try:
-        alive.recv()
-    except (EOFError, OSError):
-        pass
-    dead.set()
-
-
-def _instance_setup(role: str) -> int:
-    """Common start of both instances: the process is named ``fd-mtp-<role>`` (``ps``, ``top``);
-    Ctrl-C is the front's to handle (a terminal sends SIGINT to the whole process group);
-    returns the front's pid (the instance exits once it changes)."""
-    try:
-        Path("/proc/self/comm").write_text(f"fd-mtp-{role}")
-    except OSError:  # not Linux: the name is cosmetic
-        pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return os.getppid()
-
-
-def _next(commands, timeout):
-    try:
-        return commands.get(timeout=timeout) if timeout else commands.get_nowait()
-    except queue.Empty:
-        return None
-
-
-def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, alive):
-    """Body of the prefill process."""
-    import threading
-
-    from ..engine.pd import gather_kv
-    from ..sysv_queue import remove_queue
-
-    front = _instance_setup("prefill")
-    pubs = _Publications()
-    try:
-        engine = _build(model_path, setup, "prefill", msg_queue_id)
-    except BaseException:  # noqa: BLE001 - reported to the front
-        results.put(("failed", "prefill", traceback.format_exc()))
-        return
-    results.put(
-        ("ready", "prefill", dict(pid=os.getpid(), limits=_limits(engine), stats=_snapshot(engine)))
-    )
-    decode_alive = True
-    dead = threading.Event()
-    threading.Thread(target=_watch_decode, args=(alive, dead), daemon=True).start()
-
-    def decode_gone():
-        nonlocal decode_alive
-        if decode_alive:
-            decode_alive = False
-            pubs.release_all()
-
-    def to_decode(message) -> bool:
-        if decode_alive:
-            try:
-                link.send(message)
-                return True
-            except (BrokenPipeError, EOFError, OSError):
-                decode_gone()
-        return False
-
-    try:
-        while True:
-            cmd = _next(commands, 0.2 if not engine.has_unfinished() else 0)
-            if cmd is None and os.getppid() != front:  # the front is gone: so is its queue's user
-                remove_queue(msg_queue_id)
-                return
-            while cmd is not None:
-                if cmd[0] == "stop":
-                    return
-                if cmd[0] == "add":
-                    _, rid, prompt, params = cmd
-                    try:
-                        engine.add_request(prompt, params, request_id=rid)
-                    except ValueError as exc:
-                        results.put(("rejected", rid, str(exc)))
-                elif cmd[0] == "abort":
-                    rid = cmd[1]
-                    if rid in engine.requests:
-                        engine.abort_request(rid)
-                        engine.pop_output(rid)
-                        results.put(("aborted", "prefill", (rid, _snapshot(engine))))
-                    elif not to_decode(("abort", rid)):
-                        # handed over (or finished) and nobody on the decode side: nothing to free
-                        results.put(("aborted", "prefill", (rid, _snapshot(engine))))
-                cmd = _next(commands, 0)
-            if dead.is_set():
-                decode_gone()
-                # nobody reads the first-token queue any more: empty it before the step sends,
-                # so the proposer's blocking msgsnd finds room (it holds this process's GIL while
-                # it waits, so no thread here could empty it then: the front does, see
-                # PDEngineClient._check_instances)
-                _drain_messages(msg_queue_id)
-            if engine.has_unfinished():
-                deltas = engine.step()
-                handed = {h.request_id for h in engine.handoffs}
-                records = []
-                for h in engine.handoffs:
-                    if not decode_alive:
-                        continue
-                    t0 = time.perf_counter()
-                    kv = gather_kv(engine.runner, h.block_ids)
-                    name = pubs.publish(kv)
-                    cost = (time.perf_counter() - t0, int(kv.numel()) * kv.element_size())
-                    records.append(
-                        (h, name, list(kv.shape), str(kv.dtype).replace("paddle.", ""), cost)
-                    )
-                if records or engine.messages_sent:
-                    to_decode(("handoff", records, engine.messages_sent))
-                items = []
-                for d in deltas:
-                    if not d.finished:
-                        items.append((d, "stream", None))
-                        continue
-                    out = engine.pop_output(d.request_id)
-                    if d.request_id not in handed:
-                        items.append((d, "done", out))
-                    elif not decode_alive:
-                        d.finish_reason = out.finish_reason = "error"
-                        d.error = out.error = "the decode instance is gone"
-                        items.append((d, "done", out))
-                    else:
-                        items.append((d, "handed", out))
-                results.put(("step", "prefill", (items, _snapshot(engine))))
-            while decode_alive:
-                try:
-                    if not link.poll(0):
-                        break
-                    kind, name = link.recv()
-                except (EOFError, OSError):
-                    decode_gone()
-                    break
-                if kind == "ack":
-                    pubs.release(name)
-    except BaseException:  # noqa: BLE001
-        results.put(("failed", "prefill", traceback.format_exc()))
-    finally:
-        pubs.release_all()
-
-
-def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive):
-    """Body of the decode process."""
-    import paddle
-
-    from .. import ops
-    from ..engine.pd import first_tokens
-    from ..sysv_queue import remove_queue
-
-    # ``alive`` is held (never used) until this process ends: the prefill side then reads EOF
-    front = _instance_setup("decode")
-    try:
-        engine = _build(model_path, setup, "decode", msg_queue_id)
-    except BaseException:  # noqa: BLE001
-        results.put(("failed", "decode", traceback.format_exc()))
-        return
-    results.put(
-        ("ready", "decode", dict(pid=os.getpid(), limits=_limits(engine), stats=_snapshot(engine)))
-    )
-    messages: collections.deque = collections.deque()
-    pending: collections.deque = collections.deque()  # (handoff, kv, draft) not yet inserted
-
-    def receive(message) -> None:
-        """One message of the prefill side: a step's hand-offs, or an abort."""
-        nonlocal pending
-        if message[0] == "abort":
-            rid = message[1]
-            kept = collections.deque(p for p in pending if p[0].request_id != rid)
-            if len(kept) == len(pending) and rid in engine.requests:
-                engine.abort_request(rid)
-                engine.pop_output(rid)
-            pending = kept
-            results.put(("aborted", "decode", (rid, _snapshot(engine, len(pending)))))
-            return
-        _, records, n_messages = message
-        deadline = time.monotonic() + MESSAGE_TIMEOUT
-        while len(messages) < n_messages:
-            if time.monotonic() > deadline:
-                raise PDError(
-                    f"decode: {n_messages} first-token message(s) announced, "
-                    f"{len(messages)} arrived on queue {msg_queue_id}"
-                )
-            time.sleep(0.002)
-            _drain_messages(msg_queue_id, messages)
-        step_messages = [messages.popleft() for _ in range(n_messages)]
-        for h, name, shape, dtype, cost in records:
-            firsts = {}
-            for m in step_messages:
-                for slot, pair in first_tokens(m, [h.slot]).items():
-                    firsts.setdefault(slot, pair)
-            token, draft = firsts.get(h.slot, (h.first_token, -1))
-            if token != h.first_token:
-                raise PDError(
-                    f"decode: request {h.request_id}: the message says first token "
-                    f"{token}, the record {h.first_token}"
-                )
-            t0 = time.perf_counter()
-            view = ops.share_external_data(paddle.empty([0], dtype), name, shape)
-            kv = view.clone()
-            del view
-            link.send(("ack", name))
-            pending.append((h, kv, draft, cost, time.perf_counter() - t0))
-
-    try:
-        while True:
-            cmd = _next(commands, 0)
-            if cmd is not None and cmd[0] == "stop":
-                return
-            if os.getppid() != front:  # the front is gone; this side's drains recreate the
-                remove_queue(msg_queue_id)  # queue the prefill side removes: remove it too
-                return
-            _drain_messages(msg_queue_id, messages)
-            timeout = 0 if engine.has_unfinished() or pending else 0.2
-            while link.poll(timeout):
-                timeout = 0
-                receive(link.recv())
-            inserted = False
-            while pending:
-                h, kv, draft, cost, attach_s = pending[0]
-                t0 = time.perf_counter()
-                if not engine.add_prefilled(h, kv, draft):
-                    break
-                pending.popleft()
-                inserted = True
-                results.put(
-                    (
-                        "cost",
-                        h.request_id,
-                        dict(
-                            prefill_s=cost[0],
-                            bytes=cost[1],
-                            decode_s=attach_s + time.perf_counter() - t0,
-                            prompt_len=len(h.prompt_token_ids),
-                        ),
-                    )
-                )
-            if engine.has_unfinished():
-                items = []
-                for d in engine.step():
-                    if d.finished:
-                        items.append((d, "done", engine.pop_output(d.request_id)))
-                    else:
-                        items.append((d, "stream", None))
-                results.put(("step", "decode", (items, _snapshot(engine, len(pending)))))
-            elif inserted:
-                results.put(("step", "decode", ([], _snapshot(engine, len(pending)))))
-    except (EOFError, BrokenPipeError):
-        return  # the prefill side is gone
-    except BaseException:  # noqa: BLE001
-        results.put(("failed", "decode", traceback.format_exc()))
-    finally:
-        alive.close()
 
 
 # --------------------------------------------------------------------------- front
@@ -573,10 +145,8 @@ class PDEngineClient:
     ):
         import multiprocessing
 
-        from ..config import CacheConfig, SchedulerConfig, SpeculativeConfig
+        from ..config import CacheConfig, SchedulerConfig, SpeculativeConfig, check_run_options
         from ..engine.engine import LLMEngine
-        from ..engine.sampling_params import SEED_MODULUS
-        from ..llm import DTYPES, FORWARDS, check_device
         from ..model.config import ErnieConfig
         from ..model.loader import CONFIG_FILE
         from .tp import _tokenizer
@@ -588,26 +158,9 @@ class PDEngineClient:
                 f"{name}: speculative method {spec.method!r} is not offered with prefill / "
                 "decode disaggregation (plain or 'mtp')"
             )
-        device = check_device(device)
-        if dtype is not None:
-            dtype = str(dtype).replace("paddle.", "")
-            if dtype not in DTYPES:
-                raise ValueError(
-                    f"{name}: dtype must be None or one of {list(DTYPES)}, got {dtype!r}"
-                )
-            if dtype != "float32" and device == "cpu":
-                raise ValueError(
-                    f"{name}: dtype={dtype!r} is not supported on device 'cpu' (Paddle's CPU build "
-                    "has no half-precision matmul): use 'float32' or None, or device 'gpu'"
-                )
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_MODULUS:
-            raise ValueError(f"{name}: seed must be an int in [0, {SEED_MODULUS}), got {seed!r}")
-        if forward not in FORWARDS:
-            raise ValueError(f"{name}: forward must be one of {list(FORWARDS)}, got {forward!r}")
-        if cpu_threads is not None and (not isinstance(cpu_threads, int) or cpu_threads < 1):
-            raise ValueError(
-                f"{name}: cpu_threads must be None or an int >= 1, got {cpu_threads!r}"
-            )
+        device, dtype = check_run_options(
+            name, device=device, dtype=dtype, seed=seed, forward=forward, cpu_threads=cpu_threads
+        )
         if not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"{name}: timeout must be a number > 0, got {timeout!r}")
         scheduler = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len)
@@ -652,10 +205,10 @@ class PDEngineClient:
             forward=forward,
             cpu_threads=cpu_threads,
         )
-        from ..sysv_queue import remove_queue
+        from ..sysv_queue import claim_queue_id, remove_queue
 
         if msg_queue_id is None:
-            self.msg_queue_id = _claim_queue_id(0x5000 + os.getpid() % 0x4000)
+            self.msg_queue_id = claim_queue_id(0x5000 + os.getpid() % 0x4000)
         else:
             self.msg_queue_id = int(msg_queue_id)
             remove_queue(self.msg_queue_id)  # start empty

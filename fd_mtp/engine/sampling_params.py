@@ -8,11 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..config import SEED_MODULUS
+
 #: the largest ``SamplingParams.logprobs`` (FastDeploy's and vLLM's default cap)
 MAX_LOGPROBS = 20
-
-# FastDeploy keeps per-request seeds in an int64 buffer and wraps them at this modulus (spec §2, infer_seed).
-SEED_MODULUS = 9223372036854775806
 
 
 def _is_int(x) -> bool:

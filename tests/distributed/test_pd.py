@@ -240,18 +240,18 @@ def test_pd_refusals():
 def test_default_queue_ids_are_claimed_not_shared():
     """Without msg_queue_id a front claims the first queue key nobody uses (ftok keeps 8 bits of
     the id): a second front from the same start gets the next one, never the first's queue."""
-    from fd_mtp.distributed.pd import _claim_queue_id
+    from fd_mtp.sysv_queue import claim_queue_id
 
     start = 0x7300 + os.getpid() % 0x40
     for q in range(start, start + 3):
         remove_queue(q)
     claimed = []
     try:
-        claimed.append(_claim_queue_id(start))
-        claimed.append(_claim_queue_id(start))
+        claimed.append(claim_queue_id(start))
+        claimed.append(claim_queue_id(start))
         assert claimed == [start, start + 1]
         remove_queue(start)
-        claimed.append(_claim_queue_id(start))  # freed: claimable again
+        claimed.append(claim_queue_id(start))  # freed: claimable again
         assert claimed[-1] == start
     finally:
         assert all(remove_queue(q) for q in set(claimed))
