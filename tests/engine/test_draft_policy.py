@@ -336,7 +336,9 @@ def test_bad_policy_settings_name_the_field(field, value, message):
 
 
 def test_settings_that_do_not_fit_together_are_refused():
-    with pytest.raises(ValueError, match="draft_policy='adaptive' needs method 'mtp'"):
+    with pytest.raises(
+        ValueError, match=r"draft_policy='adaptive' needs a draft model \(method 'mtp'"
+    ):
         SpeculativeConfig(method="ngram", draft_policy="adaptive")
     with pytest.raises(ValueError, match="needs verification='rejection'"):
         SpeculativeConfig(draft_sampling=True)
