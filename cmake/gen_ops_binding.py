@@ -1,0 +1,343 @@
+"""The per-op Paddle binding of cmake/gen_ops.py: ``<op>.gen.h`` (the op's Args, status table and
+the prototypes of what is hand-written) and ``<op>.gen.cc`` (the entry point with every generated
+check, the Params fill, the ``PD_BUILD_OP`` registration and, for a standard-dispatch op, its
+``<op>_apply`` from gen_ops_dispatch)."""
+
+from __future__ import annotations
+
+from gen_ops_common import (
+    ATTR_CPP,
+    ATTR_PADDLE,
+    AXIS_WORDS,
+    CPP_TYPES,
+    DTYPES,
+    HEADER,
+    Op,
+    Tensor,
+    _stream_op_ids,
+    attr_param,
+    entry_signature,
+    params_type,
+    tensor_param,
+)
+from gen_ops_dispatch import gen_dispatch
+
+
+def dim_names(op: Op) -> list[str]:
+    names: list[str] = []
+    for t in op.tensors:
+        for d in t.dims or ():
+            for n in (d.name, d.lower_name):
+                if n and not n.isdigit() and n not in names:
+                    names.append(n)
+    return names
+
+
+def dtype_check(op: Op, t: Tensor, var: str) -> str | None:
+    if "any" in t.dtypes:
+        return None
+    if len(t.dtypes) == 1:
+        return f'check::dtype(kOp, "{t.name}", {var}, paddle::DataType::{DTYPES[t.dtypes[0]]});'
+    allowed = ", ".join(f"paddle::DataType::{DTYPES[d]}" for d in t.dtypes)
+    return f'check::dtype_in(kOp, "{t.name}", {var}, {{{allowed}}});'
+
+
+def shape_checks(op: Op, t: Tensor, var: str, bound: dict[str, str]) -> list[str]:
+    """C++ lines checking ``t``'s shape; binds new dim names into ``bound`` (name -> tensor)."""
+    lines: list[str] = []
+    dims = t.dims
+    if dims is None:
+        return lines
+    if len(dims) == 1 and dims[0].name == "1":
+        lines.append(
+            f'if ({var}.numel() != 1) check::fail(kOp, "{t.name}", "must hold exactly one element, got shape ", '
+            f"check::shape_str({var}.shape()));"
+        )
+        return lines
+    if (
+        len(dims) == 1
+        and dims[0].at_least is not None
+        and dims[0].name is None
+        and dims[0].lower_name is None
+    ):
+        lines.append(f'check::numel_at_least(kOp, "{t.name}", {var}, {dims[0].at_least});')
+        return lines
+    if len(dims) == 1:
+        d = dims[0]
+        is_batch = "B" in (d.name, d.lower_name)
+        lines.append(f'check::vec(kOp, "{t.name}", {var}, {str(is_batch).lower()});')
+    else:
+        lines.append(f'check::rank(kOp, "{t.name}", {var}, {len(dims)});')
+    for axis, d in enumerate(dims):
+        if d.lower_name is not None:
+            src = bound.get(d.lower_name)
+            if src is None:
+                raise ValueError(
+                    f"{op.name}.{t.name}: >= {d.lower_name} before {d.lower_name} is bound"
+                )
+            is_batch = d.lower_name == "B"
+            lines.append(
+                f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, a.dims.{d.lower_name}, '
+                f'"{d.lower_name}", "{src}", {str(is_batch).lower()});'
+            )
+            if d.name is None:
+                continue
+        if d.name is not None and d.name not in bound:
+            low = (
+                d.at_least if d.at_least is not None else (1 if axis > 0 else None)
+            )  # columns: >= 1
+            if low is not None:
+                lines.append(
+                    f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, {low}, nullptr, nullptr, false);'
+                )
+            lines.append(f"a.dims.{d.name} = {var}.shape()[{axis}];")
+            bound[d.name] = t.name
+        elif d.name is not None:
+            lines.append(
+                f'check::dim_equal(kOp, "{t.name}", {var}, {axis}, a.dims.{d.name}, "{d.name}", "{bound[d.name]}");'
+            )
+        elif d.at_least is not None:
+            lines.append(
+                f'check::dim_at_least(kOp, "{t.name}", {var}, {axis}, {d.at_least}, nullptr, nullptr, false);'
+            )
+    return lines
+
+
+def param_value(op: Op, expr: str) -> str:
+    """A Params field's C++ value from an ``extra_params`` expression."""
+    if expr.startswith("numel(") and expr.endswith(")"):
+        name = expr[6:-1]
+        t = op.arg(name)
+        if t.optional:
+            return f"(a.{name} ? a.{name}->numel() : 0)"
+        return f"a.{name}.numel()"
+    for fn, axis in (("rows(", 0), ("cols(", 1)):
+        if expr.startswith(fn) and expr.endswith(")"):
+            name = expr[len(fn) : -1]
+            t = op.arg(name)
+            if t.optional:
+                return f"(a.{name} ? a.{name}->shape()[{axis}] : 0)"
+            return f"a.{name}.shape()[{axis}]"
+    for fn, form in (("data(", "a.{}.data()"), ("size(", "static_cast<int64_t>(a.{}.size())")):
+        if expr.startswith(fn) and expr.endswith(")"):  # of an int64[] attribute
+            return form.format(expr[len(fn) : -1])
+    if expr in dim_names(op):
+        return f"a.dims.{expr}"
+    for a in op.attrs:
+        if a.name == expr:
+            return f"a.{expr}"
+    raise ValueError(
+        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, "
+        "numel/rows/cols(tensor) or data/size(int64[] attribute)"
+    )
+
+
+def gen_op_header(op: Op) -> str:
+    cls = op.entry
+    dims = dim_names(op)
+    out = [HEADER, "#pragma once\n", "#include <limits>\n#include <string>\n#include <vector>\n"]
+    out.append('#include "check.h"\n#include "gpu_stream.h"\n')
+    if op.kernel:
+        out.append(f'#include "../kernels/{op.kernel}.h"\n')
+    out.append("\n")
+    # Args
+    out.append(f"// {op.name} (spec {op.spec}): the checked arguments of the op.\n")
+    out.append(f"struct {cls}Args {{\n")
+    out.append(f'  static constexpr const char* op = "{op.name}";\n')
+    for t in op.tensors:
+        role = t.role + (", optional" if t.optional else "") + (", on the CPU" if t.cpu else "")
+        role += ", any device" if t.any_place else ""
+        out.append(f"  {tensor_param(t)};  // {t.spec} {role}\n")
+    for a in op.attrs:
+        out.append(f"  {ATTR_CPP[a.type]} {a.name};\n")
+    out.append("  struct {\n")
+    for d in dims:
+        out.append(f"    int64_t {d} = 0;\n")
+    out.append("  } dims;\n};\n\n")
+    # status table
+    if op.status:
+        out.append(f"inline constexpr fd_mtp::StatusInfo k{cls}Status[] = {{\n")
+        for s in op.status:
+            what = s.what.replace('"', '\\"')
+            out.append(f'    {{fd_mtp::{s.code}, "{s.argument}", "{what}"}},\n')
+        out.append("};\n\n")
+    if op.name in _stream_op_ids():
+        out.append(
+            "// The op's id in a stream's pending record (stream_ops.gen.cc, the raw module's "
+            "STREAM_OPS).\n"
+        )
+        out.append(f"inline constexpr int32_t k{cls}StreamOp = {_stream_op_ids()[op.name]};\n\n")
+    ret = "std::vector<paddle::Tensor>" if op.returns else "void"
+    params_arg = f", {params_type(op)}& p" if op.params else ""
+    if op.generated_dispatch:
+        out.append("// Generated from the schema's standard dispatch (in <op>.gen.cc).\n")
+    else:
+        out.append(
+            "// Hand-written in the op's custom_ops/paddle/*.cc: checks no schema expresses, then "
+            "dispatch.\n"
+        )
+    out.append(f"{ret} {op.name}_apply({cls}Args& a{params_arg});\n")
+    if op.check:
+        out.append(
+            "// Hand-written in the op's custom_ops/paddle/*.cc: checks no schema expresses (run "
+            "before the dispatch).\n"
+        )
+        out.append(f"void {op.name}_check({cls}Args& a{params_arg});\n")
+    if op.returns:
+        shape_params = []
+        dtype_params = []
+        for t in op.tensors:
+            if t.optional:
+                shape_params.append(f"const paddle::optional<std::vector<int64_t>>& {t.name}_shape")
+                dtype_params.append(f"const paddle::optional<paddle::DataType>& {t.name}_dtype")
+            else:
+                shape_params.append(f"const std::vector<int64_t>& {t.name}_shape")
+                dtype_params.append(f"const paddle::DataType& {t.name}_dtype")
+        shape_params += [attr_param(a) for a in op.attrs]
+        out.append(
+            f"std::vector<std::vector<int64_t>> {op.name}_infer_shape("
+            + ",\n    ".join(shape_params)
+            + ");\n"
+        )
+        out.append(
+            f"std::vector<paddle::DataType> {op.name}_infer_dtype("
+            + ",\n    ".join(dtype_params)
+            + ");\n"
+        )
+    out.append("\n")
+    return "".join(out)
+
+
+def gen_op_source(op: Op) -> str:
+    """``<op>.gen.cc``: the entry point (every check, the Params fill, then apply), the
+    registration, and the generated dispatch of a standard-dispatch op."""
+    cls = op.entry
+    out = [HEADER, f'#include "{op.name}.gen.h"\n\n']
+    # entry point
+    out.append(entry_signature(op) + " {\n")
+    out.append("  using namespace fd_mtp;\n")
+    out.append(f'  constexpr const char* kOp = "{op.name}";\n')
+    init = ", ".join([t.name for t in op.tensors] + [a.name for a in op.attrs] + ["{}"])
+    out.append(f"  {cls}Args a{{{init}}};\n")
+    bound: dict[str, str] = {}
+    for t in op.check_order:  # the batch-defining tensor first: it binds B
+        var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
+        lines = [line for line in [dtype_check(op, t, var)] if line]
+        if t.name == op.batch:
+            lines.append(f'a.dims.B = check::vec(kOp, "{t.name}", {var}, true);')
+            bound["B"] = t.name
+        else:
+            lines += shape_checks(op, t, var, bound)
+        lines.append(f'check::contiguous(kOp, "{t.name}", {var});')
+        if t.optional:
+            out.append(f"  if (a.{t.name}) {{\n")
+            out.extend(f"    {line}\n" for line in lines)
+            out.append("  }\n")
+        else:
+            out.extend(f"  {line}\n" for line in lines)
+    for a in op.attrs:
+        if a.min is None and a.max is None:
+            continue
+        cpp = ATTR_CPP[a.type]
+        lo = a.min if a.min is not None else f"std::numeric_limits<{cpp}>::lowest()"
+        hi = a.max if a.max is not None else f"std::numeric_limits<{cpp}>::max()"
+        out.append(f'  check::attr_range<{cpp}>(kOp, "{a.python_name}", a.{a.name}, {lo}, {hi});\n')
+    # places
+    ref = op.place_ref
+    ref_t = op.arg(ref)
+    ref_var = f"(*a.{ref})" if ref_t.optional else f"a.{ref}"
+    for t in op.tensors:
+        var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
+        guard = f"if (a.{t.name}) " if t.optional else ""
+        if t.any_place:
+            continue
+        if t.cpu and op.flag is not None and op.flag[0] == t.name and op.cuda:
+            # the flag: FastDeploy's CPU tensor, or one on the op's device (set on the device)
+            out.append(
+                f'  {guard}if (!{var}.is_cpu()) check::same_place(kOp, "{t.name}", {var}, '
+                f'{ref_var}, "{ref}");\n'
+            )
+        elif t.cpu:
+            out.append(f'  {guard}check::on_cpu(kOp, "{t.name}", {var});\n')
+        elif t.name != ref:
+            out.append(f'  {guard}check::same_place(kOp, "{t.name}", {var}, {ref_var}, "{ref}");\n')
+    # Params
+    call_args = "a"
+    if op.params:
+        out.append(f"  {params_type(op)} p{{}};\n")
+        for t in op.tensors:
+            if t.param is None or len(t.dtypes) != 1:
+                continue
+            cpp = CPP_TYPES[t.dtypes[0]]
+            if t.optional:
+                out.append(f"  p.{t.param} = a.{t.name} ? a.{t.name}->data<{cpp}>() : nullptr;\n")
+            else:
+                out.append(f"  p.{t.param} = a.{t.name}.data<{cpp}>();\n")
+        for a in op.attrs:
+            if a.param is not None:
+                out.append(f"  p.{a.param} = a.{a.name};\n")
+        for fld, expr in op.extra_params.items():
+            out.append(f"  p.{fld} = {param_value(op, expr)};\n")
+        call_args = "a, p"
+    for rule in op.requires:  # a named dim against the attributes (Require)
+        t = op.arg(rule.tensor)
+        axis = next(i for i, d in enumerate(t.dims) if d.name == rule.dim)
+        unit = AXIS_WORDS.get(axis, f"entries on axis {axis}")
+        need = attr_expr(op, rule.at_least)
+        out.append(f"  if (const int64_t need = {need}; a.dims.{rule.dim} < need)\n")
+        out.append(
+            f'    check::fail(kOp, "{t.name}", "needs at least ", need, " {unit}, got shape ", '
+            f"check::shape_str(a.{t.name}.shape()));\n"
+        )
+    if op.returns:
+        out.append(f"  return {op.name}_apply({call_args});\n")
+    else:
+        out.append(f"  {op.name}_apply({call_args});\n")
+    out.append("}\n\n")
+    # registration
+    inputs = ", ".join(
+        f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors
+    )
+    written = [t for t in op.tensors if t.role == "written"]
+    # Returned tensors first, then the in-place outputs (the order run_registered returns them in).
+    outputs = [f'"{name}"' for name in op.returns]
+    outputs += [
+        f'paddle::Optional("{t.name}_out")' if t.optional else f'"{t.name}_out"' for t in written
+    ]
+    out.append(f"PD_BUILD_OP(fd_mtp_{op.name})\n")
+    out.append(f"    .Inputs({{{inputs}}})\n")
+    out.append("    .Outputs({" + ", ".join(outputs) + "})\n")
+    if op.attrs:
+        attrs = ", ".join(f'"{a.name}: {ATTR_PADDLE[a.type]}"' for a in op.attrs)
+        out.append(f"    .Attrs({{{attrs}}})\n")
+    if written:
+        pairs = ", ".join(
+            f'{{paddle::Optional("{t.name}"), paddle::Optional("{t.name}_out")}}'
+            if t.optional
+            else f'{{"{t.name}", "{t.name}_out"}}'
+            for t in written
+        )
+        out.append(f"    .SetInplaceMap({{{pairs}}})\n")
+    out.append(f"    .SetKernelFn(PD_KERNEL({op.entry}))")
+    if op.returns:
+        out.append(f"\n    .SetInferShapeFn(PD_INFER_SHAPE({op.name}_infer_shape))")
+        out.append(f"\n    .SetInferDtypeFn(PD_INFER_DTYPE({op.name}_infer_dtype))")
+    out.append(";\n")
+    if op.generated_dispatch:
+        out.append("\n" + gen_dispatch(op))
+    return "".join(out)
+
+
+def attr_expr(op: Op, expr: str) -> str:
+    """A C++ expression of integer attributes (``substep + 2``): names become ``a.<name>``."""
+    import re
+
+    names = {a.name for a in op.attrs}
+
+    def repl(m):
+        name = m.group(0)
+        if name not in names:
+            raise ValueError(f"{op.name}: {expr!r} names {name!r}, which is not an attribute")
+        return f"static_cast<int64_t>(a.{name})"
+
+    return re.sub(r"[A-Za-z_]\w*", repl, expr)

@@ -1,0 +1,138 @@
+"""The standard dispatch of cmake/gen_ops.py: ``<op>_apply`` of an op with ``cpu=`` in its schema
+(the CPU driver, or the CUDA launcher on the stream's persistent record with the flag computed on
+the device), and ``stream_ops.gen.cc``, the Paddle GPU branch's table of the ops with statuses."""
+
+from __future__ import annotations
+
+from gen_ops_common import HEADER, Op, device_flag, host_reads, params_type, stream_ops
+
+
+def flag_expr(op: Op, expr: str) -> str:
+    """The C++ form of a ``flag`` expression (see fd_mtp.schema.Op)."""
+    import re
+
+    out = re.sub(r"\bdims\.(\w+)", r"a.dims.\1", expr)
+    return re.sub(r"\bhost\.(\w+)", r"host_\1", out)
+
+
+def gen_dispatch(op: Op) -> str:
+    """``<op>_apply`` of a standard-dispatch op: the CPU driver or the CUDA launcher on the op's
+    place, the kernel status raised by name, the ``flag`` set on the host."""
+    cls = op.entry
+    ref = op.place_ref
+    table = f"k{cls}Status"
+    out = [
+        f"// The standard dispatch of {op.name} (fd_mtp/schema: cpu={op.cpu}, launcher "
+        f"{op.launcher_name}).\n",
+        f"void {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
+        "  using namespace fd_mtp;\n",
+    ]
+    if op.check:
+        out.append(f"  {op.name}_check(a, p);\n")
+    out.append(f"  const auto& ref = a.{ref};\n")
+    flag_line = ""
+    if op.flag is not None:
+        flag_line = f"    *a.{op.flag[0]}.data<bool>() = {flag_expr(op, op.flag[1])};\n"
+    out.append("  if (ref.is_cpu()) {\n")
+    for name in host_reads(op):
+        out.append(f"    // {name}: a CPU tensor on the CPU branch.\n")
+        out.append(
+            f'    const int64_t host_{name} = check::host_int64(a.op, "{name}", a.{name});\n'
+        )
+    if not op.status:
+        out.append(f"    {op.cpu}(p);\n")
+    elif op.flag is None:
+        out.append(f"    check::status(a.op, {op.cpu}(p), {table});\n")
+    else:
+        out.append("    int64_t count = 0;\n")
+        out.append(f"    check::status(a.op, {op.cpu}(p, &count), {table});\n")
+        out.append(flag_line)
+    if not op.cuda:  # a host op: every tensor is checked to be on the CPU
+        out.append("    return;\n  }\n")
+        out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n}}\n')
+        return "".join(out)
+    out.append("    return;\n  }\n#ifdef PADDLE_WITH_CUDA\n")
+    out.append(gen_gpu_branch(op))
+    out.append("#else\n")
+    out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n')
+    out.append("#endif\n}\n")
+    return "".join(out)
+
+
+def device_expr(text: str) -> str:
+    """A host-known expression of a device flag (``dims.<dim>``, ``p.<field>``, ints) in C++."""
+    import re
+
+    return re.sub(r"\bdims\.(\w+)", r"a.dims.\1", text)
+
+
+def gen_gpu_branch(op: Op) -> str:
+    """The GPU branch of a standard-dispatch op (docs/gpu_errors.md): the launcher on the stream's
+    persistent record (custom_ops/paddle/gpu_stream.h), its error committed to the record; the
+    flag computed on the device. No allocation and no synchronisation, except in checked mode and
+    for FastDeploy's CPU flag (the one copy upstream makes). An op without a status runs with the
+    stream's preset (it writes nothing on a poisoned stream)."""
+    cls = op.entry
+    launcher = op.launcher_name
+    out = []
+    if not op.status:
+        out.append(f"  check::cuda(a.op, {launcher}(p, gpu::preset(a.op, ref), ref.stream()));\n")
+        out.append("  gpu::finish(a.op, ref);\n")
+        return "".join(out)
+    out.append(f"  gpu::Op g(a.op, k{cls}StreamOp, ref);\n")
+    count_arg = ", g.count()" if op.flag is not None else ""
+    out.append(f"  check::cuda(a.op, {launcher}(p, g.status(){count_arg}, g.stream()));\n")
+    if op.flag is not None:
+        form = device_flag(op)
+        name = op.flag[0]
+        out.append(f"  // {name} = {op.flag[1]}, on the device ({form.compare})\n")
+        out.append(f"  auto& flag = a.{name};\n")
+        out.append("  bool* target = flag.is_cpu() ? g.record_flag() : flag.data<bool>();\n")
+        if form.bound_tensor is not None:
+            b = form.bound_tensor
+            out.append(f"  const auto& bound = a.{b};  // read on the device when it lives there\n")
+            out.append(
+                "  const int64_t* bound_ptr = bound.is_cpu() ? nullptr : bound.data<int64_t>();\n"
+            )
+            out.append(
+                "  const int64_t bound_value = bound.is_cpu() ? bound.data<int64_t>()[0] : 0;\n"
+            )
+        else:
+            out.append("  const int64_t* bound_ptr = nullptr;\n")
+            out.append(f"  const int64_t bound_value = {device_expr(form.bound)};\n")
+        out.append(
+            f"  check::cuda(a.op, stream_flag(g.status(), g.count(), {device_expr(form.offset)}, "
+            f"static_cast<FlagCompare>({form.compare_id}), bound_ptr, bound_value, target, "
+            "g.stream()));\n"
+        )
+    out.append("  g.commit();\n")
+    if op.flag is not None:
+        out.append(
+            "  if (flag.is_cpu()) {  // FastDeploy's CPU flag: the one copy upstream makes\n"
+        )
+        out.append("    bool ok = false;\n    const bool value = g.host_flag(&ok);\n")
+        out.append("    if (ok) *flag.data<bool>() = value;\n  }\n")
+    return "".join(out)
+
+
+def gen_stream_ops(ops: list[Op]) -> str:
+    """``stream_ops.gen.cc``: the Paddle GPU branch's table of the ops with statuses by their id
+    in a stream's pending record (gpu::stream_op_info), so that an error raised at a later sync
+    names the op that failed and its argument."""
+    listed = stream_ops(ops)
+    out = [HEADER, "#ifdef PADDLE_WITH_CUDA\n"]
+    out.extend(f'#include "{op.name}.gen.h"\n' for op in listed)
+    out.append("\nnamespace fd_mtp {\nnamespace gpu {\n\nnamespace {\n")
+    out.append("const StreamOpInfo kStreamOps[] = {\n")
+    for i, op in enumerate(listed):
+        table = f"k{op.entry}Status"
+        out.append(f'    {{"{op.name}", {table}, sizeof({table}) / sizeof({table}[0])}},  // {i}\n')
+    out.append("};\n}  // namespace\n\n")
+    out.append(
+        "const StreamOpInfo* stream_op_info(int32_t id) {\n"
+        "  if (id < 0 || id >= static_cast<int32_t>(sizeof(kStreamOps) / sizeof(kStreamOps[0])))\n"
+        "    return nullptr;\n"
+        "  return &kStreamOps[id];\n}\n\n"
+    )
+    out.append("}  // namespace gpu\n}  // namespace fd_mtp\n#endif  // PADDLE_WITH_CUDA\n")
+    return "".join(out)
