@@ -321,6 +321,11 @@ class PDEngineClient:
         self._aborting.add(request_id)
         self._commands["prefill"].put(("abort", request_id))
 
+    def is_alive(self) -> bool:
+        """Both instances' processes run and `close` has not been called: False as soon as one
+        died, even with nothing in flight (a server's /health then answers 503)."""
+        return not self._closed and self.prefill.is_alive() and self.decode.is_alive()
+
     def has_unfinished(self) -> bool:
         return bool(self._unfinished or self._aborting)
 

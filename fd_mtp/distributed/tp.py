@@ -288,6 +288,11 @@ class TPEngineClient:
             return lambda *a, **k: self.call(name, *a, **k)
         return self.get(name)
 
+    def is_alive(self) -> bool:
+        """Every worker process runs and `close` has not been called (no call to the workers:
+        a server's health check reads it while its engine thread steps)."""
+        return not self._closed and all(p.is_alive() for p in self.processes)
+
     def close(self) -> None:
         """Stop the workers (bounded) and reap them; idempotent."""
         if self._closed:

@@ -227,6 +227,11 @@ class LLMEngine(EngineOutputs):
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def is_alive(self) -> bool:
+        """Whether the engine can serve: an in-process engine always can (the multi-process
+        fronts, `fd_mtp.distributed`'s TP and PD clients, check their processes)."""
+        return True
+
     def get_output(self, request_id: str) -> RequestOutput:
         req = self.requests[request_id]
         if req.status is RequestStatus.RUNNING:

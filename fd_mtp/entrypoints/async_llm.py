@@ -310,12 +310,14 @@ class AsyncLLM:
 
     @property
     def is_running(self) -> bool:
-        """The engine thread is alive and accepting requests."""
+        """The engine thread is alive and accepting requests, and the engine's processes (a
+        multi-process front's) run."""
         return (
             self._thread is not None
             and self._thread.is_alive()
             and not self._stopping
             and self._error is None
+            and self.engine.is_alive()
         )
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -462,6 +464,8 @@ class AsyncLLM:
             )
         if self._thread is None or not self._thread.is_alive() or self._stopping:
             raise EngineDeadError("the engine is shutting down or not started")
+        if not self.engine.is_alive():
+            raise EngineDeadError("a process of the engine has exited")
 
     # -- engine thread ------------------------------------------------------------------------------
     def _loop(self) -> None:

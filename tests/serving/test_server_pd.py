@@ -371,6 +371,34 @@ def test_dead_decode_instance_fails_streams_then_shutdown_cleans_up(servers):
     assert not [s for s in _segments() if any(f".{p}." in s for p in pids)]
 
 
+def test_idle_instance_death_shows_in_health_at_once():
+    """With nothing in flight, a dead prefill instance turns /health into 503 and a new request
+    gets 503 before anything is sent (the engine thread steps nothing while idle: the front's
+    processes are checked, not only its thread); SIGTERM still exits 0 and cleans up."""
+    qid = 0x7B80 + os.getpid() % 0x80  # the "mtp" server's low byte: that server is gone by now
+    proc = ServerProcess(*COMMON, "--pd-msg-queue-id", str(qid), command=FD_MTP_SERVE)
+    try:
+        url = proc.launch().wait_ready().url
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        instances = _instances(proc.proc.pid)
+        pids = list(instances.values())
+        os.kill(instances["prefill"], signal.SIGKILL)
+        wait_for(
+            lambda: httpx.get(f"{url}/health", timeout=10).status_code == 503,
+            10,
+            what="/health to answer 503",
+        )
+        with pytest.raises(openai.APIStatusError) as err:
+            client(url).completions.create(model=MODEL, prompt="x = [", max_tokens=4)
+        assert err.value.status_code == 503
+        assert proc.terminate(timeout=60) == 0
+        wait_for(lambda: not any(_alive(p) for p in pids), 10, what="the instances to exit")
+        assert remove_queue(qid) is False
+    finally:
+        proc.kill()
+        remove_queue(qid)
+
+
 def test_killed_server_leaves_no_instance_behind():
     """SIGKILL of the server itself (no cleanup of its own): the orphaned instances notice and
     exit, and the prefill one removes the first-token queue."""
