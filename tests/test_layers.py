@@ -158,11 +158,10 @@ def test_engine_runner_level_does_not_import_the_scheduler_level():
 def test_the_checker_sees_relative_and_nested_imports():
     # the parser resolves `from .. import ops` and imports inside functions
     found = {tuple(m[:2]) for m, _ in imports_of(ROOT / "engine" / "spec_runner.py")}
-    assert (
-        ("fd_mtp", "ops") in found
-        and ("fd_mtp", "proposer") in found
-        and ("fd_mtp", "config") in found
-    )
+    assert ("fd_mtp", "proposer") in found and ("fd_mtp", "config") in found
+    assert ("fd_mtp", "ops") in {
+        tuple(m[:2]) for m, _ in imports_of(ROOT / "engine" / "spec_verify.py")
+    }
     found = {tuple(m[:3]) for m, _ in imports_of(ROOT / "engine" / "runner.py")}
     assert ("fd_mtp", "batch") in {f[:2] for f in found} and (
         "fd_mtp",

@@ -20,18 +20,8 @@ Randomness: ``speculate_verify`` gets its Philox key and counter explicitly, ``s
 the runner's ``verify_seed`` and ``offset`` = the runner's step count (``num_steps``); no wrapper
 counter is involved.
 
-Verification (``SpeculativeConfig.verification``):
-
-* "greedy": ``speculate_verify``'s greedy rule (accept while draft == argmax). Only for greedy
-  requests (the engine refuses sampled ones).
-* "target_match": every output row is sampled exactly as plain decoding samples that token (the
-  runner's `Sampler`, uniform = f(seed, index of the token)), and a draft is accepted while it equals
-  the row's sample. Output is token-for-token the output of plain decoding with the same seeds,
-  greedy or sampled: lossless by construction.
-* "rejection": lossless speculative sampling on the rows' top-k / top-p distributions (the
-  sampler's `probs`), Philox draws keyed by the runner seed and the step number; the greedy MTP
-  drafter is a point mass. Same output distribution as plain sampling.
-* "topp" / "topk": FastDeploy's candidate rules (``top_p_candidates``), not lossless.
+Verification and stopping (`fd_mtp.engine.spec_verify`): the strategies of
+``SpeculativeConfig.verification`` and the two ``stop_handling`` modes.
 
 Draft length (``SpeculativeConfig.draft_policy``, `fd_mtp.engine.draft_policy`): before the
 proposer drafts, the runner's policy gives a `DraftPlan`: the MTP substeps of this step, a cap per
@@ -47,53 +37,6 @@ where the device work is waited for). With ``draft_sampling`` the proposer sampl
 (uniforms: a pure function of the request seed, the step and the substep, pushed with the step's
 transfer) and verification gets their probabilities as ``draft_probs``.
 
-Stopping (``SpeculativeConfig.stop_handling``; plain decoding, `ModelRunner`, always stops on the
-host in the engine's own loop, with no stop op):
-
-* "engine" (default): stopping is the engine's job, on the host, as in plain decoding (EOS unless
-  ``ignore_eos``, stop token ids, stop strings, ``max_tokens``, ``max_model_len``): verify and
-  draft_model_update get an end-token list that matches nothing, and ``max_dec_len`` is the
-  request's real limit plus ``num_model_steps``, so the ops never end a request (or its draft)
-  before the engine does, and tokens past a stop are dropped by the engine. Speculative steps
-  therefore produce exactly what plain steps produce under greedy and "target_match"
-  verification.
-* "ops": FastDeploy's configuration. verify and draft_model_update get the model's EOS ids
-  (``eos_token_ids``) and ``max_dec_len = min(max_tokens, max_model_len - prompt length)`` (the
-  clamp FastDeploy's input processor applies to max_tokens); each stop token id is a one-token
-  stop sequence (``stop_seqs`` ``[B, MAX_STOP_SEQS, 1]``, ``stop_seqs_len``) of
-  ``speculate_set_stop_value_multi_seqs``, run between verify and update as upstream; the runner
-  reports the slots whose ``stop_flags`` the step set in ``last_stopped`` (a non-final prefill
-  chunk never: its next chunk's insertion restarts it, as upstream) and the engine finishes those
-  requests with the tokens the ops kept. The host keeps what the ops cannot do: stop strings (text).
-  ``min_tokens`` is the penalty op's ``min_len`` (EOS masked; fd_mtp's sampler also masks stop
-  token ids until then, which upstream has no equivalent of). The divergences from "engine" mode
-  that upstream's semantics force (each tested in tests/e2e/test_ops_stop_path.py):
-
-  - ``step_idx`` counts generated tokens and verify stops at ``step_idx >= max_dec_len`` by
-    writing ``end_tokens[0]`` over the token: max_tokens=n gives n-1 model tokens and the first
-    EOS id (max_tokens=1: just the EOS id).
-  - finish_reason is FastDeploy's serving rule: "length" iff the request has its limit of
-    tokens, else "stop" (an EOS on the last allowed token is "length").
-  - an EOS id inside an accepted run ends the request there, kept (as plain decoding); a drafted
-    EOS also stops that request's draft (draft_model_update), so that step verifies fewer drafts.
-  - a request whose draft stopped (a drafted EOS id, or the draft past max_dec_len, below) while
-    the target goes on decodes on without drafts (`_drop_stopped_drafts`: the proposer's
-    ``batch_drop`` until its next insertion): 2.4's stop-recovery branch of
-    ``draft_model_preprocess`` rewinds the draft by the target's ``seq_lens_this_time`` instead
-    of ``accept_num`` (spec §14.5), which leaves its positions behind by the rejected drafts and
-    below zero for short sequences (one-token prompt, K = num_model_steps = 3, max_tokens 3).
-    A fix belongs in that op (rewind by accept_num, as later upstream versions do).
-  - a stop token id is kept and the token after it is replaced by the first EOS id (one step later
-    when the stop token was the last of its step: the request runs one more step); it is missed
-    when verify ends the request in the step that would see it (an EOS or max_dec_len in the same
-    step or the next): the tokens after the stop token are then kept.
-  - ``ignore_eos`` is refused (the end tokens are one list for the batch) and so are more than
-    ``MAX_STOP_SEQS`` (5, FastDeploy's FD_MAX_STOP_SEQS_NUM) stop token ids.
-  - draft_model_update also stops a draft at max_dec_len: the proposer counts one token less
-    (token k at its step k - 1), so the draft one past the limit becomes the EOS id and nothing is
-    drafted after it; verify ends the request at the limit before reaching it (same output,
-    fewer drafts in the last step).
-
 ``pre_ids`` has ``K + 2`` spare columns for the positions a last step may write past the limit.
 Differences from plain decoding that remain in both modes (upstream semantics): the penalty op
 counts repeats over the accepted history only, not over the earlier drafts of the same step.
@@ -103,13 +46,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
 from ..config import MAX_STOP_SEQS, SpeculativeConfig
 from ..proposer import make_proposer
 from .draft_policy import make_draft_policy
 from .runner import ModelRunner, StepOutput, Task, TaskKind
 from .sampler import SamplingRows, uniforms
 from .sampling_params import SEED_MODULUS
+from .spec_verify import verify_and_update
 
 _NO_END_TOKEN = -1  # end_tokens of speculate_verify: matches no token (the engine stops requests)
 _DRAFT_SEED_SALT = (
@@ -309,12 +252,40 @@ class SpeculativeModelRunner(ModelRunner):
             correction token; one token for a prefill chunk), the drafts each had verified
             (``drafted``) and, with ``stop_handling="ops"``, whether the ops ended it (``stopped``).
         """
-        import paddle
-
         clock = self.draft_policy.clock
         t0 = clock()
         ib = self.input_batch
         self.last_stopped = set()
+        ran = self._running_slots(decode_slots)
+        if ran.size == 0:
+            return StepOutput.empty()
+        prefilling = ib.enc[ran] > 0
+        counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
+        rows = self._spec_rows(ran, counts)
+        plan = self._push_step(rows, ran, counts)
+        dev = rows.device
+        meta, hidden, logits = self._forward()
+        self._prompt_logprobs(hidden, meta)
+        raw = self._raw_logits(logits, ran)  # logprobs: the raw logits (None when none asked)
+        self._penalties(logits, rows, meta)
+        if self.spec_config.draft_sampling and (counts > 1).any():
+            self._draft_probs = self._gather_draft_probs(dev["draft_prob_rows"])
+        else:
+            self._draft_probs = None
+        accepted, accepted_rows = verify_and_update(self, logits, rows, meta, raw, counts)
+        stats = self.proposer.stats
+        before = (stats.forward, stats.run, stats.forwards)
+        self._draft(hidden, ran, plan, dev)
+        out = self._step_output(ran, counts, prefilling, accepted, accepted_rows)
+        self._observe(ran, counts, prefilling, out.counts, t0, before)
+        self.num_steps += 1
+        return out
+
+    def _running_slots(self, decode_slots) -> np.ndarray:
+        """The slots that run this step (a token or more to feed). ValueError when a decoding slot
+        was not scheduled or has nothing to feed; a slot between two prefill chunks that got no
+        chunk this step is parked (stopped, no tokens) until its next chunk."""
+        ib = self.input_batch
         decoding = (ib.enc == 0) & ~ib.stop & ~ib.chunk
         scheduled = np.zeros(self.max_num_seqs, bool)
         scheduled[np.asarray(decode_slots, np.int64).reshape(-1)] = True
@@ -331,94 +302,35 @@ class SpeculativeModelRunner(ModelRunner):
             raise ValueError(
                 "execute_model: a decoding slot has no token to feed (seq_lens_this_time 0)"
             )
-        ran = np.flatnonzero(ib.this_time > 0)
-        if ran.size == 0:
-            return StepOutput.empty()
-        si = self.share_inputs
-        prefilling = ib.enc[ran] > 0
-        counts = np.where(prefilling, 1, ib.this_time[ran]).astype(np.int64)
-        rows = self._spec_rows(ran, counts)
+        return np.flatnonzero(ib.this_time > 0)
+
+    def _push_step(self, rows, ran: np.ndarray, counts: np.ndarray):
+        """The draft policy's plan for the slots that will decode next step (their drafts are made
+        now), then the step's arrays (rows, caps, draft sampling, verify's top_p) in the step's
+        one host-to-device transfer (``rows.device``). Returns the plan."""
+        ib = self.input_batch
         step = rows.arrays()
-        # the drafts of this step are verified at the next one: the slots that will decode then
         plan = self.draft_policy.plan((ib.this_time > 0) & ~ib.chunk)
         if self._mtp:
             self.proposer.prepare_steps(plan.num_steps)
             if plan.drop:
                 self.proposer.drop([b for b, _ in plan.drop])
         step["draft_cap"] = plan.caps.astype(np.int32).reshape(-1, 1) + 1
-        sampling_drafts = self.spec_config.draft_sampling
-        if sampling_drafts:
+        if self.spec_config.draft_sampling:
             step.update(self._draft_sampling_arrays(ran, counts))
         if self.spec_config.verification in ("topp", "topk"):
             # greedy requests: top_p 0 keeps only the argmax candidate (and makes it the bonus token)
             step["verify_top_p"] = (
                 np.where(ib.greedy, 0.0, ib.top_p).astype(np.float32).reshape(-1, 1)
             )
-        rows.device = dev = ib.push(step)  # the step's one host-to-device transfer
-        meta, hidden, logits = self._forward()
-        self._prompt_logprobs(hidden, meta)
-        this_time, enc, dec = meta.seq_lens_this_time, meta.seq_lens_encoder, meta.seq_lens_decoder
-        raw = self._raw_logits(logits, ran)  # logprobs: the raw logits (None when none asked)
-        self._penalties(logits, rows, meta)
-        self._draft_probs = (
-            self._gather_draft_probs(dev["draft_prob_rows"])
-            if sampling_drafts and (counts > 1).any()
-            else None
-        )
-        self._verify(
-            logits,
-            rows,
-            this_time,
-            enc,
-            dec,
-            si["output_padding_offset"],
-            si["output_cum_offsets"],
-            drafts=bool((counts > 1).any()),
-        )
-        if self.ops_stop:
-            # FastDeploy's post-processing order: stop sequences between verify and update
-            ops.speculate_set_stop_value_multi_seqs(
-                si["accept_tokens"],
-                si["accept_num"],
-                si["pre_ids"],
-                si["step_idx"],
-                si["stop_flags"],
-                this_time,
-                si["stop_seqs"],
-                si["stop_seqs_len"],
-                self._end_tokens,
-            )
-        # logprobs: the raw rows of the tokens kept (after the stop sequences, which only shorten
-        # a run: the rows stay laid out by the accept_num pulled below)
-        accepted_rows = None if raw is None else self._accepted_logits(raw, this_time, enc)
-        ops.speculate_update(
-            enc,
-            dec,
-            si["not_need_stop"],
-            si["draft_tokens"],
-            si["actual_draft_token_num"],
-            si["accept_tokens"],
-            si["accept_num"],
-            si["stop_flags"],
-            this_time,
-            si["is_block_step"],
-            si["stop_nums"],
-            si["mask_rollback"],
-        )
-        # set_value_by_flags zeroes accept_num of stopped requests: keep verify's count (on the device)
-        accepted = si["accept_num"].clone()
-        ops.speculate_set_value_by_flags_and_idx(
-            si["pre_ids"],
-            si["accept_tokens"],
-            si["accept_num"],
-            si["stop_flags"],
-            this_time,
-            enc,
-            dec,
-            si["step_idx"],
-        )
-        stats = self.proposer.stats
-        before = (stats.forward, stats.run, stats.forwards)
+        rows.device = ib.push(step)
+        return plan
+
+    def _draft(self, hidden, ran: np.ndarray, plan, dev) -> None:
+        """The proposer's drafts for the next step (none when every running request is off), then
+        the plan's caps: each slot's seq_lens_this_time (1 + drafts) at most 1 + its cap."""
+        import paddle
+
         if self._mtp and self.draft_policy.off[ran].all():
             # every running request is off: no draft to make, nothing of the proposer's to keep
             # (an off slot's draft state is rebuilt at its next insertion); each keeps
@@ -433,12 +345,16 @@ class SpeculativeModelRunner(ModelRunner):
             )
         else:
             self.proposer.run(hidden)
-        # the plan's caps: seq_lens_this_time (1 + drafts) of each slot at most 1 + cap
-        target_len = si["seq_lens_this_time"]
+        target_len = self.share_inputs["seq_lens_this_time"]
         paddle.assign(
             paddle.minimum(target_len, dev["draft_cap"].reshape(target_len.shape)), target_len
         )
-        # the step's one device-to-host transfer: the per-slot integers the ops wrote and the result
+
+    def _step_output(self, ran, counts, prefilling, accepted, accepted_rows) -> StepOutput:
+        """The step's one device-to-host transfer (the per-slot integers the ops wrote and the
+        accepted tokens) and its `StepOutput`; ``last_logprobs`` / ``last_stopped`` on the way."""
+        ib = self.input_batch
+        si = self.share_inputs
         pulled = {"accept_num": accepted, "accept_tokens": si["accept_tokens"]}
         if self.ops_stop and self._mtp:
             pulled["draft_stop"] = self.proposer.model_inputs["stop_flags"]
@@ -466,12 +382,17 @@ class SpeculativeModelRunner(ModelRunner):
         drafted = np.where(
             prefilling, 0, np.where(stopped, np.minimum(counts - 1, emitted - 1), counts - 1)
         ).astype(np.int64)
+        return StepOutput(ran, emitted, tokens.astype(np.int64), drafted, ended)
+
+    def _observe(self, ran, counts, prefilling, emitted, t0: float, before) -> None:
+        """What the draft policy learns from the step: acceptance of the decoding slots, and the
+        step's cost (this call, plus the engine's time since the previous call when it ran back
+        to back: scheduling and stop checks, paid once per step, plain or speculative)."""
         policy = self.draft_policy
         decoded = ~prefilling
         policy.observe_batch(ran[decoded], counts[decoded] - 1, emitted[decoded])
-        # the step's cost: this call, plus the engine's time since the previous call when it ran
-        # back to back (scheduling, stop checks: paid once per step, plain or speculative)
-        t_end = clock()
+        stats = self.proposer.stats
+        t_end = policy.clock()
         in_call = t_end - t0
         gap = 0.0 if self._last_step_end is None else t0 - self._last_step_end
         self._last_step_end = t_end
@@ -484,8 +405,6 @@ class SpeculativeModelRunner(ModelRunner):
                 forward_seconds=stats.forward - before[0],
                 proposer_seconds=proposer_seconds,
             )
-        self.num_steps += 1
-        return StepOutput(ran, emitted, tokens.astype(np.int64), drafted, ended)
 
     def _draft_sampling_arrays(self, ran: np.ndarray, counts: np.ndarray) -> dict:
         """The step arrays of draft sampling: ``draft_greedy`` [B], ``draft_uniform`` [B, S]
@@ -530,70 +449,4 @@ class SpeculativeModelRunner(ModelRunner):
             uniform=np.zeros(row_b.size) if greedy.all() else uniforms(ib.seed[row_b], index),
             banned_rows=banned_rows,
             banned_ids=banned_ids,
-        )
-
-    def _verify(
-        self, logits, rows: SamplingRows, this_time, enc, dec, out_pad, out_cum, drafts=True
-    ) -> None:
-        import paddle
-
-        si = self.share_inputs
-        cfg = self.spec_config
-        strategy = cfg.verification
-        if strategy == "rejection" and not drafts:
-            # no row verifies a draft (every request off or prefilling): each emits one token
-            # sampled from the target's distribution either way; "target_match" takes the
-            # sampler's draw, as plain decoding, and needs no target_probs
-            strategy = "target_match"
-        R = logits.shape[0]
-        target_probs = None
-        top_p = si["top_p"]
-        if strategy in ("topp", "topk"):
-            top_p = rows.device["verify_top_p"]
-            probs = paddle.nn.functional.softmax(logits, axis=-1)
-            scores, tokens, lens = ops.top_p_candidates(
-                probs, top_p, out_pad, cfg.max_candidate_len, self.max_model_len
-            )
-            sampled = self.sampler.sample_tensor(logits, rows).reshape([-1, 1])
-        else:
-            if strategy == "greedy" or bool(rows.greedy.all()):  # argmax rows
-                sampled = paddle.argmax(logits, axis=-1).astype("int64").reshape([-1, 1])
-            else:
-                sampled = self.sampler.sample_tensor(logits, rows).reshape([-1, 1])
-            if strategy == "rejection":
-                target_probs = self.sampler.probs(logits, rows)
-            tokens = sampled
-            scores = paddle.zeros([R, 1], dtype="float32")
-            lens = paddle.ones([R], dtype="int32")
-        # the Philox key and counter are explicit: the runner's seed and its step number
-        ops.speculate_verify(
-            sampled,
-            si["accept_tokens"],
-            si["accept_num"],
-            si["step_idx"],
-            si["stop_flags"],
-            enc,
-            dec,
-            si["draft_tokens"],
-            this_time,
-            tokens,
-            scores,
-            si["max_dec_len"],
-            self._end_tokens,
-            si["is_block_step"],
-            out_cum,
-            lens,
-            si["actual_draft_token_num"],
-            top_p,
-            self.max_model_len,
-            cfg.verify_window,
-            True,
-            cfg.benchmark_mode,
-            False,
-            seed=self.verify_seed,
-            offset=self.num_steps,
-            verify_strategy=strategy,
-            prefill_one_step_stop=False,
-            target_probs=target_probs,
-            draft_probs=self._draft_probs if strategy == "rejection" else None,
         )
