@@ -143,10 +143,8 @@ class PDEngineClient:
         timeout: float = CALL_TIMEOUT,
         fail_fast: bool = False,
     ):
-        import multiprocessing
 
         from ..config import CacheConfig, SchedulerConfig, SpeculativeConfig, check_run_options
-        from ..engine.engine import LLMEngine
         from ..model.config import ErnieConfig
         from ..model.loader import CONFIG_FILE
         from .tp import _tokenizer
@@ -205,6 +203,14 @@ class PDEngineClient:
             forward=forward,
             cpu_threads=cpu_threads,
         )
+        self._start_instances(setup, msg_queue_id)
+        self._checker = self._make_checker()
+
+    def _start_instances(self, setup: dict, msg_queue_id: int | None) -> None:
+        """Claim (or empty) the first-token queue, start the prefill and decode processes with
+        their pipes, and wait for both to report ready (`close` and re-raise on failure)."""
+        import multiprocessing
+
         from ..sysv_queue import claim_queue_id, remove_queue
 
         if msg_queue_id is None:
@@ -250,16 +256,23 @@ class PDEngineClient:
         except BaseException:
             self.close()
             raise
+
+    def _make_checker(self):
+        """What `LLMEngine.validate_prompt` reads, from the limits the instances reported: the
+        front checks each request with the engine's own code before sending it."""
+        from ..engine.engine import LLMEngine
+
         lim = self._limits
         runner = SimpleNamespace(**{k: lim[k] for k in lim if k not in ("num_blocks", "ops_stop")})
-        self._checker = SimpleNamespace(
+        checker = SimpleNamespace(
             tokenizer=self.tokenizer,
             runner=runner,
             ops_stop=lim["ops_stop"],
             block_manager=SimpleNamespace(num_blocks=lim["num_blocks"]),
         )
-        checker = self._checker  # (not ``self``: the finalizer must see this object die)
+        # (not ``self`` in the lambda: the finalizer must see the front die)
         checker.encode = lambda text: LLMEngine.encode(checker, text)
+        return checker
 
     def _init_requests(self) -> None:
         """The front's request bookkeeping, empty."""
