@@ -3,6 +3,7 @@ and small helpers to read its Prometheus metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -88,6 +89,37 @@ class ServerProcess:
             self.proc.wait(10)
 
 
+def stop(proc: ServerProcess, timeout: float = 30) -> None:
+    """`ServerProcess.terminate`, killing the server where that fails or times out."""
+    try:
+        proc.terminate(timeout=timeout)
+    except Exception:
+        proc.kill()
+
+
+@contextlib.contextmanager
+def running(procs, timeout: float = 30):
+    """Launches the servers of ``procs`` (a dict, or one `ServerProcess`) all at once, waits until
+    each is ready and yields ``procs``; on the way out `stop`s each (``timeout``: SIGTERM's bound)."""
+    each = list(procs.values()) if isinstance(procs, dict) else [procs]
+    try:
+        for p in each:
+            p.launch()
+        for p in each:
+            p.wait_ready()
+        yield procs
+    finally:
+        for p in each:
+            stop(p, timeout)
+
+
+def openai_client(url: str, timeout: float = 60):
+    """The official ``openai`` client of the server at ``url`` (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=timeout, max_retries=0)
+
+
 def metrics(url: str) -> dict[str, float]:
     """``{'name{labels}': value}`` of the server's /metrics (labels without model_name)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
@@ -110,3 +142,22 @@ def wait_for(predicate, timeout: float = 20, interval: float = 0.05, what: str =
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def greedy_pair(c, offline, prompt: str, max_tokens: int, model: str = "ernie45_tiny_mtp"):
+    """One greedy completion of ``prompt`` (token ids returned, EOS ignored) from the server behind
+    the ``openai`` client ``c`` and the same from ``offline`` (an `fd_mtp.LLM`): ``(the server's
+    response, the offline RequestOutput)``."""
+    import fd_mtp
+
+    out = c.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=0,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
+    [want] = offline.generate(
+        [prompt], fd_mtp.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    )
+    return out, want

@@ -31,7 +31,7 @@ httpx = pytest.importorskip("httpx")
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import ServerProcess, metrics, openai_client, running, wait_for  # noqa: E402
 
 MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
@@ -60,18 +60,8 @@ def servers():
             "--max-num-seqs", "1", "--max-model-len", "1024", "--max-waiting-requests", "1"
         ),
     }
-    try:
-        for p in procs.values():
-            p.launch()
-        for p in procs.values():
-            p.wait_ready()
+    with running(procs):
         yield procs
-    finally:
-        for p in procs.values():
-            try:
-                p.terminate(timeout=30)
-            except Exception:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +76,7 @@ def _reference(offline, prompts, max_tokens):
 
 
 def client(url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+    return openai_client(url, TIMEOUT)
 
 
 # -- greedy equality -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ httpx = pytest.importorskip("httpx")
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess  # noqa: E402
+from .server_util import ServerProcess, openai_client, running  # noqa: E402
 
 MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
@@ -56,13 +56,8 @@ def server():
         "--speculative-config",
         json.dumps(MTP_CONFIG),
     )
-    try:
-        yield srv.launch().wait_ready()
-    finally:
-        try:
-            srv.terminate(timeout=30)
-        except Exception:
-            srv.kill()
+    with running(srv):
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +66,7 @@ def offline():
 
 
 def client(url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+    return openai_client(url, TIMEOUT)
 
 
 def reference(offline, prompt, k, max_tokens, **kw):

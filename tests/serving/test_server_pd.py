@@ -34,7 +34,7 @@ from fd_mtp.distributed.pd import SEGMENT_PREFIX  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 from fd_mtp.sysv_queue import remove_queue  # noqa: E402
 
-from .server_util import FD_MTP_SERVE, ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import FD_MTP_SERVE, ServerProcess, metrics, running, wait_for  # noqa: E402
 from .test_server import MODEL, PROMPTS, client  # noqa: E402
 
 MTP = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
@@ -96,18 +96,8 @@ def servers():
         )
         for which in ("plain", "mtp")
     }
-    try:
-        for p in procs.values():
-            p.launch()
-        for p in procs.values():
-            p.wait_ready()
+    with running(procs, timeout=60):
         yield procs
-    finally:
-        for p in procs.values():
-            try:
-                p.terminate(timeout=60)
-            except Exception:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
