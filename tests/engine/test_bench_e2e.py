@@ -1,10 +1,11 @@
 """benchmarks/bench_e2e.py end to end at a tiny size: --check passes, the CSV holds every metric."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("safetensors")
@@ -14,10 +15,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_e2e.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_e2e", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 def test_bench_e2e_check_and_csv(tmp_path, capsys):

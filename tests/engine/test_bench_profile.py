@@ -2,10 +2,11 @@
 instrumented step, the op counter counts, the floor is positive, the CSV holds every metric."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("matplotlib")
@@ -15,10 +16,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_profile.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_profile", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 @pytest.fixture(scope="module")

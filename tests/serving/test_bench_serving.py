@@ -2,10 +2,11 @@
 every metric of every mode and concurrency, the PNG is written."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -16,10 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_serving.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_serving", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 def test_bench_serving_check_and_csv(tmp_path, capsys):
