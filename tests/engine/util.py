@@ -7,10 +7,13 @@ import functools
 import numpy as np
 import paddle
 
+import fd_mtp
 from fd_mtp.model import Ernie4_5ForCausalLM, ErnieConfig
 from fd_mtp.testing import naive_greedy  # noqa: F401  (the tests import it from here)
 
 VOCAB = 300
+#: greedy decoding to max_tokens (SamplingParams keywords)
+GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 @functools.cache
@@ -29,6 +32,14 @@ def tiny_model(eos: int = 2, seed: int = 0) -> Ernie4_5ForCausalLM:
     model = Ernie4_5ForCausalLM(cfg)
     model.eval()
     return model
+
+
+def make_llm(**kw):
+    """`fd_mtp.LLM` on `tiny_model` (4 slots, max_model_len 64, block size 8 unless ``kw`` says)."""
+    kw.setdefault("max_num_seqs", 4)
+    kw.setdefault("max_model_len", 64)
+    kw.setdefault("block_size", 8)
+    return fd_mtp.LLM(tiny_model(), **kw)
 
 
 def prompts(lengths, seed=0, low=3):
