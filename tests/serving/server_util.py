@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
 
 
+#: the served model's name (the shipped demo model)
+MODEL = "ernie45_tiny_mtp"
+#: keywords of a greedy completions / chat request to `MODEL` that returns the token ids
+GREEDY_IDS = dict(model=MODEL, temperature=0, extra_body={"return_token_ids": True})
+
 #: what `ServerProcess` runs by default, and ``fd-mtp serve`` (the console script's module)
 API_SERVER = ("-m", "fd_mtp.entrypoints.openai.api_server")
 FD_MTP_SERVE = ("-m", "fd_mtp.cli", "serve")
@@ -144,7 +149,7 @@ def wait_for(predicate, timeout: float = 20, interval: float = 0.05, what: str =
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def greedy_pair(c, offline, prompt: str, max_tokens: int, model: str = "ernie45_tiny_mtp"):
+def greedy_pair(c, offline, prompt: str, max_tokens: int, model: str = MODEL):
     """One greedy completion of ``prompt`` (token ids returned, EOS ignored) from the server behind
     the ``openai`` client ``c`` and the same from ``offline`` (an `fd_mtp.LLM`): ``(the server's
     response, the offline RequestOutput)``."""

@@ -31,9 +31,8 @@ httpx = pytest.importorskip("httpx")
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess, metrics, openai_client, running, wait_for  # noqa: E402
+from .server_util import GREEDY_IDS, MODEL, ServerProcess, metrics, openai_client, running, wait_for  # noqa: E402
 
-MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
 TIMEOUT = 60
 
@@ -90,13 +89,7 @@ def test_greedy_completions_equal_offline(servers, offline, which):
     prompts = PROMPTS[: len(max_tokens)]
     want = _reference(offline, prompts, max_tokens)
     for prompt, m, ref in zip(prompts, max_tokens, want):
-        out = c.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=m,
-            temperature=0,
-            extra_body={"return_token_ids": True},
-        )
+        out = c.completions.create(prompt=prompt, max_tokens=m, **GREEDY_IDS)
         choice = out.choices[0]
         assert choice.token_ids == ref, (which, prompt)
         assert out.usage.completion_tokens == len(ref)
@@ -110,13 +103,11 @@ def test_greedy_completions_equal_offline(servers, offline, which):
         # streamed: the chunks' token ids concatenate to the same output, text too
         ids, text, reasons = [], "", []
         stream = c.completions.create(
-            model=MODEL,
             prompt=prompt,
             max_tokens=m,
-            temperature=0,
             stream=True,
             stream_options={"include_usage": True},
-            extra_body={"return_token_ids": True},
+            **GREEDY_IDS,
         )
         usage = None
         for chunk in stream:
@@ -167,22 +158,11 @@ def test_chat_equals_offline_on_the_default_template(servers, offline, which):
     messages = [{"role": "system", "content": "Write Python."}, {"role": "user", "content": "sort"}]
     prompt = default_chat_prompt([(m["role"], m["content"]) for m in messages])
     [ref] = _reference(offline, [prompt], [10])
-    out = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        extra_body={"return_token_ids": True},
-    )
+    out = c.chat.completions.create(messages=messages, max_tokens=10, **GREEDY_IDS)
     assert out.choices[0].token_ids == ref
     assert out.choices[0].message.role == "assistant"
     streamed = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        stream=True,
-        extra_body={"return_token_ids": True},
+        messages=messages, max_tokens=10, stream=True, **GREEDY_IDS
     )
     ids, text, roles = [], "", []
     for chunk in streamed:
@@ -244,13 +224,11 @@ def test_64_concurrent_streams_get_exactly_the_offline_tokens(servers, offline):
 
     async def one(ac, i):
         stream = await ac.completions.create(
-            model=MODEL,
             prompt=prompts[i],
             max_tokens=max_tokens[i],
-            temperature=0,
             stream=True,
             stream_options={"include_usage": True},
-            extra_body={"return_token_ids": True},
+            **GREEDY_IDS,
         )
         ids, usage, finishes = [], None, 0
         async for chunk in stream:

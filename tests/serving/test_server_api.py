@@ -31,9 +31,8 @@ httpx = pytest.importorskip("httpx")
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess, openai_client, running  # noqa: E402
+from .server_util import GREEDY_IDS, MODEL, ServerProcess, openai_client, running  # noqa: E402
 
-MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
 TIMEOUT = 60
 PROMPT = "def main():\n"
@@ -496,13 +495,7 @@ def test_tool_messages_are_rendered(server, offline):
     assert r.status_code == 200, r.text
     assert r.json()["tokens"] == offline.tokenizer.encode(prompt)
     ref = reference(offline, prompt, None, 6, temperature=0)
-    out = client(server.url).chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=6,
-        temperature=0,
-        extra_body={"return_token_ids": True},
-    )
+    out = client(server.url).chat.completions.create(messages=messages, max_tokens=6, **GREEDY_IDS)
     assert out.choices[0].token_ids == ref.token_ids
 
 
