@@ -17,15 +17,20 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
-import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint, write_random_checkpoint  # noqa: E402
 from fd_mtp.testing.eagle import write_exact_eagle_head, write_random_eagle_head  # noqa: E402
 
-from .test_speculative import _chi2_homogeneity, ops_expected  # noqa: E402
+from .test_speculative import (  # noqa: E402
+    GREEDY,
+    L,
+    _chi2_homogeneity,
+    llm_for,
+    ops_expected,
+    plain_tokens,
+    prompts,
+)
 
-GREEDY = dict(temperature=0.0, ignore_eos=True)
-L = 128
 METHODS = ["eagle", "eagle3"]
 
 
@@ -66,11 +71,6 @@ def demo(tmp_path_factory):
     }
 
 
-def prompts(lengths, seed=0, vocab=300):
-    rng = np.random.default_rng(seed)
-    return [[int(t) for t in rng.integers(3, vocab, n)] for n in lengths]
-
-
 def eagle(method, head, k, steps=None, **kw):
     return {
         "method": method,
@@ -79,24 +79,6 @@ def eagle(method, head, k, steps=None, **kw):
         "num_model_steps": k if steps is None else steps,
         **kw,
     }
-
-
-def llm_for(ckpt, spec=None, **kw):
-    kw.setdefault("max_num_seqs", 4)
-    kw.setdefault("max_model_len", L)
-    kw.setdefault("block_size", 8)
-    return fd_mtp.LLM(str(ckpt), speculative_config=spec, **kw)
-
-
-_PLAIN: dict = {}
-
-
-def plain_tokens(ckpt, ps, params, **kw):
-    key = (str(ckpt), repr(ps), repr(params), repr(sorted(kw.items())))
-    if key not in _PLAIN:
-        outs = llm_for(ckpt, max_num_seqs=8, **kw).generate(ps, params, use_tqdm=False)
-        _PLAIN[key] = [o.token_ids for o in outs]
-    return _PLAIN[key]
 
 
 def check_equal(pair, method, k, ps, max_tokens, steps=None, spec_kw=None, plain_kw=None, **kw):

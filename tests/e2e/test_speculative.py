@@ -77,11 +77,11 @@ def llm_for(ckpt, spec=None, **kw):
 _PLAIN: dict = {}
 
 
-def plain_tokens(ckpt, ps, params):
-    """Plain-decoding outputs (cached per checkpoint, prompts and params)."""
-    key = (str(ckpt), repr(ps), repr(params))
+def plain_tokens(ckpt, ps, params, **kw):
+    """Plain-decoding outputs (cached per checkpoint, prompts, params and `llm_for` keywords)."""
+    key = (str(ckpt), repr(ps), repr(params), repr(sorted(kw.items())))
     if key not in _PLAIN:
-        outs = llm_for(ckpt, max_num_seqs=8).generate(ps, params, use_tqdm=False)
+        outs = llm_for(ckpt, max_num_seqs=8, **kw).generate(ps, params, use_tqdm=False)
         _PLAIN[key] = [o.token_ids for o in outs]
     return _PLAIN[key]
 

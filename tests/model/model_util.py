@@ -24,6 +24,7 @@ from tolerances import (
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.attention import ForwardMeta, allocate_kv_caches
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP
+from fd_mtp.testing import TINY_MOE
 
 TINY = dict(
     vocab_size=300,
@@ -35,14 +36,7 @@ TINY = dict(
     rope_theta=10000.0,
     num_nextn_predict_layers=1,
 )
-MOE = dict(
-    moe_num_experts=4,
-    moe_k=2,
-    moe_intermediate_size=32,
-    moe_num_shared_experts=1,
-    moe_layer_start_index=1,
-    moe_use_aux_free=True,
-)
+MOE = dict(moe_num_experts=4, **TINY_MOE)  # 4 experts, layer 0 dense, aux-free bias
 
 
 def randomize(layer: paddle.nn.Layer, seed: int) -> None:
