@@ -7,6 +7,7 @@ paddle = pytest.importorskip("paddle")
 from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.config import CacheConfig, SchedulerConfig  # noqa: E402
 from fd_mtp.engine.runner import ModelRunner, Task, TaskKind  # noqa: E402
+from fd_mtp.testing.tasks import prefill_task  # noqa: E402
 
 from .util import tiny_model  # noqa: E402
 
@@ -34,21 +35,7 @@ def test_insert_tasks_v1_fields():
     tokens = [11, 12, 13, 14, 15, 16, 40, 41]  # 6 prompt tokens + 2 generated (a preempted request)
 
     def prefill_chunk(start, end):
-        r.insert_tasks_v1(
-            [
-                Task(
-                    TaskKind.PREFILL,
-                    1,
-                    block_ids=[7, 3],
-                    token_ids=tokens,
-                    start=start,
-                    end=end,
-                    num_output=2,
-                    params=params,
-                    seed=9,
-                )
-            ]
-        )
+        r.insert_tasks_v1([prefill_task(1, tokens, [7, 3], params, start, end, 2, seed=9)])
         r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
 
     prefill_chunk(0, 5)
