@@ -114,6 +114,12 @@ def assert_all_same(op_args, ref_args, names) -> None:
             assert_same(a, e, n)
 
 
+def replaced(d: dict, name: str, value) -> dict:
+    """``d`` (arrays by argument name) with ``name`` set to ``value``: ``d`` itself, changed."""
+    d[name] = value
+    return d
+
+
 class OpPair:
     """The hand-case harness of one op whose arguments a test keeps in a dict by name: the op and
     its numpy reference (same name in fd_mtp.ops / fd_mtp.reference) run on copies of the same
