@@ -3,7 +3,6 @@ holds every metric, and the PD hand-off moves exactly the request's KV blocks.""
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,11 +10,9 @@ from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("matplotlib")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_distributed.py"
-
 
 def test_bench_distributed_tiny(tmp_path):
-    bench = load_script(BENCH)
+    bench = load_script("benchmarks/bench_distributed.py")
     argv = ["--batches", "2", "--max-tokens", "4", "--repeats", "1", "--pd-lengths", "16,17"]
     bench.main(argv + ["--pd-requests", "1", "--check", "--out", str(tmp_path)])
     with open(tmp_path / "bench_distributed.csv") as f:

@@ -2,7 +2,6 @@
 serves the shared system prompt and the chat history, the CSV holds every metric."""
 
 import csv
-from pathlib import Path
 
 import pytest
 
@@ -11,11 +10,9 @@ from fd_mtp.testing.scripts import load_script
 pytest.importorskip("paddle")
 pytest.importorskip("matplotlib")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prefix_cache.py"
-
 
 def load_bench():
-    return load_script(BENCH)
+    return load_script("benchmarks/bench_prefix_cache.py")
 
 
 def test_bench_prefix_cache_check_and_csv(tmp_path, capsys):
