@@ -128,6 +128,13 @@ def check_bad_values(op, names, d, name, fields):
         getattr(reference, op)(*[d[n] for n in names], BS, ENC_DEC, K)
 
 
+def check_bad_change(op, names, d, name, change):
+    """``d`` with ``name`` replaced by ``change(d[name])``: the op raises naming ``name`` and
+    writes nothing."""
+    d[name] = change(d[name])
+    op_raises_and_unchanged(op, names, d, name)
+
+
 def checked_or_both_refuse(op, names, run, check, d, bs, k):
     """None when the reference refuses ``d`` (and the op too, see `both_refuse`); else ``run(d,
     bs, k)`` (op == reference), whose result ``check(d, after)`` accepts; -> that result."""
@@ -585,8 +592,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
-    name, fields = BAD[case]
-    check_bad_values(OP, NAMES, good(), name, fields)
+    check_bad_values(OP, NAMES, good(), *BAD[case])
 
 
 def test_good_args_are_good():
@@ -625,10 +631,7 @@ BAD_TYPES = {
 
 @pytest.mark.parametrize("case", sorted(BAD_TYPES))
 def test_bad_dtypes_and_shapes(case):
-    name, change = BAD_TYPES[case]
-    d = good()
-    d[name] = change(d[name])
-    raises_and_unchanged(d, name)
+    check_bad_change(OP, NAMES, good(), *BAD_TYPES[case])
 
 
 def test_bad_attributes():
