@@ -512,10 +512,6 @@ def test_property_matches_reference(bsz, nb, bs, k, tight, seed):
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
-
-
 def good():
     """Valid: request 0 needs slot 2 and holds 1 decode block, 1 free block; request 1 is parked."""
     return batch(
@@ -635,8 +631,8 @@ def test_bad_dtypes_and_shapes(case):
 
 
 def test_bad_attributes():
-    raises_and_unchanged(good(), "block_size", bs=0)
-    raises_and_unchanged(good(), "max_draft_tokens", k=-1)
+    op_raises_and_unchanged(OP, NAMES, good(), "block_size", bs=0)
+    op_raises_and_unchanged(OP, NAMES, good(), "max_draft_tokens", k=-1)
 
 
 def test_docstring_examples_of_the_block_managers():

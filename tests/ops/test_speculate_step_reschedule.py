@@ -169,7 +169,7 @@ def test_a_victim_outside_the_need_list():
 def test_free_list_exhaustion_raises_where_upstream_spins():
     # Both need a block; nobody holds a decode block to hand back.
     d = batch(2, seq_lens_decoder=[6, 6], block_tables=[[5, -1, -1, -1]] * 2)
-    raises_and_unchanged(d, "free_list")
+    op_raises_and_unchanged(OP, NAMES, d, "free_list")
 
 
 def test_arguments_it_never_reads_may_have_any_dtype_and_shape():
@@ -248,10 +248,6 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
-
-
 def good():
     """Request 0 needs slot 2 and holds 1 decode block, 1 block is free; request 1 is stopped."""
     return batch(

@@ -161,7 +161,7 @@ def test_preemption_order_is_most_blocks_then_lowest_index():
 
 def test_free_list_exhausted_raises_and_writes_nothing():
     d = with_cached(batch(2, seq_lens_decoder=[6, 6], block_tables=[[5, -1, -1, -1]] * 2))
-    raises_and_unchanged(d, "free_list")
+    op_raises_and_unchanged(OP, SC_NAMES, d, "free_list")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,10 +200,6 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, SC_NAMES, d, name, bs, k)
-
-
 def good():
     return with_cached(step_good())
 
