@@ -4,7 +4,8 @@ with planted n-gram repeats (so that matches really happen), and the invariants 
 from __future__ import annotations
 
 import numpy as np
-from util import OpPair, assert_same, ragged
+import pytest
+from util import OpPair, assert_same, ragged, to_numpy, to_paddle
 
 from fd_mtp.testing.op_inputs import positional
 
@@ -16,6 +17,30 @@ NGRAM = OpPair("ngram_match", positional("ngram_match")[:10], MATRICES, ROW_FILL
 HYBRID = OpPair("hybrid_mtp_ngram", positional("hybrid_mtp_ngram")[:9], MATRICES, ROW_FILL)
 NGRAM_NAMES = NGRAM.names
 HYBRID_NAMES = HYBRID.names
+
+
+def op_refuses(op, names, d, arg, *attrs, **kw):
+    """fd_mtp.ops.<op> on ``d``'s arrays (``names`` order, then ``attrs`` and ``kw``) raises a
+    ValueError matching ``arg`` and writes none of them."""
+    import fd_mtp.ops as ops
+
+    t = {n: to_paddle(d[n]) for n in names}
+    with pytest.raises(ValueError, match=arg):
+        getattr(ops, op)(*[t[n] for n in names], *attrs, **kw)
+    for n in names:
+        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+
+
+def op_and_reference_refuse(op, names, d, arg, *attrs, **kw):
+    """`op_refuses`, and the numpy reference of ``op`` refuses ``d`` the same way."""
+    import fd_mtp.reference as reference
+
+    op_refuses(op, names, d, arg, *attrs, **kw)
+    ref = {n: d[n].copy() for n in names}
+    with pytest.raises(ValueError, match=arg):
+        getattr(reference, op)(*[ref[n] for n in names], *attrs, **kw)
+    for n in names:
+        assert_same(ref[n], d[n], f"{n} after the failed reference call")
 
 
 def hand_batch(pair, n, k, li, lp, column, first_row, q, **fields):

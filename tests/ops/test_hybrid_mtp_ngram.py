@@ -10,11 +10,19 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ngram_util import HYBRID, HYBRID_NAMES, check_invariants, hand_batch, random_batch, run_hybrid
+from ngram_util import (
+    HYBRID,
+    HYBRID_NAMES,
+    check_invariants,
+    hand_batch,
+    op_and_reference_refuse,
+    op_refuses,
+    random_batch,
+    run_hybrid,
+)
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 
 A, D = 77, 88  # last accepted token, an MTP draft
 K = 3
@@ -275,16 +283,7 @@ def test_random_batches_like_the_hypothesis_ones_really_draft():
 # 3. Bad input
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, sizes=(3, 1, K), **kw):
-    t = {n: to_paddle(d[n]) for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        ops.hybrid_mtp_ngram(*[t[n] for n in HYBRID_NAMES], *sizes, **kw)
-    for n in HYBRID_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
-    ref = {n: d[n].copy() for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        reference.hybrid_mtp_ngram(*[ref[n] for n in HYBRID_NAMES], *sizes, **kw)
-    for n in HYBRID_NAMES:
-        assert_same(ref[n], d[n], f"{n} after the failed reference call")
+    op_and_reference_refuse("hybrid_mtp_ngram", HYBRID_NAMES, d, arg, *sizes, **kw)
 
 
 def _good_then_bad(**bad):
@@ -335,8 +334,4 @@ def test_bad_ngram_sizes(sizes, arg):
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    t = {n: to_paddle(d[n]) for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=name):
-        ops.hybrid_mtp_ngram(*[t[n] for n in HYBRID_NAMES], 3, 1, K)
-    for n in HYBRID_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+    op_refuses("hybrid_mtp_ngram", HYBRID_NAMES, d, name, 3, 1, K)

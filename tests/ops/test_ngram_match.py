@@ -18,6 +18,8 @@ from ngram_util import (
     NGRAM_NAMES,
     check_invariants,
     hand_batch,
+    op_and_reference_refuse,
+    op_refuses,
     random_batch,
     run_hybrid,
     run_ngram,
@@ -25,7 +27,6 @@ from ngram_util import (
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 
 A = 77  # the last accepted token (draft_tokens[b, 0]); never touched
 
@@ -344,16 +345,7 @@ def test_random_batches_like_the_hypothesis_ones_really_draft():
 # 3. Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, *extra, **kw):
-    t = {n: to_paddle(d[n]) for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        ops.ngram_match(*[t[n] for n in NGRAM_NAMES], *(extra or (3, 3)), **kw)
-    for n in NGRAM_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
-    ref = {n: d[n].copy() for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        reference.ngram_match(*[ref[n] for n in NGRAM_NAMES], *(extra or (3, 3)), **kw)
-    for n in NGRAM_NAMES:
-        assert_same(ref[n], d[n], f"{n} after the failed reference call")
+    op_and_reference_refuse("ngram_match", NGRAM_NAMES, d, arg, *(extra or (3, 3)), **kw)
 
 
 def _good_then_bad(**bad):
@@ -422,11 +414,7 @@ def test_max_ngram_size_must_be_positive():
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    t = {n: to_paddle(d[n]) for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=name):
-        ops.ngram_match(*[t[n] for n in NGRAM_NAMES], 3, 3)
-    for n in NGRAM_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+    op_refuses("ngram_match", NGRAM_NAMES, d, name, 3, 3)
 
 
 # ------------------------------------------------------------------------------------------------
