@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ngram_util import (
     HYBRID,
     HYBRID_NAMES,
+    assert_random_batches_draft,
     check_invariants,
     hand_batch,
     op_and_reference_refuse,
@@ -252,31 +253,7 @@ def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, 
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    """The batch generator of the property test plants matches: most batches draft (a fixed set of
-    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
-    cases = drafted = 0
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        bsz, k, n_max = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
-        n_min = max(1, n_max - int(rng.integers(0, 5)))
-        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(
-            rng,
-            bsz,
-            hybrid=True,
-            k=k,
-            width=width,
-            vocab=vocab,
-            max_n=n_max,
-            min_n=n_min,
-            plant=0.8,
-        )
-        got = run_hybrid(
-            d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
-        )
-        cases += 1
-        drafted += check_invariants(d, got, hybrid=True, k=k, threshold=10_000, n_min=n_min) > 0
-    assert drafted >= 0.4 * cases, (drafted, cases)
+    assert_random_batches_draft(hybrid=True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from ngram_util import (
     HYBRID_NAMES,
     NGRAM,
     NGRAM_NAMES,
+    assert_random_batches_draft,
     check_invariants,
     hand_batch,
     op_and_reference_refuse,
@@ -327,18 +328,7 @@ def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, thresho
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    """The batch generator of the property test plants matches: most batches draft (a fixed set of
-    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
-    cases = drafted = 0
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        bsz, k, max_n = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
-        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
-        got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=10_000)
-        cases += 1
-        drafted += check_invariants(d, got, hybrid=False, k=k, threshold=10_000) > 0
-    assert drafted >= 0.4 * cases, (drafted, cases)
+    assert_random_batches_draft(hybrid=False)
 
 
 # ------------------------------------------------------------------------------------------------
