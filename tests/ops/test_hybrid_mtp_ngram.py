@@ -6,21 +6,12 @@ batches with planted n-gram repeats (asserting that matches happen), invariants,
 
 from __future__ import annotations
 
+import ngram_util
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ngram_util import (
-    HYBRID,
-    HYBRID_NAMES,
-    assert_random_batches_draft,
-    check_invariants,
-    hand_batch,
-    op_and_reference_refuse,
-    op_refuses,
-    random_batch,
-    run_hybrid,
-)
+from ngram_util import HYBRID, HYBRID_NAMES, check_invariants, hand_batch, random_batch, run_hybrid
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
@@ -253,14 +244,14 @@ def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, 
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    assert_random_batches_draft(hybrid=True)
+    ngram_util.assert_random_batches_draft(hybrid=True)
 
 
 # ------------------------------------------------------------------------------------------------
 # 3. Bad input
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, sizes=(3, 1, K), **kw):
-    op_and_reference_refuse("hybrid_mtp_ngram", HYBRID_NAMES, d, arg, *sizes, **kw)
+    ngram_util.op_and_reference_refuse("hybrid_mtp_ngram", HYBRID_NAMES, d, arg, *sizes, **kw)
 
 
 def _good_then_bad(**bad):
@@ -311,4 +302,4 @@ def test_bad_ngram_sizes(sizes, arg):
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    op_refuses("hybrid_mtp_ngram", HYBRID_NAMES, d, name, 3, 1, K)
+    ngram_util.op_refuses("hybrid_mtp_ngram", HYBRID_NAMES, d, name, 3, 1, K)

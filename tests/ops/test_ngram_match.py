@@ -8,6 +8,7 @@ written).
 
 from __future__ import annotations
 
+import ngram_util
 import numpy as np
 import pytest
 from hypothesis import given
@@ -16,11 +17,8 @@ from ngram_util import (
     HYBRID_NAMES,
     NGRAM,
     NGRAM_NAMES,
-    assert_random_batches_draft,
     check_invariants,
     hand_batch,
-    op_and_reference_refuse,
-    op_refuses,
     random_batch,
     run_hybrid,
     run_ngram,
@@ -328,14 +326,14 @@ def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, thresho
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    assert_random_batches_draft(hybrid=False)
+    ngram_util.assert_random_batches_draft(hybrid=False)
 
 
 # ------------------------------------------------------------------------------------------------
 # 3. Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, *extra, **kw):
-    op_and_reference_refuse("ngram_match", NGRAM_NAMES, d, arg, *(extra or (3, 3)), **kw)
+    ngram_util.op_and_reference_refuse("ngram_match", NGRAM_NAMES, d, arg, *(extra or (3, 3)), **kw)
 
 
 def _good_then_bad(**bad):
@@ -404,7 +402,7 @@ def test_max_ngram_size_must_be_positive():
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    op_refuses("ngram_match", NGRAM_NAMES, d, name, 3, 3)
+    ngram_util.op_refuses("ngram_match", NGRAM_NAMES, d, name, 3, 3)
 
 
 # ------------------------------------------------------------------------------------------------
