@@ -1,5 +1,6 @@
 """A real ``fd-mtp serve`` process on 127.0.0.1 (a free port chosen by the OS) for the serving tests,
-and small helpers to read its Prometheus metrics."""
+and small helpers to read its Prometheus metrics. Importing it skips the importing test module where
+fastapi, uvicorn or httpx is missing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+import pytest
+
+# What a served test needs, so that importing this module skips the test module without it: the
+# server's web stack, and httpx for the helpers below.
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90

@@ -22,8 +22,6 @@ import threading
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")

@@ -23,8 +23,6 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
@@ -241,15 +239,10 @@ def test_chat_logprobs_equal_offline(server, offline, sampling):
     top = 2
     ref = reference(offline, prompt, top, 10, **kw)
     c = client(server.url)
-    out = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        logprobs=True,
-        top_logprobs=top,
-        extra_body={"return_token_ids": True},
-        **kw,
+    request = dict(
+        model=MODEL, messages=messages, max_tokens=10, logprobs=True, top_logprobs=top, **kw
     )
+    out = c.chat.completions.create(**request, extra_body={"return_token_ids": True})
     choice = out.choices[0]
     assert choice.token_ids == ref.token_ids
     content = choice.logprobs.content
@@ -265,15 +258,7 @@ def test_chat_logprobs_equal_offline(server, offline, sampling):
         best = sorted(entry.values(), key=lambda lp: lp.rank)[:top]  # without the sampled one
         check_top({t.token: t.logprob for t in item.top_logprobs}, best, top, f"token {i}")
 
-    streamed = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        logprobs=True,
-        top_logprobs=top,
-        stream=True,
-        **kw,
-    )
+    streamed = c.chat.completions.create(**request, stream=True)
     items = []
     for chunk in streamed:
         for ch in chunk.choices:

@@ -24,8 +24,6 @@ import time
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -41,6 +39,10 @@ MTP = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
 SLOTS = 2
 #: a stream that runs for several seconds (the demo model decodes ~300 tokens/s on this CPU)
 LONG = 2000
+#: a greedy stream of LONG tokens that does not stop at EOS (the prompt is added per request)
+LONG_STREAM = dict(
+    model=MODEL, max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True}
+)
 COMMON = ["--pd", "--max-num-seqs", str(SLOTS), "--max-model-len", "2048", "--block-size", "16"]
 COMMON += ["--shutdown-timeout", "2"]
 # this test process's own first-token queues (ftok keeps the low 8 bits: distinct there)
@@ -213,11 +215,7 @@ def test_cancelled_streams_free_their_slots(servers, offline):
     c = client(url)
     before = metrics(url)
     # the streams have ~2000 tokens to go (over 10 s for two): freed within 3 s is the abort
-    long_kw = dict(model=MODEL, max_tokens=LONG, temperature=0, stream=True)
-    streams = [
-        c.completions.create(prompt=p, **long_kw, extra_body={"ignore_eos": True})
-        for p in PROMPTS[:SLOTS]
-    ]
+    streams = [c.completions.create(prompt=p, **LONG_STREAM) for p in PROMPTS[:SLOTS]]
     for s in streams:
         for k, _ in enumerate(s):
             if k == 3:
@@ -260,14 +258,7 @@ def test_sigterm_drains_then_stops_both_instances_and_cleans_up(servers):
     proc = servers["mtp"]
     pids = list(_instances(proc.proc.pid).values())
     assert len(pids) == 2, pids
-    stream = client(proc.url).completions.create(
-        model=MODEL,
-        prompt=PROMPTS[1],
-        max_tokens=LONG,
-        temperature=0,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    stream = client(proc.url).completions.create(prompt=PROMPTS[1], **LONG_STREAM)
     it = iter(stream)
     next(it)
     proc.proc.send_signal(signal.SIGTERM)
@@ -292,14 +283,7 @@ def test_dead_decode_instance_fails_streams_then_shutdown_cleans_up(servers):
     assert sorted(instances) == ["decode", "prefill"], instances
     pids = list(instances.values())
     c = client(url)
-    stream = c.completions.create(
-        model=MODEL,
-        prompt=PROMPTS[0],
-        max_tokens=LONG,
-        temperature=0,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    stream = c.completions.create(prompt=PROMPTS[0], **LONG_STREAM)
     it = iter(stream)
     for _ in range(3):
         next(it)

@@ -9,8 +9,6 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import fd_mtp  # noqa: E402

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import fd_mtp  # noqa: E402
