@@ -232,17 +232,8 @@ def assert_random_batches_draft(hybrid, seeds=range(40)):
         bsz, k, max_n = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
         n_min = max(1, max_n - int(rng.integers(0, 5))) if hybrid else 1
         vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(
-            rng,
-            bsz,
-            hybrid=hybrid,
-            k=k,
-            width=width,
-            vocab=vocab,
-            max_n=max_n,
-            min_n=n_min,
-            plant=0.8,
-        )
+        sizes = dict(k=k, width=width, vocab=vocab, max_n=max_n, min_n=n_min)
+        d = random_batch(rng, bsz, hybrid=hybrid, plant=0.8, **sizes)
         if hybrid:
             got = run_hybrid(
                 d, max_ngram_size=max_n, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
