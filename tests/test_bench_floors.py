@@ -3,22 +3,15 @@ table (the measured columns "not measured"), the models count what the ops must 
 that needs a GPU refuses clearly where there is none."""
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from fd_mtp.testing.scripts import load_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu_ops_floors", ROOT / "benchmarks" / "bench_gpu_ops.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_gpu_ops.py", "bench_gpu_ops_floors")
 
 
 def test_op_names_keep_bracketed_variants():

@@ -6,6 +6,15 @@ import pytest
 from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 
 
+def assert_field_refused(cls, field, value, message):
+    """``cls(field=value)`` and ``cls.from_value({field: value})`` raise a ValueError matching
+    ``message``."""
+    with pytest.raises(ValueError, match=message):
+        cls(**{field: value})
+    with pytest.raises(ValueError, match=message):
+        cls.from_value({field: value})
+
+
 @pytest.mark.parametrize(
     "cls,field,value,message",
     [
@@ -35,10 +44,7 @@ from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig
     ],
 )
 def test_bad_values_raise_naming_the_field(cls, field, value, message):
-    with pytest.raises(ValueError, match=message):
-        cls(**{field: value})
-    with pytest.raises(ValueError, match=message):
-        cls.from_value({field: value})
+    assert_field_refused(cls, field, value, message)
 
 
 def test_unknown_dict_keys_are_refused_by_name():

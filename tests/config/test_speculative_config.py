@@ -1,6 +1,7 @@
 """SpeculativeConfig: FastDeploy defaults, dict input, validation errors naming the field."""
 
 import pytest
+from test_configs import assert_field_refused
 
 from fd_mtp.config import CANDIDATE_LENS, SpeculativeConfig
 
@@ -84,10 +85,7 @@ def test_hybrid_mode_needs_more_drafts_than_substeps():
     ],
 )
 def test_bad_values_raise_naming_the_field(field, value, message):
-    with pytest.raises(ValueError, match=message):
-        SpeculativeConfig(**{field: value})
-    with pytest.raises(ValueError, match=message):
-        SpeculativeConfig.from_value({field: value})
+    assert_field_refused(SpeculativeConfig, field, value, message)
 
 
 def test_unknown_dict_fields_are_refused_not_ignored():

@@ -2,21 +2,17 @@
 holds every metric, and the PD hand-off moves exactly the request's KV blocks."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
+from fd_mtp.testing.scripts import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_distributed.py"
+pytest.importorskip("matplotlib")
 
 
 def test_bench_distributed_tiny(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_distributed", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_distributed.py")
     argv = ["--batches", "2", "--max-tokens", "4", "--repeats", "1", "--pd-lengths", "16,17"]
     bench.main(argv + ["--pd-requests", "1", "--check", "--out", str(tmp_path)])
     with open(tmp_path / "bench_distributed.csv") as f:

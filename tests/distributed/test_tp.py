@@ -18,7 +18,7 @@ from fd_mtp.model.config import ErnieConfig
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP
 from fd_mtp.model.loader import load_checkpoint
 from fd_mtp.model.parallel import TensorParallel, check_tp_config
-from fd_mtp.testing import write_random_checkpoint
+from fd_mtp.testing import tiny_config, write_random_checkpoint
 
 MTP = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
 GREEDY = SamplingParams(temperature=0, max_tokens=20)
@@ -128,18 +128,8 @@ def test_degree_must_divide_heads_and_experts():
         check_tp_config(cfg, 4)
     with pytest.raises(ValueError, match="num_attention_heads"):
         check_tp_config(cfg, 3)
-    moe = ErnieConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        moe_num_experts=3,
-        moe_k=1,
-        moe_intermediate_size=16,
-        moe_layer_start_index=1,
-    )
+    # 4 heads, 2 kv heads and the MLP widths divide by 2; 3 experts do not
+    moe = tiny_config(moe_num_experts=3, moe_k=1, moe_intermediate_size=16)
     with pytest.raises(ValueError, match="moe_num_experts"):
         check_tp_config(moe, 2)
     check_tp_config(cfg, 2)

@@ -77,11 +77,11 @@ def llm_for(ckpt, spec=None, **kw):
 _PLAIN: dict = {}
 
 
-def plain_tokens(ckpt, ps, params):
-    """Plain-decoding outputs (cached per checkpoint, prompts and params)."""
-    key = (str(ckpt), repr(ps), repr(params))
+def plain_tokens(ckpt, ps, params, **kw):
+    """Plain-decoding outputs (cached per checkpoint, prompts, params and `llm_for` keywords)."""
+    key = (str(ckpt), repr(ps), repr(params), repr(sorted(kw.items())))
     if key not in _PLAIN:
-        outs = llm_for(ckpt, max_num_seqs=8).generate(ps, params, use_tqdm=False)
+        outs = llm_for(ckpt, max_num_seqs=8, **kw).generate(ps, params, use_tqdm=False)
         _PLAIN[key] = [o.token_ids for o in outs]
     return _PLAIN[key]
 
@@ -380,6 +380,30 @@ def _chi2_homogeneity(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
     return float(((c - expected) ** 2 / expected).sum()), c.shape[0] - 1
 
 
+def sampled_params(n, first_seed, **kw):
+    """``n`` seeded sampling requests of 3 tokens (top-k 3, EOS ignored; seeds ``first_seed``,
+    ``first_seed + 1``, ...; ``kw``: temperature, top_p)."""
+    return [
+        SamplingParams(max_tokens=3, seed=first_seed + i, top_k=3, ignore_eos=True, **kw)
+        for i in range(n)
+    ]
+
+
+def assert_same_distribution(ckpt, llm, prompt, params):
+    """``params`` on ``prompt`` (repeated) with plain decoding of ``ckpt`` and with ``llm``: the
+    outputs have the same joint distribution (seeded chi-square homogeneity: the statistic is below
+    dof + 3.1 sqrt(2 dof) + 10, above chi-square's 99.9% quantile for these dof); -> (plain rows,
+    llm's rows)."""
+    n = len(params)
+    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n, params, use_tqdm=False)
+    out = llm.generate([prompt] * n, params, use_tqdm=False)
+    a = np.array([o.token_ids for o in plain])
+    b = np.array([o.token_ids for o in out])
+    stat, dof = _chi2_homogeneity(a, b)
+    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
+    return a, b
+
+
 def test_rejection_sampling_matches_plain_sampling_in_distribution(ckpts):
     """Lossless speculative sampling: the first three generated tokens of 1200 seeded requests have
     the same joint distribution with and without speculation (chi-square homogeneity, seeded, so
@@ -388,20 +412,11 @@ def test_rejection_sampling_matches_plain_sampling_in_distribution(ckpts):
     ckpt = ckpts["mixed"]
     n_req = 1200
     prompt = prompts([6], seed=120)[0]
-    params = [
-        SamplingParams(max_tokens=3, seed=1000 + i, temperature=1.0, top_k=3, ignore_eos=True)
-        for i in range(n_req)
-    ]
-    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    params = sampled_params(n_req, 1000, temperature=1.0)
     llm = llm_for(ckpt, mtp(2, 2, verification="rejection"), max_num_seqs=64, seed=11)
-    spec = llm.generate([prompt] * n_req, params, use_tqdm=False)
-    a = np.array([o.token_ids for o in plain])
-    b = np.array([o.token_ids for o in spec])
-    stat, dof = _chi2_homogeneity(a, b)
+    a, _ = assert_same_distribution(ckpt, llm, prompt, params)
     m = llm.speculative_metrics
     assert m.num_accepted > 300 and m.num_drafted - m.num_accepted > 300, m.summary()
-    # 99.9% quantile of chi-square is below dof + 3.1 * sqrt(2 dof) + 10 for these dof
-    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
     # the same test tells a different distribution apart: greedy tokens
     greedy = llm_for(ckpt, max_num_seqs=64).generate(
         [prompt] * 50, SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False
@@ -693,24 +708,14 @@ def test_draft_sampling_with_varying_draft_length_matches_plain_sampling(ckpts):
     ckpt = ckpts["mixed"]
     n_req = 1200
     prompt = prompts([6], seed=121)[0]
-    params = [
-        SamplingParams(
-            max_tokens=3, seed=3000 + i, temperature=0.8, top_p=0.9, top_k=3, ignore_eos=True
-        )
-        for i in range(n_req)
-    ]
-    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    params = sampled_params(n_req, 3000, temperature=0.8, top_p=0.9)
     spec = mtp(3, verification="rejection", draft_sampling=True)
     llm = llm_for(ckpt, spec, max_num_seqs=64, seed=13)
     policy = shuffled(llm, seed=5)
-    out = llm.generate([prompt] * n_req, params, use_tqdm=False)
-    a = np.array([o.token_ids for o in plain])
-    b = np.array([o.token_ids for o in out])
-    stat, dof = _chi2_homogeneity(a, b)
+    assert_same_distribution(ckpt, llm, prompt, params)
     m = llm.speculative_metrics
     assert m.num_accepted > 300 and m.num_drafted - m.num_accepted > 300, m.summary()
     assert sum(1 for n in policy.metrics.k_histogram if n) == 4
-    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
     # the argmax drafter on the first 300 requests, same caps: fewer drafts accepted
     few = params[:300]
     argmax = llm_for(ckpt, mtp(3, verification="rejection"), max_num_seqs=64, seed=13)
@@ -728,18 +733,8 @@ def test_adaptive_sampled_requests_match_plain_sampling(ckpts):
     ckpt = ckpts["mixed"]
     n_req = 800
     prompt = prompts([5], seed=122)[0]
-    params = [
-        SamplingParams(
-            max_tokens=3, seed=5000 + i, temperature=0.8, top_p=0.9, top_k=3, ignore_eos=True
-        )
-        for i in range(n_req)
-    ]
-    plain = llm_for(ckpt, max_num_seqs=64).generate([prompt] * n_req, params, use_tqdm=False)
+    params = sampled_params(n_req, 5000, temperature=0.8, top_p=0.9)
     spec = mtp(2, verification="rejection", draft_sampling=True, draft_policy="adaptive")
     llm = llm_for(ckpt, spec, max_num_seqs=64, seed=17)
-    out = llm.generate([prompt] * n_req, params, use_tqdm=False)
-    stat, dof = _chi2_homogeneity(
-        np.array([o.token_ids for o in plain]), np.array([o.token_ids for o in out])
-    )
-    assert dof >= 8 and stat < dof + 3.1 * np.sqrt(2 * dof) + 10, (stat, dof)
+    assert_same_distribution(ckpt, llm, prompt, params)
     assert sum(llm.runner.draft_policy.metrics.k_histogram) > 0

@@ -1,44 +1,28 @@
 """benchmarks/bench_e2e.py end to end at a tiny size: --check passes, the CSV holds every metric."""
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("safetensors")
 pytest.importorskip("matplotlib")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_e2e.py"
-
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_e2e", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_e2e.py")
 
 
 def test_bench_e2e_check_and_csv(tmp_path, capsys):
     bench = load_bench()
     bench.main(
         [
-            "--modes",
-            "plain,mtp_k2,hybrid_k3",
-            "--workloads",
-            "greedy-heldout",
-            "--batches",
-            "1,3",
-            "--max-tokens",
-            "9",
-            "--prompt-len",
-            "6",
-            "--repeats",
-            "1",
-            "--check",
-            "--context",
-            "0",
+            *(
+                "--modes plain,mtp_k2,hybrid_k3 --workloads greedy-heldout --batches 1,3"
+                " --max-tokens 9 --prompt-len 6 --repeats 1 --check --context 0"
+            ).split(),
             "--out",
             str(tmp_path),
         ]
@@ -96,13 +80,7 @@ def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
     bench = load_bench()
     bench.main(
         [
-            "--quick",
-            "--modes",
-            "plain,mtp_k1,adaptive,adaptive_ds",
-            "--batches",
-            "1,2",
-            "--prompt-len",
-            "8",
+            *"--quick --modes plain,mtp_k1,adaptive,adaptive_ds --batches 1,2 --prompt-len 8".split(),
             "--check",
             "--out",
             str(tmp_path),
@@ -145,20 +123,10 @@ def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
     ):
         bench.main(
             [
-                "--modes",
-                "plain,mtp_k1",
-                "--workloads",
-                "greedy-heldout",
-                "--batches",
-                "1",
-                "--max-tokens",
-                "6",
-                "--prompt-len",
-                "4",
-                "--repeats",
-                "1",
-                "--check",
-                "--out",
+                *(
+                    "--modes plain,mtp_k1 --workloads greedy-heldout --batches 1 --max-tokens 6"
+                    " --prompt-len 4 --repeats 1 --check --out"
+                ).split(),
                 str(tmp_path),
             ]
         )

@@ -2,22 +2,17 @@
 serves the shared system prompt and the chat history, the CSV holds every metric."""
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("matplotlib")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prefix_cache.py"
-
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_prefix_cache", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_prefix_cache.py")
 
 
 def test_bench_prefix_cache_check_and_csv(tmp_path, capsys):

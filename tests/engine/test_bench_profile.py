@@ -2,23 +2,18 @@
 instrumented step, the op counter counts, the floor is positive, the CSV holds every metric."""
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("matplotlib")
 pytest.importorskip("sentencepiece")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_profile.py"
-
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_profile", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_profile.py")
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +31,7 @@ def test_profile_cells_and_csv(ckpt, tmp_path, capsys, forward):
         [
             "--model",
             str(ckpt),
-            "--batches",
-            "1,2",
-            "--modes",
-            "plain,mtp_k2",
-            "--max-tokens",
-            "6",
-            "--prompt-chars",
-            "60",
-            "--repeats",
-            "1",
+            *"--batches 1,2 --modes plain,mtp_k2 --max-tokens 6 --prompt-chars 60 --repeats 1".split(),
             "--out",
             str(out),
             "--forward",

@@ -4,6 +4,7 @@ entry point and Ctrl-C)."""
 import ast
 import os
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,6 +31,12 @@ def ckpt(tmp_path_factory):
     return write_random_checkpoint(tmp_path_factory.mktemp("ckpt"), seed=3)
 
 
+def cli_args(model, args: str = "") -> list[str]:
+    """``fd-mtp generate --model MODEL ARGS`` as a list (``args``: a shell-quoted command line;
+    ``model`` None: no --model, the demo model)."""
+    return ["generate", *(["--model", str(model)] if model else []), *shlex.split(args)]
+
+
 def parse(out: str) -> dict[int, list[int]]:
     ids = {}
     for line in out.splitlines():
@@ -41,26 +48,11 @@ def parse(out: str) -> dict[int, list[int]]:
 
 def test_generate_greedy_matches_naive(ckpt, capsys):
     rc = main(
-        [
-            "generate",
-            "--model",
-            str(ckpt),
-            "--prompt-ids",
-            "5 6 7 8",
-            "--prompt-ids",
-            "9,10",
-            "--max-tokens",
-            "6",
-            "--ignore-eos",
-            "--batch",
-            "3",
-            "--no-progress",
-            "--max-model-len",
-            "64",
-            "--block-size",
-            "8",
-            "--stream",
-        ]
+        cli_args(
+            ckpt,
+            "--prompt-ids '5 6 7 8' --prompt-ids 9,10 --max-tokens 6 --ignore-eos --batch 3"
+            " --no-progress --max-model-len 64 --block-size 8 --stream",
+        )
     )
     out = capsys.readouterr().out
     assert rc == 0
@@ -96,22 +88,11 @@ def test_stream_one_request_writes_one_line_as_it_goes(ckpt, monkeypatch):
     rec = FlushRecorder()
     monkeypatch.setattr(sys, "stdout", rec)
     rc = main(
-        [
-            "generate",
-            "--model",
-            str(ckpt),
-            "--prompt-ids",
-            "5 6 7 8",
-            "--max-tokens",
-            "6",
-            "--ignore-eos",
-            "--no-progress",
-            "--max-model-len",
-            "64",
-            "--block-size",
-            "8",
-            "--stream",
-        ]
+        cli_args(
+            ckpt,
+            "--prompt-ids '5 6 7 8' --max-tokens 6 --ignore-eos --no-progress --max-model-len 64"
+            " --block-size 8 --stream",
+        )
     )
     monkeypatch.undo()
     assert rc == 0
@@ -132,18 +113,11 @@ def test_stream_text_with_a_tokenizer(capsys):
     # the demo model has a tokenizer: the text streams, then the report repeats it
     assert (
         main(
-            [
-                "generate",
-                "--prompt",
-                "def f(",
-                "--max-tokens",
-                "8",
-                "--ignore-eos",
-                "--no-progress",
-                "--max-model-len",
-                "64",
-                "--stream",
-            ]
+            cli_args(
+                None,
+                "--prompt 'def f(' --max-tokens 8 --ignore-eos --no-progress --max-model-len 64"
+                " --stream",
+            )
         )
         == 0
     )
@@ -156,20 +130,10 @@ def test_stream_text_with_a_tokenizer(capsys):
 
 def test_generate_reports_rejected_prompts(ckpt, capsys):
     rc = main(
-        [
-            "generate",
-            "--model",
-            str(ckpt),
-            "--prompt-ids",
-            "5 6",
-            "--prompt-ids",
-            "5 999",
-            "--max-tokens",
-            "2",
-            "--no-progress",
-            "--max-model-len",
-            "32",
-        ]
+        cli_args(
+            ckpt,
+            "--prompt-ids '5 6' --prompt-ids '5 999' --max-tokens 2 --no-progress --max-model-len 32",
+        )
     )
     out = capsys.readouterr().out
     assert (
@@ -188,19 +152,10 @@ def test_console_entry_point_runs(ckpt):
             sys.executable,
             "-m",
             "fd_mtp.cli",
-            "generate",
-            "--model",
-            str(ckpt),
-            "--prompt-ids",
-            "4 5",
-            "--max-tokens",
-            "3",
-            "--temperature",
-            "0.7",
-            "--seed",
-            "1",
-            "--max-model-len",
-            "32",
+            *cli_args(
+                ckpt,
+                "--prompt-ids '4 5' --max-tokens 3 --temperature 0.7 --seed 1 --max-model-len 32",
+            ),
         ],
         capture_output=True,
         text=True,
@@ -217,40 +172,18 @@ def exact_ckpt(tmp_path_factory):
     return write_exact_draft_checkpoint(tmp_path_factory.mktemp("exact"), seed=1)
 
 
-SPEC_ARGS = [
-    "--prompt-ids",
-    "5 6 7 8",
-    "--prompt-ids",
-    "9 10",
-    "--max-tokens",
-    "13",
-    "--ignore-eos",
-    "--no-progress",
-    "--max-model-len",
-    "64",
-    "--block-size",
-    "8",
-]
+SPEC_ARGS = (
+    "--prompt-ids '5 6 7 8' --prompt-ids '9 10' --max-tokens 13 --ignore-eos --no-progress"
+    " --max-model-len 64 --block-size 8"
+)
 
 
 def test_generate_speculative_prints_metrics_and_matches_plain(exact_ckpt, capsys):
-    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
+    assert main(cli_args(exact_ckpt, SPEC_ARGS)) == 0
     plain = capsys.readouterr().out
     assert "spec:" not in plain and "speculative" not in plain and "proposer" not in plain
-    rc = main(
-        [
-            "generate",
-            "--model",
-            str(exact_ckpt),
-            *SPEC_ARGS,
-            "--speculative-method",
-            "mtp",
-            "--num-speculative-tokens",
-            "3",
-            "--num-model-steps",
-            "3",
-        ]
-    )
+    spec = " --speculative-method mtp --num-speculative-tokens 3 --num-model-steps 3"
+    rc = main(cli_args(exact_ckpt, SPEC_ARGS + spec))
     out = capsys.readouterr().out
     assert rc == 0
     ids = parse(out)
@@ -276,20 +209,13 @@ def test_generate_speculative_prints_metrics_and_matches_plain(exact_ckpt, capsy
 
 
 def test_generate_adaptive_draft_length_and_draft_sampling_match_plain(exact_ckpt, capsys):
-    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
+    assert main(cli_args(exact_ckpt, SPEC_ARGS)) == 0
     plain = parse(capsys.readouterr().out)
-    extra = [
-        "--speculative-method",
-        "mtp",
-        "--num-speculative-tokens",
-        "3",
-        "--draft-policy",
-        "adaptive",
-        "--verification",
-        "rejection",
-        "--draft-sampling",
-    ]
-    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, *extra]) == 0
+    extra = (
+        " --speculative-method mtp --num-speculative-tokens 3 --draft-policy adaptive"
+        " --verification rejection --draft-sampling"
+    )
+    assert main(cli_args(exact_ckpt, SPEC_ARGS + extra)) == 0
     out = capsys.readouterr().out
     assert parse(out) == plain and "spec: mean accepted length" in out
     policy = next(x for x in out.splitlines() if x.startswith("draft policy (adaptive, sampled"))
@@ -297,29 +223,14 @@ def test_generate_adaptive_draft_length_and_draft_sampling_match_plain(exact_ckp
 
 
 def test_generate_speculative_ngram_and_hybrid_match_plain(exact_ckpt, capsys):
-    assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS]) == 0
+    assert main(cli_args(exact_ckpt, SPEC_ARGS)) == 0
     plain = parse(capsys.readouterr().out)
     for extra in (
-        [
-            "--speculative-method",
-            "ngram",
-            "--num-speculative-tokens",
-            "2",
-            "--verification",
-            "greedy",
-        ],
-        [
-            "--speculative-method",
-            "mtp",
-            "--num-speculative-tokens",
-            "3",
-            "--num-model-steps",
-            "1",
-            "--mtp-strategy",
-            "with_ngram",
-        ],
+        " --speculative-method ngram --num-speculative-tokens 2 --verification greedy",
+        " --speculative-method mtp --num-speculative-tokens 3 --num-model-steps 1"
+        " --mtp-strategy with_ngram",
     ):
-        assert main(["generate", "--model", str(exact_ckpt), *SPEC_ARGS, *extra]) == 0
+        assert main(cli_args(exact_ckpt, SPEC_ARGS + extra)) == 0
         out = capsys.readouterr().out
         assert parse(out) == plain, extra
         total = next(x for x in out.splitlines() if x.startswith("speculative ("))
@@ -455,20 +366,11 @@ def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
         sys.executable,
         "-m",
         "fd_mtp.cli",
-        "generate",
-        "--model",
-        str(ckpt),
-        "--prompt-ids",
-        "5 6 7",
-        "--prompt-ids",
-        "8 9",
-        "--max-tokens",
-        "4000",
-        "--max-model-len",
-        "4096",
-        "--ignore-eos",
-        "--stream",
-        "--no-progress",
+        *cli_args(
+            ckpt,
+            "--prompt-ids '5 6 7' --prompt-ids '8 9' --max-tokens 4000 --max-model-len 4096"
+            " --ignore-eos --stream --no-progress",
+        ),
     ]
     # a shell that starts us in the background ignores SIGINT, and the child would inherit that
     p = subprocess.Popen(
@@ -508,18 +410,5 @@ def test_ctrl_c_prints_partial_output_and_exits_130(ckpt):
 
 def test_generate_mtp_without_mtp_block_exits_2(tmp_path, capsys):
     no_mtp = write_random_checkpoint(tmp_path, seed=3, with_mtp=False, num_nextn_predict_layers=0)
-    assert (
-        main(
-            [
-                "generate",
-                "--model",
-                str(no_mtp),
-                "--prompt-ids",
-                "5 6",
-                "--speculative-method",
-                "mtp",
-            ]
-        )
-        == 2
-    )
+    assert main(cli_args(no_mtp, "--prompt-ids '5 6' --speculative-method mtp")) == 2
     assert "needs an MTP block" in capsys.readouterr().err

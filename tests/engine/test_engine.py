@@ -9,16 +9,7 @@ paddle = pytest.importorskip("paddle")
 import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
 
-from .util import CharTokenizer, naive_greedy, prompts, tiny_model  # noqa: E402
-
-GREEDY = dict(temperature=0.0, ignore_eos=True)
-
-
-def make_llm(**kw):
-    kw.setdefault("max_num_seqs", 4)
-    kw.setdefault("max_model_len", 64)
-    kw.setdefault("block_size", 8)
-    return fd_mtp.LLM(tiny_model(), **kw)
+from .util import GREEDY, CharTokenizer, make_llm, naive_greedy, prompts, tiny_model  # noqa: E402
 
 
 def check_greedy(llm, ps, max_tokens):
@@ -121,18 +112,19 @@ def test_blocks_running_out_preempt_and_recover():
 
 def test_preemption_with_chunked_prefill_and_seeded_sampling():
     ps = prompts([10, 12, 9], seed=4)
-    params = [
-        SamplingParams(
+
+    def seeded(seed):
+        return SamplingParams(
             temperature=0.8,
             top_p=0.9,
             top_k=50,
             max_tokens=10,
-            seed=s,
+            seed=seed,
             ignore_eos=True,
             repetition_penalty=1.3,
         )
-        for s in (1, 2, 3)
-    ]
+
+    params = [seeded(s) for s in (1, 2, 3)]
     roomy = make_llm().generate(ps, params, use_tqdm=False)
     tight = make_llm(block_size=4, num_gpu_blocks=12, max_num_batched_tokens=6)
     squeezed = tight.generate(ps, params, use_tqdm=False)
@@ -141,21 +133,7 @@ def test_preemption_with_chunked_prefill_and_seeded_sampling():
     alone = make_llm(max_num_seqs=1).generate(ps[1:2], params[1:2], use_tqdm=False)
     assert alone[0].token_ids == roomy[1].token_ids
     # another seed gives another continuation
-    other = make_llm().generate(
-        ps[1:2],
-        [
-            SamplingParams(
-                temperature=0.8,
-                top_p=0.9,
-                top_k=50,
-                max_tokens=10,
-                seed=99,
-                ignore_eos=True,
-                repetition_penalty=1.3,
-            )
-        ],
-        use_tqdm=False,
-    )
+    other = make_llm().generate(ps[1:2], [seeded(99)], use_tqdm=False)
     assert other[0].token_ids != roomy[1].token_ids
 
 

@@ -11,16 +11,7 @@ import fd_mtp  # noqa: E402
 from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.llm import GenerationInterrupted  # noqa: E402
 
-from .util import CharTokenizer, naive_greedy, prompts, tiny_model  # noqa: E402
-
-GREEDY = dict(temperature=0.0, ignore_eos=True)
-
-
-def make_llm(**kw):
-    kw.setdefault("max_num_seqs", 4)
-    kw.setdefault("max_model_len", 64)
-    kw.setdefault("block_size", 8)
-    return fd_mtp.LLM(tiny_model(), **kw)
+from .util import GREEDY, CharTokenizer, make_llm, naive_greedy, prompts, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

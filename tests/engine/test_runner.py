@@ -7,6 +7,7 @@ paddle = pytest.importorskip("paddle")
 from fd_mtp import SamplingParams  # noqa: E402
 from fd_mtp.config import CacheConfig, SchedulerConfig  # noqa: E402
 from fd_mtp.engine.runner import ModelRunner, Task, TaskKind  # noqa: E402
+from fd_mtp.testing.tasks import prefill_task  # noqa: E402
 
 from .util import tiny_model  # noqa: E402
 
@@ -32,22 +33,12 @@ def test_insert_tasks_v1_fields():
         seed=9,
     )
     tokens = [11, 12, 13, 14, 15, 16, 40, 41]  # 6 prompt tokens + 2 generated (a preempted request)
-    r.insert_tasks_v1(
-        [
-            Task(
-                TaskKind.PREFILL,
-                1,
-                block_ids=[7, 3],
-                token_ids=tokens,
-                start=0,
-                end=5,
-                num_output=2,
-                params=params,
-                seed=9,
-            )
-        ]
-    )
-    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
+
+    def prefill_chunk(start, end):
+        r.insert_tasks_v1([prefill_task(1, tokens, [7, 3], params, start, end, 2, seed=9)])
+        r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
+
+    prefill_chunk(0, 5)
     assert col(s, "seq_lens_this_time") == [0, 5, 0] and col(s, "seq_lens_encoder") == [0, 5, 0]
     assert col(s, "seq_lens_decoder") == [0, 0, 0] and col(s, "step_idx") == [
         0,
@@ -75,22 +66,7 @@ def test_insert_tasks_v1_fields():
     assert abs(col(s, "top_p")[1] - 0.8) < 1e-7 and abs(col(s, "penalty_score")[1] - 1.2) < 1e-6
     assert col(s, "infer_seed")[1] == 9 and col(s, "max_dec_len")[1] == 5
     # the last chunk: decoder = start, step_idx = generated count
-    r.insert_tasks_v1(
-        [
-            Task(
-                TaskKind.PREFILL,
-                1,
-                block_ids=[7, 3],
-                token_ids=tokens,
-                start=5,
-                end=8,
-                num_output=2,
-                params=params,
-                seed=9,
-            )
-        ]
-    )
-    r.input_batch.flush()  # the tensors get host writes with a step's transfer; show them now
+    prefill_chunk(5, 8)
     assert col(s, "seq_lens_this_time")[1] == 3 and col(s, "seq_lens_decoder")[1] == 5
     assert col(s, "step_idx")[1] == 2 and not bool(s["is_chunk_step"][1])
     assert s["input_ids"][1, :3].tolist() == tokens[5:8]

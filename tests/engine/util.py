@@ -7,28 +7,40 @@ import functools
 import numpy as np
 import paddle
 
-from fd_mtp.model import Ernie4_5ForCausalLM, ErnieConfig
-from fd_mtp.testing import naive_greedy  # noqa: F401  (the tests import it from here)
+import fd_mtp
+from fd_mtp.model import Ernie4_5ForCausalLM
+from fd_mtp.testing import (
+    TINY_CONFIG,
+    naive_greedy,  # noqa: F401  (the tests import it from here)
+    tiny_config,
+)
 
-VOCAB = 300
+VOCAB = TINY_CONFIG["vocab_size"]  # 300
+#: greedy decoding to max_tokens (SamplingParams keywords)
+GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 @functools.cache
 def tiny_model(eos: int = 2, seed: int = 0) -> Ernie4_5ForCausalLM:
     paddle.seed(seed)
-    cfg = ErnieConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    # TINY_CONFIG's sizes (vocab VOCAB, hidden 64, 2 layers, 4 / 2 heads), no MTP block
+    cfg = tiny_config(
         max_position_embeddings=512,
         eos_token_id=eos,
+        rope_theta=500000.0,
+        num_nextn_predict_layers=0,
     )
     model = Ernie4_5ForCausalLM(cfg)
     model.eval()
     return model
+
+
+def make_llm(**kw):
+    """`fd_mtp.LLM` on `tiny_model` (4 slots, max_model_len 64, block size 8 unless ``kw`` says)."""
+    kw.setdefault("max_num_seqs", 4)
+    kw.setdefault("max_model_len", 64)
+    kw.setdefault("block_size", 8)
+    return fd_mtp.LLM(tiny_model(), **kw)
 
 
 def prompts(lengths, seed=0, low=3):

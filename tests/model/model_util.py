@@ -21,9 +21,35 @@ from tolerances import (
     softmax_rounding_rel,
 )
 
+import fd_mtp
+from fd_mtp.engine.sampling_params import SamplingParams
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.attention import ForwardMeta, allocate_kv_caches
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP
+from fd_mtp.testing import TINY_MOE
+
+#: greedy generation of 24 tokens over four prompts (5, 70, 8 and 41 tokens), and MTP K = 2: what
+#: test_native and test_compiled run each forward on (`generate_tokens`)
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+PROMPTS = [[5, 6, 7, 8, 9], [11] * 70, [3, 1, 4, 1, 5, 9, 2, 6], list(range(20, 61))]
+MTP2 = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
+
+
+def generate_tokens(model, forward, spec=None, batch=4, prompts=PROMPTS, params=GREEDY):
+    """`fd_mtp.LLM` on ``model`` with ``forward`` (None: the default) and ``spec``: the first
+    ``batch`` prompts generated; -> (the LLM, each request's token ids)."""
+    kwargs = {} if forward is None else {"forward": forward}
+    llm = fd_mtp.LLM(
+        model,
+        max_num_seqs=batch,
+        max_model_len=256,
+        block_size=16,
+        speculative_config=spec,
+        **kwargs,
+    )
+    outs = llm.generate(prompts[:batch], params, use_tqdm=False)
+    return llm, [list(o.token_ids) for o in outs]
+
 
 TINY = dict(
     vocab_size=300,
@@ -35,14 +61,7 @@ TINY = dict(
     rope_theta=10000.0,
     num_nextn_predict_layers=1,
 )
-MOE = dict(
-    moe_num_experts=4,
-    moe_k=2,
-    moe_intermediate_size=32,
-    moe_num_shared_experts=1,
-    moe_layer_start_index=1,
-    moe_use_aux_free=True,
-)
+MOE = dict(moe_num_experts=4, **TINY_MOE)  # 4 experts, layer 0 dense, aux-free bias
 
 
 def randomize(layer: paddle.nn.Layer, seed: int) -> None:

@@ -12,6 +12,7 @@ import paddle
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_tokenizer import check_load_tokenizer_errors
 
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP, state_dict_names
@@ -20,7 +21,6 @@ from fd_mtp.model.loader import (
     SAFETENSORS_INDEX_FILE,
     SafetensorsCheckpoint,
     load_checkpoint,
-    load_tokenizer,
     load_weights,
     save_checkpoint,
     save_safetensors,
@@ -589,17 +589,9 @@ def test_progress_bar(dense_ckpt, capsys):
 
 
 def test_load_tokenizer_errors(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="tokenizer directory not found"):
-        load_tokenizer(tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match="no tokenizer files"):
-        load_tokenizer(tmp_path)
-    (tmp_path / "tokenizer_config.json").write_text("{}")
     monkeypatch.setitem(sys.modules, "paddleformers", None)
     monkeypatch.setitem(sys.modules, "paddleformers.transformers", None)
-    with pytest.raises(
-        ImportError, match="need paddleformers, which is not installed.*token-id lists"
-    ):
-        load_tokenizer(tmp_path)
+    check_load_tokenizer_errors(tmp_path, "tokenizer_config.json")
 
 
 def test_paddle_tensor_values_and_flat_correction_bias(moe_ckpt):

@@ -8,37 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_util import MTP2, generate_tokens
 
 import fd_mtp
 from fd_mtp.engine.sampling_params import SamplingParams
 from fd_mtp.testing import write_random_checkpoint
-
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-PROMPTS = [[5, 6, 7, 8, 9], [11] * 70, [3, 1, 4, 1, 5, 9, 2, 6], list(range(20, 61))]
-
-
-def _generate(model, forward, spec=None, batch=4):
-    llm = fd_mtp.LLM(
-        model,
-        max_num_seqs=batch,
-        max_model_len=256,
-        block_size=16,
-        speculative_config=spec,
-        forward=forward,
-    )
-    outs = llm.generate(PROMPTS[:batch], GREEDY, use_tqdm=False)
-    return llm, [list(o.token_ids) for o in outs]
-
-
-MTP2 = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
 
 
 @pytest.mark.parametrize("spec", [None, MTP2], ids=["plain", "mtp_k2"])
 @pytest.mark.parametrize("which", ["dense", "moe"])
 def test_static_generates_the_eager_tokens(which, spec, dense_ckpt, moe_ckpt):
     ckpt = dense_ckpt if which == "dense" else moe_ckpt
-    _, eager = _generate(ckpt, "eager", spec)
-    llm, static = _generate(ckpt, "static", spec)
+    _, eager = generate_tokens(ckpt, "eager", spec)
+    llm, static = generate_tokens(ckpt, "static", spec)
     assert static == eager
     compiled = llm.runner.model._compiled
     assert compiled is not None and compiled.calls > 0  # the program ran (not only fallbacks)
@@ -135,8 +117,8 @@ def test_unsupported_models_run_eagerly(tmp_path):
     """More than 8 experts are routed per expert on the host: the program refuses the model (with
     its reason) and every step runs eagerly, with the same tokens."""
     ckpt = write_random_checkpoint(tmp_path, seed=5, moe_num_experts=12, moe_intermediate_size=16)
-    _, eager = _generate(ckpt, "eager", batch=2)
-    llm, static = _generate(ckpt, "static", batch=2)
+    _, eager = generate_tokens(ckpt, "eager", batch=2)
+    llm, static = generate_tokens(ckpt, "static", batch=2)
     assert static == eager
     compiled = llm.runner.model._compiled
     assert not compiled.supported and "12 experts" in compiled.reason

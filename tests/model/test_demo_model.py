@@ -7,7 +7,6 @@ The training-script tests need no asset: a few steps on a tiny config and a tiny
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import shutil
 import zlib
@@ -20,6 +19,7 @@ from model_util import PagedHarness, assert_matches_reference, forward64, mtp_fo
 
 from fd_mtp.assets import DEMO_MODEL, default_model_path
 from fd_mtp.model.loader import load_checkpoint, load_tokenizer
+from fd_mtp.testing.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,12 +94,7 @@ RANDOM_ACC_MAX = 0.06
 
 
 def _train_module():
-    spec = importlib.util.spec_from_file_location(
-        "train_demo_model", REPO / "tools" / "train_demo_model.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("tools/train_demo_model.py")
 
 
 @pytest.fixture(scope="module")
@@ -674,12 +669,7 @@ def test_script_unlikelihood_trains_and_records_it(tmp_path, T, monkeypatch):
 
 # --------------------------------------------------------------------------- the evaluation tool
 def _eval_module():
-    spec = importlib.util.spec_from_file_location(
-        "eval_demo_model", REPO / "tools" / "eval_demo_model.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("tools/eval_demo_model.py")
 
 
 def test_eval_repetition_measures_by_hand():

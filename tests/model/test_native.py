@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from model_util import PagedHarness, forward64, make_models
+from model_util import MTP2, PagedHarness, forward64, generate_tokens, make_models
 from tolerances import Float32Noise, assert_within, matmul_error_bound
 
 import fd_mtp
@@ -20,24 +20,6 @@ from fd_mtp.engine.sampling_params import SamplingParams
 from fd_mtp.model.attention import PagedAttentionCPU
 from fd_mtp.model.native import NativeForward
 from fd_mtp.testing import write_random_checkpoint
-
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
-PROMPTS = [[5, 6, 7, 8, 9], [11] * 70, [3, 1, 4, 1, 5, 9, 2, 6], list(range(20, 61))]
-MTP2 = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
-
-
-def _generate(model, forward, spec=None, batch=4, prompts=PROMPTS, params=GREEDY):
-    kwargs = {} if forward is None else {"forward": forward}
-    llm = fd_mtp.LLM(
-        model,
-        max_num_seqs=batch,
-        max_model_len=256,
-        block_size=16,
-        speculative_config=spec,
-        **kwargs,
-    )
-    outs = llm.generate(prompts[:batch], params, use_tqdm=False)
-    return llm, [list(o.token_ids) for o in outs]
 
 
 def test_native_is_the_default():
@@ -52,8 +34,8 @@ def test_native_is_the_default():
 @pytest.mark.parametrize("which", ["dense", "moe"])
 def test_native_generates_the_eager_tokens(which, spec, dense_ckpt, moe_ckpt):
     ckpt = dense_ckpt if which == "dense" else moe_ckpt
-    _, eager = _generate(ckpt, "eager", spec)
-    llm, native = _generate(ckpt, None, spec)
+    _, eager = generate_tokens(ckpt, "eager", spec)
+    llm, native = generate_tokens(ckpt, None, spec)
     assert native == eager
     forward = llm.runner.model._compiled
     assert forward.calls > 0  # the kernel ran (not only fallbacks)
@@ -140,8 +122,8 @@ def test_biased_layers_run_their_eager_code(tmp_path):
     """``use_bias``: the kernel has no bias inputs, so those layers run eagerly inside the native
     step (``eager_layers``), with the eager tokens."""
     ckpt = write_random_checkpoint(tmp_path, seed=8, use_bias=True)
-    _, eager = _generate(ckpt, "eager", batch=2)
-    llm, native = _generate(ckpt, "native", batch=2)
+    _, eager = generate_tokens(ckpt, "eager", batch=2)
+    llm, native = generate_tokens(ckpt, "native", batch=2)
     assert native == eager
     forward = llm.runner.model._compiled
     assert forward.calls > 0 and forward.eager_layers == forward.calls * len(forward.layers)

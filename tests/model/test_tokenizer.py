@@ -50,14 +50,23 @@ def test_load_tokenizer_without_paddleformers_reads_tokenizer_model(checkpoint, 
     assert tok.decode(tok.encode("partial function")) == "partial function"
 
 
-def test_load_tokenizer_errors(tmp_path, no_paddleformers):
-    with pytest.raises(FileNotFoundError, match="not found"):
-        load_tokenizer(tmp_path / "missing")
+def check_load_tokenizer_errors(directory, marker):
+    """load_tokenizer (paddleformers not importable) names the problem of a missing directory, of
+    one without tokenizer files, and of one whose only tokenizer file is ``marker`` (a file only
+    paddleformers reads)."""
+    with pytest.raises(FileNotFoundError, match="tokenizer directory not found"):
+        load_tokenizer(directory / "missing")
     with pytest.raises(FileNotFoundError, match="no tokenizer files"):
-        load_tokenizer(tmp_path)
-    (tmp_path / "tokenizer.json").write_text("{}")
-    with pytest.raises(ImportError, match="paddleformers"):
-        load_tokenizer(tmp_path)
+        load_tokenizer(directory)
+    (directory / marker).write_text("{}")
+    with pytest.raises(
+        ImportError, match="need paddleformers, which is not installed.*token-id lists"
+    ):
+        load_tokenizer(directory)
+
+
+def test_load_tokenizer_errors(tmp_path, no_paddleformers):
+    check_load_tokenizer_errors(tmp_path, "tokenizer.json")
 
 
 def test_llm_generates_text_from_a_text_prompt(checkpoint, no_paddleformers):

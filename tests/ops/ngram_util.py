@@ -4,7 +4,8 @@ with planted n-gram repeats (so that matches really happen), and the invariants 
 from __future__ import annotations
 
 import numpy as np
-from util import OpPair, assert_same, ragged
+import pytest
+from util import OpPair, assert_same, ragged, to_numpy, to_paddle
 
 from fd_mtp.testing.op_inputs import positional
 
@@ -16,6 +17,30 @@ NGRAM = OpPair("ngram_match", positional("ngram_match")[:10], MATRICES, ROW_FILL
 HYBRID = OpPair("hybrid_mtp_ngram", positional("hybrid_mtp_ngram")[:9], MATRICES, ROW_FILL)
 NGRAM_NAMES = NGRAM.names
 HYBRID_NAMES = HYBRID.names
+
+
+def op_refuses(op, names, d, arg, *attrs, **kw):
+    """fd_mtp.ops.<op> on ``d``'s arrays (``names`` order, then ``attrs`` and ``kw``) raises a
+    ValueError matching ``arg`` and writes none of them."""
+    import fd_mtp.ops as ops
+
+    t = {n: to_paddle(d[n]) for n in names}
+    with pytest.raises(ValueError, match=arg):
+        getattr(ops, op)(*[t[n] for n in names], *attrs, **kw)
+    for n in names:
+        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+
+
+def op_and_reference_refuse(op, names, d, arg, *attrs, **kw):
+    """`op_refuses`, and the numpy reference of ``op`` refuses ``d`` the same way."""
+    import fd_mtp.reference as reference
+
+    op_refuses(op, names, d, arg, *attrs, **kw)
+    ref = {n: d[n].copy() for n in names}
+    with pytest.raises(ValueError, match=arg):
+        getattr(reference, op)(*[ref[n] for n in names], *attrs, **kw)
+    for n in names:
+        assert_same(ref[n], d[n], f"{n} after the failed reference call")
 
 
 def hand_batch(pair, n, k, li, lp, column, first_row, q, **fields):
@@ -194,3 +219,27 @@ def check_invariants(before, after, *, hybrid, k, threshold, n_min=1):
             ok = ok or follows_suffix(pre_row, s, pre_row, s, got, n_min)
             assert ok, f"request {b}: drafts {got} do not follow a suffix occurrence"
     return drafted
+
+
+def assert_random_batches_draft(hybrid, seeds=range(40)):
+    """The batch generator of the property tests plants matches: over a fixed set of ``seeds``
+    (self-contained, so the rate does not depend on which examples Hypothesis ran), with the
+    property tests' ranges (batch 1-40, K 1-5, n 1-5, vocab 2 / 5 / 50, width 1-48), at least 40%
+    of the batches draft, op and reference agreeing and the invariants holding."""
+    cases = drafted = 0
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        bsz, k, max_n = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        n_min = max(1, max_n - int(rng.integers(0, 5))) if hybrid else 1
+        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
+        sizes = dict(k=k, width=width, vocab=vocab, max_n=max_n, min_n=n_min)
+        d = random_batch(rng, bsz, hybrid=hybrid, plant=0.8, **sizes)
+        if hybrid:
+            got = run_hybrid(
+                d, max_ngram_size=max_n, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
+            )
+        else:
+            got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=10_000)
+        cases += 1
+        drafted += check_invariants(d, got, hybrid=hybrid, k=k, threshold=10_000, n_min=n_min) > 0
+    assert drafted >= 0.4 * cases, (drafted, cases)

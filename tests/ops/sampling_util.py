@@ -7,7 +7,7 @@ takes them); `tensor` turns them into paddle CPU tensors of the matching dtype.
 from __future__ import annotations
 
 import numpy as np
-from util import skip_without_uint16
+from util import skip_without_uint16, to_numpy
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -49,15 +49,8 @@ def tensor(a):
     return t.view(paddle.bfloat16) if a.dtype == np.uint16 else t
 
 
-def numpy_of(t):
-    import paddle
-
-    if isinstance(t, paddle.Tensor):
-        if t.dtype == paddle.bfloat16:
-            skip_without_uint16()
-            return t.view(paddle.uint16).numpy()
-        return t.numpy()
-    return t
+#: paddle tensor -> numpy (bfloat16 -> uint16 bits); other values pass through
+numpy_of = to_numpy
 
 
 def offsets(out_rows, max_seq_len):

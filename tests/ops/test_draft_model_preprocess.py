@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, replaced, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -559,12 +559,6 @@ def valid():
     return mixed(False)
 
 
-def replaced(name, value):
-    d = valid()
-    d[name] = value
-    return d
-
-
 # Arguments the op never reads (FastDeploy passes them): any dtype and shape is accepted.
 UNUSED = {t.name for t in schema_op("draft_model_preprocess").tensors if t.role == "unused"}
 CHECKED = [n for n in NAMES if n != "not_need_stop" and n not in UNUSED]
@@ -589,17 +583,17 @@ def test_unused_arguments_accept_any_dtype_and_shape():
 def test_wrong_dtype_names_the_argument(name):
     a = valid()[name]
     wrong = a.astype(np.float32) if a.dtype != np.float32 else a.astype(np.int32)
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(valid(), name, wrong), name)
 
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
+    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize("name", [n for n in CHECKED if n != "seq_lens_this_time"])
 def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(name, valid()[name][:4].copy()), name)
+    expect_error(replaced(valid(), name, valid()[name][:4].copy()), name)
 
 
 @pytest.mark.parametrize(
@@ -608,7 +602,7 @@ def test_too_few_requests_names_the_argument(name):
 def test_zero_columns_name_the_argument(name):
     # A [B, 0] matrix; draft_tokens/accept_tokens are also caught through accept_num otherwise.
     expect_error(
-        replaced(name, np.zeros((5, 0), np.int64)),
+        replaced(valid(), name, np.zeros((5, 0), np.int64)),
         name if name != "accept_tokens" else "accept_(tokens|num)",
     )
 

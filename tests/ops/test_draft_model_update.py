@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, replaced, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -497,12 +497,6 @@ def expect_error(d, name, max_seq_len=L, substep=0):
     PAIR.expect_error(d, name, extra=(max_seq_len, substep), prefill_one_step_stop=False)
 
 
-def replaced(name, value):
-    d = valid()
-    d[name] = value
-    return d
-
-
 def test_valid_base_case_passes():
     run_pair(valid())
 
@@ -511,14 +505,14 @@ def test_valid_base_case_passes():
 def test_wrong_dtype_names_the_argument(name):
     a = valid()[name]
     wrong = a.astype(np.float32) if a.dtype != np.float32 else a.astype(np.int32)
-    expect_error(replaced(name, wrong), name)
+    expect_error(replaced(valid(), name, wrong), name)
 
 
 @pytest.mark.parametrize(
     "name", [n for n in NAMES if n not in ("not_need_stop", "inter_next_tokens", "end_ids")]
 )
 def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
+    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize(
@@ -530,7 +524,7 @@ def test_wrong_rank_names_the_argument(name):
     ],
 )
 def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(name, valid()[name][:3].copy()), name)
+    expect_error(replaced(valid(), name, valid()[name][:3].copy()), name)
 
 
 @pytest.mark.parametrize(
@@ -539,15 +533,15 @@ def test_too_few_requests_names_the_argument(name):
     ids=["int32", "2 elements", "empty"],
 )
 def test_not_need_stop_must_be_one_cpu_bool(bad):
-    expect_error(replaced("not_need_stop", bad), "not_need_stop")
+    expect_error(replaced(valid(), "not_need_stop", bad), "not_need_stop")
 
 
 def test_pre_ids_needs_two_columns():
-    expect_error(replaced("pre_ids", np.full((4, 1), -1, np.int64)), "pre_ids")
+    expect_error(replaced(valid(), "pre_ids", np.full((4, 1), -1, np.int64)), "pre_ids")
 
 
 def test_draft_tokens_with_no_columns():
-    expect_error(replaced("draft_tokens", np.zeros((4, 0), np.int64)), "draft_tokens")
+    expect_error(replaced(valid(), "draft_tokens", np.zeros((4, 0), np.int64)), "draft_tokens")
 
 
 @pytest.mark.parametrize("substep", [2, 5])
@@ -560,7 +554,7 @@ def test_negative_substep():
 
 
 def test_empty_end_ids():
-    expect_error(replaced("end_ids", np.zeros(0, np.int64)), "end_ids")
+    expect_error(replaced(valid(), "end_ids", np.zeros(0, np.int64)), "end_ids")
 
 
 def test_max_seq_len_below_one():

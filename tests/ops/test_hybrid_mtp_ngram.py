@@ -6,6 +6,7 @@ batches with planted n-gram repeats (asserting that matches happen), invariants,
 
 from __future__ import annotations
 
+import ngram_util
 import numpy as np
 import pytest
 from hypothesis import given
@@ -14,7 +15,6 @@ from ngram_util import HYBRID, HYBRID_NAMES, check_invariants, hand_batch, rando
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 
 A, D = 77, 88  # last accepted token, an MTP draft
 K = 3
@@ -244,47 +244,14 @@ def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, 
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    """The batch generator of the property test plants matches: most batches draft (a fixed set of
-    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
-    cases = drafted = 0
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        bsz, k, n_max = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
-        n_min = max(1, n_max - int(rng.integers(0, 5)))
-        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(
-            rng,
-            bsz,
-            hybrid=True,
-            k=k,
-            width=width,
-            vocab=vocab,
-            max_n=n_max,
-            min_n=n_min,
-            plant=0.8,
-        )
-        got = run_hybrid(
-            d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
-        )
-        cases += 1
-        drafted += check_invariants(d, got, hybrid=True, k=k, threshold=10_000, n_min=n_min) > 0
-    assert drafted >= 0.4 * cases, (drafted, cases)
+    ngram_util.assert_random_batches_draft(hybrid=True)
 
 
 # ------------------------------------------------------------------------------------------------
 # 3. Bad input
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, sizes=(3, 1, K), **kw):
-    t = {n: to_paddle(d[n]) for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        ops.hybrid_mtp_ngram(*[t[n] for n in HYBRID_NAMES], *sizes, **kw)
-    for n in HYBRID_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
-    ref = {n: d[n].copy() for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        reference.hybrid_mtp_ngram(*[ref[n] for n in HYBRID_NAMES], *sizes, **kw)
-    for n in HYBRID_NAMES:
-        assert_same(ref[n], d[n], f"{n} after the failed reference call")
+    ngram_util.op_and_reference_refuse("hybrid_mtp_ngram", HYBRID_NAMES, d, arg, *sizes, **kw)
 
 
 def _good_then_bad(**bad):
@@ -335,8 +302,4 @@ def test_bad_ngram_sizes(sizes, arg):
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    t = {n: to_paddle(d[n]) for n in HYBRID_NAMES}
-    with pytest.raises(ValueError, match=name):
-        ops.hybrid_mtp_ngram(*[t[n] for n in HYBRID_NAMES], 3, 1, K)
-    for n in HYBRID_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+    ngram_util.op_refuses("hybrid_mtp_ngram", HYBRID_NAMES, d, name, 3, 1, K)

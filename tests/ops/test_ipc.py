@@ -433,39 +433,33 @@ def test_reserved_prefix_and_bad_types():
         ops.share_external_data(cache, "/x", 5)
 
 
-def _raw_segment(size, fill=0):
-    """A segment that set_data_ipc did not write (created directly in /dev/shm)."""
+def share_raw_segment(size, match, fill=0):
+    """share_external_data of a segment that set_data_ipc did not write (``size`` bytes of
+    ``fill``, created directly in /dev/shm, removed after) raises a ValueError matching ``match``
+    (formatted with the segment's ``name``)."""
     name = fresh_name()
     with open(f"/dev/shm{name}", "wb") as f:
         f.write(bytes([fill]) * size)
-    return name
-
-
-def test_fastdeploy_gpu_record_on_a_cpu_input_raises_naming_input():
-    name = _raw_segment(72, fill=1)  # FastDeploy's shmStruct: {size_t; cudaIpcMemHandle_t}
     try:
-        with pytest.raises(
-            ValueError,
-            match=r"share_external_data: input is a CPU tensor but .* "
-            r"publishes a GPU tensor",
-        ):
+        with pytest.raises(ValueError, match=match.format(name=name)):
             ops.share_external_data(paddle.empty([0], "float32"), name, [4])
     finally:
         os.unlink(f"/dev/shm{name}")
+
+
+def test_fastdeploy_gpu_record_on_a_cpu_input_raises_naming_input():
+    # FastDeploy's shmStruct: {size_t; cudaIpcMemHandle_t}
+    share_raw_segment(
+        72, r"share_external_data: input is a CPU tensor but .* publishes a GPU tensor", fill=1
+    )
 
 
 @pytest.mark.parametrize("size", [10, 100])
 def test_foreign_segment_is_not_a_publication(size):
-    name = _raw_segment(size)
-    try:
-        with pytest.raises(
-            ValueError,
-            match=rf"share_external_data: shm_name '{name}' is a shared-memory "
-            rf"segment of {size} bytes",
-        ):
-            ops.share_external_data(paddle.empty([0], "float32"), name, [4])
-    finally:
-        os.unlink(f"/dev/shm{name}")
+    share_raw_segment(
+        size,
+        rf"share_external_data: shm_name '{{name}}' is a shared-memory segment of {size} bytes",
+    )
 
 
 def test_republishing_replaces_the_record():

@@ -191,6 +191,7 @@ def pd(a):
 def save(
     q, tokens, num, go_on, dec, prompt, rank_id=0, save_each_rank=False, skip_prefill=False, **kw
 ):
+    """speculate_save_output on queue ``q`` (None: the queue the keywords / environment name)."""
     ops.speculate_save_output(
         pd(tokens),
         pd(num),
@@ -200,7 +201,7 @@ def save(
         rank_id,
         save_each_rank,
         skip_prefill,
-        **q.kw,
+        **(q.kw if q is not None else {}),
         **kw,
     )
 
@@ -208,6 +209,7 @@ def save(
 def first(
     q, x, go_on, dec, prompt, step, rank_id=0, save_each_rank=False, skip_chunk_prefill=False, **kw
 ):
+    """mtp_save_first_token on queue ``q`` (None: the queue the keywords / environment name)."""
     ops.mtp_save_first_token(
         pd(x),
         pd(flags([go_on])),
@@ -217,7 +219,7 @@ def first(
         rank_id,
         save_each_rank,
         skip_chunk_prefill,
-        **q.kw,
+        **(q.kw if q is not None else {}),
         **kw,
     )
 
@@ -558,31 +560,10 @@ def test_get_output_queue_removed_while_blocked_raises_oserror(queue, reader):
 def test_env_queue_id_and_msg_id(queue, reader, monkeypatch):
     monkeypatch.setenv("INFERENCE_MSG_QUEUE_ID", str(queue.id))
     monkeypatch.setenv("INFERENCE_MSG_ID", "11")
-    ops.speculate_save_output(
-        pd(i64([[1]])),
-        pd(i32([1])),
-        pd(flags([False])),
-        pd(i32([0])),
-        pd(i64([0])),
-        0,
-        False,
-        False,
-        ftok_path=queue.path,
-    )
+    save(None, i64([[1]]), i32([1]), False, i32([0]), i64([0]), ftok_path=queue.path)
     assert_same(reader.raw(queue), message(-11, 1, counts=[1], tokens=[[1]]), "raw message")
     # explicit keywords win over the environment
-    ops.mtp_save_first_token(
-        pd(FIRST_X[:1]),
-        pd(flags([True])),
-        pd(i32([0])),
-        pd(i64([0])),
-        pd(i64([1])),
-        0,
-        False,
-        False,
-        msg_id=3,
-        ftok_path=queue.path,
-    )
+    first(None, FIRST_X[:1], True, i32([0]), i64([0]), i64([1]), msg_id=3, ftok_path=queue.path)
     assert_same(reader.raw(queue), message(3, 1, counts=[2], tokens=[[11, 31]]), "raw message")
     assert ops.queue_key(ftok_path=queue.path) == ops.queue_key(queue.id, ftok_path=queue.path)
 
@@ -802,17 +783,8 @@ def test_strided_views_are_refused_and_nothing_is_sent(queue, reader):
 def test_ftok_path_none_means_the_current_directory(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with fresh_queue(tmp_path) as q:  # keyed on tmp_path, the current directory
-        ops.speculate_save_output(
-            pd(i64([[4]])),
-            pd(i32([1])),
-            pd(flags([True])),
-            pd(i32([0])),
-            pd(i64([0])),
-            0,
-            False,
-            False,
-            msg_queue_id=q.id,
-            ftok_path=None,
+        save(
+            None, i64([[4]]), i32([1]), True, i32([0]), i64([0]), msg_queue_id=q.id, ftok_path=None
         )
         x = paddle.zeros([N], dtype="int64")
         ops.speculate_get_output(x, 0, False, False, msg_queue_id=q.id, ftok_path=q.path)
@@ -827,17 +799,8 @@ def test_ftok_path_none_means_the_current_directory(monkeypatch, tmp_path):
 def test_missing_ftok_path(tmp_path):
     missing = str(tmp_path / "missing")
     with pytest.raises(ValueError, match="speculate_save_output: ftok_path"):
-        ops.speculate_save_output(
-            pd(i64([[1]])),
-            pd(i32([1])),
-            pd(flags([True])),
-            pd(i32([0])),
-            pd(i64([0])),
-            0,
-            False,
-            False,
-            msg_queue_id=1,
-            ftok_path=missing,
+        save(
+            None, i64([[1]]), i32([1]), True, i32([0]), i64([0]), msg_queue_id=1, ftok_path=missing
         )
     with pytest.raises(ValueError, match="ftok_path"):
         ops.remove_queue(1, ftok_path=missing)

@@ -8,6 +8,7 @@ written).
 
 from __future__ import annotations
 
+import ngram_util
 import numpy as np
 import pytest
 from hypothesis import given
@@ -25,7 +26,6 @@ from ngram_util import (
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.reference as reference
 
 A = 77  # the last accepted token (draft_tokens[b, 0]); never touched
 
@@ -326,34 +326,14 @@ def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, thresho
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():
-    """The batch generator of the property test plants matches: most batches draft (a fixed set of
-    seeds, self-contained, so the rate does not depend on which examples Hypothesis ran)."""
-    cases = drafted = 0
-    for seed in range(40):
-        rng = np.random.default_rng(seed)
-        bsz, k, max_n = int(rng.integers(1, 41)), int(rng.integers(1, 6)), int(rng.integers(1, 6))
-        vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
-        d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
-        got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=10_000)
-        cases += 1
-        drafted += check_invariants(d, got, hybrid=False, k=k, threshold=10_000) > 0
-    assert drafted >= 0.4 * cases, (drafted, cases)
+    ngram_util.assert_random_batches_draft(hybrid=False)
 
 
 # ------------------------------------------------------------------------------------------------
 # 3. Bad input: ValueError naming the argument, nothing written
 # ------------------------------------------------------------------------------------------------
 def _expect_error(d, arg, *extra, **kw):
-    t = {n: to_paddle(d[n]) for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        ops.ngram_match(*[t[n] for n in NGRAM_NAMES], *(extra or (3, 3)), **kw)
-    for n in NGRAM_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
-    ref = {n: d[n].copy() for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=arg):
-        reference.ngram_match(*[ref[n] for n in NGRAM_NAMES], *(extra or (3, 3)), **kw)
-    for n in NGRAM_NAMES:
-        assert_same(ref[n], d[n], f"{n} after the failed reference call")
+    ngram_util.op_and_reference_refuse("ngram_match", NGRAM_NAMES, d, arg, *(extra or (3, 3)), **kw)
 
 
 def _good_then_bad(**bad):
@@ -422,11 +402,7 @@ def test_max_ngram_size_must_be_positive():
 def test_bad_shapes_and_dtypes(name, value):
     d = _good_then_bad()
     d[name] = value
-    t = {n: to_paddle(d[n]) for n in NGRAM_NAMES}
-    with pytest.raises(ValueError, match=name):
-        ops.ngram_match(*[t[n] for n in NGRAM_NAMES], 3, 3)
-    for n in NGRAM_NAMES:
-        assert_same(to_numpy(t[n]), d[n], f"{n} after the failed call")
+    ngram_util.op_refuses("ngram_match", NGRAM_NAMES, d, name, 3, 3)
 
 
 # ------------------------------------------------------------------------------------------------

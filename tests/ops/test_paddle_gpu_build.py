@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 from fd_mtp import ops, schema
 from fd_mtp.ops import _loader
+from fd_mtp.testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PADDLE_DIR = ROOT / "custom_ops" / "paddle"
@@ -105,9 +105,7 @@ def violations(name: str, text: str) -> list[str]:
 def generated(tmp_path_factory) -> dict[str, str]:
     """The glue cmake/gen_ops.py generates now, by file name."""
     out = tmp_path_factory.mktemp("gen")
-    spec = importlib.util.spec_from_file_location("fd_mtp_gen_ops", ROOT / "cmake" / "gen_ops.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script("cmake/gen_ops.py", "fd_mtp_gen_ops")
     assert gen.main([str(out)]) == 0
     return {p.name: p.read_text() for p in sorted(out.iterdir()) if p.suffix in (".cc", ".h")}
 

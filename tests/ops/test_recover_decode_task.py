@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, assert_same, expect_fields, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -52,11 +52,6 @@ def both(d, bs=BS, k=K):
     return dict(zip(NAMES, op_args))
 
 
-def expect(out, **fields):
-    for n, v in fields.items():
-        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
-
-
 # ------------------------------------------------------------------------------------------------
 # Hand cases
 # ------------------------------------------------------------------------------------------------
@@ -74,7 +69,7 @@ def test_granted_block_resumes_with_parked_lengths_and_drafts():
             seq_lens_encoder=[7, 7, 0],
         )
     )
-    expect(
+    expect_fields(
         out,
         is_block_step=[False, True, False],
         stop_flags=[False, True, False],
@@ -95,15 +90,15 @@ def test_only_step_seq_lens_this_time_draft_tokens_are_restored():
             draft_tokens=[[-5, -5, -5, -5]],
         )
     )
-    expect(out, draft_tokens=[[100, 101, -5, -5]], seq_lens_this_time=[2])
+    expect_fields(out, draft_tokens=[[100, 101, -5, -5]], seq_lens_this_time=[2])
 
 
 def test_speculative_and_plain_slots_differ():
     # step_dec 3: speculative slot (3 + 3) // 4 = 1 (empty), plain slot 3 // 4 = 0 (held).
     d = dict(block_tables=[[5, -1, -1]], step_seq_lens_decoder=[3])
-    expect(both(batch(1, **d)), is_block_step=[True], stop_flags=[True])
+    expect_fields(both(batch(1, **d)), is_block_step=[True], stop_flags=[True])
     out = both(batch(1, spec=False, **d))
-    expect(
+    expect_fields(
         out,
         is_block_step=[False],
         stop_flags=[False],
@@ -126,7 +121,7 @@ def test_slot_past_the_row_resumes_without_reading_outside_it():
                 stop_flags=[True, False],
             )
         )
-        expect(
+        expect_fields(
             out, is_block_step=[False, False], stop_flags=[False, False], seq_lens_decoder=[9, 0]
         )
 
@@ -136,7 +131,7 @@ def test_is_block_step_column_and_stop_flags_column():
     d["stop_flags"] = d["stop_flags"].reshape(-1, 1)
     d["seq_lens_this_time"] = d["seq_lens_this_time"].reshape(-1, 1)
     out = both(d)
-    expect(out, is_block_step=[False, False], seq_lens_this_time=[2, 2])
+    expect_fields(out, is_block_step=[False, False], seq_lens_this_time=[2, 2])
 
 
 # ------------------------------------------------------------------------------------------------

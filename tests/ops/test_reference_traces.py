@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from mtp_step_cases import BLOCK_SIZE, CASES, K
 
 from fd_mtp.reference import (
     draft_model_postprocess,
@@ -822,9 +823,8 @@ def test_self_hidden_states_quirk_decode_with_step_idx_1_is_read_as_one_prefill_
 
 
 # ------------------------------------------------------------------------------------------------
-# mtp_step_paddle (§6.6): block_size 4, K = 1, so request b's next slot is (dec + 2) // 4; NB = 4.
+# mtp_step_paddle (§6.6): the hand cases of mtp_step_cases.py, then two refusals (NB = 4).
 # ------------------------------------------------------------------------------------------------
-BLOCK_SIZE, K_MTP = 4, 1
 
 
 def mtp_state(**fields):
@@ -833,10 +833,10 @@ def mtp_state(**fields):
         base_model_stop_flags=np.zeros((batch, 1), bool),
         stop_flags=np.zeros((batch, 1), bool),
         batch_drop=np.zeros((batch, 1), bool),
-        seq_lens_this_time=np.full((batch, 1), K_MTP + 1, np.int32),
+        seq_lens_this_time=np.full((batch, 1), K + 1, np.int32),
         seq_lens_encoder=np.zeros((batch, 1), np.int32),
         seq_lens_decoder=np.zeros((batch, 1), np.int32),
-        block_tables=np.full((batch, 4), -1, np.int32),
+        block_tables=np.full((batch, len(fields["block_tables"][0])), -1, np.int32),
         encoder_block_lens=np.zeros(batch, np.int32),
         used_list_len=np.zeros(batch, np.int32),
         free_list=np.zeros(len(fields["free_list"]), np.int32),
@@ -859,105 +859,15 @@ def run_mtp_step(s):
         s.free_list,
         s.free_list_len,
         BLOCK_SIZE,
-        K_MTP,
+        K,
     )
 
 
-def test_mtp_step_frees_target_stopped_blocks_then_pops_one_for_each_request_short_of_a_slot():
-    # 0: target stopped, holds decode blocks 20 21; 1: next slot 2 is empty (needs one);
-    # 2: next slot 0 is filled; 3: next slot 4 is past the row.
-    s = mtp_state(
-        base_model_stop_flags=[True, False, False, False],
-        seq_lens_decoder=[0, 6, 1, 14],
-        block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [7, -1, -1, -1], [8, 23, 24, 25]],
-        encoder_block_lens=[1, 1, 1, 1],
-        used_list_len=[2, 1, 0, 3],
-        free_list=[30, 31, 0, 0, 0, 0],
-        free_list_len=[2],
-    )
+@pytest.mark.parametrize("inputs, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_mtp_step_hand_case(inputs, expected):
+    s = mtp_state(**inputs)
     run_mtp_step(s)
-    s.expect(
-        free_list=[30, 31, 20, 21, 0, 0],
-        free_list_len=[3],
-        block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [7, -1, -1, -1], [8, 23, 24, 25]],
-        encoder_block_lens=[0, 1, 1, 1],
-        used_list_len=[0, 2, 0, 3],
-        stop_flags=[False] * 4,
-        batch_drop=[False] * 4,
-    )
-
-
-def test_mtp_step_preempts_the_request_with_most_decode_blocks_and_skips_it_when_allocating():
-    # Both running requests need a block and the free list is empty: request 0 (2 blocks) is
-    # dropped; the need list keeps counting it, so only request 1 gets a block.
-    s = mtp_state(
-        base_model_stop_flags=[False, False, True],
-        stop_flags=[False, False, True],
-        seq_lens_this_time=[2, 2, 0],
-        seq_lens_decoder=[10, 6, 0],
-        block_tables=[[5, 20, 21, -1], [6, 22, -1, -1], [-1, -1, -1, -1]],
-        encoder_block_lens=[1, 1, 0],
-        used_list_len=[2, 1, 0],
-        free_list=[0, 0, 0, 0],
-        free_list_len=[0],
-    )
-    run_mtp_step(s)
-    s.expect(
-        stop_flags=[True, False, True],
-        batch_drop=[True, False, False],
-        seq_lens_this_time=[0, 2, 0],
-        seq_lens_decoder=[0, 6, 0],
-        encoder_block_lens=[1, 1, 0],  # not reset on preemption
-        used_list_len=[0, 2, 0],
-        block_tables=[[5, -1, -1, -1], [6, 22, 21, -1], [-1, -1, -1, -1]],
-        free_list=[20, 21, 0, 0],
-        free_list_len=[1],
-    )
-
-
-def test_mtp_step_preemption_tie_goes_to_the_lowest_batch_index():
-    s = mtp_state(
-        seq_lens_decoder=[6, 6],
-        block_tables=[[5, 20, -1, -1], [6, 22, -1, -1]],
-        encoder_block_lens=[1, 1],
-        used_list_len=[1, 1],
-        free_list=[40, 0, 0],
-        free_list_len=[1],
-    )
-    run_mtp_step(s)
-    s.expect(
-        stop_flags=[True, False],
-        batch_drop=[True, False],
-        block_tables=[[5, -1, -1, -1], [6, 22, 20, -1]],
-        used_list_len=[0, 2],
-        free_list=[40, 20, 0],
-        free_list_len=[1],
-    )
-
-
-def test_mtp_step_need_list_keeps_dropped_requests_so_preemption_can_drop_everyone():
-    # Two requests need a block, none is free, each holds one: dropping request 0 frees one block,
-    # but the need count stays 2, so request 1 is dropped too and nothing is allocated.
-    s = mtp_state(
-        seq_lens_decoder=[6, 6],
-        block_tables=[[5, 20, -1, -1], [6, 21, -1, -1]],
-        encoder_block_lens=[1, 1],
-        used_list_len=[1, 1],
-        free_list=[0, 0],
-        free_list_len=[0],
-    )
-    run_mtp_step(s)
-    s.expect(
-        stop_flags=[True, True],
-        batch_drop=[True, True],
-        seq_lens_this_time=[0, 0],
-        seq_lens_decoder=[0, 0],
-        block_tables=[[5, -1, -1, -1], [6, -1, -1, -1]],
-        encoder_block_lens=[1, 1],
-        used_list_len=[0, 0],
-        free_list=[20, 21],
-        free_list_len=[2],
-    )
+    s.expect(**expected)
 
 
 def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_changes_nothing():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
+from util import BATCH_GRID, assert_same, expect_fields, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -60,11 +60,6 @@ def both(d, bs=BS, k=K, one_step=False):
     return dict(zip(NAMES, op_args))
 
 
-def expect(out, **fields):
-    for n, v in fields.items():
-        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
-
-
 # ------------------------------------------------------------------------------------------------
 # Hand cases
 # ------------------------------------------------------------------------------------------------
@@ -80,7 +75,7 @@ def test_missing_next_block_parks_the_request():
             accept_num=[1, 2],
         )
     )
-    expect(
+    expect_fields(
         out,
         is_block_step=[True, False],
         stop_flags=[True, False],
@@ -99,7 +94,7 @@ def test_missing_next_block_parks_the_request():
 def test_slot_past_the_row_is_not_a_block_step():
     # dec 9: slot (9 + 4) // 4 = 3 >= NB = 3: nothing is parked.
     out = both(batch(1, block_tables=[[0, 1, 2]], seq_lens_decoder=[9]))
-    expect(
+    expect_fields(
         out, is_block_step=[False], stop_flags=[False], seq_lens_decoder=[9], seq_lens_this_time=[2]
     )
 
@@ -114,7 +109,7 @@ def test_unfinished_chunked_prefill_is_stopped_and_zeroed():
             block_tables=[[0, 1, -1], [3, 4, 5]],
         )
     )
-    expect(
+    expect_fields(
         out,
         stop_flags=[True, False],
         seq_lens_this_time=[0, 2],
@@ -129,7 +124,7 @@ def test_unfinished_chunked_prefill_is_stopped_and_zeroed():
 
 def test_prefill_one_step_stop_stops_every_running_request_without_block_step():
     out = both(batch(2, block_tables=[[0, 1, -1], [3, 4, 5]]), one_step=True)
-    expect(
+    expect_fields(
         out,
         stop_flags=[True, True],
         seq_lens_this_time=[0, 0],
@@ -152,7 +147,7 @@ def test_already_stopped_request_is_untouched_and_counts_as_stopped():
             stop_nums=[2],
         )
     )
-    expect(
+    expect_fields(
         out,
         stop_flags=[True, False],
         seq_lens_decoder=[7, 4],
@@ -165,9 +160,11 @@ def test_not_need_stop_counts_slots_beyond_the_running_slice():
     # bsz 1 (running slice) of max_bsz 3: slots 1, 2 count as stopped; request 0 block-steps.
     d = batch(1, max_bsz=3, block_tables=[[0, 1, -1], [0, 0, 0], [0, 0, 0]], stop_nums=[3])
     out = both(d)
-    expect(out, is_block_step=[True, False, False], not_need_stop=[False])  # 3 stopped, not < 3
+    expect_fields(
+        out, is_block_step=[True, False, False], not_need_stop=[False]
+    )  # 3 stopped, not < 3
     d["stop_nums"][0] = 4
-    expect(both(d), not_need_stop=[True])
+    expect_fields(both(d), not_need_stop=[True])
 
 
 def test_column_shaped_tensors_and_wider_step_draft_tokens():
@@ -176,7 +173,7 @@ def test_column_shaped_tensors_and_wider_step_draft_tokens():
         d[n] = d[n].reshape(-1, 1)
     d["step_draft_tokens"] = np.full((1, 4), 9, np.int64)
     out = both(d)
-    expect(out, step_draft_tokens=[[5, 6, 9, 9]], is_block_step=[True])
+    expect_fields(out, step_draft_tokens=[[5, 6, 9, 9]], is_block_step=[True])
 
 
 def test_env_var_default(monkeypatch):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, ragged, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, ragged, replaced, to_paddle
 
 import fd_mtp.ops as ops
 
@@ -246,12 +246,6 @@ def valid():
 expect_error = PAIR.expect_error
 
 
-def replaced(name, value):
-    d = valid()
-    d[name] = value
-    return d
-
-
 def test_valid_base_case_passes_although_a_stopped_request_has_bad_data():
     got = run_pair(valid())
     assert got["stop_flags"].tolist() == [True, True, True]
@@ -281,22 +275,22 @@ def test_wrong_dtype_names_the_argument(name):
 )
 def test_wrong_rank_names_the_argument(name, shape):
     a = valid()[name]
-    expect_error(replaced(name, np.zeros(shape, a.dtype)), name)
+    expect_error(replaced(valid(), name, np.zeros(shape, a.dtype)), name)
 
 
 @pytest.mark.parametrize(
     "name", ["accept_num", "pre_ids", "step_idx", "stop_flags", "stop_seqs", "stop_seqs_len"]
 )
 def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(name, valid()[name][:2].copy()), name)
+    expect_error(replaced(valid(), name, valid()[name][:2].copy()), name)
 
 
 def test_stop_seqs_len_must_have_s_columns():
-    expect_error(replaced("stop_seqs_len", np.zeros((3, 2), np.int32)), "stop_seqs_len")
+    expect_error(replaced(valid(), "stop_seqs_len", np.zeros((3, 2), np.int32)), "stop_seqs_len")
 
 
 def test_empty_end_ids():
-    expect_error(replaced("end_ids", np.zeros(0, np.int64)), "end_ids")
+    expect_error(replaced(valid(), "end_ids", np.zeros(0, np.int64)), "end_ids")
 
 
 @pytest.mark.parametrize("value", [-1, 4])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same
+from util import BATCH_GRID, OpPair, assert_same, replaced
 
 OP = "speculate_set_value_by_flags_and_idx"
 MATRICES = ("pre_ids_all", "accept_tokens")
@@ -220,12 +220,6 @@ def valid():
 expect_error = PAIR.expect_error
 
 
-def replaced(name, value):
-    d = valid()
-    d[name] = value
-    return d
-
-
 def test_valid_base_case_passes_although_idle_requests_hold_bad_data():
     got = run_pair(valid())
     assert got["accept_num"].tolist() == [3, 0, 9]
@@ -233,17 +227,17 @@ def test_valid_base_case_passes_although_idle_requests_hold_bad_data():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_dtype_names_the_argument(name):
-    expect_error(replaced(name, valid()[name].astype(np.float32)), name)
+    expect_error(replaced(valid(), name, valid()[name].astype(np.float32)), name)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
+    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "seq_lens_this_time"])
 def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(name, valid()[name][:2].copy()), name)
+    expect_error(replaced(valid(), name, valid()[name][:2].copy()), name)
 
 
 @pytest.mark.parametrize("value", [-1, 4])

@@ -128,6 +128,13 @@ def check_bad_values(op, names, d, name, fields):
         getattr(reference, op)(*[d[n] for n in names], BS, ENC_DEC, K)
 
 
+def check_bad_change(op, names, d, name, change):
+    """``d`` with ``name`` replaced by ``change(d[name])``: the op raises naming ``name`` and
+    writes nothing."""
+    d[name] = change(d[name])
+    op_raises_and_unchanged(op, names, d, name)
+
+
 def checked_or_both_refuse(op, names, run, check, d, bs, k):
     """None when the reference refuses ``d`` (and the op too, see `both_refuse`); else ``run(d,
     bs, k)`` (op == reference), whose result ``check(d, after)`` accepts; -> that result."""
@@ -505,10 +512,6 @@ def test_property_matches_reference(bsz, nb, bs, k, tight, seed):
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
-
-
 def good():
     """Valid: request 0 needs slot 2 and holds 1 decode block, 1 free block; request 1 is parked."""
     return batch(
@@ -585,8 +588,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
-    name, fields = BAD[case]
-    check_bad_values(OP, NAMES, good(), name, fields)
+    check_bad_values(OP, NAMES, good(), *BAD[case])
 
 
 def test_good_args_are_good():
@@ -625,15 +627,12 @@ BAD_TYPES = {
 
 @pytest.mark.parametrize("case", sorted(BAD_TYPES))
 def test_bad_dtypes_and_shapes(case):
-    name, change = BAD_TYPES[case]
-    d = good()
-    d[name] = change(d[name])
-    raises_and_unchanged(d, name)
+    check_bad_change(OP, NAMES, good(), *BAD_TYPES[case])
 
 
 def test_bad_attributes():
-    raises_and_unchanged(good(), "block_size", bs=0)
-    raises_and_unchanged(good(), "max_draft_tokens", k=-1)
+    op_raises_and_unchanged(OP, NAMES, good(), "block_size", bs=0)
+    op_raises_and_unchanged(OP, NAMES, good(), "max_draft_tokens", k=-1)
 
 
 def test_docstring_examples_of_the_block_managers():

@@ -16,6 +16,7 @@ from test_speculate_step import (
     NAMES,
     K,
     batch,
+    check_bad_change,
     check_bad_values,
     checked_or_both_refuse,
     expect_of,
@@ -168,7 +169,7 @@ def test_a_victim_outside_the_need_list():
 def test_free_list_exhaustion_raises_where_upstream_spins():
     # Both need a block; nobody holds a decode block to hand back.
     d = batch(2, seq_lens_decoder=[6, 6], block_tables=[[5, -1, -1, -1]] * 2)
-    raises_and_unchanged(d, "free_list")
+    op_raises_and_unchanged(OP, NAMES, d, "free_list")
 
 
 def test_arguments_it_never_reads_may_have_any_dtype_and_shape():
@@ -247,10 +248,6 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, NAMES, d, name, bs, k)
-
-
 def good():
     """Request 0 needs slot 2 and holds 1 decode block, 1 block is free; request 1 is stopped."""
     return batch(
@@ -279,8 +276,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
-    name, fields = BAD[case]
-    check_bad_values(OP, NAMES, good(), name, fields)
+    check_bad_values(OP, NAMES, good(), *BAD[case])
 
 
 @pytest.mark.parametrize(
@@ -296,9 +292,7 @@ def test_bad_values(case):
     ],
 )
 def test_bad_dtypes_and_shapes(name, change):
-    d = good()
-    d[name] = change(d[name])
-    raises_and_unchanged(d, name)
+    check_bad_change(OP, NAMES, good(), name, change)
 
 
 def test_good_args_are_good():

@@ -17,6 +17,7 @@ from test_speculate_step import (
     K,
     batch,
     both_refuse,
+    check_bad_change,
     check_bad_values,
     check_invariants,
     expect_of,
@@ -160,7 +161,7 @@ def test_preemption_order_is_most_blocks_then_lowest_index():
 
 def test_free_list_exhausted_raises_and_writes_nothing():
     d = with_cached(batch(2, seq_lens_decoder=[6, 6], block_tables=[[5, -1, -1, -1]] * 2))
-    raises_and_unchanged(d, "free_list")
+    op_raises_and_unchanged(OP, SC_NAMES, d, "free_list")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -199,10 +200,6 @@ def test_property_matches_reference_and_conserves_blocks(bsz, nb, bs, k, tight, 
 # ------------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; nothing written
 # ------------------------------------------------------------------------------------------------
-def raises_and_unchanged(d, name, bs=BS, k=K):
-    op_raises_and_unchanged(OP, SC_NAMES, d, name, bs, k)
-
-
 def good():
     return with_cached(step_good())
 
@@ -224,8 +221,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_values(case):
-    name, fields = BAD[case]
-    check_bad_values(OP, SC_NAMES, good(), name, fields)
+    check_bad_values(OP, SC_NAMES, good(), *BAD[case])
 
 
 @pytest.mark.parametrize(
@@ -238,9 +234,7 @@ def test_bad_values(case):
     ],
 )
 def test_bad_dtypes_and_shapes(name, change):
-    d = good()
-    d[name] = change(d[name])
-    raises_and_unchanged(d, name)
+    check_bad_change(OP, SC_NAMES, good(), name, change)
 
 
 def test_good_args_are_good():

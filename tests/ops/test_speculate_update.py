@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same
+from util import BATCH_GRID, OpPair, assert_same, replaced
 
 from fd_mtp.schema import written_args
 
@@ -411,12 +411,6 @@ def valid():
 expect_error = PAIR.expect_error
 
 
-def replaced(name, value):
-    d = valid()
-    d[name] = value
-    return d
-
-
 def test_valid_base_case_passes():
     run_pair(valid())
 
@@ -424,33 +418,33 @@ def test_valid_base_case_passes():
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
 def test_wrong_dtype_names_the_argument(name):
     a = valid()[name]
-    expect_error(replaced(name, a.astype(np.float32)), name)
+    expect_error(replaced(valid(), name, a.astype(np.float32)), name)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums")])
 def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(name, PAIR.wrong_rank(valid()[name], name)), name)
+    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
 
 
 @pytest.mark.parametrize(
     "name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums", "seq_lens_this_time")]
 )
 def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(name, valid()[name][:2].copy()), name)
+    expect_error(replaced(valid(), name, valid()[name][:2].copy()), name)
 
 
 @pytest.mark.parametrize(
     "bad", [np.zeros(1, np.int32), np.zeros(2, bool)], ids=["int32", "2 elements"]
 )
 def test_not_need_stop_must_be_one_bool(bad):
-    expect_error(replaced("not_need_stop", bad), "not_need_stop")
+    expect_error(replaced(valid(), "not_need_stop", bad), "not_need_stop")
 
 
 @pytest.mark.parametrize(
     "bad", [np.zeros(1, np.int32), np.zeros(2, np.int64), np.zeros(0, np.int64)]
 )
 def test_stop_nums_must_be_one_int64(bad):
-    expect_error(replaced("stop_nums", bad), "stop_nums")
+    expect_error(replaced(valid(), "stop_nums", bad), "stop_nums")
 
 
 @pytest.mark.parametrize("value", [-1, 4])

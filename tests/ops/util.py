@@ -108,10 +108,22 @@ def assert_same(actual, expected, name: str = "array") -> None:
         raise AssertionError(f"{name}: {len(diff)} mismatches (got != expected): {shown}")
 
 
+def expect_fields(out: dict, **fields) -> None:
+    """Each named array of ``out`` equals ``fields[name]`` (lists, in its dtype and shape)."""
+    for n, v in fields.items():
+        assert_same(out[n], np.asarray(v, dtype=out[n].dtype).reshape(out[n].shape), n)
+
+
 def assert_all_same(op_args, ref_args, names) -> None:
     for a, e, n in zip(op_args, ref_args, names):
         if isinstance(e, np.ndarray):
             assert_same(a, e, n)
+
+
+def replaced(d: dict, name: str, value) -> dict:
+    """``d`` (arrays by argument name) with ``name`` set to ``value``: ``d`` itself, changed."""
+    d[name] = value
+    return d
 
 
 class OpPair:

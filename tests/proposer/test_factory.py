@@ -6,13 +6,14 @@ import pytest
 
 paddle = pytest.importorskip("paddle")
 
-from fd_mtp.batch import Proposer, ProposerStats, Task, TaskKind  # noqa: E402
+from fd_mtp.batch import Proposer, ProposerStats, TaskKind  # noqa: E402
 from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig  # noqa: E402
 from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer import MTPProposer, NgramProposer, make_proposer  # noqa: E402
 from fd_mtp.testing import write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing.tasks import prefill_task  # noqa: E402
 
 SCHED = SchedulerConfig(max_num_seqs=2, max_model_len=32)
 CACHE = CacheConfig(block_size=8, num_gpu_blocks=16)
@@ -73,16 +74,7 @@ def test_the_runner_calls_an_injected_factory_through_the_protocol(models):
     assert isinstance(r.proposer, Proposer)
     prompt = [5, 6, 7, 8, 5]
     r.insert_tasks_v1(
-        [
-            Task(
-                TaskKind.PREFILL,
-                0,
-                block_ids=[0, 1],
-                token_ids=prompt,
-                end=len(prompt),
-                params=SamplingParams(temperature=0.0, max_tokens=5),
-            )
-        ]
+        [prefill_task(0, prompt, [0, 1], SamplingParams(temperature=0.0, max_tokens=5))]
     )
     r.execute_model([])
     r.execute_model([0])

@@ -30,6 +30,7 @@ from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer.mtp import MTPProposer  # noqa: E402
 from fd_mtp.testing import naive_greedy, write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing.tasks import prefill_task  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))  # tests/model/model_util.py
 from model_util import assert_matches_reference, dense_reference, forward64, mtp_forward64  # noqa: E402
@@ -123,16 +124,7 @@ def assert_hidden(got, want):
 
 
 def prefill(slot, tokens, blocks, start=0, end=None, num_output=0):
-    return Task(
-        TaskKind.PREFILL,
-        slot,
-        block_ids=list(blocks),
-        token_ids=list(tokens),
-        start=start,
-        end=len(tokens) if end is None else end,
-        num_output=num_output,
-        params=GREEDY,
-    )
+    return prefill_task(slot, tokens, blocks, GREEDY, start, end, num_output)
 
 
 def col(t):

@@ -9,12 +9,12 @@ import pytest
 paddle = pytest.importorskip("paddle")
 
 from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig  # noqa: E402
-from fd_mtp.engine.runner import Task, TaskKind  # noqa: E402
 from fd_mtp.engine.sampling_params import SamplingParams  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer.ngram import NgramProposer  # noqa: E402
 from fd_mtp.testing import naive_greedy, write_exact_draft_checkpoint  # noqa: E402
+from fd_mtp.testing.tasks import prefill_task  # noqa: E402
 
 greedy = naive_greedy
 
@@ -35,16 +35,7 @@ def test_ngram_drafts_from_the_prompt_reach_the_target(tmp_path):
     assert isinstance(r.proposer, NgramProposer)
     si = r.share_inputs
     r.insert_tasks_v1(
-        [
-            Task(
-                TaskKind.PREFILL,
-                1,
-                block_ids=[0, 1],
-                token_ids=prompt,
-                end=len(prompt),
-                params=SamplingParams(temperature=0.0, max_tokens=10),
-            )
-        ]
+        [prefill_task(1, prompt, [0, 1], SamplingParams(temperature=0.0, max_tokens=10))]
     )
     assert r.execute_model([]).to_dict() == {1: [c[1]]}
     # the last token c1 is found in the prompt at index 1: the two tokens after it are the drafts

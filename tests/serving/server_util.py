@@ -1,8 +1,10 @@
 """A real ``fd-mtp serve`` process on 127.0.0.1 (a free port chosen by the OS) for the serving tests,
-and small helpers to read its Prometheus metrics."""
+and small helpers to read its Prometheus metrics. Importing it skips the importing test module where
+fastapi, uvicorn or httpx is missing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -13,11 +15,22 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+import pytest
+
+# What a served test needs, so that importing this module skips the test module without it: the
+# server's web stack, and httpx for the helpers below.
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
 
+
+#: the served model's name (the shipped demo model)
+MODEL = "ernie45_tiny_mtp"
+#: keywords of a greedy completions / chat request to `MODEL` that returns the token ids
+GREEDY_IDS = dict(model=MODEL, temperature=0, extra_body={"return_token_ids": True})
 
 #: what `ServerProcess` runs by default, and ``fd-mtp serve`` (the console script's module)
 API_SERVER = ("-m", "fd_mtp.entrypoints.openai.api_server")
@@ -88,6 +101,37 @@ class ServerProcess:
             self.proc.wait(10)
 
 
+def stop(proc: ServerProcess, timeout: float = 30) -> None:
+    """`ServerProcess.terminate`, killing the server where that fails or times out."""
+    try:
+        proc.terminate(timeout=timeout)
+    except Exception:
+        proc.kill()
+
+
+@contextlib.contextmanager
+def running(procs, timeout: float = 30):
+    """Launches the servers of ``procs`` (a dict, or one `ServerProcess`) all at once, waits until
+    each is ready and yields ``procs``; on the way out `stop`s each (``timeout``: SIGTERM's bound)."""
+    each = list(procs.values()) if isinstance(procs, dict) else [procs]
+    try:
+        for p in each:
+            p.launch()
+        for p in each:
+            p.wait_ready()
+        yield procs
+    finally:
+        for p in each:
+            stop(p, timeout)
+
+
+def openai_client(url: str, timeout: float = 60):
+    """The official ``openai`` client of the server at ``url`` (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=timeout, max_retries=0)
+
+
 def metrics(url: str) -> dict[str, float]:
     """``{'name{labels}': value}`` of the server's /metrics (labels without model_name)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
@@ -110,3 +154,22 @@ def wait_for(predicate, timeout: float = 20, interval: float = 0.05, what: str =
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def greedy_pair(c, offline, prompt: str, max_tokens: int, model: str = MODEL):
+    """One greedy completion of ``prompt`` (token ids returned, EOS ignored) from the server behind
+    the ``openai`` client ``c`` and the same from ``offline`` (an `fd_mtp.LLM`): ``(the server's
+    response, the offline RequestOutput)``."""
+    import fd_mtp
+
+    out = c.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=0,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
+    [want] = offline.generate(
+        [prompt], fd_mtp.SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    )
+    return out, want

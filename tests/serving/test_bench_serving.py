@@ -2,42 +2,29 @@
 every metric of every mode and concurrency, the PNG is written."""
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
+
+from fd_mtp.testing.scripts import load_script
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 pytest.importorskip("matplotlib")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_serving.py"
-
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_serving", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_serving.py")
 
 
 def test_bench_serving_check_and_csv(tmp_path, capsys):
     bench = load_bench()
     summaries = bench.main(
         [
-            "--modes",
-            "plain,mtp_k1",
-            "--num-prompts",
-            "4",
-            "--max-tokens",
-            "6",
-            "--max-concurrency",
-            "1,4",
-            "--request-rate",
-            "50",
-            "--check",
-            "--out",
+            *(
+                "--modes plain,mtp_k1 --num-prompts 4 --max-tokens 6 --max-concurrency 1,4"
+                " --request-rate 50 --check --out"
+            ).split(),
             str(tmp_path),
         ]
     )

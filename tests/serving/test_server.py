@@ -22,8 +22,6 @@ import threading
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -31,9 +29,8 @@ httpx = pytest.importorskip("httpx")
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import GREEDY_IDS, MODEL, ServerProcess, metrics, openai_client, running, wait_for  # noqa: E402
 
-MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
 TIMEOUT = 60
 
@@ -60,18 +57,8 @@ def servers():
             "--max-num-seqs", "1", "--max-model-len", "1024", "--max-waiting-requests", "1"
         ),
     }
-    try:
-        for p in procs.values():
-            p.launch()
-        for p in procs.values():
-            p.wait_ready()
+    with running(procs):
         yield procs
-    finally:
-        for p in procs.values():
-            try:
-                p.terminate(timeout=30)
-            except Exception:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +73,7 @@ def _reference(offline, prompts, max_tokens):
 
 
 def client(url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+    return openai_client(url, TIMEOUT)
 
 
 # -- greedy equality -----------------------------------------------------------------------------
@@ -100,13 +87,7 @@ def test_greedy_completions_equal_offline(servers, offline, which):
     prompts = PROMPTS[: len(max_tokens)]
     want = _reference(offline, prompts, max_tokens)
     for prompt, m, ref in zip(prompts, max_tokens, want):
-        out = c.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=m,
-            temperature=0,
-            extra_body={"return_token_ids": True},
-        )
+        out = c.completions.create(prompt=prompt, max_tokens=m, **GREEDY_IDS)
         choice = out.choices[0]
         assert choice.token_ids == ref, (which, prompt)
         assert out.usage.completion_tokens == len(ref)
@@ -120,13 +101,11 @@ def test_greedy_completions_equal_offline(servers, offline, which):
         # streamed: the chunks' token ids concatenate to the same output, text too
         ids, text, reasons = [], "", []
         stream = c.completions.create(
-            model=MODEL,
             prompt=prompt,
             max_tokens=m,
-            temperature=0,
             stream=True,
             stream_options={"include_usage": True},
-            extra_body={"return_token_ids": True},
+            **GREEDY_IDS,
         )
         usage = None
         for chunk in stream:
@@ -177,22 +156,11 @@ def test_chat_equals_offline_on_the_default_template(servers, offline, which):
     messages = [{"role": "system", "content": "Write Python."}, {"role": "user", "content": "sort"}]
     prompt = default_chat_prompt([(m["role"], m["content"]) for m in messages])
     [ref] = _reference(offline, [prompt], [10])
-    out = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        extra_body={"return_token_ids": True},
-    )
+    out = c.chat.completions.create(messages=messages, max_tokens=10, **GREEDY_IDS)
     assert out.choices[0].token_ids == ref
     assert out.choices[0].message.role == "assistant"
     streamed = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        stream=True,
-        extra_body={"return_token_ids": True},
+        messages=messages, max_tokens=10, stream=True, **GREEDY_IDS
     )
     ids, text, roles = [], "", []
     for chunk in streamed:
@@ -254,13 +222,11 @@ def test_64_concurrent_streams_get_exactly_the_offline_tokens(servers, offline):
 
     async def one(ac, i):
         stream = await ac.completions.create(
-            model=MODEL,
             prompt=prompts[i],
             max_tokens=max_tokens[i],
-            temperature=0,
             stream=True,
             stream_options={"include_usage": True},
-            extra_body={"return_token_ids": True},
+            **GREEDY_IDS,
         )
         ids, usage, finishes = [], None, 0
         async for chunk in stream:

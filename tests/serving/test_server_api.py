@@ -23,17 +23,14 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
 import fd_mtp  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 
-from .server_util import ServerProcess  # noqa: E402
+from .server_util import GREEDY_IDS, MODEL, ServerProcess, openai_client, running  # noqa: E402
 
-MODEL = "ernie45_tiny_mtp"
 MTP_CONFIG = {"method": "mtp", "num_speculative_tokens": 3, "num_model_steps": 3}
 TIMEOUT = 60
 PROMPT = "def main():\n"
@@ -56,13 +53,8 @@ def server():
         "--speculative-config",
         json.dumps(MTP_CONFIG),
     )
-    try:
-        yield srv.launch().wait_ready()
-    finally:
-        try:
-            srv.terminate(timeout=30)
-        except Exception:
-            srv.kill()
+    with running(srv):
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +63,7 @@ def offline():
 
 
 def client(url) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+    return openai_client(url, TIMEOUT)
 
 
 def reference(offline, prompt, k, max_tokens, **kw):
@@ -247,15 +239,10 @@ def test_chat_logprobs_equal_offline(server, offline, sampling):
     top = 2
     ref = reference(offline, prompt, top, 10, **kw)
     c = client(server.url)
-    out = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        logprobs=True,
-        top_logprobs=top,
-        extra_body={"return_token_ids": True},
-        **kw,
+    request = dict(
+        model=MODEL, messages=messages, max_tokens=10, logprobs=True, top_logprobs=top, **kw
     )
+    out = c.chat.completions.create(**request, extra_body={"return_token_ids": True})
     choice = out.choices[0]
     assert choice.token_ids == ref.token_ids
     content = choice.logprobs.content
@@ -271,15 +258,7 @@ def test_chat_logprobs_equal_offline(server, offline, sampling):
         best = sorted(entry.values(), key=lambda lp: lp.rank)[:top]  # without the sampled one
         check_top({t.token: t.logprob for t in item.top_logprobs}, best, top, f"token {i}")
 
-    streamed = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        logprobs=True,
-        top_logprobs=top,
-        stream=True,
-        **kw,
-    )
+    streamed = c.chat.completions.create(**request, stream=True)
     items = []
     for chunk in streamed:
         for ch in chunk.choices:
@@ -501,13 +480,7 @@ def test_tool_messages_are_rendered(server, offline):
     assert r.status_code == 200, r.text
     assert r.json()["tokens"] == offline.tokenizer.encode(prompt)
     ref = reference(offline, prompt, None, 6, temperature=0)
-    out = client(server.url).chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=6,
-        temperature=0,
-        extra_body={"return_token_ids": True},
-    )
+    out = client(server.url).chat.completions.create(messages=messages, max_tokens=6, **GREEDY_IDS)
     assert out.choices[0].token_ids == ref.token_ids
 
 

@@ -9,15 +9,13 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import fd_mtp  # noqa: E402
 from fd_mtp.assets import default_model_path  # noqa: E402
 from fd_mtp.testing.eagle import write_random_eagle_head  # noqa: E402
 
-from .server_util import ServerProcess, metrics  # noqa: E402
+from .server_util import ServerProcess, greedy_pair, metrics, openai_client  # noqa: E402
 
 MODEL = "ernie45_tiny_mtp"
 PROMPTS = ["def read_config(path):\n", "import os\nimport sys\n\n\nclass Parser:\n"]
@@ -40,18 +38,9 @@ def test_serve_drafts_with_an_eagle_head_and_equals_plain(tmp_path, method):
     offline = fd_mtp.LLM(max_model_len=256, block_size=8)
     try:
         proc.launch().wait_ready()
-        c = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="none", timeout=60, max_retries=0)
+        c = openai_client(proc.url)
         for prompt in PROMPTS:
-            out = c.completions.create(
-                model=MODEL,
-                prompt=prompt,
-                max_tokens=16,
-                temperature=0,
-                extra_body={"return_token_ids": True, "ignore_eos": True},
-            )
-            [want] = offline.generate(
-                [prompt], fd_mtp.SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-            )
+            out, want = greedy_pair(c, offline, prompt, 16, MODEL)
             assert out.choices[0].token_ids == want.token_ids
         drafted = [v for k, v in metrics(proc.url).items() if "draft" in k and "total" in k]
         assert drafted and max(drafted) > 0, metrics(proc.url)

@@ -24,28 +24,18 @@ import time
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from .server_util import ROOT, ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import ROOT, ServerProcess, metrics, openai_client, running, wait_for  # noqa: E402
 
 MODEL = "ernie45_tiny_mtp"
 TIMEOUT = 60
 LONG = {"prompt": "def main():\n", "max_tokens": 400, "ignore_eos": True, "temperature": 0}
 
 
-@contextlib.contextmanager
 def server(*args):
-    srv = ServerProcess(*args)
-    try:
-        yield srv.launch().wait_ready()
-    finally:
-        try:
-            srv.terminate(timeout=30)
-        except Exception:
-            srv.kill()
+    return running(ServerProcess(*args))
 
 
 # -- admission -----------------------------------------------------------------------------------
@@ -243,7 +233,7 @@ def test_bodies_over_the_limit_are_413(tmp_path):
             err = r.json()["error"]
             assert set(err) == {"message", "type", "param", "code"}
             assert err["code"] == "request_too_large" and "--max-request-bytes" in err["message"]
-        c = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=TIMEOUT, max_retries=0)
+        c = openai_client(url, TIMEOUT)
         with pytest.raises(openai.APIStatusError) as info:
             c.completions.create(model=MODEL, prompt="x" * 1_100_000, max_tokens=2)
         assert info.value.status_code == 413

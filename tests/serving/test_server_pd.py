@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -34,13 +32,17 @@ from fd_mtp.distributed.pd import SEGMENT_PREFIX  # noqa: E402
 from fd_mtp.entrypoints.openai.chat_template import default_chat_prompt  # noqa: E402
 from fd_mtp.sysv_queue import remove_queue  # noqa: E402
 
-from .server_util import FD_MTP_SERVE, ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import FD_MTP_SERVE, GREEDY_IDS, ServerProcess, metrics, running, wait_for  # noqa: E402
 from .test_server import MODEL, PROMPTS, client  # noqa: E402
 
 MTP = {"method": "mtp", "num_speculative_tokens": 2, "num_model_steps": 2}
 SLOTS = 2
 #: a stream that runs for several seconds (the demo model decodes ~300 tokens/s on this CPU)
 LONG = 2000
+#: a greedy stream of LONG tokens that does not stop at EOS (the prompt is added per request)
+LONG_STREAM = dict(
+    model=MODEL, max_tokens=LONG, temperature=0, stream=True, extra_body={"ignore_eos": True}
+)
 COMMON = ["--pd", "--max-num-seqs", str(SLOTS), "--max-model-len", "2048", "--block-size", "16"]
 COMMON += ["--shutdown-timeout", "2"]
 # this test process's own first-token queues (ftok keeps the low 8 bits: distinct there)
@@ -96,18 +98,8 @@ def servers():
         )
         for which in ("plain", "mtp")
     }
-    try:
-        for p in procs.values():
-            p.launch()
-        for p in procs.values():
-            p.wait_ready()
+    with running(procs, timeout=60):
         yield procs
-    finally:
-        for p in procs.values():
-            try:
-                p.terminate(timeout=60)
-            except Exception:
-                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -137,28 +129,13 @@ def test_greedy_completions_and_chat_equal_offline(servers, offline, which):
     want = _reference(offline[which], prompts, max_tokens)
     received = 0
     for p, m, w in zip(prompts, max_tokens, want):
-        out = c.completions.create(
-            model=MODEL,
-            prompt=p,
-            max_tokens=m,
-            temperature=0,
-            extra_body={"return_token_ids": True},
-        )
+        out = c.completions.create(prompt=p, max_tokens=m, **GREEDY_IDS)
         choice = out.choices[0]
         assert choice.token_ids == w.token_ids and choice.text == w.text
         assert choice.finish_reason == w.finish_reason
         assert out.usage.completion_tokens == len(w.token_ids)
         assert out.usage.prompt_tokens == len(w.prompt_token_ids)
-        chunks = list(
-            c.completions.create(
-                model=MODEL,
-                prompt=p,
-                max_tokens=m,
-                temperature=0,
-                stream=True,
-                extra_body={"return_token_ids": True},
-            )
-        )
+        chunks = list(c.completions.create(prompt=p, max_tokens=m, stream=True, **GREEDY_IDS))
         ids = [
             t for ch in chunks for x in ch.choices for t in (getattr(x, "token_ids", None) or [])
         ]
@@ -175,22 +152,11 @@ def test_greedy_completions_and_chat_equal_offline(servers, offline, which):
     messages = [{"role": "system", "content": "Write Python."}, {"role": "user", "content": "sort"}]
     prompt = default_chat_prompt([(m["role"], m["content"]) for m in messages])
     [ref] = _reference(offline[which], [prompt], [10])
-    out = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        extra_body={"return_token_ids": True},
-    )
+    out = c.chat.completions.create(messages=messages, max_tokens=10, **GREEDY_IDS)
     assert out.choices[0].token_ids == ref.token_ids
     assert out.choices[0].message.content == ref.text
     streamed = c.chat.completions.create(
-        model=MODEL,
-        messages=messages,
-        max_tokens=10,
-        temperature=0,
-        stream=True,
-        extra_body={"return_token_ids": True},
+        messages=messages, max_tokens=10, stream=True, **GREEDY_IDS
     )
     ids, text = [], ""
     for chunk in streamed:
@@ -225,16 +191,7 @@ def test_prefix_cache_hits_on_the_prefill_instance(servers, offline):
     prompt = "".join(PROMPTS)  # well over one 16-token block
     [want] = _reference(offline["plain"], [prompt], [6])
     before = metrics(url)
-    outs = [
-        c.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=6,
-            temperature=0,
-            extra_body={"return_token_ids": True},
-        )
-        for _ in range(2)
-    ]
+    outs = [c.completions.create(prompt=prompt, max_tokens=6, **GREEDY_IDS) for _ in range(2)]
     assert [o.choices[0].token_ids for o in outs] == [want.token_ids] * 2
     cached = [o.usage.prompt_tokens_details.cached_tokens for o in outs]
     n = len(want.prompt_token_ids)
@@ -258,11 +215,7 @@ def test_cancelled_streams_free_their_slots(servers, offline):
     c = client(url)
     before = metrics(url)
     # the streams have ~2000 tokens to go (over 10 s for two): freed within 3 s is the abort
-    long_kw = dict(model=MODEL, max_tokens=LONG, temperature=0, stream=True)
-    streams = [
-        c.completions.create(prompt=p, **long_kw, extra_body={"ignore_eos": True})
-        for p in PROMPTS[:SLOTS]
-    ]
+    streams = [c.completions.create(prompt=p, **LONG_STREAM) for p in PROMPTS[:SLOTS]]
     for s in streams:
         for k, _ in enumerate(s):
             if k == 3:
@@ -288,13 +241,7 @@ def test_cancelled_streams_free_their_slots(servers, offline):
     box = {}
 
     def ask(i):
-        box[i] = c.completions.create(
-            model=MODEL,
-            prompt=PROMPTS[2 + i],
-            max_tokens=9,
-            temperature=0,
-            extra_body={"return_token_ids": True},
-        )
+        box[i] = c.completions.create(prompt=PROMPTS[2 + i], max_tokens=9, **GREEDY_IDS)
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
     for t in threads:
@@ -311,14 +258,7 @@ def test_sigterm_drains_then_stops_both_instances_and_cleans_up(servers):
     proc = servers["mtp"]
     pids = list(_instances(proc.proc.pid).values())
     assert len(pids) == 2, pids
-    stream = client(proc.url).completions.create(
-        model=MODEL,
-        prompt=PROMPTS[1],
-        max_tokens=LONG,
-        temperature=0,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    stream = client(proc.url).completions.create(prompt=PROMPTS[1], **LONG_STREAM)
     it = iter(stream)
     next(it)
     proc.proc.send_signal(signal.SIGTERM)
@@ -343,14 +283,7 @@ def test_dead_decode_instance_fails_streams_then_shutdown_cleans_up(servers):
     assert sorted(instances) == ["decode", "prefill"], instances
     pids = list(instances.values())
     c = client(url)
-    stream = c.completions.create(
-        model=MODEL,
-        prompt=PROMPTS[0],
-        max_tokens=LONG,
-        temperature=0,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    stream = c.completions.create(prompt=PROMPTS[0], **LONG_STREAM)
     it = iter(stream)
     for _ in range(3):
         next(it)

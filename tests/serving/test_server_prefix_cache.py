@@ -9,13 +9,11 @@ import json
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import fd_mtp  # noqa: E402
 
-from .server_util import ServerProcess, metrics  # noqa: E402
+from .server_util import ServerProcess, greedy_pair, metrics, openai_client, running  # noqa: E402
 
 MODEL = "ernie45_tiny_mtp"
 BS = 8
@@ -34,22 +32,12 @@ def servers():
         "cached": ServerProcess(*COMMON, "--speculative-config", mtp),
         "uncached": ServerProcess(*COMMON, "--no-enable-prefix-caching"),
     }
-    try:
-        for p in procs.values():
-            p.launch()
-        for p in procs.values():
-            p.wait_ready()
+    with running(procs):
         yield procs
-    finally:
-        for p in procs.values():
-            try:
-                p.terminate(timeout=30)
-            except Exception:
-                p.kill()
 
 
 def client(url):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60, max_retries=0)
+    return openai_client(url)
 
 
 def test_shared_prefix_and_chat_history_hit_the_cache(servers):
@@ -61,16 +49,7 @@ def test_shared_prefix_and_chat_history_hit_the_cache(servers):
     history = []
     for k, q in enumerate(QUESTIONS):
         prompt = SYSTEM + "".join(history) + q  # each turn resends the conversation so far
-        out = c.completions.create(
-            model=MODEL,
-            prompt=prompt,
-            max_tokens=12,
-            temperature=0,
-            extra_body={"return_token_ids": True, "ignore_eos": True},
-        )
-        [want] = offline.generate(
-            [prompt], fd_mtp.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
-        )
+        out, want = greedy_pair(c, offline, prompt, 12, MODEL)
         choice = out.choices[0]
         assert choice.token_ids == want.token_ids, k
         n_prompt = out.usage.prompt_tokens

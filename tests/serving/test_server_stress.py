@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import fd_mtp  # noqa: E402
 
-from .server_util import ServerProcess, metrics, wait_for  # noqa: E402
+from .server_util import ServerProcess, metrics, stop, wait_for  # noqa: E402
 
 CLIENTS = 256
 ROUNDS = 3
@@ -145,7 +143,4 @@ def test_256_concurrent_clients_lose_and_repeat_nothing():
         # flat memory: the last round grows the server by less than 32 MiB over the one before
         assert rss[-1] - rss[-2] < 32 * 1024, rss
     finally:
-        try:
-            srv.terminate(timeout=30)
-        except Exception:
-            srv.kill()
+        stop(srv)

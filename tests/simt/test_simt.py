@@ -5,7 +5,6 @@ The rewriting and stand-in tests need no build. The kernel tests need `make simt
 `make test` runs first); they skip when build/simt/lib holds no emulator build.
 """
 
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -14,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from fd_mtp.testing.scripts import load_script
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SIMT = ROOT / "tools" / "simt"
 LIB = ROOT / "build" / "simt" / "lib"
@@ -21,10 +22,7 @@ THREADS = 64  # the self-test kernels' block
 
 
 def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path, name)
 
 
 rewrite = _load(SIMT / "rewrite_launches.py", "simt_rewrite_launches").rewrite
