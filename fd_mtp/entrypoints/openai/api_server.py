@@ -332,6 +332,20 @@ def build_llm(args):
     from ...llm import LLM
 
     tp = getattr(args, "tensor_parallel_size", 1)
+    options = dict(
+        speculative_config=args.speculative_config,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        forward=getattr(args, "forward", "eager"),
+        cpu_threads=getattr(args, "cpu_threads", None),
+    )
     if getattr(args, "pd", False):
         if tp != 1:
             raise ValueError(
@@ -342,42 +356,13 @@ def build_llm(args):
 
         try:
             return PDEngineClient(
-                args.model,
-                speculative_config=args.speculative_config,
-                max_num_seqs=args.max_num_seqs,
-                max_model_len=args.max_model_len,
-                block_size=args.block_size,
-                num_gpu_blocks=args.num_gpu_blocks_override,
-                enable_prefix_caching=args.enable_prefix_caching,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                seed=args.seed,
-                dtype=args.dtype,
-                device=args.device,
-                forward=getattr(args, "forward", "eager"),
-                cpu_threads=getattr(args, "cpu_threads", None),
-                msg_queue_id=args.pd_msg_queue_id,
-                fail_fast=True,
+                args.model, msg_queue_id=args.pd_msg_queue_id, fail_fast=True, **options
             )
         except ValueError as exc:
             raise ValueError(f"--pd: {exc}") from None
     if getattr(args, "pd_msg_queue_id", None) is not None:
         raise ValueError("--pd-msg-queue-id is only used with --pd")
-    return LLM(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        block_size=args.block_size,
-        num_gpu_blocks=args.num_gpu_blocks_override,
-        enable_prefix_caching=args.enable_prefix_caching,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        speculative_config=args.speculative_config,
-        seed=args.seed,
-        tensor_parallel_size=tp,
-        forward=getattr(args, "forward", "eager"),
-        cpu_threads=getattr(args, "cpu_threads", None),
-    )
+    return LLM(args.model, tensor_parallel_size=tp, **options)
 
 
 def model_dir(args) -> Path:
