@@ -30,50 +30,14 @@ __all__ = [
 ]
 
 
-def _mtp(
-    cfg,
-    input_batch,
-    *,
-    mtp_model,
-    max_model_len,
-    block_size,
-    num_main_blocks,
-    draft_end_ids=None,
-    **options,
-):
-    return MTPProposer(
-        cfg,
-        mtp_model,
-        input_batch,
-        max_model_len=max_model_len,
-        block_size=block_size,
-        num_main_blocks=num_main_blocks,
-        draft_end_ids=draft_end_ids,
-        **options,
-    )
+def _draft_model(cls):
+    """The builder of a draft-model proposer (`MTPProposer`, `EagleProposer`): the draft model
+    goes positionally, every other argument as the factory got it."""
 
+    def build(cfg, input_batch, *, mtp_model, **options):
+        return cls(cfg, mtp_model, input_batch, **options)
 
-def _eagle(
-    cfg,
-    input_batch,
-    *,
-    mtp_model,
-    max_model_len,
-    block_size,
-    num_main_blocks,
-    draft_end_ids=None,
-    **options,
-):
-    return EagleProposer(
-        cfg,
-        mtp_model,
-        input_batch,
-        max_model_len=max_model_len,
-        block_size=block_size,
-        num_main_blocks=num_main_blocks,
-        draft_end_ids=draft_end_ids,
-        **options,
-    )
+    return build
 
 
 def _ngram(
@@ -91,7 +55,12 @@ def _ngram(
 
 
 #: ``SpeculativeConfig.method`` -> builder
-PROPOSERS = {"mtp": _mtp, "eagle": _eagle, "eagle3": _eagle, "ngram": _ngram}
+PROPOSERS = {
+    "mtp": _draft_model(MTPProposer),
+    "eagle": _draft_model(EagleProposer),
+    "eagle3": _draft_model(EagleProposer),
+    "ngram": _ngram,
+}
 
 
 def make_proposer(
