@@ -2,14 +2,16 @@
 
 The default model is the tiny ERNIE-4.5 + MTP checkpoint shipped in ``fd_mtp/assets`` (trained on
 the Python standard library by ``tools/train_demo_model.py``). The prompts are the openings of
-held-out standard-library files (files the model was not trained on). Every mode decodes the same
-prompts greedily at batch 1; for each it prints tokens/s, the speedup over plain decoding, the mean
-accepted length (tokens per target step, bonus token included), the acceptance per draft position,
-and whether its output is token for token the plain output (it must be: greedy speculative decoding
-is lossless). Then it prints the greedy continuation of the first ``--show`` prompts and a sampled
-one (``--temperature`` 0.7, ``--top-p`` 0.9, ``--seed``; MTP K = 3 speculative sampling, whose output
-follows the target model's distribution, not plain decoding's tokens): a model this small falls
-into loops under greedy decoding, and sampling shows better what it learnt.
+held-out standard-library files (files the model was not trained on). Every mode decodes the same prompts
+greedily at batch 1; for each it prints tokens/s, the speedup over plain decoding, the mean accepted
+length (tokens per target step, bonus token included), the acceptance per draft position, and
+whether its output is token for token the plain output (it must be: greedy speculative decoding is
+lossless). The eagle3_k3 mode drafts with the demo model's EAGLE-3 head (``fd_mtp/assets``, trained
+by ``tools/train_eagle_head.py``) instead of its MTP block. Then it prints the greedy continuation
+of the first ``--show`` prompts and a sampled one (``--temperature`` 0.7, ``--top-p`` 0.9,
+``--seed``; MTP K = 3 speculative sampling, whose output follows the target model's distribution,
+not plain decoding's tokens): a model this small falls into loops under greedy decoding, and
+sampling shows better what it learnt.
 
     python -m fd_mtp.demo [--model DIR] [--max-tokens 128] [--prompts 6] [--modes plain,mtp_k1,...]
 """
@@ -32,6 +34,8 @@ MODES = {
         "num_model_steps": 1,
         "mtp_strategy": "with_ngram",
     },
+    # the draft head's directory ("model") is filled in by `run` (`--eagle3-head`)
+    "eagle3_k3": {"method": "eagle3", "num_speculative_tokens": 3, "num_model_steps": 3},
 }
 
 
@@ -39,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fd_mtp.demo", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--model", default=None, help="checkpoint directory (default: the shipped demo model)"
+    )
+    p.add_argument(
+        "--eagle3-head",
+        default=None,
+        help="EAGLE-3 head directory of the eagle3_k3 mode (default: the shipped demo model's "
+        "head, when --model is the demo model; otherwise eagle3_k3 is left out)",
     )
     p.add_argument("--max-tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--prompts", type=int, default=6, help="number of held-out prompts")
@@ -161,6 +171,22 @@ def _show(args, sample, engine) -> None:
             )
 
 
+def _eagle3_head(args):
+    """The eagle3_k3 mode's head directory, or None (after a note) when there is none."""
+    from .assets import default_eagle3_head_path
+
+    if args.eagle3_head is not None:
+        return args.eagle3_head
+    if args.model is not None:
+        print("demo: eagle3_k3 left out: no --eagle3-head for this --model", file=sys.stderr)
+        return None
+    try:
+        return default_eagle3_head_path()
+    except FileNotFoundError as exc:
+        print(f"demo: eagle3_k3 left out: {exc}", file=sys.stderr)
+        return None
+
+
 def run(args) -> int:
     from .assets import default_model_path
     from .assets.corpus import held_out_prompts
@@ -180,6 +206,13 @@ def run(args) -> int:
         print("demo: no held-out standard-library file found for prompts", file=sys.stderr)
         return 2
     texts = [t for _, t in prompts]
+    configs = dict(MODES)
+    if "eagle3_k3" in modes:
+        head = _eagle3_head(args)
+        if head is None:
+            modes.remove("eagle3_k3")
+        else:
+            configs["eagle3_k3"] = {**MODES["eagle3_k3"], "model": str(head)}
 
     def engine(speculative_config):  # batch 1, as every figure of the demo
         return LLM(
@@ -198,7 +231,7 @@ def run(args) -> int:
     )
     rows, sample = [], None
     for mode in modes:
-        llm = engine(MODES[mode])
+        llm = engine(configs[mode])
         if llm.tokenizer is None:
             print("demo: the checkpoint has no tokenizer", file=sys.stderr)
             return 2

@@ -237,7 +237,7 @@ class LLM:
                 tokenizer = _try_tokenizer(path)
         model.eval()
         if spec is not None and spec.method in ("eagle", "eagle3"):
-            from .model.eagle import load_eagle_head
+            from .model.eagle_io import load_eagle_head
 
             # the EAGLE head replaces the MTP block as the draft model (EAGLE-3: the target now
             # keeps the head's aux hidden states in every forward)

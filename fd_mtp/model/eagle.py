@@ -22,7 +22,9 @@ Checkpoint directory (the ERNIE-4.5 variant of vLLM's / SpecForge's Llama head l
                                         # "eagle_config", as vLLM reads it)
     }
 
-``model.safetensors`` (Paddle layout: linear weights ``[in, out]``; H = hidden_size)::
+``model.safetensors`` (shapes in the Paddle layout, linear weights ``[in, out]``; the torch layout
+``[out, in]`` of vLLM's / SpecForge's heads is read too: every 2-D tensor but the embedding
+transposed; H = hidden_size)::
 
     fc.weight                     EAGLE-1: [2H, H] on concat([embed(token), target last hidden])
                                   EAGLE-3: [n*H, H] fusing the n aux hidden states (n = the layer
@@ -58,10 +60,12 @@ Forward over packed tokens (``ids [T]``, ``previous_hidden_states``):
   applied before the drafts reach sampling and verification (every draft is a target id; draft
   probabilities are over the target vocabulary, zero off the mapped ids).
 
-`load_eagle_head` refuses a head that does not fit the target with a ValueError naming the
-field (``hidden_size``, ``vocab_size``, ``eagle_aux_hidden_state_layer_ids``, ``d2t``,
-``draft_vocab_size``, a tensor's name). `fd_mtp.testing.eagle.write_random_eagle_head` writes a
-random-init head for a target (tests, and to try the option).
+`fd_mtp.model.eagle_io.load_eagle_head` reads a head directory (either layout: Paddle
+``[in, out]`` or torch ``[out, in]`` linear weights) and refuses a head that does not fit the
+target with a ValueError naming the field (``hidden_size``, ``vocab_size``,
+``eagle_aux_hidden_state_layer_ids``, ``d2t``, ``draft_vocab_size``, a tensor's name);
+`fd_mtp.model.eagle_io.save_eagle_head` writes one. `fd_mtp.testing.eagle.write_random_eagle_head`
+writes a random-init head for a target (tests, and to try the option).
 """
 
 from __future__ import annotations
@@ -84,7 +88,6 @@ __all__ = [
     "EagleHead",
     "default_aux_layer_ids",
     "eagle_tensor_shapes",
-    "load_eagle_head",
 ]
 
 EAGLE_METHODS = ("eagle", "eagle3")
@@ -102,6 +105,86 @@ def default_aux_layer_ids(num_hidden_layers: int) -> list[int]:
     """
     n = int(num_hidden_layers)
     return [min(max(i, 0), n - 1) for i in (2, n // 2, n - 3)]
+
+
+def _int_field(d: dict, name: str, default=None, required: bool = True):
+    """``d[name]``, an int >= 1 (``default`` when absent and not ``required``); ValueError
+    naming the field otherwise."""
+    if name not in d:
+        if required:
+            raise ValueError(f"EAGLE head config.json: missing field {name!r}")
+        return default
+    v = d[name]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"EAGLE head config.json: {name} must be an int >= 1, got {v!r}")
+    return v
+
+
+def _layer_config(d: dict, target: ErnieConfig) -> ErnieConfig:
+    """The `ErnieConfig` of the head's decoder layer: its attention / MLP fields from ``d``
+    (checked, named in errors), the rest the target's."""
+    heads = _int_field(d, "num_attention_heads")
+    kv_heads = _int_field(d, "num_key_value_heads", heads, required=False)
+    head_dim = d.get("head_dim")
+    if head_dim is None:
+        head_dim = target.hidden_size // heads
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
+        raise ValueError(f"EAGLE head config.json: head_dim must be an int >= 2, got {head_dim!r}")
+    if head_dim % 2:
+        raise ValueError(f"EAGLE head config.json: head_dim must be even (RoPE), got {head_dim}")
+    if heads % kv_heads:
+        raise ValueError(
+            f"EAGLE head config.json: num_attention_heads {heads} must be a multiple of "
+            f"num_key_value_heads {kv_heads}"
+        )
+    eps = d.get("rms_norm_eps", target.rms_norm_eps)
+    theta = d.get("rope_theta", target.rope_theta)
+    for name, v in (("rms_norm_eps", eps), ("rope_theta", theta)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"EAGLE head config.json: {name} must be a number > 0, got {v!r}")
+    return ErnieConfig(
+        vocab_size=target.vocab_size,
+        hidden_size=target.hidden_size,
+        intermediate_size=_int_field(d, "intermediate_size"),
+        num_hidden_layers=target.num_hidden_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(eps),
+        rope_theta=float(theta),
+        max_position_embeddings=target.max_position_embeddings,
+        tie_word_embeddings=True,
+        use_bias=False,
+        moe_num_experts=0,
+        bos_token_id=target.bos_token_id,
+        eos_token_id=target.eos_token_id,
+        pad_token_id=target.pad_token_id,
+        dtype=target.dtype,
+    )
+
+
+def _aux_layer_ids(d: dict, num_layers: int) -> tuple:
+    """EAGLE-3's ``eagle_aux_hidden_state_layer_ids`` (top level or inside ``eagle_config``, as
+    vLLM reads it), each a layer of the target's ``[0, num_layers)``."""
+    ids = d.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None and isinstance(d.get("eagle_config"), dict):
+        ids = d["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)
+    ):
+        raise ValueError(
+            "EAGLE head config.json: eagle_aux_hidden_state_layer_ids must be a non-empty "
+            f"list of target layer indices, got {ids!r}"
+        )
+    bad = [i for i in ids if not 0 <= i < num_layers]
+    if bad:
+        raise ValueError(
+            f"EAGLE head config.json: eagle_aux_hidden_state_layer_ids {ids} has {bad} "
+            f"outside the target's layers [0, {num_layers})"
+        )
+    return tuple(ids)
 
 
 @dataclass
@@ -138,106 +221,30 @@ class EagleHeadConfig:
                 f"EAGLE head config.json: model_type {model_type!r} is a {found!r} head, but "
                 f"speculative_config.method is {method!r}"
             )
-
-        def field(name, default=None, required=True):
-            if name not in d:
-                if required:
-                    raise ValueError(f"EAGLE head config.json: missing field {name!r}")
-                return default
-            v = d[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"EAGLE head config.json: {name} must be an int >= 1, got {v!r}")
-            return v
-
-        hidden = field("hidden_size")
-        if hidden != target.hidden_size:
-            raise ValueError(
-                f"EAGLE head config.json: hidden_size {hidden} does not fit the target's "
-                f"hidden_size {target.hidden_size}"
-            )
-        vocab = field("vocab_size")
-        if vocab != target.vocab_size:
-            raise ValueError(
-                f"EAGLE head config.json: vocab_size {vocab} does not fit the target's "
-                f"vocab_size {target.vocab_size}"
-            )
-        heads = field("num_attention_heads")
-        kv_heads = field("num_key_value_heads", heads, required=False)
-        head_dim = d.get("head_dim")
-        if head_dim is None:
-            head_dim = hidden // heads
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
-            raise ValueError(
-                f"EAGLE head config.json: head_dim must be an int >= 2, got {head_dim!r}"
-            )
-        if head_dim % 2:
-            raise ValueError(
-                f"EAGLE head config.json: head_dim must be even (RoPE), got {head_dim}"
-            )
-        if heads % kv_heads:
-            raise ValueError(
-                f"EAGLE head config.json: num_attention_heads {heads} must be a multiple of "
-                f"num_key_value_heads {kv_heads}"
-            )
-        eps = d.get("rms_norm_eps", target.rms_norm_eps)
-        theta = d.get("rope_theta", target.rope_theta)
-        for name, v in (("rms_norm_eps", eps), ("rope_theta", theta)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ValueError(f"EAGLE head config.json: {name} must be a number > 0, got {v!r}")
-        layer_config = ErnieConfig(
-            vocab_size=target.vocab_size,
-            hidden_size=hidden,
-            intermediate_size=field("intermediate_size"),
-            num_hidden_layers=target.num_hidden_layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv_heads,
-            head_dim=head_dim,
-            rms_norm_eps=float(eps),
-            rope_theta=float(theta),
-            max_position_embeddings=target.max_position_embeddings,
-            tie_word_embeddings=True,
-            use_bias=False,
-            moe_num_experts=0,
-            bos_token_id=target.bos_token_id,
-            eos_token_id=target.eos_token_id,
-            pad_token_id=target.pad_token_id,
-            dtype=target.dtype,
-        )
-        draft_vocab = None
-        layers: tuple = ()
+        for name in ("hidden_size", "vocab_size"):
+            v = _int_field(d, name)
+            if v != getattr(target, name):
+                raise ValueError(
+                    f"EAGLE head config.json: {name} {v} does not fit the target's "
+                    f"{name} {getattr(target, name)}"
+                )
+        hidden, vocab = target.hidden_size, target.vocab_size
+        layer_config = _layer_config(d, target)
         if found == "eagle3":
-            draft_vocab = field("draft_vocab_size")
+            draft_vocab = _int_field(d, "draft_vocab_size")
             if draft_vocab > vocab:
                 raise ValueError(
                     f"EAGLE head config.json: draft_vocab_size {draft_vocab} exceeds the target's "
                     f"vocab_size {vocab}"
                 )
-            ids = d.get("eagle_aux_hidden_state_layer_ids")
-            if ids is None and isinstance(d.get("eagle_config"), dict):
-                ids = d["eagle_config"].get("eagle_aux_hidden_state_layer_ids")
-            if (
-                not isinstance(ids, list)
-                or not ids
-                or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)
-            ):
-                raise ValueError(
-                    "EAGLE head config.json: eagle_aux_hidden_state_layer_ids must be a non-empty "
-                    f"list of target layer indices, got {ids!r}"
-                )
-            n = target.num_hidden_layers
-            bad = [i for i in ids if not 0 <= i < n]
-            if bad:
-                raise ValueError(
-                    f"EAGLE head config.json: eagle_aux_hidden_state_layer_ids {ids} has {bad} "
-                    f"outside the target's layers [0, {n})"
-                )
-            layers = tuple(ids)
-        elif "draft_vocab_size" in d and d["draft_vocab_size"] not in (None, vocab):
+            layers = _aux_layer_ids(d, target.num_hidden_layers)
+            return cls(found, hidden, vocab, layer_config, draft_vocab, layers)
+        if "draft_vocab_size" in d and d["draft_vocab_size"] not in (None, vocab):
             raise ValueError(
                 "EAGLE head config.json: draft_vocab_size is an EAGLE-3 field; an 'eagle' head "
                 f"drafts over the target's vocabulary, got {d['draft_vocab_size']!r}"
             )
-        return cls(found, hidden, vocab, layer_config, draft_vocab, layers)
+        return cls(found, hidden, vocab, layer_config)
 
     @classmethod
     def from_file(cls, path, target: ErnieConfig, method: str | None = None) -> EagleHeadConfig:
@@ -438,83 +445,3 @@ class EagleHead(nn.Layer):
         full = paddle.full([self.head_config.vocab_size, R], float("-inf"), "float32")
         full = paddle.scatter(full, self.draft_to_target, logits.T, overwrite=True)
         return full.T.contiguous()
-
-
-def _param_targets(head: EagleHead) -> dict:
-    """checkpoint name -> the head's parameter."""
-    out = {}
-    for name, p in head.named_parameters():
-        if name == "lm_head_weight":
-            name = "lm_head.weight"
-        out[name] = p
-    return out
-
-
-def load_eagle_head(path, main, method: str | None = None) -> EagleHead:
-    """The `EagleHead` in checkpoint directory ``path`` for target ``main`` (an
-    ``Ernie4_5ForCausalLM``); ``method`` ("eagle" / "eagle3", the SpeculativeConfig's) must match
-    the head's ``model_type``. EAGLE-3: the target is set to keep the head's aux hidden states
-    (``main.capture_aux_hidden_states``).
-
-    Raises:
-        FileNotFoundError: no directory, config.json or safetensors file.
-        ValueError: naming the field or tensor that does not fit the target (hidden size, vocab,
-            layer list, d2t map, a missing / unexpected / mis-shaped tensor).
-    """
-    from .safetensors_io import SafetensorsCheckpoint
-
-    d = Path(path)
-    if not d.is_dir():
-        raise FileNotFoundError(f"EAGLE head directory not found: {d}")
-    if not (d / CONFIG_FILE).is_file():
-        raise FileNotFoundError(f"{d}: no {CONFIG_FILE}")
-    cfg = EagleHeadConfig.from_file(d / CONFIG_FILE, main.full_config, method)
-    with SafetensorsCheckpoint.from_dir(d) as tensors:
-        names = set(tensors)
-        head = EagleHead(
-            cfg,
-            main,
-            own_embedding="embed_tokens.weight" in names,
-            own_lm_head="lm_head.weight" in names,
-            fc_bias="fc.bias" in names,
-        )
-        expected = eagle_tensor_shapes(
-            cfg,
-            own_embedding=head.own_embedding,
-            own_lm_head=head.own_lm_head,
-        )
-        if "fc.bias" in names:
-            expected["fc.bias"] = [cfg.hidden_size]
-        if cfg.method == "eagle3" and "t2d" in names:
-            expected["t2d"] = [cfg.vocab_size]
-        missing = sorted(set(expected) - names)
-        if missing:
-            raise ValueError(f"EAGLE head {d}: missing tensors {missing}")
-        unexpected = sorted(names - set(expected))
-        if unexpected:
-            raise ValueError(f"EAGLE head {d}: unexpected tensors {unexpected}")
-        for name, shape in expected.items():
-            got = list(tensors.shape(name))
-            if got != shape:
-                raise ValueError(
-                    f"EAGLE head {d}: tensor {name} has shape {got}, expected {shape} "
-                    "(Paddle layout: linear weights [in, out])"
-                )
-        params = _param_targets(head)
-        for name, p in params.items():
-            value = np.asarray(tensors[name], dtype=np.float32)
-            p.set_value(paddle.to_tensor(value).astype(p.dtype))
-        if cfg.method == "eagle3":
-            head.set_d2t(tensors["d2t"])
-            if "t2d" in names:
-                t2d = np.asarray(tensors["t2d"]).astype(bool)
-                want = np.zeros(cfg.vocab_size, bool)
-                want[head.draft_to_target.numpy()] = True
-                if not np.array_equal(t2d, want):
-                    raise ValueError(
-                        f"EAGLE head {d}: t2d does not mark exactly the target ids of d2t"
-                    )
-    if cfg.method == "eagle3":
-        main.capture_aux_hidden_states(cfg.aux_layer_ids)
-    head.eval()
-    return head

@@ -54,6 +54,6 @@ class EagleProposer(DraftModelProposer):
             raise RuntimeError(
                 "EagleProposer: the target kept no aux hidden states for layers "
                 f"{list(self.model.aux_layer_ids)} in its last forward (load the head with "
-                "load_eagle_head, which calls capture_aux_hidden_states)"
+                "fd_mtp.model.eagle_io.load_eagle_head, which calls capture_aux_hidden_states)"
             )
         return self._paddle.concat(aux, axis=-1)

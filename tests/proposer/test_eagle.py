@@ -14,11 +14,8 @@ paddle = pytest.importorskip("paddle")
 from fd_mtp.config import CacheConfig, SchedulerConfig, SpeculativeConfig  # noqa: E402
 from fd_mtp.engine.spec_runner import SpeculativeModelRunner  # noqa: E402
 from fd_mtp.model.attention import ForwardMeta, allocate_kv_caches  # noqa: E402
-from fd_mtp.model.eagle import (  # noqa: E402
-    EagleHead,
-    default_aux_layer_ids,
-    load_eagle_head,
-)
+from fd_mtp.model.eagle import EagleHead, default_aux_layer_ids  # noqa: E402
+from fd_mtp.model.eagle_io import load_eagle_head  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.proposer import EagleProposer, MTPProposer, Proposer  # noqa: E402
 from fd_mtp.testing import write_random_checkpoint  # noqa: E402
@@ -392,3 +389,45 @@ def test_the_writer_command_writes_a_loadable_head(target, main, tmp_path, capsy
     assert write_main([str(tmp_path / "h"), "--target", str(target), "--method", "eagle"]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "h")
     assert load_eagle_head(tmp_path / "h", main, "eagle").method == "eagle"
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_a_torch_layout_head_loads_as_the_same_head(target, main, tmp_path, method):
+    """vLLM's / SpecForge's ``[out, in]`` linear weights: `load_eagle_head` tells the layout by
+    the input projection and transposes every matrix but the embedding; a head written back in
+    either layout reads back to the same parameters."""
+    from fd_mtp.model.eagle_io import save_eagle_head
+
+    d = write_random_eagle_head(tmp_path / "h", target, method=method, own_embedding=True)
+    head = load_eagle_head(d, main, method)
+    want = {k: v.numpy() for k, v in head.state_dict().items()}
+    torch_dir = save_eagle_head(head, tmp_path / "torch", layout="torch")
+    from safetensors.numpy import load_file
+
+    stored = load_file(str(torch_dir / "model.safetensors"))
+    h = main.config.hidden_size
+    name = "fc.weight" if method == "eagle" else "eh_proj.weight"
+    assert list(stored[name].shape) == [h, 2 * h]  # [out, in]
+    assert stored["embed_tokens.weight"].shape == want["embed_tokens.weight"].shape
+    for layout in ("auto", "torch"):
+        got = load_eagle_head(torch_dir, main, method, layout=layout).state_dict()
+        for k, v in want.items():
+            np.testing.assert_array_equal(got[k].numpy(), v, err_msg=f"{layout} {k}")
+    back = load_eagle_head(save_eagle_head(head, tmp_path / "paddle"), main, method).state_dict()
+    for k, v in want.items():
+        np.testing.assert_array_equal(back[k].numpy(), v, err_msg=f"paddle {k}")
+    with pytest.raises(ValueError, match=r"tensor fc.weight has shape .*\(paddle layout"):
+        load_eagle_head(torch_dir, main, method, layout="paddle")
+
+
+def test_a_head_mixing_layouts_or_an_unknown_layout_is_refused(target, main, tmp_path):
+    d = write_random_eagle_head(tmp_path / "h", target, method="eagle3")
+    name = "layers.0.mlp.down_proj.weight"
+    _rewrite_tensors(d, lambda t: t.update({name: np.ascontiguousarray(t[name].T)}))
+    with pytest.raises(ValueError, match=rf"tensor {name} has shape .* \(paddle layout"):
+        load_eagle_head(d, main, "eagle3")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        load_eagle_head(d, main, "eagle3", layout="jax")
+    _rewrite_tensors(d, lambda t: t.update({"eh_proj.weight": np.zeros([5, 7], np.float32)}))
+    with pytest.raises(ValueError, match=r"eh_proj.weight has shape \[5, 7\], expected .* or"):
+        load_eagle_head(d, main, "eagle3")
