@@ -93,6 +93,35 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def _load_models(model, mtp_model, tokenizer, spec, dtype, forward, cpu_threads):
+    """``(model, draft model or None, tokenizer)`` for one process: ``model`` a checkpoint
+    directory (loaded with its MTP block and tokenizer) or an instance; an EAGLE head from
+    ``spec.model`` replaces the MTP block; each set to ``forward``'s mode, in eval mode."""
+    if isinstance(model, (str, Path)):
+        from .model.loader import load_checkpoint
+
+        path = Path(model)
+        model, loaded_mtp, _ = load_checkpoint(path, dtype=dtype)
+        mtp_model = loaded_mtp if mtp_model is None else mtp_model
+        if tokenizer is None:
+            tokenizer = _try_tokenizer(path)
+    model.eval()
+    if spec is not None and spec.method in ("eagle", "eagle3"):
+        from .model.eagle_io import load_eagle_head
+
+        # the EAGLE head replaces the MTP block as the draft model (EAGLE-3: the target now
+        # keeps the head's aux hidden states in every forward)
+        mtp_model = load_eagle_head(spec.model, model, spec.method)
+    for m in (model, mtp_model):
+        if m is not None and forward == "native":
+            m.native_forward().threads = 1 if cpu_threads is None else int(cpu_threads)
+        elif m is not None and forward == "static":
+            m.compile_forward()
+    if mtp_model is not None:
+        mtp_model.eval()
+    return model, mtp_model, tokenizer
+
+
 class LLM:
     """A model, its paged KV cache and a continuous-batching engine (plain or speculative decoding).
 
@@ -227,26 +256,9 @@ class LLM:
                 seed,
             )
             return
-        if isinstance(model, (str, Path)):
-            from .model.loader import load_checkpoint
-
-            path = Path(model)
-            model, loaded_mtp, _ = load_checkpoint(path, dtype=dtype)
-            mtp_model = loaded_mtp if mtp_model is None else mtp_model
-            if tokenizer is None:
-                tokenizer = _try_tokenizer(path)
-        model.eval()
-        if spec is not None and spec.method in ("eagle", "eagle3"):
-            from .model.eagle_io import load_eagle_head
-
-            # the EAGLE head replaces the MTP block as the draft model (EAGLE-3: the target now
-            # keeps the head's aux hidden states in every forward)
-            mtp_model = load_eagle_head(spec.model, model, spec.method)
-        for m in (model, mtp_model):
-            if m is not None and forward == "native":
-                m.native_forward().threads = 1 if cpu_threads is None else int(cpu_threads)
-            elif m is not None and forward == "static":
-                m.compile_forward()
+        model, mtp_model, tokenizer = _load_models(
+            model, mtp_model, tokenizer, spec, dtype, forward, cpu_threads
+        )
         self.model = model
         self.tokenizer = tokenizer
         scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)
@@ -265,8 +277,6 @@ class LLM:
         else:
             from .engine.spec_runner import SpeculativeModelRunner
 
-            if mtp_model is not None:
-                mtp_model.eval()
             self.runner = SpeculativeModelRunner(
                 model,
                 spec,

@@ -201,13 +201,7 @@ def _next(commands, timeout):
 
 def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, alive):
     """Body of the prefill process."""
-    import threading
-
-    from ..engine.pd import gather_kv
-    from ..sysv_queue import remove_queue
-
     front = _instance_setup("prefill")
-    pubs = _Publications()
     try:
         engine = _build(model_path, setup, "prefill", msg_queue_id)
     except BaseException:  # noqa: BLE001 - reported to the front
@@ -216,212 +210,271 @@ def _prefill_main(model_path, setup, msg_queue_id, commands, results, link, aliv
     results.put(
         ("ready", "prefill", dict(pid=os.getpid(), limits=_limits(engine), stats=_snapshot(engine)))
     )
-    decode_alive = True
-    dead = threading.Event()
-    threading.Thread(target=_watch_decode, args=(alive, dead), daemon=True).start()
+    _PrefillInstance(engine, msg_queue_id, commands, results, link, alive).run(front)
 
-    def decode_gone():
-        nonlocal decode_alive
-        if decode_alive:
-            decode_alive = False
-            pubs.release_all()
 
-    def to_decode(message) -> bool:
-        if decode_alive:
+class _PrefillInstance:
+    """The prefill process's loop: commands from the front, engine steps, the KV hand-offs to
+    the decode instance over ``link`` and their acks."""
+
+    def __init__(self, engine, msg_queue_id, commands, results, link, alive):
+        import threading
+
+        self.engine, self.msg_queue_id = engine, msg_queue_id
+        self.commands, self.results, self.link = commands, results, link
+        self.pubs = _Publications()
+        self.decode_alive = True
+        self.dead = threading.Event()
+        threading.Thread(target=_watch_decode, args=(alive, self.dead), daemon=True).start()
+
+    def decode_gone(self) -> None:
+        if self.decode_alive:
+            self.decode_alive = False
+            self.pubs.release_all()
+
+    def to_decode(self, message) -> bool:
+        if self.decode_alive:
             try:
-                link.send(message)
+                self.link.send(message)
                 return True
             except (BrokenPipeError, EOFError, OSError):
-                decode_gone()
+                self.decode_gone()
         return False
 
-    try:
-        while True:
-            cmd = _next(commands, 0.2 if not engine.has_unfinished() else 0)
-            if cmd is None and os.getppid() != front:  # the front is gone: so is its queue's user
-                remove_queue(msg_queue_id)
-                return
-            while cmd is not None:
-                if cmd[0] == "stop":
+    def run(self, front: int) -> None:
+        from ..sysv_queue import remove_queue
+
+        engine = self.engine
+        try:
+            while True:
+                cmd = _next(self.commands, 0.2 if not engine.has_unfinished() else 0)
+                if cmd is None and os.getppid() != front:  # the front is gone, and its queue's user
+                    remove_queue(self.msg_queue_id)
                     return
-                if cmd[0] == "add":
-                    _, rid, prompt, params = cmd
-                    try:
-                        engine.add_request(prompt, params, request_id=rid)
-                    except ValueError as exc:
-                        results.put(("rejected", rid, str(exc)))
-                elif cmd[0] == "abort":
-                    rid = cmd[1]
-                    if rid in engine.requests:
-                        engine.abort_request(rid)
-                        engine.pop_output(rid)
-                        results.put(("aborted", "prefill", (rid, _snapshot(engine))))
-                    elif not to_decode(("abort", rid)):
-                        # handed over (or finished) and nobody on the decode side: nothing to free
-                        results.put(("aborted", "prefill", (rid, _snapshot(engine))))
-                cmd = _next(commands, 0)
-            if dead.is_set():
-                decode_gone()
-                # nobody reads the first-token queue any more: empty it before the step sends,
-                # so the proposer's blocking msgsnd finds room (it holds this process's GIL while
-                # it waits, so no thread here could empty it then: the front does, see
-                # PDEngineClient._check_instances)
-                _drain_messages(msg_queue_id)
-            if engine.has_unfinished():
-                deltas = engine.step()
-                handed = {h.request_id for h in engine.handoffs}
-                records = []
-                for h in engine.handoffs:
-                    if not decode_alive:
-                        continue
-                    t0 = time.perf_counter()
-                    kv = gather_kv(engine.runner, h.block_ids)
-                    name = pubs.publish(kv)
-                    cost = (time.perf_counter() - t0, int(kv.numel()) * kv.element_size())
-                    records.append(
-                        (h, name, list(kv.shape), str(kv.dtype).replace("paddle.", ""), cost)
-                    )
-                if records or engine.messages_sent:
-                    to_decode(("handoff", records, engine.messages_sent))
-                items = []
-                for d in deltas:
-                    if not d.finished:
-                        items.append((d, "stream", None))
-                        continue
-                    out = engine.pop_output(d.request_id)
-                    if d.request_id not in handed:
-                        items.append((d, "done", out))
-                    elif not decode_alive:
-                        d.finish_reason = out.finish_reason = "error"
-                        d.error = out.error = "the decode instance is gone"
-                        items.append((d, "done", out))
-                    else:
-                        items.append((d, "handed", out))
-                results.put(("step", "prefill", (items, _snapshot(engine))))
-            while decode_alive:
-                try:
-                    if not link.poll(0):
-                        break
-                    kind, name = link.recv()
-                except (EOFError, OSError):
-                    decode_gone()
+                while cmd is not None:
+                    if cmd[0] == "stop":
+                        return
+                    self.command(cmd)
+                    cmd = _next(self.commands, 0)
+                if self.dead.is_set():
+                    self.decode_gone()
+                    # nobody reads the first-token queue any more: empty it before the step
+                    # sends, so the proposer's blocking msgsnd finds room (it holds this
+                    # process's GIL while it waits, so no thread here could empty it then: the
+                    # front does, see PDEngineClient._check_instances)
+                    _drain_messages(self.msg_queue_id)
+                if engine.has_unfinished():
+                    self.step()
+                self.read_acks()
+        except BaseException:  # noqa: BLE001
+            self.results.put(("failed", "prefill", traceback.format_exc()))
+        finally:
+            self.pubs.release_all()
+
+    def command(self, cmd) -> None:
+        """An "add" or "abort" from the front."""
+        engine = self.engine
+        if cmd[0] == "add":
+            _, rid, prompt, params = cmd
+            try:
+                engine.add_request(prompt, params, request_id=rid)
+            except ValueError as exc:
+                self.results.put(("rejected", rid, str(exc)))
+        elif cmd[0] == "abort":
+            rid = cmd[1]
+            if rid in engine.requests:
+                engine.abort_request(rid)
+                engine.pop_output(rid)
+                self.results.put(("aborted", "prefill", (rid, _snapshot(engine))))
+            elif not self.to_decode(("abort", rid)):
+                # handed over (or finished) and nobody on the decode side: nothing to free
+                self.results.put(("aborted", "prefill", (rid, _snapshot(engine))))
+
+    def step(self) -> None:
+        """One engine step; its hand-offs published and announced to the decode side, its
+        deltas sent to the front."""
+        from ..engine.pd import gather_kv
+
+        engine = self.engine
+        deltas = engine.step()
+        handed = {h.request_id for h in engine.handoffs}
+        records = []
+        for h in engine.handoffs:
+            if not self.decode_alive:
+                continue
+            t0 = time.perf_counter()
+            kv = gather_kv(engine.runner, h.block_ids)
+            name = self.pubs.publish(kv)
+            cost = (time.perf_counter() - t0, int(kv.numel()) * kv.element_size())
+            records.append((h, name, list(kv.shape), str(kv.dtype).replace("paddle.", ""), cost))
+        if records or engine.messages_sent:
+            self.to_decode(("handoff", records, engine.messages_sent))
+        items = []
+        for d in deltas:
+            if not d.finished:
+                items.append((d, "stream", None))
+                continue
+            out = engine.pop_output(d.request_id)
+            if d.request_id not in handed:
+                items.append((d, "done", out))
+            elif not self.decode_alive:
+                d.finish_reason = out.finish_reason = "error"
+                d.error = out.error = "the decode instance is gone"
+                items.append((d, "done", out))
+            else:
+                items.append((d, "handed", out))
+        self.results.put(("step", "prefill", (items, _snapshot(engine))))
+
+    def read_acks(self) -> None:
+        """The decode side's acks: each frees its published copy."""
+        while self.decode_alive:
+            try:
+                if not self.link.poll(0):
                     break
-                if kind == "ack":
-                    pubs.release(name)
-    except BaseException:  # noqa: BLE001
-        results.put(("failed", "prefill", traceback.format_exc()))
-    finally:
-        pubs.release_all()
+                kind, name = self.link.recv()
+            except (EOFError, OSError):
+                self.decode_gone()
+                break
+            if kind == "ack":
+                self.pubs.release(name)
 
 
 def _decode_main(model_path, setup, msg_queue_id, commands, results, link, alive):
     """Body of the decode process."""
-    import paddle
-
-    from .. import ops
-    from ..engine.pd import first_tokens
-    from ..sysv_queue import remove_queue
-
     # ``alive`` is held (never used) until this process ends: the prefill side then reads EOF
     front = _instance_setup("decode")
     try:
         engine = _build(model_path, setup, "decode", msg_queue_id)
     except BaseException:  # noqa: BLE001
         results.put(("failed", "decode", traceback.format_exc()))
+        alive.close()
         return
     results.put(
         ("ready", "decode", dict(pid=os.getpid(), limits=_limits(engine), stats=_snapshot(engine)))
     )
-    messages: collections.deque = collections.deque()
-    pending: collections.deque = collections.deque()  # (handoff, kv, draft) not yet inserted
+    try:
+        _DecodeInstance(engine, msg_queue_id, commands, results, link).run(front)
+    finally:
+        alive.close()
 
-    def receive(message) -> None:
+
+class _DecodeInstance:
+    """The decode process's loop: the prefill side's hand-offs (first-token messages, KV
+    copies) inserted into its engine, then decoded to the end."""
+
+    def __init__(self, engine, msg_queue_id, commands, results, link):
+        self.engine, self.msg_queue_id = engine, msg_queue_id
+        self.commands, self.results, self.link = commands, results, link
+        self.messages: collections.deque = collections.deque()
+        self.pending: collections.deque = collections.deque()  # hand-offs not yet inserted
+
+    def run(self, front: int) -> None:
+        from ..sysv_queue import remove_queue
+
+        engine = self.engine
+        try:
+            while True:
+                cmd = _next(self.commands, 0)
+                if cmd is not None and cmd[0] == "stop":
+                    return
+                if os.getppid() != front:  # the front is gone; this side's drains recreate the
+                    remove_queue(self.msg_queue_id)  # queue the prefill side removes: remove it
+                    return
+                _drain_messages(self.msg_queue_id, self.messages)
+                timeout = 0 if engine.has_unfinished() or self.pending else 0.2
+                while self.link.poll(timeout):
+                    timeout = 0
+                    self.receive(self.link.recv())
+                inserted = self.insert_pending()
+                if engine.has_unfinished():
+                    items = []
+                    for d in engine.step():
+                        if d.finished:
+                            items.append((d, "done", engine.pop_output(d.request_id)))
+                        else:
+                            items.append((d, "stream", None))
+                    self.results.put(("step", "decode", (items, self.snapshot())))
+                elif inserted:
+                    self.results.put(("step", "decode", ([], self.snapshot())))
+        except (EOFError, BrokenPipeError):
+            return  # the prefill side is gone
+        except BaseException:  # noqa: BLE001
+            self.results.put(("failed", "decode", traceback.format_exc()))
+
+    def snapshot(self) -> dict:
+        return _snapshot(self.engine, len(self.pending))
+
+    def receive(self, message) -> None:
         """One message of the prefill side: a step's hand-offs, or an abort."""
-        nonlocal pending
+        engine = self.engine
         if message[0] == "abort":
             rid = message[1]
-            kept = collections.deque(p for p in pending if p[0].request_id != rid)
-            if len(kept) == len(pending) and rid in engine.requests:
+            kept = collections.deque(p for p in self.pending if p[0].request_id != rid)
+            if len(kept) == len(self.pending) and rid in engine.requests:
                 engine.abort_request(rid)
                 engine.pop_output(rid)
-            pending = kept
-            results.put(("aborted", "decode", (rid, _snapshot(engine, len(pending)))))
+            self.pending = kept
+            self.results.put(("aborted", "decode", (rid, self.snapshot())))
             return
         _, records, n_messages = message
+        step_messages = self.step_messages(n_messages)
+        for record in records:
+            self.attach(record, step_messages)
+
+    def step_messages(self, n_messages: int) -> list:
+        """The ``n_messages`` first-token messages of one prefill step, waited for (bounded)."""
         deadline = time.monotonic() + MESSAGE_TIMEOUT
-        while len(messages) < n_messages:
+        while len(self.messages) < n_messages:
             if time.monotonic() > deadline:
                 raise PDError(
                     f"decode: {n_messages} first-token message(s) announced, "
-                    f"{len(messages)} arrived on queue {msg_queue_id}"
+                    f"{len(self.messages)} arrived on queue {self.msg_queue_id}"
                 )
             time.sleep(0.002)
-            _drain_messages(msg_queue_id, messages)
-        step_messages = [messages.popleft() for _ in range(n_messages)]
-        for h, name, shape, dtype, cost in records:
-            firsts = {}
-            for m in step_messages:
-                for slot, pair in first_tokens(m, [h.slot]).items():
-                    firsts.setdefault(slot, pair)
-            token, draft = firsts.get(h.slot, (h.first_token, -1))
-            if token != h.first_token:
-                raise PDError(
-                    f"decode: request {h.request_id}: the message says first token "
-                    f"{token}, the record {h.first_token}"
-                )
-            t0 = time.perf_counter()
-            view = ops.share_external_data(paddle.empty([0], dtype), name, shape)
-            kv = view.clone()
-            del view
-            link.send(("ack", name))
-            pending.append((h, kv, draft, cost, time.perf_counter() - t0))
+            _drain_messages(self.msg_queue_id, self.messages)
+        return [self.messages.popleft() for _ in range(n_messages)]
 
-    try:
-        while True:
-            cmd = _next(commands, 0)
-            if cmd is not None and cmd[0] == "stop":
-                return
-            if os.getppid() != front:  # the front is gone; this side's drains recreate the
-                remove_queue(msg_queue_id)  # queue the prefill side removes: remove it too
-                return
-            _drain_messages(msg_queue_id, messages)
-            timeout = 0 if engine.has_unfinished() or pending else 0.2
-            while link.poll(timeout):
-                timeout = 0
-                receive(link.recv())
-            inserted = False
-            while pending:
-                h, kv, draft, cost, attach_s = pending[0]
-                t0 = time.perf_counter()
-                if not engine.add_prefilled(h, kv, draft):
-                    break
-                pending.popleft()
-                inserted = True
-                results.put(
-                    (
-                        "cost",
-                        h.request_id,
-                        dict(
-                            prefill_s=cost[0],
-                            bytes=cost[1],
-                            decode_s=attach_s + time.perf_counter() - t0,
-                            prompt_len=len(h.prompt_token_ids),
-                        ),
-                    )
-                )
-            if engine.has_unfinished():
-                items = []
-                for d in engine.step():
-                    if d.finished:
-                        items.append((d, "done", engine.pop_output(d.request_id)))
-                    else:
-                        items.append((d, "stream", None))
-                results.put(("step", "decode", (items, _snapshot(engine, len(pending)))))
-            elif inserted:
-                results.put(("step", "decode", ([], _snapshot(engine, len(pending)))))
-    except (EOFError, BrokenPipeError):
-        return  # the prefill side is gone
-    except BaseException:  # noqa: BLE001
-        results.put(("failed", "decode", traceback.format_exc()))
-    finally:
-        alive.close()
+    def attach(self, record, step_messages) -> None:
+        """One hand-off: its first token checked against the step's messages, its KV copied
+        out of the published segment (then acked), queued for insertion."""
+        import paddle
+
+        from .. import ops
+        from ..engine.pd import first_tokens
+
+        h, name, shape, dtype, cost = record
+        firsts = {}
+        for m in step_messages:
+            for slot, pair in first_tokens(m, [h.slot]).items():
+                firsts.setdefault(slot, pair)
+        token, draft = firsts.get(h.slot, (h.first_token, -1))
+        if token != h.first_token:
+            raise PDError(
+                f"decode: request {h.request_id}: the message says first token "
+                f"{token}, the record {h.first_token}"
+            )
+        t0 = time.perf_counter()
+        view = ops.share_external_data(paddle.empty([0], dtype), name, shape)
+        kv = view.clone()
+        del view
+        self.link.send(("ack", name))
+        self.pending.append((h, kv, draft, cost, time.perf_counter() - t0))
+
+    def insert_pending(self) -> bool:
+        """Insert the queued hand-offs in order while the engine has room; whether any was."""
+        inserted = False
+        while self.pending:
+            h, kv, draft, cost, attach_s = self.pending[0]
+            t0 = time.perf_counter()
+            if not self.engine.add_prefilled(h, kv, draft):
+                break
+            self.pending.popleft()
+            inserted = True
+            cost = dict(
+                prefill_s=cost[0],
+                bytes=cost[1],
+                decode_s=attach_s + time.perf_counter() - t0,
+                prompt_len=len(h.prompt_token_ids),
+            )
+            self.results.put(("cost", h.request_id, cost))
+        return inserted
