@@ -205,35 +205,8 @@ async def _parse_tokenize(raw: Request):
         raise validation_error(exc) from None
 
 
-def build_app(
-    front: AsyncLLM,
-    model_name: str,
-    metrics: ServerMetrics,
-    chat_template=None,
-    max_request_bytes: int = MAX_REQUEST_BYTES,
-) -> FastAPI:
-    """The FastAPI app over a started or startable ``front``: its lifespan starts the engine
-    thread and, at shutdown, drains it. ``chat_template``: a `ChatTemplate` (default: the
-    default template); ``max_request_bytes``: the largest request body (larger: 413)."""
-    from ... import __version__
-
-    serving = OpenAIServing(front, model_name, metrics, chat_template)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        if not front.started:
-            front.start()
-        try:
-            yield
-        finally:
-            # uvicorn has already let in-flight requests finish; stop the thread without blocking
-            # the loop
-            await asyncio.get_running_loop().run_in_executor(None, front.shutdown, 30.0)
-
-    app = FastAPI(title="fd_mtp", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.front = front
-    app.state.metrics = metrics
-    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, metrics=metrics)
+def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    """Every error as an OpenAI error body; rejected requests counted in ``metrics``."""
 
     @app.exception_handler(BodyTooLarge)
     async def _body_too_large(request, exc: BodyTooLarge):
@@ -265,6 +238,12 @@ def build_app(
             error_body(f"internal error: {type(exc).__name__}: {exc}", type="server_error"),
             status_code=500,
         )
+
+
+def _add_routes(app: FastAPI, front, serving, model_name: str, metrics: ServerMetrics) -> None:
+    """The endpoints: health, metrics, models, version, tokenize / detokenize, completions and
+    chat completions (the last four through ``serving``)."""
+    from ... import __version__
 
     @app.get("/health")
     async def health():
@@ -323,6 +302,37 @@ def build_app(
     async def chat(raw: Request):
         return await serving.chat(await _parse(raw, ChatCompletionRequest), raw)
 
+
+def build_app(
+    front: AsyncLLM,
+    model_name: str,
+    metrics: ServerMetrics,
+    chat_template=None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+) -> FastAPI:
+    """The FastAPI app over a started or startable ``front``: its lifespan starts the engine
+    thread and, at shutdown, drains it. ``chat_template``: a `ChatTemplate` (default: the
+    default template); ``max_request_bytes``: the largest request body (larger: 413)."""
+    serving = OpenAIServing(front, model_name, metrics, chat_template)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        if not front.started:
+            front.start()
+        try:
+            yield
+        finally:
+            # uvicorn has already let in-flight requests finish; stop the thread without blocking
+            # the loop
+            await asyncio.get_running_loop().run_in_executor(None, front.shutdown, 30.0)
+
+    app = FastAPI(title="fd_mtp", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.front = front
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes, metrics=metrics)
+
+    _add_error_handlers(app, metrics)
+    _add_routes(app, front, serving, model_name, metrics)
     return app
 
 
