@@ -466,8 +466,42 @@ LLM_OPTIONS = (
 )
 
 
-def generate(args) -> int:
+def _sampling_params(args, i: int):
+    """The `SamplingParams` of request ``i`` (``--seed`` + i: each request its own stream)."""
     from .engine.sampling_params import SamplingParams
+
+    return SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        min_tokens=args.min_tokens,
+        repetition_penalty=args.repetition_penalty,
+        stop=args.stop,
+        ignore_eos=args.ignore_eos,
+        seed=None if args.seed is None else args.seed + i,
+    )
+
+
+def _print_outputs(outputs, with_text: bool, speculative: bool) -> int:
+    """One block of lines per output (tokens, text, finish reason, draft statistics); returns
+    how many failed."""
+    failed = 0
+    for i, o in enumerate(outputs):
+        if o.error is not None:
+            failed += 1
+            print(f"[{i}] error: {o.error}")
+            continue
+        print(f"[{i}] token_ids: {o.token_ids}")
+        if with_text:
+            print(f"[{i}] text: {o.text!r}")
+        print(f"[{i}] finish_reason: {o.finish_reason}")
+        if speculative and o.metrics is not None and o.metrics.spec is not None:
+            print(f"[{i}] spec: {o.metrics.spec.summary()}")
+    return failed
+
+
+def generate(args) -> int:
     from .llm import LLM, GenerationInterrupted
 
     prompts = list(args.prompt) + list(args.prompt_ids)
@@ -479,20 +513,7 @@ def generate(args) -> int:
         return 2
     requests = [prompts[i % len(prompts)] for i in range(max(args.batch, len(prompts)))]
     try:
-        params = [
-            SamplingParams(
-                temperature=args.temperature,
-                top_p=args.top_p,
-                top_k=args.top_k,
-                max_tokens=args.max_tokens,
-                min_tokens=args.min_tokens,
-                repetition_penalty=args.repetition_penalty,
-                stop=args.stop,
-                ignore_eos=args.ignore_eos,
-                seed=None if args.seed is None else args.seed + i,
-            )
-            for i in range(len(requests))
-        ]
+        params = [_sampling_params(args, i) for i in range(len(requests))]
         spec = speculative_config(args)
         problem = _device_dtype_error(args)
         if problem is not None:
@@ -528,18 +549,7 @@ def generate(args) -> int:
         if streamer is not None:
             streamer.close()
     elapsed = time.perf_counter() - t0
-    failed = 0
-    for i, o in enumerate(outputs):
-        if o.error is not None:
-            failed += 1
-            print(f"[{i}] error: {o.error}")
-            continue
-        print(f"[{i}] token_ids: {o.token_ids}")
-        if llm.tokenizer is not None:
-            print(f"[{i}] text: {o.text!r}")
-        print(f"[{i}] finish_reason: {o.finish_reason}")
-        if spec is not None and o.metrics is not None and o.metrics.spec is not None:
-            print(f"[{i}] spec: {o.metrics.spec.summary()}")
+    failed = _print_outputs(outputs, llm.tokenizer is not None, spec is not None)
     total = sum(len(o.token_ids) for o in outputs)
     print(
         f"{len(outputs)} requests, {total} tokens in {elapsed:.3f} s: {total / max(elapsed, 1e-9):.1f} tokens/s"
