@@ -103,6 +103,28 @@ class _Sized:
         return self._n
 
 
+def _checkpoint_config(name: str, model, spec):
+    """``(path, ErnieConfig)`` of checkpoint directory ``model`` (None: the demo model), checked
+    against ``spec`` (MTP needs an MTP block)."""
+    from ..model.config import ErnieConfig
+    from ..model.loader import CONFIG_FILE
+
+    if model is None:
+        from ..assets import default_model_path
+
+        model = default_model_path()
+    path = Path(model)
+    if not (path / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path}: no {CONFIG_FILE}")
+    config = ErnieConfig.from_file(path / CONFIG_FILE)
+    if spec is not None and config.num_nextn_predict_layers < 1:
+        raise ValueError(
+            f"{name}: speculative_config method 'mtp' needs an MTP block, and the checkpoint "
+            "has none (num_nextn_predict_layers = 0)"
+        )
+    return path, config
+
+
 class PDEngineClient:
     """A prefill process and a decode process behind one engine-like front (module docstring).
 
@@ -143,10 +165,7 @@ class PDEngineClient:
         timeout: float = CALL_TIMEOUT,
         fail_fast: bool = False,
     ):
-
         from ..config import CacheConfig, SchedulerConfig, SpeculativeConfig, check_run_options
-        from ..model.config import ErnieConfig
-        from ..model.loader import CONFIG_FILE
         from .tp import _tokenizer
 
         name = type(self).__name__
@@ -163,19 +182,7 @@ class PDEngineClient:
             raise ValueError(f"{name}: timeout must be a number > 0, got {timeout!r}")
         scheduler = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len)
         CacheConfig(block_size, num_gpu_blocks, enable_prefix_caching=enable_prefix_caching)
-        if model is None:
-            from ..assets import default_model_path
-
-            model = default_model_path()
-        self.model_path = Path(model)
-        if not (self.model_path / CONFIG_FILE).is_file():
-            raise FileNotFoundError(f"{self.model_path}: no {CONFIG_FILE}")
-        config = ErnieConfig.from_file(self.model_path / CONFIG_FILE)
-        if spec is not None and config.num_nextn_predict_layers < 1:
-            raise ValueError(
-                f"{name}: speculative_config method 'mtp' needs an MTP block, and the checkpoint "
-                "has none (num_nextn_predict_layers = 0)"
-            )
+        self.model_path, config = _checkpoint_config(name, model, spec)
         # what fd_mtp.LLM exposes (AsyncLLM reads these)
         self.scheduler_config = scheduler.resolve(config.max_position_embeddings)
         self.max_model_len = self.scheduler_config.max_model_len
