@@ -55,12 +55,13 @@ def assert_exact(actual, expected, name):
         raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
 
 
-def split(args):
-    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop) stay numpy."""
+def split(args, host_side=()):
+    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop, and
+    those named in ``host_side``) stay numpy."""
     host = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
     dev = {}
     for k, v in args.items():
-        if k == "not_need_stop" or not isinstance(v, np.ndarray):
+        if k == "not_need_stop" or k in host_side or not isinstance(v, np.ndarray):
             dev[k] = v.copy() if isinstance(v, np.ndarray) else v
         else:
             dev[k] = _cp().asarray(v)
@@ -80,6 +81,38 @@ def arrays_of(args):
 
 def call(fn, args, order, **kw):
     return fn(*[args[k] for k in order], **kw)
+
+
+def assert_parity(op_name, args, order, *, skip_if_refused=False, host_side=(), **kw):
+    """``fd_mtp.reference.<op_name>`` on numpy copies of ``args`` (a dict, passed in ``order``, with
+    keywords ``kw``) and ``fd_mtp.cuda.<op_name>`` on device copies leave every array equal.
+    ``skip_if_refused``: a batch the reference refuses (a random batch out of blocks with nothing
+    to preempt; the bad-input tests cover that) skips the test. ``host_side``: arrays the kernel
+    reads on the host, passed as numpy (see `split`). Returns (host, dev)."""
+    from fd_mtp import cuda as fcuda
+    from fd_mtp import reference as ref
+
+    host, dev = split(args, host_side)
+    try:
+        call(getattr(ref, op_name), host, order, **kw)
+    except ValueError:
+        if not skip_if_refused:
+            raise
+        pytest.skip("random batch has no valid outcome (out of blocks)")
+    call(getattr(fcuda, op_name), dev, order, **kw)
+    compare_all(dev, host, arrays_of(args))
+    return host, dev
+
+
+def assert_refused(op_name, args, order, pattern, **kw):
+    """``fd_mtp.cuda.<op_name>`` on device copies of ``args`` raises ValueError matching
+    ``pattern`` and writes nothing: every array equals its copy taken before."""
+    from fd_mtp import cuda as fcuda
+
+    host, dev = split(args)
+    with pytest.raises(ValueError, match=pattern):
+        call(getattr(fcuda, op_name), dev, order, **kw)
+    compare_all(dev, host, arrays_of(args))
 
 
 def _cp():

@@ -15,12 +15,10 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
+from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
 
 skip_module_without_gpu()
 
-import fd_mtp.cuda as fcuda  # noqa: E402
-from fd_mtp import reference as ref  # noqa: E402
 from fd_mtp.schema import get as schema_op  # noqa: E402
 from fd_mtp.schema import python_signature  # noqa: E402
 
@@ -73,10 +71,7 @@ def get_logits_case(bsz, seed, vocab):
         seq_lens_this_time=per(this_time[:bsz], seed == 1),
         seq_lens_encoder=enc,
     )
-    host, dev = split(args)
-    call(ref.speculate_get_logits, host, order("speculate_get_logits"))
-    call(fcuda.speculate_get_logits, dev, order("speculate_get_logits"))
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_get_logits", args, order("speculate_get_logits"))
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
@@ -95,10 +90,7 @@ def test_insert_first_token_parity(bsz, seed):
         seq_lens_this_time=per(this_time[:bsz], seed == 1),
         seq_lens_encoder=enc,
     )
-    host, dev = split(args)
-    call(ref.speculate_insert_first_token, host, order("speculate_insert_first_token"))
-    call(fcuda.speculate_insert_first_token, dev, order("speculate_insert_first_token"))
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_insert_first_token", args, order("speculate_insert_first_token"))
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
@@ -129,10 +121,7 @@ def get_target_logits_case(bsz, seed, vocab):
         seq_lens_encoder=enc,
         accept_num=acc,
     )
-    host, dev = split(args)
-    call(ref.speculate_get_target_logits, host, order("speculate_get_target_logits"))
-    call(fcuda.speculate_get_target_logits, dev, order("speculate_get_target_logits"))
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_get_target_logits", args, order("speculate_get_target_logits"))
 
 
 def _i32(v):
@@ -208,13 +197,6 @@ BAD = [
     ids=[f"{op}-{name}" for op, _, cases in BAD for name, _ in cases],
 )
 def test_bad_input_names_the_argument_and_writes_nothing(op, good, name, bad):
-    import cupy as cp
-
     args = dict(good)
     args[name] = bad
-    _, dev = split(args)
-    before = {k: cp.asnumpy(v) for k, v in dev.items()}
-    with pytest.raises(ValueError, match=rf"{op}: {name}\b"):
-        call(getattr(fcuda, op), dev, order(op))
-    for k, v in dev.items():
-        np.testing.assert_array_equal(cp.asnumpy(v), before[k], err_msg=k)
+    assert_refused(op, args, order(op), rf"{op}: {name}\b")
