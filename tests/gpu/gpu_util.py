@@ -115,6 +115,41 @@ def assert_refused(op_name, args, order, pattern, **kw):
     compare_all(dev, host, arrays_of(args))
 
 
+def bad_set_value(batch=8):
+    """speculate_set_value_by_flags_and_idx (fd_mtp.testing.op_inputs' batch) with accept_num out
+    of range for requests 260 (when the batch has it), 5 and 2 (2 is named, on the CPU and on the
+    GPU); returns (case, the numpy reference's message)."""
+    from fd_mtp import reference as ref
+    from fd_mtp.testing import op_inputs
+
+    case = op_inputs.build_set_value(batch)
+    a = dict(zip(case.names, case.args))
+    a["stop_flags"][:] = False
+    a["seq_lens_encoder"][:] = 0
+    a["seq_lens_this_time"][:] = np.maximum(a["seq_lens_this_time"], 1)
+    for b in (260, 5, 2):  # 260: in the second block of threads when batch > 256
+        if b < batch:
+            a["accept_num"][b] = 1000
+    with pytest.raises(ValueError) as info:
+        ref.speculate_set_value_by_flags_and_idx(*[np.copy(x) for x in case.args])
+    return case, str(info.value)
+
+
+def poison_stream(mode="deferred"):
+    """Runs `bad_set_value`'s batch through fd_mtp.cuda in error ``mode``: in deferred (or record)
+    mode the stream is poisoned. Returns the message the op's error carries."""
+    from fd_mtp import cuda as fcuda
+    from fd_mtp.testing.gpu_step import device_args
+
+    case, message = bad_set_value()
+    assert message.startswith("speculate_set_value_by_flags_and_idx: accept_num")
+    with fcuda.errors(mode):
+        fcuda.speculate_set_value_by_flags_and_idx(
+            *device_args("speculate_set_value_by_flags_and_idx", case)[0]
+        )
+    return message
+
+
 def _cp():
     import cupy
 
