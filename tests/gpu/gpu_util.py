@@ -6,6 +6,8 @@ Import `skip_module_without_gpu()` at the top of a test module before importing 
 import numpy as np
 import pytest
 
+from fd_mtp.testing.asserts import assert_exact
+
 
 def gpu_skip_reason():
     """None when CuPy, a CUDA device and the fd_mtp_cuda module are all usable, else why not."""
@@ -39,20 +41,6 @@ def on_simt():
     import cupy
 
     return getattr(cupy, "SIMT_STANDIN", False)
-
-
-def assert_exact(actual, expected, name):
-    assert actual.dtype == expected.dtype, (
-        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    )
-    assert actual.shape == expected.shape, (
-        f"{name}: shape {actual.shape}, expected {expected.shape}"
-    )
-    diff = np.argwhere(actual != expected)
-    if diff.size:
-        at = [tuple(int(i) for i in d) for d in diff[:5]]
-        details = ", ".join(f"{a}: got {actual[a]!r} expected {expected[a]!r}" for a in at)
-        raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
 
 
 def split(args, host_side=()):

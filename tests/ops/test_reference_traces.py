@@ -21,6 +21,7 @@ from fd_mtp.reference import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from fd_mtp.testing.asserts import assert_exact
 
 # Toy setup: max_model_len L (width of input_ids / pre_ids, and max_seq_len of the offsets).
 L = 8
@@ -54,29 +55,6 @@ def like(template, values, name):
     if template.ndim == 2 and template.shape[1] > 1:
         return rows(values, template.shape[1], fill=ROW_FILL.get(name), dtype=template.dtype)
     return np.array(values, dtype=template.dtype).reshape(template.shape)
-
-
-def assert_exact(actual, expected, name="array"):
-    """Exact equality with a readable report: dtype, shape, then the first differing indices."""
-    assert actual.dtype == expected.dtype, (
-        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    )
-    assert actual.shape == expected.shape, (
-        f"{name}: shape {actual.shape}, expected {expected.shape}"
-    )
-    differing = np.argwhere(actual != expected)
-    if differing.size:
-        lines = []
-        for idx in map(tuple, differing[:5]):
-            at = tuple(int(i) for i in idx)
-            lines.append(
-                f"  at {at}: got {actual[idx].item()!r}, expected {expected[idx].item()!r}"
-            )
-        raise AssertionError(
-            f"{name}: {len(differing)} of {actual.size} elements differ\n"
-            + "\n".join(lines)
-            + f"\ngot:\n{actual}\nexpected:\n{expected}"
-        )
 
 
 class State(SimpleNamespace):
