@@ -15,6 +15,7 @@ from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
 
 skip_module_without_gpu()
 
+from fd_mtp.testing.builders.blocks import pool_tables  # noqa: E402
 from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
@@ -131,18 +132,11 @@ STEP_ORDER = list(positional("speculate_step_paddle"))
 def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
     """A consistent pool (unique block ids); block-stepped requests hold no decode blocks."""
     ids = iter(rng.permutation(bsz * nb + free_len + 8).astype(np.int32))
-    tables = np.full((bsz, nb), -1, np.int32)
     enc = rng.integers(0, 3, bsz).astype(np.int32)
     used = np.array([rng.integers(0, min(nb, width // bs) - e + 1) for e in enc], np.int32)
     bstep = rng.random(bsz) < 0.2
     stop = bstep | (rng.random(bsz) < 0.15)
-    for b in range(bsz):
-        for j in range(enc[b] + (0 if bstep[b] else used[b])):
-            tables[b, j] = next(ids)
-    parked = [int(b) for b in np.flatnonzero(bstep)]
-    rng.shuffle(parked)
-    step_list = np.full(bsz, -1, np.int32)
-    step_list[: len(parked)] = parked
+    tables, step_list = pool_tables(rng, ids, enc, used, bstep, nb)
     free = np.zeros(free_len + int(used.sum()) + 2, np.int32)
     free[:free_len] = [next(ids) for _ in range(free_len)]
     dec = np.maximum(
@@ -159,7 +153,7 @@ def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
         encoder_block_lens=enc,
         is_block_step=bstep,
         step_block_list=step_list,
-        step_lens=np.array([len(parked)], np.int32),
+        step_lens=np.array([int(bstep.sum())], np.int32),
         recover_block_list=np.full(bsz, -1, np.int32),
         recover_lens=np.zeros(1, np.int32),
         need_block_list=np.full(bsz, -1, np.int32),
