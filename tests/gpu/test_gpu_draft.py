@@ -319,20 +319,14 @@ def test_eagle_hidden_states_empty_batch_and_no_rows():
     assert_exact(cp.asnumpy(got), call(ref.eagle_get_hidden_states, host, EAGLE_ORDER), "out")
 
 
-@pytest.mark.parametrize("case, argument", [("accept", "accept_nums"), ("rows", "input")])
-def test_eagle_hidden_states_bad_input(case, argument):
-    rng = np.random.default_rng(41)
-    args = eagle_batch(rng, 600, 8, "float32")
-    if case == "accept":
-        b = 500
-        args["seq_lens_encoder"][b] = 0
-        args["seq_lens_this_time"][b] = 1
-        args["base_model_seq_lens_this_time"][b] = 2
-        args["accept_nums"][b] = 3
-        pattern = rf"eagle_get_hidden_states: {argument} \(request {b}\)"
-    else:
-        args["input"] = args["input"][: max(args["input"].shape[0] - 4, 0)].copy()
-        pattern = rf"eagle_get_hidden_states: {argument} the requests consume"
+def test_eagle_hidden_states_bad_accept_nums():
+    args = eagle_batch(np.random.default_rng(41), 600, 8, "float32")
+    b = 500
+    args["seq_lens_encoder"][b] = 0
+    args["seq_lens_this_time"][b] = 1
+    args["base_model_seq_lens_this_time"][b] = 2
+    args["accept_nums"][b] = 3
+    pattern = rf"eagle_get_hidden_states: accept_nums \(request {b}\)"
     assert_refused("eagle_get_hidden_states", args, EAGLE_ORDER, pattern)
 
 
@@ -370,20 +364,37 @@ def test_eagle_self_hidden_states_parity(bsz, hidden, dtype):
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case, argument", [("last", "last_seq_lens_this_time"), ("rows", "input")])
-def test_eagle_self_hidden_states_bad_input(case, argument):
-    rng = np.random.default_rng(51)
-    args = self_batch(rng, 257, 8, "float16")
-    if case == "last":
-        b = 7
-        args["seq_lens_this_time"][b] = 1
-        args["step_idx"][b] = 9
-        args["last_seq_lens_this_time"][b] = 0
-        pattern = rf"eagle_get_self_hidden_states: {argument} \(request {b}\)"
-    else:
-        args["input"] = args["input"][: max(args["input"].shape[0] - 5, 0)].copy()
-        pattern = rf"eagle_get_self_hidden_states: {argument} the requests consume"
+def test_eagle_self_hidden_states_bad_last_seq_lens():
+    args = self_batch(np.random.default_rng(51), 257, 8, "float16")
+    b = 7
+    args["seq_lens_this_time"][b] = 1
+    args["step_idx"][b] = 9
+    args["last_seq_lens_this_time"][b] = 0
+    pattern = rf"eagle_get_self_hidden_states: last_seq_lens_this_time \(request {b}\)"
     assert_refused("eagle_get_self_hidden_states", args, SELF_ORDER, pattern)
+
+
+# (the op, its batch, its argument order, how many rows too few)
+SHORT_INPUT = {
+    "eagle_get_hidden_states": (
+        lambda: eagle_batch(np.random.default_rng(41), 600, 8, "float32"),
+        EAGLE_ORDER,
+        4,
+    ),
+    "eagle_get_self_hidden_states": (
+        lambda: self_batch(np.random.default_rng(51), 257, 8, "float16"),
+        SELF_ORDER,
+        5,
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SHORT_INPUT))
+def test_eagle_input_with_fewer_rows_than_the_requests_consume(op):
+    make, order, missing = SHORT_INPUT[op]
+    args = make()
+    args["input"] = args["input"][: max(args["input"].shape[0] - missing, 0)].copy()
+    assert_refused(op, args, order, rf"{op}: input the requests consume")
 
 
 # ------------------------------------------------------------------------------------------------
