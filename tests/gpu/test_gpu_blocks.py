@@ -230,24 +230,31 @@ def test_speculate_step_bad_input_writes_nothing(case, argument):
 SYSTEM_CACHE_ORDER = STEP_ORDER[:3] + ["ori_seq_lens_decoder"] + STEP_ORDER[3:]
 
 
-@pytest.mark.parametrize("bsz", BATCHES)
-@pytest.mark.parametrize("scarce", [False, True])
-def test_speculate_step_system_cache_parity(bsz, scarce):
-    rng = np.random.default_rng([bsz, int(scarce), 4])
-    free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
-    args = step_batch(rng, bsz, free_len)
+def _cached(rng, args, bsz):
     args["ori_seq_lens_decoder"] = rng.integers(0, 50, bsz).astype(np.int32)
-    assert_parity("speculate_step_system_cache", args, SYSTEM_CACHE_ORDER, skip_if_refused=True)
+
+
+def _parked_hold_nothing(rng, args, bsz):
+    args["used_list_len"][args["is_block_step"]] = 0
+
+
+# variant: (seed salt, argument order, how its batch differs from speculate_step_paddle's)
+VARIANTS = {
+    "speculate_step_system_cache": (4, SYSTEM_CACHE_ORDER, _cached),
+    "speculate_step_reschedule": (5, STEP_ORDER, _parked_hold_nothing),
+}
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
 @pytest.mark.parametrize("scarce", [False, True])
-def test_speculate_step_reschedule_parity(bsz, scarce):
-    rng = np.random.default_rng([bsz, int(scarce), 5])
+@pytest.mark.parametrize("op", sorted(VARIANTS))
+def test_speculate_step_variant_parity(op, bsz, scarce):
+    salt, order, adapt = VARIANTS[op]
+    rng = np.random.default_rng([bsz, int(scarce), salt])
     free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
     args = step_batch(rng, bsz, free_len)
-    args["used_list_len"][args["is_block_step"]] = 0  # parked requests hold nothing here
-    assert_parity("speculate_step_reschedule", args, STEP_ORDER, skip_if_refused=True)
+    adapt(rng, args, bsz)
+    assert_parity(op, args, order, skip_if_refused=True)
 
 
 @pytest.mark.parametrize(
