@@ -848,6 +848,15 @@ def test_mtp_step_hand_case(inputs, expected):
     s.expect(**expected)
 
 
+def assert_mtp_step_refuses_free_list(s):
+    """mtp_step_paddle on state ``s`` raises a ValueError naming free_list and changes nothing."""
+    before = s.snapshot()
+    with pytest.raises(ValueError, match="free_list"):
+        run_mtp_step(s)
+    for name, array in before.items():
+        assert_exact(getattr(s, name), array, name)
+
+
 def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_changes_nothing():
     # Phase 1 would free one block, two requests need one, and no running request holds any.
     s = mtp_state(
@@ -859,11 +868,7 @@ def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_cha
         free_list=[0, 0],
         free_list_len=[0],
     )
-    before = s.snapshot()
-    with pytest.raises(ValueError, match="free_list"):
-        run_mtp_step(s)
-    for name, array in before.items():
-        assert_exact(getattr(s, name), array, name)
+    assert_mtp_step_refuses_free_list(s)
 
 
 def test_mtp_step_raises_when_freed_blocks_do_not_fit_in_the_free_list_and_changes_nothing():
@@ -876,11 +881,7 @@ def test_mtp_step_raises_when_freed_blocks_do_not_fit_in_the_free_list_and_chang
         free_list=[40, 41],
         free_list_len=[2],
     )
-    before = s.snapshot()
-    with pytest.raises(ValueError, match="free_list"):
-        run_mtp_step(s)
-    for name, array in before.items():
-        assert_exact(getattr(s, name), array, name)
+    assert_mtp_step_refuses_free_list(s)
 
 
 # ------------------------------------------------------------------------------------------------
