@@ -93,13 +93,15 @@ def assert_parity(op_name, args, order, *, skip_if_refused=False, host_side=(), 
 
 
 def assert_refused(op_name, args, order, pattern, **kw):
-    """``fd_mtp.cuda.<op_name>`` on device copies of ``args`` raises ValueError matching
-    ``pattern`` and writes nothing: every array equals its copy taken before."""
+    """``fd_mtp.cuda.<op_name>`` on device copies of ``args`` (and of the arrays in ``kw``)
+    raises ValueError matching ``pattern`` and writes nothing: every array of ``args`` equals
+    its copy taken before."""
     from fd_mtp import cuda as fcuda
 
     host, dev = split(args)
+    dev_kw = {k: _to_device(v) for k, v in kw.items()}
     with pytest.raises(ValueError, match=pattern):
-        call(getattr(fcuda, op_name), dev, order, **kw)
+        call(getattr(fcuda, op_name), dev, order, **dev_kw)
     compare_all(dev, host, arrays_of(args))
 
 
