@@ -3,6 +3,7 @@ code runs through it, and a real FastDeploy is never shadowed by accident."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import textwrap
@@ -27,17 +28,21 @@ def alias():
         compat.install()
 
 
-def test_upstream_imports_resolve_to_fd_mtp_ops(alias):
-    from fastdeploy.model_executor.ops.gpu import (  # upstream mtp.py / gpu_model_runner.py
-        draft_model_preprocess,
-        hybird_mtp_ngram,
-        mtp_step_paddle,
-        speculate_verify,
-    )
+def assert_imports_are_ops(module, names):
+    """``from <module> import <name>`` gives fd_mtp.ops.<name>, for each of ``names``."""
+    upstream = importlib.import_module(module)
+    for name in names:
+        assert getattr(upstream, name) is getattr(ops, name), f"{module}.{name}"
 
-    assert draft_model_preprocess is ops.draft_model_preprocess
-    assert speculate_verify is ops.speculate_verify
-    assert mtp_step_paddle is ops.mtp_step_paddle
+
+def test_upstream_imports_resolve_to_fd_mtp_ops(alias):
+    from fastdeploy.model_executor.ops.gpu import hybird_mtp_ngram
+
+    # upstream mtp.py / gpu_model_runner.py
+    assert_imports_are_ops(
+        "fastdeploy.model_executor.ops.gpu",
+        ["draft_model_preprocess", "speculate_verify", "mtp_step_paddle"],
+    )
     assert hybird_mtp_ngram is ops.hybrid_mtp_ngram  # upstream's pybind spelling
     import fastdeploy.model_executor.ops.gpu as gpu
 
@@ -69,24 +74,19 @@ def test_missing_ops_are_named(alias, monkeypatch):
 def test_logprob_ops_resolve_from_both_upstream_paths(alias):
     # upstream spec_decode/mtp.py and pre_and_post_process.py: the custom ops
     # upstream layers/sample/sampler.py: its own Python module of the logprob helpers
-    from fastdeploy.model_executor.layers.sample.ops import (
-        speculate_get_target_logits,
-        speculate_insert_first_token,
-    )
     from fastdeploy.model_executor.layers.sample.ops.speculate_logprob_utils import (
         speculate_get_target_logits as utils_target,
     )
-    from fastdeploy.model_executor.ops.gpu import (
-        speculate_get_logits,
-        speculate_get_output_topk,
-        speculate_save_output_topk,
-    )
 
-    assert speculate_get_logits is ops.speculate_get_logits
-    assert speculate_save_output_topk is ops.speculate_save_output_topk
-    assert speculate_get_output_topk is ops.speculate_get_output_topk
-    assert speculate_get_target_logits is utils_target is ops.speculate_get_target_logits
-    assert speculate_insert_first_token is ops.speculate_insert_first_token
+    assert_imports_are_ops(
+        "fastdeploy.model_executor.ops.gpu",
+        ["speculate_get_logits", "speculate_save_output_topk", "speculate_get_output_topk"],
+    )
+    assert_imports_are_ops(
+        "fastdeploy.model_executor.layers.sample.ops",
+        ["speculate_get_target_logits", "speculate_insert_first_token"],
+    )
+    assert utils_target is ops.speculate_get_target_logits
     import fastdeploy.model_executor.layers.sample.ops as sample_ops
 
     with pytest.raises(AttributeError, match="top_k_top_p_sampling: FastDeploy's sampler"):

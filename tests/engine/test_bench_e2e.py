@@ -4,19 +4,15 @@ import csv
 
 import pytest
 
-from fd_mtp.testing.scripts import load_script
+from fd_mtp.testing.scripts import bench_results, load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("safetensors")
 pytest.importorskip("matplotlib")
 
 
-def load_bench():
-    return load_script("benchmarks/bench_e2e.py")
-
-
 def test_bench_e2e_check_and_csv(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_script("benchmarks/bench_e2e.py")
     bench.main(
         [
             *(
@@ -29,9 +25,7 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "check: passed" in out and "synthetic MTP head" in out
-    rows = list(csv.DictReader(open(tmp_path / "bench_e2e.csv")))
-    assert (tmp_path / "bench_e2e.png").stat().st_size > 0
-    got = {(r["provider"], r["x"], r["metric"]): float(r["p50"]) for r in rows}
+    rows, got = bench_results(tmp_path, "bench_e2e")
     for b in ("1", "3"):
         # context=0: MTP drafts always right, so every draft is accepted.
         assert got[("mtp_k2", b, "acceptance_pos0")] == got[("mtp_k2", b, "acceptance_pos1")] == 1.0
@@ -77,7 +71,7 @@ def test_bench_e2e_check_and_csv(tmp_path, capsys):
 def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
     """--quick over every workload: plain, a fixed K and both adaptive modes, one CSV row set
     per workload, the vs-best-K column, and --check on the greedy workloads."""
-    bench = load_bench()
+    bench = load_script("benchmarks/bench_e2e.py")
     bench.main(
         [
             *"--quick --modes plain,mtp_k1,adaptive,adaptive_ds --batches 1,2 --prompt-len 8".split(),
@@ -88,7 +82,7 @@ def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "check: passed" in out and "vs bestK" in out
-    rows = list(csv.DictReader(open(tmp_path / "bench_e2e.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "bench_e2e.csv")))  # figures per workload
     kernels = {r["kernel"] for r in rows}
     assert kernels == {f"e2e_decoding/{w}" for w in bench.WORKLOADS}
     for w in bench.WORKLOADS:
@@ -107,7 +101,7 @@ def test_bench_e2e_quick_workloads_with_adaptive_modes(tmp_path, capsys):
 
 
 def test_bench_e2e_check_catches_a_difference(tmp_path, monkeypatch):
-    bench = load_bench()
+    bench = load_script("benchmarks/bench_e2e.py")
     orig = bench.fd_mtp.LLM.generate
 
     def corrupt_speculative(self, prompts, params, **kw):

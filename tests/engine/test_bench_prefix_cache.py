@@ -1,30 +1,22 @@
 """benchmarks/bench_prefix_cache.py at a tiny size on the demo model: --check passes, the cache
 serves the shared system prompt and the chat history, the CSV holds every metric."""
 
-import csv
-
 import pytest
 
-from fd_mtp.testing.scripts import load_script
+from fd_mtp.testing.scripts import bench_results, load_script
 
 pytest.importorskip("paddle")
 pytest.importorskip("matplotlib")
 
 
-def load_bench():
-    return load_script("benchmarks/bench_prefix_cache.py")
-
-
 def test_bench_prefix_cache_check_and_csv(tmp_path, capsys):
-    load_bench().main(
+    load_script("benchmarks/bench_prefix_cache.py").main(
         "--modes plain,mtp_k2 --conversations 3 --turns 2 --max-tokens 6 --system-chars 400 "
         f"--user-chars 80 --max-num-seqs 2 --check --out {tmp_path}".split()
     )
     out = capsys.readouterr().out
     assert "outputs with and without the prefix cache are equal" in out
-    assert (tmp_path / "bench_prefix_cache.png").stat().st_size > 0
-    rows = list(csv.DictReader(open(tmp_path / "bench_prefix_cache.csv")))
-    got = {(r["provider"], r["x"], r["metric"]): float(r["p50"]) for r in rows}
+    rows, got = bench_results(tmp_path, "bench_prefix_cache")
     for mode in ("plain", "mtp_k2"):
         off, on = f"{mode}/no-cache", f"{mode}/cache"
         for turn in ("1", "2"):

@@ -49,3 +49,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/gpu/" in item.nodeid or item.nodeid.startswith("test_gpu"):
             item.add_marker(pytest.mark.gpu)
+
+
+@pytest.fixture
+def clean_stream():
+    """Nothing pending on the stream before and after the test (a failed test leaves no poison);
+    the error-model tests use it on every test (``pytest.mark.usefixtures``)."""
+    import fd_mtp.cuda
+
+    fd_mtp.cuda.pending()
+    yield
+    fd_mtp.cuda.pending()

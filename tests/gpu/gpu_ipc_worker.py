@@ -2,7 +2,6 @@
 IPC commands on CuPy arrays sent over a Pipe, answering ("ok", result) or ("err", type, message).
 Arrays cross the pipe as numpy; "exit" returns normally (atexit handlers run)."""
 
-import gc
 import sys
 
 
@@ -43,12 +42,8 @@ def serve(conn, root):
         elif cmd == "unset":
             key, name, close_ipc, unlink_shm = args
             fcuda.unset_data_ipc(held.get(key), name, close_ipc, unlink_shm)
-        elif cmd == "free":
-            (key,) = args
-            del held[key]
-            gc.collect()
         else:
             raise ValueError(f"unknown command {cmd!r}")
         return None
 
-    serve_commands(conn, handle)
+    serve_commands(conn, handle, held)

@@ -6,6 +6,8 @@ Import `skip_module_without_gpu()` at the top of a test module before importing 
 import numpy as np
 import pytest
 
+from fd_mtp.testing.asserts import assert_exact
+
 
 def gpu_skip_reason():
     """None when CuPy, a CUDA device and the fd_mtp_cuda module are all usable, else why not."""
@@ -41,26 +43,13 @@ def on_simt():
     return getattr(cupy, "SIMT_STANDIN", False)
 
 
-def assert_exact(actual, expected, name):
-    assert actual.dtype == expected.dtype, (
-        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    )
-    assert actual.shape == expected.shape, (
-        f"{name}: shape {actual.shape}, expected {expected.shape}"
-    )
-    diff = np.argwhere(actual != expected)
-    if diff.size:
-        at = [tuple(int(i) for i in d) for d in diff[:5]]
-        details = ", ".join(f"{a}: got {actual[a]!r} expected {expected[a]!r}" for a in at)
-        raise AssertionError(f"{name}: {len(diff)} of {actual.size} elements differ ({details})")
-
-
-def split(args):
-    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop) stay numpy."""
+def split(args, host_side=()):
+    """(numpy copies, device copies) of a dict of arrays; host-only entries (not_need_stop, and
+    those named in ``host_side``) stay numpy."""
     host = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in args.items()}
     dev = {}
     for k, v in args.items():
-        if k == "not_need_stop" or not isinstance(v, np.ndarray):
+        if k == "not_need_stop" or k in host_side or not isinstance(v, np.ndarray):
             dev[k] = v.copy() if isinstance(v, np.ndarray) else v
         else:
             dev[k] = _cp().asarray(v)
@@ -80,6 +69,75 @@ def arrays_of(args):
 
 def call(fn, args, order, **kw):
     return fn(*[args[k] for k in order], **kw)
+
+
+def assert_parity(op_name, args, order, *, skip_if_refused=False, host_side=(), **kw):
+    """``fd_mtp.reference.<op_name>`` on numpy copies of ``args`` (a dict, passed in ``order``, with
+    keywords ``kw``) and ``fd_mtp.cuda.<op_name>`` on device copies leave every array equal.
+    ``skip_if_refused``: a batch the reference refuses (a random batch out of blocks with nothing
+    to preempt; the bad-input tests cover that) skips the test. ``host_side``: arrays the kernel
+    reads on the host, passed as numpy (see `split`). Returns (host, dev)."""
+    from fd_mtp import cuda as fcuda
+    from fd_mtp import reference as ref
+
+    host, dev = split(args, host_side)
+    try:
+        call(getattr(ref, op_name), host, order, **kw)
+    except ValueError:
+        if not skip_if_refused:
+            raise
+        pytest.skip("random batch has no valid outcome (out of blocks)")
+    call(getattr(fcuda, op_name), dev, order, **kw)
+    compare_all(dev, host, arrays_of(args))
+    return host, dev
+
+
+def assert_refused(op_name, args, order, pattern, **kw):
+    """``fd_mtp.cuda.<op_name>`` on device copies of ``args`` (and of the arrays in ``kw``)
+    raises ValueError matching ``pattern`` and writes nothing: every array of ``args`` equals
+    its copy taken before."""
+    from fd_mtp import cuda as fcuda
+
+    host, dev = split(args)
+    dev_kw = {k: _to_device(v) for k, v in kw.items()}
+    with pytest.raises(ValueError, match=pattern):
+        call(getattr(fcuda, op_name), dev, order, **dev_kw)
+    compare_all(dev, host, arrays_of(args))
+
+
+def bad_set_value(batch=8):
+    """speculate_set_value_by_flags_and_idx (fd_mtp.testing.op_inputs' batch) with accept_num out
+    of range for requests 260 (when the batch has it), 5 and 2 (2 is named, on the CPU and on the
+    GPU); returns (case, the numpy reference's message)."""
+    from fd_mtp import reference as ref
+    from fd_mtp.testing import op_inputs
+
+    case = op_inputs.build_set_value(batch)
+    a = dict(zip(case.names, case.args))
+    a["stop_flags"][:] = False
+    a["seq_lens_encoder"][:] = 0
+    a["seq_lens_this_time"][:] = np.maximum(a["seq_lens_this_time"], 1)
+    for b in (260, 5, 2):  # 260: in the second block of threads when batch > 256
+        if b < batch:
+            a["accept_num"][b] = 1000
+    with pytest.raises(ValueError) as info:
+        ref.speculate_set_value_by_flags_and_idx(*[np.copy(x) for x in case.args])
+    return case, str(info.value)
+
+
+def poison_stream(mode="deferred"):
+    """Runs `bad_set_value`'s batch through fd_mtp.cuda in error ``mode``: in deferred (or record)
+    mode the stream is poisoned. Returns the message the op's error carries."""
+    from fd_mtp import cuda as fcuda
+    from fd_mtp.testing.gpu_step import device_args
+
+    case, message = bad_set_value()
+    assert message.startswith("speculate_set_value_by_flags_and_idx: accept_num")
+    with fcuda.errors(mode):
+        fcuda.speculate_set_value_by_flags_and_idx(
+            *device_args("speculate_set_value_by_flags_and_idx", case)[0]
+        )
+    return message
 
 
 def _cp():

@@ -33,6 +33,9 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.builders.attention import (  # noqa: E402  (a packed batch, random caches)
+    paged_attention_batch as make_batch,
+)
 from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 U = 2.0**-24
@@ -41,35 +44,6 @@ GROUPS = 4  # the CUDA kernel's partitions of the context (kPagedGroups)
 
 def gamma(n):
     return n * U / (1 - n * U)
-
-
-def make_batch(rng, q_lens, dec_lens, hq=4, hkv=2, dim=24, block_size=8, spare_blocks=3):
-    """A packed batch: request b has q_lens[b] new tokens after dec_lens[b] cached ones; every
-    request's blocks are distinct (a random permutation), the caches hold random old rows."""
-    bsz = len(q_lens)
-    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    tokens = int(cu[-1])
-    need = [(d + q + block_size - 1) // block_size for q, d in zip(q_lens, dec_lens)]
-    width = max(need + [1])
-    num_blocks = sum(need) + spare_blocks
-    perm = rng.permutation(num_blocks).astype(np.int32)
-    tables = np.full((bsz, width), -1, np.int32)
-    at = 0
-    for b, n in enumerate(need):
-        tables[b, :n] = perm[at : at + n]
-        at += n
-    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    return dict(
-        q=f(tokens, hq, dim),
-        k=f(tokens, hkv, dim),
-        v=f(tokens, hkv, dim),
-        key_cache=f(num_blocks, hkv, block_size, dim),
-        value_cache=f(num_blocks, hkv, block_size, dim),
-        block_tables=tables,
-        cu_seqlens_q=cu,
-        batch_id_per_token=np.repeat(np.arange(bsz, dtype=np.int32), q_lens),
-        seq_lens_decoder=np.asarray(dec_lens, np.int32),
-    )
 
 
 ORDER = list(positional("paged_attention"))

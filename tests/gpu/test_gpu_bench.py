@@ -7,23 +7,16 @@ Needs CuPy, a CUDA GPU (or FD_MTP_SIMT=1) and the fd_mtp_cuda module; skipped ot
 """
 
 import csv
-import importlib.util
-from pathlib import Path
 
 from gpu_util import skip_module_without_gpu
 
 skip_module_without_gpu()
 
-ROOT = Path(__file__).resolve().parents[2]
+from fd_mtp.testing.scripts import load_script  # noqa: E402
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu_ops", ROOT / "benchmarks" / "bench_gpu_ops.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_gpu_ops.py")
 
 
 def test_bench_gpu_ops_writes_every_row(tmp_path):

@@ -8,11 +8,9 @@ Needs CuPy, a CUDA GPU (or FD_MTP_SIMT=1) and the fd_mtp_cuda module; skipped ot
 refusal without a GPU is tested in a subprocess where there is none)."""
 
 import csv
-import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,17 +19,11 @@ from gpu_util import on_simt, skip_module_without_gpu
 skip_module_without_gpu()
 
 from fd_mtp.testing import op_inputs  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
+from fd_mtp.testing.scripts import ROOT, load_script  # noqa: E402
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu_step", ROOT / "benchmarks" / "bench_gpu_step.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_gpu_step.py")
 
 
 def test_bytes_model_by_hand():

@@ -11,12 +11,11 @@ paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
+from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
 
 skip_module_without_gpu()
 
-import fd_mtp.cuda as fcuda  # noqa: E402
-from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.builders.blocks import pool_tables  # noqa: E402
 from fd_mtp.testing.op_inputs import positional  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024]
@@ -59,10 +58,7 @@ def schedule_batch(rng, bsz, extra=3, k=3, bs=16, nb=6):
 @pytest.mark.parametrize("one_step", [False, True])
 def test_schedule_cache_parity(bsz, seed, one_step):
     args = schedule_batch(np.random.default_rng([seed, bsz, 1]), bsz)
-    host, dev = split(args)
-    call(ref.speculate_schedule_cache, host, SCHEDULE_ORDER, prefill_one_step_stop=one_step)
-    call(fcuda.speculate_schedule_cache, dev, SCHEDULE_ORDER, prefill_one_step_stop=one_step)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_schedule_cache", args, SCHEDULE_ORDER, prefill_one_step_stop=one_step)
 
 
 def test_schedule_cache_bad_input_writes_nothing():
@@ -71,10 +67,13 @@ def test_schedule_cache_bad_input_writes_nothing():
     args["stop_flags"][b] = False
     args["prompt_lens"][b] = -50
     args["seq_lens_decoder"][b] = -3
-    host, dev = split(args)
-    with pytest.raises(ValueError, match="speculate_schedule_cache: seq_lens_decoder"):
-        call(fcuda.speculate_schedule_cache, dev, SCHEDULE_ORDER, prefill_one_step_stop=False)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "speculate_schedule_cache",
+        args,
+        SCHEDULE_ORDER,
+        "speculate_schedule_cache: seq_lens_decoder",
+        prefill_one_step_stop=False,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -110,10 +109,7 @@ def recover_batch(rng, n, spec=True, k=3, bs=16, nb=5):
 @pytest.mark.parametrize("spec", [True, False])
 def test_recover_decode_task_parity(bsz, seed, spec):
     args = recover_batch(np.random.default_rng([seed, bsz, 2]), bsz, spec)
-    host, dev = split(args)
-    call(ref.recover_decode_task, host, RECOVER_ORDER)
-    call(fcuda.recover_decode_task, dev, RECOVER_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("recover_decode_task", args, RECOVER_ORDER)
 
 
 def test_recover_decode_task_bad_input_writes_nothing():
@@ -122,10 +118,9 @@ def test_recover_decode_task_bad_input_writes_nothing():
     args["is_block_step"][b] = True
     args["block_tables"][b, :] = 3  # its slot holds a block: it resumes
     args["step_seq_lens_this_time"][b] = args["draft_tokens"].shape[1] + 1
-    host, dev = split(args)
-    with pytest.raises(ValueError, match="recover_decode_task: step_seq_lens_this_time"):
-        call(fcuda.recover_decode_task, dev, RECOVER_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "recover_decode_task", args, RECOVER_ORDER, "recover_decode_task: step_seq_lens_this_time"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -137,18 +132,11 @@ STEP_ORDER = list(positional("speculate_step_paddle"))
 def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
     """A consistent pool (unique block ids); block-stepped requests hold no decode blocks."""
     ids = iter(rng.permutation(bsz * nb + free_len + 8).astype(np.int32))
-    tables = np.full((bsz, nb), -1, np.int32)
     enc = rng.integers(0, 3, bsz).astype(np.int32)
     used = np.array([rng.integers(0, min(nb, width // bs) - e + 1) for e in enc], np.int32)
     bstep = rng.random(bsz) < 0.2
     stop = bstep | (rng.random(bsz) < 0.15)
-    for b in range(bsz):
-        for j in range(enc[b] + (0 if bstep[b] else used[b])):
-            tables[b, j] = next(ids)
-    parked = [int(b) for b in np.flatnonzero(bstep)]
-    rng.shuffle(parked)
-    step_list = np.full(bsz, -1, np.int32)
-    step_list[: len(parked)] = parked
+    tables, step_list = pool_tables(rng, ids, enc, used, bstep, nb)
     free = np.zeros(free_len + int(used.sum()) + 2, np.int32)
     free[:free_len] = [next(ids) for _ in range(free_len)]
     dec = np.maximum(
@@ -165,7 +153,7 @@ def step_batch(rng, bsz, free_len, nb=8, bs=4, k=2, width=32):
         encoder_block_lens=enc,
         is_block_step=bstep,
         step_block_list=step_list,
-        step_lens=np.array([len(parked)], np.int32),
+        step_lens=np.array([int(bstep.sum())], np.int32),
         recover_block_list=np.full(bsz, -1, np.int32),
         recover_lens=np.zeros(1, np.int32),
         need_block_list=np.full(bsz, -1, np.int32),
@@ -193,13 +181,20 @@ def test_speculate_step_parity(bsz, seed, scarce):
     # scarce: few free blocks, so requests are preempted; otherwise enough for everyone.
     free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
     args = step_batch(rng, bsz, free_len)
-    host, dev = split(args)
-    try:
-        call(ref.speculate_step_paddle, host, STEP_ORDER)
-    except ValueError:  # out of blocks with nothing to preempt: covered by the bad-input test
-        pytest.skip("random batch has no valid outcome (out of blocks)")
-    call(fcuda.speculate_step_paddle, dev, STEP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_step_paddle", args, STEP_ORDER, skip_if_refused=True)
+
+
+def exhaust(args):
+    """Everyone needs a block, nothing is free or held (free_list_len 0)."""
+    args["stop_flags"][:] = False
+    args["is_block_step"][:] = False
+    args["seq_lens_this_time"][:] = 3
+    args["used_list_len"][:] = 0
+    args["encoder_block_lens"][:] = 0
+    args["block_tables"][:] = -1
+    args["seq_lens_decoder"][:] = 0
+    args["step_lens"][0] = 0
+    args["free_list_len"][0] = 0
 
 
 @pytest.mark.parametrize(
@@ -209,16 +204,8 @@ def test_speculate_step_parity(bsz, seed, scarce):
 def test_speculate_step_bad_input_writes_nothing(case, argument):
     rng = np.random.default_rng(62)
     args = step_batch(rng, 600, free_len=4)
-    if case == "exhausted":  # everyone needs a block, nothing is free or held
-        args["stop_flags"][:] = False
-        args["is_block_step"][:] = False
-        args["seq_lens_this_time"][:] = 3
-        args["used_list_len"][:] = 0
-        args["encoder_block_lens"][:] = 0
-        args["block_tables"][:] = -1
-        args["seq_lens_decoder"][:] = 0
-        args["step_lens"][0] = 0
-        args["free_list_len"][0] = 0
+    if case == "exhausted":
+        exhaust(args)
     elif (
         case == "input_ids"
     ):  # the parked request on top of the stack recovers past its input_ids row
@@ -234,10 +221,7 @@ def test_speculate_step_bad_input_writes_nothing(case, argument):
         args["step_idx"][599] = 1
     else:
         args["need_block_len"][0] = 2
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"speculate_step_paddle: {argument}"):
-        call(fcuda.speculate_step_paddle, dev, STEP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused("speculate_step_paddle", args, STEP_ORDER, rf"speculate_step_paddle: {argument}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,36 +230,31 @@ def test_speculate_step_bad_input_writes_nothing(case, argument):
 SYSTEM_CACHE_ORDER = STEP_ORDER[:3] + ["ori_seq_lens_decoder"] + STEP_ORDER[3:]
 
 
-@pytest.mark.parametrize("bsz", BATCHES)
-@pytest.mark.parametrize("scarce", [False, True])
-def test_speculate_step_system_cache_parity(bsz, scarce):
-    rng = np.random.default_rng([bsz, int(scarce), 4])
-    free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
-    args = step_batch(rng, bsz, free_len)
+def _cached(rng, args, bsz):
     args["ori_seq_lens_decoder"] = rng.integers(0, 50, bsz).astype(np.int32)
-    host, dev = split(args)
-    try:
-        call(ref.speculate_step_system_cache, host, SYSTEM_CACHE_ORDER)
-    except ValueError:
-        pytest.skip("random batch has no valid outcome (out of blocks)")
-    call(fcuda.speculate_step_system_cache, dev, SYSTEM_CACHE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+
+
+def _parked_hold_nothing(rng, args, bsz):
+    args["used_list_len"][args["is_block_step"]] = 0
+
+
+# variant: (seed salt, argument order, how its batch differs from speculate_step_paddle's)
+VARIANTS = {
+    "speculate_step_system_cache": (4, SYSTEM_CACHE_ORDER, _cached),
+    "speculate_step_reschedule": (5, STEP_ORDER, _parked_hold_nothing),
+}
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
 @pytest.mark.parametrize("scarce", [False, True])
-def test_speculate_step_reschedule_parity(bsz, scarce):
-    rng = np.random.default_rng([bsz, int(scarce), 5])
+@pytest.mark.parametrize("op", sorted(VARIANTS))
+def test_speculate_step_variant_parity(op, bsz, scarce):
+    salt, order, adapt = VARIANTS[op]
+    rng = np.random.default_rng([bsz, int(scarce), salt])
     free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else 2 * bsz + 8
     args = step_batch(rng, bsz, free_len)
-    args["used_list_len"][args["is_block_step"]] = 0  # parked requests hold nothing here
-    host, dev = split(args)
-    try:
-        call(ref.speculate_step_reschedule, host, STEP_ORDER)
-    except ValueError:
-        pytest.skip("random batch has no valid outcome (out of blocks)")
-    call(fcuda.speculate_step_reschedule, dev, STEP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    adapt(rng, args, bsz)
+    assert_parity(op, args, order, skip_if_refused=True)
 
 
 @pytest.mark.parametrize(
@@ -284,19 +263,9 @@ def test_speculate_step_reschedule_parity(bsz, scarce):
 def test_step_variants_bad_input_writes_nothing(op):
     name, cached = op
     args = step_batch(np.random.default_rng(63), 600, free_len=0)
-    args["stop_flags"][:] = False  # everyone needs a block, nothing is free or held
-    args["is_block_step"][:] = False
-    args["seq_lens_this_time"][:] = 3
-    args["used_list_len"][:] = 0
-    args["encoder_block_lens"][:] = 0
-    args["block_tables"][:] = -1
-    args["seq_lens_decoder"][:] = 0
-    args["step_lens"][0] = 0
+    exhaust(args)
     order = STEP_ORDER
     if cached:
         args["ori_seq_lens_decoder"] = np.zeros(600, np.int32)
         order = SYSTEM_CACHE_ORDER
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"{name}: free_list"):
-        call(getattr(fcuda, name), dev, order)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(name, args, order, rf"{name}: free_list")

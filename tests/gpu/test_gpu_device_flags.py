@@ -25,7 +25,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from gpu_util import on_simt, skip_module_without_gpu
+from gpu_util import on_simt, poison_stream, skip_module_without_gpu
 
 skip_module_without_gpu()
 
@@ -48,12 +48,7 @@ BATCHES = (1, 7, 33, 99, 257)
 PAD = np.array([False, True, False])  # slots past the running batch (max_bsz - bsz = 3)
 
 
-@pytest.fixture(autouse=True)
-def clean_stream():
-    """Every test starts and ends with nothing pending (a failed test leaves no poison)."""
-    fcuda.pending()
-    yield
-    fcuda.pending()
+pytestmark = pytest.mark.usefixtures("clean_stream")  # conftest.py: nothing pending around a test
 
 
 def make_case(name, batch, variant="running", stop_nums=None):
@@ -181,22 +176,6 @@ def test_device_flag_call_does_not_sync_or_allocate(name):
     assert used["launches"] >= 3, used  # begin, the op, the flag (and the commit)
     assert bool(host(flag)[0]) is want
     assert_matches(name, dev, expected, "no sync")
-
-
-def poison_stream():
-    """A bad speculate_set_value_by_flags_and_idx in deferred mode (accept_num out of range for
-    request 2) poisons the stream; returns the message it raises later."""
-    case = op_inputs.build_set_value(8)
-    a = dict(zip(case.names, case.args))
-    a["stop_flags"][:] = False
-    a["seq_lens_encoder"][:] = 0
-    a["seq_lens_this_time"][:] = np.maximum(a["seq_lens_this_time"], 1)
-    a["accept_num"][2] = 1000
-    with pytest.raises(ValueError) as info:
-        ref.speculate_set_value_by_flags_and_idx(*[np.copy(x) for x in case.args])
-    with fcuda.errors("deferred"):
-        fcuda.speculate_set_value_by_flags_and_idx(*[cp.asarray(x) for x in case.args])
-    return str(info.value)
 
 
 @pytest.mark.parametrize("start", [False, True])

@@ -11,7 +11,16 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, assert_exact, call, compare_all, skip_module_without_gpu, split
+from gpu_util import (
+    arrays_of,
+    assert_exact,
+    assert_parity,
+    assert_refused,
+    call,
+    compare_all,
+    skip_module_without_gpu,
+    split,
+)
 
 skip_module_without_gpu()
 
@@ -82,10 +91,7 @@ def test_preprocess_parity(bsz, seed, mode):
         v1=mode == "v1",
         extra_rows=seed * 3,
     )
-    host, dev = split(args)
-    call(ref.draft_model_preprocess, host, PRE_ORDER)
-    call(fcuda.draft_model_preprocess, dev, PRE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("draft_model_preprocess", args, PRE_ORDER)
 
 
 @pytest.mark.parametrize("bsz", [1, 33, 1024])
@@ -128,10 +134,12 @@ def test_preprocess_bad_input_writes_nothing(case, argument):
         _running_decode(args, b)
         args["accept_num"][b] = 2
         args["base_model_step_idx"][b] = 1  # first column 1 - 2 = -1
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"draft_model_preprocess: {argument} \(request {b}\)"):
-        call(fcuda.draft_model_preprocess, dev, PRE_ORDER)
-    compare_all(dev, host, arrays_of(args))  # nothing written
+    assert_refused(
+        "draft_model_preprocess",
+        args,
+        PRE_ORDER,
+        rf"draft_model_preprocess: {argument} \(request {b}\)",
+    )  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------
@@ -184,10 +192,7 @@ def update_batch(rng, bsz, *, substep=1, extra_rows=0):
 def test_update_parity(bsz, seed, one_step_stop):
     rng = np.random.default_rng([seed, bsz, 2])
     args = update_batch(rng, bsz, substep=seed % 3, extra_rows=seed * 2)
-    host, dev = split(args)
-    call(ref.draft_model_update, host, UPD_ORDER, prefill_one_step_stop=one_step_stop)
-    call(fcuda.draft_model_update, dev, UPD_ORDER, prefill_one_step_stop=one_step_stop)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("draft_model_update", args, UPD_ORDER, prefill_one_step_stop=one_step_stop)
 
 
 @pytest.mark.parametrize(
@@ -208,10 +213,13 @@ def test_update_bad_input_writes_nothing(case, argument):
         args["seq_lens_encoder"][b] = 0
         args["seq_lens_decoder"][b] = 5
         args["step_idx"][b] = args["pre_ids"].shape[1]  # column step + q past the row
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"draft_model_update: {argument} \(request {b}\)"):
-        call(fcuda.draft_model_update, dev, UPD_ORDER, prefill_one_step_stop=False)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "draft_model_update",
+        args,
+        UPD_ORDER,
+        rf"draft_model_update: {argument} \(request {b}\)",
+        prefill_one_step_stop=False,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,10 +249,7 @@ def test_postprocess_parity(bsz, seed):
         ),
         base_model_stop_flags=rng.random(n) < 0.3,
     )
-    host, dev = split(args)
-    call(ref.draft_model_postprocess, host, POST_ORDER)
-    call(fcuda.draft_model_postprocess, dev, POST_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("draft_model_postprocess", args, POST_ORDER)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -314,24 +319,15 @@ def test_eagle_hidden_states_empty_batch_and_no_rows():
     assert_exact(cp.asnumpy(got), call(ref.eagle_get_hidden_states, host, EAGLE_ORDER), "out")
 
 
-@pytest.mark.parametrize("case, argument", [("accept", "accept_nums"), ("rows", "input")])
-def test_eagle_hidden_states_bad_input(case, argument):
-    rng = np.random.default_rng(41)
-    args = eagle_batch(rng, 600, 8, "float32")
-    if case == "accept":
-        b = 500
-        args["seq_lens_encoder"][b] = 0
-        args["seq_lens_this_time"][b] = 1
-        args["base_model_seq_lens_this_time"][b] = 2
-        args["accept_nums"][b] = 3
-        pattern = rf"eagle_get_hidden_states: {argument} \(request {b}\)"
-    else:
-        args["input"] = args["input"][: max(args["input"].shape[0] - 4, 0)].copy()
-        pattern = rf"eagle_get_hidden_states: {argument} the requests consume"
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=pattern):
-        call(fcuda.eagle_get_hidden_states, dev, EAGLE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+def test_eagle_hidden_states_bad_accept_nums():
+    args = eagle_batch(np.random.default_rng(41), 600, 8, "float32")
+    b = 500
+    args["seq_lens_encoder"][b] = 0
+    args["seq_lens_this_time"][b] = 1
+    args["base_model_seq_lens_this_time"][b] = 2
+    args["accept_nums"][b] = 3
+    pattern = rf"eagle_get_hidden_states: accept_nums \(request {b}\)"
+    assert_refused("eagle_get_hidden_states", args, EAGLE_ORDER, pattern)
 
 
 SELF_ORDER = ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"]
@@ -368,23 +364,37 @@ def test_eagle_self_hidden_states_parity(bsz, hidden, dtype):
     compare_all(dev, host, arrays_of(args))
 
 
-@pytest.mark.parametrize("case, argument", [("last", "last_seq_lens_this_time"), ("rows", "input")])
-def test_eagle_self_hidden_states_bad_input(case, argument):
-    rng = np.random.default_rng(51)
-    args = self_batch(rng, 257, 8, "float16")
-    if case == "last":
-        b = 7
-        args["seq_lens_this_time"][b] = 1
-        args["step_idx"][b] = 9
-        args["last_seq_lens_this_time"][b] = 0
-        pattern = rf"eagle_get_self_hidden_states: {argument} \(request {b}\)"
-    else:
-        args["input"] = args["input"][: max(args["input"].shape[0] - 5, 0)].copy()
-        pattern = rf"eagle_get_self_hidden_states: {argument} the requests consume"
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=pattern):
-        call(fcuda.eagle_get_self_hidden_states, dev, SELF_ORDER)
-    compare_all(dev, host, arrays_of(args))
+def test_eagle_self_hidden_states_bad_last_seq_lens():
+    args = self_batch(np.random.default_rng(51), 257, 8, "float16")
+    b = 7
+    args["seq_lens_this_time"][b] = 1
+    args["step_idx"][b] = 9
+    args["last_seq_lens_this_time"][b] = 0
+    pattern = rf"eagle_get_self_hidden_states: last_seq_lens_this_time \(request {b}\)"
+    assert_refused("eagle_get_self_hidden_states", args, SELF_ORDER, pattern)
+
+
+# (the op, its batch, its argument order, how many rows too few)
+SHORT_INPUT = {
+    "eagle_get_hidden_states": (
+        lambda: eagle_batch(np.random.default_rng(41), 600, 8, "float32"),
+        EAGLE_ORDER,
+        4,
+    ),
+    "eagle_get_self_hidden_states": (
+        lambda: self_batch(np.random.default_rng(51), 257, 8, "float16"),
+        SELF_ORDER,
+        5,
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SHORT_INPUT))
+def test_eagle_input_with_fewer_rows_than_the_requests_consume(op):
+    make, order, missing = SHORT_INPUT[op]
+    args = make()
+    args["input"] = args["input"][: max(args["input"].shape[0] - missing, 0)].copy()
+    assert_refused(op, args, order, rf"{op}: input the requests consume")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -434,13 +444,7 @@ def test_mtp_step_parity(bsz, seed, scarce):
     # scarce: few free blocks, so requests are preempted; otherwise enough for everyone.
     free_len = int(rng.integers(0, max(bsz // 8, 1) + 1)) if scarce else bsz
     args = mtp_batch(rng, bsz, free_len=free_len, extra_rows=seed)
-    host, dev = split(args)
-    try:
-        call(ref.mtp_step_paddle, host, MTP_ORDER)
-    except ValueError:  # out of blocks with nothing to preempt: covered by the bad-input test
-        pytest.skip("random batch has no valid outcome (out of blocks)")
-    call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("mtp_step_paddle", args, MTP_ORDER, skip_if_refused=True)
 
 
 @pytest.mark.parametrize(
@@ -474,10 +478,7 @@ def test_mtp_step_bad_input_writes_nothing(case, argument):
         args["used_list_len"][5] = args["block_tables"].shape[1] + 1
     else:
         args["free_list_len"][0] = args["free_list"].size + 1
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"mtp_step_paddle: {argument}"):
-        call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused("mtp_step_paddle", args, MTP_ORDER, rf"mtp_step_paddle: {argument}")
 
 
 # The kernel runs one block that walks the batch in chunks of its threads: prefix sums for the
@@ -616,10 +617,7 @@ def test_mtp_step_heavy_preemption(bsz, max_used):
     args = mtp_crowded_batch(rng, bsz, max_used=max_used, p_stop=0.02, p_drop=0.01)
     mtp_set_free_len(args, max(int(rng.integers(0, 3)), mtp_shortfall(args)))
     assert mtp_expected_status(args) is None  # blocks suffice after preemption
-    host, dev = split(args)
-    call(ref.mtp_step_paddle, host, MTP_ORDER)
-    call(fcuda.mtp_step_paddle, dev, MTP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    _, dev = assert_parity("mtp_step_paddle", args, MTP_ORDER)
     victims = newly_dropped(args, dev)
     if bsz >= 33:  # the case is what it claims: step 3 preempts many requests
         assert victims >= bsz // (4 * max_used), victims

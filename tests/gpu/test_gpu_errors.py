@@ -17,7 +17,7 @@ hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import on_simt, skip_module_without_gpu
+from gpu_util import bad_set_value, on_simt, poison_stream, skip_module_without_gpu
 
 skip_module_without_gpu()
 
@@ -48,38 +48,12 @@ def assert_unchanged(before, args, names, op):
             np.testing.assert_array_equal(host(a), b, err_msg=f"{op}: {n} was written")
 
 
-def bad_set_value(batch=8):
-    """speculate_set_value_by_flags_and_idx with accept_num out of range for requests 260 (when
-    the batch has it), 5 and 2 (2 is named, on the CPU and on the GPU); returns (case, expected
-    message)."""
-    case = op_inputs.build_set_value(batch)
-    names = case.names
-    accept_num = case.args[names.index("accept_num")]
-    stop = case.args[names.index("stop_flags")]
-    enc = case.args[names.index("seq_lens_encoder")]
-    this_time = case.args[names.index("seq_lens_this_time")]
-    stop[:] = False
-    enc[:] = 0
-    this_time[:] = np.maximum(this_time, 1)
-    for b in (260, 5, 2):  # 260: in the second block of threads when batch > 256
-        if b < batch:
-            accept_num[b] = 1000
-    with pytest.raises(ValueError) as info:
-        ref.speculate_set_value_by_flags_and_idx(*[np.copy(a) for a in case.args])
-    return case, str(info.value)
-
-
 def run_op(name, case):
     args, kwargs = device_args(name, case)
     return args, getattr(fcuda, name)(*args, **kwargs)
 
 
-@pytest.fixture(autouse=True)
-def clean_stream():
-    """Every test starts and ends with nothing pending (a failed test leaves no poison)."""
-    fcuda.pending()
-    yield
-    fcuda.pending()
+pytestmark = pytest.mark.usefixtures("clean_stream")  # conftest.py: nothing pending around a test
 
 
 def test_deferred_error_raises_at_check_pending_and_writes_nothing():
@@ -144,12 +118,9 @@ def test_poisoned_stream_skips_later_ops_until_the_error_is_read():
 
 
 def test_pending_error_raises_at_the_next_flag_op_and_the_flag_is_kept():
-    bad, message = bad_set_value()
     upd = op_inputs.build_update(8)
     with fcuda.errors("deferred"):
-        fcuda.speculate_set_value_by_flags_and_idx(
-            *device_args("speculate_set_value_by_flags_and_idx", bad)[0]
-        )
+        message = poison_stream("deferred")
         args, kwargs = device_args("draft_model_update", upd)
         flag = args[upd.names.index("not_need_stop")]
         flag[0] = True
@@ -161,12 +132,9 @@ def test_pending_error_raises_at_the_next_flag_op_and_the_flag_is_kept():
 
 
 def test_record_mode_never_raises():
-    bad, message = bad_set_value()
     upd = op_inputs.build_update(8)
     with fcuda.errors("record"):
-        fcuda.speculate_set_value_by_flags_and_idx(
-            *device_args("speculate_set_value_by_flags_and_idx", bad)[0]
-        )
+        message = poison_stream("record")
         args, kwargs = device_args("draft_model_update", upd)
         fcuda.draft_model_update(*args, **kwargs)  # synchronises, raises nothing
         assert fcuda.pending() == ("speculate_set_value_by_flags_and_idx", message)
@@ -176,11 +144,8 @@ def test_record_mode_never_raises():
 def test_fd_mtp_ops_check_pending_reads_the_cuda_record():
     import fd_mtp.ops as ops
 
-    bad, message = bad_set_value()
     with fcuda.errors("deferred"):
-        fcuda.speculate_set_value_by_flags_and_idx(
-            *device_args("speculate_set_value_by_flags_and_idx", bad)[0]
-        )
+        poison_stream()
         with pytest.raises(ValueError, match="speculate_set_value_by_flags_and_idx: accept_num"):
             ops.check_pending()
         ops.check_pending()

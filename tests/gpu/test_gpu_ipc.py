@@ -31,7 +31,8 @@ import cupy as cp  # noqa: E402
 import gpu_ipc_worker  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
-from fd_mtp.testing.child import Child  # noqa: E402
+from fd_mtp.testing.child import Child, new_shm_segments  # noqa: E402
+from fd_mtp.testing.child import shm_entries as child_shm_entries  # noqa: E402
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 # bfloat16 has no CuPy dtype: its 2-byte storage (uint16 bits) stands in; the ops see only bytes.
@@ -45,8 +46,11 @@ def fresh_name():
     return f"/fd_mtp_gpu_test_{os.getpid()}_{next(_names)}"
 
 
+SHM_PREFIXES = ("fd_mtp_gpu_test_",)
+
+
 def shm_entries():
-    return {e for e in os.listdir("/dev/shm") if e.startswith("fd_mtp_gpu_test_")}
+    return child_shm_entries(SHM_PREFIXES)
 
 
 def values(dtype, shape, seed):
@@ -64,20 +68,15 @@ def spawn_child():
 
 @pytest.fixture(scope="module", autouse=True)
 def no_leaked_segments():
-    before = shm_entries()
-    yield
-    gc.collect()
-    leaked = shm_entries() - before
-    for entry in leaked:
-        os.unlink(f"/dev/shm/{entry}")
+    with new_shm_segments(SHM_PREFIXES) as leaked:
+        yield
     assert not leaked, f"segments left in /dev/shm: {sorted(leaked)}"
 
 
 @pytest.fixture(scope="module")
 def child():
-    c = spawn_child()
-    yield c
-    c.exit()
+    with spawn_child() as c:
+        yield c
 
 
 def sync():

@@ -15,12 +15,10 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
+from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
 
 skip_module_without_gpu()
 
-import fd_mtp.cuda as fcuda  # noqa: E402
-from fd_mtp import reference as ref  # noqa: E402
 from fd_mtp.schema import get as schema_op  # noqa: E402
 from fd_mtp.schema import python_signature  # noqa: E402
 
@@ -43,26 +41,13 @@ def per(values, column):
     return values.reshape(-1, 1) if column else values
 
 
-@pytest.mark.parametrize("bsz", BATCHES)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_get_logits_parity(bsz, seed):
-    get_logits_case(bsz, seed, 9 if seed == 0 else 130)
-
-
-# Rows wider than one column slice of the copy (4096 columns): 4100 keeps every row 16-byte
-# aligned (vectorised copies, a 4-column last slice), 8195 misaligns most rows (scalar copies).
-@pytest.mark.parametrize("vocab", [4100, 8195])
-@pytest.mark.parametrize("bsz", [1, 7])
-def test_get_logits_wide_rows(bsz, vocab):
-    get_logits_case(bsz, 1, vocab)
-
-
-def get_logits_case(bsz, seed, vocab):
+def get_logits_args(bsz, seed, vocab):
+    """speculate_get_logits' arguments: bsz requests, prefill and decode, vocabulary `vocab`."""
     rng = np.random.default_rng([bsz, seed, 518])
     enc, this_time = layout(rng, bsz, 2)
     n_next = np.where(enc[:bsz] > 0, 1, this_time[:bsz])
     n_batch = np.where(enc[:bsz] > 0, 2, this_time[:bsz])
-    args = dict(
+    return dict(
         draft_logits=np.full((int(n_batch.sum()) + 1, vocab), -3.0, np.float32),
         next_token_num=np.full(bsz + 2, -9, np.int32),
         batch_token_num=np.full(bsz + 2, -9, np.int32),
@@ -73,10 +58,6 @@ def get_logits_case(bsz, seed, vocab):
         seq_lens_this_time=per(this_time[:bsz], seed == 1),
         seq_lens_encoder=enc,
     )
-    host, dev = split(args)
-    call(ref.speculate_get_logits, host, order("speculate_get_logits"))
-    call(fcuda.speculate_get_logits, dev, order("speculate_get_logits"))
-    compare_all(dev, host, arrays_of(args))
 
 
 @pytest.mark.parametrize("bsz", BATCHES)
@@ -95,32 +76,18 @@ def test_insert_first_token_parity(bsz, seed):
         seq_lens_this_time=per(this_time[:bsz], seed == 1),
         seq_lens_encoder=enc,
     )
-    host, dev = split(args)
-    call(ref.speculate_insert_first_token, host, order("speculate_insert_first_token"))
-    call(fcuda.speculate_insert_first_token, dev, order("speculate_insert_first_token"))
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_insert_first_token", args, order("speculate_insert_first_token"))
 
 
-@pytest.mark.parametrize("bsz", BATCHES)
-@pytest.mark.parametrize("seed", SEEDS)
-def test_get_target_logits_parity(bsz, seed):
-    get_target_logits_case(bsz, seed, 7 if seed == 0 else 129)
-
-
-@pytest.mark.parametrize("vocab", [4100, 8195])
-@pytest.mark.parametrize("bsz", [1, 7])
-def test_get_target_logits_wide_rows(bsz, vocab):
-    get_target_logits_case(bsz, 1, vocab)
-
-
-def get_target_logits_case(bsz, seed, vocab):
+def get_target_logits_args(bsz, seed, vocab):
+    """speculate_get_target_logits' arguments: bsz requests, vocabulary `vocab`."""
     rng = np.random.default_rng([bsz, seed, 520])
     enc, this_time = layout(rng, bsz, 1)
     acc = np.where(enc > 0, 1, np.minimum(this_time, rng.integers(-1, 6, enc.size)))
     acc = acc.astype(np.int32)
     verified = np.where(enc[:bsz] > 0, 1, this_time[:bsz])
     accepted = np.maximum(np.where(enc[:bsz] > 0, 1, acc[:bsz]), 0)
-    args = dict(
+    return dict(
         target_logits=np.full((int(accepted.sum()) + 1, vocab), -3.0, np.float32),
         logits=rng.standard_normal((int(verified.sum()), vocab)).astype(np.float32),
         cu_batch_token_offset=np.concatenate([[0], np.cumsum(accepted)]).astype(np.int32),
@@ -129,10 +96,31 @@ def get_target_logits_case(bsz, seed, vocab):
         seq_lens_encoder=enc,
         accept_num=acc,
     )
-    host, dev = split(args)
-    call(ref.speculate_get_target_logits, host, order("speculate_get_target_logits"))
-    call(fcuda.speculate_get_target_logits, dev, order("speculate_get_target_logits"))
-    compare_all(dev, host, arrays_of(args))
+
+
+# the logits copies: op -> (its batch of bsz requests, seed and vocabulary; the vocabulary per seed)
+LOGITS_COPIES = {
+    "speculate_get_logits": (get_logits_args, (9, 130)),
+    "speculate_get_target_logits": (get_target_logits_args, (7, 129)),
+}
+
+
+@pytest.mark.parametrize("bsz", BATCHES)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("op", sorted(LOGITS_COPIES))
+def test_logits_copy_parity(op, bsz, seed):
+    make, vocabs = LOGITS_COPIES[op]
+    assert_parity(op, make(bsz, seed, vocabs[seed]), order(op))
+
+
+# Rows wider than one column slice of the copy (4096 columns): 4100 keeps every row 16-byte
+# aligned (vectorised copies, a 4-column last slice), 8195 misaligns most rows (scalar copies).
+@pytest.mark.parametrize("vocab", [4100, 8195])
+@pytest.mark.parametrize("bsz", [1, 7])
+@pytest.mark.parametrize("op", sorted(LOGITS_COPIES))
+def test_logits_copy_wide_rows(op, bsz, vocab):
+    make, _ = LOGITS_COPIES[op]
+    assert_parity(op, make(bsz, 1, vocab), order(op))
 
 
 def _i32(v):
@@ -208,13 +196,6 @@ BAD = [
     ids=[f"{op}-{name}" for op, _, cases in BAD for name, _ in cases],
 )
 def test_bad_input_names_the_argument_and_writes_nothing(op, good, name, bad):
-    import cupy as cp
-
     args = dict(good)
     args[name] = bad
-    _, dev = split(args)
-    before = {k: cp.asnumpy(v) for k, v in dev.items()}
-    with pytest.raises(ValueError, match=rf"{op}: {name}\b"):
-        call(getattr(fcuda, op), dev, order(op))
-    for k, v in dev.items():
-        np.testing.assert_array_equal(cp.asnumpy(v), before[k], err_msg=k)
+    assert_refused(op, args, order(op), rf"{op}: {name}\b")

@@ -22,6 +22,7 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
+from fd_mtp.testing.builders.packing import packing_arrays  # noqa: E402
 from fd_mtp.testing.op_inputs import pre_process_args, reference_layout  # noqa: E402
 
 BATCHES = [1, 7, 33, 257, 600, 1024, 10_000]  # 10_000 > the 8192 blocks of the per-request kernels
@@ -49,13 +50,7 @@ def mixed_batch(rng, bsz, *, width=WIDTH, k=K, extra_rows=2):
         else:
             enc[b] = 0
             dec[b] = 0 if b % 2 else 7
-    return dict(
-        input_ids=rng.integers(0, 100_000, (n, width)).astype(np.int64),
-        draft_tokens=rng.integers(0, 100_000, (n, k + 1)).astype(np.int64),
-        seq_lens_this_time=this_time,
-        seq_lens_encoder=enc,
-        seq_lens_decoder=dec,
-    )
+    return packing_arrays(rng, this_time, enc, dec, width, k)
 
 
 def dev(a):

@@ -19,7 +19,7 @@ Needs CuPy, a CUDA GPU (or FD_MTP_SIMT=1) and the fd_mtp_cuda module.
 
 import numpy as np
 import pytest
-from gpu_util import skip_module_without_gpu
+from gpu_util import poison_stream, skip_module_without_gpu
 
 skip_module_without_gpu()
 
@@ -39,31 +39,7 @@ BUILDERS = {
 SENTINEL = -7  # the output of speculate_get_seq_lens_output before the op (counts are >= 0)
 
 
-@pytest.fixture(autouse=True)
-def clean_stream():
-    """Every test starts and ends with nothing pending (a failed test leaves no poison)."""
-    fcuda.pending()
-    yield
-    fcuda.pending()
-
-
-def poison_stream():
-    """Runs a bad speculate_set_value_by_flags_and_idx in deferred mode (accept_num out of range
-    for request 2): the stream is poisoned. Returns the error message it raises later (the numpy
-    reference's, which is the op's)."""
-    case = op_inputs.build_set_value(8)
-    a = dict(zip(case.names, case.args))
-    a["stop_flags"][:] = False
-    a["seq_lens_encoder"][:] = 0
-    a["seq_lens_this_time"][:] = np.maximum(a["seq_lens_this_time"], 1)
-    a["accept_num"][2] = 1000
-    with pytest.raises(ValueError) as info:
-        ref.speculate_set_value_by_flags_and_idx(*[np.copy(x) for x in case.args])
-    message = str(info.value)
-    assert message.startswith("speculate_set_value_by_flags_and_idx: accept_num")
-    with fcuda.errors("deferred"):
-        fcuda.speculate_set_value_by_flags_and_idx(*[cp.asarray(x) for x in case.args])
-    return message
+pytestmark = pytest.mark.usefixtures("clean_stream")  # conftest.py: nothing pending around a test
 
 
 def run_device(name, dev):

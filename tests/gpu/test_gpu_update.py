@@ -14,12 +14,11 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import arrays_of, call, compare_all, skip_module_without_gpu, split
+from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
 
 skip_module_without_gpu()
 
 import fd_mtp.cuda as fcuda  # noqa: E402
-from fd_mtp import reference as ref  # noqa: E402
 from fd_mtp.schema import get as schema_op  # noqa: E402
 from fd_mtp.schema import python_signature  # noqa: E402
 from fd_mtp.testing.op_inputs import positional  # noqa: E402
@@ -60,10 +59,7 @@ def stop_batch(rng, bs, column=False, extra_rows=0, wa=4, n_seqs=3, ls=4, lp=32,
 def test_set_stop_value_parity(bs, seed):
     rng = np.random.default_rng([seed, bs, 58])
     args = stop_batch(rng, bs, column=bool(seed), extra_rows=2 * seed)
-    host, dev = split(args)
-    call(ref.speculate_set_stop_value_multi_seqs, host, STOP_ORDER)
-    call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    host, _ = assert_parity("speculate_set_stop_value_multi_seqs", args, STOP_ORDER)
     if bs >= 33:
         assert (host["stop_flags"] != args["stop_flags"]).any(), "the batch must exercise hits"
 
@@ -77,19 +73,18 @@ def test_set_stop_value_two_dimensional_form_parity(bs, lens_shape):
     n = args["stop_seqs"].shape[0]
     args["stop_seqs"] = args["stop_seqs"].reshape(n, -1)
     args["stop_seqs_len"] = args["stop_seqs_len"].reshape((n,) if lens_shape == "flat" else (n, 1))
-    host, dev = split(args)
-    call(ref.speculate_set_stop_value_multi_seqs, host, STOP_ORDER)
-    call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_set_stop_value_multi_seqs", args, STOP_ORDER)
 
 
 def test_set_stop_value_two_dimensional_form_with_several_lengths_is_refused():
     args = stop_batch(np.random.default_rng(60), 7, n_seqs=2)
     args["stop_seqs"] = args["stop_seqs"][:, 0, :].copy()  # 2-D, but 2 lengths per request
-    host, dev = split(args)
-    with pytest.raises(ValueError, match="speculate_set_stop_value_multi_seqs: stop_seqs_len"):
-        call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "speculate_set_stop_value_multi_seqs",
+        args,
+        STOP_ORDER,
+        "speculate_set_stop_value_multi_seqs: stop_seqs_len",
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,12 +104,12 @@ def test_set_stop_value_bad_input_writes_nothing(case, argument):
         args["stop_seqs_len"][b] = 2
         args["accept_num"][b] = 1
         args["step_idx"][b] = args["pre_ids"].shape[1] + 1  # compares pre_ids[Lp]
-    host, dev = split(args)
-    with pytest.raises(
-        ValueError, match=rf"speculate_set_stop_value_multi_seqs: {argument} \(request {b}\)"
-    ):
-        call(fcuda.speculate_set_stop_value_multi_seqs, dev, STOP_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "speculate_set_stop_value_multi_seqs",
+        args,
+        STOP_ORDER,
+        rf"speculate_set_stop_value_multi_seqs: {argument} \(request {b}\)",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,10 +148,7 @@ def test_update_parity(bsz, seed):
     rng = np.random.default_rng([seed, bsz, 510])
     real = bsz if seed == 0 else max(0, bsz - 5)
     args = update_batch(rng, bsz, real, wa=4 + 2 * seed, column=bool(seed))
-    host, dev = split(args)
-    call(ref.speculate_update, host, UPDATE_ORDER)
-    call(fcuda.speculate_update, dev, UPDATE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_update", args, UPDATE_ORDER)
 
 
 @pytest.mark.parametrize("bsz", [600, 2049])
@@ -168,10 +160,7 @@ def test_update_not_need_stop_at_the_threshold(bsz):
     count = int(np.count_nonzero(stop[: bsz - 3] & ~block[: bsz - 3])) + 3
     for stop_nums, expected in ((count, False), (count + 1, True)):
         args["stop_nums"] = np.array([stop_nums], np.int64)
-        host, dev = split(args)
-        call(ref.speculate_update, host, UPDATE_ORDER)
-        call(fcuda.speculate_update, dev, UPDATE_ORDER)
-        compare_all(dev, host, arrays_of(args))
+        _, dev = assert_parity("speculate_update", args, UPDATE_ORDER)
         assert bool(dev["not_need_stop"][0]) is expected
 
 
@@ -179,11 +168,7 @@ def test_update_stop_nums_on_the_host():
     """stop_nums is read on the host: a numpy array works as well as a CuPy one (split's default)."""
     rng = np.random.default_rng(512)
     args = update_batch(rng, 300, 300)
-    host, dev = split(args)
-    dev["stop_nums"] = args["stop_nums"].copy()
-    call(ref.speculate_update, host, UPDATE_ORDER)
-    call(fcuda.speculate_update, dev, UPDATE_ORDER)
-    compare_all(dev, host, [k for k in arrays_of(args) if k != "stop_nums"])
+    assert_parity("speculate_update", args, UPDATE_ORDER, host_side={"stop_nums"})
 
 
 def test_update_bad_accept_num_writes_nothing():
@@ -192,10 +177,9 @@ def test_update_bad_accept_num_writes_nothing():
     b = 777
     args["is_block_step"][b] = False
     args["accept_num"][b] = -1
-    host, dev = split(args)
-    with pytest.raises(ValueError, match=rf"speculate_update: accept_num \(request {b}\)"):
-        call(fcuda.speculate_update, dev, UPDATE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "speculate_update", args, UPDATE_ORDER, rf"speculate_update: accept_num \(request {b}\)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -230,10 +214,7 @@ def set_value_batch(rng, bs, extra_rows=0, wa=4, lp=64, column=False):
 def test_set_value_parity(bs, seed):
     rng = np.random.default_rng([seed, bs, 512])
     args = set_value_batch(rng, bs, extra_rows=3 * seed, column=bool(seed))
-    host, dev = split(args)
-    call(ref.speculate_set_value_by_flags_and_idx, host, SET_VALUE_ORDER)
-    call(fcuda.speculate_set_value_by_flags_and_idx, dev, SET_VALUE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_set_value_by_flags_and_idx", args, SET_VALUE_ORDER)
 
 
 @pytest.mark.parametrize(
@@ -255,12 +236,12 @@ def test_set_value_bad_input_writes_nothing(case, argument):
     else:
         args["accept_num"][b] = 4
         args["step_idx"][b] = 2  # first column 2 - 4 + 1 = -1
-    host, dev = split(args)
-    with pytest.raises(
-        ValueError, match=rf"speculate_set_value_by_flags_and_idx: {argument} \(request {b}\)"
-    ):
-        call(fcuda.speculate_set_value_by_flags_and_idx, dev, SET_VALUE_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_refused(
+        "speculate_set_value_by_flags_and_idx",
+        args,
+        SET_VALUE_ORDER,
+        rf"speculate_set_value_by_flags_and_idx: {argument} \(request {b}\)",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -273,10 +254,7 @@ def test_clear_accept_nums_parity(bsz):
         accept_num=rng.integers(-2, 6, bsz + 3).astype(np.int32),
         seq_lens_decoder=rng.integers(0, 3, bsz).astype(np.int32),
     )
-    host, dev = split(args)
-    call(ref.speculate_clear_accept_nums, host, ["accept_num", "seq_lens_decoder"])
-    call(fcuda.speculate_clear_accept_nums, dev, ["accept_num", "seq_lens_decoder"])
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_clear_accept_nums", args, ["accept_num", "seq_lens_decoder"])
 
 
 def test_clear_accept_nums_bad_shape():
@@ -307,14 +285,10 @@ def test_calcu_accept_ratio_parity(bsz, seed):
         seq_lens_decoder=np.where(rng.random(bsz) < 0.1, this_time, dec).astype(np.int32),
         stop_flags=rng.random(bsz) < 0.2,
     )
-    host, dev = split(args)
-    call(ref.speculate_calcu_accept_ratio, host, RATIO_ORDER)
-    call(fcuda.speculate_calcu_accept_ratio, dev, RATIO_ORDER)
-    compare_all(dev, host, arrays_of(args))
+    assert_parity("speculate_calcu_accept_ratio", args, RATIO_ORDER)
 
 
 def test_calcu_accept_ratio_overflow_writes_nothing():
-    import cupy as cp
 
     args = dict(
         sum_draft_num=np.array([2**31 - 2], np.int32),
@@ -324,7 +298,10 @@ def test_calcu_accept_ratio_overflow_writes_nothing():
         seq_lens_decoder=np.array([9], np.int32),
         stop_flags=np.array([False]),
     )
-    _, dev = split(args)
-    with pytest.raises(ValueError, match="speculate_calcu_accept_ratio: sum_draft_num would"):
-        call(fcuda.speculate_calcu_accept_ratio, dev, RATIO_ORDER)
-    assert cp.asnumpy(dev["sum_draft_num"]).tolist() == [2**31 - 2]
+    assert_refused(
+        "speculate_calcu_accept_ratio",
+        args,
+        RATIO_ORDER,
+        "speculate_calcu_accept_ratio: sum_draft_num would",
+    )
+    assert args["sum_draft_num"].tolist() == [2**31 - 2]

@@ -17,6 +17,7 @@ import pytest
 from gpu_util import (
     arrays_of,
     assert_exact,
+    assert_refused,
     call,
     compare_all,
     on_simt,
@@ -241,19 +242,17 @@ def test_verify_bad_input_writes_nothing(case, argument):
                 & ~args["is_block_step"][:257]
             )[-1]
         )
-    host, dev = split(args)
-    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
-    with pytest.raises(ValueError, match=rf"speculate_verify: {argument} \(request {b}\)"):
-        call(
-            fcuda.speculate_verify,
-            dev,
-            ORDER,
-            verify_strategy="rejection",
-            seed=1,
-            offset=1,
-            **dev_kw,
-        )
-    compare_all(dev, host, arrays_of(args))  # nothing written
+    pattern = rf"speculate_verify: {argument} \(request {b}\)"
+    assert_refused(
+        "speculate_verify",
+        args,
+        ORDER,
+        pattern,
+        verify_strategy="rejection",
+        seed=1,
+        offset=1,
+        **kw,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -335,22 +334,20 @@ def test_rejection_non_finite_only_where_read(arg, index, refused, sample_path):
         run_parity(args, kw, verify_strategy="rejection", seed=2, offset=3)
         return
     request = 0 if index[0] < 3 else 1
-    host, dev = split(args)
-    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
     want = rf"speculate_verify: {arg} \(request {request}\) holds NaN or inf at row {index[0]}, column {index[1]}"
     with pytest.raises(ValueError, match=want):
-        call(ref.speculate_verify, host, ORDER, verify_strategy="rejection", seed=2, offset=3, **kw)
-    with pytest.raises(ValueError, match=want):
         call(
-            fcuda.speculate_verify,
-            dev,
+            ref.speculate_verify,
+            split(args)[0],
             ORDER,
             verify_strategy="rejection",
             seed=2,
             offset=3,
-            **dev_kw,
+            **kw,
         )
-    compare_all(dev, host, arrays_of(args))  # nothing written
+    assert_refused(
+        "speculate_verify", args, ORDER, want, verify_strategy="rejection", seed=2, offset=3, **kw
+    )
 
 
 def test_rejection_first_non_finite_column_of_a_long_row(sample_path):
@@ -358,21 +355,10 @@ def test_rejection_first_non_finite_column_of_a_long_row(sample_path):
     # column is named, as on the CPU.
     args, kw = _rejecting_batch(V=5000)
     kw["target_probs"][5, [4999, 3001, 2500, 2600]] = [np.inf, np.nan, -np.inf, np.nan]
-    host, dev = split(args)
-    dev_kw = {k: split({k: v})[1][k] for k, v in kw.items()}
-    with pytest.raises(
-        ValueError, match=r"target_probs \(request 1\) holds NaN or inf at row 5, column 2500"
-    ):
-        call(
-            fcuda.speculate_verify,
-            dev,
-            ORDER,
-            verify_strategy="rejection",
-            seed=1,
-            offset=1,
-            **dev_kw,
-        )
-    compare_all(dev, host, arrays_of(args))
+    want = r"target_probs \(request 1\) holds NaN or inf at row 5, column 2500"
+    assert_refused(
+        "speculate_verify", args, ORDER, want, verify_strategy="rejection", seed=1, offset=1, **kw
+    )
 
 
 @pytest.mark.skipif(not on_simt(), reason="counted by the simt emulator")

@@ -6,7 +6,6 @@ cross the pipe in their storage dtype (bfloat16 as uint16 bits). "exit" returns 
 the interpreter's normal exit (and fd_mtp's exit cleanup) runs.
 """
 
-import gc
 import sys
 
 
@@ -59,12 +58,8 @@ def serve(conn, root):
         elif cmd == "unset":
             key, name, close_ipc, unlink_shm = args
             ops.unset_data_ipc(held[key], name, close_ipc, unlink_shm)
-        elif cmd == "free":
-            (key,) = args
-            del held[key]
-            gc.collect()
         else:
             raise ValueError(f"unknown command {cmd!r}")
         return None
 
-    serve_commands(conn, handle)
+    serve_commands(conn, handle, held)

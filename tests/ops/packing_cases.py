@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from util import to_numpy, to_paddle
 
 from fd_mtp import ops, reference
+from fd_mtp.testing.builders.packing import packing_arrays
 
 ROLES = ("prefill", "decode", "empty")
 
@@ -35,14 +36,7 @@ def mixed_batch(rng, bsz, *, width=64, k=3, extra_rows=0, roles=None):
         else:
             enc[b] = 0
             dec[b] = 0 if rng.random() < 0.5 else int(rng.integers(1, 500))
-    return dict(
-        input_ids=rng.integers(0, 100_000, (n, width)).astype(np.int64),
-        draft_tokens=rng.integers(0, 100_000, (n, k + 1)).astype(np.int64),
-        seq_lens_this_time=this_time,
-        seq_lens_encoder=enc,
-        seq_lens_decoder=dec,
-        roles=list(roles),
-    )
+    return dict(packing_arrays(rng, this_time, enc, dec, width, k), roles=list(roles))
 
 
 @st.composite

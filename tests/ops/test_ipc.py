@@ -22,7 +22,8 @@ from util import assert_same, skip_on_paddle_2, skip_without_uint16
 
 import fd_mtp.ops as ops
 from fd_mtp.ops import _paddle_compat
-from fd_mtp.testing.child import Child
+from fd_mtp.testing.child import Child, new_shm_segments
+from fd_mtp.testing.child import shm_entries as child_shm_entries
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 DTYPES = ("float32", "float16", "bfloat16", "uint8")
@@ -36,8 +37,11 @@ def fresh_name():
     return f"/fd_mtp_test_{os.getpid()}_{next(_names)}"
 
 
+SHM_PREFIXES = ("fd_mtp.", "fd_mtp_test_")
+
+
 def shm_entries():
-    return {e for e in os.listdir("/dev/shm") if e.startswith(("fd_mtp.", "fd_mtp_test_"))}
+    return child_shm_entries(SHM_PREFIXES)
 
 
 def values(dtype, shape, seed):
@@ -62,12 +66,8 @@ def spawn_child():
 
 @pytest.fixture(scope="module", autouse=True)
 def no_leaked_segments():
-    before = shm_entries()
-    yield
-    gc.collect()
-    leaked = shm_entries() - before
-    for entry in leaked:  # do not leave them behind for the next run, but fail
-        os.unlink(f"/dev/shm/{entry}")
+    with new_shm_segments(SHM_PREFIXES) as leaked:  # unlinked: none left for the next run
+        yield
     if leaked and (0, 0) < _paddle_compat.version() < (3, 0):
         # the deleter of a freed from_blob tensor does not run there (_DELETER_2X below): the
         # segments of freed tensors stay until exit. Reported, not failed.
@@ -78,9 +78,8 @@ def no_leaked_segments():
 
 @pytest.fixture(scope="module")
 def child():
-    c = spawn_child()
-    yield c
-    c.exit()
+    with spawn_child() as c:
+        yield c
 
 
 # ------------------------------------------------------------------------------------------------

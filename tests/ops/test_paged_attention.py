@@ -10,36 +10,15 @@ from util import assert_same, to_paddle
 import fd_mtp.ops as ops
 import fd_mtp.reference as ref
 from fd_mtp.ops import _loader
+from fd_mtp.testing.builders.attention import paged_attention_batch
 from fd_mtp.testing.op_inputs import positional
 
 
-def make_batch(rng, *, lens, dec, hq, hkv, d, bs, spare_blocks=3, extra_rows=0):
-    """Random q/k/v and caches; every request gets shuffled (non-contiguous) block ids, the table
-    is padded with -1, and `extra_rows` unused table rows follow the batch."""
-    lens, dec = np.asarray(lens), np.asarray(dec)
-    bsz, t = len(lens), int(lens.sum())
-    need = -(-(dec + lens) // bs)
-    nb = int(need.max()) + 1 if bsz else 1
-    num_blocks = int(need.sum()) + spare_blocks
-    perm = rng.permutation(num_blocks)
-    tables = np.full((bsz + extra_rows, nb), -1, np.int32)
-    used = 0
-    for b in range(bsz):
-        tables[b, : need[b]] = perm[used : used + need[b]]
-        used += need[b]
-    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    return dict(
-        q=f(t, hq, d),
-        k=f(t, hkv, d),
-        v=f(t, hkv, d),
-        key_cache=f(num_blocks, hkv, bs, d),
-        value_cache=f(num_blocks, hkv, bs, d),
-        block_tables=tables,
-        cu_seqlens_q=cu,
-        batch_id_per_token=np.repeat(np.arange(bsz), lens).astype(np.int32),
-        seq_lens_decoder=dec.astype(np.int32),
-    )
+def make_batch(rng, *, lens, dec, d, bs, **kw):
+    """Random q/k/v and caches (fd_mtp.testing's paged_attention_batch, head size ``d``, block
+    size ``bs``); every request gets shuffled (non-contiguous) block ids, the table has a spare
+    column of -1, and ``extra_rows`` unused table rows follow the batch."""
+    return paged_attention_batch(rng, lens, dec, dim=d, block_size=bs, spare_columns=1, **kw)
 
 
 NAMES = tuple(positional("paged_attention"))

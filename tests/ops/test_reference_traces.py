@@ -21,6 +21,7 @@ from fd_mtp.reference import (
     eagle_get_self_hidden_states,
     mtp_step_paddle,
 )
+from fd_mtp.testing.asserts import assert_exact
 
 # Toy setup: max_model_len L (width of input_ids / pre_ids, and max_seq_len of the offsets).
 L = 8
@@ -54,29 +55,6 @@ def like(template, values, name):
     if template.ndim == 2 and template.shape[1] > 1:
         return rows(values, template.shape[1], fill=ROW_FILL.get(name), dtype=template.dtype)
     return np.array(values, dtype=template.dtype).reshape(template.shape)
-
-
-def assert_exact(actual, expected, name="array"):
-    """Exact equality with a readable report: dtype, shape, then the first differing indices."""
-    assert actual.dtype == expected.dtype, (
-        f"{name}: dtype {actual.dtype}, expected {expected.dtype}"
-    )
-    assert actual.shape == expected.shape, (
-        f"{name}: shape {actual.shape}, expected {expected.shape}"
-    )
-    differing = np.argwhere(actual != expected)
-    if differing.size:
-        lines = []
-        for idx in map(tuple, differing[:5]):
-            at = tuple(int(i) for i in idx)
-            lines.append(
-                f"  at {at}: got {actual[idx].item()!r}, expected {expected[idx].item()!r}"
-            )
-        raise AssertionError(
-            f"{name}: {len(differing)} of {actual.size} elements differ\n"
-            + "\n".join(lines)
-            + f"\ngot:\n{actual}\nexpected:\n{expected}"
-        )
 
 
 class State(SimpleNamespace):
@@ -870,6 +848,15 @@ def test_mtp_step_hand_case(inputs, expected):
     s.expect(**expected)
 
 
+def assert_mtp_step_refuses_free_list(s):
+    """mtp_step_paddle on state ``s`` raises a ValueError naming free_list and changes nothing."""
+    before = s.snapshot()
+    with pytest.raises(ValueError, match="free_list"):
+        run_mtp_step(s)
+    for name, array in before.items():
+        assert_exact(getattr(s, name), array, name)
+
+
 def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_changes_nothing():
     # Phase 1 would free one block, two requests need one, and no running request holds any.
     s = mtp_state(
@@ -881,11 +868,7 @@ def test_mtp_step_raises_instead_of_spinning_when_nothing_is_preemptible_and_cha
         free_list=[0, 0],
         free_list_len=[0],
     )
-    before = s.snapshot()
-    with pytest.raises(ValueError, match="free_list"):
-        run_mtp_step(s)
-    for name, array in before.items():
-        assert_exact(getattr(s, name), array, name)
+    assert_mtp_step_refuses_free_list(s)
 
 
 def test_mtp_step_raises_when_freed_blocks_do_not_fit_in_the_free_list_and_changes_nothing():
@@ -898,11 +881,7 @@ def test_mtp_step_raises_when_freed_blocks_do_not_fit_in_the_free_list_and_chang
         free_list=[40, 41],
         free_list_len=[2],
     )
-    before = s.snapshot()
-    with pytest.raises(ValueError, match="free_list"):
-        run_mtp_step(s)
-    for name, array in before.items():
-        assert_exact(getattr(s, name), array, name)
+    assert_mtp_step_refuses_free_list(s)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from util import BATCH_GRID, assert_same, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
+from fd_mtp.testing.builders.blocks import pool_tables
 from fd_mtp.testing.op_inputs import positional
 
 OP = "speculate_step_paddle"
@@ -411,7 +412,6 @@ def random_batch(rng, bsz, nb=6, bs=4, k=2, width=24, tight=False):
     """Unique block ids across tables and the live free list; block-stepped requests hold no
     decode blocks (they gave them back) and sit on step_block_list in some order."""
     ids = iter(rng.permutation(bsz * nb + 200).astype(np.int32))
-    tables = np.full((bsz, nb), -1, np.int32)
     enc = rng.integers(0, 3, bsz).astype(np.int32)
     used = np.zeros(bsz, np.int32)
     bstep = rng.random(bsz) < 0.2
@@ -422,12 +422,7 @@ def random_batch(rng, bsz, nb=6, bs=4, k=2, width=24, tight=False):
             if width // bs > enc[b]
             else 0
         )
-        for j in range(enc[b] + (0 if bstep[b] else used[b])):
-            tables[b, j] = next(ids)
-    parked = [int(b) for b in np.flatnonzero(bstep)]
-    rng.shuffle(parked)
-    step_list = np.full(bsz, -1, np.int32)
-    step_list[: len(parked)] = parked
+    tables, step_list = pool_tables(rng, ids, enc, used, bstep, nb)
     free_len = int(rng.integers(0, 3 if tight else 12))
     free = np.zeros(free_len + int(used.sum()) + int(rng.integers(0, 3)), np.int32)
     free[:free_len] = [next(ids) for _ in range(free_len)]
@@ -450,7 +445,7 @@ def random_batch(rng, bsz, nb=6, bs=4, k=2, width=24, tight=False):
         encoder_block_lens=enc,
         used_list_len=used,
         step_block_list=step_list,
-        step_lens=[len(parked)],
+        step_lens=[int(bstep.sum())],
         free_list=free,
         free_list_len=[free_len],
         step_idx=step_idx,

@@ -733,6 +733,20 @@ def test_hypothesis_rejection_vocabularies_match_reference(
     check_invariants(d, got, "rejection", accept_all=accept_all)
 
 
+def check_rejection_bonus(p, seed, offset, want):
+    """One request with an empty draft and the target distribution ``p`` under "rejection"
+    (seed, offset): the op and the reference emit the bonus token ``want``."""
+    d, kw = build([dec([7], [[0]], p=[p])], C=1, V=len(p), probs=True)
+    check(
+        d,
+        dict(accept_tokens=[[want]], accept_num=[1], step_idx=[11]),
+        verify_strategy="rejection",
+        seed=seed,
+        offset=offset,
+        **kw,
+    )
+
+
 def test_rejection_samples_in_the_blockwise_enumeration_order():
     # p = 0.5 on ids 33 (lane 1, step 1) and 4 (lane 4, step 0) of chunk 0: the blockwise order
     # enumerates lane 1 before lane 4, so the bonus token is 33 when the draw u <= 0.5 (the CDF
@@ -745,15 +759,7 @@ def test_rejection_samples_in_the_blockwise_enumeration_order():
         u = float(philox_uniform(seed, 0, 0, 1))  # draw 1 of request 0: the bonus of an empty draft
         want = 33 if u <= 0.5 else 4
         seen.add(want)
-        d, kw = build([dec([7], [[0]], p=[p])], C=1, V=V, probs=True)
-        check(
-            d,
-            dict(accept_tokens=[[want]], accept_num=[1], step_idx=[11]),
-            verify_strategy="rejection",
-            seed=seed,
-            offset=0,
-            **kw,
-        )
+        check_rejection_bonus(p, seed, 0, want)
     assert seen == {4, 33}
 
 
@@ -766,15 +772,7 @@ def test_rejection_sample_crosses_chunks_and_lanes():
     for seed in range(8):
         u = float(philox_uniform(seed, 1, 0, 1))
         want = 1024 * (int(np.ceil(4 * u)) - 1) + 1023
-        d, kw = build([dec([7], [[0]], p=[p])], C=1, V=V, probs=True)
-        check(
-            d,
-            dict(accept_tokens=[[want]], accept_num=[1], step_idx=[11]),
-            verify_strategy="rejection",
-            seed=seed,
-            offset=1,
-            **kw,
-        )
+        check_rejection_bonus(p, seed, 1, want)
 
 
 @given(

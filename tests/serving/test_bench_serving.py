@@ -1,11 +1,9 @@
 """benchmarks/bench_serving.py end to end at a tiny size: servers start, --check passes, the CSV holds
 every metric of every mode and concurrency, the PNG is written."""
 
-import csv
-
 import pytest
 
-from fd_mtp.testing.scripts import load_script
+from fd_mtp.testing.scripts import bench_results, load_script
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -13,12 +11,8 @@ pytest.importorskip("httpx")
 pytest.importorskip("matplotlib")
 
 
-def load_bench():
-    return load_script("benchmarks/bench_serving.py")
-
-
 def test_bench_serving_check_and_csv(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_script("benchmarks/bench_serving.py")
     summaries = bench.main(
         [
             *(
@@ -30,9 +24,7 @@ def test_bench_serving_check_and_csv(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "check: passed (2 modes x 2 concurrencies x 4 requests" in out
-    assert (tmp_path / "bench_serving.png").stat().st_size > 0
-    rows = list(csv.DictReader(open(tmp_path / "bench_serving.csv")))
-    got = {(r["provider"], r["x"], r["metric"]): float(r["p50"]) for r in rows}
+    rows, got = bench_results(tmp_path, "bench_serving")
     for mode in ("plain", "mtp_k1"):
         for c in ("1", "4"):
             for m in ("ttft", "itl", "tpot", "e2e"):

@@ -24,6 +24,24 @@ def _decode_rows(batch, rng, nb):
     return prompt.astype(np.int64), dec, tables, enc_blocks, next_id
 
 
+def pool_tables(rng, ids, enc, used, parked, nb):
+    """Block tables of a consistent pool for random block-manager batches (tests/ops and
+    tests/gpu): request b holds ``enc[b]`` encoder blocks and, unless ``parked[b]``
+    (block-stepped: its decode blocks went back), ``used[b]`` decode blocks, ids taken in order
+    from the iterator ``ids``; the parked requests stand on step_block_list in a random order.
+    Returns (block_tables [B, nb] int32, step_block_list [B] int32, -1 padded)."""
+    bsz = len(enc)
+    tables = np.full((bsz, nb), -1, np.int32)
+    for b in range(bsz):
+        for j in range(enc[b] + (0 if parked[b] else used[b])):
+            tables[b, j] = next(ids)
+    stack = [int(b) for b in np.flatnonzero(parked)]
+    rng.shuffle(stack)
+    step_list = np.full(bsz, -1, np.int32)
+    step_list[: len(stack)] = stack
+    return tables, step_list
+
+
 def build_schedule_cache(batch):
     """v1, after the proposer: decoding requests hold the blocks of their positions; ~1/16 reach
     a missing slot (dec + 2K + 2) // block_size and block-step; ~1/20 are stopped; ~1/32 are

@@ -20,6 +20,20 @@ from ._common import (
 )
 
 
+def packing_arrays(rng, this_time, enc, dec, width, k):
+    """The packing ops' arrays of one step around a layout (random batches of tests/ops and
+    tests/gpu): random input_ids [n, width] and draft_tokens [n, k + 1] int64 (n = len(enc):
+    rows past the batch are noise) with the given seq_lens_this_time / encoder / decoder."""
+    n = len(enc)
+    return dict(
+        input_ids=rng.integers(0, 100_000, (n, width)).astype(np.int64),
+        draft_tokens=rng.integers(0, 100_000, (n, k + 1)).astype(np.int64),
+        seq_lens_this_time=this_time,
+        seq_lens_encoder=enc,
+        seq_lens_decoder=dec,
+    )
+
+
 def packing_state(batch, seed=7):
     rng = np.random.default_rng(seed)
     roles = _roles(batch, rng)
