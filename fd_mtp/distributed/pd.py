@@ -50,17 +50,22 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import glob
 import itertools
 import os
 import queue
 import time
 import weakref
-from pathlib import Path
 from types import SimpleNamespace
 
-from ._reap import reap
-from .pd_instance import SEGMENT_PREFIX, PDError, _decode_main, _drain_messages, _prefill_main
+from .pd_instance import (
+    SEGMENT_PREFIX,
+    PDError,
+    _checkpoint_config,
+    _decode_main,
+    _drain_messages,
+    _prefill_main,
+    _stop,
+)
 
 __all__ = ["PDCluster", "PDEngineClient", "PDError", "SEGMENT_PREFIX"]
 
@@ -101,28 +106,6 @@ class _Sized:
 
     def __len__(self) -> int:
         return self._n
-
-
-def _checkpoint_config(name: str, model, spec):
-    """``(path, ErnieConfig)`` of checkpoint directory ``model`` (None: the demo model), checked
-    against ``spec`` (MTP needs an MTP block)."""
-    from ..model.config import ErnieConfig
-    from ..model.loader import CONFIG_FILE
-
-    if model is None:
-        from ..assets import default_model_path
-
-        model = default_model_path()
-    path = Path(model)
-    if not (path / CONFIG_FILE).is_file():
-        raise FileNotFoundError(f"{path}: no {CONFIG_FILE}")
-    config = ErnieConfig.from_file(path / CONFIG_FILE)
-    if spec is not None and config.num_nextn_predict_layers < 1:
-        raise ValueError(
-            f"{name}: speculative_config method 'mtp' needs an MTP block, and the checkpoint "
-            "has none (num_nextn_predict_layers = 0)"
-        )
-    return path, config
 
 
 class PDEngineClient:
@@ -596,23 +579,3 @@ class PDCluster(PDEngineClient):
                 if d.finished and d.request_id in todo:
                     outs[todo.pop(d.request_id)] = self.pop_output(d.request_id)
         return outs
-
-
-def _stop(processes, commands, msg_queue_id, pids, grace: float = 10.0) -> None:
-    from ..sysv_queue import remove_queue
-
-    reap(processes, commands.values(), ("stop",), grace)
-    try:
-        remove_queue(msg_queue_id)
-    except OSError:
-        pass
-    # segments of an instance that did not get to release them (killed): the prefill side's
-    # published copies and its staging tensors
-    for pid in pids.values():
-        for path in glob.glob(f"/dev/shm{SEGMENT_PREFIX}.{pid}.*") + glob.glob(
-            f"/dev/shm/fd_mtp.{pid}.*"
-        ):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass

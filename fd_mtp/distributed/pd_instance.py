@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import glob
 import itertools
 import os
 import queue
@@ -478,3 +479,48 @@ class _DecodeInstance:
             )
             self.results.put(("cost", h.request_id, cost))
         return inserted
+
+
+def _checkpoint_config(name: str, model, spec):
+    """``(path, ErnieConfig)`` of checkpoint directory ``model`` (None: the demo model), checked
+    against ``spec`` (MTP needs an MTP block)."""
+    from ..model.config import ErnieConfig
+    from ..model.loader import CONFIG_FILE
+
+    if model is None:
+        from ..assets import default_model_path
+
+        model = default_model_path()
+    path = Path(model)
+    if not (path / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path}: no {CONFIG_FILE}")
+    config = ErnieConfig.from_file(path / CONFIG_FILE)
+    if spec is not None and config.num_nextn_predict_layers < 1:
+        raise ValueError(
+            f"{name}: speculative_config method 'mtp' needs an MTP block, and the checkpoint "
+            "has none (num_nextn_predict_layers = 0)"
+        )
+    return path, config
+
+
+def _stop(processes, commands, msg_queue_id, pids, grace: float = 10.0) -> None:
+    """Stop and reap both instance processes (bounded), remove the SysV queue and the
+    hand-off segments an instance killed before releasing them left in /dev/shm."""
+    from ..sysv_queue import remove_queue
+    from ._reap import reap
+
+    reap(processes, commands.values(), ("stop",), grace)
+    try:
+        remove_queue(msg_queue_id)
+    except OSError:
+        pass
+    # segments of an instance that did not get to release them (killed): the prefill side's
+    # published copies and its staging tensors
+    for pid in pids.values():
+        for path in glob.glob(f"/dev/shm{SEGMENT_PREFIX}.{pid}.*") + glob.glob(
+            f"/dev/shm/fd_mtp.{pid}.*"
+        ):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
