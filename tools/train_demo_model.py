@@ -116,12 +116,16 @@ from demo_train.outputs import (  # noqa: E402,F401  (the _warm_start helpers: t
 from demo_train.state import (  # noqa: E402
     STATE_FILES,  # noqa: F401
     checkpoint_tensors,
+    draw_batch,
     init_from_checkpoint,
     load_optimizer_state,
     load_params,
+    log_row,
     lr_at,
     make_optimizer,
+    progress_bar,
     save_state,
+    should_stop,
 )
 
 from fd_mtp.assets.corpus import (  # noqa: E402
@@ -347,7 +351,7 @@ def main(argv=None) -> int:
     if args.resume and (out / "state.json").is_file():
         meta = json.loads((out / "state.json").read_text())
         load_params(out, model, mtp)
-        load_optimizer_state(opt, model, mtp, paddle.load(str(out / "state.pdopt")))
+        load_optimizer_state(opt, paddle.load(str(out / "state.pdopt")), model, mtp)
         sampler.bit_generator.state = meta["sampler_state"]
         step, elapsed0, rows = meta["step"], meta["elapsed_s"], meta["log"]
         command = meta["command"]
@@ -423,29 +427,15 @@ def main(argv=None) -> int:
     deadline = (
         None if args.max_minutes is None else t_start + 60 * args.max_minutes - FINAL_RESERVE_S
     )
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=args.steps,
-            initial=step,
-            desc="train",
-            dynamic_ncols=True,
-            file=sys.stdout,
-            mininterval=5,
-        )
+    bar = progress_bar(args, step)
     stopped_early = False
     model.train()
     mtp.train()
     while step < args.steps:
-        if (deadline is not None and time.time() >= deadline) or (
-            args.stop_after is not None and step >= args.stop_after
-        ):
+        if should_stop(step, args, deadline):
             stopped_early = True
             break
-        starts = sampler.integers(0, len(train_tokens) - win, size=args.batch_size)
-        batch = np.stack([train_tokens[s : s + win] for s in starts]).astype(np.int64)
+        batch = draw_batch(sampler, train_tokens, win, args.batch_size)
         lr = lr_at(step, args)
         opt.set_lr(lr)
         r = losses(model, mtp, paddle.to_tensor(batch), steps_ahead, ul=args.unlikelihood > 0)
@@ -480,11 +470,7 @@ def main(argv=None) -> int:
             bar.set_postfix(
                 loss=f"{row['loss']:.3f}", main=f"{row['main']:.3f}", mtp=f"{row['mtp1']:.3f}"
             )
-        if "val_main" in row or bar is None and step % 10 == 0:
-            msg = " ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-            )
-            (bar.write if bar is not None else print)(msg)
+        log_row(bar, row, "val_main" in row)
         if step % args.save_every == 0:
             snapshot()
     if bar is not None:

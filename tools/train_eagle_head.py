@@ -93,15 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def lr_at(step: int, args) -> float:
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    t = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
-    return args.lr * (
-        args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
-    )
-
-
 def _build(args, target_dir: Path, train_tokens):
     """(target, mtp, head, draft ids, coverage) for this run's options."""
     import numpy as np
@@ -146,57 +137,6 @@ def _build(args, target_dir: Path, train_tokens):
         prm.stop_gradient = False
     head.train()
     return target, mtp, head, draft_ids, coverage
-
-
-def _optimizer(args, head):
-    import paddle
-
-    params = list(head.parameters())
-    decay = {p.name for p in params if len(p.shape) >= 2}
-    return paddle.optimizer.AdamW(
-        learning_rate=args.lr,
-        parameters=params,
-        beta1=0.9,
-        beta2=0.95,
-        epsilon=1e-8,
-        weight_decay=args.weight_decay,
-        apply_decay_param_fun=lambda n: n in decay,
-        grad_clip=paddle.nn.ClipGradByGlobalNorm(args.clip),
-    )
-
-
-def _opt_state(opt, head, load: dict | None = None):
-    """The optimizer's state keyed ``param_name/suffix`` (Paddle keys it by generated names,
-    different in every process); with ``load``: set it from such a dict."""
-    names = {p.name: k for k, p in head.named_parameters()}
-    if load is None:
-        out = {}
-        for key, v in opt.state_dict().items():
-            owner = next((n for n in names if key.startswith(n + "_")), None)
-            out[f"{names[owner]}/{key[len(owner) + 1 :]}" if owner else key] = v
-        return out
-    by_name = {k: n for n, k in names.items()}
-    fixed = {}
-    for key, v in load.items():
-        if "/" in key:
-            name, suffix = key.split("/", 1)
-            key = f"{by_name[name]}_{suffix}"
-        fixed[key] = v
-    opt.set_state_dict(fixed)
-    return None
-
-
-def _save_state(out: Path, head, opt, meta: dict) -> None:
-    import paddle
-
-    tmp = out / "state.tmp"
-    tmp.mkdir(exist_ok=True)
-    paddle.save(dict(head.named_parameters()), str(tmp / "state.pdparams"))
-    paddle.save(_opt_state(opt, head), str(tmp / "state.pdopt"))
-    (tmp / "state.json").write_text(json.dumps(meta, indent=1) + "\n")
-    for name in ("state.pdparams", "state.pdopt", "state.json"):  # json last: complete
-        os.replace(tmp / name, out / name)
-    tmp.rmdir()
 
 
 def _plot(path: Path, rows: list[dict]) -> None:
@@ -290,6 +230,17 @@ def main(argv=None) -> int:
     from demo_train.corpus import tokenize
     from demo_train.eagle import evaluate, head_losses
     from demo_train.model import validation_windows
+    from demo_train.state import (
+        draw_batch,
+        load_optimizer_state,
+        log_row,
+        lr_at,
+        make_optimizer,
+        optimizer_state,
+        progress_bar,
+        should_stop,
+        write_state,
+    )
 
     from fd_mtp.assets import default_model_path
     from fd_mtp.assets.corpus import split_corpus, stdlib_root
@@ -309,7 +260,7 @@ def main(argv=None) -> int:
     K = args.ttt_steps
     win = args.seq_len + K
     val_windows = validation_windows(val_tokens, args.eval_windows, win)
-    opt = _optimizer(args, head)
+    opt = make_optimizer(args, head)
     sampler = np.random.default_rng(args.seed)
     rows: list[dict] = []
     step, elapsed0 = 0, 0.0
@@ -319,7 +270,7 @@ def main(argv=None) -> int:
     if args.resume and (out / "state.json").is_file():
         meta = json.loads((out / "state.json").read_text())
         head.set_state_dict(paddle.load(str(out / "state.pdparams")))
-        _opt_state(opt, head, paddle.load(str(out / "state.pdopt")))
+        load_optimizer_state(opt, paddle.load(str(out / "state.pdopt")), head)
         sampler.bit_generator.state = meta["sampler_state"]
         step, elapsed0, rows, command = (
             meta["step"],
@@ -350,23 +301,19 @@ def main(argv=None) -> int:
             **extra,
         }
 
+    def save(m):
+        write_state(out, dict(head.named_parameters()), optimizer_state(opt, head), m)
+
     deadline = (
         None if args.max_minutes is None else t_start + 60 * args.max_minutes - FINAL_RESERVE_S
     )
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.steps, initial=step, desc="train", file=sys.stdout, mininterval=5)
+    bar = progress_bar(args, step)
     stopped_early = False
     while step < args.steps:
-        if (deadline is not None and time.time() >= deadline) or (
-            args.stop_after is not None and step >= args.stop_after
-        ):
+        if should_stop(step, args, deadline):
             stopped_early = True
             break
-        starts = sampler.integers(0, len(train_tokens) - win, size=args.batch_size)
-        batch = np.stack([train_tokens[s : s + win] for s in starts]).astype(np.int64)
+        batch = draw_batch(sampler, train_tokens, win, args.batch_size)
         lr = lr_at(step, args)
         opt.set_lr(lr)
         r = head_losses(head, target, paddle.to_tensor(batch), draft_ids, K)
@@ -384,22 +331,15 @@ def main(argv=None) -> int:
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc1=f"{row['acc_1']:.3f}")
-        if "val_acc_1" in row or (bar is None and step % 10 == 0):
-            msg = " ".join(
-                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-            )
-            if bar is not None:
-                bar.write(msg)
-            else:
-                print(msg, flush=True)
+        log_row(bar, row, "val_acc_1" in row)
         if step % args.save_every == 0:
-            _save_state(out, head, opt, meta())
+            save(meta())
     if bar is not None:
         bar.close()
     if rows and "val_acc_1" not in rows[-1]:
         rows[-1].update(evaluate(head, target, mtp, val_windows, draft_ids, K, 8))
     m = meta(finished=step >= args.steps, stopped_early=stopped_early)
-    _save_state(out, head, opt, m)
+    save(m)
     c = head.head_config.to_dict()
     info = {
         "step": step,

@@ -21,14 +21,12 @@ def lr_at(step: int, args) -> float:
     )
 
 
-def all_parameters(model, mtp):
-    return list(model.parameters()) + list(mtp.parameters())
-
-
-def make_optimizer(args, model, mtp):
+def make_optimizer(args, *layers):
+    """AdamW over the parameters of ``layers`` (betas 0.9 / 0.95, ``args.weight_decay`` on
+    matrices only, global-norm clipping ``args.clip``)."""
     import paddle
 
-    params = all_parameters(model, mtp)
+    params = [p for layer in layers for p in layer.parameters()]
     decay = {p.name for p in params if len(p.shape) >= 2}
     return paddle.optimizer.AdamW(
         learning_rate=args.lr,
@@ -48,18 +46,19 @@ def checkpoint_tensors(model, mtp) -> dict:
     return sd
 
 
-def _param_names(model, mtp) -> dict[str, str]:
+def _param_names(*layers) -> dict[str, str]:
     """Paddle's generated parameter name (``linear_3.w_0``, different in every process that built
     other layers first) -> checkpoint name."""
-    out = {p.name: k for k, p in model.named_parameters()}
-    out.update({p.name: k for k, p in mtp.named_parameters()})
+    out = {}
+    for layer in layers:
+        out.update({p.name: k for k, p in layer.named_parameters()})
     return out
 
 
-def optimizer_state(opt, model, mtp) -> dict:
+def optimizer_state(opt, *layers) -> dict:
     """The optimizer's state with accumulators keyed ``checkpoint_name/suffix``, so a snapshot loads
     into models built anywhere (Paddle keys them by generated names)."""
-    names = _param_names(model, mtp)
+    names = _param_names(*layers)
     out = {}
     for key, v in opt.state_dict().items():
         owner = next((n for n in names if key.startswith(n + "_")), None)
@@ -67,8 +66,8 @@ def optimizer_state(opt, model, mtp) -> dict:
     return out
 
 
-def load_optimizer_state(opt, model, mtp, state: dict) -> None:
-    by_ckpt = {k: n for n, k in _param_names(model, mtp).items()}
+def load_optimizer_state(opt, state: dict, *layers) -> None:
+    by_ckpt = {k: n for n, k in _param_names(*layers).items()}
     fixed = {}
     for key, v in state.items():
         if "/" in key:
@@ -78,17 +77,71 @@ def load_optimizer_state(opt, model, mtp, state: dict) -> None:
     opt.set_state_dict(fixed)
 
 
-def save_state(out: Path, model, mtp, opt, meta: dict) -> None:
+def write_state(out: Path, params: dict, opt_state: dict, meta: dict) -> None:
+    """The snapshot files of ``STATE_FILES``, each replaced whole (state.json last: a snapshot
+    is complete once its json is in place)."""
     import paddle
 
     tmp = out / "state.tmp"
     tmp.mkdir(exist_ok=True)
-    paddle.save(checkpoint_tensors(model, mtp), str(tmp / "state.pdparams"))
-    paddle.save(optimizer_state(opt, model, mtp), str(tmp / "state.pdopt"))
+    paddle.save(params, str(tmp / "state.pdparams"))
+    paddle.save(opt_state, str(tmp / "state.pdopt"))
     (tmp / "state.json").write_text(json.dumps(meta, indent=1) + "\n")
-    for name in STATE_FILES:  # state.json last: a snapshot is complete once its json is in place
+    for name in STATE_FILES:
         os.replace(tmp / name, out / name)
     tmp.rmdir()
+
+
+def save_state(out: Path, model, mtp, opt, meta: dict) -> None:
+    write_state(out, checkpoint_tensors(model, mtp), optimizer_state(opt, model, mtp), meta)
+
+
+# --------------------------------------------------------------------------- the loop
+def should_stop(step: int, args, deadline) -> bool:
+    """``--max-minutes`` (``deadline``, a time.time() value or None) or ``--stop-after`` reached."""
+    import time
+
+    return (deadline is not None and time.time() >= deadline) or (
+        args.stop_after is not None and step >= args.stop_after
+    )
+
+
+def draw_batch(sampler, tokens, win: int, batch_size: int):
+    """``[batch_size, win]`` int64 windows at uniform starts of the ``tokens`` stream."""
+    import numpy as np
+
+    starts = sampler.integers(0, len(tokens) - win, size=batch_size)
+    return np.stack([tokens[s : s + win] for s in starts]).astype(np.int64)
+
+
+def progress_bar(args, step: int):
+    """A tqdm bar from ``step`` to ``args.steps`` on stdout, or None with ``--no-progress``."""
+    if args.no_progress:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(
+        total=args.steps,
+        initial=step,
+        desc="train",
+        dynamic_ncols=True,
+        file=sys.stdout,
+        mininterval=5,
+    )
+
+
+def log_row(bar, row: dict, show: bool) -> None:
+    """The row as ``key=value`` words, through the bar when there is one; printed when ``show``
+    (an evaluation row) or, without a bar, every 10 steps."""
+    if not (show or (bar is None and row["step"] % 10 == 0)):
+        return
+    msg = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+    if bar is not None:
+        bar.write(msg)
+    else:
+        print(msg, flush=True)
 
 
 def load_params(state_dir: Path, model, mtp) -> None:
