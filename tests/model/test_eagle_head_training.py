@@ -156,27 +156,10 @@ def test_training_forward_is_what_inference_runs(demo, E):
         assert_matches_reference(got3[0], reference(outs[2][i], truth3), f"step 3 at {i + 2}")
 
 
-TINY = [
-    "--threads",
-    "1",
-    "--steps",
-    "4",
-    "--batch-size",
-    "2",
-    "--seq-len",
-    "16",
-    "--draft-vocab",
-    "64",
-    "--warmup",
-    "2",
-    "--eval-every",
-    "2",
-    "--eval-windows",
-    "2",
-    "--save-every",
-    "2",
-    "--no-progress",
-]
+TINY = (
+    "--threads 1 --steps 4 --batch-size 2 --seq-len 16 --draft-vocab 64 --warmup 2 "
+    "--eval-every 2 --eval-windows 2 --save-every 2 --no-progress"
+).split()
 
 
 def _rows(path):
