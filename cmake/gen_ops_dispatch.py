@@ -4,7 +4,16 @@ the device), and ``stream_ops.gen.cc``, the Paddle GPU branch's table of the ops
 
 from __future__ import annotations
 
-from gen_ops_common import HEADER, Op, device_flag, host_reads, params_type, stream_ops
+from gen_ops_common import (
+    CPP_TYPES,
+    DTYPES,
+    HEADER,
+    Op,
+    device_flag,
+    host_reads,
+    params_type,
+    stream_ops,
+)
 
 
 def flag_expr(op: Op, expr: str) -> str:
@@ -21,15 +30,39 @@ def gen_dispatch(op: Op) -> str:
     cls = op.entry
     ref = op.place_ref
     table = f"k{cls}Status"
+    ret = "std::vector<paddle::Tensor>" if op.outputs else "void"
     out = [
         f"// The standard dispatch of {op.name} (fd_mtp/schema: cpu={op.cpu}, launcher "
         f"{op.launcher_name}).\n",
-        f"void {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
+        f"{ret} {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
         "  using namespace fd_mtp;\n",
     ]
     if op.check:
         out.append(f"  {op.name}_check(a, p);\n")
     out.append(f"  const auto& ref = a.{ref};\n")
+    done = "return;"
+    if op.outputs:  # allocated on the op's place, handed to the kernel, returned
+        attrs = {a.name for a in op.attrs}
+        for o in op.outputs:
+            shape = ", ".join(
+                str(add)
+                if name is None
+                else (f"a.{name}" if name in attrs else f"a.dims.{name}")
+                + (f" + {add}" if add else "")
+                for name, add in o.dims
+            )
+            dt = f"a.{o.like}.dtype()" if o.like else f"paddle::DataType::{DTYPES[o.dtype]}"
+            if o.fill is None:
+                out.append(f"  auto {o.name} = compat::empty({{{shape}}}, {dt}, ref.place());\n")
+            else:
+                out.append(
+                    f"  auto {o.name} = compat::full({{{shape}}}, {o.fill}, {dt}, ref.place());\n"
+                )
+        for o in op.outputs:
+            if o.param is not None:
+                data = "data()" if o.like else f"data<{CPP_TYPES[o.dtype]}>()"
+                out.append(f"  p.{o.param} = {o.name}.{data};\n")
+        done = "return {" + ", ".join(o.name for o in op.outputs) + "};"
     flag_line = ""
     if op.flag is not None:
         flag_line = f"    *a.{op.flag[0]}.data<bool>() = {flag_expr(op, op.flag[1])};\n"
@@ -48,11 +81,13 @@ def gen_dispatch(op: Op) -> str:
         out.append(f"    check::status(a.op, {op.cpu}(p, &count), {table});\n")
         out.append(flag_line)
     if not op.cuda:  # a host op: every tensor is checked to be on the CPU
-        out.append("    return;\n  }\n")
+        out.append(f"    {done}\n  }}\n")
         out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n}}\n')
         return "".join(out)
-    out.append("    return;\n  }\n#ifdef PADDLE_WITH_CUDA\n")
+    out.append(f"    {done}\n  }}\n#ifdef PADDLE_WITH_CUDA\n")
     out.append(gen_gpu_branch(op))
+    if op.outputs:
+        out.append(f"  {done}\n")
     out.append("#else\n")
     out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n')
     out.append("#endif\n}\n")

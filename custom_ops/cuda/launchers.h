@@ -56,24 +56,11 @@ cudaError_t cuda_ipc_open(const unsigned char* handle, void** base, uint64_t* al
 // Closes a base returned by cuda_ipc_open.
 cudaError_t cuda_ipc_close(void* base);
 
-// Packed token layout (spec §5.1-§5.3). The offset ops run a check pass that
-// also sums the lengths into *total (an int64 counter), compare that sum with
-// p.token_num / p.out_token_num, and write the outputs only when the status is
-// clean; read `status` back after the stream to learn whether they ran.
-cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
-                                              int64_t* total, cudaStream_t stream);
-// preset: the stream's preset status, or null; the op writes nothing while its code is nonzero
-// (a poisoned stream, docs/gpu_errors.md).
-cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
-                                               const KernelStatus* preset, cudaStream_t stream);
 // out[b] = the sum over i <= b of (width - lens[i]), int32 (wrapping, as numpy's int32 cumsum):
 // the cum_offsets / output_cum_offsets_tmp pre_process computes before the packing ops, on the
 // device (fd_mtp.cuda's fixed-capacity pre_process: no CuPy kernel, no allocation). One block.
 cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t width, int32_t* out,
                                     cudaStream_t stream);
-cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
-                                                     KernelStatus* status, int64_t* total,
-                                                     cudaStream_t stream);
 
 // rebuild_padding (spec §5.4): check pass, then one copy over p.out_rows rows
 // (16-byte units when aligned). p.out_rows is computed by the caller.

@@ -174,6 +174,13 @@ inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor&
   return t.data<int64_t>()[0];
 }
 
+// Shape inference of a declared output (fd_mtp.schema.Out): axis `axis` of an input's shape,
+// -1 when it is unknown; a dim plus a constant, -1 staying -1.
+inline int64_t infer_dim(const std::vector<int64_t>& shape, size_t axis) {
+  return axis < shape.size() ? shape[axis] : -1;
+}
+inline int64_t infer_add(int64_t dim, int64_t add) { return dim < 0 ? -1 : dim + add; }
+
 }  // namespace check
 }  // namespace fd_mtp
 

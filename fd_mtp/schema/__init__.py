@@ -30,6 +30,16 @@ Tensor specs are strings ``"<dtype>[<dims>]"``:
 
 A name bound by one tensor and used by a later one must agree ("must have C columns, got ...").
 Named dims are available to the Params fill and to the hand-written apply as ``a.dims.<name>``.
+A ``count`` tensor (``Tensor(..., count="T")``) binds the dim ``T`` to its value, read on the
+host (a token count that sizes an output).
+
+Returned tensors are declared as `Out` (``Op.outputs``): a dtype and dims that are named dims,
+``<dim> + <int>`` or ints (``"int32[B + 1]"``); the binding allocates them on the op's place
+(zero-filled with ``fill=0``), hands their data pointers to the Params and returns them, and
+the shape inference of the registered op is derived from the same dims (a dim read on the host
+is unknown there: -1). `Together` declares optional tensors given all together or none, a rule
+the generated binding, fd_mtp.cuda and the numpy reference check with one message
+(`check_together`).
 """
 
 from __future__ import annotations
@@ -41,8 +51,11 @@ from functools import cached_property
 
 __all__ = [
     "Attr",
+    "Check",
     "Dim",
     "Op",
+    "Out",
+    "Together",
     "Require",
     "Status",
     "Tensor",
@@ -89,7 +102,9 @@ class Tensor:
     live on the CPU (e.g. ``not_need_stop``); ``any_place``: on any device (e.g. a count the binding
     reads on the host); otherwise on the op's place (its first tensor's, or ``Op.place``).
     ``param``: the kernel Params field taking its data pointer (None: filled by
-    hand). ``kw``: keyword-only in Python."""
+    hand; a tensor of several dtypes hands ``void*``). ``kw``: keyword-only in Python.
+    ``count``: a token count read on the host into that dim; ``same_dtype``: must have the dtype
+    of that tensor (checked after every tensor's own checks)."""
 
     name: str
     spec: str
@@ -100,8 +115,12 @@ class Tensor:
     param: str | None = ""
     kw: bool = False
     doc: str = ""
+    count: str | None = None
+    same_dtype: str | None = None
 
     def __post_init__(self):
+        if self.count is not None and (self.spec.replace(" ", "") != "int64|int32[1]"):
+            raise ValueError(f"{self.name}: a count tensor must be 'int64|int32[1]'")
         if self.cpu and self.any_place:
             raise ValueError(f"{self.name}: cpu and any_place exclude each other")
         if self.role not in ROLES:
@@ -182,6 +201,117 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Out:
+    """A tensor the op returns: ``spec`` ``"<dtype>[<dims>]"`` with one dtype and dims that are
+    named dims of the inputs (``B``, a count's ``T``), ``<dim> + <int>`` or ints; ``fill``: 0
+    for a zero-filled output (entries the kernel may leave alone), None for uninitialised;
+    ``param``: the kernel Params field taking its data pointer; ``like``: the input tensor whose
+    dtype it has (spec dtype ``any``; a ``void*`` Params field). Dims may also name attributes."""
+
+    name: str
+    spec: str
+    fill: int | None = None
+    param: str | None = ""
+    like: str | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        m = re.fullmatch(r"([a-z0-9]+)\[(.*)\]", self.spec.replace(" ", ""))
+        if (
+            m is None
+            or m.group(1) not in DTYPES
+            or (m.group(1) == "any") != (self.like is not None)
+        ):
+            raise ValueError(f"{self.name}: output spec {self.spec!r} is not '<dtype>[<dims>]'")
+        for term in self.dims:
+            if term[0] is None and term[1] < 0:
+                raise ValueError(f"{self.name}: a literal dim must be >= 0")
+        if self.param == "":
+            object.__setattr__(self, "param", self.name)
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.replace(" ", "").split("[", 1)[0]
+
+    @cached_property
+    def dims(self) -> tuple[tuple[str | None, int], ...]:
+        """One ``(name, add)`` per axis: the named dim plus ``add`` (name None: the int ``add``)."""
+        body = self.spec.replace(" ", "").split("[", 1)[1][:-1]
+        out = []
+        for part in body.split(","):
+            m = re.fullmatch(r"([A-Za-z_]\w*)(?:\+(\d+))?|(\d+)", part)
+            if m is None:
+                raise ValueError(f"{self.name}: output dim {part!r} is not <dim>[+<int>] or <int>")
+            if m.group(3) is not None:
+                out.append((None, int(m.group(3))))
+            else:
+                out.append((m.group(1), int(m.group(2) or 0)))
+        return tuple(out)
+
+    def shape(self, dims: dict) -> tuple[int, ...]:
+        """The output's shape for the named dims (and attributes) of a call."""
+        return tuple(add if name is None else dims[name] + add for name, add in self.dims)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule on the attributes and named dims, declared once for every layer: ``expr`` must
+    hold, else ValueError ``"<op>: <argument> <message>"``. ``expr`` reads the same in Python
+    and C++ (the binding compiles it): attribute names, ``dims.<dim>``, ints, comparisons,
+    ``and`` / ``or`` / ``not``, + - * %. ``message`` may show ``{<attribute>}`` and
+    ``{dims.<dim>}``."""
+
+    argument: str
+    expr: str
+    message: str
+
+    def holds(self, attrs: dict, dims: dict) -> bool:
+        from types import SimpleNamespace
+
+        names = dict(attrs, dims=SimpleNamespace(**dims))
+        return bool(eval(self.expr, {"__builtins__": {}}, names))  # noqa: S307 - schema text
+
+    def text(self, attrs: dict, dims: dict) -> str:
+        def value(m):
+            key = m.group(1)
+            return str(dims[key[5:]] if key.startswith("dims.") else attrs[key])
+
+        return re.sub(r"\{([\w.]+)\}", value, self.message)
+
+
+def check_rules(op: Op, attrs: dict, dims: dict) -> None:
+    """Raises the op's ValueError for the first of its `Check` rules that fails (``attrs``: the
+    attribute values by name; ``dims``: the named dims the rules read)."""
+    for rule in op.checks:
+        if not rule.holds(attrs, dims):
+            raise ValueError(f"{op.name}: {rule.argument} {rule.text(attrs, dims)}")
+
+
+@dataclass(frozen=True)
+class Together:
+    """Optional tensors given all together (``what``: the variant they make) or all None."""
+
+    tensors: tuple
+    what: str
+
+    def message(self) -> tuple[str, str]:
+        """``(argument, what)``: the error names the group's first tensor."""
+        first, *rest = self.tensors
+        return first, f"and {' and '.join(rest)} must all be given ({self.what}) or all be None"
+
+
+def check_together(op: Op, values: dict) -> None:
+    """Raises the op's ValueError when a `Together` group is given only in part (``values``: the
+    arguments by name, None for an absent optional tensor): the rule of the generated binding,
+    for fd_mtp.cuda and the numpy reference."""
+    for group in op.together:
+        given = {values[name] is not None for name in group.tensors}
+        if len(given) > 1:
+            first, what = group.message()
+            raise ValueError(f"{op.name}: {first} {what}")
+
+
+@dataclass(frozen=True)
 class Require:
     """A rule between a named dim and the attributes: ``dims.<dim> >= <at_least>`` (an
     expression of integer attributes, e.g. ``"substep + 2"``), refused naming ``tensor``."""
@@ -211,7 +341,8 @@ class Op:
     no schema expresses), run before the dispatch. ``requires``: `Require` rules (a named dim at
     least an expression of attributes). ``cuda``: the kernel has a CUDA launcher file.
     ``doc``: the Python wrapper's docstring (generated wrappers; hand-written wrappers keep
-    their own)."""
+    their own). ``outputs``: `Out` declarations of the returned tensors (``returns`` is then
+    derived from them); ``together``: `Together` rules; ``checks``: `Check` rules."""
 
     name: str
     entry: str
@@ -231,8 +362,23 @@ class Op:
     requires: tuple = ()
     cuda: bool = True
     doc: str = ""
+    outputs: tuple = ()
+    together: tuple = ()
+    checks: tuple = ()
 
     def __post_init__(self):
+        if self.outputs:
+            names = tuple(o.name for o in self.outputs)
+            if self.returns and self.returns != names:
+                raise ValueError(f"{self.name}: returns and outputs name different tensors")
+            object.__setattr__(self, "returns", names)
+            if self.cpu is None:
+                raise ValueError(f"{self.name}: outputs need the standard dispatch (cpu=)")
+        for group in self.together:
+            for name in group.tensors:
+                t = next((a for a in self.args if a.name == name), None)
+                if not isinstance(t, Tensor) or not t.optional:
+                    raise ValueError(f"{self.name}: together names {name!r}, no optional tensor")
         if self.flag is not None and (self.cpu is None or not self.status):
             raise ValueError(f"{self.name}: flag needs the standard dispatch (cpu=) and statuses")
         if self.launcher is not None and self.cpu is None:
@@ -378,15 +524,16 @@ def resolve_kw(op_name: str, name: str, value):
     return envs.get(attr.env)
 
 
-def define_wrapper(op: Op, namespace: dict, call: str, doc: str) -> None:
+def define_wrapper(op: Op, namespace: dict, call: str, doc: str, extra: tuple = ()) -> None:
     """Defines the function ``op.name`` in ``namespace`` (a module's globals) with the schema's
     Python signature (FastDeploy's positional arguments, then the keyword-only extras defaulting
-    to None) and docstring ``doc``; its body is ``return <call>("<op>", locals())`` (its first
-    element when the op returns one tensor). Defined in
-    the module's own globals, it is an ordinary function of that module (``help``,
+    to None, then the layer's own keywords ``extra``, also None) and docstring ``doc``; its body
+    is ``return <call>("<op>", locals())`` (its first element when the op returns one tensor).
+    Defined in the module's own globals, it is an ordinary function of that module (``help``,
     ``inspect.signature`` and doctest see it as written there)."""
     positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
     keyword = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw]
+    keyword += list(extra)
     params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
     first = "[0]" if len(op.returns) == 1 else ""  # one returned tensor: the tensor itself
     source = f"def {op.name}({params}):\n    return {call}({op.name!r}, locals()){first}\n"

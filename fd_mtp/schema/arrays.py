@@ -188,7 +188,23 @@ def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:
     return dims
 
 
+# The kernels' FloatKind (custom_ops/kernels/float_bits.h) of a float array's dtype (bfloat16's
+# bits travel as uint16 in CuPy).
+FLOAT_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2, "uint16": 2}
+
+
+def check_same_dtypes(op: Op, values: dict) -> None:
+    """The tensors declared ``same_dtype`` have that tensor's dtype (as the binding checks)."""
+    for t in op.tensors:
+        if t.same_dtype is not None:
+            want = values[t.same_dtype].dtype
+            if values[t.name].dtype != want:
+                _fail(op, t.name, f"must be {want}, got {values[t.name].dtype}")
+
+
 def _value(op: Op, expr: str, values: dict, dims: dict):
+    if expr.startswith("float_kind("):
+        return FLOAT_KINDS[str(values[expr[11:-1]].dtype)]
     for fn, get in (
         ("numel(", lambda x: x.size),
         ("rows(", lambda x: x.shape[0]),
@@ -205,7 +221,7 @@ def _value(op: Op, expr: str, values: dict, dims: dict):
 def fill_params(op: Op, p, values: dict, dims: dict, ptr) -> None:
     """Fills the kernel's Params object ``p`` (a pybind11 struct) as the generated C++ does."""
     for t in op.tensors:
-        if t.param is None or len(t.dtypes) != 1 or t.cpu:
+        if t.param is None or "any" in t.dtypes or t.cpu or t.count is not None:
             continue
         x = values[t.name]
         setattr(p, t.param, 0 if x is None else ptr(x))

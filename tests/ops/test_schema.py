@@ -125,13 +125,38 @@ def _code_text(path: Path) -> str:
     return text
 
 
+# Composite wrappers that call ops (pre_process runs the three packing ops): they consume an op as
+# any caller does and write none of its glue, so their bodies are not searched for op names.
+# Nothing else in these files may name an op.
+COMPOSITE_CALLERS = {
+    "fd_mtp/ops/packing.py": ("pre_process", "_output_offsets"),
+    "fd_mtp/cuda/packing.py": ("pre_process", "_pre_process_padded"),
+}
+
+
+def _without_functions(text: str, names) -> str:
+    """A Python module's text without the top-level functions ``names``."""
+    tree = ast.parse(text)
+    lines = text.split("\n")
+    for node in reversed(tree.body):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            del lines[start - 1 : node.end_lineno]
+    return "\n".join(lines)
+
+
 def _op_layer_files():
     files = [ROOT / "CMakeLists.txt"]
     for d in OP_LAYER:
         files += [
             p for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".h", ".cc", ".cu", ".cuh"}
         ]
-    return {p.relative_to(ROOT).as_posix(): _code_text(p) for p in files}
+    out = {p.relative_to(ROOT).as_posix(): _code_text(p) for p in files}
+    for path, names in COMPOSITE_CALLERS.items():
+        found = {n.name for n in ast.parse(out[path]).body if isinstance(n, ast.FunctionDef)}
+        assert set(names) <= found, f"{path} has no {sorted(set(names) - found)}"
+        out[path] = _without_functions(out[path], names)
+    return out
 
 
 STANDARD = sorted(
@@ -141,16 +166,69 @@ STANDARD = sorted(
 )
 
 
+# The ops not written in four files, each with its reason: host-only plumbing that is no device op
+# (message queues, shared memory and CUDA IPC), and ops not converted to the standard form yet
+# (hand-written dispatch in custom_ops/paddle, or a check hook there).
+NOT_FOUR_FILES = {
+    **dict.fromkeys(
+        (
+            "mtp_save_first_token",
+            "speculate_get_output",
+            "speculate_get_output_topk",
+            "speculate_save_output",
+            "speculate_save_output_topk",
+        ),
+        "host-only: a SysV message queue (custom_ops/paddle/msgqueue.cc), no kernel",
+    ),
+    **dict.fromkeys(
+        ("set_data_ipc", "share_external_data", "shared_empty", "unset_data_ipc"),
+        "host-only: shared memory / CUDA IPC handles (custom_ops/paddle/ipc.cc), no kernel",
+    ),
+    **{
+        name: "not yet converted: hand-written dispatch in custom_ops/paddle"
+        for name in (
+            "decoder_layer",
+            "paged_attention",
+            "eagle_get_hidden_states",
+            "eagle_get_self_hidden_states",
+            "mtp_step_paddle",
+            "hybrid_mtp_ngram",
+            "ngram_match",
+            "rebuild_padding",
+            "speculate_get_token_penalty_multi_scores",
+            "top_p_candidates",
+        )
+    },
+    **{
+        name: "not yet converted: a check hook in custom_ops/paddle"
+        for name in ("speculate_set_stop_value_multi_seqs", "speculate_verify")
+    },
+}
+
+
 def test_standard_ops_exist():
     assert len(STANDARD) >= 8, STANDARD  # the convention is in use, not only declared
 
 
-@pytest.mark.parametrize("name", STANDARD)
-def test_a_standard_op_is_written_in_four_files(name):
-    """A standard-dispatch op (schema ``cpu=``, docstring in its schema, no check hook) is
-    written by hand in exactly its schema, kernel header, CUDA launcher and numpy reference:
-    the binding, dispatch, registration, launcher declaration, raw-module binding, CuPy and
-    Paddle wrappers and build lists are generated from the schema."""
+def test_the_exceptions_are_real():
+    """Every exception names a declared op that is not standard, with a reason of one of the two
+    kinds; an op that became standard must leave the list."""
+    for name, reason in NOT_FOUR_FILES.items():
+        assert name in schema.all_ops(), f"{name} is not an op"
+        assert reason.startswith(("host-only: ", "not yet converted: ")), name
+        assert name not in STANDARD, f"{name} is standard now: remove it from NOT_FOUR_FILES"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_every_op_is_written_in_four_files(name):
+    """An op is written by hand in exactly its schema, kernel header, CUDA launcher and numpy
+    reference (schema ``cpu=``, docstring in its schema, no check hook): the binding, dispatch,
+    registration, shape inference of its outputs, launcher declaration, raw-module binding,
+    CuPy and Paddle wrappers and build lists are generated from the schema. The exceptions are
+    listed in NOT_FOUR_FILES with their reasons."""
+    if name in NOT_FOUR_FILES:
+        pytest.skip(NOT_FOUR_FILES[name])
+    assert name in STANDARD, f"{name} is not standard (dispatch generated, doc in schema, no hook)"
     op = schema.get(name)
     family = schema._FAMILY_OF[name]
     allowed = {
