@@ -80,11 +80,6 @@ inline int64_t token_penalty_workspace_rows(int64_t rows) {
   return rows < 1 ? 1 : (rows < 128 ? rows : 128);
 }
 
-// top_p_candidates: writes every slot of verify_scores / verify_tokens and
-// actual_candidate_lens. Requires 1 <= candidates <= min(100, vocab).
-cudaError_t top_p_candidates_cuda(const TopPCandidatesParams& p, KernelStatus* status,
-                                  cudaStream_t stream);
-
 // Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,

@@ -1,4 +1,4 @@
-// fd_mtp_cuda bindings of the sampling ops (spec §5.5 and §5.6).
+// fd_mtp_cuda binding of the token penalty op (spec §5.5; top_p_candidates' is generated).
 #include "common.h"
 
 namespace fd_mtp {
@@ -25,21 +25,6 @@ void bind_sampling(py::module_& m) {
         py::arg("params"), py::arg("workspace"), py::arg("workspace_rows"), py::arg("status"),
         py::arg("stream") = 0,
         "workspace: [workspace_rows, vocab] int32, zero (left zero). "
-        "Returns (code, request, value, limit).");
-  }
-
-  // ------------------------------------------------------ top_p_candidates ---
-  {
-    using P = TopPCandidatesParams;
-    m.def(
-        "top_p_candidates",
-        [](const P& p, uintptr_t status, uintptr_t stream) {
-          constexpr const char* op = "top_p_candidates";
-          require(status, op, "status");
-          throw_if(top_p_candidates_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-          return finish_status(status, stream, op, "top_p_candidates");
-        },
-        py::arg("params"), py::arg("status"), py::arg("stream") = 0,
         "Returns (code, request, value, limit).");
   }
 }

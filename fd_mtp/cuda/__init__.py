@@ -79,7 +79,6 @@ PERSISTENT_OUT = (
     "rebuild_padding",
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
-    "top_p_candidates",
     *sorted(name for name, op in _schema_ops().items() if op.outputs and op.cuda),
 )
 

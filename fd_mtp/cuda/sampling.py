@@ -9,26 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import (
-    _cupy,
-    _dtype,
     _fail,
     _ptr,
     _scratch,
     _stream,
     _workspace,
+    define_launchers,
     load,
     prepare,
     raise_status,
 )
 
-__all__ = [
-    "speculate_get_token_penalty_multi_scores",
-    "top_p_candidates",
-]
-
-
 _FLOAT_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint16): 2}
-_CANDIDATE_LENS = frozenset(list(range(1, 11)) + list(range(20, 101, 10)))
 
 
 def _same_dtype(op, arg, a, like):
@@ -81,48 +73,7 @@ def speculate_get_token_penalty_multi_scores(
     return logits
 
 
-def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_seq_len, *, out=None):
-    """fd_mtp.ops.top_p_candidates on CuPy arrays; returns [scores, tokens, lens] (new arrays).
-
-    ``out`` (keyword, fd_mtp.cuda only): persistent [scores [T, C] probs dtype, tokens [T, C]
-    int64, lens [T] int32] written instead of new arrays (the kernel writes every slot), as a
-    captured CUDA graph needs (fd_mtp/cuda/graph.py)."""
-    op, v, dims, p = prepare("top_p_candidates", {k: x for k, x in locals().items() if k != "out"})
-    name = op.name
-    _same_dtype(name, "top_p", top_p, probs)
-    c = v["candidates_len"]
-    if c not in _CANDIDATE_LENS:
-        _fail(name, "candidates_len", f"must be 1..10 or a multiple of 10 up to 100, got {c}")
-    if c > dims["V"]:
-        _fail(name, "candidates_len", f"is {c} but probs has only {dims['V']} columns")
-    cp = _cupy()
-    rows = dims["T"]
-    if out is None:
-        scores = cp.zeros((rows, c), dtype=probs.dtype)
-        tokens = cp.zeros((rows, c), dtype=cp.int64)
-        lens = cp.zeros(rows, dtype=cp.int32)
-    else:
-        if not isinstance(out, (list, tuple)) or len(out) != 3:
-            _fail(name, "out", "must be a list [scores, tokens, lens]")
-        scores, tokens, lens = out
-        for i, (a, shape, dt) in enumerate(
-            (
-                (scores, (rows, c), probs.dtype),
-                (tokens, (rows, c), np.int64),
-                (lens, (rows,), np.int32),
-            )
-        ):
-            _dtype(name, f"out[{i}]", a, dt)
-            if tuple(a.shape) != shape:
-                _fail(name, f"out[{i}]", f"must have shape {list(shape)}, got {list(a.shape)}")
-    if rows == 0:
-        return [scores, tokens, lens]
-    p.probs = _ptr(probs)
-    p.float_kind = _FLOAT_KINDS[probs.dtype]
-    p.top_p = _ptr(top_p)
-    p.verify_scores = _ptr(scores)
-    p.verify_tokens = _ptr(tokens)
-    p.actual_candidate_lens = _ptr(lens)
-    status = _scratch()
-    raise_status(op, load().top_p_candidates(p, _ptr(status), _stream()))
-    return [scores, tokens, lens]
+# top_p_candidates is generated from fd_mtp/schema/sampling.py.
+__all__ = sorted(
+    {"speculate_get_token_penalty_multi_scores", *define_launchers(globals(), "sampling")}
+)

@@ -5,7 +5,7 @@ Float tensors of the logits' / probs' dtype are declared ``float32|float16|bfloa
 checks that they match it and fills their (untyped) Params pointers and ``float_kind`` by hand.
 """
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Check, Op, Out, Status, Tensor
 
 _FLOAT = "float32|float16|bfloat16"
 _NON_FINITE = "is NaN or infinite; it must be finite"
@@ -117,11 +117,29 @@ OPS = [
         place="probs",
         kernel="top_p_candidates",
         params="TopPCandidatesParams",
-        extra_params={"rows": "T", "vocab": "V", "bs": "B"},
-        returns=("verify_scores", "verify_tokens", "actual_candidate_lens"),
+        cpu="top_p_candidates_cpu",
+        extra_params={"rows": "T", "vocab": "V", "bs": "B", "float_kind": "float_kind(probs)"},
+        outputs=(  # the kernel writes every slot
+            Out("verify_scores", "any[T, candidates_len]", like="probs"),
+            Out("verify_tokens", "int64[T, candidates_len]"),
+            Out("actual_candidate_lens", "int32[T]"),
+        ),
+        checks=(
+            Check(
+                "candidates_len",
+                "(candidates_len >= 1 and candidates_len <= 10) or (candidates_len >= 20 and "
+                "candidates_len <= 100 and candidates_len % 10 == 0)",
+                "must be 1..10 or a multiple of 10 up to 100, got {candidates_len}",
+            ),
+            Check(
+                "candidates_len",
+                "candidates_len <= dims.V",
+                "is {candidates_len} but probs has only {dims.V} columns",
+            ),
+        ),
         args=(
-            Tensor("probs", f"{_FLOAT}[T, V>=0]", param=None),
-            Tensor("top_p", f"{_FLOAT}[B]", param=None, doc="probs' dtype"),
+            Tensor("probs", f"{_FLOAT}[T, V>=0]"),
+            Tensor("top_p", f"{_FLOAT}[B]", same_dtype="probs", doc="probs' dtype"),
             Tensor("output_padding_offset", "int32[>=T]"),
             Attr(
                 "candidates_len",

@@ -111,17 +111,30 @@ def _gen_ops():
 
 
 def _code_text(path: Path) -> str:
-    """A source file's text without its prose about other ops: a Python module's docstring, C++
-    comments."""
+    """A source file's text without its prose about other ops: C++ comments; a Python module's
+    docstrings (module, classes, functions) and comments."""
     text = path.read_text()
     if path.suffix in {".h", ".cc", ".cu", ".cuh"}:
         return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
     if path.suffix == ".py":
-        tree = ast.parse(text)
-        if tree.body and isinstance(tree.body[0], ast.Expr):
-            lines = text.split("\n")
-            first = tree.body[0]
-            text = "\n".join(lines[: first.lineno - 1] + lines[first.end_lineno :])
+        import io
+        import tokenize
+
+        lines = text.split("\n")
+        drop = set()  # 0-based line numbers of docstrings
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body:
+                first = body[0]
+                own_line = isinstance(node, ast.Module) or first.lineno > node.lineno
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    if isinstance(first.value.value, str) and own_line:
+                        drop.update(range(first.lineno - 1, first.end_lineno))
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col]
+        text = "\n".join("" if i in drop else line for i, line in enumerate(lines))
     return text
 
 
@@ -196,7 +209,6 @@ NOT_FOUR_FILES = {
             "ngram_match",
             "rebuild_padding",
             "speculate_get_token_penalty_multi_scores",
-            "top_p_candidates",
         )
     },
     **{
