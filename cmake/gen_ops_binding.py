@@ -433,7 +433,21 @@ def check_expr(op: Op, expr: str) -> str:
             return f"a.{name}"
         raise ValueError(f"{op.name}: check {expr!r} names {name!r}, not an attribute or dim")
 
-    return re.sub(r"dims\.\w+|[A-Za-z_]\w*", repl, expr).replace("! ", "!")
+    def tensor_fn(m):  # rank(<tensor>) / shape(<tensor>)
+        fn, name = m.group(1), m.group(2)
+        if name not in {t.name for t in op.tensors}:
+            raise ValueError(f"{op.name}: check {expr!r}: {fn}({name}) of no tensor")
+        if fn == "rank":
+            return f"static_cast<int64_t>(a.{name}.shape().size())"
+        return f"check::shape_str(a.{name}.shape())"
+
+    def token(m):
+        if m.group(1):
+            return tensor_fn(m)
+        return repl(m)
+
+    pattern = r"(rank|shape)\((\w+)\)|dims\.\w+|[A-Za-z_]\w*"
+    return re.sub(pattern, token, expr).replace("! ", "!")
 
 
 def check_message(op: Op, message: str) -> str:
@@ -441,7 +455,7 @@ def check_message(op: Op, message: str) -> str:
     import re
 
     parts = []
-    for i, piece in enumerate(re.split(r"\{([\w.]+)\}", message)):
+    for i, piece in enumerate(re.split(r"\{([\w.()]+)\}", message)):
         if i % 2:
             parts.append(check_expr(op, piece))
         elif piece:

@@ -67,6 +67,13 @@ def gen_dispatch(op: Op) -> str:
     if op.flag is not None:
         flag_line = f"    *a.{op.flag[0]}.data<bool>() = {flag_expr(op, op.flag[1])};\n"
     out.append("  if (ref.is_cpu()) {\n")
+    for w in op.workspaces:  # the CPU's workspace: a vector of this call
+        cpp = CPP_TYPES[w.dtype]
+        n = f"a.dims.{w.dim}"
+        out.append(
+            f"    std::vector<{cpp}> {w.param}_ws(static_cast<size_t>({n} > 0 ? {n} : 1));\n"
+        )
+        out.append(f"    p.{w.param} = {w.param}_ws.data();\n")
     for name in host_reads(op):
         out.append(f"    // {name}: a CPU tensor on the CPU branch.\n")
         out.append(
@@ -110,6 +117,14 @@ def gen_gpu_branch(op: Op) -> str:
     cls = op.entry
     launcher = op.launcher_name
     out = []
+    for w in op.workspaces:  # persistent per stream, reallocated only when it grows
+        cpp = CPP_TYPES[w.dtype]
+        n = f"a.dims.{w.dim}"
+        out.append(
+            f'  p.{w.param} = static_cast<{cpp}*>(gpu::workspace(a.op, ref, "{w.key}", '
+            f"({n} > 0 ? {n} : 1) * static_cast<int64_t>(sizeof({cpp})), "
+            f"{str(w.zero).lower()}));\n"
+        )
     if not op.status:
         out.append(f"  check::cuda(a.op, {launcher}(p, gpu::preset(a.op, ref), ref.stream()));\n")
         out.append("  gpu::finish(a.op, ref);\n")

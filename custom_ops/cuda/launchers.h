@@ -37,9 +37,6 @@ cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const i
                                         int64_t row_bytes, const KernelStatus* status,
                                         cudaStream_t stream);
 
-// p.need_list: [bsz] int32 workspace.
-cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
-
 // ---- KV-cache sharing (custom_ops/cuda/ipc.cu): host-side CUDA IPC helpers.
 // They act on the current device (the caller sets it) and return the CUDA error.
 constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)

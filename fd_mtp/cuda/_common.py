@@ -296,7 +296,8 @@ def prepare(op_name, values, device_ok=()):
             dims[t.count] = _host_count(op.name, t.name, values[t.name])
     attrs = {a.name: values[a.name] for a in op.attrs}
     arrays.check_same_dtypes(op, values)
-    schema.check_rules(op, attrs, dims)
+    shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
+    schema.check_rules(op, attrs, dims, shapes)
     for rule in op.requires:  # as the generated binding: a named dim against the attributes
         need = schema.required(op, rule, attrs)
         if dims[rule.dim] < need:
@@ -455,6 +456,8 @@ def launch(op_name, values, check=None, out=None):
     if out is None:
         out = values.get("out")
     outs = _outputs(op, values, dims, p, out) if op.outputs else None
+    for w in op.workspaces:  # persistent per (stream, key); zero when (re)allocated
+        setattr(p, w.param, _ptr(_workspace(w.key, (max(dims[w.dim], 1),), w.dtype)))
     _run(op, values, dims, p, flag)
     return outs
 

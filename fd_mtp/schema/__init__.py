@@ -56,6 +56,7 @@ __all__ = [
     "Op",
     "Out",
     "Together",
+    "Workspace",
     "Require",
     "Status",
     "Tensor",
@@ -254,37 +255,75 @@ class Out:
 
 
 @dataclass(frozen=True)
+class Workspace:
+    """A kernel workspace, never an argument: the Params field ``param`` points at ``spec``'s
+    entries (``"<dtype>[<dim>]"``, one axis: a named dim, at least one entry allocated). On the
+    GPU it is persistent per stream (the buffer ``key``, reallocated only when it grows;
+    ``zero``: zeroed then, for a kernel that leaves it zero); on the CPU a per-call vector."""
+
+    param: str
+    spec: str
+    key: str
+    zero: bool = False
+
+    def __post_init__(self):
+        m = re.fullmatch(r"([a-z0-9]+)\[([A-Za-z_]\w*)\]", self.spec.replace(" ", ""))
+        if m is None or m.group(1) not in DTYPES or m.group(1) == "any":
+            raise ValueError(f"workspace {self.param}: spec {self.spec!r} is not '<dtype>[<dim>]'")
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.replace(" ", "").split("[", 1)[0]
+
+    @property
+    def dim(self) -> str:
+        return self.spec.replace(" ", "").split("[", 1)[1][:-1]
+
+
+@dataclass(frozen=True)
 class Check:
     """A rule on the attributes and named dims, declared once for every layer: ``expr`` must
     hold, else ValueError ``"<op>: <argument> <message>"``. ``expr`` reads the same in Python
     and C++ (the binding compiles it): attribute names, ``dims.<dim>``, ints, comparisons,
-    ``and`` / ``or`` / ``not``, + - * %. ``message`` may show ``{<attribute>}`` and
-    ``{dims.<dim>}``."""
+    ``and`` / ``or`` / ``not``, + - * %, ``rank(<tensor>)``. ``message`` may show
+    ``{<attribute>}``, ``{dims.<dim>}`` and ``{shape(<tensor>)}``."""
 
     argument: str
     expr: str
     message: str
 
-    def holds(self, attrs: dict, dims: dict) -> bool:
+    @staticmethod
+    def _names(attrs: dict, dims: dict, shapes: dict) -> dict:
         from types import SimpleNamespace
 
-        names = dict(attrs, dims=SimpleNamespace(**dims))
+        return {
+            **{k: tuple(v) for k, v in shapes.items()},
+            **attrs,
+            "dims": SimpleNamespace(**dims),
+            "rank": len,
+            "shape": list,
+        }
+
+    def holds(self, attrs: dict, dims: dict, shapes: dict | None = None) -> bool:
+        names = self._names(attrs, dims, shapes or {})
         return bool(eval(self.expr, {"__builtins__": {}}, names))  # noqa: S307 - schema text
 
-    def text(self, attrs: dict, dims: dict) -> str:
+    def text(self, attrs: dict, dims: dict, shapes: dict | None = None) -> str:
+        names = self._names(attrs, dims, shapes or {})
+
         def value(m):
-            key = m.group(1)
-            return str(dims[key[5:]] if key.startswith("dims.") else attrs[key])
+            return str(eval(m.group(1), {"__builtins__": {}}, names))  # noqa: S307 - schema text
 
-        return re.sub(r"\{([\w.]+)\}", value, self.message)
+        return re.sub(r"\{([\w.()]+)\}", value, self.message)
 
 
-def check_rules(op: Op, attrs: dict, dims: dict) -> None:
+def check_rules(op: Op, attrs: dict, dims: dict, shapes: dict | None = None) -> None:
     """Raises the op's ValueError for the first of its `Check` rules that fails (``attrs``: the
-    attribute values by name; ``dims``: the named dims the rules read)."""
+    attribute values by name; ``dims``: the named dims; ``shapes``: the shapes of the tensors
+    the rules read)."""
     for rule in op.checks:
-        if not rule.holds(attrs, dims):
-            raise ValueError(f"{op.name}: {rule.argument} {rule.text(attrs, dims)}")
+        if not rule.holds(attrs, dims, shapes):
+            raise ValueError(f"{op.name}: {rule.argument} {rule.text(attrs, dims, shapes)}")
 
 
 @dataclass(frozen=True)
@@ -342,7 +381,8 @@ class Op:
     least an expression of attributes). ``cuda``: the kernel has a CUDA launcher file.
     ``doc``: the Python wrapper's docstring (generated wrappers; hand-written wrappers keep
     their own). ``outputs``: `Out` declarations of the returned tensors (``returns`` is then
-    derived from them); ``together``: `Together` rules; ``checks``: `Check` rules."""
+    derived from them); ``together``: `Together` rules; ``checks``: `Check` rules;
+    ``workspaces``: `Workspace` declarations."""
 
     name: str
     entry: str
@@ -365,6 +405,7 @@ class Op:
     outputs: tuple = ()
     together: tuple = ()
     checks: tuple = ()
+    workspaces: tuple = ()
 
     def __post_init__(self):
         if self.outputs:

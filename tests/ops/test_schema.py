@@ -204,7 +204,6 @@ NOT_FOUR_FILES = {
             "paged_attention",
             "eagle_get_hidden_states",
             "eagle_get_self_hidden_states",
-            "mtp_step_paddle",
             "hybrid_mtp_ngram",
             "ngram_match",
             "rebuild_padding",
