@@ -120,6 +120,8 @@ def param_value(op: Op, expr: str) -> str:
             if t.optional:
                 return f"(a.{name} ? a.{name}->shape()[{axis}] : 0)"
             return f"a.{name}.shape()[{axis}]"
+    if expr.isdigit() or expr in ("true", "false"):  # a fixed value of the op
+        return expr
     if expr.startswith("float_kind(") and expr.endswith(")"):  # a float tensor's FloatKind
         return f"check::float_kind_of(a.{expr[11:-1]})"
     for fn, form in (("data(", "a.{}.data()"), ("size(", "static_cast<int64_t>(a.{}.size())")):

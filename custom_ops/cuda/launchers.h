@@ -81,11 +81,6 @@ inline int64_t token_penalty_workspace_rows(int64_t rows) {
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
                                cudaStream_t stream);
-// ngram_match / hybrid_mtp_ngram (p.hybrid). hits: [max(bsz, 1)] int64
-// workspace (the winning search position of each request, or -1).
-cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
-                       cudaStream_t stream);
-
 // paged_attention (fd_mtp.model): check pass, then the cache write (one thread
 // per (token, kv head)), then the attention (one thread per (token, q head)).
 cudaError_t paged_attention_cuda(const PagedAttentionParams& p, KernelStatus* status,

@@ -565,22 +565,26 @@ def resolve_kw(op_name: str, name: str, value):
     return envs.get(attr.env)
 
 
-def define_wrapper(op: Op, namespace: dict, call: str, doc: str, extra: tuple = ()) -> None:
+def define_wrapper(
+    op: Op, namespace: dict, call: str, doc: str, extra: tuple = (), name: str | None = None
+) -> None:
     """Defines the function ``op.name`` in ``namespace`` (a module's globals) with the schema's
     Python signature (FastDeploy's positional arguments, then the keyword-only extras defaulting
     to None, then the layer's own keywords ``extra``, also None) and docstring ``doc``; its body
     is ``return <call>("<op>", locals())`` (its first element when the op returns one tensor).
     Defined in the module's own globals, it is an ordinary function of that module (``help``,
-    ``inspect.signature`` and doctest see it as written there)."""
+    ``inspect.signature`` and doctest see it as written there). ``name``: the function's name
+    when it is not the op's (a layer's variant of the op)."""
     positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
     keyword = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw]
     keyword += list(extra)
     params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
     first = "[0]" if len(op.returns) == 1 else ""  # one returned tensor: the tensor itself
-    source = f"def {op.name}({params}):\n    return {call}({op.name!r}, locals()){first}\n"
+    fn = name or op.name
+    source = f"def {fn}({params}):\n    return {call}({op.name!r}, locals()){first}\n"
     code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
     exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
-    namespace[op.name].__doc__ = doc
+    namespace[fn].__doc__ = doc
 
 
 def flag_value(op: Op, count: int, dims: dict, params, host: dict) -> bool:

@@ -203,6 +203,10 @@ def check_same_dtypes(op: Op, values: dict) -> None:
 
 
 def _value(op: Op, expr: str, values: dict, dims: dict):
+    if expr.isdigit():  # a fixed value of the op
+        return int(expr)
+    if expr in ("true", "false"):
+        return expr == "true"
     if expr.startswith("float_kind("):
         return FLOAT_KINDS[str(values[expr[11:-1]].dtype)]
     for fn, get in (

@@ -112,30 +112,44 @@ def _gen_ops():
 
 def _code_text(path: Path) -> str:
     """A source file's text without its prose about other ops: C++ comments; a Python module's
-    docstrings (module, classes, functions) and comments."""
+    comments, docstrings (module, classes, functions) and ``doc=`` strings (the schema's
+    docstrings of generated wrappers)."""
     text = path.read_text()
     if path.suffix in {".h", ".cc", ".cu", ".cuh"}:
         return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    if path.suffix == ".py":
-        import io
-        import tokenize
+    if path.suffix != ".py":
+        return text
+    import io
+    import tokenize
 
-        lines = text.split("\n")
-        drop = set()  # 0-based line numbers of docstrings
-        for node in ast.walk(ast.parse(text)):
-            body = getattr(node, "body", None)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body:
-                first = body[0]
-                own_line = isinstance(node, ast.Module) or first.lineno > node.lineno
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                    if isinstance(first.value.value, str) and own_line:
-                        drop.update(range(first.lineno - 1, first.end_lineno))
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
-                row, col = tok.start
-                lines[row - 1] = lines[row - 1][:col]
-        text = "\n".join("" if i in drop else line for i, line in enumerate(lines))
-    return text
+    prose = []  # string constants that are prose
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                prose.append(first.value)
+        if isinstance(node, ast.keyword) and node.arg == "doc":
+            prose.append(node.value)
+    lines = [line.encode() for line in text.split("\n")]  # ast offsets count UTF-8 bytes
+    prose = [c for c in prose if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    for c in sorted(prose, key=lambda c: (c.lineno, c.col_offset), reverse=True):
+        first, last = c.lineno - 1, c.end_lineno - 1
+        if first == last:
+            line = lines[first]
+            lines[first] = line[: c.col_offset] + b'""' + line[c.end_col_offset :]
+        else:
+            lines[first] = lines[first][: c.col_offset] + b'""'
+            for k in range(first + 1, last):
+                lines[k] = b""
+            lines[last] = lines[last][c.end_col_offset :]
+    text = "\n".join(line.decode() for line in lines)
+    lines = text.split("\n")
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(lines)
 
 
 # Composite wrappers that call ops (pre_process runs the three packing ops): they consume an op as
@@ -204,8 +218,6 @@ NOT_FOUR_FILES = {
             "paged_attention",
             "eagle_get_hidden_states",
             "eagle_get_self_hidden_states",
-            "hybrid_mtp_ngram",
-            "ngram_match",
             "rebuild_padding",
             "speculate_get_token_penalty_multi_scores",
         )
