@@ -21,6 +21,7 @@ from gen_ops_common import (
     tensor_param,
 )
 from gen_ops_dispatch import gen_dispatch
+from gen_ops_expr import cpp_expr, cpp_message
 
 
 def dim_names(op: Op) -> list[str]:
@@ -132,10 +133,7 @@ def param_value(op: Op, expr: str) -> str:
     for a in op.attrs:
         if a.name == expr:
             return f"a.{expr}"
-    raise ValueError(
-        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, "
-        "numel/rows/cols(tensor) or data/size(int64[] attribute)"
-    )
+    return cpp_expr(op, expr)  # a computed field: a schema expression
 
 
 def gen_op_header(op: Op) -> str:
@@ -270,6 +268,21 @@ def gen_op_source(op: Op) -> str:
     for t in op.tensors:  # token counts, read on the host (a device tensor: one sync)
         if t.count is not None:
             out.append(f'  a.dims.{t.count} = check::host_count(kOp, "{t.name}", a.{t.name});\n')
+    for group in op.together:  # optional tensors given all together or none (Together)
+        first, what = group.message()
+        given = [f"static_cast<bool>(a.{n})" for n in group.tensors]
+        out.append(
+            f"  if ({' != '.join(given[:2])}"
+            + "".join(f" || {given[0]} != {g}" for g in given[2:])
+            + ")\n"
+        )
+        out.append(f'    check::fail(kOp, "{first}", "{what}");\n')
+    for t in op.tensors:  # a dtype equal to another tensor's
+        if t.same_dtype is not None:
+            out.append(f'  check::dtype(kOp, "{t.name}", a.{t.name}, a.{t.same_dtype}.dtype());\n')
+    for rule in op.checks:  # rules on attributes and dims, the same text in every layer (Check)
+        out.append(f"  if (!({cpp_expr(op, rule.expr)}))\n")
+        out.append(f'    check::fail(kOp, "{rule.argument}", {cpp_message(op, rule.message)});\n')
     # Params
     call_args = "a"
     if op.params:
@@ -289,21 +302,6 @@ def gen_op_source(op: Op) -> str:
         for fld, expr in op.extra_params.items():
             out.append(f"  p.{fld} = {param_value(op, expr)};\n")
         call_args = "a, p"
-    for group in op.together:  # optional tensors given all together or none (Together)
-        first, what = group.message()
-        given = [f"static_cast<bool>(a.{n})" for n in group.tensors]
-        out.append(
-            f"  if ({' != '.join(given[:2])}"
-            + "".join(f" || {given[0]} != {g}" for g in given[2:])
-            + ")\n"
-        )
-        out.append(f'    check::fail(kOp, "{first}", "{what}");\n')
-    for t in op.tensors:  # a dtype equal to another tensor's
-        if t.same_dtype is not None:
-            out.append(f'  check::dtype(kOp, "{t.name}", a.{t.name}, a.{t.same_dtype}.dtype());\n')
-    for rule in op.checks:  # rules on attributes and dims, the same text in every layer (Check)
-        out.append(f"  if (!({check_expr(op, rule.expr)}))\n")
-        out.append(f'    check::fail(kOp, "{rule.argument}", {check_message(op, rule.message)});\n')
     for rule in op.requires:  # a named dim against the attributes (Require)
         t = op.arg(rule.tensor)
         axis = next(i for i, d in enumerate(t.dims) if d.name == rule.dim)
@@ -415,54 +413,6 @@ def gen_infer(op: Op) -> str:
     )
     out.append(f"  return {{{dts}}};\n}}\n")
     return "".join(out)
-
-
-def check_expr(op: Op, expr: str) -> str:
-    """A `Check` expression in C++: ``dims.X`` -> ``a.dims.X``, attributes -> ``a.<name>``,
-    ``and`` / ``or`` / ``not`` -> ``&&`` / ``||`` / ``!``."""
-    import re
-
-    attrs = {a.name for a in op.attrs}
-    words = {"and": "&&", "or": "||", "not": "!"}
-
-    def repl(m):
-        name = m.group(0)
-        if name.startswith("dims."):
-            return "a." + name
-        if name in words:
-            return words[name]
-        if name in attrs:
-            return f"a.{name}"
-        raise ValueError(f"{op.name}: check {expr!r} names {name!r}, not an attribute or dim")
-
-    def tensor_fn(m):  # rank(<tensor>) / shape(<tensor>)
-        fn, name = m.group(1), m.group(2)
-        if name not in {t.name for t in op.tensors}:
-            raise ValueError(f"{op.name}: check {expr!r}: {fn}({name}) of no tensor")
-        if fn == "rank":
-            return f"static_cast<int64_t>(a.{name}.shape().size())"
-        return f"check::shape_str(a.{name}.shape())"
-
-    def token(m):
-        if m.group(1):
-            return tensor_fn(m)
-        return repl(m)
-
-    pattern = r"(rank|shape)\((\w+)\)|dims\.\w+|[A-Za-z_]\w*"
-    return re.sub(pattern, token, expr).replace("! ", "!")
-
-
-def check_message(op: Op, message: str) -> str:
-    """The C++ arguments of check::fail for a `Check` message (``{name}`` shows a value)."""
-    import re
-
-    parts = []
-    for i, piece in enumerate(re.split(r"\{([\w.()]+)\}", message)):
-        if i % 2:
-            parts.append(check_expr(op, piece))
-        elif piece:
-            parts.append('"' + piece.replace('"', '\\"') + '"')
-    return ", ".join(parts)
 
 
 def attr_expr(op: Op, expr: str) -> str:

@@ -181,6 +181,12 @@ inline int64_t infer_dim(const std::vector<int64_t>& shape, size_t axis) {
 }
 inline int64_t infer_add(int64_t dim, int64_t add) { return dim < 0 ? -1 : dim + add; }
 
+// dim(t, i) of a schema expression: axis i of a shape (negative: from the end). The schema's
+// rules check the rank before they read an axis.
+inline int64_t dim_of(const std::vector<int64_t>& shape, int64_t axis) {
+  return shape[static_cast<size_t>(axis < 0 ? static_cast<int64_t>(shape.size()) + axis : axis)];
+}
+
 }  // namespace check
 }  // namespace fd_mtp
 

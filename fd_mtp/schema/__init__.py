@@ -285,8 +285,9 @@ class Check:
     """A rule on the attributes and named dims, declared once for every layer: ``expr`` must
     hold, else ValueError ``"<op>: <argument> <message>"``. ``expr`` reads the same in Python
     and C++ (the binding compiles it): attribute names, ``dims.<dim>``, ints, comparisons,
-    ``and`` / ``or`` / ``not``, + - * %, ``rank(<tensor>)``. ``message`` may show
-    ``{<attribute>}``, ``{dims.<dim>}`` and ``{shape(<tensor>)}``."""
+    ``and`` / ``or`` / ``not``, + - * %, ``x if c else y``, ``rank(<tensor>)``,
+    ``dim(<tensor>, <axis>)`` (cmake/gen_ops_expr.py compiles it). ``message`` may show
+    ``{<expression>}``, e.g. ``{shape(<tensor>)}``."""
 
     argument: str
     expr: str
@@ -302,6 +303,7 @@ class Check:
             "dims": SimpleNamespace(**dims),
             "rank": len,
             "shape": list,
+            "dim": lambda shape, axis: shape[axis],
         }
 
     def holds(self, attrs: dict, dims: dict, shapes: dict | None = None) -> bool:
@@ -314,7 +316,13 @@ class Check:
         def value(m):
             return str(eval(m.group(1), {"__builtins__": {}}, names))  # noqa: S307 - schema text
 
-        return re.sub(r"\{([\w.()]+)\}", value, self.message)
+        return re.sub(r"\{([^{}]+)\}", value, self.message)
+
+
+def expr_value(text: str, attrs: dict, dims: dict, shapes: dict):
+    """The value of a schema expression (a `Check`'s, or a computed ``extra_params`` field's) for
+    the attributes, named dims and tensor shapes of a call."""
+    return eval(text, {"__builtins__": {}}, Check._names(attrs, dims, shapes))  # noqa: S307
 
 
 def check_rules(op: Op, attrs: dict, dims: dict, shapes: dict | None = None) -> None:

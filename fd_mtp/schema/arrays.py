@@ -219,7 +219,14 @@ def _value(op: Op, expr: str, values: dict, dims: dict):
             return 0 if x is None else get(x)
     if expr in dims:
         return dims[expr]
-    return values[expr]
+    if expr in values:
+        return values[expr]
+    # a computed field: a schema expression (cmake/gen_ops_expr.py compiles the same text)
+    from . import expr_value
+
+    attrs = {a.name: values[a.name] for a in op.attrs}
+    shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
+    return expr_value(expr, attrs, dims, shapes)
 
 
 def fill_params(op: Op, p, values: dict, dims: dict, ptr) -> None:
