@@ -14,6 +14,7 @@ from gen_ops_common import (
     params_type,
     stream_ops,
 )
+from gen_ops_expr import cpp_expr
 
 
 def flag_expr(op: Op, expr: str) -> str:
@@ -66,10 +67,15 @@ def gen_dispatch(op: Op) -> str:
     flag_line = ""
     if op.flag is not None:
         flag_line = f"    *a.{op.flag[0]}.data<bool>() = {flag_expr(op, op.flag[1])};\n"
+    if op.skip is not None:  # nothing to do: no kernel runs
+        out.append(f"  if ({cpp_expr(op, op.skip)}) {done}\n")
     out.append("  if (ref.is_cpu()) {\n")
     for w in op.workspaces:  # the CPU's workspace: a vector of this call
+        if not w.cpu:
+            continue
         cpp = CPP_TYPES[w.dtype]
-        n = f"a.dims.{w.dim}"
+        out.append(f"    const int64_t {w.param}_n = {cpp_expr(op, w.count)};\n")
+        n = f"{w.param}_n"
         out.append(
             f"    std::vector<{cpp}> {w.param}_ws(static_cast<size_t>({n} > 0 ? {n} : 1));\n"
         )
@@ -119,7 +125,8 @@ def gen_gpu_branch(op: Op) -> str:
     out = []
     for w in op.workspaces:  # persistent per stream, reallocated only when it grows
         cpp = CPP_TYPES[w.dtype]
-        n = f"a.dims.{w.dim}"
+        out.append(f"  const int64_t {w.param}_n = {cpp_expr(op, w.count)};  // its entries\n")
+        n = f"{w.param}_n"
         out.append(
             f'  p.{w.param} = static_cast<{cpp}*>(gpu::workspace(a.op, ref, "{w.key}", '
             f"({n} > 0 ? {n} : 1) * static_cast<int64_t>(sizeof({cpp})), "

@@ -4,7 +4,7 @@ the numpy references (fd_mtp.schema.expr_value) and compiled here into the bindi
 their syntax tree, so both read the same text.
 
 Names: attributes (``a.<name>``), ``dims.<dim>`` (``a.dims.<dim>``), tensors as arguments of
-``rank(t)`` (its number of axes), ``dim(t, i)`` (axis i, negative from the end) and ``shape(t)``
+``rank(t)`` (its number of axes), ``dim(t, i)`` (axis i, negative from the end), ``numel(t)`` and ``shape(t)``
 (its shape as text, for messages); ints, strings, comparisons, ``and`` / ``or`` / ``not``,
 ``+ - * %``, ``x if c else y``."""
 
@@ -67,6 +67,8 @@ def cpp_expr(op: Op, text: str) -> str:
                 return f"static_cast<int64_t>({tensor(args[0])}.size())"
             if fn == "shape" and len(args) == 1:
                 return f"check::shape_str({tensor(args[0])})"
+            if fn == "numel" and len(args) == 1:
+                return f"{tensor(args[0])[: -len('.shape()')]}.numel()"
             if fn == "dim" and len(args) == 2:
                 return f"check::dim_of({tensor(args[0])}, {emit(args[1])})"
         refuse(node, "is outside the schema's expression language")

@@ -68,15 +68,6 @@ cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* st
 // rows >= R are zero. p.live_rows is set by the launcher.
 cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
                                         KernelStatus* status, cudaStream_t stream);
-// speculate_get_token_penalty_multi_scores. workspace: [workspace_rows, vocab]
-// int32, all zero on entry and left all zero; workspace_rows (>= 1) is the
-// grid size (token_penalty_workspace_rows). Writes p.logits in place.
-cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
-                               int64_t workspace_rows, KernelStatus* status, cudaStream_t stream);
-inline int64_t token_penalty_workspace_rows(int64_t rows) {
-  return rows < 1 ? 1 : (rows < 128 ? rows : 128);
-}
-
 // Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,

@@ -456,8 +456,16 @@ def launch(op_name, values, check=None, out=None):
     if out is None:
         out = values.get("out")
     outs = _outputs(op, values, dims, p, out) if op.outputs else None
+    names = (
+        {a.name: values[a.name] for a in op.attrs},
+        dims,
+        {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")},
+    )
+    if op.skip is not None and schema.expr_value(op.skip, *names):
+        return outs  # nothing to do: no kernel runs
     for w in op.workspaces:  # persistent per (stream, key); zero when (re)allocated
-        setattr(p, w.param, _ptr(_workspace(w.key, (max(dims[w.dim], 1),), w.dtype)))
+        n = schema.expr_value(w.count, *names)
+        setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
     _run(op, values, dims, p, flag)
     return outs
 

@@ -273,25 +273,33 @@ class Workspace:
     """A kernel workspace, never an argument: the Params field ``param`` points at ``spec``'s
     entries (``"<dtype>[<dim>]"``, one axis: a named dim, at least one entry allocated). On the
     GPU it is persistent per stream (the buffer ``key``, reallocated only when it grows;
-    ``zero``: zeroed then, for a kernel that leaves it zero); on the CPU a per-call vector."""
+    ``zero``: zeroed then, for a kernel that leaves it zero); on the CPU a per-call vector.
+    ``size``: its entries as an expression instead of a dim (spec ``"<dtype>[]"``); ``cpu``:
+    the CPU driver uses it too (False: the field stays null on the CPU)."""
 
     param: str
     spec: str
     key: str
     zero: bool = False
+    size: str | None = None
+    cpu: bool = True
 
     def __post_init__(self):
-        m = re.fullmatch(r"([a-z0-9]+)\[([A-Za-z_]\w*)\]", self.spec.replace(" ", ""))
+        m = re.fullmatch(r"([a-z0-9]+)\[([A-Za-z_]\w*)?\]", self.spec.replace(" ", ""))
         if m is None or m.group(1) not in DTYPES or m.group(1) == "any":
             raise ValueError(f"workspace {self.param}: spec {self.spec!r} is not '<dtype>[<dim>]'")
+        if (m.group(2) is None) == (self.size is None):
+            raise ValueError(f"workspace {self.param}: give a dim ('<dtype>[<dim>]') or size=")
 
     @property
     def dtype(self) -> str:
         return self.spec.replace(" ", "").split("[", 1)[0]
 
     @property
-    def dim(self) -> str:
-        return self.spec.replace(" ", "").split("[", 1)[1][:-1]
+    def count(self) -> str:
+        """Its number of entries, an expression (`Check`'s language): ``dims.<dim>`` or ``size``."""
+        dim = self.spec.replace(" ", "").split("[", 1)[1][:-1]
+        return f"dims.{dim}" if dim else self.size
 
 
 @dataclass(frozen=True)
@@ -326,7 +334,9 @@ class Op:
     ``doc``: the Python wrapper's docstring (generated wrappers; hand-written wrappers keep
     their own). ``outputs``: `Out` declarations of the returned tensors (``returns`` is then
     derived from them); ``together``: `Together` rules; ``checks``: `Check` rules;
-    ``workspaces``: `Workspace` declarations."""
+    ``workspaces``: `Workspace` declarations. ``skip``: an expression (`Check`'s language) under
+    which the op does nothing (no kernel runs, e.g. ``dims.T == 0``); ``result``: the argument the
+    Python wrappers return (an in-place op whose FastDeploy wrapper returns its tensor)."""
 
     name: str
     entry: str
@@ -350,6 +360,8 @@ class Op:
     together: tuple = ()
     checks: tuple = ()
     workspaces: tuple = ()
+    skip: str | None = None
+    result: str | None = None
 
     def __post_init__(self):
         if self.outputs:
@@ -525,7 +537,11 @@ def define_wrapper(
     params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
     first = "[0]" if len(op.returns) == 1 else ""  # one returned tensor: the tensor itself
     fn = name or op.name
-    source = f"def {fn}({params}):\n    return {call}({op.name!r}, locals()){first}\n"
+    if op.result is not None:  # the in-place op's tensor, as FastDeploy's wrapper returns it
+        body = f"    {call}({op.name!r}, locals())\n    return {op.result}\n"
+    else:
+        body = f"    return {call}({op.name!r}, locals()){first}\n"
+    source = f"def {fn}({params}):\n{body}"
     code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
     exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
     namespace[fn].__doc__ = doc

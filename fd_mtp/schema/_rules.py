@@ -4,6 +4,7 @@ cmake/gen_ops_expr.py compiles into the binding), `Together` groups of optional 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ class Check:
     hold, else ValueError ``"<op>: <argument> <message>"``. ``expr`` reads the same in Python
     and C++ (the binding compiles it): attribute names, ``dims.<dim>``, ints, comparisons,
     ``and`` / ``or`` / ``not``, + - * %, ``x if c else y``, ``rank(<tensor>)``,
-    ``dim(<tensor>, <axis>)`` (cmake/gen_ops_expr.py compiles it). ``message`` may show
+    ``dim(<tensor>, <axis>)``, ``numel(<tensor>)`` (cmake/gen_ops_expr.py compiles it). ``message`` may show
     ``{<expression>}``, e.g. ``{shape(<tensor>)}``."""
 
     argument: str
@@ -36,6 +37,7 @@ class Check:
             "rank": len,
             "shape": list,
             "dim": lambda shape, axis: shape[axis],
+            "numel": lambda shape: math.prod(shape),
         }
 
     def holds(self, attrs: dict, dims: dict, shapes: dict | None = None) -> bool:

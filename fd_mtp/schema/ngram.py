@@ -35,7 +35,8 @@ _EXTRA = {"input_ids_cols": "Li", "pre_ids_cols": "Lp", "draft_tokens_cols": "Dd
 _DISPATCH = dict(
     cpu="ngram_cpu",
     launcher="ngram_cuda",
-    workspaces=(Workspace("hits", "int64[B]", "ngram_hits"),),  # the search's winning positions
+    # the CUDA search's winning positions (the CPU driver searches request by request)
+    workspaces=(Workspace("hits", "int64[B]", "ngram_hits", cpu=False),),
 )
 _ANY = "int64|int32|bool|float32|float16|bfloat16|uint8[]"
 
