@@ -21,6 +21,7 @@ from gen_ops_common import (
     tensor_param,
 )
 from gen_ops_dispatch import gen_dispatch
+from gen_ops_expr import cpp_expr, cpp_message
 
 
 def dim_names(op: Op) -> list[str]:
@@ -30,6 +31,8 @@ def dim_names(op: Op) -> list[str]:
             for n in (d.name, d.lower_name):
                 if n and not n.isdigit() and n not in names:
                     names.append(n)
+        if t.count is not None and t.count not in names:
+            names.append(t.count)
     return names
 
 
@@ -118,6 +121,10 @@ def param_value(op: Op, expr: str) -> str:
             if t.optional:
                 return f"(a.{name} ? a.{name}->shape()[{axis}] : 0)"
             return f"a.{name}.shape()[{axis}]"
+    if expr.isdigit() or expr in ("true", "false"):  # a fixed value of the op
+        return expr
+    if expr.startswith("float_kind(") and expr.endswith(")"):  # a float tensor's FloatKind
+        return f"check::float_kind_of(a.{expr[11:-1]})"
     for fn, form in (("data(", "a.{}.data()"), ("size(", "static_cast<int64_t>(a.{}.size())")):
         if expr.startswith(fn) and expr.endswith(")"):  # of an int64[] attribute
             return form.format(expr[len(fn) : -1])
@@ -126,10 +133,7 @@ def param_value(op: Op, expr: str) -> str:
     for a in op.attrs:
         if a.name == expr:
             return f"a.{expr}"
-    raise ValueError(
-        f"{op.name}: extra_params expression {expr!r} is not a dim, an attribute, "
-        "numel/rows/cols(tensor) or data/size(int64[] attribute)"
-    )
+    return cpp_expr(op, expr)  # a computed field: a schema expression
 
 
 def gen_op_header(op: Op) -> str:
@@ -183,7 +187,7 @@ def gen_op_header(op: Op) -> str:
             "before the dispatch).\n"
         )
         out.append(f"void {op.name}_check({cls}Args& a{params_arg});\n")
-    if op.returns:
+    if op.returns and not op.outputs:  # hand-written shape inference
         shape_params = []
         dtype_params = []
         for t in op.tensors:
@@ -261,18 +265,37 @@ def gen_op_source(op: Op) -> str:
             out.append(f'  {guard}check::on_cpu(kOp, "{t.name}", {var});\n')
         elif t.name != ref:
             out.append(f'  {guard}check::same_place(kOp, "{t.name}", {var}, {ref_var}, "{ref}");\n')
+    for t in op.tensors:  # token counts, read on the host (a device tensor: one sync)
+        if t.count is not None:
+            out.append(f'  a.dims.{t.count} = check::host_count(kOp, "{t.name}", a.{t.name});\n')
+    for group in op.together:  # optional tensors given all together or none (Together)
+        first, what = group.message()
+        given = [f"static_cast<bool>(a.{n})" for n in group.tensors]
+        out.append(
+            f"  if ({' != '.join(given[:2])}"
+            + "".join(f" || {given[0]} != {g}" for g in given[2:])
+            + ")\n"
+        )
+        out.append(f'    check::fail(kOp, "{first}", "{what}");\n')
+    for t in op.tensors:  # a dtype equal to another tensor's
+        if t.same_dtype is not None:
+            out.append(f'  check::dtype(kOp, "{t.name}", a.{t.name}, a.{t.same_dtype}.dtype());\n')
+    for rule in op.checks:  # rules on attributes and dims, the same text in every layer (Check)
+        out.append(f"  if (!({cpp_expr(op, rule.expr)}))\n")
+        out.append(f'    check::fail(kOp, "{rule.argument}", {cpp_message(op, rule.message)});\n')
     # Params
     call_args = "a"
     if op.params:
         out.append(f"  {params_type(op)} p{{}};\n")
         for t in op.tensors:
-            if t.param is None or len(t.dtypes) != 1:
+            if t.param is None or t.count is not None or "any" in t.dtypes:
                 continue
-            cpp = CPP_TYPES[t.dtypes[0]]
+            # one dtype: a typed pointer; several (float32|float16|bfloat16): void*
+            data = f"data<{CPP_TYPES[t.dtypes[0]]}>()" if len(t.dtypes) == 1 else "data()"
             if t.optional:
-                out.append(f"  p.{t.param} = a.{t.name} ? a.{t.name}->data<{cpp}>() : nullptr;\n")
+                out.append(f"  p.{t.param} = a.{t.name} ? a.{t.name}->{data} : nullptr;\n")
             else:
-                out.append(f"  p.{t.param} = a.{t.name}.data<{cpp}>();\n")
+                out.append(f"  p.{t.param} = a.{t.name}.{data};\n")
         for a in op.attrs:
             if a.param is not None:
                 out.append(f"  p.{a.param} = a.{a.name};\n")
@@ -294,6 +317,8 @@ def gen_op_source(op: Op) -> str:
     else:
         out.append(f"  {op.name}_apply({call_args});\n")
     out.append("}\n\n")
+    if op.outputs:
+        out.append(gen_infer(op) + "\n")
     # registration
     inputs = ", ".join(
         f'paddle::Optional("{t.name}")' if t.optional else f'"{t.name}"' for t in op.tensors
@@ -325,6 +350,68 @@ def gen_op_source(op: Op) -> str:
     out.append(";\n")
     if op.generated_dispatch:
         out.append("\n" + gen_dispatch(op))
+    return "".join(out)
+
+
+def gen_infer(op: Op) -> str:
+    """The shape and dtype inference of an op with declared outputs (`Out`): each output dim
+    from the input shape that binds it (-1 where unknown, e.g. a count read on the host)."""
+    where: dict[str, tuple[str, int]] = {}  # dim name -> (tensor, axis) of its first binding
+    for t in op.check_order:
+        for axis, d in enumerate(t.dims or ()):
+            if d.name and not d.name.isdigit() and d.name not in where and not t.optional:
+                where[d.name] = (t.name, axis)
+    if op.batch is not None:
+        where["B"] = (op.batch, 0)
+    attr_names = {a.name for a in op.attrs}
+    used = {name for o in op.outputs for name, _ in o.dims if name is not None} - attr_names
+    likes = {o.like for o in op.outputs if o.like is not None}
+    read = {where[n][0] for n in used if n in where}  # the input shapes the outputs use
+    shape_params, dtype_params = [], []
+    for t in op.tensors:
+        if t.optional:
+            shape_params.append("const paddle::optional<std::vector<int64_t>>&")
+            dtype_params.append("const paddle::optional<paddle::DataType>&")
+        else:
+            name = f" {t.name}_shape" if t.name in read else ""
+            shape_params.append(f"const std::vector<int64_t>&{name}")
+            name = f" {t.name}_dtype" if t.name in likes else ""
+            dtype_params.append(f"const paddle::DataType&{name}")
+    used_attrs = {name for o in op.outputs for name, _ in o.dims} & attr_names
+    shape_params += [
+        attr_param(a) if a.name in used_attrs else attr_param(a).rsplit(" ", 1)[0] for a in op.attrs
+    ]
+    out = [f"// The shapes of {op.name}'s outputs (-1: known only when the op runs).\n"]
+    out.append(
+        f"std::vector<std::vector<int64_t>> {op.name}_infer_shape("
+        + ",\n    ".join(shape_params)
+        + ") {\n"
+    )
+    for name in sorted(used):
+        if name in where:
+            t, axis = where[name]
+            out.append(f"  const int64_t {name} = fd_mtp::check::infer_dim({t}_shape, {axis});\n")
+        else:
+            out.append(f"  const int64_t {name} = -1;  // read on the host when the op runs\n")
+    rows = []
+    for o in op.outputs:
+        terms = [
+            str(add)
+            if name is None
+            else (name if add == 0 else f"fd_mtp::check::infer_add({name}, {add})")
+            for name, add in o.dims
+        ]
+        rows.append("{" + ", ".join(terms) + "}")
+    out.append("  return {" + ", ".join(rows) + "};\n}\n\n")
+    out.append(
+        f"std::vector<paddle::DataType> {op.name}_infer_dtype("
+        + ",\n    ".join(dtype_params)
+        + ") {\n"
+    )
+    dts = ", ".join(
+        f"{o.like}_dtype" if o.like else f"paddle::DataType::{DTYPES[o.dtype]}" for o in op.outputs
+    )
+    out.append(f"  return {{{dts}}};\n}}\n")
     return "".join(out)
 
 

@@ -4,7 +4,17 @@ the device), and ``stream_ops.gen.cc``, the Paddle GPU branch's table of the ops
 
 from __future__ import annotations
 
-from gen_ops_common import HEADER, Op, device_flag, host_reads, params_type, stream_ops
+from gen_ops_common import (
+    CPP_TYPES,
+    DTYPES,
+    HEADER,
+    Op,
+    device_flag,
+    host_reads,
+    params_type,
+    stream_ops,
+)
+from gen_ops_expr import cpp_expr
 
 
 def flag_expr(op: Op, expr: str) -> str:
@@ -21,19 +31,55 @@ def gen_dispatch(op: Op) -> str:
     cls = op.entry
     ref = op.place_ref
     table = f"k{cls}Status"
+    ret = "std::vector<paddle::Tensor>" if op.outputs else "void"
     out = [
         f"// The standard dispatch of {op.name} (fd_mtp/schema: cpu={op.cpu}, launcher "
         f"{op.launcher_name}).\n",
-        f"void {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
+        f"{ret} {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
         "  using namespace fd_mtp;\n",
     ]
     if op.check:
         out.append(f"  {op.name}_check(a, p);\n")
     out.append(f"  const auto& ref = a.{ref};\n")
+    done = "return;"
+    if op.outputs:  # allocated on the op's place, handed to the kernel, returned
+        attrs = {a.name for a in op.attrs}
+        for o in op.outputs:
+            shape = ", ".join(
+                str(add)
+                if name is None
+                else (f"a.{name}" if name in attrs else f"a.dims.{name}")
+                + (f" + {add}" if add else "")
+                for name, add in o.dims
+            )
+            dt = f"a.{o.like}.dtype()" if o.like else f"paddle::DataType::{DTYPES[o.dtype]}"
+            if o.fill is None:
+                out.append(f"  auto {o.name} = compat::empty({{{shape}}}, {dt}, ref.place());\n")
+            else:
+                out.append(
+                    f"  auto {o.name} = compat::full({{{shape}}}, {o.fill}, {dt}, ref.place());\n"
+                )
+        for o in op.outputs:
+            if o.param is not None:
+                data = "data()" if o.like else f"data<{CPP_TYPES[o.dtype]}>()"
+                out.append(f"  p.{o.param} = {o.name}.{data};\n")
+        done = "return {" + ", ".join(o.name for o in op.outputs) + "};"
     flag_line = ""
     if op.flag is not None:
         flag_line = f"    *a.{op.flag[0]}.data<bool>() = {flag_expr(op, op.flag[1])};\n"
+    if op.skip is not None:  # nothing to do: no kernel runs
+        out.append(f"  if ({cpp_expr(op, op.skip)}) {done}\n")
     out.append("  if (ref.is_cpu()) {\n")
+    for w in op.workspaces:  # the CPU's workspace: a vector of this call
+        if not w.cpu:
+            continue
+        cpp = CPP_TYPES[w.dtype]
+        out.append(f"    const int64_t {w.param}_n = {cpp_expr(op, w.count)};\n")
+        n = f"{w.param}_n"
+        out.append(
+            f"    std::vector<{cpp}> {w.param}_ws(static_cast<size_t>({n} > 0 ? {n} : 1));\n"
+        )
+        out.append(f"    p.{w.param} = {w.param}_ws.data();\n")
     for name in host_reads(op):
         out.append(f"    // {name}: a CPU tensor on the CPU branch.\n")
         out.append(
@@ -48,11 +94,13 @@ def gen_dispatch(op: Op) -> str:
         out.append(f"    check::status(a.op, {op.cpu}(p, &count), {table});\n")
         out.append(flag_line)
     if not op.cuda:  # a host op: every tensor is checked to be on the CPU
-        out.append("    return;\n  }\n")
+        out.append(f"    {done}\n  }}\n")
         out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n}}\n')
         return "".join(out)
-    out.append("    return;\n  }\n#ifdef PADDLE_WITH_CUDA\n")
+    out.append(f"    {done}\n  }}\n#ifdef PADDLE_WITH_CUDA\n")
     out.append(gen_gpu_branch(op))
+    if op.outputs:
+        out.append(f"  {done}\n")
     out.append("#else\n")
     out.append(f'  check::unsupported_place(a.op, "{ref}", ref);\n')
     out.append("#endif\n}\n")
@@ -75,6 +123,15 @@ def gen_gpu_branch(op: Op) -> str:
     cls = op.entry
     launcher = op.launcher_name
     out = []
+    for w in op.workspaces:  # persistent per stream, reallocated only when it grows
+        cpp = CPP_TYPES[w.dtype]
+        out.append(f"  const int64_t {w.param}_n = {cpp_expr(op, w.count)};  // its entries\n")
+        n = f"{w.param}_n"
+        out.append(
+            f'  p.{w.param} = static_cast<{cpp}*>(gpu::workspace(a.op, ref, "{w.key}", '
+            f"({n} > 0 ? {n} : 1) * static_cast<int64_t>(sizeof({cpp})), "
+            f"{str(w.zero).lower()}));\n"
+        )
     if not op.status:
         out.append(f"  check::cuda(a.op, {launcher}(p, gpu::preset(a.op, ref), ref.stream()));\n")
         out.append("  gpu::finish(a.op, ref);\n")

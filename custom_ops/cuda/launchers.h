@@ -37,9 +37,6 @@ cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const i
                                         int64_t row_bytes, const KernelStatus* status,
                                         cudaStream_t stream);
 
-// p.need_list: [bsz] int32 workspace.
-cudaError_t mtp_step_cuda(const MtpStepParams& p, KernelStatus* status, cudaStream_t stream);
-
 // ---- KV-cache sharing (custom_ops/cuda/ipc.cu): host-side CUDA IPC helpers.
 // They act on the current device (the caller sets it) and return the CUDA error.
 constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
@@ -56,24 +53,11 @@ cudaError_t cuda_ipc_open(const unsigned char* handle, void** base, uint64_t* al
 // Closes a base returned by cuda_ipc_open.
 cudaError_t cuda_ipc_close(void* base);
 
-// Packed token layout (spec §5.1-§5.3). The offset ops run a check pass that
-// also sums the lengths into *total (an int64 counter), compare that sum with
-// p.token_num / p.out_token_num, and write the outputs only when the status is
-// clean; read `status` back after the stream to learn whether they ran.
-cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
-                                              int64_t* total, cudaStream_t stream);
-// preset: the stream's preset status, or null; the op writes nothing while its code is nonzero
-// (a poisoned stream, docs/gpu_errors.md).
-cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
-                                               const KernelStatus* preset, cudaStream_t stream);
 // out[b] = the sum over i <= b of (width - lens[i]), int32 (wrapping, as numpy's int32 cumsum):
 // the cum_offsets / output_cum_offsets_tmp pre_process computes before the packing ops, on the
 // device (fd_mtp.cuda's fixed-capacity pre_process: no CuPy kernel, no allocation). One block.
 cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t width, int32_t* out,
                                     cudaStream_t stream);
-cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
-                                                     KernelStatus* status, int64_t* total,
-                                                     cudaStream_t stream);
 
 // rebuild_padding (spec §5.4): check pass, then one copy over p.out_rows rows
 // (16-byte units when aligned). p.out_rows is computed by the caller.
@@ -84,29 +68,10 @@ cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* st
 // rows >= R are zero. p.live_rows is set by the launcher.
 cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
                                         KernelStatus* status, cudaStream_t stream);
-// speculate_get_token_penalty_multi_scores. workspace: [workspace_rows, vocab]
-// int32, all zero on entry and left all zero; workspace_rows (>= 1) is the
-// grid size (token_penalty_workspace_rows). Writes p.logits in place.
-cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
-                               int64_t workspace_rows, KernelStatus* status, cudaStream_t stream);
-inline int64_t token_penalty_workspace_rows(int64_t rows) {
-  return rows < 1 ? 1 : (rows < 128 ? rows : 128);
-}
-
-// top_p_candidates: writes every slot of verify_scores / verify_tokens and
-// actual_candidate_lens. Requires 1 <= candidates <= min(100, vocab).
-cudaError_t top_p_candidates_cuda(const TopPCandidatesParams& p, KernelStatus* status,
-                                  cudaStream_t stream);
-
 // Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
                                cudaStream_t stream);
-// ngram_match / hybrid_mtp_ngram (p.hybrid). hits: [max(bsz, 1)] int64
-// workspace (the winning search position of each request, or -1).
-cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
-                       cudaStream_t stream);
-
 // paged_attention (fd_mtp.model): check pass, then the cache write (one thread
 // per (token, kv head)), then the attention (one thread per (token, q head)).
 cudaError_t paged_attention_cuda(const PagedAttentionParams& p, KernelStatus* status,

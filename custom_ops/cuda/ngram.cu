@@ -110,14 +110,13 @@ __global__ void ngram_budget_kernel(NgramParams p, const int64_t* hits,
 
 }  // namespace
 
-cudaError_t ngram_cuda(const NgramParams& p, int64_t* hits, KernelStatus* status,
-                       cudaStream_t stream) {
+cudaError_t ngram_cuda(const NgramParams& p, KernelStatus* status, cudaStream_t stream) {
   cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess || p.bsz == 0) return err;
   ngram_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, status);
   const unsigned search_blocks = static_cast<unsigned>(p.bsz < 65535 ? p.bsz : 65535);
-  ngram_search_kernel<<<search_blocks, kThreads, 0, stream>>>(p, hits, status);
-  ngram_budget_kernel<<<1, kThreads, 0, stream>>>(p, hits, status);
+  ngram_search_kernel<<<search_blocks, kThreads, 0, stream>>>(p, p.hits, status);
+  ngram_budget_kernel<<<1, kThreads, 0, stream>>>(p, p.hits, status);
   return cudaGetLastError();
 }
 

@@ -132,20 +132,20 @@ __global__ void __launch_bounds__(kPenaltyThreads)
 
 }  // namespace
 
-cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, int32_t* workspace,
-                               int64_t workspace_rows, KernelStatus* status, cudaStream_t stream) {
+cudaError_t token_penalty_cuda(const TokenPenaltyParams& p, KernelStatus* status,
+                               cudaStream_t stream) {
   cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess || p.rows == 0) return err;
-  if (workspace_rows < 1) return cudaErrorInvalidValue;
-  const unsigned grid = static_cast<unsigned>(workspace_rows);
+  if (p.counts_rows < 1 || p.counts == nullptr) return cudaErrorInvalidValue;
+  const unsigned grid = static_cast<unsigned>(p.counts_rows);
   token_penalty_check_kernel<<<grid_for(p.rows, 1), kThreads, 0, stream>>>(p, status);
   dispatch_float(p.float_kind, [&](auto traits) {
     if (p.vocab <= kPenaltyBitmapBits)
       token_penalty_apply_kernel<decltype(traits), true>
-          <<<grid, kPenaltyThreads, 0, stream>>>(p, workspace, status);
+          <<<grid, kPenaltyThreads, 0, stream>>>(p, p.counts, status);
     else
       token_penalty_apply_kernel<decltype(traits), false>
-          <<<grid, kPenaltyThreads, 0, stream>>>(p, workspace, status);
+          <<<grid, kPenaltyThreads, 0, stream>>>(p, p.counts, status);
     return 0;
   });
   return cudaGetLastError();

@@ -110,8 +110,8 @@ cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t widt
 }
 
 cudaError_t speculate_get_padding_offset_cuda(const PaddingOffsetParams& p, KernelStatus* status,
-                                              int64_t* total, cudaStream_t stream) {
-  cudaError_t err = reset_status(status, total, stream);  // total: unused scratch
+                                              cudaStream_t stream) {
+  cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess) return err;
   packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, PaddingOffsetCheck{}, status);
   packed_end_kernel<<<1, 1, 0, stream>>>(p.token_num, p.cum_offsets, p.input_ids_cols, p.bsz,
@@ -128,9 +128,8 @@ cudaError_t speculate_get_seq_lens_output_cuda(const SeqLensOutputParams& p,
 }
 
 cudaError_t speculate_get_output_padding_offset_cuda(const OutputPaddingOffsetParams& p,
-                                                     KernelStatus* status, int64_t* total,
-                                                     cudaStream_t stream) {
-  cudaError_t err = reset_status(status, total, stream);  // total: unused scratch
+                                                     KernelStatus* status, cudaStream_t stream) {
+  cudaError_t err = reset_status(status, nullptr, stream);
   if (err != cudaSuccess) return err;
   packed_check_kernel<<<grid_for(p.bsz), kThreads, 0, stream>>>(p, OutputPaddingOffsetCheck{},
                                                                 status);

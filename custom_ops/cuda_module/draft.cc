@@ -134,23 +134,6 @@ void bind_draft(py::module_& m) {
       py::arg("input"), py::arg("output"), py::arg("src_rows"), py::arg("out_rows"),
       py::arg("row_bytes"), py::arg("stream") = 0,
       "output[k] = input[src_rows[k]] for k < out_rows, rows of row_bytes bytes.");
-
-  // -------------------------------------------------------- mtp_step ---
-  {
-    using P = MtpStepParams;
-    m.def(
-        "mtp_step",
-        [](const P& p, uintptr_t status, uintptr_t stream) {
-          constexpr const char* op = "mtp_step";
-          require(status, op, "status");
-          if (p.need_list == nullptr)
-            throw std::invalid_argument("mtp_step: params.need_list is null");
-          throw_if(mtp_step_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-          return finish_status(status, stream, op, "mtp_step_paddle");
-        },
-        py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-        "params.need_list: [max(bsz, 1)] int32 workspace. Returns (code, request, value, limit).");
-  }
 }
 
 }  // namespace pybind

@@ -27,7 +27,6 @@ void bind_launchers(py::module_& m);  // generated: cuda_launchers_gen.cc (stand
 void bind_draft(py::module_& m);
 void bind_ipc(py::module_& m);
 void bind_packing(py::module_& m);
-void bind_sampling(py::module_& m);
 void bind_verify(py::module_& m);
 void bind_ngram(py::module_& m);
 }  // namespace pybind
@@ -158,7 +157,6 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
   bind_draft(m);
   bind_ipc(m);
   bind_packing(m);
-  bind_sampling(m);
   bind_verify(m);
   bind_ngram(m);
 }

@@ -1,29 +1,11 @@
-// fd_mtp_cuda bindings of the packed-layout ops (spec §5.1-§5.4).
+// fd_mtp_cuda bindings of the packed layout's hand-written launchers: pre_process's cumsum and
+// rebuild_padding (spec §5.4; the other packing ops' bindings are generated).
 #include "common.h"
 
 namespace fd_mtp {
 namespace pybind {
 
 void bind_packing(py::module_& m) {
-  // -------------------------------------------- speculate_get_padding_offset ---
-  {
-    using P = PaddingOffsetParams;
-    m.def(
-        "speculate_get_padding_offset",
-        [](const P& p, uintptr_t status, uintptr_t total, uintptr_t stream) {
-          constexpr const char* op = "speculate_get_padding_offset";
-          require(status, op, "status");
-          require(total, op, "total");
-          throw_if(speculate_get_padding_offset_cuda(p, as_ptr<KernelStatus>(status),
-                                                     as_ptr<int64_t>(total), as_stream(stream)),
-                   op);
-          return finish_status(status, stream, op, "speculate_get_padding_offset");
-        },
-        py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
-        "total: int64 scratch (sum of seq_len). Returns (code, request, value, limit); "
-        "the outputs are written only when code is 0.");
-  }
-
   // ----------------------------------------------------------- packed_cum_offsets ---
   m.def(
       "packed_cum_offsets",
@@ -41,42 +23,6 @@ void bind_packing(py::module_& m) {
       py::arg("lens"), py::arg("n"), py::arg("width"), py::arg("out"), py::arg("stream") = 0,
       "out[b] = sum over i <= b of (width - lens[i]) for b < n (int32 lens and out): "
       "pre_process's cum_offsets on the device. Synchronises only in checked mode.");
-
-  // ------------------------------------------- speculate_get_seq_lens_output ---
-  {
-    using P = SeqLensOutputParams;
-    m.def(
-        "speculate_get_seq_lens_output",
-        [](const P& p, uintptr_t stream) {
-          constexpr const char* op = "speculate_get_seq_lens_output";
-          // The stream's preset: on a poisoned stream the op writes nothing (no status of its
-          // own, nothing to commit).
-          const StreamStatus* s = stream_status_for(stream, op);
-          throw_if(speculate_get_seq_lens_output_cuda(p, &s->preset, as_stream(stream)), op);
-          finish(stream, op);
-        },
-        py::arg("params"), py::arg("stream") = 0,
-        "Writes params.seq_lens_output, nothing on a poisoned stream.");
-  }
-
-  // ------------------------------------- speculate_get_output_padding_offset ---
-  {
-    using P = OutputPaddingOffsetParams;
-    m.def(
-        "speculate_get_output_padding_offset",
-        [](const P& p, uintptr_t status, uintptr_t total, uintptr_t stream) {
-          constexpr const char* op = "speculate_get_output_padding_offset";
-          require(status, op, "status");
-          require(total, op, "total");
-          throw_if(speculate_get_output_padding_offset_cuda(
-                       p, as_ptr<KernelStatus>(status), as_ptr<int64_t>(total), as_stream(stream)),
-                   op);
-          return finish_status(status, stream, op, "speculate_get_output_padding_offset");
-        },
-        py::arg("params"), py::arg("status"), py::arg("total"), py::arg("stream") = 0,
-        "total: int64 scratch (sum of seq_lens_output). Returns (code, request, value, limit); "
-        "the outputs are written only when code is 0.");
-  }
 
   // --------------------------------------------------------- rebuild_padding ---
   {

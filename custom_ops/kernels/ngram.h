@@ -60,6 +60,7 @@ struct NgramParams {
   int32_t max_draft_tokens;  // hybrid: K (ngram_match: ignored, as upstream)
   int32_t threshold;         // token budget of the batch
   bool hybrid;
+  int64_t* hits;  // workspace [max(bsz, 1)] of the CUDA launcher (the CPU driver does not use it)
 };
 
 enum NgramKind : int32_t {

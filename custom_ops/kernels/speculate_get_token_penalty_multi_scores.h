@@ -61,6 +61,8 @@ struct TokenPenaltyParams {
   const int32_t* output_cum_offsets;     // [>= bs]
   int64_t bs;
   int64_t max_seq_len;
+  int32_t* counts;      // CUDA workspace [counts_rows, vocab] int32, zero on entry and left zero
+  int64_t counts_rows;  // the apply kernel's grid: min(max(rows, 1), 128)
 };
 
 // Upstream's block width of the repeat-count kernel (the scan rule's lanes).

@@ -47,11 +47,6 @@ struct TopPCandidatesParams {
   int32_t* actual_candidate_lens;  // [rows], written
 };
 
-// candidates_len values upstream accepts: 1..10 and 20, 30, ..., 100.
-FD_HOST_DEVICE inline bool top_p_candidates_len_ok(int64_t c) {
-  return (c >= 1 && c <= 10) || (c >= 20 && c <= 100 && c % 10 == 0);
-}
-
 // Unsigned key, increasing with the float value, equal for -0.0 and +0.0.
 FD_HOST_DEVICE inline uint32_t top_p_key(float v) {
   uint32_t u = f32_bits(v);

@@ -174,6 +174,19 @@ inline int64_t host_int64(const char* op, const char* arg, const paddle::Tensor&
   return t.data<int64_t>()[0];
 }
 
+// Shape inference of a declared output (fd_mtp.schema.Out): axis `axis` of an input's shape,
+// -1 when it is unknown; a dim plus a constant, -1 staying -1.
+inline int64_t infer_dim(const std::vector<int64_t>& shape, size_t axis) {
+  return axis < shape.size() ? shape[axis] : -1;
+}
+inline int64_t infer_add(int64_t dim, int64_t add) { return dim < 0 ? -1 : dim + add; }
+
+// dim(t, i) of a schema expression: axis i of a shape (negative: from the end). The schema's
+// rules check the rank before they read an axis.
+inline int64_t dim_of(const std::vector<int64_t>& shape, int64_t axis) {
+  return shape[static_cast<size_t>(axis < 0 ? static_cast<int64_t>(shape.size()) + axis : axis)];
+}
+
 }  // namespace check
 }  // namespace fd_mtp
 

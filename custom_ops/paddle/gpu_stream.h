@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "check.h"
@@ -117,3 +118,32 @@ void read_int32s(const char* op, const char* arg, const paddle::Tensor& t, int64
 }  // namespace gpu
 }  // namespace fd_mtp
 #endif  // PADDLE_WITH_CUDA
+
+namespace fd_mtp {
+namespace check {
+
+// A token count held by a one-element int64 (or int32) tensor on any device, read on the host:
+// an output's size (fd_mtp.schema: Tensor(count=...)). A device tensor is read back (the shape
+// read of FastDeploy's op, one synchronisation, at which the stream's pending error raises). It
+// must lie in [0, INT32_MAX]: packed indices and cu_seqlens are int32.
+inline int64_t host_count(const char* op, const char* arg, const paddle::Tensor& t) {
+  dtype_in(op, arg, t, {paddle::DataType::INT64, paddle::DataType::INT32});
+  if (t.numel() != 1)
+    fail(op, arg, "must hold exactly one element, got shape ", shape_str(t.shape()));
+  int64_t v = 0;
+  if (t.is_cpu()) {
+    v = t.dtype() == paddle::DataType::INT64 ? t.data<int64_t>()[0] : t.data<int32_t>()[0];
+  } else {
+#ifdef PADDLE_WITH_CUDA
+    v = gpu::read_scalar(op, arg, t);
+#else
+    unsupported_place(op, arg, t);
+#endif
+  }
+  if (v < 0 || v > std::numeric_limits<int32_t>::max())
+    fail(op, arg, "is ", v, "; it must be in [0, ", std::numeric_limits<int32_t>::max(), "]");
+  return v;
+}
+
+}  // namespace check
+}  // namespace fd_mtp

@@ -37,6 +37,7 @@ import importlib.util as _importlib_util
 
 from ..ops import _loader as _ops_loader
 from ..schema import FAMILIES as _FAMILIES
+from ..schema import all_ops as _schema_ops
 from ._common import (
     BUILD_HINT,
     ERROR_MODES,
@@ -71,13 +72,14 @@ FIXED_CAPACITY = {
 
 # The ops that take ``out=`` (keyword-only, fd_mtp.cuda only): persistent output arrays written
 # instead of new ones; with pre_process / rebuild_padding / the eagle gathers only in their
-# fixed-capacity variant.
+# fixed-capacity variant. Every op whose outputs are declared in its schema (fd_mtp.schema.Out)
+# takes it too (its generated wrapper).
 PERSISTENT_OUT = (
     "pre_process",
     "rebuild_padding",
     "eagle_get_hidden_states",
     "eagle_get_self_hidden_states",
-    "top_p_candidates",
+    *sorted(name for name, op in _schema_ops().items() if op.outputs and op.cuda),
 )
 
 from .graph import CapturedStep  # noqa: E402 (needs neither CuPy nor the module to import)

@@ -283,12 +283,21 @@ def prepare(op_name, values, device_ok=()):
             return
         _host_array(op, tensor, x)
 
-    dims = arrays.check_arrays(op, values, lambda x: isinstance(x, cp.ndarray), host_check)
+    schema.check_together(op, values)
+    dims = arrays.check_arrays(
+        _without_counts(op_name), values, lambda x: isinstance(x, cp.ndarray), host_check
+    )
     for a in op.attrs:
         values[a.name] = arrays.convert_attr(
             op, a, schema.resolve_kw(op_name, a.name, values[a.name])
         )
+    for t in op.tensors:  # token counts (Tensor(count=...)), read on the host
+        if t.count is not None:
+            dims[t.count] = _host_count(op.name, t.name, values[t.name])
     attrs = {a.name: values[a.name] for a in op.attrs}
+    arrays.check_same_dtypes(op, values)
+    shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
+    schema.check_rules(op, attrs, dims, shapes)
     for rule in op.requires:  # as the generated binding: a named dim against the attributes
         need = schema.required(op, rule, attrs)
         if dims[rule.dim] < need:
@@ -302,6 +311,82 @@ def prepare(op_name, values, device_ok=()):
         params = getattr(load(), op.params)()
         arrays.fill_params(op, params, values, dims, _ptr)
     return op, values, dims, params
+
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+@functools.cache
+def _without_counts(op_name):
+    """The op without its count tensors: those are read by `_host_count` instead of the array
+    checks (an int, or a numpy or CuPy one-element array)."""
+    import dataclasses
+
+    from .. import schema
+
+    op = schema.get(op_name)
+    if not any(t.count for t in op.tensors):
+        return op
+    return dataclasses.replace(
+        op, args=tuple(a for a in op.args if getattr(a, "count", None) is None)
+    )
+
+
+def _host_count(op, arg, value):
+    """A token count (int, numpy or CuPy one-element integer array), read on the host: the
+    binding's check::host_count."""
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+    else:
+        cp = _cupy()
+        a = cp.asnumpy(value) if isinstance(value, cp.ndarray) else np.asarray(value)
+        if a.size != 1 or a.dtype not in (np.int64, np.int32):
+            _fail(
+                op,
+                arg,
+                f"must hold exactly one int64 or int32 element, got {a.dtype}{list(a.shape)}",
+            )
+        v = int(a.reshape(-1)[0])
+    if not 0 <= v <= _INT32_MAX:
+        _fail(op, arg, f"is {v}; it must be in [0, {_INT32_MAX}]")
+    return v
+
+
+def _out_array(op, arg, a, shape, dt):
+    """A persistent output array: a C-contiguous CuPy array of exactly ``shape`` and ``dt``."""
+    _dtype(op, arg, a, dt)
+    if tuple(a.shape) != tuple(shape):
+        _fail(op, arg, f"must have shape {list(shape)}, got {list(a.shape)}")
+
+
+def _outputs(op, values, dims, p, out):
+    """The op's declared outputs (fd_mtp.schema.Out) for one call: new CuPy arrays, or the
+    persistent arrays ``out`` (a list in the outputs' order, checked; zero-filled ones zeroed
+    on the stream); their addresses go into the Params ``p``."""
+    cp = _cupy()
+    if out is not None and (not isinstance(out, (list, tuple)) or len(out) != len(op.outputs)):
+        _fail(op.name, "out", f"must be a list of the {len(op.outputs)} output arrays")
+    sizes = {**dims, **{a.name: values[a.name] for a in op.attrs}}
+    arrays = []
+    for i, o in enumerate(op.outputs):
+        shape = o.shape(sizes)
+        dtype = values[o.like].dtype if o.like else o.dtype
+        if out is None:
+            if o.fill is None:
+                a = cp.empty(shape, dtype=dtype)
+            else:
+                a = cp.full(shape, o.fill, dtype=dtype)
+        else:
+            a = out[i]
+            _out_array(op.name, f"out[{i}] ({o.name})", a, shape, dtype)
+            if o.fill == 0:
+                load().memset_async(_ptr(a), 0, a.nbytes, _stream())
+            elif o.fill is not None:
+                a.fill(o.fill)
+        if o.param is not None:
+            setattr(p, o.param, _ptr(a))
+        arrays.append(a)
+    return arrays
 
 
 def raise_status(op, status):
@@ -344,7 +429,7 @@ def _flag_args(op, values, dims, p):
     return offset, _ptr(x), 0
 
 
-def launch(op_name, values, check=None):
+def launch(op_name, values, check=None, out=None):
     """Runs the standard-dispatch op ``op_name`` on CuPy arrays ``values`` (by name): checks and
     Params fill (`prepare`), ``check(op, values, dims, params)`` (the Python side of an op's
     ``<op>_check`` hook, when it has one), the launcher of the raw module on the stream's
@@ -356,7 +441,11 @@ def launch(op_name, values, check=None):
     unchanged when the op failed or was skipped on a poisoned stream. A CuPy bool[1] flag is
     written there, stream-ordered: no sync (but in checked mode), no allocation. A host numpy
     bool[1] flag (FastDeploy's contract) makes the op synchronise and read the flag back with the
-    record, raising what is pending first (but in record mode)."""
+    record, raising what is pending first (but in record mode).
+
+    An op with declared outputs (fd_mtp.schema.Out) returns them as a list of new CuPy arrays,
+    or writes the persistent arrays ``out`` (a list in the same order; ``values["out"]`` when
+    not given: the generated wrapper's keyword) and returns those."""
     from .. import schema
 
     op = schema.get(op_name)
@@ -364,6 +453,25 @@ def launch(op_name, values, check=None):
     op, values, dims, p = prepare(op_name, values, device_ok=(flag,) if flag else ())
     if check is not None:
         check(op, values, dims, p)
+    if out is None:
+        out = values.get("out")
+    outs = _outputs(op, values, dims, p, out) if op.outputs else None
+    names = (
+        {a.name: values[a.name] for a in op.attrs},
+        dims,
+        {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")},
+    )
+    if op.skip is not None and schema.expr_value(op.skip, *names):
+        return outs  # nothing to do: no kernel runs
+    for w in op.workspaces:  # persistent per (stream, key); zero when (re)allocated
+        n = schema.expr_value(w.count, *names)
+        setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
+    _run(op, values, dims, p, flag)
+    return outs
+
+
+def _run(op, values, dims, p, flag):
+    """`launch`'s call of the raw module's launcher (see launch)."""
     fn = getattr(load(), op.name)
     mode = error_mode()
     stream = _stream()
@@ -415,7 +523,19 @@ def define_launchers(namespace, family):
             f"{n}: one int64 element, CuPy (read on the device) or numpy"
             for n in schema.host_reads(op)
         ]
+        notes += [
+            f"{t.name}: an int or a one-element int64 / int32 array (numpy or CuPy), read on "
+            "the host"
+            for t in op.tensors
+            if t.count is not None
+        ]
+        if op.outputs:
+            notes.append(
+                "returns new CuPy arrays, or writes the persistent arrays ``out`` (keyword-only, "
+                "fd_mtp.cuda only: a list in the order of the outputs) and returns those"
+            )
         doc = f"fd_mtp.ops.{op.name} on CuPy arrays" + (f" ({'; '.join(notes)})." if notes else ".")
         namespace.setdefault("launch", launch)
-        schema.define_wrapper(op, namespace, "launch", doc)
+        extra = ("out",) if op.outputs else ()
+        schema.define_wrapper(op, namespace, "launch", doc, extra)
     return names

@@ -1,10 +1,8 @@
 """fd_mtp.cuda versions of the draft-model ops (spec §6). The standard-dispatch wrappers are
-generated from the schema (fd_mtp/schema/draft.py); written here: the eagle row gathers and
-mtp_step (host-side planning and workspaces)."""
+generated from the schema (fd_mtp/schema/draft.py); written here: the eagle row gathers
+(host-side planning and workspaces)."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from ._common import (
     _cupy,
@@ -120,31 +118,6 @@ eagle_get_self_hidden_states.__doc__ = (
     "fd_mtp.ops.eagle_get_self_hidden_states on CuPy arrays; returns a new CuPy array."
     + _PADDED_DOC
 )
-
-
-def mtp_step_paddle(
-    base_model_stop_flags,
-    stop_flags,
-    batch_drop,
-    seq_lens_this_time,
-    seq_lens_encoder,
-    seq_lens_decoder,
-    block_tables,
-    encoder_block_lens,
-    used_list_len,
-    free_list,
-    free_list_len,
-    block_size,
-    max_draft_tokens,
-):
-    """fd_mtp.ops.mtp_step_paddle on CuPy arrays."""
-    op, _, dims, p = prepare("mtp_step_paddle", locals())
-    if free_list.ndim != 1:  # as custom_ops/paddle/mtp_step.cc
-        _fail(op.name, "free_list", f"must have shape [F] (1-D), got {list(free_list.shape)}")
-    need_list = _workspace("mtp_step_need_list", (max(dims["B"], 1),), np.int32)  # [bsz]
-    p.need_list = _ptr(need_list)
-    status = _scratch()
-    raise_status(op, load().mtp_step(p, _ptr(status), _stream()))
 
 
 __all__ = define_launchers(globals(), "draft")

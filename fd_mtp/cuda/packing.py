@@ -2,74 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from .. import schema
-from ..schema import arrays
 from ._common import (
+    _INT32_MAX,
     _cupy,
     _device_array,
     _dtype,
     _fail,
-    _host_array,
+    _out_array,
     _ptr,
     _scratch,
     _stream,
     _workspace,
+    define_launchers,
+    launch,
     load,
     prepare,
     raise_status,
 )
-
-__all__ = [
-    "speculate_get_padding_offset",
-    "speculate_get_seq_lens_output",
-    "speculate_get_output_padding_offset",
-    "pre_process",
-    "rebuild_padding",
-]
-
-
-_INT32_MAX = np.iinfo(np.int32).max
-
-
-def _host_count(op, arg, value):
-    """A token count (int, numpy or CuPy one-element integer array), read on the host."""
-    if isinstance(value, (int, np.integer)):
-        v = int(value)
-    else:
-        cp = _cupy()
-        a = cp.asnumpy(value) if isinstance(value, cp.ndarray) else np.asarray(value)
-        if a.size != 1 or a.dtype not in (np.int64, np.int32):
-            _fail(
-                op,
-                arg,
-                f"must hold exactly one int64 or int32 element, got {a.dtype}{list(a.shape)}",
-            )
-        v = int(a.reshape(-1)[0])
-    if not 0 <= v <= _INT32_MAX:
-        _fail(op, arg, f"is {v}; it must be in [0, {_INT32_MAX}]")
-    return v
-
-
-def _prepare_counted(op_name, values, count):
-    """`prepare` for an op whose token count ``count`` is read on the host (the binding's
-    packing::host_count): here it may be an int or a numpy / CuPy one-element array, so it is left
-    out of the schema's array checks and read by _host_count after them and the attributes.
-    Returns ``(op, values, dims, params, count value)``."""
-    op = schema.get(op_name)
-    arrays_op = dataclasses.replace(op, args=tuple(a for a in op.args if a.name != count))
-    cp = _cupy()
-    values = dict(values)
-    dims = arrays.check_arrays(arrays_op, values, lambda x: isinstance(x, cp.ndarray), _host_array)
-    for a in op.attrs:
-        values[a.name] = arrays.convert_attr(op, a, values[a.name])
-    n = _host_count(op_name, count, values[count])
-    p = getattr(load(), op.params)()
-    arrays.fill_params(arrays_op, p, values, dims, _ptr)
-    return op, values, dims, p, n
 
 
 def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
@@ -85,86 +36,6 @@ def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
             f"has {s[0]} entries but the batch has {bsz} requests (bsz is taken from {bsz_arg})",
         )
     return s[0]
-
-
-def speculate_get_padding_offset(
-    input_ids, draft_tokens, cum_offsets, token_num, seq_len, seq_lens_encoder
-):
-    """fd_mtp.ops.speculate_get_padding_offset on CuPy arrays (token_num: int or one-element array).
-    Returns [x_remove_padding, batch_id_per_token, cu_seqlens_q, cu_seqlens_k] as new CuPy arrays."""
-    return _padding_offset(locals(), None)
-
-
-def _padding_offset(values, out):
-    """speculate_get_padding_offset into new arrays (``out`` None) or into ``out``'s four
-    (checked by the caller), whose packed entries are zeroed first, stream-ordered."""
-    op, _, dims, p, t = _prepare_counted("speculate_get_padding_offset", values, "token_num")
-    if out is None:
-        cp = _cupy()
-        x = cp.zeros(t, dtype=cp.int64)  # gaps between requests (wider slots) stay 0, as upstream
-        batch_id = cp.zeros(t, dtype=cp.int32)
-        cu_q = cp.empty(dims["B"] + 1, dtype=cp.int32)
-        cu_k = cp.empty(dims["B"] + 1, dtype=cp.int32)
-    else:
-        x, batch_id, cu_q, cu_k = out
-        _zero(x)
-        _zero(batch_id)
-    p.token_num = t
-    p.x_remove_padding = _ptr(x)
-    p.batch_id_per_token = _ptr(batch_id)
-    p.cu_seqlens_q = _ptr(cu_q)
-    p.cu_seqlens_k = _ptr(cu_k)
-    status, total = _scratch(), _scratch(1)
-    raise_status(op, load().speculate_get_padding_offset(p, _ptr(status), _ptr(total), _stream()))
-    return [x, batch_id, cu_q, cu_k]
-
-
-def _zero(a):
-    """Zeroes device array ``a`` on the stream (cudaMemsetAsync: captured into a graph)."""
-    load().memset_async(_ptr(a), 0, a.nbytes, _stream())
-
-
-def speculate_get_seq_lens_output(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder):
-    """fd_mtp.ops.speculate_get_seq_lens_output on CuPy arrays; returns a new [bsz] int32 array."""
-    return _seq_lens_output(locals(), None)
-
-
-def _seq_lens_output(values, out):
-    _, _, dims, p = prepare("speculate_get_seq_lens_output", values)
-    if out is None:
-        out = _cupy().empty(dims["B"], dtype=np.int32)
-    p.seq_lens_output = _ptr(out)
-    load().speculate_get_seq_lens_output(p, _stream())
-    return out
-
-
-def speculate_get_output_padding_offset(
-    output_cum_offsets_tmp, out_token_num, seq_lens_output, max_seq_len
-):
-    """fd_mtp.ops.speculate_get_output_padding_offset on CuPy arrays (out_token_num: int or
-    one-element array). Returns [output_padding_offset, output_cum_offsets] as new CuPy arrays."""
-    return _output_padding_offset(locals(), None)
-
-
-def _output_padding_offset(values, out):
-    op, _, dims, p, to = _prepare_counted(
-        "speculate_get_output_padding_offset", values, "out_token_num"
-    )
-    if out is None:
-        cp = _cupy()
-        padding = cp.zeros(to, dtype=cp.int32)  # gap rows stay 0
-        cum = cp.empty(dims["B"], dtype=cp.int32)
-    else:
-        padding, cum = out
-        _zero(padding)
-    p.out_token_num = to
-    p.output_padding_offset = _ptr(padding)
-    p.output_cum_offsets = _ptr(cum)
-    status, total = _scratch(), _scratch(1)
-    raise_status(
-        op, load().speculate_get_output_padding_offset(p, _ptr(status), _ptr(total), _stream())
-    )
-    return [padding, cum]
 
 
 def pre_process(
@@ -193,6 +64,12 @@ def pre_process(
     int32 [bsz + 1], output_cum_offsets int32 [bsz], output_padding_offset int32 [N]; the last two
     None without speculative_decoding). Then the step allocates nothing: what a captured CUDA
     graph needs (fd_mtp/cuda/graph.py)."""
+    from .packing import (  # generated from the schema (define_launchers, below)
+        speculate_get_output_padding_offset,
+        speculate_get_padding_offset,
+        speculate_get_seq_lens_output,
+    )
+
     cp = _cupy()
     _dtype("pre_process", "seq_lens_this_time", seq_lens_this_time, np.int32)
     max_len = input_ids.shape[1]
@@ -282,7 +159,8 @@ def _pre_process_padded(
     cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
     # without speculation the prompt rows are the only tokens: input_ids stands for the drafts
     # and every scheduled token is a prefill token
-    ids, batch_id, cu_q, cu_k = _padding_offset(
+    ids, batch_id, cu_q, cu_k = launch(
+        "speculate_get_padding_offset",
         dict(
             input_ids=input_ids,
             draft_tokens=draft_tokens if speculative_decoding else input_ids,
@@ -291,27 +169,29 @@ def _pre_process_padded(
             seq_len=seq_lens_this_time,
             seq_lens_encoder=seq_lens_encoder if speculative_decoding else seq_lens_this_time,
         ),
-        outs and outs[:4],
+        out=outs and outs[:4],
     )
     if not speculative_decoding:
         return ids, batch_id, cu_q, cu_k, None, None
-    seq_lens_output = _seq_lens_output(
+    (seq_lens_output,) = launch(
+        "speculate_get_seq_lens_output",
         dict(
             seq_lens_this_time=seq_lens_this_time,
             seq_lens_encoder=seq_lens_encoder,
             seq_lens_decoder=seq_lens_decoder,
         ),
-        _workspace("pre_process_seq_lens_output", (bsz,), np.int32),
+        out=[_workspace("pre_process_seq_lens_output", (bsz,), np.int32)],
     )
     out_cum_tmp = _cum_offsets("pre_process_output_cum_offsets_tmp", seq_lens_output, bsz, max_len)
-    padding, out_cum = _output_padding_offset(
+    padding, out_cum = launch(
+        "speculate_get_output_padding_offset",
         dict(
             output_cum_offsets_tmp=out_cum_tmp,
             out_token_num=capacity,
             seq_lens_output=seq_lens_output,
             max_seq_len=max_len,
         ),
-        outs and (outs[5], outs[4]),
+        out=outs and (outs[5], outs[4]),
     )
     return ids, batch_id, cu_q, cu_k, out_cum, padding
 
@@ -349,13 +229,6 @@ def _pre_process_outs(out, capacity, bsz, speculative):
             continue
         _out_array("pre_process", f"out[{i}] ({name})", a, (sizes[size],), dt)
     return list(out)
-
-
-def _out_array(op, arg, a, shape, dt):
-    """A persistent output array: a C-contiguous CuPy array of exactly ``shape`` and ``dt``."""
-    _dtype(op, arg, a, dt)
-    if tuple(a.shape) != tuple(shape):
-        _fail(op, arg, f"must have shape {list(shape)}, got {list(a.shape)}")
 
 
 def rebuild_padding(
@@ -469,3 +342,7 @@ def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidd
     live_rows = _workspace("rebuild_padding_live_rows", (1,), np.int64)
     raise_status(op, load().rebuild_padding_padded(p, _ptr(live_rows), _ptr(_scratch()), _stream()))
     return out
+
+
+# The packing ops not written above are generated from fd_mtp/schema/packing.py.
+__all__ = sorted({"pre_process", "rebuild_padding", *define_launchers(globals(), "packing")})

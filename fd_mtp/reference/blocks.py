@@ -11,7 +11,7 @@ allocations by atomics; here (and in the op) everything goes in batch order.
 
 import numpy as np
 
-from ..schema import resolve_kw, written_args
+from ..schema import check_together, get, resolve_kw, written_args
 from ._arrays import _flat, _on_copies
 from ._decode_blocks import DecodeBlocks
 
@@ -133,12 +133,8 @@ def recover_decode_task(
     counts as ready: the request resumes.
     """
     op = "recover_decode_task"
+    check_together(get(op), locals())  # the schema's Together rule
     spec = draft_tokens is not None
-    if (step_draft_tokens is not None) != spec or (step_seq_lens_this_time is not None) != spec:
-        raise ValueError(
-            f"{op}: draft_tokens and step_draft_tokens and step_seq_lens_this_time must all be "
-            "given (speculative variant) or all be None"
-        )
     this_time = _flat(seq_lens_this_time)
     block_step = _flat(is_block_step)
     step_dec = _flat(step_seq_lens_decoder)

@@ -16,7 +16,7 @@ Conventions shared by every function here (spec §1.2):
 
 import numpy as np
 
-from ..schema import resolve_kw, written_args
+from ..schema import check_rules, get, resolve_kw, written_args
 from ._arrays import _flat, _on_copies, _views
 
 __all__ = [
@@ -452,10 +452,9 @@ def mtp_step_paddle(
     ValueError when no request can be preempted while short (upstream spins forever), ValueError
     when an append would run past the end of free_list.
     """
-    if np.ndim(free_list) != 1:
-        raise ValueError(
-            f"mtp_step_paddle: free_list must have shape [F] (1-D), got {list(np.shape(free_list))}"
-        )
+    # the schema's Check rule on free_list (the binding's and fd_mtp.cuda's too)
+    attrs = {"block_size": block_size, "max_draft_tokens": max_draft_tokens}
+    check_rules(get("mtp_step_paddle"), attrs, {}, {"free_list": np.shape(free_list)})
     # Run on copies and write back only on success, so an error leaves the arguments unchanged.
     _on_copies(
         locals(),

@@ -13,7 +13,7 @@ ValueError naming the argument, raised before anything is written.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..schema import resolve_kw
+from ..schema import check_rules, get, resolve_kw
 
 __all__ = ["ngram_match", "hybrid_mtp_ngram"]
 
@@ -100,8 +100,7 @@ def _ngram_sizes(op, n_max, n_min):
         raise ValueError(f"{op}: max_ngram_size must be >= 1, got {n_max}")
     if n_min < 1:
         raise ValueError(f"{op}: min_ngram_size must be >= 1, got {n_min}")
-    if n_min > n_max:
-        raise ValueError(f"{op}: min_ngram_size must be <= max_ngram_size ({n_max}), got {n_min}")
+    check_rules(get(op), {"max_ngram_size": n_max, "min_ngram_size": n_min}, {})  # the schema's
     return n_max, n_min
 
 

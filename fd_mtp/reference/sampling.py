@@ -11,6 +11,8 @@ Floating-point conventions (shared with the C++ / CUDA kernels, so that the comp
 
 import numpy as np
 
+from ..schema import check_rules, get
+
 __all__ = ["speculate_get_token_penalty_multi_scores", "top_p_candidates"]
 
 _F32 = np.float32
@@ -198,9 +200,6 @@ def _penalized(values, ids, alpha, beta, gamma, temp):
 # --------------------------------------------------------------------------------------------
 # §5.6 top_p_candidates
 # --------------------------------------------------------------------------------------------
-_CANDIDATE_LENS = frozenset(list(range(1, 11)) + list(range(20, 101, 10)))
-
-
 def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_seq_len):
     """The C most probable tokens per row and the top-p length (spec §5.6).
 
@@ -211,10 +210,8 @@ def top_p_candidates(probs, top_p, output_padding_offset, candidates_len, max_se
     rows, vocab = probs.shape
     c = int(candidates_len)
     max_seq_len = int(max_seq_len)
-    if c not in _CANDIDATE_LENS:
-        raise ValueError(f"candidates_len must be 1..10 or a multiple of 10 up to 100, got {c}")
-    if c > vocab:
-        raise ValueError(f"candidates_len is {c} but probs has only {vocab} columns")
+    # the schema's Check rules on candidates_len (the binding's and fd_mtp.cuda's too)
+    check_rules(get("top_p_candidates"), {"candidates_len": c}, {"V": vocab})
     offset = _flat(output_padding_offset)
     p_all = _to_f32(_flat(top_p))
     bs = top_p.shape[0]

@@ -9,7 +9,7 @@ argument, before anything is written, like the ops.
 
 import numpy as np
 
-from ..schema.update import stop_seqs_layout
+from ..schema import check_rules, expr_value, get
 
 __all__ = [
     "speculate_set_stop_value_multi_seqs",
@@ -91,8 +91,13 @@ def speculate_set_stop_value_multi_seqs(
     step = _flat(step_idx)
     stop = _flat(stop_flags)
     bs, wa = accept_tokens.shape
-    # [bs, S, Ls] with [bs, S], or [bs, Ls] with [bs]: one stop sequence per request.
-    n_seqs, ls = stop_seqs_layout(op, stop_seqs.shape, stop_seqs_len.shape, bs)
+    # [bs, S, Ls] with [bs, S], or [bs, Ls] with [bs]: one stop sequence per request (the
+    # schema's Check rules and computed Params fields, as the binding and fd_mtp.cuda use them)
+    schema_op = get(op)
+    shapes = {"stop_seqs": stop_seqs.shape, "stop_seqs_len": stop_seqs_len.shape}
+    check_rules(schema_op, {}, {"B": bs}, shapes)
+    n_seqs = expr_value(schema_op.extra_params["num_stop_seqs"], {}, {}, shapes)
+    ls = expr_value(schema_op.extra_params["stop_seq_cols"], {}, {}, shapes)
     stop_seqs = stop_seqs.reshape(stop_seqs.shape[0], n_seqs, ls)
     stop_seqs_len = stop_seqs_len.reshape(stop_seqs_len.shape[0], n_seqs)
     lp = pre_ids.shape[1]

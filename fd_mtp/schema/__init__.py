@@ -30,6 +30,16 @@ Tensor specs are strings ``"<dtype>[<dims>]"``:
 
 A name bound by one tensor and used by a later one must agree ("must have C columns, got ...").
 Named dims are available to the Params fill and to the hand-written apply as ``a.dims.<name>``.
+A ``count`` tensor (``Tensor(..., count="T")``) binds the dim ``T`` to its value, read on the
+host (a token count that sizes an output).
+
+Returned tensors are declared as `Out` (``Op.outputs``): a dtype and dims that are named dims,
+``<dim> + <int>`` or ints (``"int32[B + 1]"``); the binding allocates them on the op's place
+(zero-filled with ``fill=0``), hands their data pointers to the Params and returns them, and
+the shape inference of the registered op is derived from the same dims (a dim read on the host
+is unknown there: -1). `Together` declares optional tensors given all together or none, a rule
+the generated binding, fd_mtp.cuda and the numpy reference check with one message
+(`check_together`).
 """
 
 from __future__ import annotations
@@ -39,14 +49,32 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ._flags import (
+    FLAG_COMPARES,
+    DeviceFlag,
+    device_flag,
+    flag_value,
+    host_reads,
+    required,
+)
+from ._rules import Check, Together, check_rules, check_together, expr_value
+
 __all__ = [
+    "FLAG_COMPARES",
     "Attr",
+    "Check",
     "Dim",
     "Op",
+    "Out",
+    "Together",
+    "Workspace",
     "Require",
     "Status",
     "Tensor",
     "all_ops",
+    "check_rules",
+    "check_together",
+    "expr_value",
     "DeviceFlag",
     "define_wrapper",
     "device_flag",
@@ -89,7 +117,9 @@ class Tensor:
     live on the CPU (e.g. ``not_need_stop``); ``any_place``: on any device (e.g. a count the binding
     reads on the host); otherwise on the op's place (its first tensor's, or ``Op.place``).
     ``param``: the kernel Params field taking its data pointer (None: filled by
-    hand). ``kw``: keyword-only in Python."""
+    hand; a tensor of several dtypes hands ``void*``). ``kw``: keyword-only in Python.
+    ``count``: a token count read on the host into that dim; ``same_dtype``: must have the dtype
+    of that tensor (checked after every tensor's own checks)."""
 
     name: str
     spec: str
@@ -100,8 +130,12 @@ class Tensor:
     param: str | None = ""
     kw: bool = False
     doc: str = ""
+    count: str | None = None
+    same_dtype: str | None = None
 
     def __post_init__(self):
+        if self.count is not None and (self.spec.replace(" ", "") != "int64|int32[1]"):
+            raise ValueError(f"{self.name}: a count tensor must be 'int64|int32[1]'")
         if self.cpu and self.any_place:
             raise ValueError(f"{self.name}: cpu and any_place exclude each other")
         if self.role not in ROLES:
@@ -182,6 +216,93 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Out:
+    """A tensor the op returns: ``spec`` ``"<dtype>[<dims>]"`` with one dtype and dims that are
+    named dims of the inputs (``B``, a count's ``T``), ``<dim> + <int>`` or ints; ``fill``: 0
+    for a zero-filled output (entries the kernel may leave alone), None for uninitialised;
+    ``param``: the kernel Params field taking its data pointer; ``like``: the input tensor whose
+    dtype it has (spec dtype ``any``; a ``void*`` Params field). Dims may also name attributes."""
+
+    name: str
+    spec: str
+    fill: int | None = None
+    param: str | None = ""
+    like: str | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        m = re.fullmatch(r"([a-z0-9]+)\[(.*)\]", self.spec.replace(" ", ""))
+        if (
+            m is None
+            or m.group(1) not in DTYPES
+            or (m.group(1) == "any") != (self.like is not None)
+        ):
+            raise ValueError(f"{self.name}: output spec {self.spec!r} is not '<dtype>[<dims>]'")
+        for term in self.dims:
+            if term[0] is None and term[1] < 0:
+                raise ValueError(f"{self.name}: a literal dim must be >= 0")
+        if self.param == "":
+            object.__setattr__(self, "param", self.name)
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.replace(" ", "").split("[", 1)[0]
+
+    @cached_property
+    def dims(self) -> tuple[tuple[str | None, int], ...]:
+        """One ``(name, add)`` per axis: the named dim plus ``add`` (name None: the int ``add``)."""
+        body = self.spec.replace(" ", "").split("[", 1)[1][:-1]
+        out = []
+        for part in body.split(","):
+            m = re.fullmatch(r"([A-Za-z_]\w*)(?:\+(\d+))?|(\d+)", part)
+            if m is None:
+                raise ValueError(f"{self.name}: output dim {part!r} is not <dim>[+<int>] or <int>")
+            if m.group(3) is not None:
+                out.append((None, int(m.group(3))))
+            else:
+                out.append((m.group(1), int(m.group(2) or 0)))
+        return tuple(out)
+
+    def shape(self, dims: dict) -> tuple[int, ...]:
+        """The output's shape for the named dims (and attributes) of a call."""
+        return tuple(add if name is None else dims[name] + add for name, add in self.dims)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A kernel workspace, never an argument: the Params field ``param`` points at ``spec``'s
+    entries (``"<dtype>[<dim>]"``, one axis: a named dim, at least one entry allocated). On the
+    GPU it is persistent per stream (the buffer ``key``, reallocated only when it grows;
+    ``zero``: zeroed then, for a kernel that leaves it zero); on the CPU a per-call vector.
+    ``size``: its entries as an expression instead of a dim (spec ``"<dtype>[]"``); ``cpu``:
+    the CPU driver uses it too (False: the field stays null on the CPU)."""
+
+    param: str
+    spec: str
+    key: str
+    zero: bool = False
+    size: str | None = None
+    cpu: bool = True
+
+    def __post_init__(self):
+        m = re.fullmatch(r"([a-z0-9]+)\[([A-Za-z_]\w*)?\]", self.spec.replace(" ", ""))
+        if m is None or m.group(1) not in DTYPES or m.group(1) == "any":
+            raise ValueError(f"workspace {self.param}: spec {self.spec!r} is not '<dtype>[<dim>]'")
+        if (m.group(2) is None) == (self.size is None):
+            raise ValueError(f"workspace {self.param}: give a dim ('<dtype>[<dim>]') or size=")
+
+    @property
+    def dtype(self) -> str:
+        return self.spec.replace(" ", "").split("[", 1)[0]
+
+    @property
+    def count(self) -> str:
+        """Its number of entries, an expression (`Check`'s language): ``dims.<dim>`` or ``size``."""
+        dim = self.spec.replace(" ", "").split("[", 1)[1][:-1]
+        return f"dims.{dim}" if dim else self.size
+
+
+@dataclass(frozen=True)
 class Require:
     """A rule between a named dim and the attributes: ``dims.<dim> >= <at_least>`` (an
     expression of integer attributes, e.g. ``"substep + 2"``), refused naming ``tensor``."""
@@ -211,7 +332,11 @@ class Op:
     no schema expresses), run before the dispatch. ``requires``: `Require` rules (a named dim at
     least an expression of attributes). ``cuda``: the kernel has a CUDA launcher file.
     ``doc``: the Python wrapper's docstring (generated wrappers; hand-written wrappers keep
-    their own)."""
+    their own). ``outputs``: `Out` declarations of the returned tensors (``returns`` is then
+    derived from them); ``together``: `Together` rules; ``checks``: `Check` rules;
+    ``workspaces``: `Workspace` declarations. ``skip``: an expression (`Check`'s language) under
+    which the op does nothing (no kernel runs, e.g. ``dims.T == 0``); ``result``: the argument the
+    Python wrappers return (an in-place op whose FastDeploy wrapper returns its tensor)."""
 
     name: str
     entry: str
@@ -231,8 +356,26 @@ class Op:
     requires: tuple = ()
     cuda: bool = True
     doc: str = ""
+    outputs: tuple = ()
+    together: tuple = ()
+    checks: tuple = ()
+    workspaces: tuple = ()
+    skip: str | None = None
+    result: str | None = None
 
     def __post_init__(self):
+        if self.outputs:
+            names = tuple(o.name for o in self.outputs)
+            if self.returns and self.returns != names:
+                raise ValueError(f"{self.name}: returns and outputs name different tensors")
+            object.__setattr__(self, "returns", names)
+            if self.cpu is None:
+                raise ValueError(f"{self.name}: outputs need the standard dispatch (cpu=)")
+        for group in self.together:
+            for name in group.tensors:
+                t = next((a for a in self.args if a.name == name), None)
+                if not isinstance(t, Tensor) or not t.optional:
+                    raise ValueError(f"{self.name}: together names {name!r}, no optional tensor")
         if self.flag is not None and (self.cpu is None or not self.status):
             raise ValueError(f"{self.name}: flag needs the standard dispatch (cpu=) and statuses")
         if self.launcher is not None and self.cpu is None:
@@ -378,140 +521,27 @@ def resolve_kw(op_name: str, name: str, value):
     return envs.get(attr.env)
 
 
-def define_wrapper(op: Op, namespace: dict, call: str, doc: str) -> None:
+def define_wrapper(
+    op: Op, namespace: dict, call: str, doc: str, extra: tuple = (), name: str | None = None
+) -> None:
     """Defines the function ``op.name`` in ``namespace`` (a module's globals) with the schema's
     Python signature (FastDeploy's positional arguments, then the keyword-only extras defaulting
-    to None) and docstring ``doc``; its body is ``return <call>("<op>", locals())`` (its first
-    element when the op returns one tensor). Defined in
-    the module's own globals, it is an ordinary function of that module (``help``,
-    ``inspect.signature`` and doctest see it as written there)."""
+    to None, then the layer's own keywords ``extra``, also None) and docstring ``doc``; its body
+    is ``return <call>("<op>", locals())`` (its first element when the op returns one tensor).
+    Defined in the module's own globals, it is an ordinary function of that module (``help``,
+    ``inspect.signature`` and doctest see it as written there). ``name``: the function's name
+    when it is not the op's (a layer's variant of the op)."""
     positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
     keyword = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw]
+    keyword += list(extra)
     params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
     first = "[0]" if len(op.returns) == 1 else ""  # one returned tensor: the tensor itself
-    source = f"def {op.name}({params}):\n    return {call}({op.name!r}, locals()){first}\n"
+    fn = name or op.name
+    if op.result is not None:  # the in-place op's tensor, as FastDeploy's wrapper returns it
+        body = f"    {call}({op.name!r}, locals())\n    return {op.result}\n"
+    else:
+        body = f"    return {call}({op.name!r}, locals()){first}\n"
+    source = f"def {fn}({params}):\n{body}"
     code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
     exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
-    namespace[op.name].__doc__ = doc
-
-
-def flag_value(op: Op, count: int, dims: dict, params, host: dict) -> bool:
-    """The value of the op's ``flag`` expression (the same text the C++ dispatch compiles)."""
-    from types import SimpleNamespace
-
-    names = {
-        "count": count,
-        "dims": SimpleNamespace(**dims),
-        "p": params,
-        "host": SimpleNamespace(**host),
-    }
-    return bool(eval(op.flag[1], {"__builtins__": {}}, names))  # noqa: S307 - schema text
-
-
-def required(op: Op, rule: Require, attrs: dict) -> int:
-    """The lower bound of a `Require` rule for the attribute values ``attrs`` (by name)."""
-    return int(eval(rule.at_least, {"__builtins__": {}}, dict(attrs)))  # noqa: S307 - schema text
-
-
-def host_reads(op: Op) -> list[str]:
-    """Tensors the op's ``flag`` expression reads on the host (``host.<name>``)."""
-    if op.flag is None:
-        return []
-    return list(dict.fromkeys(re.findall(r"\bhost\.(\w+)", op.flag[1])))
-
-
-# The comparisons a device flag may use (the C++ FlagCompare of custom_ops/cuda/stream_status.h,
-# in this order).
-FLAG_COMPARES = ("<", "<=", ">", ">=", "==", "!=")
-
-
-@dataclass(frozen=True)
-class DeviceFlag:
-    """An op's ``flag`` expression in the form a device kernel evaluates (`device_flag`):
-    ``count + <offset> <compare> <bound>``. ``offset``: an expression of ``dims.<dim>``,
-    ``p.<Params field>`` and integer literals, known on the host at the call ("0" when the
-    expression has none); ``bound_tensor``: the one-element int64 tensor the bound is read from
-    on the device (``host.<tensor>`` in the schema text), or None when ``bound`` (a host-known
-    expression like ``offset``) is the bound."""
-
-    offset: str
-    compare: str
-    bound_tensor: str | None
-    bound: str | None
-
-    @property
-    def compare_id(self) -> int:
-        """The comparison's value in the C++ FlagCompare."""
-        return FLAG_COMPARES.index(self.compare)
-
-    def host_ints(self, dims: dict, params) -> tuple[int, int | None]:
-        """``(offset, bound)`` for one call (the named dims, the filled Params); bound is None
-        when it is read on the device from ``bound_tensor``."""
-        from types import SimpleNamespace
-
-        names = {"dims": SimpleNamespace(**dims), "p": params}
-
-        def value(text):
-            return int(eval(text, {"__builtins__": {}}, names))  # noqa: S307 - schema text
-
-        return value(self.offset), None if self.bound is None else value(self.bound)
-
-
-def device_flag(op: Op) -> DeviceFlag:
-    """The device form of ``op.flag`` (raises ValueError, naming the op, for an expression that
-    is not ``count [+ <host-known int>] <cmp> <host.<tensor> | host-known int>``; host-known:
-    ``dims.<dim>``, ``p.<field>``, integer literals with + - * and parentheses)."""
-    import ast
-
-    if op.flag is None:
-        raise ValueError(f"{op.name}: has no flag")
-    text = op.flag[1]
-    ops = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-
-    def refuse(why):
-        raise ValueError(
-            f"{op.name}: flag expression {text!r} has no device form ({why}); it must read "
-            "`count [+ <host-known int>] <cmp> <host.<tensor> | host-known int>`, host-known: "
-            "dims.<dim>, p.<field>, integer literals, + - * and parentheses"
-        )
-
-    def host_known(node):
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id in ("dims", "p"):
-                return
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
-            host_known(node.left)
-            host_known(node.right)
-            return
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            host_known(node.operand)
-            return
-        refuse(f"{ast.unparse(node)!r} is not a host-known int")
-
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        refuse("not an expression")
-    if not isinstance(tree, ast.Compare) or len(tree.ops) != 1 or type(tree.ops[0]) not in ops:
-        refuse("not one comparison")
-    left, right = tree.left, tree.comparators[0]
-    offset = "0"
-    if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
-        if not (isinstance(left.left, ast.Name) and left.left.id == "count"):
-            refuse("the left side must start with `count +`")
-        host_known(left.right)
-        offset = ast.unparse(left.right)
-    elif not (isinstance(left, ast.Name) and left.id == "count"):
-        refuse("the left side must be `count` or `count + <host-known int>`")
-    if (
-        isinstance(right, ast.Attribute)
-        and isinstance(right.value, ast.Name)
-        and right.value.id == "host"
-    ):
-        if right.attr not in {t.name for t in op.tensors}:
-            refuse(f"host.{right.attr} is not a tensor of the op")
-        return DeviceFlag(offset, ops[type(tree.ops[0])], right.attr, None)
-    host_known(right)
-    return DeviceFlag(offset, ops[type(tree.ops[0])], None, ast.unparse(right))
+    namespace[fn].__doc__ = doc

@@ -188,7 +188,27 @@ def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:
     return dims
 
 
+# The kernels' FloatKind (custom_ops/kernels/float_bits.h) of a float array's dtype (bfloat16's
+# bits travel as uint16 in CuPy).
+FLOAT_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2, "uint16": 2}
+
+
+def check_same_dtypes(op: Op, values: dict) -> None:
+    """The tensors declared ``same_dtype`` have that tensor's dtype (as the binding checks)."""
+    for t in op.tensors:
+        if t.same_dtype is not None:
+            want = values[t.same_dtype].dtype
+            if values[t.name].dtype != want:
+                _fail(op, t.name, f"must be {want}, got {values[t.name].dtype}")
+
+
 def _value(op: Op, expr: str, values: dict, dims: dict):
+    if expr.isdigit():  # a fixed value of the op
+        return int(expr)
+    if expr in ("true", "false"):
+        return expr == "true"
+    if expr.startswith("float_kind("):
+        return FLOAT_KINDS[str(values[expr[11:-1]].dtype)]
     for fn, get in (
         ("numel(", lambda x: x.size),
         ("rows(", lambda x: x.shape[0]),
@@ -199,13 +219,20 @@ def _value(op: Op, expr: str, values: dict, dims: dict):
             return 0 if x is None else get(x)
     if expr in dims:
         return dims[expr]
-    return values[expr]
+    if expr in values:
+        return values[expr]
+    # a computed field: a schema expression (cmake/gen_ops_expr.py compiles the same text)
+    from . import expr_value
+
+    attrs = {a.name: values[a.name] for a in op.attrs}
+    shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
+    return expr_value(expr, attrs, dims, shapes)
 
 
 def fill_params(op: Op, p, values: dict, dims: dict, ptr) -> None:
     """Fills the kernel's Params object ``p`` (a pybind11 struct) as the generated C++ does."""
     for t in op.tensors:
-        if t.param is None or len(t.dtypes) != 1 or t.cpu:
+        if t.param is None or "any" in t.dtypes or t.cpu or t.count is not None:
             continue
         x = values[t.name]
         setattr(p, t.param, 0 if x is None else ptr(x))

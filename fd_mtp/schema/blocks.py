@@ -1,7 +1,7 @@
 """Schemas of the target-side KV-block managers: spec ../shared/spec/ops.md §5.13-§5.15, §11 (see
 fd_mtp/schema/__init__.py for the format)."""
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Op, Status, Tensor, Together
 from ._block_step import STEP_EXTRA, STEP_STATUS, step_args
 
 OPS = [
@@ -58,7 +58,12 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="recover_decode_task",
         cpu="recover_decode_cpu",
-        check=True,
+        together=(
+            Together(
+                ("draft_tokens", "step_draft_tokens", "step_seq_lens_this_time"),
+                "speculative variant",
+            ),
+        ),
         params="RecoverDecodeParams",
         extra_params={
             "num_blocks_per_seq": "NB",

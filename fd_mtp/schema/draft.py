@@ -1,6 +1,6 @@
 """Schemas of the draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
 
-from . import Attr, Op, Require, Status, Tensor
+from . import Attr, Check, Op, Require, Status, Tensor, Workspace
 
 OPS = [
     Op(
@@ -432,6 +432,16 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="mtp_step",
         params="MtpStepParams",
+        cpu="mtp_step_cpu",
+        launcher="mtp_step_cuda",
+        workspaces=(Workspace("need_list", "int32[B]", "mtp_step_need_list"),),
+        checks=(  # FastDeploy's free lists are 1-D ([F], paddle.to_tensor of a list)
+            Check(
+                "free_list",
+                "rank(free_list) == 1",
+                "must have shape [F] (1-D), got {shape(free_list)}",
+            ),
+        ),
         extra_params={
             "num_blocks_per_seq": "NB",
             "free_list_capacity": "numel(free_list)",

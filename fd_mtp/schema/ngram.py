@@ -1,7 +1,7 @@
 """Schemas of the n-gram drafting ops: spec ../shared/spec/ops.md §5.17 (ngram_match) and §6.7
 (hybrid_mtp_ngram) (see fd_mtp/schema/__init__.py for the format)."""
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Check, Op, Status, Tensor, Workspace
 
 # Both ops run the same kernel (custom_ops/kernels/ngram.h) and share its status table.
 _STATUS = (
@@ -31,6 +31,13 @@ _STATUS = (
     ),
 )
 _EXTRA = {"input_ids_cols": "Li", "pre_ids_cols": "Lp", "draft_tokens_cols": "Dd", "bsz": "B"}
+# Both ops run the same CPU driver and CUDA launcher (Params.hybrid picks the variant).
+_DISPATCH = dict(
+    cpu="ngram_cpu",
+    launcher="ngram_cuda",
+    # the CUDA search's winning positions (the CPU driver searches request by request)
+    workspaces=(Workspace("hits", "int64[B]", "ngram_hits", cpu=False),),
+)
 _ANY = "int64|int32|bool|float32|float16|bfloat16|uint8[]"
 
 OPS = [
@@ -103,7 +110,9 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="ngram",
         params="NgramParams",
-        extra_params=_EXTRA,
+        # max_draft_tokens is ignored, as upstream
+        extra_params={**_EXTRA, "min_ngram_size": "1", "hybrid": "false"},
+        **_DISPATCH,
         args=(
             Tensor("input_ids", "int64[>=B, Li]", doc="the prompt haystack"),
             Tensor("input_ids_len", "int64[>=B]"),
@@ -183,7 +192,16 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="ngram",
         params="NgramParams",
-        extra_params=_EXTRA,
+        # draft_token_num and seq_lens_encoder are not read
+        extra_params={**_EXTRA, "hybrid": "true"},
+        **_DISPATCH,
+        checks=(
+            Check(
+                "min_ngram_size",
+                "min_ngram_size <= max_ngram_size",
+                "must be <= max_ngram_size ({max_ngram_size}), got {min_ngram_size}",
+            ),
+        ),
         args=(
             Tensor("input_ids", "int64[>=B, Li]", doc="the proposer's prompt haystack"),
             Tensor("input_ids_len", "int64[>=B]"),
@@ -201,7 +219,7 @@ OPS = [
             Tensor("seq_lens_decoder", "int32[>=B]"),
             Tensor("max_dec_len", "int64[>=B]"),
             Attr("max_ngram_size", "int", min=1),
-            Attr("min_ngram_size", "int", min=1, doc="<= max_ngram_size (checked by hand)"),
+            Attr("min_ngram_size", "int", min=1, doc="<= max_ngram_size (a Check)"),
             Attr("max_draft_tokens", "int"),
             Attr("threshold", "int", kw=True, env="SPEC_TOKENUM_THRESHOLD"),
         ),

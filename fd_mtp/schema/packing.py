@@ -1,12 +1,12 @@
 """Schemas of the packing ops (the packed token layout of a step): spec ../shared/spec/ops.md §5.1-§5.4.
 
-The token counts (``token_num``, ``out_token_num``) are read on the host by the hand-written apply
-(``packing::host_count``: one int64 or int32 element in [0, INT32_MAX]); rebuild_padding's batch is
-``cu_seqlens_q.shape[0] - 1``, which no tensor spec expresses, so its per-request shapes are
-checked by hand too.
+The token counts (``token_num``, ``out_token_num``) are count tensors, read on the host by the
+generated binding (``check::host_count``: one int64 or int32 element in [0, INT32_MAX]) to size
+the outputs; rebuild_padding's batch is ``cu_seqlens_q.shape[0] - 1``, which no tensor spec
+expresses, so its per-request shapes are checked by hand too.
 """
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Op, Out, Status, Tensor
 
 OPS = [
     Op(
@@ -61,14 +61,31 @@ OPS = [
         place="input_ids",
         kernel="speculate_padding",
         params="PaddingOffsetParams",
-        extra_params={"input_ids_cols": "L", "draft_tokens_cols": "Kd", "bsz": "B"},
-        returns=("x_remove_padding", "batch_id_per_token", "cu_seqlens_q", "cu_seqlens_k"),
+        cpu="speculate_get_padding_offset_cpu",
+        extra_params={
+            "input_ids_cols": "L",
+            "draft_tokens_cols": "Kd",
+            "bsz": "B",
+            "token_num": "T",
+        },
+        outputs=(
+            # zeros, as upstream: entries in gaps between requests (wider slots) stay 0
+            Out("x_remove_padding", "int64[T]", fill=0),
+            Out("batch_id_per_token", "int32[T]", fill=0),
+            Out("cu_seqlens_q", "int32[B + 1]"),
+            Out("cu_seqlens_k", "int32[B + 1]"),
+        ),
         args=(
             Tensor("input_ids", "int64[>=B, L>=0]", doc="prefill tokens; L = the offsets' width"),
             Tensor("draft_tokens", "int64[>=B, Kd>=0]", doc="decode tokens"),
             Tensor("cum_offsets", "int32[>=B]", doc="inclusive cumsum of L - seq_len"),
             Tensor(
-                "token_num", "int64|int32[1]", any_place=True, param=None, doc="T, read on the host"
+                "token_num",
+                "int64|int32[1]",
+                any_place=True,
+                param=None,
+                count="T",
+                doc="T, read on the host",
             ),
             Tensor("seq_len", "int32[B]"),
             Tensor("seq_lens_encoder", "int32[>=B]", doc="> 0: prefilling, tokens from input_ids"),
@@ -134,8 +151,9 @@ OPS = [
         batch="seq_lens_this_time",
         kernel="speculate_padding",
         params="SeqLensOutputParams",
+        cpu="speculate_get_seq_lens_output_cpu",
         extra_params={"bsz": "B"},
-        returns=("seq_lens_output",),
+        outputs=(Out("seq_lens_output", "int32[B]"),),
         args=(
             Tensor("seq_lens_this_time", "int32[B]"),
             Tensor("seq_lens_encoder", "int32[>=B]"),
@@ -183,8 +201,12 @@ OPS = [
         batch="output_cum_offsets_tmp",
         kernel="speculate_padding",
         params="OutputPaddingOffsetParams",
-        extra_params={"bsz": "B"},
-        returns=("output_padding_offset", "output_cum_offsets"),
+        cpu="speculate_get_output_padding_offset_cpu",
+        extra_params={"bsz": "B", "out_token_num": "To"},
+        outputs=(
+            Out("output_padding_offset", "int32[To]", fill=0),  # gap rows stay 0
+            Out("output_cum_offsets", "int32[B]"),
+        ),
         args=(
             Tensor(
                 "output_cum_offsets_tmp",
@@ -196,6 +218,7 @@ OPS = [
                 "int64|int32[1]",
                 any_place=True,
                 param=None,
+                count="To",
                 doc="To, read on the host",
             ),
             Tensor("seq_lens_output", "int32[>=B]"),

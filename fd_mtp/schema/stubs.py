@@ -59,6 +59,8 @@ def _hint(arg, nullable: bool) -> str:
 def _returns(op) -> str:
     if op is None:
         return "None"
+    if op.result is not None:  # an in-place op whose wrapper returns that tensor
+        return "paddle.Tensor"
     if not op.returns:
         return "None"
     if len(op.returns) == 1:

@@ -1,12 +1,42 @@
 """Schemas of the target-side update ops of one engine step: spec ../shared/spec/ops.md §5.8, §5.10,
 §5.12, §5.16 (see fd_mtp/schema/__init__.py for the format)."""
 
-from . import Attr, Op, Status, Tensor  # noqa: F401
+from . import Attr, Check, Op, Status, Tensor  # noqa: F401
 
 # A tensor the op never reads (FastDeploy passes it): any dtype the schema knows, any shape.
 ANY = "any[]"  # an unused argument: any dtype and shape
 
 _ACCEPT_NUM_RANGE = "is {value}; it must be in [0, {limit}] (columns of accept_tokens)"
+
+# speculate_set_stop_value_multi_seqs' two forms of the stop sequences: stop_seqs [>=bs, S, Ls]
+# with stop_seqs_len [>=bs, S], or [>=bs, Ls] (one stop sequence per request, S = 1) with
+# stop_seqs_len [>=bs] or [>=bs, 1]. Checked in this order by every layer (`Check`).
+_NUM_STOP_SEQS = "dim(stop_seqs, 1) if rank(stop_seqs) == 3 else 1"
+_STOP_SEQS_FORMS = (
+    Check(
+        "stop_seqs",
+        "rank(stop_seqs) == 2 or rank(stop_seqs) == 3",
+        "must have shape [bs, S, Ls] or [bs, Ls] (one stop sequence per request), got "
+        "{shape(stop_seqs)}",
+    ),
+    Check(
+        "stop_seqs",
+        "dim(stop_seqs, 0) >= dims.B",
+        "has {dim(stop_seqs, 0)} rows but accept_tokens has {dims.B}",
+    ),
+    Check(
+        "stop_seqs_len",
+        f"(rank(stop_seqs_len) == 1 and ({_NUM_STOP_SEQS}) == 1) or (rank(stop_seqs_len) == 2 "
+        f"and dim(stop_seqs_len, 1) == ({_NUM_STOP_SEQS}))",
+        f"must have shape [bs, {{{_NUM_STOP_SEQS}}}]{{' or [bs]' if ({_NUM_STOP_SEQS}) == 1 else ''}}"
+        " for stop_seqs of shape {shape(stop_seqs)}, got {shape(stop_seqs_len)}",
+    ),
+    Check(
+        "stop_seqs_len",
+        "dim(stop_seqs_len, 0) >= dims.B",
+        "has {dim(stop_seqs_len, 0)} rows but accept_tokens has {dims.B}",
+    ),
+)
 
 OPS = [
     Op(
@@ -101,13 +131,15 @@ OPS = [
         # bs is accept_tokens' row count (a matrix, so not an Op.batch vector): it binds B itself.
         kernel="speculate_set_stop_value_multi_seqs",
         cpu="set_stop_value_cpu",
-        check=True,  # the two stop_seqs forms: num_stop_seqs, stop_seq_cols (stop_seqs_layout)
         params="SetStopValueParams",
         extra_params={
             "accept_tokens_cols": "Wa",
             "pre_ids_cols": "Lp",
             "bs": "B",
+            "num_stop_seqs": _NUM_STOP_SEQS,
+            "stop_seq_cols": "dim(stop_seqs, -1)",
         },
+        checks=_STOP_SEQS_FORMS,
         args=(
             Tensor("accept_tokens", "int64[B, Wa>=0]", "written", doc="defines bs"),
             Tensor("accept_num", "int32[>=B]", "written"),
@@ -520,30 +552,3 @@ OPS = [
         ),
     ),
 ]
-
-
-def stop_seqs_layout(op: str, stop_seqs_shape, stop_seqs_len_shape, bs: int) -> tuple[int, int]:
-    """``(S, Ls)`` of speculate_set_stop_value_multi_seqs' stop sequences: ``stop_seqs`` is
-    ``[>=bs, S, Ls]`` with ``stop_seqs_len`` ``[>=bs, S]``, or ``[>=bs, Ls]`` (one stop sequence per
-    request, S = 1) with ``stop_seqs_len`` ``[>=bs]`` or ``[>=bs, 1]``. Raises ValueError naming the
-    argument otherwise (the same rule as the C++ check hook, custom_ops/paddle/
-    speculate_set_stop_value_multi_seqs.cc)."""
-    seqs, lens = tuple(stop_seqs_shape), tuple(stop_seqs_len_shape)
-    if len(seqs) not in (2, 3):
-        raise ValueError(
-            f"{op}: stop_seqs must have shape [bs, S, Ls] or [bs, Ls] (one stop sequence per "
-            f"request), got {list(seqs)}"
-        )
-    if seqs[0] < bs:
-        raise ValueError(f"{op}: stop_seqs has {seqs[0]} rows but accept_tokens has {bs}")
-    n = seqs[1] if len(seqs) == 3 else 1
-    ok = (len(lens) == 1 and n == 1) or (len(lens) == 2 and lens[1] == n)
-    if not ok:
-        raise ValueError(
-            f"{op}: stop_seqs_len must have shape [bs, {n}]"
-            + (" or [bs]" if n == 1 else "")
-            + f" for stop_seqs of shape {list(seqs)}, got {list(lens)}"
-        )
-    if lens[0] < bs:
-        raise ValueError(f"{op}: stop_seqs_len has {lens[0]} rows but accept_tokens has {bs}")
-    return int(n), int(seqs[-1])

@@ -22,6 +22,30 @@ def test_registered_runner_and_pybind_module_agree_and_write_in_place():
     assert_same(b[1].numpy(), np.array([2, 2, 9], np.int32), "this_time (registered)")
 
 
+def test_declared_outputs_have_the_same_values_dtypes_and_shapes_on_both_paths():
+    """An op whose returned tensors are declared in its schema (fd_mtp.schema.Out): the
+    registered runner goes through the generated shape / dtype inference, the pybind path does
+    not; both return the same tensors."""
+    q = np.array([3, 2, 0], np.int32)
+    args = [
+        np.array([[5, 6, 7, 0], [9, 0, 0, 0], [1, 1, 1, 1]], np.int64),
+        np.array([[0, 0], [8, 4], [0, 0]], np.int64),
+        np.cumsum(4 - q).astype(np.int32),
+        np.array([5], np.int64),
+        q,
+        np.array([3, 0, 0], np.int32),
+    ]
+    a = _loader.call("speculate_get_padding_offset", *[to_paddle(x) for x in args])
+    b = _loader.run_registered("speculate_get_padding_offset", *[to_paddle(x) for x in args])
+    assert len(a) == len(b) == 4
+    for x, y, dt, shape in zip(
+        a, b, (np.int64, np.int32, np.int32, np.int32), ([5], [5], [4], [4])
+    ):
+        assert_same(y.numpy(), x.numpy(), "registered output")
+        assert y.numpy().dtype == dt and list(y.shape) == shape
+    assert a[0].numpy().tolist() == [5, 6, 7, 8, 4]
+
+
 @pytest.mark.parametrize("runner", [_loader.call, _loader.run_registered])
 def test_both_paths_raise_value_error_naming_the_argument_without_source_location(runner):
     args = [to_paddle(x) for x in postprocess_args()]

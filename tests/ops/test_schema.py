@@ -111,18 +111,65 @@ def _gen_ops():
 
 
 def _code_text(path: Path) -> str:
-    """A source file's text without its prose about other ops: a Python module's docstring, C++
-    comments."""
+    """A source file's text without its prose about other ops: C++ comments; a Python module's
+    comments, docstrings (module, classes, functions) and ``doc=`` strings (the schema's
+    docstrings of generated wrappers)."""
     text = path.read_text()
     if path.suffix in {".h", ".cc", ".cu", ".cuh"}:
         return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
-    if path.suffix == ".py":
-        tree = ast.parse(text)
-        if tree.body and isinstance(tree.body[0], ast.Expr):
-            lines = text.split("\n")
-            first = tree.body[0]
-            text = "\n".join(lines[: first.lineno - 1] + lines[first.end_lineno :])
-    return text
+    if path.suffix != ".py":
+        return text
+    import io
+    import tokenize
+
+    prose = []  # string constants that are prose
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                prose.append(first.value)
+        if isinstance(node, ast.keyword) and node.arg == "doc":
+            prose.append(node.value)
+    lines = [line.encode() for line in text.split("\n")]  # ast offsets count UTF-8 bytes
+    prose = [c for c in prose if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    for c in sorted(prose, key=lambda c: (c.lineno, c.col_offset), reverse=True):
+        first, last = c.lineno - 1, c.end_lineno - 1
+        if first == last:
+            line = lines[first]
+            lines[first] = line[: c.col_offset] + b'""' + line[c.end_col_offset :]
+        else:
+            lines[first] = lines[first][: c.col_offset] + b'""'
+            for k in range(first + 1, last):
+                lines[k] = b""
+            lines[last] = lines[last][c.end_col_offset :]
+    text = "\n".join(line.decode() for line in lines)
+    lines = text.split("\n")
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(lines)
+
+
+# Composite wrappers that call ops (pre_process runs the three packing ops): they consume an op as
+# any caller does and write none of its glue, so their bodies are not searched for op names.
+# Nothing else in these files may name an op.
+COMPOSITE_CALLERS = {
+    "fd_mtp/ops/packing.py": ("pre_process", "_output_offsets"),
+    "fd_mtp/cuda/packing.py": ("pre_process", "_pre_process_padded"),
+}
+
+
+def _without_functions(text: str, names) -> str:
+    """A Python module's text without the top-level functions ``names``."""
+    tree = ast.parse(text)
+    lines = text.split("\n")
+    for node in reversed(tree.body):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            del lines[start - 1 : node.end_lineno]
+    return "\n".join(lines)
 
 
 def _op_layer_files():
@@ -131,7 +178,12 @@ def _op_layer_files():
         files += [
             p for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".h", ".cc", ".cu", ".cuh"}
         ]
-    return {p.relative_to(ROOT).as_posix(): _code_text(p) for p in files}
+    out = {p.relative_to(ROOT).as_posix(): _code_text(p) for p in files}
+    for path, names in COMPOSITE_CALLERS.items():
+        found = {n.name for n in ast.parse(out[path]).body if isinstance(n, ast.FunctionDef)}
+        assert set(names) <= found, f"{path} has no {sorted(set(names) - found)}"
+        out[path] = _without_functions(out[path], names)
+    return out
 
 
 STANDARD = sorted(
@@ -141,16 +193,66 @@ STANDARD = sorted(
 )
 
 
+# The ops not written in four files, each with its reason: host-only plumbing that is no device op
+# (message queues, shared memory and CUDA IPC), and ops not converted to the standard form yet
+# (hand-written dispatch in custom_ops/paddle, or a check hook there).
+NOT_FOUR_FILES = {
+    **dict.fromkeys(
+        (
+            "mtp_save_first_token",
+            "speculate_get_output",
+            "speculate_get_output_topk",
+            "speculate_save_output",
+            "speculate_save_output_topk",
+        ),
+        "host-only: a SysV message queue (custom_ops/paddle/msgqueue.cc), no kernel",
+    ),
+    **dict.fromkeys(
+        ("set_data_ipc", "share_external_data", "shared_empty", "unset_data_ipc"),
+        "host-only: shared memory / CUDA IPC handles (custom_ops/paddle/ipc.cc), no kernel",
+    ),
+    # not converted yet (issue 38): what keeps each one hand-written
+    "decoder_layer": "not yet converted: hand-written CPU dispatch (decoder_layer.cc: the model's "
+    "layer on a worker pool, two returned tensors; no CUDA launcher)",
+    "paged_attention": "not yet converted: hand-written dispatch (paged_attention.cc); its "
+    "launcher is not bound in the raw module (issue 20)",
+    "eagle_get_hidden_states": "not yet converted: hand-written dispatch (eagle_hidden_states.cc:"
+    " the output's rows are planned on the device and read back before the copy; fd_mtp.cuda's "
+    "fixed-capacity variant)",
+    "eagle_get_self_hidden_states": "not yet converted: hand-written dispatch "
+    "(eagle_hidden_states.cc, as eagle_get_hidden_states)",
+    "rebuild_padding": "not yet converted: hand-written dispatch (rebuild_padding.cc: bsz from "
+    "cu_seqlens_q, the output rows computed on the host from seq_lens_encoder; fd_mtp.cuda's "
+    "fixed-capacity variant) and a hand-written Python wrapper",
+    "speculate_verify": "not yet converted: a check hook (speculate_verify.cc: the vocabularies, "
+    "the rejection sample workspace) and hand-written Python wrappers (the seed / offset "
+    "counter and the strategy's defaults)",
+}
+
+
 def test_standard_ops_exist():
     assert len(STANDARD) >= 8, STANDARD  # the convention is in use, not only declared
 
 
-@pytest.mark.parametrize("name", STANDARD)
-def test_a_standard_op_is_written_in_four_files(name):
-    """A standard-dispatch op (schema ``cpu=``, docstring in its schema, no check hook) is
-    written by hand in exactly its schema, kernel header, CUDA launcher and numpy reference:
-    the binding, dispatch, registration, launcher declaration, raw-module binding, CuPy and
-    Paddle wrappers and build lists are generated from the schema."""
+def test_the_exceptions_are_real():
+    """Every exception names a declared op that is not standard, with a reason of one of the two
+    kinds; an op that became standard must leave the list."""
+    for name, reason in NOT_FOUR_FILES.items():
+        assert name in schema.all_ops(), f"{name} is not an op"
+        assert reason.startswith(("host-only: ", "not yet converted: ")), name
+        assert name not in STANDARD, f"{name} is standard now: remove it from NOT_FOUR_FILES"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_every_op_is_written_in_four_files(name):
+    """An op is written by hand in exactly its schema, kernel header, CUDA launcher and numpy
+    reference (schema ``cpu=``, docstring in its schema, no check hook): the binding, dispatch,
+    registration, shape inference of its outputs, launcher declaration, raw-module binding,
+    CuPy and Paddle wrappers and build lists are generated from the schema. The exceptions are
+    listed in NOT_FOUR_FILES with their reasons."""
+    if name in NOT_FOUR_FILES:
+        pytest.skip(NOT_FOUR_FILES[name])
+    assert name in STANDARD, f"{name} is not standard (dispatch generated, doc in schema, no hook)"
     op = schema.get(name)
     family = schema._FAMILY_OF[name]
     allowed = {
