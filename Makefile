@@ -1,7 +1,7 @@
 # fd_mtp developer commands. Each target creates (or reuses) the virtual environment .venv with
 # the pinned requirements (CMake and Ninja included: no system CMake needed), builds what changed,
 # and runs. With nothing changed, a target starts its real work within a few seconds.
-#   make demo         the demo model (fd_mtp/assets) generates with and without MTP, side by side
+#   make demo         the demo model (fd_mtp/assets) generates plainly, with MTP and with EAGLE-3, side by side
 #   make test         the test suite (also compiles the CUDA sources when nvcc is installed;
 #                     GPU tests skip where there is no GPU), then the paddleformers interop tests
 #                     in their own environment .venv-interop (as make test-interop), then
