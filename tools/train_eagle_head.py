@@ -31,9 +31,10 @@ generator, AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup +
 Outputs (``--export``): config.json + model.safetensors (`fd_mtp.model.eagle`'s layout, which
 `fd_mtp.model.eagle_io.load_eagle_head` reads back), README.md, train_log.csv, loss_curve.png, train_info.json.
 
-Example (the shipped head)::
+The defaults are the shipped head's run (its README has the exact command); about an hour on
+two idle cores::
 
-    python tools/train_eagle_head.py --out runs/eagle3 --max-minutes 45
+    python tools/train_eagle_head.py --out runs/eagle3    # writes fd_mtp/assets/ernie45_tiny_eagle3
 """
 
 from __future__ import annotations
@@ -65,26 +66,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=Path, default=None, help="target checkpoint (default: demo)")
     p.add_argument("--out", type=Path, required=True, help="run directory (state, caches)")
     p.add_argument("--export", type=Path, default=DEFAULT_EXPORT, help="the head's directory")
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument(
+        "--steps", type=int, default=400, help="optimizer steps (the lr schedule's length)"
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="windows per step")
+    p.add_argument(
+        "--seq-len", type=int, default=128, help="rows per window (S; windows are S+K long)"
+    )
     p.add_argument("--ttt-steps", type=int, default=3, help="K: draft steps trained")
-    p.add_argument("--draft-vocab", type=int, default=2048)
+    p.add_argument(
+        "--draft-vocab", type=int, default=2048, help="draft vocabulary: the most frequent ids"
+    )
     p.add_argument("--aux-layers", default=None, help="comma-separated target layer ids")
     p.add_argument("--intermediate-size", type=int, default=None, help="default: the target's")
     p.add_argument("--init", choices=("mtp", "random"), default="mtp")
-    p.add_argument("--lr", type=float, default=5e-4)
-    p.add_argument("--min-lr-ratio", type=float, default=0.1)
-    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (AdamW)")
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor / peak")
+    p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--eval-every", type=int, default=100)
-    p.add_argument("--eval-windows", type=int, default=48)
-    p.add_argument("--save-every", type=int, default=100)
-    p.add_argument("--max-minutes", type=float, default=None)
+    p.add_argument("--eval-every", type=int, default=50, help="validation every N steps")
+    p.add_argument("--eval-windows", type=int, default=32, help="held-out validation windows")
+    p.add_argument("--save-every", type=int, default=25, help="snapshot every N steps")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop cleanly (evaluate, save, export) by then",
+    )
     p.add_argument("--stop-after", type=int, default=None, help="stop (and save) at this step")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue from the snapshot in --out")
     p.add_argument(
         "--corpus-dir", type=Path, default=None, help="corpus root (default: the standard library)"
     )
