@@ -107,11 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _build(args, target_dir: Path, train_tokens):
     """(target, mtp, head, draft ids, coverage) for this run's options."""
-    import numpy as np
     import paddle
-    from demo_train.eagle import draft_vocabulary, random_init, warm_start_from_mtp
+    from demo_train.eagle import (
+        draft_vocabulary,
+        make_eagle3_head,
+        random_init,
+        warm_start_from_mtp,
+    )
 
-    from fd_mtp.model.eagle import EagleHead, EagleHeadConfig
     from fd_mtp.model.loader import load_checkpoint
 
     target, mtp, tcfg = load_checkpoint(target_dir, progress=False)
@@ -121,23 +124,9 @@ def _build(args, target_dir: Path, train_tokens):
         if args.aux_layers is None
         else [int(x) for x in args.aux_layers.split(",") if x.strip()]
     )
-    d = {
-        "model_type": "ernie4_5_eagle3",
-        "hidden_size": tcfg.hidden_size,
-        "vocab_size": tcfg.vocab_size,
-        "intermediate_size": args.intermediate_size or tcfg.intermediate_size,
-        "num_attention_heads": tcfg.num_attention_heads,
-        "num_key_value_heads": tcfg.num_key_value_heads,
-        "head_dim": tcfg.head_dim,
-        "rms_norm_eps": tcfg.rms_norm_eps,
-        "rope_theta": tcfg.rope_theta,
-        "draft_vocab_size": args.draft_vocab,
-        "eagle_aux_hidden_state_layer_ids": aux,
-    }
-    cfg = EagleHeadConfig.from_dict(d, tcfg, "eagle3")  # the option checks: ValueError by name
     ids, coverage = draft_vocabulary(train_tokens, tcfg.vocab_size, args.draft_vocab)
-    head = EagleHead(cfg, target)
-    head.set_d2t(ids - np.arange(ids.size))
+    head = make_eagle3_head(target, ids, aux, args.intermediate_size)  # ValueError by field name
+    cfg = head.head_config
     draft_ids = paddle.to_tensor(ids)
     if args.init == "mtp":
         if mtp is None or cfg.layer_config.intermediate_size != tcfg.intermediate_size:
@@ -240,7 +229,7 @@ def main(argv=None) -> int:
     import numpy as np
     import paddle
     from demo_train.corpus import tokenize
-    from demo_train.eagle import evaluate, head_losses
+    from demo_train.eagle import evaluate, head_losses, target_forward
     from demo_train.model import validation_windows
     from demo_train.state import (
         draw_batch,
@@ -274,6 +263,7 @@ def main(argv=None) -> int:
     val_windows = validation_windows(val_tokens, args.eval_windows, win)
     opt = make_optimizer(args, head)
     sampler = np.random.default_rng(args.seed)
+    n_params = int(sum(int(np.prod(p.shape)) for p in head.parameters()))
     rows: list[dict] = []
     step, elapsed0 = 0, 0.0
     command = " ".join(
@@ -297,7 +287,7 @@ def main(argv=None) -> int:
     print(
         f"target {target_dir}; {len(train_tokens):,} training tokens, draft vocabulary "
         f"{args.draft_vocab} (covers {100 * coverage:.1f} %), aux layers "
-        f"{list(head.aux_layer_ids)}, {sum(int(np.prod(p.shape)) for p in head.parameters()):,} "
+        f"{list(head.aux_layer_ids)}, {n_params:,} "
         f"parameters, threads {args.threads}",
         flush=True,
     )
@@ -328,7 +318,10 @@ def main(argv=None) -> int:
         batch = draw_batch(sampler, train_tokens, win, args.batch_size)
         lr = lr_at(step, args)
         opt.set_lr(lr)
-        r = head_losses(head, target, paddle.to_tensor(batch), draft_ids, K)
+        w = paddle.to_tensor(batch)
+        r = head_losses(
+            head, target_forward(target, w, head.aux_layer_ids, draft_ids), w, draft_ids, K
+        )
         r["loss"].backward()
         opt.step()
         opt.clear_grad()
@@ -378,7 +371,7 @@ def main(argv=None) -> int:
         "warmup": args.warmup,
         "seed": args.seed,
         "tokens_seen": step * args.batch_size * args.seq_len,
-        "params": int(sum(int(np.prod(p.shape)) for p in head.parameters())),
+        "params": n_params,
         "corpus": {
             "train_files": len(train_files),
             "val_files": len(val_files),

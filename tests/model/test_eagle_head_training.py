@@ -21,7 +21,6 @@ from test_demo_model import SNIPPET, _tiny_corpus
 from tolerances import Float32Noise
 
 from fd_mtp.assets import DEMO_EAGLE3_HEAD, DEMO_MODEL, default_eagle3_head_path
-from fd_mtp.model.eagle import EagleHead, EagleHeadConfig
 from fd_mtp.model.eagle_io import load_eagle_head
 from fd_mtp.model.loader import load_checkpoint, load_tokenizer
 from fd_mtp.testing.scripts import load_script
@@ -51,23 +50,6 @@ def demo():
     return model, mtp, cfg, load_tokenizer(DEMO_MODEL)
 
 
-def _head(cfg, model, ids, aux=(1, 3, 5)):
-    d = {
-        "model_type": "ernie4_5_eagle3",
-        "hidden_size": cfg.hidden_size,
-        "vocab_size": cfg.vocab_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": cfg.head_dim,
-        "draft_vocab_size": len(ids),
-        "eagle_aux_hidden_state_layer_ids": list(aux),
-    }
-    head = EagleHead(EagleHeadConfig.from_dict(d, cfg, "eagle3"), model)
-    head.set_d2t(np.asarray(ids) - np.arange(len(ids)))
-    return head
-
-
 def test_draft_vocabulary_takes_the_most_frequent_ids(E):
     ids, cover = E.draft_vocabulary(np.array([5, 5, 5, 2, 2, 7, 1, 7, 7, 7]), 9, 3)
     assert ids.tolist() == [2, 5, 7] and cover == pytest.approx(9 / 10)
@@ -82,7 +64,7 @@ def test_warm_start_is_the_mtp_block_on_the_final_hidden(demo, E):
 
     model, mtp, cfg, tok = demo
     ids = paddle.arange(cfg.vocab_size, dtype="int64")
-    head = _head(cfg, model, ids.numpy())
+    head = E.make_eagle3_head(model, ids.numpy(), (1, 3, 5))
     E.warm_start_from_mtp(head, mtp, model, ids)
     w = paddle.to_tensor(np.asarray(tok.encode(SNIPPET)[:40], np.int64)[None])
     s = w.shape[1] - 3
@@ -117,7 +99,7 @@ def test_training_forward_is_what_inference_runs(demo, E):
     rng = np.random.default_rng(0)
     ids_np = np.sort(rng.choice(cfg.vocab_size, 256, replace=False))
     ids = paddle.to_tensor(ids_np)
-    head = _head(cfg, model, ids_np)
+    head = E.make_eagle3_head(model, ids_np, (1, 3, 5))
     E.warm_start_from_mtp(head, mtp, model, ids)
     fc = head.fc.weight.numpy()
     head.fc.weight.set_value(fc + 0.02 * rng.standard_normal(fc.shape).astype(np.float32))

@@ -36,6 +36,35 @@ def draft_vocabulary(train_tokens, vocab_size: int, size: int):
     return ids, float(counts[ids].sum() / max(counts.sum(), 1))
 
 
+def make_eagle3_head(target, draft_ids, aux_layers, intermediate_size=None):
+    """An EAGLE-3 `EagleHead` over ``target`` with the target's attention shapes, its own MLP
+    width (default: the target's), the draft vocabulary ``draft_ids`` (sorted target ids; its
+    ``d2t`` set) and ``aux_layers``; the config is checked as a head's config.json is
+    (ValueError naming the field)."""
+    import numpy as np
+
+    from fd_mtp.model.eagle import EagleHead, EagleHeadConfig
+
+    tcfg = target.config
+    d = {
+        "model_type": "ernie4_5_eagle3",
+        "hidden_size": tcfg.hidden_size,
+        "vocab_size": tcfg.vocab_size,
+        "intermediate_size": intermediate_size or tcfg.intermediate_size,
+        "num_attention_heads": tcfg.num_attention_heads,
+        "num_key_value_heads": tcfg.num_key_value_heads,
+        "head_dim": tcfg.head_dim,
+        "rms_norm_eps": tcfg.rms_norm_eps,
+        "rope_theta": tcfg.rope_theta,
+        "draft_vocab_size": len(draft_ids),
+        "eagle_aux_hidden_state_layer_ids": list(aux_layers),
+    }
+    head = EagleHead(EagleHeadConfig.from_dict(d, tcfg, "eagle3"), target)
+    ids = np.asarray(draft_ids, np.int64)
+    head.set_d2t(ids - np.arange(ids.size))
+    return head
+
+
 def target_forward(model, window, aux_layers, draft_ids):
     """The frozen target over ``window [B, L]``: ``(aux [B, L, n*H], greedy [B, L] int64,
     draft_logits [B, L, Vd])``: the streams entering ``aux_layers`` (as
@@ -125,15 +154,15 @@ def head_forward(head, window, aux, steps: int):
     return outs
 
 
-def head_losses(head, target, window, draft_ids, steps: int) -> dict:
+def head_losses(head, target_out, window, draft_ids, steps: int) -> dict:
     """``{"loss_k", "acc_k"}`` for k = 1..K: the soft cross-entropy against the target's
     distribution over the draft vocabulary and the top-1 agreement (mapped draft argmax ==
     target greedy token), means over the ``B * S`` rows; ``"loss"`` their 0.8^(k-1) weighted sum
-    (EAGLE-3's step decay)."""
+    (EAGLE-3's step decay). ``target_out``: `target_forward` of ``window``."""
     import paddle
     import paddle.nn.functional as F
 
-    aux, greedy, tlogits = target_forward(target, window, head.aux_layer_ids, draft_ids)
+    aux, greedy, tlogits = target_out
     s = window.shape[1] - steps
     outs = head_forward(head, window, aux, steps)
     res, total = {}, 0.0
@@ -149,10 +178,11 @@ def head_losses(head, target, window, draft_ids, steps: int) -> dict:
     return res
 
 
-def mtp_agreement(model, mtp, window) -> dict:
+def mtp_agreement(model, mtp, window, greedy) -> dict:
     """The target's own MTP block on the window's rows, for comparison: ``{"mtp_acc_1",
     "mtp_acc_2"}``, the top-1 agreement of MTP steps 1 and 2 (as inference runs them) with the
-    target's greedy token at t+1 / t+2 (rows t < L - 3 of ``window [B, L]``)."""
+    target's greedy token at t+1 / t+2 (rows t < L - 3 of ``window [B, L]``; ``greedy [B, L]``,
+    `target_forward`'s)."""
     import paddle
 
     from .model import batched_forward
@@ -160,7 +190,6 @@ def mtp_agreement(model, mtp, window) -> dict:
     with paddle.no_grad():
         s = window.shape[1] - 3  # batched_forward's rows for two MTP steps
         hid = batched_forward(model, mtp, window, steps=2)
-        _, greedy, _ = target_forward(model, window, (0,), paddle.arange(1, dtype="int64"))
         res = {}
         for k, name in ((1, "mtp1"), (2, "mtp2")):
             h = hid[name]
@@ -182,9 +211,10 @@ def evaluate(head, target, mtp, windows, draft_ids, steps: int, batch: int) -> d
     with paddle.no_grad():
         for i in range(0, len(windows), batch):
             w = paddle.to_tensor(windows[i : i + batch])
-            r = {k: float(v) for k, v in head_losses(head, target, w, draft_ids, steps).items()}
+            out = target_forward(target, w, head.aux_layer_ids, draft_ids)
+            r = {k: float(v) for k, v in head_losses(head, out, w, draft_ids, steps).items()}
             if mtp is not None and w.shape[1] > 3:
-                r.update(mtp_agreement(target, mtp, w))
+                r.update(mtp_agreement(target, mtp, w, out[1]))
             for k, v in r.items():
                 tot[k] = tot.get(k, 0.0) + v * w.shape[0]
             n += w.shape[0]
