@@ -204,8 +204,6 @@ class LLM:
         import paddle
 
         from .config import CacheConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig
-        from .engine.engine import LLMEngine
-        from .engine.runner import ModelRunner
 
         if model is not None and not isinstance(model, (str, os.PathLike, paddle.nn.Layer)):
             raise TypeError(
@@ -259,6 +257,14 @@ class LLM:
         model, mtp_model, tokenizer = _load_models(
             model, mtp_model, tokenizer, spec, dtype, forward, cpu_threads
         )
+        self._init_engine(model, mtp_model, tokenizer, spec, scheduler, cache, seed)
+
+    def _init_engine(self, model, mtp_model, tokenizer, spec, scheduler, cache, seed):
+        """The configs resolved against the loaded model, then the runner and the engine of one
+        process."""
+        from .engine.engine import LLMEngine
+        from .engine.runner import ModelRunner
+
         self.model = model
         self.tokenizer = tokenizer
         scheduler = _call(scheduler.resolve, model.config.max_position_embeddings)

@@ -64,86 +64,88 @@ def _check_tensor(op: Op, t: Tensor, x, dims: dict, bound: dict, is_device, host
     allowed = _allowed_dtypes(t.dtypes)
     if allowed is not None and x.dtype not in allowed[0] and str(x.dtype) not in allowed[1]:
         _fail(op, t.name, f"must be {' or '.join(t.dtypes)}, got {x.dtype}")
+    _check_shape(op, t, x, dims, bound)
+    if not x.flags.c_contiguous:
+        shape = list(x.shape)
+        _fail(
+            op, t.name, f"must be contiguous, got a strided view of shape {shape} (pass x.copy())"
+        )
+
+
+def _check_shape(op: Op, t: Tensor, x, dims: dict, bound: dict) -> None:
+    """``x``'s shape against ``t.dims``, binding the named dims it introduces into ``dims``
+    (and the argument that bound each into ``bound``)."""
     shape = list(x.shape)
     spec = t.dims
     if spec is None:
-        pass
-    elif len(spec) == 1 and spec[0].name == "1":
+        return
+    if len(spec) == 1 and spec[0].name == "1":
         if x.size != 1:
             _fail(op, t.name, f"must hold exactly one element, got shape {shape}")
-    elif (
-        len(spec) == 1
-        and spec[0].at_least is not None
-        and spec[0].name is None
-        and spec[0].lower_name is None
-    ):
-        if x.size < spec[0].at_least:
+        return
+    if len(spec) == 1 and spec[0].at_least is not None and spec[0].name is None:
+        if spec[0].lower_name is None:
             n = spec[0].at_least
-            _fail(
-                op,
-                t.name,
-                f"must hold at least {n} element{'s' if n != 1 else ''}, got shape {shape}",
-            )
-    elif t.name == op.batch:
+            if x.size < n:
+                plural = "s" if n != 1 else ""
+                _fail(op, t.name, f"must hold at least {n} element{plural}, got shape {shape}")
+            return
+    if t.name == op.batch:
         if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
             _fail(op, t.name, f"must have shape [bsz] or [bsz, 1], got {shape}")
         dims["B"] = shape[0]
         bound["B"] = t.name
-    else:
-        if len(spec) == 1:
-            batch = "B" in (spec[0].name, spec[0].lower_name)
-            if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
-                what = "[bsz] or [bsz, 1]" if batch else "[n] or [n, 1]"
-                _fail(op, t.name, f"must have shape {what}, got {shape}")
-        elif len(shape) != len(spec):
-            _fail(op, t.name, f"must be {len(spec)}-D, got shape {shape}")
-        rank = len(shape)
-        for axis, d in enumerate(spec):
-            n = shape[axis]
-            if d.lower_name is not None:
-                low = dims[d.lower_name]
-                if n < low:
-                    if d.lower_name == "B":
-                        _fail(
-                            op,
-                            t.name,
-                            f"has {n} {_words(axis, rank)} but the batch has {low} requests "
-                            f"(bsz is taken from {bound['B']})",
-                        )
-                    _fail(
-                        op,
-                        t.name,
-                        f"has {n} {_words(axis, rank)} but needs at least {d.lower_name} = {low} "
-                        f"(from {bound[d.lower_name]})",
-                    )
-                if d.name is None:
-                    continue
-            if d.name is not None and d.name not in dims:
-                low = d.at_least if d.at_least is not None else (1 if axis > 0 else None)
-                if low is not None and n < low:
-                    _fail(
-                        op, t.name, f"needs at least {low} {_words(axis, rank)}, got shape {shape}"
-                    )
-                dims[d.name] = n
-                bound[d.name] = t.name
-            elif d.name is not None:
-                if n != dims[d.name]:
-                    _fail(
-                        op,
-                        t.name,
-                        f"must have {dims[d.name]} {_words(axis, rank)} ({d.name}, from "
-                        f"{bound[d.name]}), got shape {shape}",
-                    )
-            elif d.at_least is not None and n < d.at_least:
+        return
+    if len(spec) == 1:
+        batch = "B" in (spec[0].name, spec[0].lower_name)
+        if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+            what = "[bsz] or [bsz, 1]" if batch else "[n] or [n, 1]"
+            _fail(op, t.name, f"must have shape {what}, got {shape}")
+    elif len(shape) != len(spec):
+        _fail(op, t.name, f"must be {len(spec)}-D, got shape {shape}")
+    for axis, d in enumerate(spec):
+        _check_axis(op, t, shape, axis, d, dims, bound)
+
+
+def _check_axis(op: Op, t: Tensor, shape: list, axis: int, d, dims: dict, bound: dict) -> None:
+    """Axis ``axis`` of ``shape`` against its dim spec ``d``: a lower bound by a named dim, a
+    named dim (bound here on its first use, else compared), or a constant lower bound."""
+    n, rank = shape[axis], len(shape)
+    where = _words(axis, rank)
+    if d.lower_name is not None:
+        low = dims[d.lower_name]
+        if n < low:
+            if d.lower_name == "B":
                 _fail(
                     op,
                     t.name,
-                    f"needs at least {d.at_least} {_words(axis, rank)}, got shape {shape}",
+                    f"has {n} {where} but the batch has {low} requests "
+                    f"(bsz is taken from {bound['B']})",
                 )
-    if not x.flags.c_contiguous:
-        _fail(
-            op, t.name, f"must be contiguous, got a strided view of shape {shape} (pass x.copy())"
-        )
+            _fail(
+                op,
+                t.name,
+                f"has {n} {where} but needs at least {d.lower_name} = {low} "
+                f"(from {bound[d.lower_name]})",
+            )
+        if d.name is None:
+            return
+    if d.name is not None and d.name not in dims:
+        low = d.at_least if d.at_least is not None else (1 if axis > 0 else None)
+        if low is not None and n < low:
+            _fail(op, t.name, f"needs at least {low} {where}, got shape {shape}")
+        dims[d.name] = n
+        bound[d.name] = t.name
+    elif d.name is not None:
+        if n != dims[d.name]:
+            _fail(
+                op,
+                t.name,
+                f"must have {dims[d.name]} {where} ({d.name}, from {bound[d.name]}), "
+                f"got shape {shape}",
+            )
+    elif d.at_least is not None and n < d.at_least:
+        _fail(op, t.name, f"needs at least {d.at_least} {where}, got shape {shape}")
 
 
 def convert_attr(op: Op, a: Attr, value):
