@@ -1,7 +1,30 @@
 """SysV message-queue helpers of the output-message ops (spec ../shared/spec/ops.md §5.11, §6.8),
 with no paddle: the wire constants (FastDeploy's layout), the queue / message id resolution (from
-fd_mtp.envs), ``ftok`` keys, and libc ``msgrcv`` / ``msgctl`` through ctypes. fd_mtp.ops.msgqueue
-and fd_mtp.reference.msgqueue both use them."""
+fd_mtp.envs), ``ftok`` keys, and libc ``msgrcv`` / ``msgctl`` through ctypes. The ops
+(fd_mtp/schema/msgqueue.py resolves their keyword arguments here) and fd_mtp.reference.msgqueue
+both use them.
+
+Wire format (FastDeploy's, shared with every reader): ``long mtype = 1`` followed by
+``int32 mtext[MESSAGE_INTS]``, ``MESSAGE_INTS = 2 + MAX_BSZ + MAX_BSZ * MAX_DRAFT_TOKENS`` = 1794::
+
+    mtext[0]                      +msg_id, or -msg_id when not_need_stop is False
+    mtext[1]                      bs, the number of requests in the batch
+    mtext[2 + i]                  count of request i (i < 256; 0 for i >= bs)
+    mtext[258 + 6 * i + j]        token j of request i (j < 6; 0 for i >= bs)
+
+The queue is ``msgget(ftok(ftok_path, msg_queue_id), IPC_CREAT | 0666)``. Upstream always uses
+``ftok("./", id)``, so the key depends on the process's current directory (its device and inode
+number, not its name) and only on the low 8 bits of ``msg_queue_id`` (ids 1 and 257 name the same
+queue). Writer and reader must therefore agree on both; ``ftok_path`` (keyword, default ``"./"``)
+makes the directory explicit.
+
+What upstream read from the environment is resolved here, in Python, and passed to the op as an
+attribute: ``msg_queue_id=None`` means ``INFERENCE_MSG_QUEUE_ID`` (default 1, read by fd_mtp.envs)
+and ``msg_id=None`` means ``INFERENCE_MSG_ID`` (default 1; 2 and negative ids are reserved and raise
+ValueError); ``ftok_path=None`` means ``"./"``. Bad arguments raise ValueError naming the argument,
+before anything is sent. A failing ``msgget`` / ``msgsnd`` / ``msgrcv`` (for example EINTR when a
+signal interrupts a blocked call, EIDRM when the queue is removed) raises OSError with the system's
+message (upstream printed "full msg buffer" and carried on, or reported "no message")."""
 
 from __future__ import annotations
 
@@ -10,7 +33,6 @@ import ctypes.util
 import errno as _errno
 import operator
 import os
-import re
 
 from . import envs
 
@@ -19,9 +41,12 @@ MAX_DRAFT_TOKENS = 6
 MESSAGE_INTS = 2 + MAX_BSZ + MAX_BSZ * MAX_DRAFT_TOKENS  # 1794
 MESSAGE_BYTES = 4 * MESSAGE_INTS  # 7176: the size given to msgsnd / msgrcv
 DEFAULT_FTOK_PATH = "./"
+#: requests per top-k message upstream (MAX_BSZ of speculate_save_output_with_topk.cc)
+TOPK_DEFAULT_MAX_BSZ = 512
+#: the directory upstream's top-k ops key their queue with (``ftok("/dev/shm", id)``)
+TOPK_FTOK_PATH = "/dev/shm"
 
 _INT32_MAX = 2**31 - 1
-_ERRNO = re.compile(r"\[errno (\d+)\]$")
 
 
 def _as_int(name: str, value) -> int:
@@ -62,14 +87,32 @@ def resolve_msg_id(msg_id=None) -> int:
     return msg_id
 
 
-def _path(ftok_path) -> str:
-    """``ftok_path`` as a str (None: ``"./"``)."""
+def resolve_ftok_path(ftok_path) -> str:
+    """``ftok_path`` as a str (None: ``"./"``, upstream's)."""
     if ftok_path is None:
         return DEFAULT_FTOK_PATH
     try:
         return os.fspath(ftok_path)
     except TypeError:
         raise ValueError(f"ftok_path must be a path, got {type(ftok_path).__name__}") from None
+
+
+def resolve_topk_ftok_path(path) -> str:
+    """The top-k ops' ``ftok_path`` as a str (None: ``"/dev/shm"``, upstream's)."""
+    return resolve_ftok_path(TOPK_FTOK_PATH if path is None else path)
+
+
+def resolve_topk_max_bsz(max_bsz):
+    """The top-k ops' ``max_bsz`` (None: 512, upstream's layout); the op checks its range."""
+    return TOPK_DEFAULT_MAX_BSZ if max_bsz is None else max_bsz
+
+
+def topk_message_bytes(max_bsz: int = TOPK_DEFAULT_MAX_BSZ) -> int:
+    """Bytes ``msgsnd`` / ``msgrcv`` move for a top-k message of ``max_bsz`` requests:
+    ``sizeof(struct msgdata) - sizeof(long)``, i.e. ``3 + max_bsz`` meta words, ``max_bsz``
+    slots of 258 words and the struct's tail padding (530448 for upstream's 512)."""
+    words = 3 + max_bsz + max_bsz * 258
+    return 4 * (words + words % 2)
 
 
 _IPC_RMID = 0
@@ -79,12 +122,12 @@ def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
-def queue_key(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
+def queue_key(msg_queue_id: int | None = None, *, ftok_path: str = DEFAULT_FTOK_PATH) -> int:
     """The SysV key ``ftok(ftok_path, msg_queue_id)`` the ops use (msg_queue_id resolved as theirs)."""
     libc = _libc()
     libc.ftok.restype = ctypes.c_int
     libc.ftok.argtypes = (ctypes.c_char_p, ctypes.c_int)
-    key = libc.ftok(os.fsencode(_path(ftok_path)), resolve_msg_queue_id(msg_queue_id))
+    key = libc.ftok(os.fsencode(resolve_ftok_path(ftok_path)), resolve_msg_queue_id(msg_queue_id))
     if key == -1:
         err = ctypes.get_errno()
         raise ValueError(f"ftok_path {ftok_path!r} cannot key a queue: {os.strerror(err)}")
@@ -156,7 +199,7 @@ def claim_queue_id(start: int, *, ftok_path=DEFAULT_FTOK_PATH) -> int:
     )
 
 
-def remove_queue(msg_queue_id=None, *, ftok_path=DEFAULT_FTOK_PATH) -> bool:
+def remove_queue(msg_queue_id: int | None = None, *, ftok_path: str = DEFAULT_FTOK_PATH) -> bool:
     """Remove the queue the ops would use (``msgctl(IPC_RMID)``), discarding pending messages.
 
     Returns True when a queue was removed, False when none existed. A process blocked on the queue

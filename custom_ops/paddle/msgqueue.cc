@@ -84,6 +84,16 @@ int open_queue(const char* op, const std::string& ftok_path, int msg_queue_id) {
   return queue;
 }
 
+// The kernel's largest SysV message (/proc/sys/kernel/msgmax); -1 when unknown.
+long msgmax() {
+  std::FILE* f = std::fopen("/proc/sys/kernel/msgmax", "r");
+  if (f == nullptr) return -1;
+  long limit = -1;
+  if (std::fscanf(f, "%ld", &limit) != 1) limit = -1;
+  std::fclose(f);
+  return limit;
+}
+
 // Blocking msgsnd (as upstream): waits while the queue is full; any error
 // (EINTR from a signal, EIDRM when the queue is removed, ...) raises.
 void send(const char* op, const std::string& ftok_path, int msg_queue_id, const Message& msg) {
@@ -240,9 +250,16 @@ void speculate_save_output_topk_apply(SpeculateSaveOutputTopkArgs& a) {
   mq::save_topk_message(p, msg.words());
   const int queue = open_queue(a.op, a.ftok_path, a.msg_queue_id);
   if (msgsnd(queue, msg.data(), msg.bytes, 0) == -1) {
-    const std::string what = std::to_string(a.msg_queue_id) + ": msgsnd of a " +
-                             std::to_string(msg.bytes) + "-byte top-k message failed";
-    sys_fail(a.op, "msg_queue_id", what.c_str(), errno);
+    const int err = errno;
+    const std::string size = std::to_string(msg.bytes);
+    std::string what =
+        std::to_string(a.msg_queue_id) + ": msgsnd of a " + size + "-byte top-k message failed";
+    const long limit = msgmax();
+    if (err == EINVAL && limit > 0 && static_cast<long>(msg.bytes) > limit)
+      what += " (it exceeds this kernel's kernel.msgmax = " + std::to_string(limit) +
+              ": raise it, e.g. sysctl -w kernel.msgmax=" + size +
+              " and kernel.msgmnb >= that, or pass a smaller max_bsz to writer and reader alike)";
+    sys_fail(a.op, "msg_queue_id", what.c_str(), err);
   }
 }
 

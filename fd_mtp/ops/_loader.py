@@ -98,6 +98,8 @@ def load() -> None:
 # only the message itself. The location has no "[" inside, so a message that
 # ends in a half-open range ("must be in [0, 300)") keeps it.
 _SOURCE_SUFFIX = re.compile(r"\s*\[[^\[\]]*\.(?:cc|h|cu):\d+\]\s*$")
+# A failed system call's message ends in "[errno N]" (custom_ops/paddle/msgqueue.cc): OSError.
+_ERRNO = re.compile(r"\[errno (\d+)\]$")
 
 
 def call(op: str, *args):
@@ -106,7 +108,11 @@ def call(op: str, *args):
     try:
         return fn(*args)
     except ValueError as exc:  # an argument check (PD_THROW) of the op
-        raise ValueError(_SOURCE_SUFFIX.sub("", str(exc)).strip()) from None
+        text = _SOURCE_SUFFIX.sub("", str(exc)).strip()
+        failed = _ERRNO.search(text)  # a failed system call (SysV queue, shared memory)
+        if failed:
+            raise OSError(int(failed.group(1)), text) from None
+        raise ValueError(text) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,10 +225,10 @@ def invoke(op_name: str, values: dict):
         args.append(value)
     for a in attrs:
         value = values[a.name] if a.name in values else values[a.python_name]
-        if value is None and a.env is not None:
-            from .. import envs
+        if a.resolve is not None or (value is None and a.env is not None):
+            from .. import schema
 
-            value = envs.get(a.env)
+            value = schema.resolve_kw(op_name, a.name, value)
         args.append(_convert_attr(op_name, a, value))
     return call(op_name, *args)
 

@@ -11,7 +11,7 @@ with what a reader received. Layout::
 
 Signatures are the ops' (fd_mtp/schema/msgqueue.py). The senders take ``msg_queue_id`` and
 ``ftok_path`` but send nothing; ``msg_id=None`` resolves as the ops' (``INFERENCE_MSG_ID`` or 1,
-through fd_mtp.ops.msgqueue.resolve_msg_id). `speculate_get_output` receives from the real queue with
+through fd_mtp.sysv_queue.resolve_msg_id). `speculate_get_output` receives from the real queue with
 libc's ``msgrcv`` (ctypes) and writes ``x`` as the op does; `speculate_get_output_from_message` is the
 same given the message (the libc calls are fd_mtp.sysv_queue's queue helpers, which need no
 paddle).
@@ -20,6 +20,7 @@ paddle).
 import numpy as np
 
 from ..schema import resolve_kw
+from ..sysv_queue import TOPK_DEFAULT_MAX_BSZ, TOPK_FTOK_PATH
 
 __all__ = [
     "speculate_save_output",
@@ -218,8 +219,6 @@ TOPK_COLUMNS = TOPK_K + 1  # the sampled token, then the top 20
 TOPK_MAX_TOKENS = 6
 TOPK_SLOT_ENTRIES = TOPK_MAX_TOKENS * TOPK_COLUMNS  # 126
 TOPK_SLOT_WORDS = 2 * TOPK_SLOT_ENTRIES + TOPK_MAX_TOKENS  # 258
-TOPK_DEFAULT_MAX_BSZ = 512
-TOPK_FTOK_PATH = "/dev/shm"
 
 
 def topk_sent_words(max_bsz):

@@ -180,8 +180,10 @@ class Tensor:
 class Attr:
     """A scalar attribute. ``min`` / ``max``: an inclusive range checked in Python and C++.
     ``kw``: keyword-only in Python; ``env``: the ``fd_mtp.envs`` variable a None resolves from;
-    ``py``: its Python name when it differs (the wrapper converts); ``param``: the Params field
-    (None: filled by hand)."""
+    ``resolve``: ``"<module>:<function>"`` mapping the given value (None included) to the op's,
+    for a default no variable alone gives (a checked environment id, a path); ``py``: its Python
+    name when it differs (the wrapper converts); ``param``: the Params field (None: filled by
+    hand)."""
 
     name: str
     type: str
@@ -189,6 +191,7 @@ class Attr:
     max: int | float | None = None
     kw: bool = False
     env: str | None = None
+    resolve: str | None = None
     py: str | None = None
     param: str | None = ""
     doc: str = ""
@@ -508,13 +511,14 @@ def python_signature(op: Op) -> tuple[list[str], set[str]]:
 
 
 def resolve_kw(op_name: str, name: str, value):
-    """``value``, or when it is None the environment default (``fd_mtp.envs``) of the op's
-    keyword-only attribute ``name``: the one rule shared by fd_mtp.ops, fd_mtp.cuda and
-    fd_mtp.reference, so their defaults cannot drift apart."""
-    if value is not None:
-        return value
+    """``value`` through the ``resolve`` function of the op's keyword-only attribute ``name``,
+    or when it is None its environment default (``fd_mtp.envs``): the one rule shared by
+    fd_mtp.ops, fd_mtp.cuda and fd_mtp.reference, so their defaults cannot drift apart."""
     attr = get(op_name).arg(name)
-    if not isinstance(attr, Attr) or attr.env is None:
+    if isinstance(attr, Attr) and attr.resolve is not None:
+        module, function = attr.resolve.split(":")
+        return getattr(importlib.import_module(module), function)(value)
+    if value is not None or not isinstance(attr, Attr) or attr.env is None:
         return value
     from .. import envs
 

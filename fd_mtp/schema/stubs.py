@@ -184,9 +184,15 @@ def _family_stub(family: str) -> str:
     uses_sequence = False
     for name in sorted(module.__all__):
         fn = getattr(module, name)
+        if isinstance(fn, (int, str)) and not isinstance(fn, bool):  # a constant
+            body += ["", f"{name}: {type(fn).__name__}"]
+            continue
         if not inspect.isfunction(fn):
-            raise ValueError(f"fd_mtp.ops.{family}.{name}: only functions can be stubbed")
-        lines = _function(name, fn, ops.get(name))
+            raise ValueError(
+                f"fd_mtp.ops.{family}.{name}: only functions and constants can be stubbed"
+            )
+        # upstream's ``_dynamic`` variant of an op takes the op's arguments (the queue id moved)
+        lines = _function(name, fn, ops.get(name, ops.get(name.removesuffix("_dynamic"))))
         uses_sequence |= any("Sequence[int]" in line for line in lines)
         body += [""] + lines
     head = [HEADER, f'"""{inspect.cleandoc(module.__doc__).splitlines()[0]}"""', ""]
