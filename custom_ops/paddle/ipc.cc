@@ -6,7 +6,7 @@
 //   fd_mtp_share_external_data  attach to a published tensor (no copy)
 //   fd_mtp_unset_data_ipc       close an attachment / remove a publication
 // Publication format and CUDA IPC details: custom_ops/kernels/ipc.h and
-// custom_ops/cuda/ipc.cu. Lifetime rules: fd_mtp/ops/ipc.py.
+// custom_ops/cuda/ipc.cu. Lifetime rules: fd_mtp/schema/ipc.py.
 //
 // Every tensor made here (shared_empty's, share_external_data's) is a
 // paddle::from_blob over memory recorded in a process-local table of

@@ -2,13 +2,13 @@
 
 Same names, argument order, shared-memory layout and checks as the GPU branch of
 ``fd_mtp.ops.set_data_ipc`` / ``share_external_data`` / ``unset_data_ipc`` (see
-fd_mtp/ops/ipc.py for the lifetime rules): the segment ``shm_name`` holds the CUDA
+fd_mtp/schema/ipc.py for the lifetime rules): the segment ``shm_name`` holds the CUDA
 IPC handle of the array's allocation (FastDeploy's 72-byte ``shmStruct`` first),
 plus the array's offset in that allocation, its size, dtype and shape. A process
 on the same machine attaches with ``share_external_data``, which returns a CuPy
 array over the producer's memory (no copy).
 
-Lifetime (GPU part of the rules in fd_mtp.ops.ipc):
+Lifetime (GPU part of the rules in fd_mtp/schema/ipc.py):
 * a publication belongs to the process that wrote it: removed by
   ``unset_data_ipc(..., unlink_shm=True)`` or at that process's normal exit;
 * the producer must keep its array (and so its allocation) alive while consumers
@@ -31,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from ..shm import resolve_shape, resolve_shm_name
 from ._common import _cupy, _device_array, _fail, load
 
 __all__ = [
@@ -59,11 +60,16 @@ def _unlink_own_publications():
     _published.clear()
 
 
+def _resolved(op, resolve, value):
+    """``resolve(value)`` (fd_mtp.shm, shared with fd_mtp.ops), its error prefixed with ``op``."""
+    try:
+        return resolve(value)
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
+
+
 def _name(op, shm_name):
-    if not isinstance(shm_name, str):
-        _fail(op, "shm_name", f"must be a str, got {type(shm_name).__name__}")
-    if shm_name and not shm_name.startswith("/"):
-        shm_name = "/" + shm_name  # FastDeploy's names have none; glibc's shm_open adds it too
+    shm_name = _resolved(op, resolve_shm_name, shm_name)
     problem = load().ipc_name_problem(shm_name)
     if problem:
         _fail(
@@ -73,16 +79,6 @@ def _name(op, shm_name):
             f"at most {load().IPC_MAX_NAME_LEN} characters)",
         )
     return shm_name
-
-
-def _shape(op, shape):
-    try:
-        dims = [int(d) for d in shape]
-    except TypeError:
-        _fail(op, "shape", f"must be a list of ints, got {shape!r}")
-    if any(d < 0 for d in dims):
-        _fail(op, "shape", f"must have non-negative dimensions, got {dims}")
-    return dims
 
 
 def set_data_ipc(tensor, shm_name) -> None:
@@ -137,7 +133,7 @@ def share_external_data(input, shm_name, shape):
     op = "share_external_data"
     cp = _cupy()
     _device_array(op, "input", input)
-    dims = _shape(op, shape)
+    dims = _resolved(op, resolve_shape, shape)
     shm_name = _name(op, shm_name)
     rec = load().ipc_read(shm_name)
     if rec["kind"] != "cuda":

@@ -222,15 +222,34 @@ def invoke(op_name: str, values: dict):
             continue
         if not isinstance(value, tensor_type):
             raise TypeError(f"{op_name}: {t.name} must be a paddle.Tensor, got {_type_name(value)}")
+        if t.role == "written" and not value.is_contiguous():
+            # paddle hands a custom op a contiguous copy of a strided view: the op's writes
+            # (or, for set_data_ipc, the memory it publishes) would not be the view's
+            raise ValueError(
+                f"{op_name}: {t.name} must be contiguous (the op works on its memory in place), "
+                f"got a strided view of shape {list(value.shape)}"
+            )
         args.append(value)
     for a in attrs:
         value = values[a.name] if a.name in values else values[a.python_name]
         if a.resolve is not None or (value is None and a.env is not None):
-            from .. import schema
-
-            value = schema.resolve_kw(op_name, a.name, value)
+            value = _resolve(op_name, a, value)
         args.append(_convert_attr(op_name, a, value))
     return call(op_name, *args)
+
+
+def _resolve(op_name: str, a, value):
+    """Attribute ``a``'s value through its schema resolver / environment default; an error the
+    resolver raises (it names the argument) is prefixed with the op's name."""
+    from .. import schema
+
+    try:
+        return schema.resolve_kw(op_name, a.name, value)
+    except (TypeError, ValueError) as exc:
+        text = str(exc)
+        if text.startswith(f"{op_name}: "):
+            raise
+        raise type(exc)(f"{op_name}: {text}") from None
 
 
 def define_ops(namespace: dict, family: str) -> list[str]:

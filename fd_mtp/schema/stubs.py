@@ -81,19 +81,19 @@ def _quote(text: str) -> str:
 
 def _param(fn_name: str, p: inspect.Parameter, op) -> str:
     """One parameter of a stub: ``name: hint`` (``= default``)."""
-    hint = None
-    if op is not None:
+    hint = None  # a hand-written wrapper's own annotation, else the schema argument's type
+    if p.annotation is not inspect.Parameter.empty:
+        hint = p.annotation if isinstance(p.annotation, str) else p.annotation.__name__
+    elif op is not None:
         try:
             hint = _hint(op.arg(p.name), p.default is None)
         except KeyError:
             hint = None
     if hint is None:
-        if p.annotation is inspect.Parameter.empty:
-            raise ValueError(
-                f"fd_mtp.ops.{fn_name}: parameter {p.name} has neither a schema argument nor an "
-                "annotation (annotate it, so its stub has a type)"
-            )
-        hint = p.annotation if isinstance(p.annotation, str) else p.annotation.__name__
+        raise ValueError(
+            f"fd_mtp.ops.{fn_name}: parameter {p.name} has neither a schema argument nor an "
+            "annotation (annotate it, so its stub has a type)"
+        )
     text = f"{p.name}: {hint}"
     if p.default is not inspect.Parameter.empty:
         text += f" = {_default(p.default)}"
