@@ -72,3 +72,24 @@ def test_every_schema_op_is_registered_and_bound():
         name[len("fd_mtp_") :] for name in core.get_all_op_names() if name.startswith("fd_mtp_")
     }
     assert declared == registered, (sorted(declared - registered), sorted(registered - declared))
+
+
+def test_a_written_strided_view_is_refused_and_left_alone():
+    """paddle hands a custom op a contiguous copy of a strided view, so an in-place op would
+    write the copy and the view would silently keep its values: every op refuses a written
+    tensor that is not contiguous, by the op's and the argument's name, before running."""
+    import paddle
+
+    import fd_mtp.ops as ops
+
+    draft, this_time, enc, stop = (to_paddle(x) for x in postprocess_args())
+    wide = paddle.to_tensor(np.arange(6, dtype=np.int32).reshape(3, 2) + 9)
+    column = wide[:, 0]  # [9, 11, 13], a strided view
+    if column.is_contiguous():
+        pytest.skip("this paddle copies on column slicing")
+    with pytest.raises(
+        ValueError, match=r"^draft_model_postprocess: base_model_seq_lens_this_time"
+    ):
+        ops.draft_model_postprocess(draft, column, enc, stop)
+    assert column.tolist() == [9, 11, 13]
+    ops.draft_model_postprocess(draft, column.contiguous(), enc, stop)  # the remedy runs
