@@ -120,6 +120,24 @@ def assert_all_same(op_args, ref_args, names) -> None:
             assert_same(a, e, n)
 
 
+def grid_and_property(check, batch, *, grid_seed: int, max_n: int):
+    """An op's odd-size grid and its Hypothesis test over a random batch builder, as the two test
+    functions a module binds to ``test_grid`` / ``test_property``: ``check(batch(rng, n))`` for
+    every n of BATCH_GRID (rng seeded ``grid_seed + n``), and for any n in [0, max_n] and any seed."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @pytest.mark.parametrize("n", BATCH_GRID)
+    def grid(n):
+        check(batch(np.random.default_rng(grid_seed + n), n))
+
+    @given(st.integers(0, max_n), st.integers(0, 2**32 - 1))
+    def prop(n, seed):
+        check(batch(np.random.default_rng(seed), n))
+
+    return grid, prop
+
+
 def replaced(d: dict, name: str, value) -> dict:
     """``d`` (arrays by argument name) with ``name`` set to ``value``: ``d`` itself, changed."""
     d[name] = value
