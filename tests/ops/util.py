@@ -176,6 +176,30 @@ class OpPair:
             return a.reshape(a.shape[0], -1, 1)
         return np.repeat(a.reshape(-1, 1), 2, axis=1)
 
+    @staticmethod
+    def wrong_dtype(a):
+        """``a`` in a dtype the op refuses: float32 (int32 for a float32 array)."""
+        return a.astype(np.int32 if a.dtype == np.float32 else np.float32)
+
+    @staticmethod
+    def shape_cases(dtype=(), rank=(), rows=()):
+        """The ``kind, name`` cases of `expect_shape_error`: a wrong dtype for each argument named in
+        ``dtype``, one axis too many for each in ``rank``, too few requests for each in ``rows``."""
+        kinds = (("dtype", dtype), ("rank", rank), ("rows", rows))
+        return [pytest.param(k, n, id=f"{k}-{n}") for k, names in kinds for n in names]
+
+    def expect_shape_error(self, d, kind, name, rows, expect_error=None):
+        """``d`` with argument ``name`` in a wrong dtype (`wrong_dtype`), of a wrong rank
+        (`wrong_rank`) or of only its first ``rows`` requests (``kind``): the op raises ValueError
+        naming it and writes nothing (``expect_error(d, name)``, default `expect_error`)."""
+        a = d[name]
+        bad = {
+            "dtype": lambda: self.wrong_dtype(a),
+            "rank": lambda: self.wrong_rank(a, name),
+            "rows": lambda: a[:rows].copy(),
+        }[kind]()
+        (expect_error or self.expect_error)(replaced(d, name, bad), name)
+
     def set_fields(self, d, **fields):
         """``d`` with the named arrays replaced by ``fields`` (lists, see `as_like`)."""
         for name, values in fields.items():
