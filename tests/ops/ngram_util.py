@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 from util import OpPair, assert_same, ragged, to_numpy, to_paddle
 
 from fd_mtp.testing.op_inputs import positional
@@ -221,6 +222,32 @@ def check_invariants(before, after, *, hybrid, k, threshold, n_min=1):
     return drafted
 
 
+#: The sizes the property tests draw their random batches with (with the op's n-gram sizes and
+#: threshold): any seed, batch 1-40, K 1-5, vocabulary 2 / 5 / 50, width 1-48.
+RANDOM_SIZES = dict(
+    seed=st.integers(0, 2**32 - 1),
+    bsz=st.integers(1, 40),
+    k=st.integers(1, 5),
+    vocab=st.sampled_from([2, 5, 50]),
+    width=st.integers(1, 48),
+)
+
+
+def run_and_check(d, *, hybrid, k, max_n, threshold, n_min=1):
+    """hybrid_mtp_ngram (``hybrid``) or ngram_match and its reference on copies of ``d`` with these
+    sizes (they must agree), then `check_invariants`; -> the number of requests that drafted."""
+    got = run_hybrid(d, max_n, n_min, k, threshold) if hybrid else run_ngram(d, max_n, k, threshold)
+    return check_invariants(d, got, hybrid=hybrid, k=k, threshold=threshold, n_min=n_min)
+
+
+def assert_grid_drafts(drafted, bsz):
+    """A grid batch of 33 or more requests drafts for at least a fifth of them."""
+    if bsz >= 33:
+        assert drafted >= bsz // 5, (
+            f"only {drafted} of {bsz} requests drafted: the batch tests too little"
+        )
+
+
 def assert_random_batches_draft(hybrid, seeds=range(40)):
     """The batch generator of the property tests plants matches: over a fixed set of ``seeds``
     (self-contained, so the rate does not depend on which examples Hypothesis ran), with the
@@ -234,12 +261,8 @@ def assert_random_batches_draft(hybrid, seeds=range(40)):
         vocab, width = int(rng.choice([2, 5, 50])), int(rng.integers(1, 49))
         sizes = dict(k=k, width=width, vocab=vocab, max_n=max_n, min_n=n_min)
         d = random_batch(rng, bsz, hybrid=hybrid, plant=0.8, **sizes)
-        if hybrid:
-            got = run_hybrid(
-                d, max_ngram_size=max_n, min_ngram_size=n_min, max_draft_tokens=k, threshold=10_000
-            )
-        else:
-            got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=10_000)
         cases += 1
-        drafted += check_invariants(d, got, hybrid=hybrid, k=k, threshold=10_000, n_min=n_min) > 0
+        drafted += (
+            run_and_check(d, hybrid=hybrid, k=k, max_n=max_n, threshold=10_000, n_min=n_min) > 0
+        )
     assert drafted >= 0.4 * cases, (drafted, cases)

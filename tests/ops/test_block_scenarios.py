@@ -67,11 +67,12 @@ def n_emit(q, generated):
     return 1 + (7 * q + 3 * generated) % (K + 1)
 
 
-def call_both(op, ref, names, state, *attrs, **kwargs):
-    """Runs the op and the reference on copies of state[names]; asserts they agree; stores the op's."""
+def call_both(op, names, state, *attrs, **kwargs):
+    """Runs the op ``op`` (a name) and its reference on copies of state[names]; asserts they agree;
+    stores the op's."""
     op_args, ref_args, _, _ = run_both(
-        lambda *a: op(*a, *attrs, **kwargs),
-        lambda *a: ref(*a, *attrs, **kwargs),
+        lambda *a: getattr(ops, op)(*a, *attrs, **kwargs),
+        lambda *a: getattr(reference, op)(*a, *attrs, **kwargs),
         [state[n] for n in names],
     )
     for n, a, e in zip(names, op_args, ref_args):
@@ -155,6 +156,45 @@ def finished(s, q):
     )
 
 
+def prefilling_state(**fields):
+    """The arrays every scenario's ops share, all slots empty and stopped, with ``fields`` (the
+    other arguments of the scenario's ops)."""
+    return dict(
+        stop_flags=np.ones(BSZ, bool),
+        seq_lens_this_time=np.zeros(BSZ, np.int32),
+        seq_lens_encoder=np.zeros(BSZ, np.int32),
+        seq_lens_decoder=np.zeros(BSZ, np.int32),
+        block_tables=np.full((BSZ, NB), -1, np.int32),
+        is_block_step=np.zeros(BSZ, bool),
+        accept_num=np.zeros(BSZ, np.int32),
+        input_ids=np.zeros((BSZ, L), np.int64),
+        pre_ids=np.full((BSZ, L), -1, np.int64),
+        step_idx=np.zeros(BSZ, np.int64),
+        **fields,
+    )
+
+
+def insert_prefills(s, blocks):
+    """Inserts request q (slot q) as a prefill of its whole prompt (spec §4.2), with the block ids
+    ``blocks(prompt length)`` at the start of its table row."""
+    for q, plen in enumerate(PROMPT_LENS):
+        s["input_ids"][q, :plen] = sequence(q, plen)
+        s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
+        s["stop_flags"][q] = False
+        ids = blocks(plen)
+        s["block_tables"][q, : len(ids)] = ids
+
+
+def scenario_steps(s, scenario):
+    """The steps of ``scenario`` on state ``s`` until every request has finished; fails the test
+    when that takes more than MAX_STEPS."""
+    for step in range(MAX_STEPS):
+        if all(finished(s, q) for q in range(NREQ)):
+            return
+        yield step
+    pytest.fail(f"{scenario} scenario did not finish in {MAX_STEPS} steps")
+
+
 # ------------------------------------------------------------------------------------------------
 # (a) v0: speculate_step_paddle
 # ------------------------------------------------------------------------------------------------
@@ -163,15 +203,9 @@ V0_NAMES = tuple(positional("speculate_step_paddle")[:23])  # the tensors, from 
 
 def v0_state(n_free):
     z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
-    s = dict(
-        stop_flags=np.ones(BSZ, bool),
-        seq_lens_this_time=z32(),
+    s = prefilling_state(
         ori_seq_lens_encoder=z32(),
-        seq_lens_encoder=z32(),
-        seq_lens_decoder=z32(),
-        block_tables=np.full((BSZ, NB), -1, np.int32),
         encoder_block_lens=z32(),
-        is_block_step=np.zeros(BSZ, bool),
         step_block_list=np.full(BSZ, -1, np.int32),
         step_lens=np.zeros(1, np.int32),
         recover_block_list=np.full(BSZ, -1, np.int32),
@@ -182,35 +216,26 @@ def v0_state(n_free):
         # decode blocks: ids n_free-1 ... 0 (descending, spec §11), popped from the end
         free_list=np.zeros(n_free + 8, np.int32),
         free_list_len=np.array([n_free], np.int32),
-        input_ids=np.zeros((BSZ, L), np.int64),
-        pre_ids=np.full((BSZ, L), -1, np.int64),
-        step_idx=np.zeros(BSZ, np.int64),
         next_tokens=np.full((BSZ, 1), -1, np.int64),
         first_token_ids=np.full(BSZ, -1, np.int64),
-        accept_num=z32(),
     )
     s["free_list"][:n_free] = np.arange(n_free - 1, -1, -1)
     enc_ids = iter(range(1000, 2000))  # the scheduler's prompt blocks
-    for q, plen in enumerate(PROMPT_LENS):  # insert_prefill_inputs, unchunked (spec §4.2)
-        s["input_ids"][q, :plen] = sequence(q, plen)
-        s["first_token_ids"][q] = s["input_ids"][q, 0]
-        s["ori_seq_lens_encoder"][q] = s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
-        s["stop_flags"][q] = False
-        n_enc = -(-plen // BS) + 1  # prompt blocks + one spare (enc_dec_block_num)
-        s["block_tables"][q, :n_enc] = [next(enc_ids) for _ in range(n_enc)]
-        s["encoder_block_lens"][q] = n_enc
+    # insert_prefill_inputs, unchunked: prompt blocks + one spare (enc_dec_block_num)
+    insert_prefills(s, lambda plen: [next(enc_ids) for _ in range(-(-plen // BS) + 1)])
+    s["first_token_ids"][:NREQ] = s["input_ids"][:NREQ, 0]
+    s["ori_seq_lens_encoder"][:] = s["seq_lens_encoder"]
+    s["encoder_block_lens"][:] = np.sum(s["block_tables"] != -1, axis=1)
     return s
 
 
 def run_v0(n_free):
     s = v0_state(n_free)
     log = dict(preempted=[], recovered=[])
-    for step in range(MAX_STEPS):
-        if all(finished(s, q) for q in range(NREQ)):
-            break
+    for step in scenario_steps(s, "v0"):
         engine_step(s, v1=False)
         before = {n: a.copy() for n, a in s.items()}
-        call_both(ops.speculate_step_paddle, reference.speculate_step_paddle, V0_NAMES, s, BS, 2, K)
+        call_both("speculate_step_paddle", V0_NAMES, s, BS, 2, K)
         assert_unique_owners(s["block_tables"], s["free_list"][: int(s["free_list_len"][0])])
         assert s["need_block_len"][0] == 0 and s["recover_lens"][0] == 0
         newly = np.flatnonzero(s["is_block_step"] & ~before["is_block_step"])
@@ -234,8 +259,6 @@ def run_v0(n_free):
                 "re-prefill row"
             )
             log["recovered"].append((step, int(r)))
-    else:
-        pytest.fail(f"v0 scenario did not finish in {MAX_STEPS} steps")
     return s, log
 
 
@@ -281,20 +304,10 @@ def run_reschedule(n_free):
     s = v0_state(n_free)
     pool = list(range(3000, 4000))
     log = []
-    for step in range(MAX_STEPS):
-        if all(finished(s, q) for q in range(NREQ)):
-            break
+    for step in scenario_steps(s, "reschedule"):
         engine_step(s, v1=False)
         before = {n: a.copy() for n, a in s.items()}
-        call_both(
-            ops.speculate_step_reschedule,
-            reference.speculate_step_reschedule,
-            V0_NAMES,
-            s,
-            BS,
-            2,
-            K,
-        )
+        call_both("speculate_step_reschedule", V0_NAMES, s, BS, 2, K)
         assert_unique_owners(s["block_tables"], s["free_list"][: int(s["free_list_len"][0])])
         assert s["need_block_len"][0] == 0
         for name in ("step_block_list", "step_lens", "recover_block_list", "is_block_step"):
@@ -318,8 +331,6 @@ def run_reschedule(n_free):
             s["seq_lens_encoder"][b] = s["seq_lens_this_time"][b] = n
             s["stop_flags"][b] = False
             s["first_token_ids"][b] = s["input_ids"][b, 0]
-    else:
-        pytest.fail(f"reschedule scenario did not finish in {MAX_STEPS} steps")
     return s, log
 
 
@@ -354,18 +365,11 @@ def _as_system_cache(call):
     """call_both that runs speculate_step_system_cache (ori_seq_lens_decoder all 0) where the v0
     scenario runs speculate_step_paddle."""
 
-    def run(op, ref, names, state, *attrs, **kwargs):
-        if op is not ops.speculate_step_paddle:
-            return call(op, ref, names, state, *attrs, **kwargs)
+    def run(op, names, state, *attrs, **kwargs):
+        if op != "speculate_step_paddle":
+            return call(op, names, state, *attrs, **kwargs)
         state.setdefault("ori_seq_lens_decoder", np.zeros(BSZ, np.int32))
-        return call(
-            ops.speculate_step_system_cache,
-            reference.speculate_step_system_cache,
-            SYSTEM_CACHE_NAMES,
-            state,
-            *attrs,
-            **kwargs,
-        )
+        return call("speculate_step_system_cache", SYSTEM_CACHE_NAMES, state, *attrs, **kwargs)
 
     return run
 
@@ -378,35 +382,22 @@ RECOVER_NAMES = tuple(positional("recover_decode_task")[:10])  # the tensors, fr
 
 
 def v1_state(pool, prealloc):
-    z32 = lambda: np.zeros(BSZ, np.int32)  # noqa: E731
-    s = dict(
-        stop_flags=np.ones(BSZ, bool),
-        seq_lens_this_time=z32(),
-        seq_lens_encoder=z32(),
-        seq_lens_decoder=z32(),
-        step_seq_lens_decoder=z32(),
-        block_tables=np.full((BSZ, NB), -1, np.int32),
-        is_block_step=np.zeros(BSZ, bool),
+    s = prefilling_state(
+        step_seq_lens_decoder=np.zeros(BSZ, np.int32),
         draft_tokens=np.zeros((BSZ, K + 1), np.int64),
         step_draft_tokens=np.zeros((BSZ, K + 1), np.int64),
-        step_seq_lens_this_time=z32(),
+        step_seq_lens_this_time=np.zeros(BSZ, np.int32),
         prompt_lens=np.zeros(BSZ, np.int64),
-        accept_num=z32(),
         accept_tokens=np.zeros((BSZ, K + 1), np.int64),
         not_need_stop=np.array([False]),
         stop_nums=np.array([BSZ], np.int64),
-        input_ids=np.zeros((BSZ, L), np.int64),
-        pre_ids=np.full((BSZ, L), -1, np.int64),
-        step_idx=np.zeros(BSZ, np.int64),
     )
-    for q, plen in enumerate(PROMPT_LENS):  # insert_tasks_v1, PREFILL task (spec §4.2)
-        s["input_ids"][q, :plen] = sequence(q, plen)
-        s["seq_lens_encoder"][q] = s["seq_lens_this_time"][q] = plen
-        s["prompt_lens"][q] = plen
-        s["stop_flags"][q] = False
-        # prompt blocks + one extra block for speculative decoding; `prealloc`: the whole row
-        n = NB if prealloc else -(-plen // BS) + 1
-        s["block_tables"][q, :n] = [pool.pop() for _ in range(n)]
+    # insert_tasks_v1, PREFILL task: prompt blocks + one extra block for speculative decoding;
+    # `prealloc`: the whole row
+    insert_prefills(
+        s, lambda plen: [pool.pop() for _ in range(NB if prealloc else -(-plen // BS) + 1)]
+    )
+    s["prompt_lens"][:] = s["seq_lens_encoder"]
     s["not_need_stop"][0] = True
     return s
 
@@ -417,12 +408,10 @@ def run_v1(pool_size, grants_per_step, prealloc=False):
     released = set()
     parked_since = {}
     log = dict(block_steps=[], recoveries=[], waits=[])
-    for step in range(MAX_STEPS):
-        if all(finished(s, q) for q in range(NREQ)):
-            break
+    for step in scenario_steps(s, "v1"):
         # 1. recover_decode_task at the start of the step
         before = {n: a.copy() for n, a in s.items()}
-        call_both(ops.recover_decode_task, reference.recover_decode_task, RECOVER_NAMES, s, BS, K)
+        call_both("recover_decode_task", RECOVER_NAMES, s, BS, K)
         for b in np.flatnonzero(before["is_block_step"] & ~s["is_block_step"]):
             assert not s["stop_flags"][b] and s["seq_lens_encoder"][b] == 0
             assert s["seq_lens_decoder"][b] == before["step_seq_lens_decoder"][b]
@@ -434,15 +423,7 @@ def run_v1(pool_size, grants_per_step, prealloc=False):
         engine_step(s, v1=True)
         # 3. speculate_schedule_cache after the proposer
         before = {n: a.copy() for n, a in s.items()}
-        call_both(
-            ops.speculate_schedule_cache,
-            reference.speculate_schedule_cache,
-            SCHEDULE_NAMES,
-            s,
-            BS,
-            K,
-            prefill_one_step_stop=False,
-        )
+        call_both("speculate_schedule_cache", SCHEDULE_NAMES, s, BS, K, prefill_one_step_stop=False)
         for b in np.flatnonzero(s["is_block_step"] & ~before["is_block_step"]):
             slot = (int(before["seq_lens_decoder"][b]) + 2 * K + 2) // BS
             assert before["block_tables"][b, slot] == -1
@@ -475,8 +456,6 @@ def run_v1(pool_size, grants_per_step, prealloc=False):
                 row[free_slots[0]] = pool.pop()
                 budget -= 1
         assert_unique_owners(s["block_tables"], pool)
-    else:
-        pytest.fail(f"v1 scenario did not finish in {MAX_STEPS} steps")
     return s, log
 
 

@@ -579,21 +579,12 @@ def test_unused_arguments_accept_any_dtype_and_shape():
             assert_same(a, b, f"{name} with a float unused argument")
 
 
-@pytest.mark.parametrize("name", CHECKED)
-def test_wrong_dtype_names_the_argument(name):
-    a = valid()[name]
-    wrong = a.astype(np.float32) if a.dtype != np.float32 else a.astype(np.int32)
-    expect_error(replaced(valid(), name, wrong), name)
+ROWS = [n for n in CHECKED if n != "seq_lens_this_time"]
 
 
-@pytest.mark.parametrize("name", CHECKED)
-def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
-
-
-@pytest.mark.parametrize("name", [n for n in CHECKED if n != "seq_lens_this_time"])
-def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(valid(), name, valid()[name][:4].copy()), name)
+@pytest.mark.parametrize("kind, name", PAIR.shape_cases(dtype=CHECKED, rank=CHECKED, rows=ROWS))
+def test_wrong_shape_names_the_argument(kind, name):
+    PAIR.expect_shape_error(valid(), kind, name, rows=4, expect_error=expect_error)
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, flags, i32, i64, run_both, to_numpy, to_paddle
+from util import assert_same, flags, grid_and_property, i32, i64, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -101,14 +99,7 @@ def check(args):
     assert_same(out[1][keep], before[1][keep], "pre_ids_all of rows that do not run")
 
 
-@pytest.mark.parametrize("n", BATCH_GRID)
-def test_grid(n):
-    check(_batch(np.random.default_rng(69 + n), n))
-
-
-@given(st.integers(0, 60), st.integers(0, 2**32 - 1))
-def test_property(n, seed):
-    check(_batch(np.random.default_rng(seed), n))
+test_grid, test_property = grid_and_property(check, _batch, grid_seed=69, max_n=60)
 
 
 @pytest.mark.parametrize(

@@ -501,30 +501,14 @@ def test_valid_base_case_passes():
     run_pair(valid())
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
-def test_wrong_dtype_names_the_argument(name):
-    a = valid()[name]
-    wrong = a.astype(np.float32) if a.dtype != np.float32 else a.astype(np.int32)
-    expect_error(replaced(valid(), name, wrong), name)
+DTYPES = [n for n in NAMES if n != "not_need_stop"]
+RANKS = [n for n in DTYPES if n not in ("inter_next_tokens", "end_ids")]
+ROWS = [n for n in RANKS if n != "seq_lens_this_time"]
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("not_need_stop", "inter_next_tokens", "end_ids")]
-)
-def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        n
-        for n in NAMES
-        if n not in ("not_need_stop", "seq_lens_this_time", "inter_next_tokens", "end_ids")
-    ],
-)
-def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(valid(), name, valid()[name][:3].copy()), name)
+@pytest.mark.parametrize("kind, name", PAIR.shape_cases(dtype=DTYPES, rank=RANKS, rows=ROWS))
+def test_wrong_shape_names_the_argument(kind, name):
+    PAIR.expect_shape_error(valid(), kind, name, rows=3, expect_error=expect_error)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ngram_util import HYBRID, HYBRID_NAMES, check_invariants, hand_batch, random_batch, run_hybrid
+from ngram_util import HYBRID, HYBRID_NAMES, hand_batch, random_batch, run_hybrid
 from util import BATCH_GRID, assert_same, ragged, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
@@ -213,22 +213,16 @@ def test_grid_matches_reference(bsz, n_range):
         column=bsz % 2 == 0,
     )
     threshold = 10 * bsz if bsz % 2 else 3 * bsz
-    got = run_hybrid(
-        d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold
+    drafted = ngram_util.run_and_check(
+        d, hybrid=True, k=k, max_n=n_max, threshold=threshold, n_min=n_min
     )
-    drafted = check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
-    if bsz >= 33:
-        assert drafted >= bsz // 5, f"only {drafted} of {bsz} requests drafted"
+    ngram_util.assert_grid_drafts(drafted, bsz)
 
 
 @given(
-    seed=st.integers(0, 2**32 - 1),
-    bsz=st.integers(1, 40),
-    k=st.integers(1, 5),
+    **ngram_util.RANDOM_SIZES,
     n_max=st.integers(1, 5),
     n_min_offset=st.integers(0, 4),
-    vocab=st.sampled_from([2, 5, 50]),
-    width=st.integers(1, 48),
     threshold=st.one_of(st.just(10_000), st.sampled_from([1, 8, 30, 1024])),
 )
 def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, width, threshold):
@@ -237,10 +231,7 @@ def test_hypothesis_matches_reference(seed, bsz, k, n_max, n_min_offset, vocab, 
     d = random_batch(
         rng, bsz, hybrid=True, k=k, width=width, vocab=vocab, max_n=n_max, min_n=n_min, plant=0.8
     )
-    got = run_hybrid(
-        d, max_ngram_size=n_max, min_ngram_size=n_min, max_draft_tokens=k, threshold=threshold
-    )
-    check_invariants(d, got, hybrid=True, k=k, threshold=threshold, n_min=n_min)
+    ngram_util.run_and_check(d, hybrid=True, k=k, max_n=n_max, threshold=threshold, n_min=n_min)
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():

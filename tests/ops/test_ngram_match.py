@@ -17,7 +17,6 @@ from ngram_util import (
     HYBRID_NAMES,
     NGRAM,
     NGRAM_NAMES,
-    check_invariants,
     hand_batch,
     random_batch,
     run_hybrid,
@@ -301,28 +300,19 @@ def test_grid_matches_reference(bsz, max_n):
     k = 3
     d = random_batch(rng, bsz, k=k, max_n=max_n, extra_rows=bsz % 3, column=bsz % 2 == 1)
     threshold = 10 * bsz if bsz % 2 else 4 * bsz  # some batches trim, some do not
-    got = run_ngram(d, max_ngram_size=max_n, threshold=threshold)
-    drafted = check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
-    if bsz >= 33:
-        assert drafted >= bsz // 5, (
-            f"only {drafted} of {bsz} requests drafted: the batch tests too little"
-        )
+    drafted = ngram_util.run_and_check(d, hybrid=False, k=k, max_n=max_n, threshold=threshold)
+    ngram_util.assert_grid_drafts(drafted, bsz)
 
 
 @given(
-    seed=st.integers(0, 2**32 - 1),
-    bsz=st.integers(1, 40),
-    k=st.integers(1, 5),
+    **ngram_util.RANDOM_SIZES,
     max_n=st.integers(1, 5),
-    vocab=st.sampled_from([2, 5, 50]),
-    width=st.integers(1, 48),
     threshold=st.one_of(st.just(10_000), st.sampled_from([1, 8, 30, 128])),
 )
 def test_hypothesis_matches_reference(seed, bsz, k, max_n, vocab, width, threshold):
     rng = np.random.default_rng(seed)
     d = random_batch(rng, bsz, k=k, width=width, vocab=vocab, max_n=max_n, plant=0.8)
-    got = run_ngram(d, max_ngram_size=max_n, max_draft_tokens=k, threshold=threshold)
-    check_invariants(d, got, hybrid=False, k=k, threshold=threshold)
+    ngram_util.run_and_check(d, hybrid=False, k=k, max_n=max_n, threshold=threshold)
 
 
 def test_random_batches_like_the_hypothesis_ones_really_draft():

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, flags, i32, i64, run_both, to_numpy, to_paddle
+from util import assert_same, flags, grid_and_property, i32, i64, run_both, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -140,14 +138,7 @@ def check(args):
         assert_same(op_after[0][b, keep:], before[0][b, keep:], f"next_tokens[{b}] tail")
 
 
-@pytest.mark.parametrize("n", BATCH_GRID)
-def test_grid(n):
-    check(_batch(np.random.default_rng(59 + n), n))
-
-
-@given(st.integers(0, 40), st.integers(0, 2**32 - 1))
-def test_property(n, seed):
-    check(_batch(np.random.default_rng(seed), n))
+test_grid, test_property = grid_and_property(check, _batch, grid_seed=59, max_n=40)
 
 
 def test_a_state_past_int32_is_refused_and_nothing_written():

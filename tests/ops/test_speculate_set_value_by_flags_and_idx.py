@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from util import BATCH_GRID, OpPair, assert_same, replaced
+from util import BATCH_GRID, OpPair, assert_same
 
 OP = "speculate_set_value_by_flags_and_idx"
 MATRICES = ("pre_ids_all", "accept_tokens")
@@ -225,19 +225,12 @@ def test_valid_base_case_passes_although_idle_requests_hold_bad_data():
     assert got["accept_num"].tolist() == [3, 0, 9]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_wrong_dtype_names_the_argument(name):
-    expect_error(replaced(valid(), name, valid()[name].astype(np.float32)), name)
+ROWS = [n for n in NAMES if n != "seq_lens_this_time"]  # seq_lens_this_time has bs entries
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
-
-
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "seq_lens_this_time"])
-def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(valid(), name, valid()[name][:2].copy()), name)
+@pytest.mark.parametrize("kind, name", PAIR.shape_cases(dtype=NAMES, rank=NAMES, rows=ROWS))
+def test_wrong_shape_names_the_argument(kind, name):
+    PAIR.expect_shape_error(valid(), kind, name, rows=2)
 
 
 @pytest.mark.parametrize("value", [-1, 4])

@@ -136,6 +136,24 @@ def check_bad_change(op, names, d, name, change):
     op_raises_and_unchanged(op, names, d, name)
 
 
+def bad_input_tests(op, names, good, bad, bad_types):
+    """The bad-input tests of a step variant on the batch ``good()``, as the two test functions a
+    module binds to ``test_bad_values`` / ``test_bad_dtypes_and_shapes``: for each case of ``bad``
+    ({case: (argument, fields)}) the op and its reference raise naming the argument
+    (`check_bad_values`), for each case of ``bad_types`` ({case: (argument, change)}) the op does
+    (`check_bad_change`); nothing is written."""
+
+    @pytest.mark.parametrize("case", sorted(bad))
+    def bad_values(case):
+        check_bad_values(op, names, good(), *bad[case])
+
+    @pytest.mark.parametrize("case", sorted(bad_types))
+    def bad_dtypes_and_shapes(case):
+        check_bad_change(op, names, good(), *bad_types[case])
+
+    return bad_values, bad_dtypes_and_shapes
+
+
 def checked_or_both_refuse(op, names, run, check, d, bs, k):
     """None when the reference refuses ``d`` (and the op too, see `both_refuse`); else ``run(d,
     bs, k)`` (op == reference), whose result ``check(d, after)`` accepts; -> that result."""
@@ -581,11 +599,6 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_values(case):
-    check_bad_values(OP, NAMES, good(), *BAD[case])
-
-
 def test_good_args_are_good():
     # request 0 pops 30; the parked request 1 wants min(0 + 1, 4 - 1) = 1 block, none left.
     d = good()
@@ -620,9 +633,7 @@ BAD_TYPES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_TYPES))
-def test_bad_dtypes_and_shapes(case):
-    check_bad_change(OP, NAMES, good(), *BAD_TYPES[case])
+test_bad_values, test_bad_dtypes_and_shapes = bad_input_tests(OP, NAMES, good, BAD, BAD_TYPES)
 
 
 def test_bad_attributes():

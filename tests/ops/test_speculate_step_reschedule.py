@@ -9,15 +9,13 @@ written)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from test_speculate_step import (
     BS,
     ENC_DEC,
     NAMES,
     K,
+    bad_input_tests,
     batch,
-    check_bad_change,
-    check_bad_values,
     checked_or_both_refuse,
     expect_of,
     live_blocks,
@@ -274,25 +272,16 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_values(case):
-    check_bad_values(OP, NAMES, good(), *BAD[case])
-
-
-@pytest.mark.parametrize(
-    "name, change",
-    [
-        ("stop_flags", lambda a: a.astype(np.int32)),
-        ("seq_lens_this_time", lambda a: np.zeros((2, 2), np.int32)),
-        ("block_tables", lambda a: a.astype(np.int64)),
-        ("used_list_len", lambda a: a[:1].copy()),
-        ("free_list", lambda a: a.astype(np.int64)),
-        ("first_token_ids", lambda a: a[:1].copy()),
-        ("need_block_len", lambda a: np.zeros(2, np.int32)),
-    ],
-)
-def test_bad_dtypes_and_shapes(name, change):
-    check_bad_change(OP, NAMES, good(), name, change)
+BAD_TYPES = {
+    "stop_int32": ("stop_flags", lambda a: a.astype(np.int32)),
+    "this_time_2d": ("seq_lens_this_time", lambda a: np.zeros((2, 2), np.int32)),
+    "tables_int64": ("block_tables", lambda a: a.astype(np.int64)),
+    "used_short": ("used_list_len", lambda a: a[:1].copy()),
+    "free_list_int64": ("free_list", lambda a: a.astype(np.int64)),
+    "first_token_short": ("first_token_ids", lambda a: a[:1].copy()),
+    "need_len_two": ("need_block_len", lambda a: np.zeros(2, np.int32)),
+}
+test_bad_values, test_bad_dtypes_and_shapes = bad_input_tests(OP, NAMES, good, BAD, BAD_TYPES)
 
 
 def test_good_args_are_good():

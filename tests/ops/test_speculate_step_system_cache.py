@@ -8,17 +8,15 @@ as in speculate_step_paddle), the odd-size grid, Hypothesis properties (block co
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from test_speculate_step import BAD as STEP_BAD
 from test_speculate_step import (
     BS,
     ENC_DEC,
     NAMES,
     K,
+    bad_input_tests,
     batch,
     both_refuse,
-    check_bad_change,
-    check_bad_values,
     check_invariants,
     expect_of,
     on_grid,
@@ -219,22 +217,13 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_values(case):
-    check_bad_values(OP, SC_NAMES, good(), *BAD[case])
-
-
-@pytest.mark.parametrize(
-    "name, change",
-    [
-        ("ori_seq_lens_decoder", lambda a: a.astype(np.int64)),
-        ("ori_seq_lens_decoder", lambda a: a[:1].copy()),
-        ("block_tables", lambda a: a.astype(np.int64)),
-        ("stop_flags", lambda a: a.astype(np.int32)),
-    ],
-)
-def test_bad_dtypes_and_shapes(name, change):
-    check_bad_change(OP, SC_NAMES, good(), name, change)
+BAD_TYPES = {
+    "ori_dec_int64": ("ori_seq_lens_decoder", lambda a: a.astype(np.int64)),
+    "ori_dec_short": ("ori_seq_lens_decoder", lambda a: a[:1].copy()),
+    "tables_int64": ("block_tables", lambda a: a.astype(np.int64)),
+    "stop_int32": ("stop_flags", lambda a: a.astype(np.int32)),
+}
+test_bad_values, test_bad_dtypes_and_shapes = bad_input_tests(OP, SC_NAMES, good, BAD, BAD_TYPES)
 
 
 def test_good_args_are_good():

@@ -415,22 +415,14 @@ def test_valid_base_case_passes():
     run_pair(valid())
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "not_need_stop"])
-def test_wrong_dtype_names_the_argument(name):
-    a = valid()[name]
-    expect_error(replaced(valid(), name, a.astype(np.float32)), name)
+DTYPES = [n for n in NAMES if n != "not_need_stop"]  # not_need_stop: its own test below
+RANKS = [n for n in DTYPES if n != "stop_nums"]  # one element, like not_need_stop
+ROWS = [n for n in RANKS if n != "seq_lens_this_time"]  # real_bsz entries
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums")])
-def test_wrong_rank_names_the_argument(name):
-    expect_error(replaced(valid(), name, PAIR.wrong_rank(valid()[name], name)), name)
-
-
-@pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("not_need_stop", "stop_nums", "seq_lens_this_time")]
-)
-def test_too_few_requests_names_the_argument(name):
-    expect_error(replaced(valid(), name, valid()[name][:2].copy()), name)
+@pytest.mark.parametrize("kind, name", PAIR.shape_cases(dtype=DTYPES, rank=RANKS, rows=ROWS))
+def test_wrong_shape_names_the_argument(kind, name):
+    PAIR.expect_shape_error(valid(), kind, name, rows=2)
 
 
 @pytest.mark.parametrize(

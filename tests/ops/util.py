@@ -120,6 +120,24 @@ def assert_all_same(op_args, ref_args, names) -> None:
             assert_same(a, e, n)
 
 
+def grid_and_property(check, batch, *, grid_seed: int, max_n: int):
+    """An op's odd-size grid and its Hypothesis test over a random batch builder, as the two test
+    functions a module binds to ``test_grid`` / ``test_property``: ``check(batch(rng, n))`` for
+    every n of BATCH_GRID (rng seeded ``grid_seed + n``), and for any n in [0, max_n] and any seed."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @pytest.mark.parametrize("n", BATCH_GRID)
+    def grid(n):
+        check(batch(np.random.default_rng(grid_seed + n), n))
+
+    @given(st.integers(0, max_n), st.integers(0, 2**32 - 1))
+    def prop(n, seed):
+        check(batch(np.random.default_rng(seed), n))
+
+    return grid, prop
+
+
 def replaced(d: dict, name: str, value) -> dict:
     """``d`` (arrays by argument name) with ``name`` set to ``value``: ``d`` itself, changed."""
     d[name] = value
@@ -157,6 +175,30 @@ class OpPair:
         if name in self.matrices:
             return a.reshape(a.shape[0], -1, 1)
         return np.repeat(a.reshape(-1, 1), 2, axis=1)
+
+    @staticmethod
+    def wrong_dtype(a):
+        """``a`` in a dtype the op refuses: float32 (int32 for a float32 array)."""
+        return a.astype(np.int32 if a.dtype == np.float32 else np.float32)
+
+    @staticmethod
+    def shape_cases(dtype=(), rank=(), rows=()):
+        """The ``kind, name`` cases of `expect_shape_error`: a wrong dtype for each argument named in
+        ``dtype``, one axis too many for each in ``rank``, too few requests for each in ``rows``."""
+        kinds = (("dtype", dtype), ("rank", rank), ("rows", rows))
+        return [pytest.param(k, n, id=f"{k}-{n}") for k, names in kinds for n in names]
+
+    def expect_shape_error(self, d, kind, name, rows, expect_error=None):
+        """``d`` with argument ``name`` in a wrong dtype (`wrong_dtype`), of a wrong rank
+        (`wrong_rank`) or of only its first ``rows`` requests (``kind``): the op raises ValueError
+        naming it and writes nothing (``expect_error(d, name)``, default `expect_error`)."""
+        a = d[name]
+        bad = {
+            "dtype": lambda: self.wrong_dtype(a),
+            "rank": lambda: self.wrong_rank(a, name),
+            "rows": lambda: a[:rows].copy(),
+        }[kind]()
+        (expect_error or self.expect_error)(replaced(d, name, bad), name)
 
     def set_fields(self, d, **fields):
         """``d`` with the named arrays replaced by ``fields`` (lists, see `as_like`)."""
