@@ -69,6 +69,7 @@ __all__ = [
     "Together",
     "Workspace",
     "Require",
+    "Rows",
     "Status",
     "Tensor",
     "all_ops",
@@ -77,6 +78,7 @@ __all__ = [
     "expr_value",
     "DeviceFlag",
     "define_wrapper",
+    "derive_attrs",
     "device_flag",
     "family_ops",
     "flag_value",
@@ -108,6 +110,7 @@ class Dim:
     name: str | None = None
     at_least: int | None = None
     lower_name: str | None = None
+    add: int = 0  # the batch tensor's ``[B+1]``: B is its length less ``add``
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,9 @@ class Tensor:
             elif ">=" in part:
                 name, low = part.split(">=")
                 out.append(Dim(name=name, at_least=int(low)))
+            elif "+" in part:  # the batch tensor's [B+<int>] (cu_seqlens_q: [bsz + 1])
+                name, add = part.split("+")
+                out.append(Dim(name=name, add=int(add)))
             else:
                 out.append(Dim(name=part))
         return tuple(out)
@@ -181,7 +187,8 @@ class Attr:
     """A scalar attribute. ``min`` / ``max``: an inclusive range checked in Python and C++.
     ``kw``: keyword-only in Python; ``env``: the ``fd_mtp.envs`` variable a None resolves from;
     ``py``: its Python name when it differs (the wrapper converts); ``param``: the Params field
-    (None: filled by hand)."""
+    (None: filled by hand); ``given``: a bool left at None becomes whether that optional tensor
+    is given (`derive_attrs`, in Python: paddle hands a zero-size tensor to the op as none)."""
 
     name: str
     type: str
@@ -192,6 +199,7 @@ class Attr:
     py: str | None = None
     param: str | None = ""
     doc: str = ""
+    given: str | None = None
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -303,6 +311,34 @@ class Workspace:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """The leading dim ``dim`` of the returned tensors (`Out` specs name it) when it is data, as
+    in FastDeploy's shape ops: the kernel header's ``<op>_rows_cpu(const Params&, int64_t*
+    rows)`` counts (and checks) on the CPU; on a GPU the launcher ``<op>_rows_cuda(const Params&,
+    KernelStatus*, int64_t* rows, cudaStream_t)`` counts on the device and the binding reads the
+    count back (one synchronisation), then allocates the outputs and runs the op's own launcher
+    ``(const Params&, const KernelStatus* preset, cudaStream_t)``. The count goes to the Params
+    field ``param`` before the outputs are written. ``when``: an expression of the attributes
+    (`Check`'s language) under which the rows are data; otherwise they are the dim ``otherwise``
+    (host-known: no count). ``capacity``: the dim of fd_mtp.cuda's fixed-capacity variant
+    (``padded=True``: outputs of ``capacity`` rows, nothing read on the host; the count stays on
+    the device, its address in the Params field ``live``, rows past it zero)."""
+
+    dim: str
+    param: str
+    capacity: str | None = None
+    live: str | None = None
+    when: str | None = None
+    otherwise: str | None = None
+
+    def __post_init__(self):
+        if (self.capacity is None) != (self.live is None):
+            raise ValueError(f"rows {self.dim}: capacity and live go together")
+        if (self.when is None) != (self.otherwise is None):
+            raise ValueError(f"rows {self.dim}: when and otherwise go together")
+
+
+@dataclass(frozen=True)
 class Require:
     """A rule between a named dim and the attributes: ``dims.<dim> >= <at_least>`` (an
     expression of integer attributes, e.g. ``"substep + 2"``), refused naming ``tensor``."""
@@ -362,6 +398,7 @@ class Op:
     workspaces: tuple = ()
     skip: str | None = None
     result: str | None = None
+    rows: Rows | None = None
 
     def __post_init__(self):
         if self.outputs:
@@ -380,6 +417,8 @@ class Op:
             raise ValueError(f"{self.name}: flag needs the standard dispatch (cpu=) and statuses")
         if self.launcher is not None and self.cpu is None:
             raise ValueError(f"{self.name}: launcher is only for the standard dispatch (cpu=)")
+        if self.rows is not None and (not self.outputs or not self.status or self.flag):
+            raise ValueError(f"{self.name}: rows need outputs and statuses, and no flag")
 
     @property
     def generated_dispatch(self) -> bool:
@@ -390,6 +429,16 @@ class Op:
     def launcher_name(self) -> str:
         """The CUDA launcher of a standard-dispatch op (``<name>_cuda`` unless ``launcher``)."""
         return self.launcher or f"{self.name}_cuda"
+
+    @property
+    def rows_cpu(self) -> str:
+        """The kernel header's host count of an op with `Rows` (``<op>_rows_cpu``)."""
+        return f"{self.name}_rows_cpu"
+
+    @property
+    def rows_launcher(self) -> str:
+        """The CUDA launcher counting the rows of an op with `Rows` (``<op>_rows_cuda``)."""
+        return f"{self.name}_rows_cuda"
 
     @property
     def hand_binding(self) -> str | None:
@@ -519,6 +568,15 @@ def resolve_kw(op_name: str, name: str, value):
     from .. import envs
 
     return envs.get(attr.env)
+
+
+def derive_attrs(op: Op, values: dict) -> None:
+    """Sets in ``values`` (arguments by name) every attribute left at None that the schema
+    derives from the other arguments (``Attr.given``: whether that tensor is not None), the one
+    rule of fd_mtp.ops and fd_mtp.cuda."""
+    for a in op.attrs:
+        if a.given is not None and values.get(a.python_name, values.get(a.name)) is None:
+            values[a.python_name] = values[a.given] is not None
 
 
 def define_wrapper(
