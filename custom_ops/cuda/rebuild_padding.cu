@@ -8,7 +8,8 @@ namespace {
 __global__ void rebuild_padding_check_kernel(RebuildPaddingParams p, const int64_t* rows,
                                              KernelStatus* status) {
   const int64_t n = *rows;
-  for (int64_t r = global_thread(); r < n; r += global_stride()) rebuild_padding_check(p, r, status);
+  for (int64_t r = global_thread(); r < n; r += global_stride())
+    rebuild_padding_check(p, r, status);
 }
 
 // One pass over the R x row_units output units: each unit is copied from its

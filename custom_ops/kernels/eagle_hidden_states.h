@@ -35,12 +35,12 @@ struct EagleHiddenStatesParams {
   const int32_t* base_model_seq_lens_this_time;
   int64_t bsz;
   // The gather (the same fields in both ops' Params):
-  const void* input;    // [input_rows, row_bytes]
-  int64_t input_rows;   // T
-  int64_t row_bytes;    // H * itemsize
-  int64_t* src_rows;    // GPU workspace [max(input_rows, 1)]: the source of each output row
-  int64_t out_rows;     // the count (the capacity when padded)
-  void* out;            // [out_rows, row_bytes], written
+  const void* input;         // [input_rows, row_bytes]
+  int64_t input_rows;        // T
+  int64_t row_bytes;         // H * itemsize
+  int64_t* src_rows;         // GPU workspace [max(input_rows, 1)]: the source of each output row
+  int64_t out_rows;          // the count (the capacity when padded)
+  void* out;                 // [out_rows, row_bytes], written
   const int64_t* live_rows;  // padded (fd_mtp.cuda): the count on the device, rows past it zero
 };
 
@@ -69,12 +69,12 @@ struct EagleSelfHiddenStatesParams {
   const int64_t* step_idx;                 // after draft_model_update
   int64_t bsz;
   // The gather (the same fields in both ops' Params):
-  const void* input;    // [input_rows, row_bytes]
-  int64_t input_rows;   // T
-  int64_t row_bytes;    // H * itemsize
-  int64_t* src_rows;    // GPU workspace [max(input_rows, 1)]: the source of each output row
-  int64_t out_rows;     // the count (the capacity when padded)
-  void* out;            // [out_rows, row_bytes], written
+  const void* input;         // [input_rows, row_bytes]
+  int64_t input_rows;        // T
+  int64_t row_bytes;         // H * itemsize
+  int64_t* src_rows;         // GPU workspace [max(input_rows, 1)]: the source of each output row
+  int64_t out_rows;          // the count (the capacity when padded)
+  void* out;                 // [out_rows, row_bytes], written
   const int64_t* live_rows;  // padded (fd_mtp.cuda): the count on the device, rows past it zero
 };
 

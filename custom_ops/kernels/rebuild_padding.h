@@ -29,9 +29,9 @@
 namespace fd_mtp {
 
 enum RebuildPaddingStatus : int32_t {
-  kRebuildRequest = 1,    // a row maps to a request outside [0, bsz)
-  kRebuildSourceRow = 2,  // a row would copy from outside tmp_out
-  kRebuildRows = 3,       // padded: R outside [0, out_rows]
+  kRebuildRequest = 1,        // a row maps to a request outside [0, bsz)
+  kRebuildSourceRow = 2,      // a row would copy from outside tmp_out
+  kRebuildRows = 3,           // padded: R outside [0, out_rows]
   kRebuildNegativeRows = 4,   // R < 0: more prefill tokens than tmp_out has rows
   kRebuildOffsets = 5,        // output_padding_offset has fewer than R entries
   kRebuildPaddedOffsets = 6,  // padded: output_padding_offset has fewer than T entries
@@ -98,7 +98,8 @@ FD_HOST_DEVICE inline void rebuild_padding_check(const RebuildPaddingParams& p, 
 // Reports the first problem (returns 0 then).
 FD_HOST_DEVICE inline int64_t rebuild_padding_count(const RebuildPaddingParams& p, int64_t prefill,
                                                     bool padded, KernelStatus* st) {
-  const int64_t rows = (padded ? static_cast<int64_t>(p.cu_seqlens_q[p.bsz]) : p.tmp_rows) - prefill;
+  const int64_t rows =
+      (padded ? static_cast<int64_t>(p.cu_seqlens_q[p.bsz]) : p.tmp_rows) - prefill;
   const int64_t need = padded ? p.tmp_rows : rows;  // the offsets' entries read
   if (padded && (rows < 0 || rows > p.tmp_rows)) {
     report(st, kRebuildRows, -1, rows, p.tmp_rows);

@@ -246,7 +246,8 @@ inline int64_t vec(const char* op, const char* arg, const paddle::Tensor& t, boo
 // The batch-defining vector [bsz + add] (cu_seqlens_q: [bsz + 1]). Returns bsz.
 inline int64_t batch_plus(const char* op, const char* arg, const paddle::Tensor& t, int64_t add) {
   const auto& s = t.shape();
-  if (s.size() != 1 || s[0] < add) fail(op, arg, "must have shape [bsz + ", add, "], got ", shape_str(s));
+  if (s.size() != 1 || s[0] < add)
+    fail(op, arg, "must have shape [bsz + ", add, "], got ", shape_str(s));
   return s[0] - add;
 }
 

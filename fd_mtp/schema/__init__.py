@@ -37,9 +37,12 @@ Returned tensors are declared as `Out` (``Op.outputs``): a dtype and dims that a
 ``<dim> + <int>`` or ints (``"int32[B + 1]"``); the binding allocates them on the op's place
 (zero-filled with ``fill=0``), hands their data pointers to the Params and returns them, and
 the shape inference of the registered op is derived from the same dims (a dim read on the host
-is unknown there: -1). `Together` declares optional tensors given all together or none, a rule
-the generated binding, fd_mtp.cuda and the numpy reference check with one message
-(`check_together`).
+is unknown there: -1). `Rows` declares outputs whose rows are data (a shape op: counted on the
+CPU, counted on the device and read back on a GPU; fd_mtp.cuda's ``padded=True`` keeps them at a
+capacity). The batch tensor may be ``[B+1]`` (``cu_seqlens_q``: ``[bsz + 1]``); an `Attr` with
+``given`` defaults to whether an optional tensor is given. `Together` declares optional tensors
+given all together or none, a rule the generated binding, fd_mtp.cuda and the numpy reference
+check with one message (`check_together`).
 """
 
 from __future__ import annotations
