@@ -33,6 +33,8 @@ def dim_names(op: Op) -> list[str]:
                     names.append(n)
         if t.count is not None and t.count not in names:
             names.append(t.count)
+    if op.rows is not None and op.rows.dim not in names:  # the outputs' data-dependent rows
+        names.append(op.rows.dim)
     return names
 
 
@@ -121,6 +123,9 @@ def param_value(op: Op, expr: str) -> str:
             if t.optional:
                 return f"(a.{name} ? a.{name}->shape()[{axis}] : 0)"
             return f"a.{name}.shape()[{axis}]"
+    if expr.startswith("row_bytes(") and expr.endswith(")"):  # a [rows, cols] tensor's row size
+        name = expr[10:-1]
+        return f"a.{name}.shape()[1] * static_cast<int64_t>(phi::SizeOf(a.{name}.dtype()))"
     if expr.isdigit() or expr in ("true", "false"):  # a fixed value of the op
         return expr
     if expr.startswith("float_kind(") and expr.endswith(")"):  # a float tensor's FloatKind
@@ -227,7 +232,11 @@ def gen_op_source(op: Op) -> str:
     for t in op.check_order:  # the batch-defining tensor first: it binds B
         var = f"(*a.{t.name})" if t.optional else f"a.{t.name}"
         lines = [line for line in [dtype_check(op, t, var)] if line]
-        if t.name == op.batch:
+        if t.name == op.batch and t.dims[0].add:  # [B+<add>] (cu_seqlens_q: [bsz + 1])
+            add = t.dims[0].add
+            lines.append(f'a.dims.B = check::batch_plus(kOp, "{t.name}", {var}, {add});')
+            bound["B"] = t.name
+        elif t.name == op.batch:
             lines.append(f'a.dims.B = check::vec(kOp, "{t.name}", {var}, true);')
             bound["B"] = t.name
         else:
@@ -365,6 +374,8 @@ def gen_infer(op: Op) -> str:
         where["B"] = (op.batch, 0)
     attr_names = {a.name for a in op.attrs}
     used = {name for o in op.outputs for name, _ in o.dims if name is not None} - attr_names
+    rows_known = rows_infer(op)  # the rows' dim where it is host-known, and the names it reads
+    used |= rows_known[1] - attr_names
     likes = {o.like for o in op.outputs if o.like is not None}
     read = {where[n][0] for n in used if n in where}  # the input shapes the outputs use
     shape_params, dtype_params = [], []
@@ -377,7 +388,7 @@ def gen_infer(op: Op) -> str:
             shape_params.append(f"const std::vector<int64_t>&{name}")
             name = f" {t.name}_dtype" if t.name in likes else ""
             dtype_params.append(f"const paddle::DataType&{name}")
-    used_attrs = {name for o in op.outputs for name, _ in o.dims} & attr_names
+    used_attrs = ({name for o in op.outputs for name, _ in o.dims} | rows_known[1]) & attr_names
     shape_params += [
         attr_param(a) if a.name in used_attrs else attr_param(a).rsplit(" ", 1)[0] for a in op.attrs
     ]
@@ -387,10 +398,15 @@ def gen_infer(op: Op) -> str:
         + ",\n    ".join(shape_params)
         + ") {\n"
     )
-    for name in sorted(used):
-        if name in where:
+    for name in sorted(used, key=lambda n: n == rows_known[2]):  # the rows' dim last
+        if name == rows_known[2]:
+            out.append(f"  const int64_t {name} = {rows_known[0]};  // -1: data\n")
+        elif name in where:
             t, axis = where[name]
-            out.append(f"  const int64_t {name} = fd_mtp::check::infer_dim({t}_shape, {axis});\n")
+            dim = f"fd_mtp::check::infer_dim({t}_shape, {axis})"
+            add = op.arg(t).dims[0].add if name == "B" else 0
+            dim = f"fd_mtp::check::infer_add({dim}, -{add})" if add else dim
+            out.append(f"  const int64_t {name} = {dim};\n")
         else:
             out.append(f"  const int64_t {name} = -1;  // read on the host when the op runs\n")
     rows = []
@@ -413,6 +429,22 @@ def gen_infer(op: Op) -> str:
     )
     out.append(f"  return {{{dts}}};\n}}\n")
     return "".join(out)
+
+
+def rows_infer(op: Op) -> tuple[str, set[str], str | None]:
+    """The shape inference of an op's `Rows` that are host-known unless ``when``: ``(C++
+    value, the dims and attributes it reads, the rows' dim)``; ``("", set(), None)`` otherwise
+    (the rows are data: -1)."""
+    import re
+
+    rows = op.rows
+    if rows is None or rows.when is None:
+        return "", set(), None
+    cond, other = (cpp_expr(op, e).replace("a.dims.", "") for e in (rows.when, rows.otherwise))
+    names = {n for e in (cond, other) for n in re.findall(r"\ba\.(\w+)", e)}
+    names |= set(re.findall(r"dims\.(\w+)", rows.otherwise))
+    value = re.sub(r"\ba\.", "", f"({cond}) ? -1 : {other}")
+    return value, names, rows.dim
 
 
 def attr_expr(op: Op, expr: str) -> str:

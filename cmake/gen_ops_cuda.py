@@ -12,7 +12,9 @@ from gen_ops_common import HEADER, Op, device_flag, params_type, stream_ops
 
 def launcher_decl(op: Op) -> str:
     args = [f"const {params_type(op)}& p"]
-    if op.status:
+    if op.rows is not None:  # the count and the checks are the rows launcher's (rows_decl)
+        args.append("const fd_mtp::KernelStatus* preset")
+    elif op.status:
         args.append("fd_mtp::KernelStatus* status")
     else:  # the stream's preset status (or null): the op writes nothing on a poisoned stream
         args.append("const fd_mtp::KernelStatus* preset")
@@ -39,6 +41,10 @@ def gen_launchers(ops: list[Op]) -> str:
             what += "; nothing written while preset (if not null) has a nonzero code"
         if op.flag is not None:
             what += f"; *count: the count {op.flag[0]} is computed from"
+        if op.rows is not None:
+            out.append(rows_decl(op))
+            what = "raw pointers, no synchronisation; after the rows launcher: writes the outputs"
+            what += " (nothing while *preset has a nonzero code)"
         out.append(f"// {op.name} (spec {op.spec}): {what}.\n")
         out.append(launcher_decl(op).replace("fd_mtp::", "") + ";\n\n")
     out.append("}  // namespace fd_mtp\n")
@@ -83,6 +89,9 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
         if not op.generated_dispatch:
             continue
         op_id = ids[op.name]
+        if op.rows is not None:
+            out.append(rows_binding(op, op_id))
+            continue
         params = ["const P& p"]
         pyargs = ['py::arg("params")']
         call = ["p"]
@@ -203,6 +212,58 @@ def gen_cuda_launchers(ops: list[Op]) -> str:
         )
     out.append("}\n\n}  // namespace pybind\n}  // namespace fd_mtp\n")
     return "".join(out)
+
+
+def rows_decl(op: Op) -> str:
+    """The declaration of the rows launcher of an op with fd_mtp.schema.Rows."""
+    return (
+        f"// {op.name}: counts the outputs' rows {op.rows.dim} into *rows and checks the input "
+        "(*status: the first bad request).\n"
+        f"cudaError_t {op.rows_launcher}(const {params_type(op).replace('fd_mtp::', '')}& p, "
+        "KernelStatus* status, int64_t* rows, cudaStream_t stream);\n"
+    )
+
+
+def rows_binding(op: Op, op_id: int) -> str:
+    """The raw module's two bindings of an op with fd_mtp.schema.Rows, on the stream's
+    persistent record: ``<op>_rows(params, stream, read)`` runs the rows launcher and commits
+    its status; ``read`` synchronises and returns ``((code, request, value, limit), rows)``
+    (else None). ``<op>(params, live, stream, sync)`` writes the outputs: ``live`` 0 after
+    ``<op>_rows`` (the stream's preset: nothing written on a poisoned stream); else the
+    fixed-capacity variant in one call, the count kept on the device at ``live`` (the Params'
+    own field too), nothing read on the host."""
+    rows, launcher = op.rows_launcher, op.launcher_name
+    begin = "StreamStatus* s = stream_status_for(stream, op);\n"
+    begin += "          throw_if(stream_status_begin(s, as_stream(stream)), op);\n"
+    commit = f"throw_if(stream_status_commit(s, {op_id}, as_stream(stream)), op);\n"
+    return (
+        f'  {{\n    using P = {op.params};\n    m.def(\n        "{op.name}_rows",\n'
+        "        [](const P& p, uintptr_t stream, bool read) -> py::object {\n"
+        f'          constexpr const char* op = "{op.name}";\n          {begin}'
+        f"          throw_if({rows}(p, &s->current, &s->count, as_stream(stream)), op);\n"
+        f"          {commit}          if (!read) return py::none();\n"
+        "          const StreamStatus host = fetch_stream_status(s, stream, op);\n"
+        "          return py::make_tuple(status_tuple(host.current), host.count);\n"
+        '        },\n        py::arg("params"), py::arg("stream") = 0, py::arg("read") = true,\n'
+        '        "Counts the rows and checks (the stream\'s record). read: synchronises and returns "\n'
+        '        "((code, request, value, limit), rows), else None.");\n'
+        f'    m.def(\n        "{op.name}",\n'
+        "        [](const P& p, uintptr_t live, uintptr_t stream, bool sync_after) {\n"
+        f'          constexpr const char* op = "{op.name}";\n'
+        "          if (live == 0) {  // after <op>_rows: the stream's preset\n"
+        "            const StreamStatus* s = stream_status_for(stream, op);\n"
+        f"            throw_if({launcher}(p, &s->preset, as_stream(stream)), op);\n"
+        "          } else {  // fixed capacity: the count stays on the device\n"
+        f"            {begin.replace('          ', '            ')}"
+        f"            throw_if({rows}(p, &s->current, as_ptr<int64_t>(live), as_stream(stream)), op);\n"
+        f"            throw_if({launcher}(p, &s->current, as_stream(stream)), op);\n"
+        f"            {commit}          }}\n"
+        "          if (sync_after) sync(stream, op);\n"
+        '        },\n        py::arg("params"), py::arg("live"), py::arg("stream") = 0,\n'
+        '        py::arg("sync") = true,\n'
+        '        "Writes the outputs: live 0 after the rows call; else the fixed-capacity variant "\n'
+        '        "(the count at live, on the device; rows past it zero).");\n  }\n'
+    )
 
 
 def parse_params(header: Path) -> list[tuple[str, list[tuple[str, str, bool]]]]:

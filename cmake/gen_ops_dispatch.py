@@ -28,6 +28,8 @@ def flag_expr(op: Op, expr: str) -> str:
 def gen_dispatch(op: Op) -> str:
     """``<op>_apply`` of a standard-dispatch op: the CPU driver or the CUDA launcher on the op's
     place, the kernel status raised by name, the ``flag`` set on the host."""
+    if op.rows is not None:
+        return gen_rows_dispatch(op)
     cls = op.entry
     ref = op.place_ref
     table = f"k{cls}Status"
@@ -107,6 +109,83 @@ def gen_dispatch(op: Op) -> str:
     return "".join(out)
 
 
+def gen_rows_dispatch(op: Op) -> str:
+    """``<op>_apply`` of a standard-dispatch op whose outputs' rows are data (fd_mtp.schema.Rows):
+    the count and every check first (the host count ``<op>_rows_cpu`` on the CPU; on a GPU the
+    rows launcher on the stream's record, its count read back: FastDeploy's shape read, skipped
+    where the rows are host-known), then the outputs allocated and written (the CPU driver, or
+    the launcher with the stream's preset: it writes nothing on a poisoned stream)."""
+    rows, cls, ref = op.rows, op.entry, op.place_ref
+    if op.check or op.skip is not None:
+        raise ValueError(f"{op.name}: rows with a check hook or skip are not generated")
+    out = [
+        f"// The standard dispatch of {op.name} (fd_mtp/schema: cpu={op.cpu}, rows "
+        f"{op.rows_cpu} / {op.rows_launcher}, launcher {op.launcher_name}).\n",
+        f"std::vector<paddle::Tensor> {op.name}_apply({cls}Args& a, {params_type(op)}& p) {{\n",
+        "  using namespace fd_mtp;\n",
+        f"  const auto& ref = a.{ref};\n",
+    ]
+    cpu_ws = [w for w in op.workspaces if w.cpu]
+    out += [f"  std::vector<{CPP_TYPES[w.dtype]}> {w.param}_ws;  // the CPU's\n" for w in cpu_ws]
+    out.append("  if (ref.is_cpu()) {\n")
+    for w in cpu_ws:
+        out.append(f"    {w.param}_ws.resize(static_cast<size_t>(std::max<int64_t>(")
+        out.append(f"{cpp_expr(op, w.count)}, 1)));\n    p.{w.param} = {w.param}_ws.data();\n")
+    out.append(f"    check::status(a.op, {op.rows_cpu}(p, &a.dims.{rows.dim}), k{cls}Status);\n")
+    out.append("  } else {\n#ifdef PADDLE_WITH_CUDA\n")
+    out.append(gpu_workspaces(op, "    "))
+    out.append(f"    gpu::Op g(a.op, k{cls}StreamOp, ref);\n")
+    out.append(
+        f"    check::cuda(a.op, {op.rows_launcher}(p, g.status(), g.count(), g.stream()));\n"
+    )
+    out.append("    g.commit();\n")
+    count = f"a.dims.{rows.dim} = "
+    if rows.when is not None:  # host-known unless `when`: no read back
+        count += f"!({cpp_expr(op, rows.when)}) ? {cpp_expr(op, rows.otherwise)} : "
+    out.append(f"    {count}g.host_count();\n")
+    out.append(f'#else\n    check::unsupported_place(a.op, "{ref}", ref);\n#endif\n  }}\n')
+    out.append(f"  p.{rows.param} = a.dims.{rows.dim};\n")
+    for o in op.outputs:
+        shape = ", ".join(
+            str(add) if name is None else f"a.dims.{name}" + (f" + {add}" if add else "")
+            for name, add in o.dims
+        )
+        dt = f"a.{o.like}.dtype()" if o.like else f"paddle::DataType::{DTYPES[o.dtype]}"
+        fill = (
+            f"compat::empty({{{shape}}}, "
+            if o.fill is None
+            else f"compat::full({{{shape}}}, {o.fill}, "
+        )
+        out.append(f"  auto {o.name} = {fill}{dt}, ref.place());\n")
+        if o.param is not None:
+            data = "data()" if o.like else f"data<{CPP_TYPES[o.dtype]}>()"
+            out.append(f"  p.{o.param} = {o.name}.{data};\n")
+    done = "return {" + ", ".join(o.name for o in op.outputs) + "};"
+    out.append(f"  if (ref.is_cpu()) {{\n    {op.cpu}(p);\n    {done}\n  }}\n")
+    out.append("#ifdef PADDLE_WITH_CUDA\n")
+    out.append(
+        f"  check::cuda(a.op, {op.launcher_name}(p, gpu::preset(a.op, ref), ref.stream()));\n"
+    )
+    out.append("  gpu::finish(a.op, ref);\n#endif\n")
+    out.append(f"  {done}\n}}\n")
+    return "".join(out)
+
+
+def gpu_workspaces(op: Op, indent: str = "  ") -> str:
+    """The GPU branch's workspaces: persistent per stream, reallocated only when they grow."""
+    out = []
+    for w in op.workspaces:
+        cpp = CPP_TYPES[w.dtype]
+        out.append(f"{indent}const int64_t {w.param}_n = {cpp_expr(op, w.count)};  // entries\n")
+        n = f"{w.param}_n"
+        out.append(
+            f'{indent}p.{w.param} = static_cast<{cpp}*>(gpu::workspace(a.op, ref, "{w.key}", '
+            f"({n} > 0 ? {n} : 1) * static_cast<int64_t>(sizeof({cpp})), "
+            f"{str(w.zero).lower()}));\n"
+        )
+    return "".join(out)
+
+
 def device_expr(text: str) -> str:
     """A host-known expression of a device flag (``dims.<dim>``, ``p.<field>``, ints) in C++."""
     import re
@@ -122,16 +201,7 @@ def gen_gpu_branch(op: Op) -> str:
     stream's preset (it writes nothing on a poisoned stream)."""
     cls = op.entry
     launcher = op.launcher_name
-    out = []
-    for w in op.workspaces:  # persistent per stream, reallocated only when it grows
-        cpp = CPP_TYPES[w.dtype]
-        out.append(f"  const int64_t {w.param}_n = {cpp_expr(op, w.count)};  // its entries\n")
-        n = f"{w.param}_n"
-        out.append(
-            f'  p.{w.param} = static_cast<{cpp}*>(gpu::workspace(a.op, ref, "{w.key}", '
-            f"({n} > 0 ? {n} : 1) * static_cast<int64_t>(sizeof({cpp})), "
-            f"{str(w.zero).lower()}));\n"
-        )
+    out = [gpu_workspaces(op)]  # persistent per stream, reallocated only when it grows
     if not op.status:
         out.append(f"  check::cuda(a.op, {launcher}(p, gpu::preset(a.op, ref), ref.stream()));\n")
         out.append("  gpu::finish(a.op, ref);\n")

@@ -58,15 +58,16 @@ __global__ void row_gather_plan_kernel(Params p, PlanFn plan, int64_t input_rows
   }
 }
 
+// The rows launch of both ops: the plan into p.src_rows, the count into *rows.
 template <typename Params, typename PlanFn>
-cudaError_t row_gather_plan(const Params& p, PlanFn plan, int64_t input_rows, int64_t* src_rows,
-                            KernelStatus* status, int64_t* out_rows, cudaStream_t stream) {
-  cudaError_t err = reset_status(status, out_rows, stream);
+cudaError_t row_gather_rows(const Params& p, PlanFn plan, KernelStatus* status, int64_t* rows,
+                            cudaStream_t stream) {
+  cudaError_t err = reset_status(status, rows, stream);
   if (err != cudaSuccess) return err;
   // A single block on purpose: the plan is a prefix sum over the batch, which
   // the block walks in chunks; the row copy below is fully parallel.
-  row_gather_plan_kernel<<<1, kThreads, 0, stream>>>(p, plan, input_rows, src_rows, status,
-                                                     out_rows);
+  row_gather_plan_kernel<<<1, kThreads, 0, stream>>>(p, plan, p.input_rows, p.src_rows, status,
+                                                     rows);
   return cudaGetLastError();
 }
 
@@ -101,23 +102,6 @@ bool aligned(const void* ptr, int64_t bytes, int64_t unit) {
   return reinterpret_cast<uintptr_t>(ptr) % unit == 0 && bytes % unit == 0;
 }
 
-}  // namespace
-
-cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p, int64_t input_rows,
-                                              int64_t* src_rows, KernelStatus* status,
-                                              int64_t* out_rows, cudaStream_t stream) {
-  return row_gather_plan(p, HiddenStatesPlan{}, input_rows, src_rows, status, out_rows, stream);
-}
-
-cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesParams& p,
-                                                   int64_t input_rows, int64_t* src_rows,
-                                                   KernelStatus* status, int64_t* out_rows,
-                                                   cudaStream_t stream) {
-  return row_gather_plan(p, SelfHiddenStatesPlan{}, input_rows, src_rows, status, out_rows, stream);
-}
-
-namespace {
-
 // Picks the widest copy unit the rows and pointers allow (16-byte vectors, else smaller).
 cudaError_t row_gather_copy_any(const void* input, void* output, const int64_t* src_rows,
                                 int64_t out_rows, int64_t row_bytes, const int64_t* live_rows,
@@ -139,20 +123,37 @@ cudaError_t row_gather_copy_any(const void* input, void* output, const int64_t* 
                                      status, stream);
 }
 
-}  // namespace
-
-cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t* src_rows,
-                                 int64_t out_rows, int64_t row_bytes, cudaStream_t stream) {
-  return row_gather_copy_any(input, output, src_rows, out_rows, row_bytes, nullptr, nullptr,
-                             stream);
+// The copy of both ops, after their rows launch: output[r] = input[src_rows[r]] for r < the count
+// (p.out_rows, or *p.live_rows when padded: rows past it zeroed); nothing is written while
+// *status is nonzero.
+template <typename Params>
+cudaError_t row_gather_copy(const Params& p, const KernelStatus* status, cudaStream_t stream) {
+  return row_gather_copy_any(p.input, p.out, p.src_rows, p.out_rows, p.row_bytes, p.live_rows,
+                             status, stream);
 }
 
-cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const int64_t* src_rows,
-                                        const int64_t* live_rows, int64_t capacity,
-                                        int64_t row_bytes, const KernelStatus* status,
-                                        cudaStream_t stream) {
-  return row_gather_copy_any(input, output, src_rows, capacity, row_bytes, live_rows, status,
-                             stream);
+}  // namespace
+
+cudaError_t eagle_get_hidden_states_rows_cuda(const EagleHiddenStatesParams& p,
+                                              KernelStatus* status, int64_t* rows,
+                                              cudaStream_t stream) {
+  return row_gather_rows(p, HiddenStatesPlan{}, status, rows, stream);
+}
+
+cudaError_t eagle_get_hidden_states_cuda(const EagleHiddenStatesParams& p,
+                                         const KernelStatus* preset, cudaStream_t stream) {
+  return row_gather_copy(p, preset, stream);
+}
+
+cudaError_t eagle_get_self_hidden_states_rows_cuda(const EagleSelfHiddenStatesParams& p,
+                                                   KernelStatus* status, int64_t* rows,
+                                                   cudaStream_t stream) {
+  return row_gather_rows(p, SelfHiddenStatesPlan{}, status, rows, stream);
+}
+
+cudaError_t eagle_get_self_hidden_states_cuda(const EagleSelfHiddenStatesParams& p,
+                                              const KernelStatus* preset, cudaStream_t stream) {
+  return row_gather_copy(p, preset, stream);
 }
 
 }  // namespace fd_mtp

@@ -17,26 +17,6 @@
 
 namespace fd_mtp {
 
-// Row gathers of the eagle ops, in two launches around a host read of
-// *out_rows (the output's row count): a plan writing the source row of each
-// output row into src_rows ([input_rows] int64 workspace), then the copy.
-cudaError_t eagle_get_hidden_states_plan_cuda(const EagleHiddenStatesParams& p, int64_t input_rows,
-                                              int64_t* src_rows, KernelStatus* status,
-                                              int64_t* out_rows, cudaStream_t stream);
-cudaError_t eagle_get_self_hidden_states_plan_cuda(const EagleSelfHiddenStatesParams& p,
-                                                   int64_t input_rows, int64_t* src_rows,
-                                                   KernelStatus* status, int64_t* out_rows,
-                                                   cudaStream_t stream);
-cudaError_t row_gather_copy_cuda(const void* input, void* output, const int64_t* src_rows,
-                                 int64_t out_rows, int64_t row_bytes, cudaStream_t stream);
-// The padded copy (no host read of the count): output has `capacity` rows
-// (the input's); rows < *live_rows (the plan's out_rows, on the device) are
-// gathered, the rest zeroed; nothing is written while *status is nonzero.
-cudaError_t row_gather_copy_padded_cuda(const void* input, void* output, const int64_t* src_rows,
-                                        const int64_t* live_rows, int64_t capacity,
-                                        int64_t row_bytes, const KernelStatus* status,
-                                        cudaStream_t stream);
-
 // ---- KV-cache sharing (custom_ops/cuda/ipc.cu): host-side CUDA IPC helpers.
 // They act on the current device (the caller sets it) and return the CUDA error.
 constexpr size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
@@ -59,15 +39,6 @@ cudaError_t cuda_ipc_close(void* base);
 cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t width, int32_t* out,
                                     cudaStream_t stream);
 
-// rebuild_padding (spec §5.4): check pass, then one copy over p.out_rows rows
-// (16-byte units when aligned). p.out_rows is computed by the caller.
-cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
-                                 cudaStream_t stream);
-// The padded variant (no host read of R): p.out_rows is the capacity (T);
-// R is computed on the device into *live_rows ([1] int64 scratch, written),
-// rows >= R are zero. p.live_rows is set by the launcher.
-cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
-                                        KernelStatus* status, cudaStream_t stream);
 // Philox4x32-10 of n (counter[4], key[2]) uint32 records in `input` ([n, 6])
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,

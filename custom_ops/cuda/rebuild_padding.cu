@@ -4,8 +4,11 @@
 namespace fd_mtp {
 namespace {
 
-__global__ void rebuild_padding_check_kernel(RebuildPaddingParams p, KernelStatus* status) {
-  for (int64_t r = global_thread(); r < p.out_rows; r += global_stride())
+// The rows pass's check of every output row r < *rows (grid over an upper bound).
+__global__ void rebuild_padding_check_kernel(RebuildPaddingParams p, const int64_t* rows,
+                                             KernelStatus* status) {
+  const int64_t n = *rows;
+  for (int64_t r = global_thread(); r < n; r += global_stride())
     rebuild_padding_check(p, r, status);
 }
 
@@ -14,7 +17,7 @@ __global__ void rebuild_padding_check_kernel(RebuildPaddingParams p, KernelStatu
 template <typename Unit>
 __global__ void rebuild_padding_copy_kernel(RebuildPaddingParams p, const KernelStatus* status,
                                             int64_t row_units) {
-  if (status->code != 0) return;  // bad input: write nothing
+  if (status != nullptr && status->code != 0) return;  // bad input: write nothing
   const Unit* in = static_cast<const Unit*>(p.tmp_out);
   Unit* out = static_cast<Unit*>(p.out);
   const int64_t total = p.out_rows * row_units;
@@ -34,58 +37,55 @@ cudaError_t copy_as(const RebuildPaddingParams& p, const KernelStatus* status,
   return cudaGetLastError();
 }
 
-// Padded variant: R on the device. One block sums the prefill excess over the
-// batch in chunks of kThreads (a reduction: no batch cap), thread 0 writes R.
-__global__ void rebuild_padding_rows_kernel(RebuildPaddingParams p, int64_t* live_rows,
+// The rows (R, or bsz in the plain branch) on the device: one block sums the
+// prefill excess over the batch in chunks of kThreads (a reduction: no batch
+// cap), thread 0 writes the count (padded: p.live_rows == rows).
+__global__ void rebuild_padding_rows_kernel(RebuildPaddingParams p, int64_t* rows,
                                             KernelStatus* status) {
   using Reduce = cub::BlockReduce<int64_t, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
+  if (!p.use_output_padding_offset) {
+    if (threadIdx.x == 0) *rows = p.bsz;
+    return;
+  }
   int64_t prefill = 0;
   for (int64_t b = threadIdx.x; b < p.bsz; b += blockDim.x) {
     const int64_t enc = p.seq_lens_encoder[b];
     if (enc > 0) prefill += enc - 1;
   }
   const int64_t total = Reduce(tmp).Sum(prefill);
-  if (threadIdx.x == 0) *live_rows = rebuild_padding_live_rows(p, total, status);
+  if (threadIdx.x == 0) *rows = rebuild_padding_count(p, total, p.live_rows != nullptr, status);
 }
 
 bool aligned_to(const void* ptr, int64_t bytes, int64_t unit) {
   return reinterpret_cast<uintptr_t>(ptr) % unit == 0 && bytes % unit == 0;
 }
 
-// The check pass and the copy over p.out_rows rows (status reset before).
-cudaError_t rebuild_padding_launch(const RebuildPaddingParams& p, KernelStatus* status,
-                                   cudaStream_t stream) {
-  rebuild_padding_check_kernel<<<grid_for(p.out_rows), kThreads, 0, stream>>>(p, status);
-  if (p.row_bytes == 0) return cudaGetLastError();
-  // 16-byte vectors when the rows and both pointers allow (any H of a
-  // multiple of 8 bf16/fp16 or 4 fp32 elements), else the widest unit that fits.
+}  // namespace
+
+cudaError_t rebuild_padding_rows_cuda(const RebuildPaddingParams& p, KernelStatus* status,
+                                      int64_t* rows, cudaStream_t stream) {
+  cudaError_t err = reset_status(status, rows, stream);
+  if (err != cudaSuccess) return err;
+  rebuild_padding_rows_kernel<<<1, kThreads, 0, stream>>>(p, rows, status);
+  const int64_t bound = p.use_output_padding_offset ? p.tmp_rows : p.bsz;  // R <= T
+  if (bound > 0)
+    rebuild_padding_check_kernel<<<grid_for(bound), kThreads, 0, stream>>>(p, rows, status);
+  return cudaGetLastError();
+}
+
+// One copy over p.out_rows rows (16-byte units when the rows and both pointers
+// allow, else the widest unit that fits); nothing written while *preset is nonzero.
+cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, const KernelStatus* preset,
+                                 cudaStream_t stream) {
+  if (p.out_rows == 0 || p.row_bytes == 0) return cudaSuccess;
   const auto fits = [&](int64_t unit) {
     return aligned_to(p.tmp_out, p.row_bytes, unit) && aligned_to(p.out, p.row_bytes, unit);
   };
-  if (fits(16)) return copy_as<uint4>(p, status, stream);
-  if (fits(4)) return copy_as<uint32_t>(p, status, stream);
-  if (fits(2)) return copy_as<uint16_t>(p, status, stream);
-  return copy_as<uint8_t>(p, status, stream);
-}
-
-}  // namespace
-
-cudaError_t rebuild_padding_cuda(const RebuildPaddingParams& p, KernelStatus* status,
-                                 cudaStream_t stream) {
-  cudaError_t err = reset_status(status, nullptr, stream);
-  if (err != cudaSuccess || p.out_rows == 0) return err;
-  return rebuild_padding_launch(p, status, stream);
-}
-
-cudaError_t rebuild_padding_padded_cuda(RebuildPaddingParams p, int64_t* live_rows,
-                                        KernelStatus* status, cudaStream_t stream) {
-  cudaError_t err = reset_status(status, live_rows, stream);
-  if (err != cudaSuccess) return err;
-  rebuild_padding_rows_kernel<<<1, kThreads, 0, stream>>>(p, live_rows, status);
-  if (p.out_rows == 0) return cudaGetLastError();
-  p.live_rows = live_rows;
-  return rebuild_padding_launch(p, status, stream);
+  if (fits(16)) return copy_as<uint4>(p, preset, stream);
+  if (fits(4)) return copy_as<uint32_t>(p, preset, stream);
+  if (fits(2)) return copy_as<uint16_t>(p, preset, stream);
+  return copy_as<uint8_t>(p, preset, stream);
 }
 
 }  // namespace fd_mtp

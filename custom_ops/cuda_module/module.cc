@@ -24,7 +24,6 @@ void bind_params(py::module_& m);     // generated: cuda_params_gen.cc
 void bind_launchers(py::module_& m);  // generated: cuda_launchers_gen.cc (standard dispatch)
 // The ops whose dispatch is hand-written: one function per group, each in its own file of
 // custom_ops/cuda_module/.
-void bind_draft(py::module_& m);
 void bind_ipc(py::module_& m);
 void bind_packing(py::module_& m);
 void bind_verify(py::module_& m);
@@ -154,7 +153,6 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
 
   bind_params(m);
   bind_launchers(m);
-  bind_draft(m);
   bind_ipc(m);
   bind_packing(m);
   bind_verify(m);

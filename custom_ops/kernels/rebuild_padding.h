@@ -9,9 +9,12 @@
 // row per request, local = 0. Rows of empty requests (this_time == 0, or
 // dec == enc == 0) stay zero.
 //
-// The row count R of the speculative branch is computed by the caller on the
-// host, as upstream: R = T - sum over enc[b] > 0 of (enc[b] - 1). The copy is
-// a byte copy, so the kernels are dtype-agnostic (row_bytes = H * itemsize).
+// The row count R of the speculative branch is upstream's, R = T - sum over
+// enc[b] > 0 of (enc[b] - 1) (upstream computes it on the host; here the rows
+// pass counts it and checks every row, on the CPU or the device, and the
+// binding reads it back: fd_mtp/schema Rows); the plain branch has bsz rows.
+// The copy is a byte copy, so the kernels are dtype-agnostic (row_bytes = H *
+// itemsize).
 //
 // Padded variant (fd_mtp.cuda, issue 20: no host read): out_rows is a fixed
 // capacity (T) and `live_rows` points at R computed on the device from
@@ -26,9 +29,12 @@
 namespace fd_mtp {
 
 enum RebuildPaddingStatus : int32_t {
-  kRebuildRequest = 1,    // a row maps to a request outside [0, bsz)
-  kRebuildSourceRow = 2,  // a row would copy from outside tmp_out
-  kRebuildRows = 3,       // padded: R outside [0, out_rows]
+  kRebuildRequest = 1,        // a row maps to a request outside [0, bsz)
+  kRebuildSourceRow = 2,      // a row would copy from outside tmp_out
+  kRebuildRows = 3,           // padded: R outside [0, out_rows]
+  kRebuildNegativeRows = 4,   // R < 0: more prefill tokens than tmp_out has rows
+  kRebuildOffsets = 5,        // output_padding_offset has fewer than R entries
+  kRebuildPaddedOffsets = 6,  // padded: output_padding_offset has fewer than T entries
 };
 
 struct RebuildPaddingParams {
@@ -39,7 +45,9 @@ struct RebuildPaddingParams {
   const int32_t* seq_len_this_time;      // [>= bsz]
   const int32_t* seq_lens_decoder;       // [>= bsz]
   const int32_t* seq_lens_encoder;       // [>= bsz]
-  const int32_t* output_padding_offset;  // [>= out_rows], or null: plain branch
+  const int32_t* output_padding_offset;  // [offset_entries >= out_rows], or null
+  int64_t offset_entries;
+  bool use_output_padding_offset;  // the speculative branch
   int64_t bsz;
   int64_t max_input_length;
   int64_t out_rows;  // R (speculative) or bsz (plain); the capacity when padded
@@ -63,7 +71,7 @@ FD_HOST_DEVICE inline RebuildSource rebuild_padding_source(const RebuildPaddingP
                                                            int64_t r) {
   if (p.live_rows != nullptr && r >= *p.live_rows) return RebuildSource{-1, 0, 0, 0, 0};
   int64_t b = r, local = 0;
-  if (p.output_padding_offset != nullptr) {
+  if (p.use_output_padding_offset) {
     const int64_t pos = r + p.output_padding_offset[r];
     b = pos >= 0 ? pos / p.max_input_length : -1;
     if (b < 0 || b >= p.bsz) return RebuildSource{-1, kRebuildRequest, -1, b, p.bsz};
@@ -84,46 +92,53 @@ FD_HOST_DEVICE inline void rebuild_padding_check(const RebuildPaddingParams& p, 
   if (s.code != 0) report(st, s.code, s.request, s.value, s.limit);
 }
 
-// Upstream's row count for the speculative branch, from a host copy of
-// seq_lens_encoder: T - sum over prefilling requests of (enc - 1). It assumes
-// seq_len_this_time == enc for every prefilling request (one output row each).
-inline int64_t rebuild_padding_rows(int64_t tmp_rows, const int32_t* seq_lens_encoder,
-                                    int64_t bsz) {
-  int64_t rows = tmp_rows;
-  for (int64_t b = 0; b < bsz; ++b)
-    if (seq_lens_encoder[b] > 0) rows -= seq_lens_encoder[b] - 1;
-  return rows;
-}
-
-// The padded variant's R from device data: the packed token count
-// cu_seqlens_q[bsz] less sum over prefilling requests of (enc - 1), `prefill`
-// being that sum. Reports kRebuildRows when R leaves [0, out_rows].
-FD_HOST_DEVICE inline int64_t rebuild_padding_live_rows(const RebuildPaddingParams& p,
-                                                        int64_t prefill, KernelStatus* st) {
-  const int64_t rows = static_cast<int64_t>(p.cu_seqlens_q[p.bsz]) - prefill;
-  if (rows < 0 || rows > p.out_rows) {
-    report(st, kRebuildRows, -1, rows, p.out_rows);
-    return 0;
+// The speculative branch's R from `prefill`, the sum over prefilling requests
+// of (enc - 1): T - prefill, or, padded (T is the capacity), the packed token
+// count cu_seqlens_q[bsz] - prefill; checked against T and the offsets.
+// Reports the first problem (returns 0 then).
+FD_HOST_DEVICE inline int64_t rebuild_padding_count(const RebuildPaddingParams& p, int64_t prefill,
+                                                    bool padded, KernelStatus* st) {
+  const int64_t rows =
+      (padded ? static_cast<int64_t>(p.cu_seqlens_q[p.bsz]) : p.tmp_rows) - prefill;
+  const int64_t need = padded ? p.tmp_rows : rows;  // the offsets' entries read
+  if (padded && (rows < 0 || rows > p.tmp_rows)) {
+    report(st, kRebuildRows, -1, rows, p.tmp_rows);
+  } else if (rows < 0) {
+    report(st, kRebuildNegativeRows, -1, rows, p.tmp_rows);
+  } else if (p.offset_entries < need) {
+    report(st, padded ? kRebuildPaddedOffsets : kRebuildOffsets, -1, need, p.offset_entries);
+  } else {
+    return rows;
   }
-  return rows;
+  return 0;
 }
 
-inline KernelStatus rebuild_padding_cpu(const RebuildPaddingParams& p) {
+// The rows pass on the CPU: R (bsz in the plain branch), then every row checked.
+inline KernelStatus rebuild_padding_rows_cpu(const RebuildPaddingParams& p, int64_t* rows) {
   KernelStatus st{};
-  for (int64_t r = 0; r < p.out_rows && st.code == 0; ++r) rebuild_padding_check(p, r, &st);
-  if (st.code != 0) return st;
+  *rows = p.bsz;
+  if (p.use_output_padding_offset) {
+    int64_t prefill = 0;
+    for (int64_t b = 0; b < p.bsz; ++b)
+      if (p.seq_lens_encoder[b] > 0) prefill += p.seq_lens_encoder[b] - 1;
+    *rows = rebuild_padding_count(p, prefill, false, &st);
+  }
+  for (int64_t r = 0; r < *rows && st.code == 0; ++r) rebuild_padding_check(p, r, &st);
+  return st;
+}
+
+// The copy of the p.out_rows rows (after the rows pass).
+inline void rebuild_padding_cpu(const RebuildPaddingParams& p) {
   const char* in = static_cast<const char*>(p.tmp_out);
   char* out = static_cast<char*>(p.out);
   const size_t n = static_cast<size_t>(p.row_bytes);
-  for (int64_t r = 0; r < p.out_rows; ++r) {
+  for (int64_t r = 0; r < p.out_rows && n > 0; ++r) {
     const int64_t src = rebuild_padding_source(p, r).row;
-    if (n == 0) continue;
     if (src >= 0)
       std::memcpy(out + r * p.row_bytes, in + src * p.row_bytes, n);
     else
       std::memset(out + r * p.row_bytes, 0, n);
   }
-  return st;
 }
 
 }  // namespace fd_mtp

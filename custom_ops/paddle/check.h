@@ -243,6 +243,14 @@ inline int64_t vec(const char* op, const char* arg, const paddle::Tensor& t, boo
   return s[0];
 }
 
+// The batch-defining vector [bsz + add] (cu_seqlens_q: [bsz + 1]). Returns bsz.
+inline int64_t batch_plus(const char* op, const char* arg, const paddle::Tensor& t, int64_t add) {
+  const auto& s = t.shape();
+  if (s.size() != 1 || s[0] < add)
+    fail(op, arg, "must have shape [bsz + ", add, "], got ", shape_str(s));
+  return s[0] - add;
+}
+
 inline void rank(const char* op, const char* arg, const paddle::Tensor& t, size_t n) {
   if (t.shape().size() != n) fail(op, arg, "must be ", n, "-D, got shape ", shape_str(t.shape()));
 }

@@ -188,12 +188,6 @@ int64_t read_scalar(const char* op, const char* arg, const paddle::Tensor& t) {
   return v;
 }
 
-void read_int32s(const char* op, const char* arg, const paddle::Tensor& t, int64_t n,
-                 int32_t* host) {
-  check::dtype(op, arg, t, paddle::DataType::INT32);
-  if (n > 0) read_with_record(op, t, host, static_cast<size_t>(n) * sizeof(int32_t));
-}
-
 void check_pending() {
   constexpr const char* op = "check_pending";
   std::vector<std::pair<cudaStream_t, StreamStatus*> > records;

@@ -111,9 +111,6 @@ void finish(const char* op, const paddle::Tensor& like);
 // one-element int32 / int64 tensor `t`, one synchronisation; the stream's pending error raises
 // first, by its op's name.
 int64_t read_scalar(const char* op, const char* arg, const paddle::Tensor& t);
-// The same for a small int32 vector (rebuild_padding's seq_lens_encoder): copied into `host`.
-void read_int32s(const char* op, const char* arg, const paddle::Tensor& t, int64_t n,
-                 int32_t* host);
 
 }  // namespace gpu
 }  // namespace fd_mtp

@@ -65,9 +65,8 @@ _ops_loader.register_pending_check(_check_pending_if_cupy)  # fd_mtp.ops.check_p
 # None or False).
 FIXED_CAPACITY = {
     "pre_process": "token_capacity",
-    "rebuild_padding": "padded",
-    "eagle_get_hidden_states": "padded",
-    "eagle_get_self_hidden_states": "padded",
+    # the ops whose outputs' rows are data, with a capacity (fd_mtp.schema.Rows)
+    **{name: "padded" for name, op in _schema_ops().items() if op.rows and op.rows.capacity},
 }
 
 # The ops that take ``out=`` (keyword-only, fd_mtp.cuda only): persistent output arrays written
@@ -76,9 +75,6 @@ FIXED_CAPACITY = {
 # takes it too (its generated wrapper).
 PERSISTENT_OUT = (
     "pre_process",
-    "rebuild_padding",
-    "eagle_get_hidden_states",
-    "eagle_get_self_hidden_states",
     *sorted(name for name, op in _schema_ops().items() if op.outputs and op.cuda),
 )
 

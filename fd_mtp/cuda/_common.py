@@ -283,6 +283,7 @@ def prepare(op_name, values, device_ok=()):
             return
         _host_array(op, tensor, x)
 
+    schema.derive_attrs(op, values)
     schema.check_together(op, values)
     dims = arrays.check_arrays(
         _without_counts(op_name), values, lambda x: isinstance(x, cp.ndarray), host_check
@@ -455,6 +456,8 @@ def launch(op_name, values, check=None, out=None):
         check(op, values, dims, p)
     if out is None:
         out = values.get("out")
+    if op.rows is not None:
+        return _launch_rows(op, values, dims, p, out)
     outs = _outputs(op, values, dims, p, out) if op.outputs else None
     names = (
         {a.name: values[a.name] for a in op.attrs},
@@ -467,6 +470,61 @@ def launch(op_name, values, check=None, out=None):
         n = schema.expr_value(w.count, *names)
         setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
     _run(op, values, dims, p, flag)
+    return outs
+
+
+def _launch_rows(op, values, dims, p, out):
+    """`launch` of an op whose outputs' rows are data (fd_mtp.schema.Rows), as the generated
+    binding's GPU branch: the rows launcher on the stream's record, its count read back (one
+    sync; not where the rows are host-known), then the outputs allocated and written. With
+    ``padded`` (fd_mtp.cuda's fixed-capacity variant, ``values["padded"]``): outputs of the
+    capacity's rows (or the persistent ``out``), the count kept on the device, no host read."""
+    from .. import schema
+
+    rows, mod, mode, stream = op.rows, load(), error_mode(), _stream()
+    names = (
+        {a.name: values[a.name] for a in op.attrs},
+        dims,
+        {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")},
+    )
+    data = rows.when is None or schema.expr_value(rows.when, *names)
+    for w in op.workspaces:  # persistent per (stream, key)
+        n = schema.expr_value(w.count, *names)
+        setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
+    live = 0
+    if values.get("padded"):
+        if rows.capacity is None or not data:
+            what = "no fixed-capacity variant" if rows.capacity is None else rows.when
+            _fail(op.name, "padded", f"needs {what}")
+        dims[rows.dim] = dims[rows.capacity]
+        live = _ptr(_workspace(f"{op.name}_live_rows", (1,), np.int64))
+        setattr(p, rows.live, live)
+    elif out is not None:
+        _fail(op.name, "out", "needs padded=True (the fixed-capacity variant)")
+    else:
+        found = getattr(mod, f"{op.name}_rows")(p, stream, bool(data))
+        if data:  # the shape read: this op's error, or an earlier one's, raises first
+            if mode != "record":
+                check_pending(stream)
+            if found[0][0] == mod.STATUS_POISONED:
+                _fail(
+                    op.name,
+                    "input",
+                    "was not run: an earlier op on the stream failed (record mode)",
+                )
+            raise_status(op, found[0])
+            dims[rows.dim] = found[1]
+        else:
+            dims[rows.dim] = schema.expr_value(rows.otherwise, *names)
+    setattr(p, rows.param, dims[rows.dim])
+    if out is not None and len(op.outputs) == 1 and not isinstance(out, (list, tuple)):
+        o, sizes = op.outputs[0], {**dims, **names[0]}  # the one output, as an array
+        _out_array(op.name, "out", out, o.shape(sizes), values[o.like].dtype if o.like else o.dtype)
+        out = [out]
+    outs = _outputs(op, values, dims, p, out)
+    getattr(mod, op.name)(p, live, stream, sync=mode == "checked")
+    if mode == "checked":
+        check_pending(stream)
     return outs
 
 
@@ -535,7 +593,15 @@ def define_launchers(namespace, family):
                 "fd_mtp.cuda only: a list in the order of the outputs) and returns those"
             )
         doc = f"fd_mtp.ops.{op.name} on CuPy arrays" + (f" ({'; '.join(notes)})." if notes else ".")
+        if op.rows is not None and op.rows.capacity is not None:
+            notes.append(
+                "``padded=True`` (keyword-only, fd_mtp.cuda only) selects the fixed-capacity "
+                f"variant: {op.rows.capacity} rows, the first {op.rows.dim} written, zero rows "
+                "after them, the count kept on the device (nothing read on the host)"
+            )
         namespace.setdefault("launch", launch)
         extra = ("out",) if op.outputs else ()
+        if op.rows is not None and op.rows.capacity is not None:
+            extra = ("padded", "out")
         schema.define_wrapper(op, namespace, "launch", doc, extra)
     return names

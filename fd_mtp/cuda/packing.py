@@ -12,30 +12,12 @@ from ._common import (
     _fail,
     _out_array,
     _ptr,
-    _scratch,
     _stream,
     _workspace,
     define_launchers,
     launch,
     load,
-    prepare,
-    raise_status,
 )
-
-
-def _per_request_of(op, arg, a, dt, bsz, bsz_arg):
-    """A per-request vector ([n] or [n, 1], n >= bsz) whose message names where bsz comes from."""
-    _dtype(op, arg, a, dt)
-    s = a.shape
-    if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
-        _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
-    if s[0] < bsz:
-        _fail(
-            op,
-            arg,
-            f"has {s[0]} entries but the batch has {bsz} requests (bsz is taken from {bsz_arg})",
-        )
-    return s[0]
 
 
 def pre_process(
@@ -231,118 +213,5 @@ def _pre_process_outs(out, capacity, bsz, speculative):
     return list(out)
 
 
-def rebuild_padding(
-    tmp_out,
-    cu_seqlens_q,
-    seq_len_this_time,
-    seq_lens_decoder,
-    seq_lens_encoder,
-    output_padding_offset,
-    first_token_out,
-    max_input_length,
-    enable_logprob,
-    *,
-    use_output_padding_offset=None,
-    padded=False,
-    out=None,
-):
-    """fd_mtp.ops.rebuild_padding on CuPy arrays (bfloat16 as uint16 bits); returns a new CuPy array.
-
-    ``padded=True`` (keyword, fd_mtp.cuda only; the speculative branch) selects the
-    fixed-capacity variant: nothing is read on the host. The output has tmp_out's T rows (R <= T
-    always); R = cu_seqlens_q[bsz] - sum of (seq_lens_encoder - 1) over prefilling requests is
-    computed on the device and rows from R on are zero. output_padding_offset must then have at
-    least T entries (pre_process's ``token_capacity`` outputs do, for tmp_out of that many rows).
-    ``out`` (keyword, with ``padded=True`` only): a persistent [T, H] array of tmp_out's dtype
-    written instead of a new one (every row: the live ones, then zeros)."""
-    if use_output_padding_offset is None:
-        use_output_padding_offset = output_padding_offset is not None
-    op, v, dims, p = prepare(
-        "rebuild_padding", {k: x for k, x in locals().items() if k not in ("padded", "out")}
-    )
-    cp = _cupy()
-    name = op.name
-    # cu_seqlens_q: [bsz + 1], defines bsz; the per-request vectors: [>=bsz].
-    if cu_seqlens_q.ndim != 1 or cu_seqlens_q.shape[0] < 1:
-        _fail(name, "cu_seqlens_q", f"must have shape [bsz + 1], got {list(cu_seqlens_q.shape)}")
-    bsz = cu_seqlens_q.shape[0] - 1
-    src = "cu_seqlens_q"
-    _per_request_of(name, "seq_len_this_time", seq_len_this_time, np.int32, bsz, src)
-    _per_request_of(name, "seq_lens_decoder", seq_lens_decoder, np.int32, bsz, src)
-    _per_request_of(name, "seq_lens_encoder", seq_lens_encoder, np.int32, bsz, src)
-    rows = dims["T"]
-    out_rows = bsz
-    offsets = 0
-    if padded:
-        return _rebuild_padding_padded(
-            op, v, p, tmp_out, output_padding_offset, rows, dims["H"], out
-        )
-    if out is not None:
-        _fail(name, "out", "needs padded=True (the fixed-capacity variant)")
-    if v["use_output_padding_offset"]:
-        entries = 0 if output_padding_offset is None else output_padding_offset.size
-        if v["max_input_length"] < 1:
-            _fail(name, "max_input_length", f"must be >= 1, got {v['max_input_length']}")
-        # R on the host, as upstream (one row per prefilling request).
-        enc = cp.asnumpy(seq_lens_encoder).reshape(-1)[:bsz].astype(np.int64)
-        out_rows = rows - int(np.sum(np.where(enc > 0, enc - 1, 0)))
-        if out_rows < 0:
-            _fail(
-                name,
-                "seq_lens_encoder",
-                f"sums to more prefill tokens than tmp_out has rows ({rows}): "
-                f"the output would have {out_rows} rows",
-            )
-        if entries < out_rows:
-            _fail(
-                name,
-                "output_padding_offset",
-                f"has {entries} entries but the output has R = {out_rows} rows "
-                "(R = T - sum of (seq_lens_encoder - 1) over prefilling requests, which assumes "
-                "seq_len_this_time == seq_lens_encoder for them)",
-            )
-        if out_rows > 0:
-            offsets = _ptr(output_padding_offset)
-    out = cp.empty((out_rows, dims["H"]), dtype=tmp_out.dtype)
-    p.tmp_out = _ptr(tmp_out)
-    p.row_bytes = dims["H"] * tmp_out.itemsize
-    p.output_padding_offset = offsets
-    p.bsz = bsz
-    p.out_rows = out_rows
-    p.out = _ptr(out)
-    raise_status(op, load().rebuild_padding(p, _ptr(_scratch()), _stream()))
-    return out
-
-
-def _rebuild_padding_padded(op, v, p, tmp_out, output_padding_offset, rows, hidden, out):
-    """rebuild_padding's fixed-capacity variant (see rebuild_padding)."""
-    cp = _cupy()
-    name = op.name
-    if not v["use_output_padding_offset"]:
-        _fail(name, "padded", "needs the speculative branch (output_padding_offset)")
-    if v["max_input_length"] < 1:
-        _fail(name, "max_input_length", f"must be >= 1, got {v['max_input_length']}")
-    entries = 0 if output_padding_offset is None else output_padding_offset.size
-    if entries < rows:
-        _fail(
-            name,
-            "output_padding_offset",
-            f"has {entries} entries but the padded output has tmp_out's {rows} rows",
-        )
-    if out is None:
-        out = cp.empty((rows, hidden), dtype=tmp_out.dtype)
-    else:
-        _out_array(name, "out", out, (rows, hidden), tmp_out.dtype)
-    p.tmp_out = _ptr(tmp_out)
-    p.row_bytes = hidden * tmp_out.itemsize
-    p.output_padding_offset = _ptr(output_padding_offset) if rows > 0 else 0
-    p.bsz = v["cu_seqlens_q"].shape[0] - 1
-    p.out_rows = rows
-    p.out = _ptr(out)
-    live_rows = _workspace("rebuild_padding_live_rows", (1,), np.int64)
-    raise_status(op, load().rebuild_padding_padded(p, _ptr(live_rows), _ptr(_scratch()), _stream()))
-    return out
-
-
 # The packing ops not written above are generated from fd_mtp/schema/packing.py.
-__all__ = sorted({"pre_process", "rebuild_padding", *define_launchers(globals(), "packing")})
+__all__ = sorted({"pre_process", *define_launchers(globals(), "packing")})

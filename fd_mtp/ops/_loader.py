@@ -213,6 +213,11 @@ def invoke(op_name: str, values: dict):
     converted and range-checked, and a keyword-only attribute left at None takes its environment
     default. Errors name the argument."""
     op, tensors, attrs = _plan(op_name)
+    if any(a.given for a in attrs):
+        from .. import schema
+
+        values = dict(values)
+        schema.derive_attrs(op, values)
     tensor_type = _tensor_type()
     args = []
     for t in tensors:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._composite import renamed, require_bool, require_tensor
-from ._loader import define_ops, invoke
+from ._loader import define_ops
 from ._paddle_compat import sum_int64
 
 if TYPE_CHECKING:  # fd_mtp.ops imports paddle on the first call only
@@ -166,83 +166,5 @@ def _check_pre_process(
     return speculative
 
 
-def rebuild_padding(
-    tmp_out,
-    cu_seqlens_q,
-    seq_len_this_time,
-    seq_lens_decoder,
-    seq_lens_encoder,
-    output_padding_offset,
-    first_token_out,
-    max_input_length,
-    enable_logprob,
-    *,
-    use_output_padding_offset=None,
-):
-    """Select the hidden rows that get logits from the packed model output (spec §5.4).
-
-    ``bsz = cu_seqlens_q.shape[0] - 1``. A request with ``seq_len_this_time == 0``, or with
-    ``seq_lens_decoder == seq_lens_encoder == 0``, gives zero rows; otherwise a row copies
-    ``tmp_out[cu_seqlens_q[b] + local + s]`` with ``s = seq_lens_encoder[b] - 1`` when prefilling
-    (the chunk's last token) and 0 when decoding.
-
-    * Speculative branch (``output_padding_offset`` given): ``R = T - sum over b with
-      seq_lens_encoder[b] > 0 of (seq_lens_encoder[b] - 1)`` rows, computed on the host from
-      ``seq_lens_encoder`` as upstream; row r belongs to request ``b = p // max_input_length`` with
-      ``p = r + output_padding_offset[r]`` and ``local = p - b * max_input_length``: one row per
-      prefilling request, every token of a decoding one.
-    * Plain branch (``output_padding_offset`` None): one row per request (``local = 0``), ``[bsz, H]``.
-
-    Args:
-        tmp_out: ``[T, H]`` float32, float16 or bfloat16, read. Any H (16-byte vector copies on
-            the GPU when a row is a multiple of 16 bytes, narrower ones otherwise; upstream needs
-            H to be a multiple of 8 for 2-byte types).
-        cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
-        seq_len_this_time, seq_lens_decoder: ``[>=bsz]`` int32, read.
-        seq_lens_encoder: ``[>=bsz]`` int32, read (and copied to the host for R).
-        output_padding_offset: ``[>=R]`` int32 or None, read.
-        first_token_out: tensor or None; no effect (as upstream in this version).
-        max_input_length (int): the width ``L_in`` the offsets were built with.
-        enable_logprob (bool): no effect (as upstream in this version).
-        use_output_padding_offset (bool, keyword-only): the speculative branch. Default: None,
-            meaning ``output_padding_offset is not None`` (what the compiled op's attribute of
-            that name receives; paddle hands a zero-size tensor to an optional input as "none",
-            so the branch cannot be read off the tensor). True with ``output_padding_offset``
-            None is the speculative branch with zero offsets.
-
-    Returns:
-        A new ``[R, H]`` (speculative) or ``[bsz, H]`` (plain) tensor of tmp_out's dtype.
-
-    Pitfall (upstream's, kept): R assumes ``seq_len_this_time == seq_lens_encoder`` for every
-    prefilling request. When a prefill's ``this_time`` is larger (e.g. a non-truncating draft
-    model feeding ``enc + 1`` tokens), R exceeds the logits rows of ``pre_process``: upstream then
-    reads ``output_padding_offset`` past its end; here that raises ValueError naming
-    ``output_padding_offset``. When it is smaller, R is smaller too and the trailing rows are not
-    produced, as upstream. Rows whose request ``(r + output_padding_offset[r]) //
-    max_input_length`` lies outside the batch, or whose source row lies outside ``tmp_out``,
-    raise ValueError (``output_padding_offset`` / ``cu_seqlens_q``) instead of reading out of
-    bounds.
-
-    Example:
-        >>> import paddle, fd_mtp.ops as ops
-        >>> h = paddle.arange(10, dtype="float32").reshape([5, 2])   # 3 prefill + 2 decode tokens
-        >>> cu = paddle.to_tensor([0, 3, 5], dtype="int32")
-        >>> q = paddle.to_tensor([3, 2], dtype="int32")
-        >>> enc = paddle.to_tensor([3, 0], dtype="int32")
-        >>> dec = paddle.to_tensor([0, 9], dtype="int32")
-        >>> opo = paddle.to_tensor([0, 3, 3], dtype="int32")  # from pre_process with L_in = 4
-        >>> ops.rebuild_padding(h, cu, q, dec, enc, opo, None, 4, False).tolist()
-        [[4.0, 5.0], [6.0, 7.0], [8.0, 9.0]]
-        >>> ops.rebuild_padding(h, cu, q, dec, enc, None, None, 4, False).tolist()
-        [[4.0, 5.0], [6.0, 7.0]]
-
-    NaN / inf: a pure copy; the values of ``tmp_out`` are never inspected, so NaN and inf pass
-    through bit for bit (rows the op leaves at zero stay zero), as in the numpy reference.
-    """
-    if use_output_padding_offset is None:
-        use_output_padding_offset = output_padding_offset is not None
-    return invoke("rebuild_padding", locals())[0]
-
-
 # The ops not written above are declared and documented in fd_mtp/schema/packing.py.
-__all__ = sorted({*["pre_process", "rebuild_padding"], *define_ops(globals(), "packing")})
+__all__ = sorted({"pre_process", *define_ops(globals(), "packing")})

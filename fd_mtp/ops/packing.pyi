@@ -87,10 +87,12 @@ def rebuild_padding(
     (the chunk's last token) and 0 when decoding.
 
     * Speculative branch (``output_padding_offset`` given): ``R = T - sum over b with
-      seq_lens_encoder[b] > 0 of (seq_lens_encoder[b] - 1)`` rows, computed on the host from
-      ``seq_lens_encoder`` as upstream; row r belongs to request ``b = p // max_input_length`` with
-      ``p = r + output_padding_offset[r]`` and ``local = p - b * max_input_length``: one row per
-      prefilling request, every token of a decoding one.
+      seq_lens_encoder[b] > 0 of (seq_lens_encoder[b] - 1)`` rows (upstream computes R on the
+      host from ``seq_lens_encoder``; here the kernel counts it and the host reads the count back:
+      one synchronisation on a GPU, as upstream's copy); row r belongs to request
+      ``b = p // max_input_length`` with ``p = r + output_padding_offset[r]`` and
+      ``local = p - b * max_input_length``: one row per prefilling request, every token of a
+      decoding one.
     * Plain branch (``output_padding_offset`` None): one row per request (``local = 0``), ``[bsz, H]``.
 
     Args:
@@ -99,7 +101,7 @@ def rebuild_padding(
             H to be a multiple of 8 for 2-byte types).
         cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
         seq_len_this_time, seq_lens_decoder: ``[>=bsz]`` int32, read.
-        seq_lens_encoder: ``[>=bsz]`` int32, read (and copied to the host for R).
+        seq_lens_encoder: ``[>=bsz]`` int32, read.
         output_padding_offset: ``[>=R]`` int32 or None, read.
         first_token_out: tensor or None; no effect (as upstream in this version).
         max_input_length (int): the width ``L_in`` the offsets were built with.

@@ -37,9 +37,12 @@ Returned tensors are declared as `Out` (``Op.outputs``): a dtype and dims that a
 ``<dim> + <int>`` or ints (``"int32[B + 1]"``); the binding allocates them on the op's place
 (zero-filled with ``fill=0``), hands their data pointers to the Params and returns them, and
 the shape inference of the registered op is derived from the same dims (a dim read on the host
-is unknown there: -1). `Together` declares optional tensors given all together or none, a rule
-the generated binding, fd_mtp.cuda and the numpy reference check with one message
-(`check_together`).
+is unknown there: -1). `Rows` declares outputs whose rows are data (a shape op: counted on the
+CPU, counted on the device and read back on a GPU; fd_mtp.cuda's ``padded=True`` keeps them at a
+capacity). The batch tensor may be ``[B+1]`` (``cu_seqlens_q``: ``[bsz + 1]``); an `Attr` with
+``given`` defaults to whether an optional tensor is given. `Together` declares optional tensors
+given all together or none, a rule the generated binding, fd_mtp.cuda and the numpy reference
+check with one message (`check_together`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ __all__ = [
     "Together",
     "Workspace",
     "Require",
+    "Rows",
     "Status",
     "Tensor",
     "all_ops",
@@ -77,6 +81,7 @@ __all__ = [
     "expr_value",
     "DeviceFlag",
     "define_wrapper",
+    "derive_attrs",
     "device_flag",
     "family_ops",
     "flag_value",
@@ -108,6 +113,7 @@ class Dim:
     name: str | None = None
     at_least: int | None = None
     lower_name: str | None = None
+    add: int = 0  # the batch tensor's ``[B+1]``: B is its length less ``add``
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,9 @@ class Tensor:
             elif ">=" in part:
                 name, low = part.split(">=")
                 out.append(Dim(name=name, at_least=int(low)))
+            elif "+" in part:  # the batch tensor's [B+<int>] (cu_seqlens_q: [bsz + 1])
+                name, add = part.split("+")
+                out.append(Dim(name=name, add=int(add)))
             else:
                 out.append(Dim(name=part))
         return tuple(out)
@@ -183,7 +192,8 @@ class Attr:
     ``resolve``: ``"<module>:<function>"`` mapping the given value (None included) to the op's,
     for a default no variable alone gives (a checked environment id, a path); ``py``: its Python
     name when it differs (the wrapper converts); ``param``: the Params field (None: filled by
-    hand)."""
+    hand); ``given``: a bool left at None becomes whether that optional tensor is given
+    (`derive_attrs`, in Python: paddle hands a zero-size tensor to the op as none)."""
 
     name: str
     type: str
@@ -195,6 +205,7 @@ class Attr:
     py: str | None = None
     param: str | None = ""
     doc: str = ""
+    given: str | None = None
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -306,6 +317,34 @@ class Workspace:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """The leading dim ``dim`` of the returned tensors (`Out` specs name it) when it is data, as
+    in FastDeploy's shape ops: the kernel header's ``<op>_rows_cpu(const Params&, int64_t*
+    rows)`` counts (and checks) on the CPU; on a GPU the launcher ``<op>_rows_cuda(const Params&,
+    KernelStatus*, int64_t* rows, cudaStream_t)`` counts on the device and the binding reads the
+    count back (one synchronisation), then allocates the outputs and runs the op's own launcher
+    ``(const Params&, const KernelStatus* preset, cudaStream_t)``. The count goes to the Params
+    field ``param`` before the outputs are written. ``when``: an expression of the attributes
+    (`Check`'s language) under which the rows are data; otherwise they are the dim ``otherwise``
+    (host-known: no count). ``capacity``: the dim of fd_mtp.cuda's fixed-capacity variant
+    (``padded=True``: outputs of ``capacity`` rows, nothing read on the host; the count stays on
+    the device, its address in the Params field ``live``, rows past it zero)."""
+
+    dim: str
+    param: str
+    capacity: str | None = None
+    live: str | None = None
+    when: str | None = None
+    otherwise: str | None = None
+
+    def __post_init__(self):
+        if (self.capacity is None) != (self.live is None):
+            raise ValueError(f"rows {self.dim}: capacity and live go together")
+        if (self.when is None) != (self.otherwise is None):
+            raise ValueError(f"rows {self.dim}: when and otherwise go together")
+
+
+@dataclass(frozen=True)
 class Require:
     """A rule between a named dim and the attributes: ``dims.<dim> >= <at_least>`` (an
     expression of integer attributes, e.g. ``"substep + 2"``), refused naming ``tensor``."""
@@ -365,6 +404,7 @@ class Op:
     workspaces: tuple = ()
     skip: str | None = None
     result: str | None = None
+    rows: Rows | None = None
 
     def __post_init__(self):
         if self.outputs:
@@ -383,6 +423,8 @@ class Op:
             raise ValueError(f"{self.name}: flag needs the standard dispatch (cpu=) and statuses")
         if self.launcher is not None and self.cpu is None:
             raise ValueError(f"{self.name}: launcher is only for the standard dispatch (cpu=)")
+        if self.rows is not None and (not self.outputs or not self.status or self.flag):
+            raise ValueError(f"{self.name}: rows need outputs and statuses, and no flag")
 
     @property
     def generated_dispatch(self) -> bool:
@@ -393,6 +435,16 @@ class Op:
     def launcher_name(self) -> str:
         """The CUDA launcher of a standard-dispatch op (``<name>_cuda`` unless ``launcher``)."""
         return self.launcher or f"{self.name}_cuda"
+
+    @property
+    def rows_cpu(self) -> str:
+        """The kernel header's host count of an op with `Rows` (``<op>_rows_cpu``)."""
+        return f"{self.name}_rows_cpu"
+
+    @property
+    def rows_launcher(self) -> str:
+        """The CUDA launcher counting the rows of an op with `Rows` (``<op>_rows_cuda``)."""
+        return f"{self.name}_rows_cuda"
 
     @property
     def hand_binding(self) -> str | None:
@@ -523,6 +575,15 @@ def resolve_kw(op_name: str, name: str, value):
     from .. import envs
 
     return envs.get(attr.env)
+
+
+def derive_attrs(op: Op, values: dict) -> None:
+    """Sets in ``values`` (arguments by name) every attribute left at None that the schema
+    derives from the other arguments (``Attr.given``: whether that tensor is not None), the one
+    rule of fd_mtp.ops and fd_mtp.cuda."""
+    for a in op.attrs:
+        if a.given is not None and values.get(a.python_name, values.get(a.name)) is None:
+            values[a.python_name] = values[a.given] is not None
 
 
 def define_wrapper(

@@ -90,6 +90,12 @@ def _check_shape(op: Op, t: Tensor, x, dims: dict, bound: dict) -> None:
                 plural = "s" if n != 1 else ""
                 _fail(op, t.name, f"must hold at least {n} element{plural}, got shape {shape}")
             return
+    if t.name == op.batch and spec[0].add:  # [B+<add>] (cu_seqlens_q: [bsz + 1])
+        if len(shape) != 1 or shape[0] < spec[0].add:
+            _fail(op, t.name, f"must have shape [bsz + {spec[0].add}], got {shape}")
+        dims["B"] = shape[0] - spec[0].add
+        bound["B"] = t.name
+        return
     if t.name == op.batch:
         if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
             _fail(op, t.name, f"must have shape [bsz] or [bsz, 1], got {shape}")
@@ -212,6 +218,7 @@ def _value(op: Op, expr: str, values: dict, dims: dict):
     if expr.startswith("float_kind("):
         return FLOAT_KINDS[str(values[expr[11:-1]].dtype)]
     for fn, get in (
+        ("row_bytes(", lambda x: x.shape[1] * x.itemsize),
         ("numel(", lambda x: x.size),
         ("rows(", lambda x: x.shape[0]),
         ("cols(", lambda x: x.shape[1]),

@@ -1,6 +1,13 @@
 """Schemas of the draft-model (MTP proposer) ops: spec ../shared/spec/ops.md §6."""
 
-from . import Attr, Check, Op, Require, Status, Tensor, Workspace
+from . import Attr, Check, Op, Out, Require, Rows, Status, Tensor, Workspace
+
+# The eagle row gathers: the output's rows are data (counted by the plan, read back on a GPU;
+# fd_mtp.cuda's padded=True keeps the input's T rows); the plan's source rows in a persistent
+# per-stream workspace on the GPU.
+GATHER_ROWS = Rows("R", param="out_rows", capacity="T", live="live_rows")
+GATHER_PARAMS = {"bsz": "B", "input_rows": "T", "row_bytes": "row_bytes(input)"}
+GATHER_SOURCES = Workspace("src_rows", "int64[T]", key="eagle_src_rows", cpu=False)
 
 OPS = [
     Op(
@@ -300,13 +307,15 @@ OPS = [
         place="input",
         kernel="eagle_hidden_states",
         params="EagleHiddenStatesParams",
-        extra_params={"bsz": "B"},
-        returns=("out",),
+        cpu="eagle_get_hidden_states_cpu",
+        extra_params=GATHER_PARAMS,
+        rows=GATHER_ROWS,
+        outputs=(Out("out", "any[R, H]", like="input"),),
+        workspaces=(GATHER_SOURCES,),
         args=(
             Tensor(
                 "input",
                 "float32|float16|bfloat16[T, H>=0]",
-                param=None,
                 doc="the target's hidden states",
             ),
             Tensor("seq_lens_this_time", "int32[B]", doc="draft, after draft_model_preprocess"),
@@ -366,13 +375,15 @@ OPS = [
         place="input",
         kernel="eagle_hidden_states",
         params="EagleSelfHiddenStatesParams",
-        extra_params={"bsz": "B"},
-        returns=("out",),
+        cpu="eagle_get_self_hidden_states_cpu",
+        extra_params=GATHER_PARAMS,
+        rows=GATHER_ROWS,
+        outputs=(Out("out", "any[R, H]", like="input"),),
+        workspaces=(GATHER_SOURCES,),
         args=(
             Tensor(
                 "input",
                 "float32|float16|bfloat16[T, H>=0]",
-                param=None,
                 doc="this substep's hidden states",
             ),
             Tensor("last_seq_lens_this_time", "int32[>=B]", doc="this_time before the substep"),

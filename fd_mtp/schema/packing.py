@@ -2,11 +2,11 @@
 
 The token counts (``token_num``, ``out_token_num``) are count tensors, read on the host by the
 generated binding (``check::host_count``: one int64 or int32 element in [0, INT32_MAX]) to size
-the outputs; rebuild_padding's batch is ``cu_seqlens_q.shape[0] - 1``, which no tensor spec
-expresses, so its per-request shapes are checked by hand too.
+the outputs; rebuild_padding's batch is ``cu_seqlens_q.shape[0] - 1`` (``int32[B+1]``) and its
+output's rows are data (`Rows`).
 """
 
-from . import Attr, Op, Out, Status, Tensor
+from . import Attr, Check, Op, Out, Rows, Status, Tensor
 
 OPS = [
     Op(
@@ -256,32 +256,104 @@ OPS = [
         name="rebuild_padding",
         entry="RebuildPadding",
         spec="§5.4",
+        doc="""Select the hidden rows that get logits from the packed model output (spec §5.4).
+
+        ``bsz = cu_seqlens_q.shape[0] - 1``. A request with ``seq_len_this_time == 0``, or with
+        ``seq_lens_decoder == seq_lens_encoder == 0``, gives zero rows; otherwise a row copies
+        ``tmp_out[cu_seqlens_q[b] + local + s]`` with ``s = seq_lens_encoder[b] - 1`` when prefilling
+        (the chunk's last token) and 0 when decoding.
+
+        * Speculative branch (``output_padding_offset`` given): ``R = T - sum over b with
+          seq_lens_encoder[b] > 0 of (seq_lens_encoder[b] - 1)`` rows (upstream computes R on the
+          host from ``seq_lens_encoder``; here the kernel counts it and the host reads the count back:
+          one synchronisation on a GPU, as upstream's copy); row r belongs to request
+          ``b = p // max_input_length`` with ``p = r + output_padding_offset[r]`` and
+          ``local = p - b * max_input_length``: one row per prefilling request, every token of a
+          decoding one.
+        * Plain branch (``output_padding_offset`` None): one row per request (``local = 0``), ``[bsz, H]``.
+
+        Args:
+            tmp_out: ``[T, H]`` float32, float16 or bfloat16, read. Any H (16-byte vector copies on
+                the GPU when a row is a multiple of 16 bytes, narrower ones otherwise; upstream needs
+                H to be a multiple of 8 for 2-byte types).
+            cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
+            seq_len_this_time, seq_lens_decoder: ``[>=bsz]`` int32, read.
+            seq_lens_encoder: ``[>=bsz]`` int32, read.
+            output_padding_offset: ``[>=R]`` int32 or None, read.
+            first_token_out: tensor or None; no effect (as upstream in this version).
+            max_input_length (int): the width ``L_in`` the offsets were built with.
+            enable_logprob (bool): no effect (as upstream in this version).
+            use_output_padding_offset (bool, keyword-only): the speculative branch. Default: None,
+                meaning ``output_padding_offset is not None`` (what the compiled op's attribute of
+                that name receives; paddle hands a zero-size tensor to an optional input as "none",
+                so the branch cannot be read off the tensor). True with ``output_padding_offset``
+                None is the speculative branch with zero offsets.
+
+        Returns:
+            A new ``[R, H]`` (speculative) or ``[bsz, H]`` (plain) tensor of tmp_out's dtype.
+
+        Pitfall (upstream's, kept): R assumes ``seq_len_this_time == seq_lens_encoder`` for every
+        prefilling request. When a prefill's ``this_time`` is larger (e.g. a non-truncating draft
+        model feeding ``enc + 1`` tokens), R exceeds the logits rows of ``pre_process``: upstream then
+        reads ``output_padding_offset`` past its end; here that raises ValueError naming
+        ``output_padding_offset``. When it is smaller, R is smaller too and the trailing rows are not
+        produced, as upstream. Rows whose request ``(r + output_padding_offset[r]) //
+        max_input_length`` lies outside the batch, or whose source row lies outside ``tmp_out``,
+        raise ValueError (``output_padding_offset`` / ``cu_seqlens_q``) instead of reading out of
+        bounds.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> h = paddle.arange(10, dtype="float32").reshape([5, 2])   # 3 prefill + 2 decode tokens
+            >>> cu = paddle.to_tensor([0, 3, 5], dtype="int32")
+            >>> q = paddle.to_tensor([3, 2], dtype="int32")
+            >>> enc = paddle.to_tensor([3, 0], dtype="int32")
+            >>> dec = paddle.to_tensor([0, 9], dtype="int32")
+            >>> opo = paddle.to_tensor([0, 3, 3], dtype="int32")  # from pre_process with L_in = 4
+            >>> ops.rebuild_padding(h, cu, q, dec, enc, opo, None, 4, False).tolist()
+            [[4.0, 5.0], [6.0, 7.0], [8.0, 9.0]]
+            >>> ops.rebuild_padding(h, cu, q, dec, enc, None, None, 4, False).tolist()
+            [[4.0, 5.0], [6.0, 7.0]]
+
+        NaN / inf: a pure copy; the values of ``tmp_out`` are never inspected, so NaN and inf pass
+        through bit for bit (rows the op leaves at zero stay zero), as in the numpy reference.
+        """,
+        batch="cu_seqlens_q",
+        place="tmp_out",
         kernel="rebuild_padding",
         params="RebuildPaddingParams",
-        extra_params={"tmp_rows": "T"},
-        returns=("out",),
+        cpu="rebuild_padding_cpu",
+        extra_params={
+            "tmp_rows": "T",
+            "row_bytes": "row_bytes(tmp_out)",
+            "bsz": "B",
+            "offset_entries": "numel(output_padding_offset)",
+        },
+        # R: data in the speculative branch (counted by the kernel, read back on a GPU), bsz in
+        # the plain one; fd_mtp.cuda's padded=True keeps tmp_out's T rows.
+        rows=Rows(
+            "R",
+            param="out_rows",
+            capacity="T",
+            live="live_rows",
+            when="use_output_padding_offset",
+            otherwise="dims.B",
+        ),
+        outputs=(Out("out", "any[R, H]", like="tmp_out"),),
+        checks=(
+            Check(
+                "max_input_length",
+                "not use_output_padding_offset or max_input_length >= 1",
+                "must be >= 1, got {max_input_length}",
+            ),
+        ),
         args=(
-            Tensor(
-                "tmp_out",
-                "float32|float16|bfloat16[T, H>=0]",
-                param=None,
-                doc="packed model output",
-            ),
-            Tensor("cu_seqlens_q", "int32[]", doc="[bsz + 1], checked by hand; defines bsz"),
-            Tensor("seq_len_this_time", "int32[]", doc="[>=bsz], checked by hand"),
-            Tensor("seq_lens_decoder", "int32[]", doc="[>=bsz], checked by hand"),
-            Tensor(
-                "seq_lens_encoder",
-                "int32[]",
-                doc="[>=bsz], checked by hand; copied to the host for R",
-            ),
-            Tensor(
-                "output_padding_offset",
-                "int32[]",
-                optional=True,
-                param=None,
-                doc="[>=R]: speculative branch",
-            ),
+            Tensor("tmp_out", "float32|float16|bfloat16[T, H>=0]", doc="packed model output"),
+            Tensor("cu_seqlens_q", "int32[B+1]", doc="defines bsz"),
+            Tensor("seq_len_this_time", "int32[>=B]"),
+            Tensor("seq_lens_decoder", "int32[>=B]"),
+            Tensor("seq_lens_encoder", "int32[>=B]"),
+            Tensor("output_padding_offset", "int32[]", optional=True, doc="[>=R]: speculative"),
             Tensor(
                 "first_token_out",
                 "any[]",
@@ -290,19 +362,15 @@ OPS = [
                 param=None,
                 doc="accepted for the signature",
             ),
-            Attr(
-                "max_input_length",
-                "int",
-                doc="the width the offsets were built with (>= 1: checked by hand)",
-            ),
+            Attr("max_input_length", "int", doc="the width the offsets were built with"),
             Attr("enable_logprob", "bool", param=None, doc="no effect"),
             Attr(
                 "use_output_padding_offset",
                 "bool",
                 kw=True,
-                param=None,
-                doc="the speculative branch; None: output_padding_offset is not None (paddle hands a "
-                "zero-size tensor to an optional input as none, which must not switch branches)",
+                given="output_padding_offset",
+                doc="the speculative branch; None: output_padding_offset is given (decided "
+                "before paddle hands a zero-size tensor to the op as none)",
             ),
         ),
         status=(
@@ -326,6 +394,27 @@ OPS = [
                 "gives the output R = {value} rows, outside [0, {limit}] (padded: R = "
                 "cu_seqlens_q[bsz] - sum of (seq_lens_encoder - 1) over prefilling requests, "
                 "computed on the device; {limit} = the capacity, tmp_out's rows)",
+            ),
+            Status(
+                "kRebuildNegativeRows",
+                4,
+                "seq_lens_encoder",
+                "sums to more prefill tokens than tmp_out has rows ({limit}): the output would "
+                "have {value} rows",
+            ),
+            Status(
+                "kRebuildOffsets",
+                5,
+                "output_padding_offset",
+                "has {limit} entries but the output has R = {value} rows (R = T - sum of "
+                "(seq_lens_encoder - 1) over prefilling requests, which assumes "
+                "seq_len_this_time == seq_lens_encoder for them)",
+            ),
+            Status(
+                "kRebuildPaddedOffsets",
+                6,
+                "output_padding_offset",
+                "has {limit} entries but the padded output has tmp_out's {value} rows",
             ),
         ),
     ),

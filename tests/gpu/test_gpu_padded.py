@@ -186,7 +186,7 @@ def test_rebuild_padding_padded_refusals():
     d = [dev(x) for x in a]
     with pytest.raises(ValueError, match="rebuild_padding: output_padding_offset has"):
         fcuda.rebuild_padding(*d[:5], d[5][:-1], None, WIDTH, False, padded=True)
-    with pytest.raises(ValueError, match="rebuild_padding: padded needs the speculative branch"):
+    with pytest.raises(ValueError, match="rebuild_padding: padded needs use_output_padding_offset"):
         fcuda.rebuild_padding(*d[:5], None, None, WIDTH, False, padded=True)
 
 

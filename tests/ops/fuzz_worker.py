@@ -90,8 +90,9 @@ def snapshot(values, names):
 
 def cases(op, case, batch, long):
     """(case name, argument name, mutate(values) -> extra tensors to check unchanged)."""
-    B = (
+    B = (  # bsz: the batch tensor's length (less its `add`: [B+1] is cu_seqlens_q's bsz + 1)
         int(np.asarray(case.args[case.names.index(op.batch)]).shape[0])
+        - op.arg(op.batch).dims[0].add
         if op.batch in case.names
         else None
     )

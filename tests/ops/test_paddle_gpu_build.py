@@ -50,11 +50,14 @@ FORBIDDEN = (
 HOST_READS = {
     "host_flag(": {f"{name}.gen.cc" for name in ("draft_model_preprocess", "draft_model_update")}
     | {"speculate_update.gen.cc", "speculate_schedule_cache.gen.cc"},
-    "host_count(": {"eagle_hidden_states.cc"},
+    # the ops whose outputs' rows are data (fd_mtp.schema.Rows): the count read back
+    "host_count(": {
+        f"{name}.gen.cc"
+        for name in ("eagle_get_hidden_states", "eagle_get_self_hidden_states", "rebuild_padding")
+    },
     # (the count tensors' read, check::host_count of gpu_stream.h, runs in the generated entry
     # point before the dispatch, not in a GPU branch: no binding reads a scalar there)
     "read_scalar(": set(),
-    "read_int32s(": {"rebuild_padding.cc"},
 }
 
 

@@ -216,14 +216,6 @@ NOT_FOUR_FILES = {
     "layer on a worker pool, two returned tensors; no CUDA launcher)",
     "paged_attention": "not yet converted: hand-written dispatch (paged_attention.cc); its "
     "launcher is not bound in the raw module (issue 20)",
-    "eagle_get_hidden_states": "not yet converted: hand-written dispatch (eagle_hidden_states.cc:"
-    " the output's rows are planned on the device and read back before the copy; fd_mtp.cuda's "
-    "fixed-capacity variant)",
-    "eagle_get_self_hidden_states": "not yet converted: hand-written dispatch "
-    "(eagle_hidden_states.cc, as eagle_get_hidden_states)",
-    "rebuild_padding": "not yet converted: hand-written dispatch (rebuild_padding.cc: bsz from "
-    "cu_seqlens_q, the output rows computed on the host from seq_lens_encoder; fd_mtp.cuda's "
-    "fixed-capacity variant) and a hand-written Python wrapper",
     "speculate_verify": "not yet converted: a check hook (speculate_verify.cc: the vocabularies, "
     "the rejection sample workspace) and hand-written Python wrappers (the seed / offset "
     "counter and the strategy's defaults)",
