@@ -68,14 +68,7 @@ def pre_process(
         )
     if out is not None:
         _fail("pre_process", "out", "needs token_capacity (the fixed-capacity variant)")
-    # The counts are read on the host in one wait (docs/gpu_errors.md): this_time and, for the
-    # speculative layout, seq_lens_encoder, back to back before anything is launched; the output
-    # token count is then seq_lens_output's sum (spec §5.2) computed on the host.
-    this_time = cp.asnumpy(seq_lens_this_time).reshape(-1).astype(np.int64)
-    enc = None
-    if speculative_decoding and seq_lens_encoder is not None:
-        enc = cp.asnumpy(seq_lens_encoder).reshape(-1)
-        enc = enc[: this_time.size] if enc.size >= this_time.size else None  # the op will refuse
+    this_time, enc = _host_counts(seq_lens_this_time, seq_lens_encoder, speculative_decoding)
     token_num = int(this_time.sum())
     cum_offsets_now = cp.cumsum(max_len - seq_lens_this_time.reshape(-1), dtype=cp.int32)
     if not speculative_decoding:
@@ -83,13 +76,7 @@ def pre_process(
             input_ids, input_ids, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_this_time
         )
         return ids, batch_id, cu_q, cu_k, None, None
-    for name, value in (
-        ("draft_tokens", draft_tokens),
-        ("seq_lens_encoder", seq_lens_encoder),
-        ("seq_lens_decoder", seq_lens_decoder),
-    ):
-        if value is None:
-            _fail("pre_process", name, "is required when speculative_decoding is True")
+    _require_speculative(draft_tokens, seq_lens_encoder, seq_lens_decoder)
     ids, batch_id, cu_q, cu_k = speculate_get_padding_offset(
         input_ids, draft_tokens, cum_offsets_now, token_num, seq_lens_this_time, seq_lens_encoder
     )
@@ -106,6 +93,31 @@ def pre_process(
         out_cum_tmp, out_token_num, seq_lens_output, max_len
     )
     return ids, batch_id, cu_q, cu_k, out_cum, padding
+
+
+def _host_counts(seq_lens_this_time, seq_lens_encoder, speculative_decoding):
+    """``(this_time, enc)`` on the host, read in one wait (docs/gpu_errors.md): this_time and, for
+    the speculative layout, seq_lens_encoder (None when absent or too short: the op will refuse
+    it), back to back before anything is launched; the output token count is then
+    seq_lens_output's sum (spec §5.2) computed on the host."""
+    cp = _cupy()
+    this_time = cp.asnumpy(seq_lens_this_time).reshape(-1).astype(np.int64)
+    enc = None
+    if speculative_decoding and seq_lens_encoder is not None:
+        enc = cp.asnumpy(seq_lens_encoder).reshape(-1)
+        enc = enc[: this_time.size] if enc.size >= this_time.size else None
+    return this_time, enc
+
+
+def _require_speculative(draft_tokens, seq_lens_encoder, seq_lens_decoder):
+    """pre_process's speculative-only arguments are given, else ValueError naming the first."""
+    for name, value in (
+        ("draft_tokens", draft_tokens),
+        ("seq_lens_encoder", seq_lens_encoder),
+        ("seq_lens_decoder", seq_lens_decoder),
+    ):
+        if value is None:
+            _fail("pre_process", name, "is required when speculative_decoding is True")
 
 
 def _pre_process_padded(
@@ -130,13 +142,7 @@ def _pre_process_padded(
     max_len = input_ids.shape[1]
     bsz = seq_lens_this_time.shape[0]
     if speculative_decoding:
-        for name, value in (
-            ("draft_tokens", draft_tokens),
-            ("seq_lens_encoder", seq_lens_encoder),
-            ("seq_lens_decoder", seq_lens_decoder),
-        ):
-            if value is None:
-                _fail("pre_process", name, "is required when speculative_decoding is True")
+        _require_speculative(draft_tokens, seq_lens_encoder, seq_lens_decoder)
     outs = _pre_process_outs(out, capacity, bsz, bool(speculative_decoding))
     cum_offsets_now = _cum_offsets("pre_process_cum_offsets", seq_lens_this_time, bsz, max_len)
     # without speculation the prompt rows are the only tokens: input_ids stands for the drafts

@@ -70,10 +70,6 @@ def pre_process(
         >>> [t.tolist() for t in out]
         [[5, 6, 7, 8, 4], [0, 0, 0, 1, 1], [0, 3, 5], [0, 3, 5], [0, 3], [0, 3, 3]]
     """
-    import paddle
-
-    from .packing import speculate_get_padding_offset  # generated from the schema
-
     speculative = _check_pre_process(
         input_ids,
         seq_lens_this_time,
@@ -82,9 +78,25 @@ def pre_process(
         seq_lens_encoder,
         seq_lens_decoder,
     )
+    packed = _packed(input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, speculative)
+    if not speculative:
+        return (*packed, None, None)
     max_len = input_ids.shape[1]
+    return (
+        *packed,
+        *_output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len),
+    )
+
+
+def _packed(input_ids, seq_lens_this_time, draft_tokens, seq_lens_encoder, speculative):
+    """pre_process's packed tokens: ``(ids_remove_padding, batch_id_per_token, cu_seqlens_q,
+    cu_seqlens_k)`` from ``speculate_get_padding_offset``."""
+    import paddle
+
+    from .packing import speculate_get_padding_offset  # generated from the schema
+
     token_num = sum_int64(seq_lens_this_time)
-    cum_offsets_now = paddle.cumsum(max_len - seq_lens_this_time, dtype="int32")
+    cum_offsets_now = paddle.cumsum(input_ids.shape[1] - seq_lens_this_time, dtype="int32")
     if speculative:
         source, encoder, names = draft_tokens, seq_lens_encoder, _PADDING_NAMES
     else:
@@ -96,15 +108,9 @@ def pre_process(
             "seq_lens_encoder": "seq_lens_this_time",
         }
     with renamed("pre_process", "speculate_get_padding_offset", names):
-        packed = speculate_get_padding_offset(
+        return speculate_get_padding_offset(
             input_ids, source, cum_offsets_now, token_num, seq_lens_this_time, encoder
         )
-    if not speculative:
-        return (*packed, None, None)
-    return (
-        *packed,
-        *_output_offsets(seq_lens_this_time, seq_lens_encoder, seq_lens_decoder, max_len),
-    )
 
 
 # pre_process's inner ops get its arguments (or values computed from them): their errors are raised

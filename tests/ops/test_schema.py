@@ -156,7 +156,7 @@ def _code_text(path: Path) -> str:
 # any caller does and write none of its glue, so their bodies are not searched for op names.
 # Nothing else in these files may name an op.
 COMPOSITE_CALLERS = {
-    "fd_mtp/ops/packing.py": ("pre_process", "_output_offsets"),
+    "fd_mtp/ops/packing.py": ("pre_process", "_packed", "_output_offsets"),
     "fd_mtp/cuda/packing.py": ("pre_process", "_pre_process_padded"),
 }
 
