@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 
+from ..schema import CallCounter
+
 MODULE_DIR_ENV = "FD_MTP_CUDA_MODULE_DIR"
 BUILD_HINT = (
     "build it with `make cuda-module` (or `python cmake/fd_mtp_build.py cuda-module`, which needs "
@@ -158,6 +160,11 @@ def _scratch(words=STATUS_WORDS):
 
 
 _workspaces: dict = {}
+# Workspace keys (fd_mtp.schema.Workspace.key) `launch` leaves null: tests of a launcher's path
+# without one (a kernel that takes a null workspace, e.g. verify_sample_tokens).
+NULL_WORKSPACES: set = set()
+# fd_mtp.cuda's call counters (the default RNG position of an op: fd_mtp.schema.prepare_call).
+CALLS = CallCounter()
 
 
 def _workspace(key, shape, dtype):
@@ -276,6 +283,8 @@ def prepare(op_name, values, device_ok=()):
 
     op = schema.get(op_name)
     cp = _cupy()
+    if schema.has_python_side(op):  # choices, call counters, only_if tensors, python_checks
+        values = schema.prepare_call(op, values, CALLS)
     values = dict(values)
 
     def host_check(op, tensor, x):
@@ -464,6 +473,8 @@ def launch(op_name, values, check=None, out=None):
     if op.skip is not None and schema.expr_value(op.skip, *names):
         return outs  # nothing to do: no kernel runs
     for w in op.workspaces:  # persistent per (stream, key); zero when (re)allocated
+        if w.key in NULL_WORKSPACES:
+            continue
         n = schema.expr_value(w.count, *names)
         setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
     _run(op, values, dims, p, flag)

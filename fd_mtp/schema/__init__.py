@@ -61,6 +61,10 @@ from ._rules import Check, Together, check_rules, check_together, expr_value
 
 __all__ = [
     "FLAG_COMPARES",
+    "CallCounter",
+    "choice_code",
+    "has_python_side",
+    "prepare_call",
     "Attr",
     "Check",
     "Dim",
@@ -132,6 +136,7 @@ class Tensor:
     doc: str = ""
     count: str | None = None
     same_dtype: str | None = None
+    only_if: str | None = None  # see _calls.prepare_call: the wrappers pass None otherwise
 
     def __post_init__(self):
         if self.count is not None and (self.spec.replace(" ", "") != "int64|int32[1]"):
@@ -192,6 +197,9 @@ class Attr:
     py: str | None = None
     param: str | None = ""
     doc: str = ""
+    choices: tuple = ()  # see _calls.prepare_call (names for the codes 0, 1, ...)
+    env_choices: tuple = ()
+    counter: bool = False
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -362,6 +370,7 @@ class Op:
     workspaces: tuple = ()
     skip: str | None = None
     result: str | None = None
+    python_checks: tuple = ()  # see _calls.prepare_call
 
     def __post_init__(self):
         if self.outputs:
@@ -545,3 +554,6 @@ def define_wrapper(
     code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
     exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
     namespace[fn].__doc__ = doc
+
+
+from ._calls import CallCounter, choice_code, has_python_side, prepare_call  # noqa: E402

@@ -224,9 +224,6 @@ NOT_FOUR_FILES = {
     "rebuild_padding": "not yet converted: hand-written dispatch (rebuild_padding.cc: bsz from "
     "cu_seqlens_q, the output rows computed on the host from seq_lens_encoder; fd_mtp.cuda's "
     "fixed-capacity variant) and a hand-written Python wrapper",
-    "speculate_verify": "not yet converted: a check hook (speculate_verify.cc: the vocabularies, "
-    "the rejection sample workspace) and hand-written Python wrappers (the seed / offset "
-    "counter and the strategy's defaults)",
 }
 
 
