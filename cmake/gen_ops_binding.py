@@ -33,7 +33,7 @@ def dim_names(op: Op) -> list[str]:
                     names.append(n)
         if t.count is not None and t.count not in names:
             names.append(t.count)
-    return names
+    return names + [n for n in op.computed_dims if n not in names]
 
 
 def dtype_check(op: Op, t: Tensor, var: str) -> str | None:
@@ -283,6 +283,7 @@ def gen_op_source(op: Op) -> str:
     for rule in op.checks:  # rules on attributes and dims, the same text in every layer (Check)
         out.append(f"  if (!({cpp_expr(op, rule.expr)}))\n")
         out.append(f'    check::fail(kOp, "{rule.argument}", {cpp_message(op, rule.message)});\n')
+    out += computed_dims(op)
     # Params
     call_args = "a"
     if op.params:
@@ -367,6 +368,7 @@ def gen_infer(op: Op) -> str:
     used = {name for o in op.outputs for name, _ in o.dims if name is not None} - attr_names
     likes = {o.like for o in op.outputs if o.like is not None}
     read = {where[n][0] for n in used if n in where}  # the input shapes the outputs use
+    read |= {where[n][0] for n in used & set(op.computed_dims) for n in computed_inputs(op, n)}
     shape_params, dtype_params = [], []
     for t in op.tensors:
         if t.optional:
@@ -388,7 +390,9 @@ def gen_infer(op: Op) -> str:
         + ") {\n"
     )
     for name in sorted(used):
-        if name in where:
+        if name in op.computed_dims:
+            out.append(infer_computed(op, name, where))
+        elif name in where:
             t, axis = where[name]
             out.append(f"  const int64_t {name} = fd_mtp::check::infer_dim({t}_shape, {axis});\n")
         else:
@@ -413,6 +417,34 @@ def gen_infer(op: Op) -> str:
     )
     out.append(f"  return {{{dts}}};\n}}\n")
     return "".join(out)
+
+
+def computed_dims(op: Op) -> list[str]:
+    """The binding's lines computing ``Op.computed_dims`` (after the Check rules)."""
+    return [f"  a.dims.{n} = {cpp_expr(op, e)};\n" for n, e in op.computed_dims.items()]
+
+
+def computed_inputs(op: Op, name: str) -> list[str]:
+    """The named dims a computed dim's expression reads."""
+    import re
+
+    return sorted(set(re.findall(r"\bdims\.(\w+)", op.computed_dims[name])))
+
+
+def infer_computed(op: Op, name: str, where: dict) -> str:
+    """Shape inference of a computed dim: its expression of the input dims it names, -1 when
+    one of them is unknown."""
+    import re
+
+    expr = op.computed_dims[name]
+    names = computed_inputs(op, name)
+    lines = []
+    for n in names:
+        t, axis = where[n]
+        lines.append(f"  const int64_t {name}_{n} = fd_mtp::check::infer_dim({t}_shape, {axis});\n")
+    known = " || ".join(f"{name}_{n} < 0" for n in names) or "false"
+    value = re.sub(r"\bdims\.(\w+)", rf"{name}_\1", expr)
+    return "".join(lines) + f"  const int64_t {name} = ({known}) ? -1 : {value};\n"
 
 
 def attr_expr(op: Op, expr: str) -> str:

@@ -307,6 +307,8 @@ def prepare(op_name, values, device_ok=()):
     arrays.check_same_dtypes(op, values)
     shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
     schema.check_rules(op, attrs, dims, shapes)
+    for name, expr in op.computed_dims.items():  # as the binding, after the rules
+        dims[name] = schema.expr_value(expr, attrs, dims, shapes)
     for rule in op.requires:  # as the generated binding: a named dim against the attributes
         need = schema.required(op, rule, attrs)
         if dims[rule.dim] < need:

@@ -5,83 +5,10 @@ native forward, ``fd_mtp.model.native``)."""
 from __future__ import annotations
 
 from ._composite import require_tensor
-from ._loader import invoke
+from ._loader import define_ops, invoke
 
-__all__ = [
-    "decoder_layer",
-    "paged_attention",
-]
-
-
-def paged_attention(
-    q,
-    k,
-    v,
-    key_cache,
-    value_cache,
-    block_tables,
-    cu_seqlens_q,
-    batch_id_per_token,
-    seq_lens_decoder,
-    *,
-    scale=None,
-):
-    """Append this step's k/v to the paged cache, then causal attention of every packed token.
-
-    Token ``t`` belongs to request ``b = batch_id_per_token[t]``, is its local token
-    ``i = t - cu_seqlens_q[b]`` and has position ``pos = seq_lens_decoder[b] + i``. Position ``p``
-    of request b lives in block ``block_tables[b, p // block_size]`` at offset ``p % block_size``.
-    First every token's k/v rows are written to its slot; then every (token, q head h) attends
-    over positions ``0 .. pos`` of its request read from the cache (so a prefill chunk sees its
-    own earlier tokens), kv head ``h // (Hq // Hkv)``, scores ``q . k * scale``, softmax in float32
-    (online, numerically stable).
-
-    Args:
-        q: ``[T, Hq, D]`` float32, read.
-        k, v: ``[T, Hkv, D]`` float32, read (RoPE already applied to q and k); Hkv divides Hq.
-        key_cache, value_cache: ``[num_blocks, Hkv, block_size, D]`` float32, **written** (the
-            slot of every token).
-        block_tables: ``[>=bsz, NB]`` int32, read (-1 = no block; only the columns a token needs
-            are read).
-        cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
-        batch_id_per_token: ``[>=T]`` int32, read.
-        seq_lens_decoder: ``[>=bsz]`` (or ``[bsz, 1]``) int32, read: tokens already cached.
-        scale (float, keyword): score scale; default ``1 / sqrt(D)``.
-
-    Returns:
-        ``[T, Hq * D]`` float32: head h of token t in columns ``h*D .. h*D + D``.
-
-    Not a FastDeploy op (upstream uses its append_attention CUDA kernels); float32 only. Bad
-    metadata raises ValueError naming the argument before anything is written: a request id outside
-    ``[0, bsz)`` or a token outside its request's ``cu_seqlens_q`` range (``batch_id_per_token``),
-    a negative ``seq_lens_decoder``, a needed position beyond the table width or a needed block id
-    outside ``[0, num_blocks)`` (``block_tables``). Two requests sharing a slot are not detected.
-
-    NaN / inf in ``q``, ``k``, ``v`` or the caches are not inspected: they are scattered into the
-    caches as they are and propagate through IEEE arithmetic (a NaN or inf key or value makes the
-    output rows of every query that attends to it NaN or inf; queries that do not attend to it
-    are unaffected), as in the numpy reference.
-
-    Example:
-        >>> import paddle, fd_mtp.ops as ops
-        >>> q = paddle.ones([2, 1, 2]); k = paddle.ones([2, 1, 2])
-        >>> v = paddle.to_tensor([[[1.0, 2.0]], [[3.0, 4.0]]])
-        >>> kc, vc = paddle.zeros([2, 1, 2, 2]), paddle.zeros([2, 1, 2, 2])
-        >>> i32 = lambda x: paddle.to_tensor(x, dtype="int32")
-        >>> out = ops.paged_attention(q, k, v, kc, vc, i32([[1, -1]]), i32([0, 2]), i32([0, 0]), i32([0]))
-        >>> out.tolist(), vc[1, 0].tolist()
-        ([[1.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]])
-    """
-    for name, x in (("q", q), ("k", k), ("v", v), ("key_cache", key_cache)):
-        require_tensor("paged_attention", name, x)  # before any attribute is read
-    require_tensor("paged_attention", "value_cache", value_cache)
-    q, k, v = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v))
-    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
-        if not cache.is_contiguous():
-            raise ValueError(f"paged_attention: {name} must be contiguous (it is written in place)")
-    if scale is None:
-        scale = 1.0 / int(q.shape[-1]) ** 0.5
-    return invoke("paged_attention", locals())[0]
+# paged_attention is declared and documented in fd_mtp/schema/attention.py.
+__all__ = ["decoder_layer", *define_ops(globals(), "attention")]
 
 
 def decoder_layer(

@@ -137,6 +137,7 @@ class Tensor:
     count: str | None = None
     same_dtype: str | None = None
     only_if: str | None = None  # see _calls.prepare_call: the wrappers pass None otherwise
+    contiguous_copy: bool = False  # fd_mtp.ops copies a strided view (see _calls.prepare_call)
 
     def __post_init__(self):
         if self.count is not None and (self.spec.replace(" ", "") != "int64|int32[1]"):
@@ -200,6 +201,7 @@ class Attr:
     choices: tuple = ()  # see _calls.prepare_call (names for the codes 0, 1, ...)
     env_choices: tuple = ()
     counter: bool = False
+    default: str | None = None  # None resolves to this expression (see _calls.prepare_call)
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -371,6 +373,9 @@ class Op:
     skip: str | None = None
     result: str | None = None
     python_checks: tuple = ()  # see _calls.prepare_call
+    # named dims computed from the others (schema expressions, e.g. {"HqD": "dims.Hq * dims.D"}),
+    # after the Check rules: usable in Out specs and Params fields like any named dim
+    computed_dims: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.outputs:

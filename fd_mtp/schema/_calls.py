@@ -9,6 +9,11 @@ fd_mtp.cuda's `prepare`, the numpy reference), so that no wrapper is written by 
 * ``Attr(counter=True)``: None takes the layer's call counter of the op (each layer keeps its
   own, `CallCounter`): its number of earlier calls, as upstream's global host counters (an RNG
   position: pass a value to reproduce a call). The counter advances once per call.
+* ``Attr(default=<expression>)``: None resolves to the expression's value, of the tensors'
+  shapes (e.g. ``"1.0 / dim(q, -1) ** 0.5"``; left None when a tensor it reads has no shape:
+  the type checks name it then).
+* ``Tensor(contiguous_copy=True)``: a strided paddle view of the (read-only) tensor is copied to
+  a contiguous one by fd_mtp.ops instead of refused.
 * ``Tensor(only_if=<expression>)``: the tensor is read only when the expression of the
   (resolved) attributes holds; otherwise the wrappers pass None, so it is never checked.
 * ``Op(python_checks=(Check, ...))``: rules the wrappers check and the binding cannot: Paddle
@@ -18,6 +23,7 @@ fd_mtp.cuda's `prepare`, the numpy reference), so that no wrapper is written by 
 
 from __future__ import annotations
 
+import re
 import threading
 from functools import cache
 from typing import TYPE_CHECKING
@@ -56,8 +62,8 @@ def _has_python_side(op_name: str) -> bool:
     op = get(op_name)
     return bool(
         op.python_checks
-        or any(a.choices or a.counter for a in op.attrs)
-        or any(t.only_if for t in op.tensors)
+        or any(a.choices or a.counter or a.default for a in op.attrs)
+        or any(t.only_if or t.contiguous_copy for t in op.tensors)
     )
 
 
@@ -84,6 +90,18 @@ def prepare_call(op: Op, values: dict, calls: CallCounter) -> dict:
         if a.choices:
             value = choice_code(op, a, value)
         out[a.name] = value
+    for t in op.tensors:
+        x = out[t.name]
+        if t.contiguous_copy and hasattr(x, "is_contiguous") and not x.is_contiguous():
+            out[t.name] = x.contiguous()
+    defaults = [a for a in op.attrs if a.default and out[a.name] is None]
+    if defaults:
+        from ._rules import expr_value
+
+        shapes = {t.name: _shape(out[t.name]) for t in op.tensors}
+        for a in defaults:
+            if all(hasattr(out[n], "shape") for n in re.findall(r"\w+", a.default) if n in shapes):
+                out[a.name] = expr_value(a.default, {}, {}, shapes)
     counters = [a for a in op.attrs if a.counter]
     if counters:
         n = calls.take(op.name)

@@ -2,7 +2,40 @@
 the format): paged_attention, the float32 kernel of fd_mtp.model's PagedAttentionCPU, and
 decoder_layer, a whole dense decoder layer on the CPU (fd_mtp.model's native forward)."""
 
-from . import Attr, Op, Status, Tensor
+from . import Attr, Check, Op, Out, Status, Tensor
+
+_SCALE = "1.0 / dim(q, -1) ** 0.5"  # the default score scale: 1 / sqrt(D)
+# The packed batch's metadata (the paged-attention kernel's): cu_seqlens_q [bsz + 1] defines bsz;
+# block_tables has >= bsz rows, seq_lens_decoder >= bsz entries and batch_id_per_token an entry
+# per token of `tokens` (its argument).
+_BSZ = "dim(cu_seqlens_q, 0) - 1"
+
+
+def _paged_batch(tokens):
+    return (
+        Check(
+            "cu_seqlens_q",
+            "rank(cu_seqlens_q) == 1 and dim(cu_seqlens_q, 0) >= 1",
+            "must have shape [bsz + 1], got {shape(cu_seqlens_q)}",
+        ),
+        Check(
+            "block_tables",
+            f"dims.R >= {_BSZ}",
+            f"has {{dims.R}} rows but the batch has {{{_BSZ}}} requests",
+        ),
+        Check(
+            "seq_lens_decoder",
+            f"dims.S >= {_BSZ}",
+            f"has {{dims.S}} entries but the batch has {{{_BSZ}}} requests (bsz is taken from "
+            "cu_seqlens_q)",
+        ),
+        Check(
+            "batch_id_per_token",
+            "numel(batch_id_per_token) >= dims.T",
+            f"has {{numel(batch_id_per_token)}} entries but {tokens} has {{dims.T}} tokens",
+        ),
+    )
+
 
 # The paged-attention kernel's statuses: both ops run its check pass.
 _PAGED_STATUS = (
@@ -38,12 +71,52 @@ OPS = [
         name="paged_attention",
         entry="PagedAttention",
         spec="fd_mtp.model",
-        # Not generated yet: cmake/gen_ops.py registers an op's in-place outputs before its
-        # returned ones ("key_cache_out", "value_cache_out", "out"), while this op is registered
-        # with "out" first, which is what paddle's generic runner returns first (run_registered,
-        # static programs). custom_ops/paddle/paged_attention.cc stays hand-written until the
-        # generator can keep that order; its entry point is still declared from this schema
-        # (ops_gen.h), and fd_mtp.ops calls it through invoke().
+        doc="""Append this step's k/v to the paged cache, then causal attention of every packed token.
+
+        Token ``t`` belongs to request ``b = batch_id_per_token[t]``, is its local token
+        ``i = t - cu_seqlens_q[b]`` and has position ``pos = seq_lens_decoder[b] + i``. Position ``p``
+        of request b lives in block ``block_tables[b, p // block_size]`` at offset ``p % block_size``.
+        First every token's k/v rows are written to its slot; then every (token, q head h) attends
+        over positions ``0 .. pos`` of its request read from the cache (so a prefill chunk sees its
+        own earlier tokens), kv head ``h // (Hq // Hkv)``, scores ``q . k * scale``, softmax in float32
+        (online, numerically stable).
+
+        Args:
+            q: ``[T, Hq, D]`` float32, read.
+            k, v: ``[T, Hkv, D]`` float32, read (RoPE already applied to q and k); Hkv divides Hq.
+            key_cache, value_cache: ``[num_blocks, Hkv, block_size, D]`` float32, **written** (the
+                slot of every token).
+            block_tables: ``[>=bsz, NB]`` int32, read (-1 = no block; only the columns a token needs
+                are read).
+            cu_seqlens_q: ``[bsz + 1]`` int32, read; defines bsz.
+            batch_id_per_token: ``[>=T]`` int32, read.
+            seq_lens_decoder: ``[>=bsz]`` (or ``[bsz, 1]``) int32, read: tokens already cached.
+            scale (float, keyword): score scale; default ``1 / sqrt(D)``.
+
+        Returns:
+            ``[T, Hq * D]`` float32: head h of token t in columns ``h*D .. h*D + D``.
+
+        Not a FastDeploy op (upstream uses its append_attention CUDA kernels); float32 only. Bad
+        metadata raises ValueError naming the argument before anything is written: a request id outside
+        ``[0, bsz)`` or a token outside its request's ``cu_seqlens_q`` range (``batch_id_per_token``),
+        a negative ``seq_lens_decoder``, a needed position beyond the table width or a needed block id
+        outside ``[0, num_blocks)`` (``block_tables``). Two requests sharing a slot are not detected.
+
+        NaN / inf in ``q``, ``k``, ``v`` or the caches are not inspected: they are scattered into the
+        caches as they are and propagate through IEEE arithmetic (a NaN or inf key or value makes the
+        output rows of every query that attends to it NaN or inf; queries that do not attend to it
+        are unaffected), as in the numpy reference.
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> q = paddle.ones([2, 1, 2]); k = paddle.ones([2, 1, 2])
+            >>> v = paddle.to_tensor([[[1.0, 2.0]], [[3.0, 4.0]]])
+            >>> kc, vc = paddle.zeros([2, 1, 2, 2]), paddle.zeros([2, 1, 2, 2])
+            >>> i32 = lambda x: paddle.to_tensor(x, dtype="int32")
+            >>> out = ops.paged_attention(q, k, v, kc, vc, i32([[1, -1]]), i32([0, 2]), i32([0, 0]), i32([0]))
+            >>> out.tolist(), vc[1, 0].tolist()
+            ([[1.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [3.0, 4.0]])
+""",
         kernel="paged_attention",
         params="PagedAttentionParams",
         extra_params={
@@ -54,16 +127,36 @@ OPS = [
             "num_blocks": "NBlk",
             "block_size": "BS",
             "table_width": "NB",
+            "bsz": _BSZ,
         },
-        returns=("out",),
-        # The place of every tensor is q's. Checked by hand in apply (in this order, with the
-        # messages of the former binding): Hkv divides Hq, v has k's heads (Hv), key_cache has k's
-        # heads (Hc), cu_seqlens_q is [bsz + 1], block_tables has >= bsz rows, seq_lens_decoder
-        # >= bsz entries and batch_id_per_token >= T entries.
+        cpu="paged_attention_cpu",
+        computed_dims={"HqD": "dims.Hq * dims.D"},
+        outputs=(Out("out", "float32[T, HqD]", doc="head h of token t in columns h*D .. h*D + D"),),
+        # The place of every tensor is q's.
+        checks=(
+            Check(
+                "k",
+                "dims.Hq % dims.Hkv == 0",
+                "must be [{dims.T}, Hkv, {dims.D}] with Hkv dividing {dims.Hq}, got shape {shape(k)}",
+            ),
+            Check("v", "dims.Hv == dims.Hkv", "must have k's shape {shape(k)}, got {shape(v)}"),
+            Check(
+                "key_cache",
+                "dims.Hc == dims.Hkv",
+                "must be [num_blocks, {dims.Hkv}, block_size, {dims.D}], got shape "
+                "{shape(key_cache)}",
+            ),
+            *_paged_batch("q"),
+        ),
         args=(
-            Tensor("q", "float32[T, Hq>=0, D>=0]", doc="no head or head_dim minimum, as before"),
-            Tensor("k", "float32[T, Hkv, D]"),
-            Tensor("v", "float32[T, Hv, D]"),
+            Tensor(
+                "q",
+                "float32[T, Hq>=0, D>=0]",
+                contiguous_copy=True,
+                doc="no head or head_dim minimum, as before",
+            ),
+            Tensor("k", "float32[T, Hkv, D]", contiguous_copy=True),
+            Tensor("v", "float32[T, Hv, D]", contiguous_copy=True),
             Tensor(
                 "key_cache", "float32[NBlk, Hc, BS, D]", "written", doc="the slot of every token"
             ),
@@ -74,7 +167,7 @@ OPS = [
             Tensor("cu_seqlens_q", "int32[]", doc="[bsz + 1]: defines bsz"),
             Tensor("batch_id_per_token", "int32[]", doc="[>=T] entries, any shape"),
             Tensor("seq_lens_decoder", "int32[S]", doc="[>=bsz] or [>=bsz, 1]"),
-            Attr("scale", "float", kw=True, doc="None: 1 / sqrt(D), computed by the wrappers"),
+            Attr("scale", "float", kw=True, default=_SCALE, doc="None: 1 / sqrt(D)"),
         ),
         status=_PAGED_STATUS,
     ),

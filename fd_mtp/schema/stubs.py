@@ -12,7 +12,7 @@ sees neither. This module writes, from the schema:
   its hints from the schema (or, for a function no schema declares, from its annotations);
 * ``fd_mtp/ops/__init__.pyi``: the package's names, each imported from its family module.
 
-Family modules written entirely by hand (ipc, msgqueue, attention) have no stub: a
+Family modules written entirely by hand (ipc, msgqueue) have no stub: a
 static reader reads them as they are. The stubs are committed; tests/ops/test_stubs.py checks
 that they are current. Regenerate them after changing a schema or a wrapper's signature::
 
