@@ -143,6 +143,7 @@ def gen_op_header(op: Op) -> str:
     out.append('#include "check.h"\n#include "gpu_stream.h"\n')
     if op.kernel:
         out.append(f'#include "../kernels/{op.kernel}.h"\n')
+    out.extend(f'#include "{h}"\n' for h in op.host_includes)  # of host_params' helpers
     out.append("\n")
     # Args
     out.append(f"// {op.name} (spec {op.spec}): the checked arguments of the op.\n")
@@ -302,6 +303,7 @@ def gen_op_source(op: Op) -> str:
                 out.append(f"  p.{a.param} = a.{a.name};\n")
         for fld, expr in op.extra_params.items():
             out.append(f"  p.{fld} = {param_value(op, expr)};\n")
+        out.extend(f"  p.{fld} = {cpp};  // a host helper\n" for fld, cpp in op.host_params.items())
         call_args = "a, p"
     for rule in op.requires:  # a named dim against the attributes (Require)
         t = op.arg(rule.tensor)

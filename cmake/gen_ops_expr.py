@@ -6,7 +6,8 @@ their syntax tree, so both read the same text.
 Names: attributes (``a.<name>``), ``dims.<dim>`` (``a.dims.<dim>``), tensors as arguments of
 ``rank(t)`` (its number of axes), ``dim(t, i)`` (axis i, negative from the end), ``numel(t)`` and ``shape(t)``
 (its shape as text, for messages), ``given(t)`` (an optional tensor is given: guard its reads);
-ints, strings, comparisons, ``and`` / ``or`` / ``not``, ``+ - * %``, ``x if c else y``."""
+ints, strings, comparisons, ``and`` / ``or`` / ``not``, ``+ - * % //`` (``//`` of non-negative
+ints only: C++ ``/``), ``x if c else y``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import ast
 
 from gen_ops_common import Op
 
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%"}
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%", ast.FloorDiv: "/"}  # // of dims
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 

@@ -68,7 +68,7 @@ def decoder_layer(
             depend on it.
 
     Returns:
-        ``(out, residual_out)``, both ``[T, H]`` float32: the MLP's output and the residual
+        ``[out, residual_out]``, both ``[T, H]`` float32: the MLP's output and the residual
         stream after the attention block; the layer's output is their sum (the next layer's
         ``hidden`` and ``residual``).
 

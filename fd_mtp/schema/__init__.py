@@ -376,6 +376,10 @@ class Op:
     # named dims computed from the others (schema expressions, e.g. {"HqD": "dims.Hq * dims.D"}),
     # after the Check rules: usable in Out specs and Params fields like any named dim
     computed_dims: dict = field(default_factory=dict)
+    # a host op's (cuda=False) Params fields the binding fills from C++ host helpers (C++
+    # expressions of a.<argument>, e.g. {"pool": "cpu_pool(a.num_threads)"}) and their headers
+    host_params: dict = field(default_factory=dict)
+    host_includes: tuple = ()
 
     def __post_init__(self):
         if self.outputs:

@@ -2,9 +2,10 @@
 the format): paged_attention, the float32 kernel of fd_mtp.model's PagedAttentionCPU, and
 decoder_layer, a whole dense decoder layer on the CPU (fd_mtp.model's native forward)."""
 
-from . import Attr, Check, Op, Out, Status, Tensor
+from . import Attr, Check, Op, Out, Status, Tensor, Workspace
 
 _SCALE = "1.0 / dim(q, -1) ** 0.5"  # the default score scale: 1 / sqrt(D)
+_SCALE_OF_CACHE = "1.0 / dim(key_cache, -1) ** 0.5"
 # The packed batch's metadata (the paged-attention kernel's): cu_seqlens_q [bsz + 1] defines bsz;
 # block_tables has >= bsz rows, seq_lens_decoder >= bsz entries and batch_id_per_token an entry
 # per token of `tokens` (its argument).
@@ -175,6 +176,65 @@ OPS = [
         name="decoder_layer",
         entry="DecoderLayer",
         spec="fd_mtp.model",
+        doc="""One dense ERNIE-4.5 decoder layer of a packed batch, on the CPU, in one call.
+
+        With the residual carried beside the hidden state (FastDeploy's layer structure)::
+
+            res = hidden + residual;  x = rms_norm(res) * input_norm_weight
+            q, k, v = x @ q_weight, x @ k_weight, x @ v_weight      # then RoPE on q and k
+            attn = paged_attention(q, k, v, key_cache, value_cache, ...)   # writes the caches
+            res = attn @ o_weight + res;  x = rms_norm(res) * post_norm_weight
+            out = (silu(x @ gate_weight) * (x @ up_weight)) @ down_weight
+
+        ``rms_norm(r) = r / sqrt(mean(r ** 2) + eps)``; RoPE is interleaved: the pair
+        ``(a, b) = (x[2i], x[2i+1])`` of every head becomes ``(a cos - b sin, b cos + a sin)`` with
+        ``cos = rope_cos[t, i]``, ``sin = rope_sin[t, i]``. The attention is
+        :func:`paged_attention`'s (same cache layout, metadata and checks). Each matrix-product element
+        is one fused multiply-add chain in input order, so the result is the same on every x86-64
+        CPU; it differs from Paddle's matmul (another summation order) by float32 rounding.
+
+        Args:
+            hidden: ``[T, H]`` float32, read: the layer's input.
+            residual: ``[T, H]`` float32, read: the residual stream (zeros for the first layer:
+                ``hidden + 0 = hidden``).
+            input_norm_weight, post_norm_weight: ``[H]`` float32, read.
+            q_weight: ``[H, Hq * D]``; k_weight, v_weight: ``[H, Hkv * D]``; o_weight:
+                ``[Hq * D, H]``; gate_weight, up_weight: ``[H, I]``; down_weight: ``[I, H]``;
+                float32, read (Paddle's Linear layout, ``[in, out]``; no bias). Hkv divides Hq.
+            key_cache, value_cache: ``[num_blocks, Hkv, block_size, D]`` float32, **written** (the
+                slot of every token).
+            block_tables, cu_seqlens_q, batch_id_per_token, seq_lens_decoder: int32, read: as in
+                :func:`paged_attention`.
+            rope_cos, rope_sin: ``[T, D / 2]`` float32, read
+                (:func:`fd_mtp.model.attention.rope_tables` of the tokens' positions).
+            eps (float): the RMSNorms' epsilon (>= 0).
+            scale (float, keyword): attention score scale; default ``1 / sqrt(D)``.
+            num_threads (int, keyword): threads to split the matrix products and the attention over
+                (a process-wide pool per count, kept between calls); default 1. The result does not
+                depend on it.
+
+        Returns:
+            ``[out, residual_out]``, both ``[T, H]`` float32: the MLP's output and the residual
+            stream after the attention block; the layer's output is their sum (the next layer's
+            ``hidden`` and ``residual``).
+
+        Not a FastDeploy op; CPU and float32 only. Bad metadata raises ValueError naming the argument
+        before anything is written (as :func:`paged_attention`).
+
+        Example:
+            >>> import paddle, fd_mtp.ops as ops
+            >>> t, h, d = 1, 8, 4
+            >>> z = lambda *s: paddle.zeros(list(s))
+            >>> i32 = lambda x: paddle.to_tensor(x, dtype="int32")
+            >>> kc, vc = z(1, 1, 2, d), z(1, 1, 2, d)
+            >>> out, res = ops.decoder_layer(
+            ...     paddle.ones([t, h]), z(t, h), paddle.ones([h]), z(h, 2 * d), z(h, d), z(h, d),
+            ...     z(2 * d, h), paddle.ones([h]), z(h, 16), z(h, 16), z(16, h), kc, vc,
+            ...     i32([[0]]), i32([0, 1]), i32([0]), i32([0]), paddle.ones([t, d // 2]),
+            ...     z(t, d // 2), 1e-6)
+            >>> out.tolist(), res.tolist()
+            ([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+""",
         kernel="decoder_layer",
         params="DecoderLayerParams",
         cuda=False,
@@ -187,13 +247,51 @@ OPS = [
             "num_blocks": "NBlk",
             "block_size": "BS",
             "table_width": "NB",
+            "bsz": _BSZ,
+            "q_heads": "dims.QD // dims.D",
         },
-        returns=("out", "residual_out"),
-        # The place of every tensor is hidden's (the CPU). Checked by hand in apply: D is even and
-        # rope_cos / rope_sin have D / 2 columns; q_weight has Hq * D columns with Hkv dividing
-        # Hq; k_weight / v_weight have Hkv * D columns (Hkv: the caches'); cu_seqlens_q is
-        # [bsz + 1], block_tables has >= bsz rows, seq_lens_decoder >= bsz entries and
-        # batch_id_per_token >= T entries.
+        cpu="decoder_layer_cpu",
+        outputs=(
+            Out("out", "float32[T, H]", doc="the MLP's output"),
+            Out("residual_out", "float32[T, H]", doc="the residual stream after the attention"),
+        ),
+        # decoder_layer_workspace_floats (decoder_layer.h): x, x2 [T, H], q, attn [T, QD], k, v
+        # [T, KD], gate, up [T, I]
+        workspaces=(
+            Workspace(
+                "workspace",
+                "float32[]",
+                "decoder_layer_workspace",
+                size="dims.T * (2 * dims.H + 2 * dims.QD + 2 * dims.KD + 2 * dims.I)",
+            ),
+        ),
+        host_params={  # the CPU's features and the process-wide worker pool (speed only)
+            "avx2": "cpu_gemm::cpu_has_avx2_fma()",
+            "pool": "cpu_pool(a.num_threads)",
+        },
+        host_includes=("cpu_pool.h",),
+        # The place of every tensor is hidden's (the CPU).
+        checks=(
+            Check(
+                "rope_cos",
+                "dims.D % 2 == 0 and dims.D2 * 2 == dims.D",
+                "must be [{dims.T}, D / 2] with an even head_dim D = {dims.D} (the caches' last "
+                "axis), got shape {shape(rope_cos)}",
+            ),
+            Check(
+                "q_weight",
+                "dims.QD % dims.D == 0 and (dims.QD // dims.D) % dims.Hkv == 0",
+                "must be [{dims.H}, Hq * {dims.D}] with Hkv = {dims.Hkv} dividing Hq, got shape "
+                "{shape(q_weight)}",
+            ),
+            Check(
+                "k_weight",
+                "dims.KD == dims.Hkv * dims.D",
+                "must be [{dims.H}, {dims.Hkv * dims.D}] (the caches' kv heads x head_dim), got "
+                "shape {shape(k_weight)}",
+            ),
+            *_paged_batch("hidden"),
+        ),
         args=(
             Tensor("hidden", "float32[T, H>=1]", doc="the layer's input (packed tokens)"),
             Tensor("residual", "float32[T, H]", doc="the residual stream; zeros for layer 0"),
@@ -219,13 +317,14 @@ OPS = [
             Tensor("rope_cos", "float32[T, D2]", doc="[T, D / 2]: cos of every token's angles"),
             Tensor("rope_sin", "float32[T, D2]", doc="[T, D / 2]: sin of every token's angles"),
             Attr("eps", "float", min=0.0, doc="the RMSNorms' epsilon"),
-            Attr("scale", "float", kw=True, doc="None: 1 / sqrt(D), computed by the wrappers"),
+            Attr("scale", "float", kw=True, default=_SCALE_OF_CACHE, doc="None: 1 / sqrt(D)"),
             Attr(
                 "num_threads",
                 "int",
                 min=1,
                 kw=True,
                 param=None,
+                default="1",
                 doc="threads the work is split over (the result does not depend on it); None: 1",
             ),
         ),

@@ -214,8 +214,6 @@ NOT_FOUR_FILES = {
         "host-only: shared memory / CUDA IPC handles (custom_ops/paddle/ipc.cc), no kernel",
     ),
     # not converted yet (issue 38): what keeps each one hand-written
-    "decoder_layer": "not yet converted: hand-written CPU dispatch (decoder_layer.cc: the model's "
-    "layer on a worker pool, two returned tensors; no CUDA launcher)",
     "eagle_get_hidden_states": "not yet converted: hand-written dispatch (eagle_hidden_states.cc:"
     " the output's rows are planned on the device and read back before the copy; fd_mtp.cuda's "
     "fixed-capacity variant)",
