@@ -35,7 +35,7 @@ def dim_names(op: Op) -> list[str]:
             names.append(t.count)
     if op.rows is not None and op.rows.dim not in names:  # the outputs' data-dependent rows
         names.append(op.rows.dim)
-    return names
+    return names + [n for n in op.computed_dims if n not in names]
 
 
 def dtype_check(op: Op, t: Tensor, var: str) -> str | None:
@@ -148,6 +148,7 @@ def gen_op_header(op: Op) -> str:
     out.append('#include "check.h"\n#include "gpu_stream.h"\n')
     if op.kernel:
         out.append(f'#include "../kernels/{op.kernel}.h"\n')
+    out.extend(f'#include "{h}"\n' for h in op.host_includes)  # of host_params' helpers
     out.append("\n")
     # Args
     out.append(f"// {op.name} (spec {op.spec}): the checked arguments of the op.\n")
@@ -292,6 +293,7 @@ def gen_op_source(op: Op) -> str:
     for rule in op.checks:  # rules on attributes and dims, the same text in every layer (Check)
         out.append(f"  if (!({cpp_expr(op, rule.expr)}))\n")
         out.append(f'    check::fail(kOp, "{rule.argument}", {cpp_message(op, rule.message)});\n')
+    out += computed_dims(op)
     # Params
     call_args = "a"
     if op.params:
@@ -310,6 +312,7 @@ def gen_op_source(op: Op) -> str:
                 out.append(f"  p.{a.param} = a.{a.name};\n")
         for fld, expr in op.extra_params.items():
             out.append(f"  p.{fld} = {param_value(op, expr)};\n")
+        out.extend(f"  p.{fld} = {cpp};  // a host helper\n" for fld, cpp in op.host_params.items())
         call_args = "a, p"
     for rule in op.requires:  # a named dim against the attributes (Require)
         t = op.arg(rule.tensor)
@@ -378,6 +381,7 @@ def gen_infer(op: Op) -> str:
     used |= rows_known[1] - attr_names
     likes = {o.like for o in op.outputs if o.like is not None}
     read = {where[n][0] for n in used if n in where}  # the input shapes the outputs use
+    read |= {where[n][0] for n in used & set(op.computed_dims) for n in computed_inputs(op, n)}
     shape_params, dtype_params = [], []
     for t in op.tensors:
         if t.optional:
@@ -401,6 +405,8 @@ def gen_infer(op: Op) -> str:
     for name in sorted(used, key=lambda n: n == rows_known[2]):  # the rows' dim last
         if name == rows_known[2]:
             out.append(f"  const int64_t {name} = {rows_known[0]};  // -1: data\n")
+        elif name in op.computed_dims:
+            out.append(infer_computed(op, name, where))
         elif name in where:
             t, axis = where[name]
             dim = f"fd_mtp::check::infer_dim({t}_shape, {axis})"
@@ -445,6 +451,34 @@ def rows_infer(op: Op) -> tuple[str, set[str], str | None]:
     names |= set(re.findall(r"dims\.(\w+)", rows.otherwise))
     value = re.sub(r"\ba\.", "", f"({cond}) ? -1 : {other}")
     return value, names, rows.dim
+
+
+def computed_dims(op: Op) -> list[str]:
+    """The binding's lines computing ``Op.computed_dims`` (after the Check rules)."""
+    return [f"  a.dims.{n} = {cpp_expr(op, e)};\n" for n, e in op.computed_dims.items()]
+
+
+def computed_inputs(op: Op, name: str) -> list[str]:
+    """The named dims a computed dim's expression reads."""
+    import re
+
+    return sorted(set(re.findall(r"\bdims\.(\w+)", op.computed_dims[name])))
+
+
+def infer_computed(op: Op, name: str, where: dict) -> str:
+    """Shape inference of a computed dim: its expression of the input dims it names, -1 when
+    one of them is unknown."""
+    import re
+
+    expr = op.computed_dims[name]
+    names = computed_inputs(op, name)
+    lines = []
+    for n in names:
+        t, axis = where[n]
+        lines.append(f"  const int64_t {name}_{n} = fd_mtp::check::infer_dim({t}_shape, {axis});\n")
+    known = " || ".join(f"{name}_{n} < 0" for n in names) or "false"
+    value = re.sub(r"\bdims\.(\w+)", rf"{name}_\1", expr)
+    return "".join(lines) + f"  const int64_t {name} = ({known}) ? -1 : {value};\n"
 
 
 def attr_expr(op: Op, expr: str) -> str:

@@ -5,8 +5,9 @@ their syntax tree, so both read the same text.
 
 Names: attributes (``a.<name>``), ``dims.<dim>`` (``a.dims.<dim>``), tensors as arguments of
 ``rank(t)`` (its number of axes), ``dim(t, i)`` (axis i, negative from the end), ``numel(t)`` and ``shape(t)``
-(its shape as text, for messages); ints, strings, comparisons, ``and`` / ``or`` / ``not``,
-``+ - * %``, ``x if c else y``."""
+(its shape as text, for messages), ``given(t)`` (an optional tensor is given: guard its reads);
+ints, strings, comparisons, ``and`` / ``or`` / ``not``, ``+ - * % //`` (``//`` of non-negative
+ints only: C++ ``/``), ``x if c else y``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import ast
 
 from gen_ops_common import Op
 
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%"}
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Mod: "%", ast.FloorDiv: "/"}  # // of dims
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
@@ -23,6 +24,7 @@ def cpp_expr(op: Op, text: str) -> str:
     outside the language above)."""
     attrs = {a.name for a in op.attrs}
     tensors = {t.name for t in op.tensors}
+    optional = {t.name for t in op.tensors if t.optional}
 
     def refuse(node, why):
         raise ValueError(f"{op.name}: expression {text!r}: {ast.unparse(node)!r} {why}")
@@ -30,6 +32,8 @@ def cpp_expr(op: Op, text: str) -> str:
     def tensor(node):
         if not (isinstance(node, ast.Name) and node.id in tensors):
             refuse(node, "is not a tensor of the op")
+        if node.id in optional:  # read only where a given() guard holds
+            return f"(*a.{node.id}).shape()"
         return f"a.{node.id}.shape()"
 
     def emit(node, inner=False) -> str:
@@ -69,6 +73,9 @@ def cpp_expr(op: Op, text: str) -> str:
                 return f"check::shape_str({tensor(args[0])})"
             if fn == "numel" and len(args) == 1:
                 return f"{tensor(args[0])[: -len('.shape()')]}.numel()"
+            if fn == "given" and len(args) == 1:  # an optional tensor is given
+                tensor(args[0])
+                return f"static_cast<bool>(a.{args[0].id})"
             if fn == "dim" and len(args) == 2:
                 return f"check::dim_of({tensor(args[0])}, {emit(args[1])})"
         refuse(node, "is outside the schema's expression language")

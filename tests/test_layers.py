@@ -7,7 +7,7 @@ module such as ``fd_mtp.llm`` counts as a package of its own). Layers, top to bo
 
     cli -> entrypoints (the server and its async front, demo, testing, compat) -> llm
     -> distributed (tensor-parallel workers, PD instances) -> engine
-    -> proposer -> batch -> model -> cuda -> ops / reference -> options (_verify_options, sysv_queue) -> schema
+    -> proposer -> batch -> model -> cuda -> ops / reference -> options (sysv_queue) -> schema
     -> foundation (config, envs, assets)
 
 A package may import packages of strictly lower layers only (peers in one layer do not import
@@ -38,7 +38,7 @@ LAYERS = [
     ("model", {"model"}),
     ("cuda", {"cuda"}),
     ("ops", {"ops", "reference"}),
-    ("options", {"_verify_options", "sysv_queue"}),
+    ("options", {"sysv_queue"}),
     ("schema", {"schema", "_lib"}),
     ("foundation", {"config", "envs", "assets"}),
 ]

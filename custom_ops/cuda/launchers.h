@@ -43,9 +43,5 @@ cudaError_t packed_cum_offsets_cuda(const int32_t* lens, int64_t n, int32_t widt
 // into `output` ([n, 4]): the device side of the known-answer test.
 cudaError_t philox4x32_10_cuda(const uint32_t* input, uint32_t* output, int64_t n,
                                cudaStream_t stream);
-// paged_attention (fd_mtp.model): check pass, then the cache write (one thread
-// per (token, kv head)), then the attention (one thread per (token, q head)).
-cudaError_t paged_attention_cuda(const PagedAttentionParams& p, KernelStatus* status,
-                                 cudaStream_t stream);
 
 }  // namespace fd_mtp

@@ -131,26 +131,6 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
       },
       py::arg("ptr"), py::arg("stream") = 0, "The int64 at device address `ptr`.");
 
-  // paged_attention (fd_mtp.model): a hand-written dispatch in the Paddle binding (returned out
-  // first), so bound here: status 0 uses the stream's record (no sync), as the generated ones.
-  m.def(
-      "paged_attention",
-      [](const PagedAttentionParams& p, uintptr_t status, uintptr_t stream) -> py::object {
-        constexpr const char* op = "paged_attention";
-        if (status == 0) {
-          static const int32_t id = stream_op_id(op);
-          StreamStatus* s = stream_status_for(stream, op);
-          throw_if(stream_status_begin(s, as_stream(stream)), op);
-          throw_if(paged_attention_cuda(p, &s->current, as_stream(stream)), op);
-          throw_if(stream_status_commit(s, id, as_stream(stream)), op);
-          return py::none();
-        }
-        throw_if(paged_attention_cuda(p, as_ptr<KernelStatus>(status), as_stream(stream)), op);
-        return status_tuple(fetch_status(status, stream, op));
-      },
-      py::arg("params"), py::arg("status"), py::arg("stream") = 0,
-      "Returns (code, request, value, limit); status=0: the stream's record, None.");
-
   bind_params(m);
   bind_launchers(m);
   bind_ipc(m);

@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 
+from ..schema import CallCounter
+
 MODULE_DIR_ENV = "FD_MTP_CUDA_MODULE_DIR"
 BUILD_HINT = (
     "build it with `make cuda-module` (or `python cmake/fd_mtp_build.py cuda-module`, which needs "
@@ -158,6 +160,11 @@ def _scratch(words=STATUS_WORDS):
 
 
 _workspaces: dict = {}
+# Workspace keys (fd_mtp.schema.Workspace.key) `launch` leaves null: tests of a launcher's path
+# without one (a kernel that takes a null workspace, e.g. verify_sample_tokens).
+NULL_WORKSPACES: set = set()
+# fd_mtp.cuda's call counters (the default RNG position of an op: fd_mtp.schema.prepare_call).
+CALLS = CallCounter()
 
 
 def _workspace(key, shape, dtype):
@@ -276,6 +283,8 @@ def prepare(op_name, values, device_ok=()):
 
     op = schema.get(op_name)
     cp = _cupy()
+    if schema.has_python_side(op):  # given, choices, call counters, only_if, python_checks
+        values = schema.prepare_call(op, values, CALLS)
     values = dict(values)
 
     def host_check(op, tensor, x):
@@ -283,7 +292,6 @@ def prepare(op_name, values, device_ok=()):
             return
         _host_array(op, tensor, x)
 
-    schema.derive_attrs(op, values)
     schema.check_together(op, values)
     dims = arrays.check_arrays(
         _without_counts(op_name), values, lambda x: isinstance(x, cp.ndarray), host_check
@@ -299,6 +307,8 @@ def prepare(op_name, values, device_ok=()):
     arrays.check_same_dtypes(op, values)
     shapes = {t.name: values[t.name].shape for t in op.tensors if hasattr(values[t.name], "shape")}
     schema.check_rules(op, attrs, dims, shapes)
+    for name, expr in op.computed_dims.items():  # as the binding, after the rules
+        dims[name] = schema.expr_value(expr, attrs, dims, shapes)
     for rule in op.requires:  # as the generated binding: a named dim against the attributes
         need = schema.required(op, rule, attrs)
         if dims[rule.dim] < need:
@@ -467,6 +477,8 @@ def launch(op_name, values, check=None, out=None):
     if op.skip is not None and schema.expr_value(op.skip, *names):
         return outs  # nothing to do: no kernel runs
     for w in op.workspaces:  # persistent per (stream, key); zero when (re)allocated
+        if w.key in NULL_WORKSPACES:
+            continue
         n = schema.expr_value(w.count, *names)
         setattr(p, w.param, _ptr(_workspace(w.key, (max(n, 1),), w.dtype)))
     _run(op, values, dims, p, flag)

@@ -18,6 +18,8 @@ import re
 import warnings
 from pathlib import Path
 
+from ..schema import CallCounter
+
 LIB_DIR = Path(__file__).resolve().parent.parent / "_lib"
 LIB_NAME = "libfd_mtp_ops.so"
 LIB_DIR_ENV = "FD_MTP_OPS_LIB_DIR"
@@ -207,17 +209,28 @@ def _plan(op_name: str):
     return op, op.tensors, op.attrs
 
 
+# fd_mtp.ops' call counters (the default RNG position of an op: fd_mtp.schema.prepare_call).
+CALLS = CallCounter()
+
+
+@functools.cache
+def _python_side(op_name: str) -> bool:
+    """Whether the op declares Python-side steps (fd_mtp.schema.prepare_call)."""
+    from .. import schema
+
+    return schema.has_python_side(schema.get(op_name))
+
+
 def invoke(op_name: str, values: dict):
     """Run op ``op_name`` with the arguments in ``values`` (by their C++ names, e.g. a wrapper's
     ``locals()``): tensors must be paddle Tensors (None only where optional), attributes are
     converted and range-checked, and a keyword-only attribute left at None takes its environment
     default. Errors name the argument."""
     op, tensors, attrs = _plan(op_name)
-    if any(a.given for a in attrs):
-        from .. import schema
+    if _python_side(op_name):  # given, choices, call counters, only_if tensors, python_checks
+        from ..schema import prepare_call
 
-        values = dict(values)
-        schema.derive_attrs(op, values)
+        values = prepare_call(op, values, CALLS)
     tensor_type = _tensor_type()
     args = []
     for t in tensors:

@@ -39,15 +39,10 @@ float32 rounding), enumerated in the order chunk, lane, step (a fixed permutatio
 
 import numpy as np
 
-from .._verify_options import STRATEGIES, resolve_verify_options
+from ..schema import CallCounter, get, prepare_call, resolve_kw
+from ..schema.arrays import convert_attr
 
-__all__ = [
-    "speculate_verify",
-    "philox4x32_10",
-    "philox_uniform",
-    "resolve_verify_options",
-    "STRATEGIES",
-]
+__all__ = ["speculate_verify", "philox4x32_10", "philox_uniform"]
 
 _M32 = np.uint64(0xFFFFFFFF)
 _PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
@@ -95,7 +90,7 @@ def philox_uniform(seed, offset, stream, draw):
     return ((word0 >> np.uint32(8)) + np.uint32(1)).astype(np.float32) * np.float32(2.0**-24)
 
 
-_counter = 0
+CALLS = CallCounter()  # the reference's call counters (the default seed / offset)
 
 
 def _flat(a):
@@ -108,17 +103,6 @@ def _flat(a):
 
 def _fail(arg, msg):
     raise ValueError(f"speculate_verify: {arg} {msg}")
-
-
-def _check_draft_probs_rows(target_probs, draft_probs, fail):
-    """A given draft_probs without rows while target_probs has rows is refused (the compiled op
-    would see it as absent, i.e. a greedy drafter): pass None for a greedy drafter."""
-    if draft_probs is not None and draft_probs.shape[0] == 0 and target_probs.shape[0] > 0:
-        fail(
-            "draft_probs",
-            f"has no rows (shape {list(draft_probs.shape)}) but target_probs has "
-            f"{target_probs.shape[0]}; pass None for a greedy drafter",
-        )
 
 
 def _check_finite(arg, m, first, last, where):
@@ -214,14 +198,16 @@ def speculate_verify(
     accept_tokens [Bm, Wa] int64, accept_num int32, step_idx int64, stop_flags bool are written;
     ``bsz = seq_lens_this_time.size``; row widths are each tensor's own.
     """
-    global _counter
-    strategy, one_step_stop, seed, offset = resolve_verify_options(
-        verify_strategy, prefill_one_step_stop, seed, offset, _counter
+    op = get("speculate_verify")
+    # the schema's Python side: the strategy's code and default, the call counter, target_probs
+    # and draft_probs for "rejection" only and their rules
+    v = prepare_call(op, locals(), CALLS)
+    strategy, seed, offset = (
+        convert_attr(op, op.arg(n), v[n]) for n in ("strategy", "seed", "offset")
     )
-    _counter += 1
-    name = {v: k for k, v in STRATEGIES.items()}[strategy]
-    if name != "rejection":
-        target_probs = draft_probs = None
+    name = op.arg("strategy").choices[strategy]
+    one_step_stop = bool(resolve_kw(op.name, "prefill_one_step_stop", prefill_one_step_stop))
+    target_probs, draft_probs = v["target_probs"], v["draft_probs"]
     c = _Call(
         name=name,
         seed=seed,
@@ -255,10 +241,6 @@ def speculate_verify(
         _fail("end_tokens", "must hold at least one token id")
     if int(verify_window) < 0:
         _fail("verify_window", f"must be >= 0, got {verify_window}")
-    if name == "rejection":
-        if target_probs is None:
-            _fail("target_probs", 'is required by the "rejection" strategy')
-        _check_draft_probs_rows(target_probs, draft_probs, _fail)
     # Block-stepped and stopped requests are left untouched (accept_num too): step 0.
     running = [b for b in range(c.this_time.size) if not (c.block_step[b] or c.stop[b])]
     for b in running:  # every check before anything is written

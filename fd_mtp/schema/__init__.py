@@ -64,6 +64,10 @@ from ._rules import Check, Together, check_rules, check_together, expr_value
 
 __all__ = [
     "FLAG_COMPARES",
+    "CallCounter",
+    "choice_code",
+    "has_python_side",
+    "prepare_call",
     "Attr",
     "Check",
     "Dim",
@@ -81,7 +85,6 @@ __all__ = [
     "expr_value",
     "DeviceFlag",
     "define_wrapper",
-    "derive_attrs",
     "device_flag",
     "family_ops",
     "flag_value",
@@ -138,6 +141,8 @@ class Tensor:
     doc: str = ""
     count: str | None = None
     same_dtype: str | None = None
+    only_if: str | None = None  # see _calls.prepare_call: the wrappers pass None otherwise
+    contiguous_copy: bool = False  # fd_mtp.ops copies a strided view (see _calls.prepare_call)
 
     def __post_init__(self):
         if self.count is not None and (self.spec.replace(" ", "") != "int64|int32[1]"):
@@ -193,7 +198,7 @@ class Attr:
     for a default no variable alone gives (a checked environment id, a path); ``py``: its Python
     name when it differs (the wrapper converts); ``param``: the Params field (None: filled by
     hand); ``given``: a bool left at None becomes whether that optional tensor is given
-    (`derive_attrs`, in Python: paddle hands a zero-size tensor to the op as none)."""
+    (`prepare_call`, in Python: paddle hands a zero-size tensor to the op as none)."""
 
     name: str
     type: str
@@ -206,6 +211,10 @@ class Attr:
     param: str | None = ""
     doc: str = ""
     given: str | None = None
+    choices: tuple = ()  # see _calls.prepare_call (names for the codes 0, 1, ...)
+    env_choices: tuple = ()
+    counter: bool = False
+    default: str | None = None  # None resolves to this expression (see _calls.prepare_call)
 
     def __post_init__(self):
         if self.type not in ATTR_TYPES:
@@ -405,6 +414,14 @@ class Op:
     skip: str | None = None
     result: str | None = None
     rows: Rows | None = None
+    python_checks: tuple = ()  # see _calls.prepare_call
+    # named dims computed from the others (schema expressions, e.g. {"HqD": "dims.Hq * dims.D"}),
+    # after the Check rules: usable in Out specs and Params fields like any named dim
+    computed_dims: dict = field(default_factory=dict)
+    # a host op's (cuda=False) Params fields the binding fills from C++ host helpers (C++
+    # expressions of a.<argument>, e.g. {"pool": "cpu_pool(a.num_threads)"}) and their headers
+    host_params: dict = field(default_factory=dict)
+    host_includes: tuple = ()
 
     def __post_init__(self):
         if self.outputs:
@@ -577,15 +594,6 @@ def resolve_kw(op_name: str, name: str, value):
     return envs.get(attr.env)
 
 
-def derive_attrs(op: Op, values: dict) -> None:
-    """Sets in ``values`` (arguments by name) every attribute left at None that the schema
-    derives from the other arguments (``Attr.given``: whether that tensor is not None), the one
-    rule of fd_mtp.ops and fd_mtp.cuda."""
-    for a in op.attrs:
-        if a.given is not None and values.get(a.python_name, values.get(a.name)) is None:
-            values[a.python_name] = values[a.given] is not None
-
-
 def define_wrapper(
     op: Op, namespace: dict, call: str, doc: str, extra: tuple = (), name: str | None = None
 ) -> None:
@@ -610,3 +618,6 @@ def define_wrapper(
     code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
     exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
     namespace[fn].__doc__ = doc
+
+
+from ._calls import CallCounter, choice_code, has_python_side, prepare_call  # noqa: E402

@@ -19,7 +19,8 @@ class Check:
     hold, else ValueError ``"<op>: <argument> <message>"``. ``expr`` reads the same in Python
     and C++ (the binding compiles it): attribute names, ``dims.<dim>``, ints, comparisons,
     ``and`` / ``or`` / ``not``, + - * %, ``x if c else y``, ``rank(<tensor>)``,
-    ``dim(<tensor>, <axis>)``, ``numel(<tensor>)`` (cmake/gen_ops_expr.py compiles it). ``message`` may show
+    ``dim(<tensor>, <axis>)``, ``numel(<tensor>)``, ``given(<tensor>)`` (an optional tensor is
+    given; guard the reads of one with it) (cmake/gen_ops_expr.py compiles it). ``message`` may show
     ``{<expression>}``, e.g. ``{shape(<tensor>)}``."""
 
     argument: str
@@ -27,25 +28,28 @@ class Check:
     message: str
 
     @staticmethod
-    def _names(attrs: dict, dims: dict, shapes: dict) -> dict:
+    def _names(attrs: dict, dims: dict, shapes: dict, expr: str = "") -> dict:
         from types import SimpleNamespace
 
+        absent = {n: None for n in re.findall(r"\bgiven\((\w+)\)", expr) if n not in shapes}
         return {
-            **{k: tuple(v) for k, v in shapes.items()},
+            **absent,
+            **{k: None if v is None else tuple(v) for k, v in shapes.items()},
             **attrs,
             "dims": SimpleNamespace(**dims),
             "rank": len,
             "shape": list,
             "dim": lambda shape, axis: shape[axis],
             "numel": lambda shape: math.prod(shape),
+            "given": lambda shape: shape is not None,  # Op.python_checks only (see _calls)
         }
 
     def holds(self, attrs: dict, dims: dict, shapes: dict | None = None) -> bool:
-        names = self._names(attrs, dims, shapes or {})
+        names = self._names(attrs, dims, shapes or {}, self.expr)
         return bool(eval(self.expr, {"__builtins__": {}}, names))  # noqa: S307 - schema text
 
     def text(self, attrs: dict, dims: dict, shapes: dict | None = None) -> str:
-        names = self._names(attrs, dims, shapes or {})
+        names = self._names(attrs, dims, shapes or {}, self.expr)
 
         def value(m):
             return str(eval(m.group(1), {"__builtins__": {}}, names))  # noqa: S307 - schema text

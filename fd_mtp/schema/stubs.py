@@ -12,7 +12,7 @@ sees neither. This module writes, from the schema:
   its hints from the schema (or, for a function no schema declares, from its annotations);
 * ``fd_mtp/ops/__init__.pyi``: the package's names, each imported from its family module.
 
-Family modules written entirely by hand (verify, ipc, msgqueue, attention) have no stub: a
+Family modules written entirely by hand (ipc, msgqueue) have no stub: a
 static reader reads them as they are. The stubs are committed; tests/ops/test_stubs.py checks
 that they are current. Regenerate them after changing a schema or a wrapper's signature::
 
@@ -51,6 +51,8 @@ def _hint(arg, nullable: bool) -> str:
     if isinstance(arg, Tensor):
         base = "paddle.Tensor"
         nullable = nullable or arg.optional
+    elif arg.choices:  # one of the names (its code goes to the kernel)
+        base = "Literal[" + ", ".join(_quote(c) for c in arg.choices) + "]"
     else:
         base = _ATTR_HINTS[arg.type]
     return f"{base} | None" if nullable else base
@@ -181,7 +183,7 @@ def _family_stub(family: str) -> str:
     module = importlib.import_module(f"fd_mtp.ops.{family}")
     ops = all_ops()
     body: list[str] = []
-    uses_sequence = False
+    uses_sequence = uses_literal = False
     for name in sorted(module.__all__):
         fn = getattr(module, name)
         if isinstance(fn, (int, str)) and not isinstance(fn, bool):  # a constant
@@ -194,10 +196,14 @@ def _family_stub(family: str) -> str:
         # upstream's ``_dynamic`` variant of an op takes the op's arguments (the queue id moved)
         lines = _function(name, fn, ops.get(name, ops.get(name.removesuffix("_dynamic"))))
         uses_sequence |= any("Sequence[int]" in line for line in lines)
+        uses_literal |= any("Literal[" in line for line in lines)
         body += [""] + lines
     head = [HEADER, f'"""{inspect.cleandoc(module.__doc__).splitlines()[0]}"""', ""]
     if uses_sequence:
         head.append("from collections.abc import Sequence")
+        head.append("")
+    if uses_literal:
+        head.append("from typing import Literal")
         head.append("")
     head.append("import paddle")
     names = ", ".join(f'"{n}"' for n in sorted(module.__all__))

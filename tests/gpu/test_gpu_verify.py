@@ -199,10 +199,10 @@ def test_rejection_parity_large_vocab(draft_probs):
 def test_default_counter_advances():
     rng = np.random.default_rng(8)
     args, _ = verify_batch(rng, 600)
-    c0 = fcuda.verify._counter
+    c0 = fcuda._common.CALLS["speculate_verify"]
     host, dev = split(args)
     call(fcuda.speculate_verify, dev, ORDER, verify_strategy="topp")
-    assert fcuda.verify._counter == c0 + 1
+    assert fcuda._common.CALLS["speculate_verify"] == c0 + 1
     call(ref.speculate_verify, host, ORDER, verify_strategy="topp", seed=c0, offset=c0)
     compare_all(dev, host, arrays_of(args))
 
@@ -262,7 +262,8 @@ def test_verify_bad_input_writes_nothing(case, argument):
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(params=["workspace", "no_workspace"])
 def sample_path(request, monkeypatch):
-    monkeypatch.setattr(fcuda.verify, "SAMPLE_WORKSPACE", request.param == "workspace")
+    off = set() if request.param == "workspace" else {"verify_sample_tokens"}
+    monkeypatch.setattr(fcuda._common, "NULL_WORKSPACES", off)
     return request.param
 
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from util import BATCH_GRID, assert_same, to_numpy, to_paddle
 
 import fd_mtp.ops as ops
-import fd_mtp.ops.verify as ops_verify
 import fd_mtp.reference as reference
+from fd_mtp.ops._loader import CALLS
 from fd_mtp.reference.verify import philox4x32_10, philox_uniform
 from fd_mtp.testing.op_inputs import positional
 
@@ -971,14 +971,14 @@ def test_same_seed_and_offset_give_identical_outputs():
 def test_default_counter_supplies_seed_and_offset_and_advances():
     d = stats_batch()
     args = [to_paddle(d[n]) for n in NAMES]
-    c0 = ops_verify._counter
+    c0 = CALLS["speculate_verify"]
     ops.speculate_verify(*args, *attrs(), verify_strategy="topp")
-    assert ops_verify._counter == c0 + 1
+    assert CALLS["speculate_verify"] == c0 + 1
     want = run_ref(d, seed=c0, offset=c0, verify_strategy="topp")
     assert_same(to_numpy(args[1]), want["accept_tokens"], "accept_tokens (counter c0)")
     args2 = [to_paddle(d[n]) for n in NAMES]
     ops.speculate_verify(*args2, *attrs(), verify_strategy="topp")
-    assert ops_verify._counter == c0 + 2
+    assert CALLS["speculate_verify"] == c0 + 2
     assert (to_numpy(args2[1]) != to_numpy(args[1])).any()
     assert_same(
         to_numpy(args2[1]),
@@ -1179,21 +1179,21 @@ def test_rejection_needs_target_probs_and_others_ignore_it():
 
 
 @pytest.mark.parametrize(
-    "arg,kwargs",
+    "arg,kwargs,error",
     [
-        ("verify_strategy", dict(verify_strategy="beam")),
-        ("seed", dict(seed=-1)),
-        ("offset", dict(offset=2**63)),
-        ("seed", dict(seed=1.5)),
+        ("verify_strategy", dict(verify_strategy="beam"), ValueError),
+        ("seed", dict(seed=-1), ValueError),
+        ("offset", dict(offset=2**63), ValueError),
+        ("seed", dict(seed=1.5), TypeError),  # a wrong type, as every op's attributes
     ],
 )
-def test_bad_keyword_arguments(arg, kwargs):
+def test_bad_keyword_arguments(arg, kwargs, error):
     d, kw = good()
     args = [to_paddle(d[n]) for n in NAMES] + attrs()
     kwargs = {"seed": 1, "offset": 1, **kwargs}
-    with pytest.raises(ValueError, match=rf"speculate_verify: {arg}\b"):
+    with pytest.raises(error, match=rf"speculate_verify: {arg}\b"):
         ops.speculate_verify(*args, **kwargs)
-    with pytest.raises(ValueError, match=rf"speculate_verify: {arg}\b"):
+    with pytest.raises(error, match=rf"speculate_verify: {arg}\b"):
         reference.speculate_verify(*[d[n].copy() for n in NAMES], *attrs(), **kwargs)
 
 
