@@ -7,8 +7,9 @@ module such as ``fd_mtp.llm`` counts as a package of its own). Layers, top to bo
 
     cli -> entrypoints (the server and its async front, demo, testing, compat) -> llm
     -> distributed (tensor-parallel workers, PD instances) -> engine
-    -> proposer -> batch -> model -> cuda -> ops / reference -> options (sysv_queue) -> schema
-    -> foundation (config, envs, assets)
+    -> proposer -> batch -> model -> cuda -> ops / reference -> schema
+    -> options (sysv_queue, shm: the argument resolvers the schema names) -> foundation (config,
+    envs, assets)
 
 A package may import packages of strictly lower layers only (peers in one layer do not import
 each other); ``from fd_mtp import __version__``-style imports of the root package are allowed
@@ -38,8 +39,8 @@ LAYERS = [
     ("model", {"model"}),
     ("cuda", {"cuda"}),
     ("ops", {"ops", "reference"}),
-    ("options", {"sysv_queue"}),
     ("schema", {"schema", "_lib"}),
+    ("options", {"sysv_queue", "shm"}),  # the resolvers of fd_mtp/schema's Attr(resolve=...)
     ("foundation", {"config", "envs", "assets"}),
 ]
 RANK = {pkg: i for i, (_, pkgs) in enumerate(LAYERS) for pkg in pkgs}

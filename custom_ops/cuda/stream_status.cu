@@ -37,11 +37,6 @@ __global__ void stream_commit_kernel(StreamStatus* s, const KernelStatus* slot, 
   s->preset.request = -1;
 }
 
-__global__ void stream_preset_kernel(const StreamStatus* s, KernelStatus* status) {
-  *status = s->preset;
-  status->lock = 0;
-}
-
 __global__ void stream_clear_kernel(StreamStatus* s) {
   s->pending = KernelStatus{};
   s->preset = KernelStatus{};
@@ -91,17 +86,6 @@ cudaError_t stream_status_begin(StreamStatus* s, cudaStream_t stream) {
 
 cudaError_t stream_status_commit(StreamStatus* s, int32_t op, cudaStream_t stream) {
   stream_commit_kernel<<<1, 1, 0, stream>>>(s, &s->current, op);
-  return cudaGetLastError();
-}
-
-cudaError_t stream_status_commit_slot(StreamStatus* s, const KernelStatus* slot, int32_t op,
-                                      cudaStream_t stream) {
-  stream_commit_kernel<<<1, 1, 0, stream>>>(s, slot, op);
-  return cudaGetLastError();
-}
-
-cudaError_t stream_status_preset(const StreamStatus* s, KernelStatus* status, cudaStream_t stream) {
-  stream_preset_kernel<<<1, 1, 0, stream>>>(s, status);
   return cudaGetLastError();
 }
 

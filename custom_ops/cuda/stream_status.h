@@ -47,12 +47,6 @@ enum FlagCompare : int32_t {
 cudaError_t stream_status_begin(StreamStatus* s, cudaStream_t stream);
 // Moves a real error of `current` into `pending` (the first one only) and poisons the stream.
 cudaError_t stream_status_commit(StreamStatus* s, int32_t op, cudaStream_t stream);
-// The same for a per-call status slot (the hand-written bindings' ops in deferred mode).
-cudaError_t stream_status_commit_slot(StreamStatus* s, const KernelStatus* slot, int32_t op,
-                                      cudaStream_t stream);
-// Copies the stream's preset (zero, or poisoned) into `status`: a per-call status slot then
-// makes its op skip on a poisoned stream as the persistent slot does.
-cudaError_t stream_status_preset(const StreamStatus* s, KernelStatus* status, cudaStream_t stream);
 // Zeroes pending and preset: the stream runs ops again (after the host read the error).
 cudaError_t stream_status_clear(StreamStatus* s, cudaStream_t stream);
 // An op's flag on the device (fd_mtp.schema.device_flag: `count + offset <cmp> bound`), one

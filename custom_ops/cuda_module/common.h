@@ -95,21 +95,6 @@ inline bool& deferred_flag() {
   return deferred;
 }
 
-// The end of a hand-written binding whose op wrote its status into the per-call slot `status`:
-// deferred, the slot's error moves into the stream's record on the device (no sync) and None is
-// returned; checked, the stream is synchronised and the status returned as a tuple.
-inline py::object finish_status(uintptr_t status, uintptr_t stream, const char* op,
-                                const char* op_name) {
-  if (deferred_flag()) {
-    throw_if(
-        stream_status_commit_slot(stream_status_for(stream, op), as_ptr<const KernelStatus>(status),
-                                  stream_op_id(op_name), as_stream(stream)),
-        op);
-    return py::none();
-  }
-  return status_tuple(fetch_status(status, stream, op));
-}
-
 // The end of a hand-written binding without a status: synchronises only in checked mode.
 inline void finish(uintptr_t stream, const char* op) {
   if (!deferred_flag()) sync(stream, op);

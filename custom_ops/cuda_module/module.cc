@@ -59,20 +59,6 @@ PYBIND11_MODULE(fd_mtp_cuda, m) {
       "set_deferred", [](bool deferred) { deferred_flag() = deferred; }, py::arg("deferred"),
       "The hand-written bindings' mode: True, statuses go to the stream's record (no sync, "
       "they return None); False, they synchronise and return the status.");
-  m.def(
-      "stream_preset",
-      [](uintptr_t status, uintptr_t stream) {
-        constexpr const char* op = "stream_preset";
-        require(status, op, "status");
-        throw_if(stream_status_preset(stream_status_for(stream, op), as_ptr<KernelStatus>(status),
-                                      as_stream(stream)),
-                 op);
-      },
-      py::arg("status"), py::arg("stream") = 0,
-      "Stream-ordered: writes the stream's preset (zero, or STATUS_POISONED once an op on it "
-      "failed) into the KernelStatus at `status`, so that the op launched with it next skips on "
-      "a poisoned stream.");
-
   // CUDA graphs (fd_mtp/cuda/graph.py): the stream-ordered memset a captured step uses to clear
   // its persistent buffers, and the node count of a captured graph by type.
   m.def(

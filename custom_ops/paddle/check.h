@@ -73,31 +73,6 @@ inline void on_cpu(const char* op, const char* arg, const paddle::Tensor& t) {
   if (!t.is_cpu()) fail(op, arg, "must be a CPU tensor, got one on ", t.place().DebugString());
 }
 
-// A per-request vector: shape [n] or [n, 1] with n >= bsz. Returns n.
-inline int64_t per_request(const char* op, const char* arg, const paddle::Tensor& t,
-                           paddle::DataType dt, int64_t bsz) {
-  dtype(op, arg, t, dt);
-  const auto& s = t.shape();
-  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
-    fail(op, arg, "must have shape [bsz] or [bsz, 1], got ", shape_str(s));
-  if (s[0] < bsz)
-    fail(op, arg, "has ", s[0], " entries but the batch has ", bsz,
-         " requests (bsz is taken from seq_lens_this_time)");
-  return s[0];
-}
-
-// A 2-D per-request matrix [rows >= bsz, cols >= min_cols]. Returns cols.
-inline int64_t matrix(const char* op, const char* arg, const paddle::Tensor& t, paddle::DataType dt,
-                      int64_t bsz, int64_t min_cols = 1) {
-  dtype(op, arg, t, dt);
-  const auto& s = t.shape();
-  if (s.size() != 2) fail(op, arg, "must be 2-D, got shape ", shape_str(s));
-  if (s[0] < bsz) fail(op, arg, "has ", s[0], " rows but the batch has ", bsz, " requests");
-  if (s[1] < min_cols)
-    fail(op, arg, "needs at least ", min_cols, " columns, got shape ", shape_str(s));
-  return s[1];
-}
-
 // A tensor that holds exactly one element (e.g. not_need_stop).
 inline void scalar(const char* op, const char* arg, const paddle::Tensor& t, paddle::DataType dt) {
   dtype(op, arg, t, dt);
@@ -128,40 +103,6 @@ inline void status(const char* op, const KernelStatus& st, const StatusInfo* tab
 template <size_t N>
 inline void status(const char* op, const KernelStatus& st, const StatusInfo (&table)[N]) {
   status(op, st, table, N);
-}
-
-// A per-request vector [n] or [n, 1] with n >= bsz, where bsz is taken from
-// `bsz_arg` (for ops whose batch size is not seq_lens_this_time's). Returns n.
-inline int64_t per_request_from(const char* op, const char* arg, const paddle::Tensor& t,
-                                paddle::DataType dt, int64_t bsz, const char* bsz_arg) {
-  dtype(op, arg, t, dt);
-  const auto& s = t.shape();
-  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
-    fail(op, arg, "must have shape [bsz] or [bsz, 1], got ", shape_str(s));
-  if (s[0] < bsz)
-    fail(op, arg, "has ", s[0], " entries but the batch has ", bsz, " requests (bsz is taken from ",
-         bsz_arg, ")");
-  return s[0];
-}
-
-// The packed-batch metadata of the paged-attention kernels (paged_attention, decoder_layer):
-// cu_seqlens_q [bsz + 1] defines bsz; block_tables has >= bsz rows, seq_lens_decoder >= bsz
-// entries and batch_id_per_token >= `tokens` entries (the tokens of `tokens_arg`). Returns bsz.
-inline int64_t paged_batch(const char* op, const paddle::Tensor& cu_seqlens_q,
-                           const paddle::Tensor& block_tables,
-                           const paddle::Tensor& seq_lens_decoder,
-                           const paddle::Tensor& batch_id_per_token, int64_t tokens,
-                           const char* tokens_arg) {
-  if (cu_seqlens_q.shape().size() != 1 || cu_seqlens_q.shape()[0] < 1)
-    fail(op, "cu_seqlens_q", "must have shape [bsz + 1], got ", shape_str(cu_seqlens_q.shape()));
-  const int64_t bsz = cu_seqlens_q.shape()[0] - 1;
-  matrix(op, "block_tables", block_tables, paddle::DataType::INT32, bsz);
-  per_request_from(op, "seq_lens_decoder", seq_lens_decoder, paddle::DataType::INT32, bsz,
-                   "cu_seqlens_q");
-  if (batch_id_per_token.numel() < tokens)
-    fail(op, "batch_id_per_token", "has ", batch_id_per_token.numel(), " entries but ", tokens_arg,
-         " has ", tokens, " tokens");
-  return bsz;
 }
 
 // The int64 value of a one-element CPU tensor (the CPU branch's bounds, e.g. stop_nums; the GPU
@@ -201,17 +142,6 @@ inline FloatKind float_kind_of(const paddle::Tensor& t) {
   if (t.dtype() == paddle::DataType::FLOAT16) return kFloat16;
   if (t.dtype() == paddle::DataType::BFLOAT16) return kBFloat16;
   return kFloat32;
-}
-
-// A per-row vector: shape [n] or [n, 1] with n >= rows (rows named by `what`).
-inline int64_t per_row(const char* op, const char* arg, const paddle::Tensor& t,
-                       paddle::DataType dt, int64_t rows, const char* what) {
-  dtype(op, arg, t, dt);
-  const auto& s = t.shape();
-  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
-    fail(op, arg, "must have shape [n] or [n, 1], got ", shape_str(s));
-  if (s[0] < rows) fail(op, arg, "has ", s[0], " entries but ", what, " has ", rows, " rows");
-  return s[0];
 }
 
 }  // namespace check

@@ -23,8 +23,6 @@ BUILD_HINT = (
     f"{MODULE_DIR_ENV} at the directory holding an fd_mtp_cuda*.so"
 )
 
-# KernelStatus {int32 code, int32 request, int64 value, int64 limit, int32 lock, int32 op} = 32 bytes
-STATUS_WORDS = 4
 ERROR_MODES = ("deferred", "checked", "record")
 
 
@@ -80,38 +78,6 @@ def _dtype(op, arg, a, dt):
         _fail(op, arg, f"must be {np.dtype(dt)}, got {a.dtype}")
 
 
-def _per_request(op, arg, a, dt, bsz):
-    _dtype(op, arg, a, dt)
-    s = a.shape
-    if not (len(s) == 1 or (len(s) == 2 and s[1] == 1)):
-        _fail(op, arg, f"must have shape [bsz] or [bsz, 1], got {list(s)}")
-    if s[0] < bsz:
-        _fail(
-            op,
-            arg,
-            f"has {s[0]} entries but the batch has {bsz} requests "
-            "(bsz is taken from seq_lens_this_time)",
-        )
-    return s[0]
-
-
-def _matrix(op, arg, a, dt, bsz, min_cols=1):
-    _dtype(op, arg, a, dt)
-    s = a.shape
-    if len(s) != 2:
-        _fail(op, arg, f"must be 2-D, got shape {list(s)}")
-    if s[0] < bsz:
-        _fail(op, arg, f"has {s[0]} rows but the batch has {bsz} requests")
-    if s[1] < min_cols:
-        _fail(op, arg, f"needs at least {min_cols} columns, got shape {list(s)}")
-    return s[1]
-
-
-def _host_flag(op, arg, a):
-    if not isinstance(a, np.ndarray) or a.dtype != np.bool_ or a.size != 1:
-        _fail(op, arg, "must be a host numpy bool array holding exactly one element")
-
-
 def _set_flag(a, value):
     a.reshape(-1)[0] = bool(value)  # a view of a C-contiguous array: writes land in `a`
 
@@ -120,46 +86,8 @@ def _ptr(a):
     return a.data.ptr
 
 
-def _check_status(op, status, table):
-    code, request, value, limit = status
-    if code == 0:
-        return
-    where = f"(request {request}) " if request >= 0 else ""
-    if code in table:
-        arg, what = table[code]
-        _fail(op, arg, where + what.format(value=value, limit=limit))
-    _fail(op, "input", f"is invalid (kernel status {code})")
-
-
-_SCRATCH_RING = 4  # per (stream, size): the slots one hand-written wrapper call may hold at once
-_scratch_pool: dict = {}
-_scratch_lock = threading.Lock()
-
-
-def _scratch(words=STATUS_WORDS):
-    """An int64 device buffer of ``words`` words for one call of a hand-written wrapper (a kernel
-    status, a counter): persistent per stream (a ring of _SCRATCH_RING per size, allocated once),
-    so no allocation per call; safe because those wrappers synchronise before they return. A
-    status slot (``words == STATUS_WORDS``) starts as the stream's preset, stream-ordered: zero,
-    or the poisoned code once an op on the stream failed, so that the op skips then (its status
-    comes back as ``STATUS_POISONED`` and `raise_status` raises the pending error)."""
-    cp = _cupy()
-    stream = _stream()
-    with _scratch_lock:
-        ring = _scratch_pool.get((stream, words))
-        if ring is None:
-            ring = _scratch_pool[(stream, words)] = [
-                [cp.zeros(words, dtype=cp.int64) for _ in range(_SCRATCH_RING)],
-                0,
-            ]
-        buf = ring[0][ring[1]]
-        ring[1] = (ring[1] + 1) % _SCRATCH_RING
-    if words == STATUS_WORDS:
-        load().stream_preset(_ptr(buf), stream)
-    return buf
-
-
 _workspaces: dict = {}
+_workspace_lock = threading.Lock()
 # Workspace keys (fd_mtp.schema.Workspace.key) `launch` leaves null: tests of a launcher's path
 # without one (a kernel that takes a null workspace, e.g. verify_sample_tokens).
 NULL_WORKSPACES: set = set()
@@ -177,7 +105,7 @@ def _workspace(key, shape, dtype):
     dt = np.dtype(dtype)
     n = max(int(np.prod(shape, dtype=np.int64)), 1)
     k = (_stream(), key, dt.str)
-    with _scratch_lock:
+    with _workspace_lock:
         buf = _workspaces.get(k)
         if buf is None or buf.size < n:
             buf = _workspaces[k] = cp.zeros(n, dtype=dt)

@@ -7,12 +7,11 @@ error the inner op still raises names the wrapper and the wrapper's argument."""
 from __future__ import annotations
 
 import contextlib
-import operator
 import re
 
 from ._loader import _tensor_type, _type_name
 
-__all__ = ["require_bool", "require_int_list", "require_tensor", "renamed"]
+__all__ = ["require_bool", "require_tensor", "renamed"]
 
 
 def _dtype_name(t) -> str:
@@ -52,24 +51,6 @@ def require_bool(op: str, name: str, value) -> bool:
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
     raise TypeError(f"{op}: {name} must be a bool, got {_type_name(value)}")
-
-
-def require_int_list(op: str, name: str, value, *, at_least: int | None = None) -> list[int]:
-    """``value`` as a list of ints (each ``>= at_least`` unless None): a sequence of ints, numpy
-    ints included, not a str, a bool or a float; else TypeError / ValueError naming it."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{op}: {name} must be a list of ints, got {_type_name(value)}")
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or type(v).__name__ == "bool_":
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got bool")
-        try:
-            out.append(operator.index(v))
-        except TypeError:
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got {_type_name(v)}") from None
-        if at_least is not None and out[-1] < at_least:
-            raise ValueError(f"{op}: {name}[{i}] must be >= {at_least}, got {out[-1]}")
-    return out
 
 
 @contextlib.contextmanager

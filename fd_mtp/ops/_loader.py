@@ -122,9 +122,6 @@ def call(op: str, *args):
 # orders them for the compiled op, checks Python types and attribute ranges, and resolves
 # keyword-only defaults from the environment (fd_mtp.envs).
 # ---------------------------------------------------------------------------------------------
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-
-
 def _tensor_type():
     import paddle
 
@@ -132,81 +129,18 @@ def _tensor_type():
 
 
 def _type_name(value) -> str:
-    kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    from ..schema.arrays import type_name
 
-
-def _convert_attr(op: str, attr, value):
-    """An attribute value for the compiled op, or ValueError / TypeError naming it."""
-    import operator
-
-    name = attr.python_name
-    if attr.type in _INT_RANGE:
-        if isinstance(value, bool) or type(value).__name__ == "bool_":
-            raise TypeError(f"{op}: {name} must be an int, got bool")
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{op}: {name} must be an int, got {_type_name(value)}") from None
-        lo, hi = _INT_RANGE[attr.type]
-        lo = lo if attr.min is None else max(lo, attr.min)
-        hi = hi if attr.max is None else min(hi, attr.max)
-        if not lo <= value <= hi:
-            raise ValueError(f"{op}: {name} must be in [{lo}, {hi}], got {value}")
-        return value
-    if attr.type == "bool":
-        if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
-            raise TypeError(f"{op}: {name} must be a bool, got {_type_name(value)}")
-        return bool(value)
-    if attr.type == "float":
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{op}: {name} must be a float, got {_type_name(value)}") from None
-        if (attr.min is not None and value < attr.min) or (
-            attr.max is not None and value > attr.max
-        ):
-            raise ValueError(f"{op}: {name} must be in [{attr.min}, {attr.max}], got {value}")
-        return value
-    if attr.type == "str":
-        if not isinstance(value, str):
-            raise TypeError(f"{op}: {name} must be a str, got {_type_name(value)}")
-        return value
-    return _int_list(op, name, value)  # int64[]
-
-
-def _int_list(op: str, name: str, value) -> list[int]:
-    """An ``int64[]`` attribute: a sequence of ints in int64, or TypeError / ValueError naming it."""
-    import operator
-
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"{op}: {name} must be a sequence of ints, got {_type_name(value)}")
-    lo, hi = _INT_RANGE["int64"]
-    if type(value).__name__ == "ndarray" and value.dtype.kind in "iu":
-        value = value.reshape(-1).tolist()  # numpy ints: Python ints (an int64 array is in range)
-    if type(value) is list and all(type(v) is int for v in value):  # the common case, fast
-        if not value or (lo <= min(value) and max(value) <= hi):
-            return value
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or type(v).__name__ == "bool_":
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got bool")
-        try:
-            v = operator.index(v)
-        except TypeError:
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got {_type_name(v)}") from None
-        if not lo <= v <= hi:
-            raise ValueError(f"{op}: {name}[{i}] must be in [{lo}, {hi}], got {v}")
-        out.append(v)
-    return out
+    return type_name(value)
 
 
 @functools.cache
 def _plan(op_name: str):
     from .. import schema
+    from ..schema.arrays import convert_attr
 
     op = schema.get(op_name)
-    return op, op.tensors, op.attrs
+    return op, op.tensors, op.attrs, convert_attr
 
 
 # fd_mtp.ops' call counters (the default RNG position of an op: fd_mtp.schema.prepare_call).
@@ -226,7 +160,7 @@ def invoke(op_name: str, values: dict):
     ``locals()``): tensors must be paddle Tensors (None only where optional), attributes are
     converted and range-checked, and a keyword-only attribute left at None takes its environment
     default. Errors name the argument."""
-    op, tensors, attrs = _plan(op_name)
+    op, tensors, attrs, convert_attr = _plan(op_name)
     if _python_side(op_name):  # given, choices, call counters, only_if tensors, python_checks
         from ..schema import prepare_call
 
@@ -252,7 +186,7 @@ def invoke(op_name: str, values: dict):
         value = values[a.name] if a.name in values else values[a.python_name]
         if a.resolve is not None or (value is None and a.env is not None):
             value = _resolve(op_name, a, value)
-        args.append(_convert_attr(op_name, a, value))
+        args.append(convert_attr(op, a, value))
     return call(op_name, *args)
 
 

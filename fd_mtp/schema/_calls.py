@@ -18,13 +18,19 @@ fd_mtp.cuda's `prepare`, the numpy reference), so that no wrapper is written by 
   a contiguous one by fd_mtp.ops instead of refused.
 * ``Tensor(only_if=<expression>)``: the tensor is read only when the expression of the
   (resolved) attributes holds; otherwise the wrappers pass None, so it is never checked.
+* ``Attr(resolve="<module>:<function>")`` / ``Attr(env=...)``: `resolve_kw`, per attribute (the
+  references call it too).
 * ``Op(python_checks=(Check, ...))``: rules the wrappers check and the binding cannot: Paddle
   hands a zero-size optional tensor to the op as absent. Their expressions may also use
   ``given(<tensor>)``; an absent tensor's shape is None.
+
+The wrappers themselves come from here too: their signature (`python_signature`) and their
+definition in a family module (`define_wrapper`).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 from functools import cache
@@ -129,3 +135,57 @@ def prepare_call(op: Op, values: dict, calls: CallCounter) -> dict:
 
 def _shape(x):
     return None if x is None else tuple(getattr(x, "shape", ()))
+
+
+def python_signature(op: Op) -> tuple[list[str], set[str]]:
+    """(positional parameter names in order, keyword-only names) of the op's Python wrapper."""
+    from . import Attr
+
+    positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
+    keyword = {a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw}
+    return positional, keyword
+
+
+def resolve_kw(op_name: str, name: str, value):
+    """``value`` through the ``resolve`` function of the op's keyword-only attribute ``name``,
+    or when it is None its environment default (``fd_mtp.envs``): the one rule shared by
+    fd_mtp.ops, fd_mtp.cuda and fd_mtp.reference, so their defaults cannot drift apart."""
+    from . import Attr, get
+
+    attr = get(op_name).arg(name)
+    if isinstance(attr, Attr) and attr.resolve is not None:
+        module, function = attr.resolve.split(":")
+        return getattr(importlib.import_module(module), function)(value)
+    if value is not None or not isinstance(attr, Attr) or attr.env is None:
+        return value
+    from .. import envs
+
+    return envs.get(attr.env)
+
+
+def define_wrapper(
+    op: Op, namespace: dict, call: str, doc: str, extra: tuple = (), name: str | None = None
+) -> None:
+    """Defines the function ``op.name`` in ``namespace`` (a module's globals) with the schema's
+    Python signature (FastDeploy's positional arguments, then the keyword-only extras defaulting
+    to None, then the layer's own keywords ``extra``, also None) and docstring ``doc``; its body
+    is ``return <call>("<op>", locals())`` (its first element when the op returns one tensor).
+    Defined in the module's own globals, it is an ordinary function of that module (``help``,
+    ``inspect.signature`` and doctest see it as written there). ``name``: the function's name
+    when it is not the op's (a layer's variant of the op)."""
+    from . import Attr
+
+    positional = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if not a.kw]
+    keyword = [a.python_name if isinstance(a, Attr) else a.name for a in op.args if a.kw]
+    keyword += list(extra)
+    params = ", ".join(positional + (["*"] + [f"{k}=None" for k in keyword] if keyword else []))
+    first = "[0]" if len(op.returns) == 1 else ""  # one returned tensor: the tensor itself
+    fn = name or op.name
+    if op.result is not None:  # the in-place op's tensor, as FastDeploy's wrapper returns it
+        body = f"    {call}({op.name!r}, locals())\n    return {op.result}\n"
+    else:
+        body = f"    return {call}({op.name!r}, locals()){first}\n"
+    source = f"def {fn}({params}):\n{body}"
+    code = compile(source, f"<fd_mtp.schema: {op.name}>", "exec")
+    exec(code, namespace)  # noqa: S102 - the source is built from the schema, not from input
+    namespace[fn].__doc__ = doc

@@ -154,31 +154,70 @@ def _check_axis(op: Op, t: Tensor, shape: list, axis: int, d, dims: dict, bound:
         _fail(op, t.name, f"needs at least {d.at_least} {where}, got shape {shape}")
 
 
+def type_name(value) -> str:
+    """A value's type as errors name it (``int``, ``numpy.float64``, ``paddle.Tensor``, ...)."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
 def convert_attr(op: Op, a: Attr, value):
-    """An attribute value for the kernel, with the binding's range check."""
-    name = a.python_name
+    """An attribute value for the kernel, with the binding's type and range checks (TypeError /
+    ValueError naming it): the one rule of fd_mtp.ops and fd_mtp.cuda."""
+    op, name = op.name, a.python_name
     if a.type in _INT_RANGE:
-        if isinstance(value, bool):
-            raise TypeError(f"{op.name}: {name} must be an int, got bool")
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
+            raise TypeError(f"{op}: {name} must be an int, got bool")
         try:
             value = operator.index(value)
         except TypeError:
-            raise TypeError(
-                f"{op.name}: {name} must be an int, got {type(value).__name__}"
-            ) from None
+            raise TypeError(f"{op}: {name} must be an int, got {type_name(value)}") from None
         lo, hi = _INT_RANGE[a.type]
-        if a.min is not None and value < a.min:
-            _fail(op, name, f"must be >= {a.min}, got {value}")
-        if a.max is not None and value > a.max:
-            _fail(op, name, f"must be <= {a.max}, got {value}")
+        lo = lo if a.min is None else max(lo, a.min)
+        hi = hi if a.max is None else min(hi, a.max)
         if not lo <= value <= hi:
-            _fail(op, name, f"must be in [{lo}, {hi}], got {value}")
+            raise ValueError(f"{op}: {name} must be in [{lo}, {hi}], got {value}")
         return value
     if a.type == "bool":
+        if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
+            raise TypeError(f"{op}: {name} must be a bool, got {type_name(value)}")
         return bool(value)
     if a.type == "float":
-        return float(value)
-    return value
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{op}: {name} must be a float, got {type_name(value)}") from None
+        if (a.min is not None and value < a.min) or (a.max is not None and value > a.max):
+            raise ValueError(f"{op}: {name} must be in [{a.min}, {a.max}], got {value}")
+        return value
+    if a.type == "str":
+        if not isinstance(value, str):
+            raise TypeError(f"{op}: {name} must be a str, got {type_name(value)}")
+        return value
+    return _int_list(op, name, value)  # int64[]
+
+
+def _int_list(op: str, name: str, value) -> list[int]:
+    """An ``int64[]`` attribute: a sequence of ints in int64, or TypeError / ValueError naming it."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{op}: {name} must be a sequence of ints, got {type_name(value)}")
+    lo, hi = _INT_RANGE["int64"]
+    if type(value).__name__ == "ndarray" and value.dtype.kind in "iu":
+        value = value.reshape(-1).tolist()  # numpy ints: Python ints (an int64 array is in range)
+    if type(value) is list and all(type(v) is int for v in value):  # the common case, fast
+        if not value or (lo <= min(value) and max(value) <= hi):
+            return value
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            raise TypeError(f"{op}: {name}[{i}] must be an int, got bool")
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{op}: {name}[{i}] must be an int, got {type_name(v)}") from None
+        if not lo <= v <= hi:
+            raise ValueError(f"{op}: {name}[{i}] must be in [{lo}, {hi}], got {v}")
+        out.append(v)
+    return out
 
 
 def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:

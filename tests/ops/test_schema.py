@@ -74,6 +74,21 @@ def test_every_schema_is_well_formed():
             assert s.argument in names or s.argument in {"input", "seq_lens"}, (op.name, s.argument)
 
 
+def test_resolvers_exist_below_the_schema():
+    """Every ``Attr(resolve="<module>:<function>")`` names a function of an options module
+    (fd_mtp.sysv_queue, fd_mtp.shm: below the schema, tests/test_layers.py)."""
+    found = 0
+    for op in schema.all_ops().values():
+        for a in op.attrs:
+            if a.resolve is None:
+                continue
+            module, function = a.resolve.split(":")
+            assert module in ("fd_mtp.sysv_queue", "fd_mtp.shm"), (op.name, a.name, module)
+            assert callable(getattr(importlib.import_module(module), function)), a.resolve
+            found += 1
+    assert found > 0
+
+
 @pytest.mark.parametrize("name", OPS)
 def test_env_defaults_agree(name, monkeypatch):
     """A keyword attribute left at None resolves from its variable, the same in every layer."""
