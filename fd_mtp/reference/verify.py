@@ -207,7 +207,7 @@ def speculate_verify(
     )
     name = op.arg("strategy").choices[strategy]
     one_step_stop = bool(resolve_kw(op.name, "prefill_one_step_stop", prefill_one_step_stop))
-    c = _make_call(v, name=name, seed=seed, offset=offset, one_step_stop=one_step_stop)
+    c = _Call.of(v, name=name, seed=seed, offset=offset, one_step_stop=one_step_stop)
     if not c.ends:
         _fail("end_tokens", "must hold at least one token id")
     if int(verify_window) < 0:
@@ -260,6 +260,36 @@ class _Call:
         for name, value in fields.items():
             setattr(self, name, value)
 
+    @classmethod
+    def of(cls, v: dict, **options) -> "_Call":
+        """The call's `_Call` from the prepared arguments ``v`` (by name) and its ``options``."""
+        return cls(
+            **options,
+            sampled=_flat(v["sampled_token_ids"]),
+            accept_tokens=v["accept_tokens"],
+            n_acc=_flat(v["accept_num"]),
+            step=_flat(v["step_idx"]),
+            stop=_flat(v["stop_flags"]),
+            enc=_flat(v["seq_lens_encoder"]),
+            this_time=_flat(v["seq_lens_this_time"]),
+            draft_tokens=v["draft_tokens"],
+            verify_tokens=v["verify_tokens"],
+            verify_scores=v["verify_scores"],
+            max_dec=_flat(v["max_dec_len"]),
+            ends=[int(t) for t in _flat(v["end_tokens"])],
+            block_step=_flat(v["is_block_step"]),
+            cum=_flat(v["output_cum_offsets"]),
+            cand_len=_flat(v["actual_candidate_len"]),
+            top_p=_flat(v["topp"]),
+            max_seq_len=v["max_seq_len"],
+            verify_window=v["verify_window"],
+            enable_topp=v["enable_topp"],
+            benchmark_mode=v["benchmark_mode"],
+            accept_all_drafts=v["accept_all_drafts"],
+            target_probs=v["target_probs"],
+            draft_probs=v["draft_probs"],
+        )
+
     def start(self, b) -> int:
         """Request b's first output row."""
         return b * int(self.max_seq_len) - int(self.cum[b])
@@ -273,36 +303,6 @@ class _Call:
 
 
 # ---- checks (before anything is written) ---------------------------------------------------------
-def _make_call(v: dict, **options) -> _Call:
-    """The call's `_Call` from the prepared arguments ``v`` (by name) and its ``options``."""
-    return _Call(
-        **options,
-        sampled=_flat(v["sampled_token_ids"]),
-        accept_tokens=v["accept_tokens"],
-        n_acc=_flat(v["accept_num"]),
-        step=_flat(v["step_idx"]),
-        stop=_flat(v["stop_flags"]),
-        enc=_flat(v["seq_lens_encoder"]),
-        this_time=_flat(v["seq_lens_this_time"]),
-        draft_tokens=v["draft_tokens"],
-        verify_tokens=v["verify_tokens"],
-        verify_scores=v["verify_scores"],
-        max_dec=_flat(v["max_dec_len"]),
-        ends=[int(t) for t in _flat(v["end_tokens"])],
-        block_step=_flat(v["is_block_step"]),
-        cum=_flat(v["output_cum_offsets"]),
-        cand_len=_flat(v["actual_candidate_len"]),
-        top_p=_flat(v["topp"]),
-        max_seq_len=v["max_seq_len"],
-        verify_window=v["verify_window"],
-        enable_topp=v["enable_topp"],
-        benchmark_mode=v["benchmark_mode"],
-        accept_all_drafts=v["accept_all_drafts"],
-        target_probs=v["target_probs"],
-        draft_probs=v["draft_probs"],
-    )
-
-
 def _check_request(c: _Call, b: int) -> None:
     """Request b's data checks: row widths, output rows, and the finite values it reads."""
     used = 1 if c.drafts_skipped(b) else max(int(c.this_time[b]), 1)  # output rows it touches
