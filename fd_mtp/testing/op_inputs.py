@@ -70,6 +70,7 @@ from .builders.ngram import (
     NGRAM_WRITTEN,
     build_ngram,
     ngram_state,
+    ngram_tensors,
 )
 from .builders.packing import (
     PRE_PROCESS_OUTPUTS,
@@ -168,6 +169,7 @@ __all__ = [
     "build_verify",
     "build_verify_rejection",
     "ngram_state",
+    "ngram_tensors",
     "packing_state",
     "positional",
     "pre_process_args",

@@ -22,7 +22,7 @@ import cupy as cp  # noqa: E402
 
 import fd_mtp.cuda as fcuda  # noqa: E402
 from fd_mtp import reference as ref  # noqa: E402
-from fd_mtp.testing.op_inputs import positional  # noqa: E402
+from fd_mtp.testing.op_inputs import ngram_tensors, positional  # noqa: E402
 
 NGRAM_ORDER = list(positional("ngram_match")[:10])  # the tensors, from the schema
 HYBRID_ORDER = list(positional("hybrid_mtp_ngram")[:9])  # the tensors, from the schema
@@ -84,22 +84,10 @@ def make_batch(
                 input_ids[b, t - g + 1 : t + 1] = pre_ids[b, s - g + 1 : s + 1]
     left = rng.integers(-1, k + 3, bsz)
     max_dec_len = np.where(rng.random(bsz) < 0.1, step + left, 1 << 40).astype(np.int64)
-    per = (lambda a: a.reshape(-1, 1)) if column else (lambda a: a)
-    d = dict(
-        input_ids=input_ids,
-        input_ids_len=per(input_ids_len),
-        pre_ids=pre_ids,
-        step_idx=per(step),
-        draft_token_num=per(rng.integers(0, k + 1, bsz).astype(np.int32)),
-        draft_tokens=rng.integers(10**6, 2 * 10**6, (bsz, k + 1)).astype(np.int64),
-        seq_lens_this_time=per(this_time),
-        seq_lens_encoder=per(enc),
-        seq_lens_decoder=per(dec),
-        max_dec_len=per(max_dec_len),
-    )
-    if hybrid:
-        del d["seq_lens_encoder"]
-    return d
+    num = rng.integers(0, k + 1, bsz).astype(np.int32)
+    drafts = rng.integers(10**6, 2 * 10**6, (bsz, k + 1)).astype(np.int64)
+    tensors = (input_ids, input_ids_len, pre_ids, step, num, drafts, this_time, enc, dec)
+    return ngram_tensors(hybrid, *tensors, max_dec_len, column=column)
 
 
 def run_three(d, hybrid, sizes, threshold):

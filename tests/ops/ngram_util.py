@@ -8,7 +8,7 @@ import pytest
 from hypothesis import strategies as st
 from util import OpPair, assert_same, ragged, to_numpy, to_paddle
 
-from fd_mtp.testing.op_inputs import positional
+from fd_mtp.testing.op_inputs import ngram_tensors, positional
 
 # Hand cases give these as ragged rows (input_ids padded with 900, the others with -1).
 MATRICES = ("input_ids", "pre_ids", "draft_tokens")
@@ -94,7 +94,6 @@ def random_batch(
     tokens (plus what follows, n in [min_n, max_n]) planted earlier in the prompt or in the
     history."""
     n = bsz + extra_rows
-    per = (lambda a: a.reshape(-1, 1)) if column else (lambda a: a)
     li, lp = width, width
     input_ids = rng.integers(0, vocab, (n, li)).astype(np.int64)
     pre_ids = np.full((n, lp), -1, np.int64)
@@ -131,21 +130,11 @@ def random_batch(
                 pre_ids[b, at : at + len(seg)] = seg
     q_room = rng.integers(-1, k + 3, n)
     max_dec_len = np.where(rng.random(n) < 0.2, step_idx + q_room, 10_000).astype(np.int64)
-    d = dict(
-        input_ids=input_ids,
-        input_ids_len=per(input_ids_len),
-        pre_ids=pre_ids,
-        step_idx=per(step_idx),
-        draft_token_num=per(rng.integers(0, k + 1, n).astype(np.int32)),
-        draft_tokens=rng.integers(1000, 2000, (n, k + 1)).astype(np.int64),
-        seq_lens_this_time=per(this_time[:bsz].copy()),
-        seq_lens_encoder=per(enc),
-        seq_lens_decoder=per(dec),
-        max_dec_len=per(max_dec_len),
-    )
-    if hybrid:
-        del d["seq_lens_encoder"]
-    return d
+    num = rng.integers(0, k + 1, n).astype(np.int32)
+    drafts = rng.integers(1000, 2000, (n, k + 1)).astype(np.int64)
+    this_time = this_time[:bsz].copy()
+    tensors = (input_ids, input_ids_len, pre_ids, step_idx, num, drafts, this_time, enc, dec)
+    return ngram_tensors(hybrid, *tensors, max_dec_len, column=column)
 
 
 def follows_suffix(hay, length, pre_row, step, drafts, n_min):

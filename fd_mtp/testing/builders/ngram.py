@@ -39,6 +39,18 @@ HYBRID_ORDER = [
 NGRAM_WRITTEN = ("draft_tokens", "seq_lens_this_time")
 
 
+def ngram_tensors(hybrid, *tensors, column=False):
+    """The op's tensors by name from the ten of ngram_match (numpy arrays, in ``NGRAM_ORDER``):
+    hybrid_mtp_ngram's without seq_lens_encoder; with ``column`` the per-request ones (1-D) as
+    [B, 1] columns. Shared by the builders here and the n-gram tests (tests/ops, tests/gpu)."""
+    d = dict(zip(NGRAM_ORDER, tensors, strict=True))
+    if column:
+        d = {name: a.reshape(-1, 1) if a.ndim == 1 else a for name, a in d.items()}
+    if hybrid:
+        del d["seq_lens_encoder"]
+    return d
+
+
 def ngram_state(op, batch, history, seed=0):
     """(arrays by name, positional size args, config string) of one n-gram drafting batch: every
     request decoding with ``history`` tokens, half with a planted repeat to find (benchmarks/bench_ngram.py)."""
@@ -64,22 +76,22 @@ def ngram_state(op, batch, history, seed=0):
         else:
             at = int(rng.integers(1, generated - g - len(piece)))
             pre_ids[b, at : at + len(piece)] = piece
-    d = dict(
-        input_ids=input_ids,
-        input_ids_len=np.full(batch, prompt, np.int64),
-        pre_ids=pre_ids,
-        step_idx=step,
-        draft_token_num=np.full(batch, NGRAM_K, np.int32),
-        draft_tokens=np.full((batch, NGRAM_K + 1), -1, np.int64),
-        seq_lens_this_time=np.full(batch, 2 if hybrid else 1, np.int32),
-        seq_lens_encoder=np.zeros(batch, np.int32),
-        seq_lens_decoder=np.full(batch, history, np.int32),
-        max_dec_len=np.full(batch, 1 << 40, np.int64),
+    d = ngram_tensors(
+        hybrid,
+        input_ids,
+        np.full(batch, prompt, np.int64),  # input_ids_len
+        pre_ids,
+        step,
+        np.full(batch, NGRAM_K, np.int32),  # draft_token_num
+        np.full((batch, NGRAM_K + 1), -1, np.int64),  # draft_tokens
+        np.full(batch, 2 if hybrid else 1, np.int32),  # seq_lens_this_time
+        np.zeros(batch, np.int32),  # seq_lens_encoder
+        np.full(batch, history, np.int32),  # seq_lens_decoder
+        np.full(batch, 1 << 40, np.int64),  # max_dec_len
     )
     d["draft_tokens"][:, 0] = 7
     if hybrid:
         d["draft_tokens"][:, 1] = 8
-        del d["seq_lens_encoder"]
         sizes = (NGRAM_MAX, NGRAM_MIN, NGRAM_K)
     else:
         sizes = (NGRAM_MAX, NGRAM_K)
