@@ -26,7 +26,7 @@ from fd_mtp.engine.sampling_params import SamplingParams
 from fd_mtp.model import ErnieConfig
 from fd_mtp.model.attention import ForwardMeta, allocate_kv_caches
 from fd_mtp.model.ernie import Ernie4_5ForCausalLM, Ernie4_5MTP
-from fd_mtp.testing import TINY_MOE
+from fd_mtp.testing import TINY_CONFIG, TINY_MOE
 
 #: greedy generation of 24 tokens over four prompts (5, 70, 8 and 41 tokens), and MTP K = 2: what
 #: test_native and test_compiled run each forward on (`generate_tokens`)
@@ -51,16 +51,7 @@ def generate_tokens(model, forward, spec=None, batch=4, prompts=PROMPTS, params=
     return llm, [list(o.token_ids) for o in outs]
 
 
-TINY = dict(
-    vocab_size=300,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    rope_theta=10000.0,
-    num_nextn_predict_layers=1,
-)
+TINY = dict(TINY_CONFIG, intermediate_size=96)  # fd_mtp.testing's tiny model, a narrower MLP
 MOE = dict(moe_num_experts=4, **TINY_MOE)  # 4 experts, layer 0 dense, aux-free bias
 
 
