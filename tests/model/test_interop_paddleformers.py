@@ -69,30 +69,20 @@ from paddleformers.transformers.masking_utils import (  # noqa: E402
 from fd_mtp.assets import DEMO_MODEL  # noqa: E402
 from fd_mtp.model.loader import load_checkpoint  # noqa: E402
 from fd_mtp.model.tokenizer import SentencePieceTokenizer  # noqa: E402
-from fd_mtp.testing import write_random_checkpoint  # noqa: E402
+from fd_mtp.testing import TINY_CONFIG, TINY_MOE, write_random_checkpoint  # noqa: E402
 
 TOL = 1e-4
 IDS = [5, 17, 42, 99, 3, 250, 7, 7, 120, 64, 1, 288]
-TINY = dict(
-    vocab_size=300,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    rms_norm_eps=1e-5,
-    rope_theta=10000.0,
-    max_position_embeddings=256,
-)
-MOE = dict(
-    moe_num_experts=4,
-    moe_k=2,
-    moe_intermediate_size=32,
-    moe_num_shared_experts=1,
-    moe_layer_start_index=1,
-    num_nextn_predict_layers=1,
-)
+#: fd_mtp.testing's tiny model (TINY_CONFIG; MoE: TINY_MOE, 4 experts) in paddleformers' configs:
+#: the dense one without the MTP block, the tie given per test, paddleformers' default dtype; the
+#: head size given and a shorter context.
+TINY = {
+    k: v
+    for k, v in TINY_CONFIG.items()
+    if k not in ("num_nextn_predict_layers", "tie_word_embeddings", "dtype")
+}
+TINY.update(head_dim=16, max_position_embeddings=256)
+MOE = dict(TINY_MOE, moe_num_experts=4, num_nextn_predict_layers=1)
 
 
 # --------------------------------------------------------------------------- paddleformers side
