@@ -10,9 +10,10 @@ import paddle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from util import BATCH_GRID, assert_same, flags, i32, i64, to_numpy, to_paddle
+from util import BATCH_GRID, OpPair, assert_same, flags, i32, i64, to_numpy, to_paddle
 
 from fd_mtp import ops, reference
+from fd_mtp.testing.op_inputs import positional
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -363,14 +364,9 @@ def test_self_property_op_matches_reference_and_invariants(bsz, hidden, dtype, s
 # ---------------------------------------------------------------------------------------------
 # Bad input: ValueError naming the argument; inputs unchanged
 # ---------------------------------------------------------------------------------------------
-def raises_and_unchanged(op, args, name, attr=None):
-    tensors = [to_paddle(a) for a in args]
-    before = [to_numpy(t) if isinstance(t, paddle.Tensor) else t for t in tensors]
-    with pytest.raises(ValueError, match=name):
-        op(*tensors) if attr is None else op(*tensors, attr)
-    for t, b in zip(tensors, before):
-        if isinstance(t, paddle.Tensor):
-            assert_same(to_numpy(t), b, "unchanged")
+# the array arguments (eagle_get_hidden_states' attribute, actual_draft_token_num, comes after)
+HIDDEN = OpPair("eagle_get_hidden_states", names=positional("eagle_get_hidden_states")[:8])
+SELF = OpPair("eagle_get_self_hidden_states")
 
 
 def hidden_good():
@@ -404,10 +400,7 @@ HIDDEN_BAD = {
 
 @pytest.mark.parametrize("case", sorted(HIDDEN_BAD))
 def test_hidden_bad_input(case):
-    args = hidden_good()
-    index, value, name = HIDDEN_BAD[case]
-    args[index] = value
-    raises_and_unchanged(ops.eagle_get_hidden_states, args, name, attr=2)
+    HIDDEN.expect_replaced_error(hidden_good(), HIDDEN_BAD[case], extra=[2])
 
 
 def test_hidden_good_args_are_good():
@@ -437,10 +430,7 @@ SELF_BAD = {
 
 @pytest.mark.parametrize("case", sorted(SELF_BAD))
 def test_self_bad_input(case):
-    args = self_good()
-    index, value, name = SELF_BAD[case]
-    args[index] = value
-    raises_and_unchanged(ops.eagle_get_self_hidden_states, args, name)
+    SELF.expect_replaced_error(self_good(), SELF_BAD[case])
 
 
 def test_self_good_args_are_good():

@@ -233,6 +233,14 @@ class OpPair:
             want = self.as_like(d[name], expected[name], name) if name in expected else d[name]
             assert_same(got[name], want, name)
 
+    def expect_replaced_error(self, args, bad, extra=()) -> None:
+        """`expect_error` on the array arguments ``args`` (a list, in ``names``' order) with one
+        replaced: ``bad`` is ``(index, value, name)``; the op raises ValueError naming ``name``
+        and writes nothing."""
+        index, value, name = bad
+        d = replaced(dict(zip(self.names, args, strict=True)), self.names[index], value)
+        self.expect_error(d, name, extra=extra)
+
     def expect_error(self, d, name, data=False, extra=(), **kwargs) -> None:
         """The op raises ValueError ``"<op>: <name>"`` and writes none of ``d``'s arrays; for a
         data error (``data``) the reference too (it assumes valid shapes and dtypes, and checks
