@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from util import assert_same, flags, grid_and_property, i32, i64, run_both, to_numpy, to_paddle
+from util import OpPair, assert_same, flags, grid_and_property, i32, i64, run_both
 
 import fd_mtp.ops as ops
 import fd_mtp.reference as reference
@@ -113,13 +113,7 @@ test_grid, test_property = grid_and_property(check, _batch, grid_seed=69, max_n=
 def test_rows_too_small_are_refused_and_nothing_written(this_time, step, width, name):
     args = [i64([[1, 2]]), np.zeros((1, width), np.int64), flags([False]), i32([this_time])]
     args += [unused(1), unused(1), i64([step])]
-    tensors = [to_paddle(a) for a in args]
-    with pytest.raises(ValueError, match=rf"{OP}: {name} \(request 0\)"):
-        getattr(ops, OP)(*tensors)
-    with pytest.raises(ValueError, match=rf"{OP}: {name} \(request 0\)"):
-        getattr(reference, OP)(*[a.copy() for a in args])
-    assert_same(to_numpy(tensors[1]), args[1], "pre_ids_all")
-    assert_same(to_numpy(tensors[3]), args[3], "seq_lens_this_time")
+    OpPair(OP).expect_args_error(args, rf"{name} \(request 0\)", data=True)
 
 
 @pytest.mark.parametrize(
@@ -135,8 +129,4 @@ def test_rows_too_small_are_refused_and_nothing_written(this_time, step, width, 
 def test_bad_input_names_the_argument_and_writes_nothing(index, bad, name):
     args = [np.ones((3, 2), np.int64), np.zeros((3, 8), np.int64), flags([0, 0, 0]), i32([1] * 3)]
     args += [unused(3), unused(3), i64([3, 3, 3])]
-    args[index] = bad
-    tensors = [to_paddle(a) for a in args]
-    with pytest.raises(ValueError, match=rf"{OP}: {name}\b"):
-        getattr(ops, OP)(*tensors)
-    assert_same(to_numpy(tensors[1]), args[1], "pre_ids_all")
+    OpPair(OP).expect_replaced_error(args, (index, bad, name))

@@ -233,22 +233,27 @@ class OpPair:
             want = self.as_like(d[name], expected[name], name) if name in expected else d[name]
             assert_same(got[name], want, name)
 
-    def expect_replaced_error(self, args, bad, extra=()) -> None:
-        """`expect_error` on the array arguments ``args`` (a list, in ``names``' order) with one
-        replaced: ``bad`` is ``(index, value, name)``; the op raises ValueError naming ``name``
-        and writes nothing."""
+    def expect_args_error(self, args, name, extra=(), data=False) -> None:
+        """`expect_error` with the array arguments as a list ``args`` in ``names``' order."""
+        self.expect_error(dict(zip(self.names, args, strict=True)), name, data=data, extra=extra)
+
+    def expect_replaced_error(self, args, bad, extra=(), data=False) -> None:
+        """`expect_args_error` on ``args`` with one replaced: ``bad`` is ``(index, value, name)``;
+        the op (``data``: the reference too) raises ValueError naming ``name``, writes nothing."""
         index, value, name = bad
-        d = replaced(dict(zip(self.names, args, strict=True)), self.names[index], value)
-        self.expect_error(d, name, extra=extra)
+        args = list(args)
+        args[index] = value
+        self.expect_args_error(args, name, extra, data)
 
     def expect_error(self, d, name, data=False, extra=(), **kwargs) -> None:
-        """The op raises ValueError ``"<op>: <name>"`` and writes none of ``d``'s arrays; for a
+        r"""The op raises ValueError ``"<op>: <name>"`` and writes none of ``d``'s arrays; for a
         data error (``data``) the reference too (it assumes valid shapes and dtypes, and checks
-        data like the op)."""
+        data like the op). ``name`` is a regular expression: an argument's name, or the start of
+        the message (``r"accept_num \(request 0\) is 3"``)."""
         import fd_mtp.ops as ops
         import fd_mtp.reference as reference
 
-        pattern = rf"{self.op}: {name}\b"
+        pattern = rf"{self.op}: {name}(?!\w)"
         op_args = [to_paddle(d[n]) for n in self.names]
         with pytest.raises(ValueError, match=pattern):
             getattr(ops, self.op)(*op_args, *extra, **kwargs)
