@@ -105,6 +105,12 @@ def assert_refused(op_name, args, order, pattern, **kw):
     compare_all(dev, host, arrays_of(args))
 
 
+def assert_refused_at(op_name, args, order, argument, b, **kw):
+    """`assert_refused` with the message of a per-request check: ``<op>: <argument> (request
+    <b>)``."""
+    assert_refused(op_name, args, order, rf"{op_name}: {argument} \(request {b}\)", **kw)
+
+
 def bad_set_value(batch=8):
     """speculate_set_value_by_flags_and_idx (fd_mtp.testing.op_inputs' batch) with accept_num out
     of range for requests 260 (when the batch has it), 5 and 2 (2 is named, on the CPU and on the

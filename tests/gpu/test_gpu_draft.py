@@ -16,6 +16,7 @@ from gpu_util import (
     assert_exact,
     assert_parity,
     assert_refused,
+    assert_refused_at,
     call,
     compare_all,
     skip_module_without_gpu,
@@ -134,12 +135,7 @@ def test_preprocess_bad_input_writes_nothing(case, argument):
         _running_decode(args, b)
         args["accept_num"][b] = 2
         args["base_model_step_idx"][b] = 1  # first column 1 - 2 = -1
-    assert_refused(
-        "draft_model_preprocess",
-        args,
-        PRE_ORDER,
-        rf"draft_model_preprocess: {argument} \(request {b}\)",
-    )  # nothing written
+    assert_refused_at("draft_model_preprocess", args, PRE_ORDER, argument, b)  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------
@@ -213,12 +209,8 @@ def test_update_bad_input_writes_nothing(case, argument):
         args["seq_lens_encoder"][b] = 0
         args["seq_lens_decoder"][b] = 5
         args["step_idx"][b] = args["pre_ids"].shape[1]  # column step + q past the row
-    assert_refused(
-        "draft_model_update",
-        args,
-        UPD_ORDER,
-        rf"draft_model_update: {argument} \(request {b}\)",
-        prefill_one_step_stop=False,
+    assert_refused_at(
+        "draft_model_update", args, UPD_ORDER, argument, b, prefill_one_step_stop=False
     )
 
 
@@ -326,8 +318,7 @@ def test_eagle_hidden_states_bad_accept_nums():
     args["seq_lens_this_time"][b] = 1
     args["base_model_seq_lens_this_time"][b] = 2
     args["accept_nums"][b] = 3
-    pattern = rf"eagle_get_hidden_states: accept_nums \(request {b}\)"
-    assert_refused("eagle_get_hidden_states", args, EAGLE_ORDER, pattern)
+    assert_refused_at("eagle_get_hidden_states", args, EAGLE_ORDER, "accept_nums", b)
 
 
 SELF_ORDER = ["input", "last_seq_lens_this_time", "seq_lens_this_time", "step_idx"]
@@ -370,8 +361,8 @@ def test_eagle_self_hidden_states_bad_last_seq_lens():
     args["seq_lens_this_time"][b] = 1
     args["step_idx"][b] = 9
     args["last_seq_lens_this_time"][b] = 0
-    pattern = rf"eagle_get_self_hidden_states: last_seq_lens_this_time \(request {b}\)"
-    assert_refused("eagle_get_self_hidden_states", args, SELF_ORDER, pattern)
+    name = "last_seq_lens_this_time"
+    assert_refused_at("eagle_get_self_hidden_states", args, SELF_ORDER, name, b)
 
 
 # (the op, its batch, its argument order, how many rows too few)

@@ -14,7 +14,7 @@ otherwise. Needs neither paddle nor hypothesis.
 
 import numpy as np
 import pytest
-from gpu_util import assert_parity, assert_refused, skip_module_without_gpu
+from gpu_util import assert_parity, assert_refused, assert_refused_at, skip_module_without_gpu
 
 skip_module_without_gpu()
 
@@ -104,12 +104,7 @@ def test_set_stop_value_bad_input_writes_nothing(case, argument):
         args["stop_seqs_len"][b] = 2
         args["accept_num"][b] = 1
         args["step_idx"][b] = args["pre_ids"].shape[1] + 1  # compares pre_ids[Lp]
-    assert_refused(
-        "speculate_set_stop_value_multi_seqs",
-        args,
-        STOP_ORDER,
-        rf"speculate_set_stop_value_multi_seqs: {argument} \(request {b}\)",
-    )
+    assert_refused_at("speculate_set_stop_value_multi_seqs", args, STOP_ORDER, argument, b)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,9 +172,7 @@ def test_update_bad_accept_num_writes_nothing():
     b = 777
     args["is_block_step"][b] = False
     args["accept_num"][b] = -1
-    assert_refused(
-        "speculate_update", args, UPDATE_ORDER, rf"speculate_update: accept_num \(request {b}\)"
-    )
+    assert_refused_at("speculate_update", args, UPDATE_ORDER, "accept_num", b)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -236,12 +229,8 @@ def test_set_value_bad_input_writes_nothing(case, argument):
     else:
         args["accept_num"][b] = 4
         args["step_idx"][b] = 2  # first column 2 - 4 + 1 = -1
-    assert_refused(
-        "speculate_set_value_by_flags_and_idx",
-        args,
-        SET_VALUE_ORDER,
-        rf"speculate_set_value_by_flags_and_idx: {argument} \(request {b}\)",
-    )
+    op = "speculate_set_value_by_flags_and_idx"
+    assert_refused_at(op, args, SET_VALUE_ORDER, argument, b)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from gpu_util import (
     arrays_of,
     assert_exact,
     assert_refused,
+    assert_refused_at,
     call,
     compare_all,
     on_simt,
@@ -242,12 +243,12 @@ def test_verify_bad_input_writes_nothing(case, argument):
                 & ~args["is_block_step"][:257]
             )[-1]
         )
-    pattern = rf"speculate_verify: {argument} \(request {b}\)"
-    assert_refused(
+    assert_refused_at(
         "speculate_verify",
         args,
         ORDER,
-        pattern,
+        argument,
+        b,
         verify_strategy="rejection",
         seed=1,
         offset=1,
