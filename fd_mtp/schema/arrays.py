@@ -165,18 +165,10 @@ def convert_attr(op: Op, a: Attr, value):
     ValueError naming it): the one rule of fd_mtp.ops and fd_mtp.cuda."""
     op, name = op.name, a.python_name
     if a.type in _INT_RANGE:
-        if isinstance(value, bool) or type(value).__name__ == "bool_":
-            raise TypeError(f"{op}: {name} must be an int, got bool")
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{op}: {name} must be an int, got {type_name(value)}") from None
         lo, hi = _INT_RANGE[a.type]
         lo = lo if a.min is None else max(lo, a.min)
         hi = hi if a.max is None else min(hi, a.max)
-        if not lo <= value <= hi:
-            raise ValueError(f"{op}: {name} must be in [{lo}, {hi}], got {value}")
-        return value
+        return _int_in(op, name, value, lo, hi)
     if a.type == "bool":
         if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
             raise TypeError(f"{op}: {name} must be a bool, got {type_name(value)}")
@@ -206,18 +198,21 @@ def _int_list(op: str, name: str, value) -> list[int]:
     if type(value) is list and all(type(v) is int for v in value):  # the common case, fast
         if not value or (lo <= min(value) and max(value) <= hi):
             return value
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or type(v).__name__ == "bool_":
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got bool")
-        try:
-            v = operator.index(v)
-        except TypeError:
-            raise TypeError(f"{op}: {name}[{i}] must be an int, got {type_name(v)}") from None
-        if not lo <= v <= hi:
-            raise ValueError(f"{op}: {name}[{i}] must be in [{lo}, {hi}], got {v}")
-        out.append(v)
-    return out
+    return [_int_in(op, f"{name}[{i}]", v, lo, hi) for i, v in enumerate(value)]
+
+
+def _int_in(op: str, what: str, value, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]`` (a bool is no int), else TypeError / ValueError naming
+    ``what``."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise TypeError(f"{op}: {what} must be an int, got bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {what} must be an int, got {type_name(value)}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{op}: {what} must be in [{lo}, {hi}], got {value}")
+    return value
 
 
 def check_arrays(op: Op, values: dict, is_device, host_check) -> dict:
